@@ -238,19 +238,18 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     return int(deleted or 0)
 
 
-def mark_orphaned_runs_interrupted(*, engine: Engine, alive_worker_pids: Iterable[int] = ()) -> list[int]:
-    """Runs left active by a worker that is gone become ``interrupted``. Returns their ids."""
-    alive = set(alive_worker_pids)
+def mark_orphaned_runs_interrupted(*, engine: Engine) -> list[int]:
+    """Runs left active by a worker that is gone become ``interrupted``. Returns their ids.
+
+    Only call while holding the worker lock: then no live worker owns an active run.
+    """
     with Session(engine) as session:
         runs = session.scalars(select(Run).where(Run.status.in_(RunStatus.ACTIVE))).all()
-        ids = [run.id for run in runs if run.worker_pid not in alive]
+        ids = [run.id for run in runs]
         for run in runs:
-            if run.id in ids:
-                run.status_reason = (
-                    f"the lab stopped while this run was {run.status}; its partial data is kept"
-                )
-                run.status = RunStatus.INTERRUPTED
-                run.finished_at = utc_now()
+            run.status_reason = f"the lab stopped while this run was {run.status}; its partial data is kept"
+            run.status = RunStatus.INTERRUPTED
+            run.finished_at = utc_now()
         session.commit()
     return ids
 

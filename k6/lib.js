@@ -1,0 +1,217 @@
+// Shared library of the lab's k6 workloads.
+//
+// Everything comes from __ENV with defaults (the lab passes `-e KEY=VALUE`); nothing is
+// imported from a URL, only k6 built-ins, so k6 runs offline.
+//
+// Settings read here:
+//   TARGET (base URL), MODEL, MAX_TOKENS (128), TEMPERATURE (optional), SEED_BASE (1),
+//   LOAD_KIND: constant-vus (VUS, DURATION) | ramping-vus (STAGES JSON, START_VUS)
+//              | constant-arrival-rate (RATE per second, DURATION, PRE_ALLOCATED_VUS, MAX_VUS),
+//   GRACEFUL_STOP ("30s"), GRACEFUL_RAMP_DOWN ("30s"), REQUEST_TIMEOUT ("600s"),
+//   SUMMARY_PATH (where handleSummary writes the JSON summary).
+//
+// Custom metrics carry the prefix `lab_`. Latency stays k6's http_req_duration (ms);
+// the thresholds below only exist so that the end-of-test summary carries the
+// sub-metric over successful responses (`{expected_response:true}`); they never fail.
+
+import http from "k6/http";
+import exec from "k6/execution";
+import { Counter, Rate } from "k6/metrics";
+
+function envString(name, fallback) {
+  const value = __ENV[name];
+  return value === undefined || value === "" ? fallback : value;
+}
+
+function envInt(name, fallback) {
+  const raw = envString(name, undefined);
+  if (raw === undefined) return fallback;
+  const value = parseInt(raw, 10);
+  if (Number.isNaN(value)) throw new Error(`${name} must be an integer, got "${raw}"`);
+  return value;
+}
+
+function envFloat(name, fallback) {
+  const raw = envString(name, undefined);
+  if (raw === undefined) return fallback;
+  const value = parseFloat(raw);
+  if (Number.isNaN(value)) throw new Error(`${name} must be a number, got "${raw}"`);
+  return value;
+}
+
+export const config = {
+  target: envString("TARGET", "http://127.0.0.1:8000").replace(/\/+$/, ""),
+  model: envString("MODEL", "models/SmolLM2-135M-Instruct"),
+  maxTokens: envInt("MAX_TOKENS", 128),
+  temperature: envFloat("TEMPERATURE", undefined),
+  seedBase: envInt("SEED_BASE", envInt("SEED", 1)),
+  requestTimeout: envString("REQUEST_TIMEOUT", "600s"),
+  summaryPath: envString("SUMMARY_PATH", "summary.json"),
+};
+
+// Every workload request carries `lab_request: "chat"`, so the health check in setup()
+// never counts in the figures (sub-metrics select on it).
+export const CHAT_TAG = "lab_request";
+
+export const metrics = {
+  inputTokens: new Counter("lab_input_tokens"),
+  outputTokens: new Counter("lab_output_tokens"),
+  cacheHits: new Rate("lab_cache_hits"),
+  requestFailures: new Counter("lab_request_failures"),
+  // Counted before each request is sent: started minus completed (http_reqs) is the
+  // number of requests still in flight when the test ended (interrupted, not dropped).
+  requestsStarted: new Counter("lab_requests_started"),
+  // Counted when an iteration starts: started minus `iterations` = interrupted iterations.
+  iterationsStarted: new Counter("lab_iterations_started"),
+};
+
+// Only 2xx counts as a success (k6's default also accepts 3xx).
+http.setResponseCallback(http.expectedStatuses({ min: 200, max: 299 }));
+
+/** The `scenarios` entry built from LOAD_KIND and its settings. */
+export function buildScenario() {
+  const kind = envString("LOAD_KIND", "constant-vus");
+  const gracefulStop = envString("GRACEFUL_STOP", "30s");
+  if (kind === "constant-vus") {
+    return {
+      executor: "constant-vus",
+      vus: envInt("VUS", 1),
+      duration: envString("DURATION", "60s"),
+      gracefulStop,
+    };
+  }
+  if (kind === "ramping-vus") {
+    const stages = JSON.parse(envString("STAGES", '[{"duration":"10s","target":1}]'));
+    if (!Array.isArray(stages) || stages.length === 0) throw new Error("STAGES must be a non-empty JSON array");
+    return {
+      executor: "ramping-vus",
+      startVUs: envInt("START_VUS", 0),
+      stages,
+      gracefulStop,
+      gracefulRampDown: envString("GRACEFUL_RAMP_DOWN", "30s"),
+    };
+  }
+  if (kind === "constant-arrival-rate") {
+    const preAllocatedVUs = envInt("PRE_ALLOCATED_VUS", 8);
+    return {
+      executor: "constant-arrival-rate",
+      rate: envInt("RATE", 1),
+      timeUnit: "1s",
+      duration: envString("DURATION", "60s"),
+      preAllocatedVUs,
+      maxVUs: Math.max(envInt("MAX_VUS", preAllocatedVUs), preAllocatedVUs),
+      gracefulStop,
+    };
+  }
+  throw new Error(`unknown LOAD_KIND "${kind}" (constant-vus, ramping-vus, constant-arrival-rate)`);
+}
+
+/** The script's `options`: one scenario, trend stats, quiet tags. */
+export function buildOptions() {
+  return {
+    scenarios: { load: buildScenario() },
+    summaryTrendStats: ["avg", "min", "med", "max", "p(90)", "p(95)", "p(99)", "count"],
+    // Fewer system tags keep the NDJSON small (no url/name per sample).
+    systemTags: ["status", "method", "expected_response", "error_code", "scenario"],
+    thresholds: {
+      [`http_req_duration{${CHAT_TAG}:chat,expected_response:true}`]: ["max>=0"],
+      [`http_req_duration{${CHAT_TAG}:chat,expected_response:false}`]: ["max>=0"],
+      [`http_reqs{${CHAT_TAG}:chat}`]: ["count>=0"],
+      [`http_req_failed{${CHAT_TAG}:chat}`]: ["rate>=0"],
+    },
+    setupTimeout: "120s",
+    teardownTimeout: "60s",
+    noConnectionReuse: false,
+  };
+}
+
+/** mulberry32: a small seeded PRNG, so a run can be replayed exactly. */
+export function mulberry32(seed) {
+  let state = seed >>> 0;
+  return function next() {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+let vuRandom = null;
+
+/** This VU's PRNG, seeded by SEED_BASE + VU id (created on first use). */
+export function vuRng() {
+  if (vuRandom === null) vuRandom = mulberry32(config.seedBase + exec.vu.idInTest);
+  return vuRandom;
+}
+
+/** setup() helper: abort the whole test with a clear message unless the target is healthy. */
+export function checkHealth() {
+  const tried = [];
+  for (const path of ["/health", "/v1/models"]) {
+    const response = http.get(`${config.target}${path}`, {
+      timeout: "10s",
+      tags: { name: "healthcheck" },
+      responseCallback: http.expectedStatuses({ min: 200, max: 599 }),
+    });
+    if (response.status === 200) return { healthPath: path };
+    tried.push(`${path} -> ${response.status || response.error || "no answer"}`);
+  }
+  exec.test.abort(`target ${config.target} is not healthy (${tried.join("; ")})`);
+  return null;
+}
+
+/** The request body for a `messages` list (or a full request object from a file). */
+export function chatBody(messagesOrRequest) {
+  const request = Array.isArray(messagesOrRequest) ? { messages: messagesOrRequest } : { ...messagesOrRequest };
+  const body = { model: config.model, messages: request.messages, max_tokens: config.maxTokens };
+  if (config.temperature !== undefined) body.temperature = config.temperature;
+  for (const key of Object.keys(request)) {
+    if (key !== "messages" && key !== "model") body[key] = request[key];
+  }
+  return body;
+}
+
+/**
+ * POST one chat completion; record tokens, cache hits and failures.
+ * Returns the parsed response JSON, or null on failure.
+ */
+export function postChat(messagesOrRequest, extraTags = {}) {
+  const tags = { ...extraTags, [CHAT_TAG]: "chat" };
+  const body = JSON.stringify(chatBody(messagesOrRequest));
+  metrics.requestsStarted.add(1, tags);
+  const response = http.post(`${config.target}/v1/chat/completions`, body, {
+    headers: { "Content-Type": "application/json" },
+    timeout: config.requestTimeout,
+    tags,
+  });
+  const cacheHeader = response.headers["X-Cache"];
+  if (cacheHeader !== undefined) metrics.cacheHits.add(cacheHeader.toUpperCase() === "HIT", tags);
+  if (response.status !== 200) {
+    metrics.requestFailures.add(1, tags);
+    return null;
+  }
+  let parsed;
+  try {
+    parsed = response.json();
+  } catch (error) {
+    metrics.requestFailures.add(1, tags);
+    return null;
+  }
+  const usage = parsed && parsed.usage;
+  if (usage) {
+    metrics.inputTokens.add(usage.prompt_tokens || 0, tags);
+    metrics.outputTokens.add(usage.completion_tokens || 0, tags);
+  }
+  return parsed;
+}
+
+/** Mark the start of an iteration (for the interrupted-iterations count). */
+export function iterationStarted() {
+  metrics.iterationsStarted.add(1);
+}
+
+/** handleSummary: the JSON summary to SUMMARY_PATH, nothing on stdout. */
+export function writeSummary(data) {
+  return { [config.summaryPath]: JSON.stringify(data, null, 1) };
+}

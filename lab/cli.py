@@ -1,0 +1,310 @@
+"""The headless CLI: ``python -m lab ...`` runs the same experiments as the web lab.
+
+    python -m lab start                       the web lab and its worker (make run)
+    python -m lab services up [NAME ...]      naive, vllm, redis, cache-proxy
+    python -m lab services status [--json]
+    python -m lab services down [NAME ...]
+    python -m lab run --preset NAME [--quick] [--set key=value ...] [--json]
+    python -m lab runs list [--json] [--limit N]
+    python -m lab runs export [ID ...] --csv FILE
+    python -m lab reproduce [--quick] [--repeats N]
+    python -m lab worker                      the queue worker alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from db import store
+from db.engine import get_engine
+from db.models import RunStatus
+from lab.settings import PROJECT_ROOT, Settings, get_settings
+from lab.specs import SpecError, list_presets, load_preset, parse_set_option
+
+SERVICE_NAMES = ("naive", "vllm", "redis", "cache-proxy")
+
+
+def _engine(settings: Settings):  # noqa: ANN202
+    return get_engine(settings.resolved_database_url)
+
+
+# services -----------------------------------------------------------------------------
+
+def services_up(names: list[str], settings: Settings) -> dict[str, str]:
+    """Start the named services (default: naive and vllm) with the default model."""
+    from services.catalog import cache_proxy_config, naive_config, redis_config, vllm_config
+    from services.manager import ServiceManager
+
+    manager = ServiceManager(engine=_engine(settings), settings=settings)
+    urls: dict[str, str] = {}
+    model = settings.default_model
+    for name in names or ["naive", "vllm"]:
+        if name == "naive":
+            urls[name] = manager.ensure("naive", naive_config(model=model))
+        elif name == "vllm":
+            urls[name] = manager.ensure("vllm", vllm_config(model=model))
+        elif name == "redis":
+            urls[name] = manager.ensure("redis", redis_config())
+        elif name == "cache-proxy":
+            upstream = urls.get("vllm") or manager.ensure("vllm", vllm_config(model=model))
+            redis_url = urls.get("redis") or manager.ensure("redis", redis_config())
+            urls[name] = manager.ensure("cache-proxy", cache_proxy_config(upstream_url=upstream, redis_url=redis_url))
+        else:
+            raise SystemExit(f"unknown service {name!r}; services: {', '.join(SERVICE_NAMES)}")
+    return urls
+
+
+def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
+    from services.manager import ServiceManager
+    from services.supervisor import ServiceStartError
+
+    unknown = [name for name in getattr(args, "names", []) if name not in SERVICE_NAMES]
+    if unknown:
+        print(f"error: unknown service {', '.join(unknown)}; services: {', '.join(SERVICE_NAMES)}", file=sys.stderr)
+        return 2
+    manager = ServiceManager(engine=_engine(settings), settings=settings)
+    if args.action == "up":
+        try:
+            urls = services_up(args.names, settings)
+        except ServiceStartError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        for name, url in urls.items():
+            print(f"{name}: {url}")
+        return 0
+    if args.action == "down":
+        stopped = manager.stop_all(args.names or None)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+        return 0
+    statuses = [status.to_dict() for status in manager.status()]
+    if args.json:
+        print(json.dumps(statuses, indent=2))
+    else:
+        for status in statuses:
+            print(f"{status['name']:<12} {status['state']:<10} {status['url'] or '-':<28} pid={status['pid'] or '-'}")
+        if not statuses:
+            print("no services recorded: python -m lab services up naive vllm")
+    return 0
+
+
+# runs ---------------------------------------------------------------------------------
+
+def run_summary(run: Any) -> dict[str, Any]:
+    """The figures of one run as a plain dict (what ``run --json`` and ``runs list --json`` print)."""
+    from lab.compare import run_record
+
+    return run_record(run)
+
+
+def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
+    """Execute the queue here if no worker runs; else wait for the lab's worker to finish them."""
+    from lab.runner import Worker, WorkerBusyError, WorkerLock
+
+    engine = _engine(settings)
+    lock = WorkerLock(settings.data_dir)
+    last_line = ""
+    while True:
+        with Session(engine) as session:
+            runs = store.list_runs(session=session, run_ids=run_ids)
+            if all(run.status in RunStatus.FINAL for run in runs):
+                return
+        try:
+            lock.acquire()
+        except WorkerBusyError:
+            line = ", ".join(f"#{r.id} {r.status}" for r in runs)
+            if line != last_line and not quiet:
+                print(f"waiting for the lab's worker: {line}", file=sys.stderr)
+                last_line = line
+            time.sleep(poll_s)
+            continue
+        worker = Worker(engine=engine, settings=settings)
+        try:
+            worker.recover()
+            while True:
+                with Session(engine) as session:
+                    pending = [r for r in store.list_runs(session=session, run_ids=run_ids) if r.status not in RunStatus.FINAL]
+                if not pending:
+                    break
+                run_id = worker.run_one()
+                if run_id is None:
+                    break
+                if not quiet:
+                    with Session(engine) as session:
+                        run = store.get_run(session=session, run_id=run_id)
+                        print(f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
+                              + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
+                              file=sys.stderr)
+        finally:
+            worker.services.stop_all()
+            lock.release()
+
+
+def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        overrides = [parse_set_option(option) for option in args.set or []]
+        if args.repeats:
+            overrides.append(("repeats", args.repeats))
+        spec = load_preset(args.preset, quick=args.quick, overrides=overrides)
+    except SpecError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    engine = _engine(settings)
+    with Session(engine) as session:
+        experiment = store.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
+        run_ids = [run.id for run in experiment.runs]
+        experiment_id = experiment.id
+    if not args.json:
+        note = f" ({spec.scale_note})" if spec.scale_note else ""
+        print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
+    wait_for_runs(settings=settings, run_ids=run_ids)
+    with Session(engine) as session:
+        runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
+        records = [run_summary(run) for run in runs]
+    print_records(records, as_json=args.json)
+    return 0 if all(r["status"] == RunStatus.DONE for r in records) else 1
+
+
+def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(records, indent=2, default=str))
+        return
+    header = f"{'id':>4} {'backend':<12} {'cell':<28} {'status':<11} {'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
+    print(header)
+    for r in records:
+        def fmt(value: Any, spec: str) -> str:
+            return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+        print(
+            f"{r['run_id']:>4} {r['backend']:<12} {r['cell_label'][:28]:<28} {r['status']:<11} "
+            f"{fmt(r['req_per_s'], '8.2f')} {fmt(r['output_tok_per_s'], '9.1f')} {fmt(r['latency_avg_s'], '7.2f')} "
+            f"{fmt(r['latency_p95_s'], '7.2f')} {fmt(r['requests_failed'], '5d')}"
+        )
+
+
+def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    from lab.compare import records_to_csv
+
+    engine = _engine(settings)
+    with Session(engine) as session:
+        runs = store.list_runs(session=session, run_ids=args.ids or None, limit=getattr(args, "limit", None))
+        records = [run_summary(run) for run in runs]
+    if args.action == "list":
+        print_records(records, as_json=args.json)
+        return 0
+    if args.ids and len(records) != len(set(args.ids)):
+        missing = sorted(set(args.ids) - {r["run_id"] for r in records})
+        print(f"error: no run with id {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    Path(args.csv).write_text(records_to_csv(records), encoding="utf-8")
+    print(f"{len(records)} runs written to {args.csv}", file=sys.stderr)
+    return 0
+
+
+# the lab ------------------------------------------------------------------------------
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from lab.runner import Worker, WorkerBusyError
+
+    worker = Worker(engine=_engine(settings), settings=settings)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    try:
+        worker.run_forever()
+    except WorkerBusyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        worker.services.stop_all()
+    return 0
+
+
+def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
+    """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both."""
+    _engine(settings)  # create or upgrade the database before anything reads it
+    worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT)
+    streamlit_argv = [
+        sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "streamlit_app.py"),
+        "--server.address", settings.host, "--server.port", str(args.port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false",
+    ]
+    print(f"Serving Lab on http://{settings.host}:{args.port}", file=sys.stderr)
+    try:
+        return subprocess.call(streamlit_argv, cwd=PROJECT_ROOT)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+
+
+def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
+    from lab.report import reproduce
+
+    return reproduce(settings=settings, quick=args.quick, repeats=args.repeats, output_dir=Path(args.output))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab", description="Serving Lab: measure LLM serving stacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    start = commands.add_parser("start", help="start the web lab and its worker")
+    start.add_argument("--port", type=int, default=int(os.environ.get("LAB_PORT", "8501")))
+    commands.add_parser("worker", help="run the queue worker")
+
+    services = commands.add_parser("services", help="start, check and stop managed services")
+    services_actions = services.add_subparsers(dest="action", required=True)
+    for action in ("up", "down"):
+        sub = services_actions.add_parser(action)
+        sub.add_argument("names", nargs="*", metavar="NAME", help=f"any of: {', '.join(SERVICE_NAMES)}")
+    status = services_actions.add_parser("status")
+    status.add_argument("--json", action="store_true")
+
+    run = commands.add_parser("run", help="run an experiment preset and print its figures")
+    run.add_argument("--preset", required=True, help=f"one of: {', '.join(list_presets())}")
+    run.add_argument("--quick", action="store_true", help="the preset's quick scale for a small CPU box")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting, e.g. load.duration_s=20")
+    run.add_argument("--repeats", type=int)
+    run.add_argument("--tag")
+    run.add_argument("--json", action="store_true")
+
+    runs = commands.add_parser("runs", help="list and export stored runs")
+    runs_actions = runs.add_subparsers(dest="action", required=True)
+    listing = runs_actions.add_parser("list")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.set_defaults(ids=None)
+    export = runs_actions.add_parser("export")
+    export.add_argument("ids", nargs="*", type=int)
+    export.add_argument("--csv", required=True)
+
+    reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
+    reproduce.add_argument("--quick", action="store_true")
+    reproduce.add_argument("--repeats", type=int, default=3)
+    reproduce.add_argument("--output", default=str(PROJECT_ROOT / "docs" / "reproduction"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    settings = get_settings()
+    handlers = {
+        "services": cmd_services, "run": cmd_run, "runs": cmd_runs, "worker": cmd_worker,
+        "start": cmd_start, "reproduce": cmd_reproduce,
+    }
+    return handlers[args.command](args, settings)

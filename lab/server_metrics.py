@@ -1,0 +1,106 @@
+"""Scrape services' Prometheus ``/metrics`` and turn before/after snapshots into figures.
+
+All backends are read the same way: the naive server exports vLLM's names where the
+meaning is the same, the cache proxy exports ``lab_cache_*`` counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+Snapshot = dict[str, float]
+
+# Sample names (after prometheus_client's parsing) the lab keeps, summed over labels.
+KEPT_SAMPLE_PREFIXES = ("vllm:", "lab_cache_")
+
+
+def parse_metrics_text(text: str) -> Snapshot:
+    """Sum every kept sample over its labels: ``{sample_name: total}``.
+
+    Histogram buckets and ``_created`` timestamps are dropped; ``_sum`` and ``_count``
+    are kept, so averages can be taken from deltas.
+    """
+    snapshot: Snapshot = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if not name.startswith(KEPT_SAMPLE_PREFIXES) or name.endswith(("_bucket", "_created")):
+                continue
+            snapshot[name] = snapshot.get(name, 0.0) + float(sample.value)
+    return snapshot
+
+
+def scrape(base_url: str, *, timeout_s: float = 5.0) -> Snapshot | None:
+    """``GET base_url/metrics`` parsed; None when the service does not answer."""
+    try:
+        response = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
+        response.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    return parse_metrics_text(response.text)
+
+
+def delta(before: Snapshot | None, after: Snapshot | None) -> Snapshot:
+    """``after - before`` per sample (missing samples count as 0)."""
+    if not after:
+        return {}
+    before = before or {}
+    return {name: value - before.get(name, 0.0) for name, value in after.items()}
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def backend_figures(change: Snapshot) -> dict[str, Any]:
+    """Figures from a backend's metric deltas over a run (vLLM or the naive server)."""
+    return {
+        "prefix_cache_hit_rate": _ratio(
+            change.get("vllm:prefix_cache_hits_total"), change.get("vllm:prefix_cache_queries_total")
+        ),
+        "server_ttft_avg_s": _ratio(
+            change.get("vllm:time_to_first_token_seconds_sum"), change.get("vllm:time_to_first_token_seconds_count")
+        ),
+        "server_time_per_output_token_avg_s": _ratio(
+            change.get("vllm:request_time_per_output_token_seconds_sum"),
+            change.get("vllm:request_time_per_output_token_seconds_count"),
+        )
+        or _ratio(
+            change.get("vllm:inter_token_latency_seconds_sum"), change.get("vllm:inter_token_latency_seconds_count")
+        ),
+        "server_requests": change.get("vllm:request_success_total"),
+        "server_e2e_requests": change.get("vllm:e2e_request_latency_seconds_count"),
+        "server_output_tokens": change.get("vllm:generation_tokens_total"),
+        "server_prompt_tokens": change.get("vllm:prompt_tokens_total"),
+    }
+
+
+def cache_figures(change: Snapshot) -> dict[str, Any]:
+    """Figures from the cache proxy's metric deltas over a run."""
+    hits = change.get("lab_cache_hits_total")
+    misses = change.get("lab_cache_misses_total")
+    lookups = (hits or 0.0) + (misses or 0.0)
+    return {
+        "response_cache_hits": int(hits) if hits is not None else None,
+        "response_cache_misses": int(misses) if misses is not None else None,
+        "response_cache_hit_rate": _ratio(hits, lookups) if lookups else None,
+        "response_cache_store_errors": int(change.get("lab_cache_store_errors_total", 0.0)),
+    }
+
+
+def count_check(*, client_count: float | None, server_count: float | None) -> dict[str, Any]:
+    """Client (k6) against server counts: both, the difference and its share of the client's."""
+    if client_count is None or server_count is None:
+        return {"client": client_count, "server": server_count, "difference": None, "difference_ratio": None}
+    difference = server_count - client_count
+    return {
+        "client": client_count,
+        "server": server_count,
+        "difference": difference,
+        "difference_ratio": difference / client_count if client_count else None,
+    }
