@@ -1,0 +1,180 @@
+"""Benchmark: the lab's cache proxy against the seed's proxy and the bare ceiling.
+
+In one go, on this machine, with one private redis-server and one stub upstream
+(``tests/stub_upstream.py``) shared by all:
+
+1. Hit path: k6 (``benchmarks/k6_cache_hits.js``), 32 VUs, 50 prompts warmed first,
+   ``--duration-s`` seconds per run, in rounds A B C A B C (seed proxy, lab proxy, bare
+   ASGI app answering from memory). Prints req/s and p50/p95/p99 of each and the ratios
+   (targets: lab >= 2.0x the seed's req/s and >= 70% of the ceiling, p99 <= half the seed's).
+2. Miss path: 1 VU, the upstream directly vs the lab proxy with ``Cache-Control:
+   no-store`` (BYPASS) vs the lab proxy with a new prompt every request (a real MISS:
+   GET, upstream, SET). Prints p50 added by the proxy (target <= 2 ms).
+
+Run: ``.venv/bin/python -m benchmarks.cache_proxy [--duration-s 10] [--rounds 2] [--json FILE]``.
+Every process it starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from services.redis_server import make_redis_service, redis_url_of
+from services.supervisor import ManagedService
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+K6_SCRIPT = REPO_ROOT / "benchmarks" / "k6_cache_hits.js"
+K6_BINARY = REPO_ROOT / ".venv" / "bin" / "k6"
+TREND_STATS = "avg,min,med,max,p(50),p(95),p(99)"
+
+
+def _python_service(name: str, module: str, extra_args: list[str], log_dir: Path) -> ManagedService:
+    return ManagedService(
+        name=name,
+        argv=[sys.executable, "-m", module, "--port", "{port}", *extra_args],
+        log_path=log_dir / f"{name}.log",
+        readiness_timeout_s=30.0,
+        cwd=REPO_ROOT,
+    )
+
+
+def run_k6(*, target: str, mode: str, vus: int, duration_s: float, log_dir: Path, label: str,
+           no_store: bool = False, prompts: int = 50) -> dict[str, float]:
+    """Run the k6 script once; return req/s, error rate and latency figures in ms."""
+    summary_path = log_dir / f"k6-{label}.json"
+    env = {
+        "TARGET": target, "MODE": mode, "VUS": str(vus), "DURATION": f"{duration_s}s",
+        "PROMPTS": str(prompts), "NO_STORE": "1" if no_store else "0",
+        "K6_NO_USAGE_REPORT": "true", "PATH": "/usr/bin:/bin",
+    }
+    argv = [str(K6_BINARY), "run", "--quiet", "--no-color", "--summary-export", str(summary_path),
+            "--summary-trend-stats", TREND_STATS, str(K6_SCRIPT)]
+    completed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=duration_s + 120)
+    if completed.returncode != 0:
+        raise RuntimeError(f"k6 failed ({completed.returncode}) for {label}:\n{completed.stdout[-2000:]}\n{completed.stderr[-2000:]}")
+    metrics = json.loads(summary_path.read_text())["metrics"]
+    duration = metrics["http_req_duration"]
+    return {
+        "req_per_s": float(metrics["http_reqs"]["rate"]),
+        "requests": float(metrics["http_reqs"]["count"]),
+        "failed_rate": float(metrics.get("http_req_failed", {}).get("value", 0.0)),
+        "latency_p50_ms": float(duration["p(50)"]),
+        "latency_p95_ms": float(duration["p(95)"]),
+        "latency_p99_ms": float(duration["p(99)"]),
+        "latency_max_ms": float(duration["max"]),
+    }
+
+
+def _flushdb(host: str, port: int) -> None:
+    with socket.create_connection((host, port), timeout=2) as sock:
+        sock.sendall(b"FLUSHDB\r\n")
+        sock.recv(64)
+
+
+def _average(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: mean(run[key] for run in runs) for key in runs[0]}
+
+
+def main() -> None:
+    """Start the services, run the hit-path and miss-path comparisons, print the figures."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cache_proxy")
+    parser.add_argument("--duration-s", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--vus", type=int, default=32)
+    parser.add_argument("--miss-duration-s", type=float, default=8.0)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    args = parser.parse_args()
+
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-cache-proxy-"))
+    print(f"logs and k6 summaries: {log_dir}")
+    results: dict[str, Any] = {"hit_path": {}, "miss_path": {}}
+    with ExitStack() as stack:
+        redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
+        redis_url = redis_url_of(redis)
+        stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
+        seed = stack.enter_context(
+            _python_service("seed-proxy", "benchmarks.seed_proxy", ["--upstream", stub.url, "--redis-url", redis_url], log_dir)
+        )
+        lab = stack.enter_context(
+            _python_service("lab-proxy", "services.cache_proxy",
+                            ["--upstream", stub.url, "--redis-url", redis_url, "--namespace", "bench"], log_dir)
+        )
+        bare = stack.enter_context(_python_service("bare", "benchmarks.bare_ceiling", [], log_dir))
+        _flushdb(redis.host, int(redis.port or 0))
+        targets = {"seed": seed.url, "lab": lab.url, "bare": bare.url}
+        for name, url in targets.items():
+            run_k6(target=url, mode="warm", vus=1, duration_s=60, log_dir=log_dir, label=f"warm-{name}")
+
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+        for round_number in range(1, args.rounds + 1):
+            for name, url in targets.items():
+                figures = run_k6(target=url, mode="hits", vus=args.vus, duration_s=args.duration_s,
+                                 log_dir=log_dir, label=f"hits-{name}-{round_number}")
+                runs[name].append(figures)
+                print(f"round {round_number} {name:5s} {figures['req_per_s']:8.0f} req/s  "
+                      f"p50 {figures['latency_p50_ms']:6.2f} ms  p95 {figures['latency_p95_ms']:6.2f} ms  "
+                      f"p99 {figures['latency_p99_ms']:6.2f} ms  failed {figures['failed_rate']:.3f}", flush=True)
+        averages = {name: _average(name_runs) for name, name_runs in runs.items()}
+        results["hit_path"] = {"runs": runs, "average": averages}
+
+        miss_runs = {
+            "upstream direct": run_k6(target=stub.url, mode="unique", vus=1, duration_s=args.miss_duration_s,
+                                      log_dir=log_dir, label="miss-direct"),
+            "lab proxy no-store (BYPASS)": run_k6(target=lab.url, mode="unique", vus=1, duration_s=args.miss_duration_s,
+                                                  log_dir=log_dir, label="miss-nostore", no_store=True),
+            "lab proxy new prompts (MISS+store)": run_k6(target=lab.url, mode="unique", vus=1,
+                                                         duration_s=args.miss_duration_s, log_dir=log_dir,
+                                                         label="miss-store"),
+        }
+        results["miss_path"] = miss_runs
+        lab_metrics = subprocess.run(["curl", "-s", f"{lab.url}/metrics"], capture_output=True, text=True).stdout
+        results["lab_metrics_counters"] = [
+            line for line in lab_metrics.splitlines() if line.startswith("lab_cache_") and "_total " in line
+        ]
+
+    print()
+    print(f"Hit path, k6 {args.vus} VUs, 50 warmed prompts, {args.duration_s:.0f} s x {args.rounds} rounds (mean):")
+    print("| server | req/s | p50 ms | p95 ms | p99 ms | failed |")
+    print("|---|---|---|---|---|---|")
+    for name, figures in averages.items():
+        print(f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
+              f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} | {figures['failed_rate']:.3f} |")
+    seed_figures, lab_figures, bare_figures = averages["seed"], averages["lab"], averages["bare"]
+    ratios = {
+        "lab_vs_seed_req_per_s": lab_figures["req_per_s"] / seed_figures["req_per_s"],
+        "lab_vs_bare_req_per_s": lab_figures["req_per_s"] / bare_figures["req_per_s"],
+        "lab_p99_over_seed_p99": lab_figures["latency_p99_ms"] / seed_figures["latency_p99_ms"],
+    }
+    results["ratios"] = ratios
+    print(f"lab / seed req/s: {ratios['lab_vs_seed_req_per_s']:.2f}x (target >= 2.0)")
+    print(f"lab / bare req/s: {ratios['lab_vs_bare_req_per_s']:.0%} (target >= 70%)")
+    print(f"lab p99 / seed p99: {ratios['lab_p99_over_seed_p99']:.2f} (target <= 0.5)")
+    print()
+    print(f"Miss path, 1 VU, {args.miss_duration_s:.0f} s each, stub upstream:")
+    print("| path | req/s | p50 ms | p95 ms | p99 ms |")
+    print("|---|---|---|---|---|")
+    for name, figures in miss_runs.items():
+        print(f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
+              f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} |")
+    direct_p50 = miss_runs["upstream direct"]["latency_p50_ms"]
+    for name in ("lab proxy no-store (BYPASS)", "lab proxy new prompts (MISS+store)"):
+        added = miss_runs[name]["latency_p50_ms"] - direct_p50
+        results.setdefault("miss_added_p50_ms", {})[name] = added
+        print(f"p50 added by {name}: {added:.2f} ms (target <= 2 ms)")
+    print()
+    print("\n".join(results["lab_metrics_counters"]))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

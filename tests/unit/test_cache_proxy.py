@@ -1,0 +1,147 @@
+"""Unit tests of the cache proxy's pure decisions (services/cache_proxy.py).
+
+The proxy's behaviour against real Redis and real upstreams is in
+tests/integration/test_cache_proxy_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from services.cache_proxy import (
+    CacheMode,
+    CircuitBreaker,
+    RedisUnavailable,
+    _Incomplete,
+    _parse_resp,
+    build_app,
+    decide_cache_mode,
+    encode_command,
+    is_cacheable_json_answer,
+    parse_cache_control,
+    summarize_sse,
+)
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def sse(*chunks: dict, done: bool = True) -> bytes:
+    lines = [b"data: " + json.dumps(chunk).encode() + b"\n\n" for chunk in chunks]
+    if done:
+        lines.append(b"data: [DONE]\n\n")
+    return b"".join(lines)
+
+
+def test_cache_control_directives_are_parsed_case_insensitively() -> None:
+    assert parse_cache_control("No-Cache, max-age=0") == {"no-cache", "max-age"}
+    assert parse_cache_control(b"no-store") == {"no-store"}
+    assert parse_cache_control(None) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("body", "cache_control", "policy", "expected"),
+    [
+        (CHAT, None, "all", CacheMode.LOOKUP),
+        (CHAT, "no-cache", "all", CacheMode.REFRESH),
+        (CHAT, "no-store", "all", CacheMode.BYPASS),
+        (CHAT, "no-cache, no-store", "all", CacheMode.BYPASS),
+        (CHAT, None, "deterministic", CacheMode.BYPASS),  # default temperature is 1
+        ({**CHAT, "temperature": 0}, None, "deterministic", CacheMode.LOOKUP),
+        ({**CHAT, "seed": 3}, "no-cache", "deterministic", CacheMode.REFRESH),
+        ({**CHAT, "temperature": 0, "n": 2}, None, "deterministic", CacheMode.BYPASS),
+    ],
+)
+def test_cache_mode_follows_policy_and_cache_control(body: dict, cache_control: str | None, policy: str,
+                                                     expected: CacheMode) -> None:
+    assert decide_cache_mode(body=body, cache_control=cache_control, policy=policy) is expected
+
+
+def test_only_2xx_answers_with_choices_are_cacheable() -> None:
+    good = json.dumps({"choices": [{"message": {"content": "x"}, "finish_reason": "length"}]}).encode()
+    assert is_cacheable_json_answer(200, good)  # a max_tokens finish is a complete answer
+    assert not is_cacheable_json_answer(500, good)
+    assert not is_cacheable_json_answer(404, good)
+    assert not is_cacheable_json_answer(200, b'{"choices": []}')
+    assert not is_cacheable_json_answer(200, b'{"object": "error"}')
+    assert not is_cacheable_json_answer(200, b"not json")
+
+
+def test_sse_summary_assembles_text_finish_reason_and_usage() -> None:
+    raw = sse(
+        {"choices": [{"delta": {"role": "assistant"}}]},
+        {"choices": [{"delta": {"content": "Hello"}}]},
+        {"choices": [{"delta": {"content": " world"}, "finish_reason": "length"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
+    )
+    summary = summarize_sse(raw)
+    assert summary.text == "Hello world"
+    assert summary.finish_reason == "length"
+    assert summary.usage == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    assert summary.is_complete
+
+
+def test_sse_without_done_or_with_error_or_without_choices_is_incomplete() -> None:
+    chunk = {"choices": [{"text": "a", "finish_reason": "stop"}]}
+    assert summarize_sse(sse(chunk)).is_complete
+    assert summarize_sse(sse(chunk)).text == "a"  # completions-style chunks too
+    assert not summarize_sse(sse(chunk, done=False)).is_complete
+    assert not summarize_sse(sse(chunk, {"error": {"message": "boom"}})).is_complete
+    assert not summarize_sse(sse({"choices": []})).is_complete
+    assert not summarize_sse(b"data: {\"choices\": [{\"te").is_complete
+
+
+def test_circuit_breaker_opens_after_failures_then_lets_one_trial_through() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(failure_threshold=3, open_s=2.0, clock=clock)
+    for _ in range(2):
+        breaker.record_failure()
+        assert breaker.allow() and breaker.state == "closed"
+    breaker.record_failure()
+    assert breaker.state == "open" and not breaker.allow()
+    clock.now_s += 2.5
+    assert breaker.state == "half-open"
+    assert breaker.allow()  # the trial
+    assert not breaker.allow()  # only one trial at a time
+    breaker.record_failure()  # trial failed: open again at once
+    assert breaker.state == "open" and not breaker.allow()
+    clock.now_s += 2.5
+    assert breaker.allow()
+    breaker.record_success()
+    assert breaker.state == "closed" and breaker.allow() and breaker.allow()
+
+
+def test_circuit_breaker_success_resets_the_failure_count() -> None:
+    breaker = CircuitBreaker(failure_threshold=2, open_s=1.0, clock=FakeClock())
+    breaker.record_failure()
+    breaker.record_success()
+    breaker.record_failure()
+    assert breaker.state == "closed"
+
+
+def test_resp_encoding_and_parsing_round_trip() -> None:
+    assert encode_command(b"SET", "k", b"v\r\n", 5) == b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n$1\r\n5\r\n"
+    assert _parse_resp(b"$3\r\nabc\r\n", 0) == (b"abc", 9)
+    assert _parse_resp(b"$-1\r\n", 0) == (None, 5)
+    assert _parse_resp(b"+PONG\r\n", 0) == (b"PONG", 7)
+    assert _parse_resp(b":12\r\n", 0) == (12, 5)
+    scan_reply = b"*2\r\n$1\r\n0\r\n*1\r\n$1\r\nk\r\n"
+    assert _parse_resp(scan_reply, 0) == ([b"0", [b"k"]], len(scan_reply))
+    error, _ = _parse_resp(b"-ERR wrong\r\n", 0)
+    assert isinstance(error, RedisUnavailable)
+    with pytest.raises(_Incomplete):
+        _parse_resp(b"$10\r\nabc", 0)
+
+
+def test_build_app_rejects_an_unknown_policy() -> None:
+    with pytest.raises(ValueError, match="policy"):
+        build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0", policy="sometimes")
