@@ -151,10 +151,11 @@ class RunExecutor:
         if base == "external":
             backend_url, backend_service = str(spec.target_url).rstrip("/"), None
         else:
-            # One accelerator (or two CPU cores): never measure with another backend loaded.
-            for other in INFERENCE_KINDS:
-                if other != base:
-                    self.services.stop(other)
+            # One accelerator (or two CPU cores): by default never measure with another backend loaded.
+            if self.settings.stop_idle_backends:
+                for other in INFERENCE_KINDS:
+                    if other != base:
+                        self.services.stop(other)
             self._check_cancel()
             if base == "naive":
                 config = naive_config(model=spec.model, dtype=spec.naive.dtype)

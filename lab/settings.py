@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     upload_max_bytes: int = 200 * 1024 * 1024
     allowed_target_hosts: list[str] = Field(default_factory=list, description="non-loopback hosts a run may target")
     worker_poll_interval_s: float = 1.0
+    stop_idle_backends: bool = Field(
+        default=True,
+        description="stop the inference backend a run does not use (one accelerator, or few CPU cores)",
+    )
 
     @property
     def resolved_database_url(self) -> str:

