@@ -1,0 +1,86 @@
+"""Comparison tables against the seed, ratios, cost and spreadsheet-safe CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from lab.compare import (
+    cost_per_million_output_tokens,
+    exp1_ratios,
+    exp1_table,
+    exp2_ratios,
+    exp2_table,
+    exp3_table,
+    format_seconds,
+    mean_and_spread,
+    records_to_csv,
+)
+
+
+def record(**values):  # noqa: ANN003, ANN201
+    base = {"status": "done", "requests_failed": 0}
+    return {**base, **values}
+
+
+EXP1 = [
+    record(backend="naive", vus=1, output_tok_per_s=20.0, req_per_s=0.16, latency_avg_s=6.0, latency_p95_s=6.5),
+    record(backend="naive", vus=1, output_tok_per_s=22.0, req_per_s=0.17, latency_avg_s=5.8, latency_p95_s=6.2),
+    record(backend="vllm", vus=1, output_tok_per_s=15.0, req_per_s=0.12, latency_avg_s=8.0, latency_p95_s=8.5),
+    record(backend="naive", vus=8, output_tok_per_s=21.0, req_per_s=0.16, latency_avg_s=45.0, latency_p95_s=50.0),
+    record(backend="vllm", vus=8, output_tok_per_s=60.0, req_per_s=0.47, latency_avg_s=16.0, latency_p95_s=17.0),
+    record(backend="vllm", vus=8, status="failed", output_tok_per_s=None),
+]
+
+
+def test_exp1_table_has_the_seeds_columns_and_figures_beside() -> None:
+    table = exp1_table(EXP1)
+    for column in ("VUs", "server", "throughput (tok/s)", "req/s", "avg latency", "p95 latency"):
+        assert column in table.columns
+    naive_1 = table[(table["VUs"] == 1) & (table["server"] == "Transformers")].iloc[0]
+    assert naive_1["repeats"] == 2
+    assert naive_1["throughput (tok/s)"].startswith("21.0 ± 1.4")
+    assert naive_1["seed throughput (tok/s)"] == "27.0"
+    assert naive_1["seed p95 latency"] == "6.51 s"
+    assert len(table) == 4  # the failed run is not averaged in
+
+
+def test_exp1_ratios() -> None:
+    ratios = exp1_ratios(EXP1)
+    assert round(ratios["vllm_over_naive_throughput"][1], 3) == round(15 / 21, 3)
+    assert round(ratios["vllm_throughput_growth_1_to_8_vus"], 2) == 4.0
+    assert round(ratios["naive_latency_growth_1_to_8_vus"], 2) == round(45 / 5.9, 2)
+
+
+def test_exp2_and_exp3_tables() -> None:
+    records = [
+        record(backend="vllm", prompts=50, req_per_s=2.0, latency_avg_s=4.0, latency_p95_s=4.5, latency_max_s=5.0),
+        record(backend="vllm+cache", prompts=50, req_per_s=500.0, latency_avg_s=0.01, latency_p95_s=0.02,
+               latency_max_s=5.1, response_cache_hit_rate=0.99),
+    ]
+    table = exp2_table(records)
+    assert list(table["set-up"]) == ["vLLM direct", "vLLM + Redis"]
+    assert table.iloc[1]["seed req/s"] == "2,811.00"
+    assert table.iloc[1]["cache hit rate"] == "99.0%"
+    assert exp2_ratios(records)[50]["cached_over_direct_req_per_s"] == 250.0
+    chat = exp3_table([record(backend="vllm", req_per_s=1.0, prefix_cache_hit_rate=0.7)])
+    assert chat.iloc[0]["vLLM prefix hit"] == "70.0%" and chat.iloc[0]["seed vLLM prefix hit"] == "82.1%"
+
+
+def test_csv_neutralises_formula_cells_but_not_numbers() -> None:
+    rows = [{"run_id": 1, "notes": "=HYPERLINK(\"x\")", "tags": "+1", "who": "@me", "delta": -3.5, "ok": "-"}]
+    parsed = list(csv.DictReader(io.StringIO(records_to_csv(rows))))
+    assert parsed[0]["notes"] == "'=HYPERLINK(\"x\")"
+    assert parsed[0]["tags"] == "'+1" and parsed[0]["who"] == "'@me" and parsed[0]["ok"] == "'-"
+    assert parsed[0]["delta"] == "-3.5"
+
+
+def test_formatting_and_cost() -> None:
+    assert format_seconds(0.0113) == "11.3 ms"
+    assert format_seconds(4.734) == "4.73 s"
+    assert format_seconds(81.0) == "1m21s"
+    assert format_seconds(None) == "–"
+    assert mean_and_spread([1.0, 3.0, None]) == (2.0, 1.4142135623730951, 2)
+    # 3,600 tok/s for an hour is 12.96 M tokens; at 1.296 per hour that is 0.1 per million.
+    assert round(cost_per_million_output_tokens(3600.0, 1.296), 6) == 0.1
+    assert cost_per_million_output_tokens(0.0, 1.0) is None

@@ -1,0 +1,148 @@
+"""The run store: the queue, cancel, filters, schema upgrades and concurrent access (real SQLite)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from db import migrations, store
+from db.engine import make_engine
+from db.models import Run, RunStatus
+from lab.specs import load_preset
+
+
+@pytest.fixture()
+def engine(tmp_path: Path):  # noqa: ANN201
+    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
+    migrations.upgrade(engine)
+    return engine
+
+
+def quick_exp1():  # noqa: ANN201
+    return load_preset("seed-exp1", quick=True, overrides=[("repeats", 2)])
+
+
+def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        experiment = store.enqueue_experiment(session=session, spec=quick_exp1(), tags="smoke")
+        runs = experiment.runs
+        assert len(runs) == 2 * 2 * 2
+        assert {run.status for run in runs} == {RunStatus.QUEUED}
+        # Repeats are independent samples with distinct, stored seeds.
+        seeds = {(run.cell_label, run.random_seed) for run in runs}
+        assert len(seeds) == len(runs)
+        assert runs[0].spec["load"]["duration_s"] == 20 and runs[0].vus == 1 and runs[0].tags == "smoke"
+
+
+def test_claim_is_fifo_and_exclusive(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        ids = [run.id for run in store.enqueue_experiment(session=session, spec=quick_exp1()).runs]
+    claimed = [store.claim_next_run(engine=engine, worker_pid=1) for _ in ids]
+    assert claimed == ids
+    assert store.claim_next_run(engine=engine, worker_pid=1) is None
+
+
+def test_cancel_queued_and_active(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        first, second = [run.id for run in store.enqueue_experiment(session=session, spec=quick_exp1()).runs][:2]
+    store.claim_next_run(engine=engine, worker_pid=1)
+    with Session(engine) as session:
+        assert store.request_cancel(session=session, run_id=second) == RunStatus.CANCELLED
+        assert store.request_cancel(session=session, run_id=first) == RunStatus.STARTING
+    assert store.is_cancel_requested(engine=engine, run_id=first)
+    with Session(engine) as session, pytest.raises(LookupError):
+        store.request_cancel(session=session, run_id=999)
+
+
+def test_filters_notes_and_delete(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        experiment = store.enqueue_experiment(session=session, spec=quick_exp1())
+        run_id = experiment.runs[0].id
+        store.set_run_notes(session=session, run_id=run_id, tags=" fast , cpu ", notes="=cmd|' /C calc'!A0")
+        assert len(store.list_runs(session=session, backends=["naive"])) == 4
+        assert [r.id for r in store.list_runs(session=session, tag="fast")] == [run_id]
+        assert len(store.list_runs(session=session, preset="seed-exp1")) == 8
+        assert store.queue_summary(session=session) == {RunStatus.QUEUED: 8}
+    store.claim_next_run(engine=engine, worker_pid=1)  # run_id becomes active
+    with Session(engine) as session:
+        ids = [r.id for r in store.list_runs(session=session)]
+        assert store.delete_runs(session=session, run_ids=ids) == 7  # never the active one
+        assert [r.id for r in store.list_runs(session=session)] == [run_id]
+
+
+def test_orphaned_active_runs_become_interrupted(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        store.enqueue_experiment(session=session, spec=quick_exp1())
+    run_id = store.claim_next_run(engine=engine, worker_pid=424242)
+    store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.RUNNING)
+    assert store.mark_orphaned_runs_interrupted(engine=engine) == [run_id]
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        assert run.status == RunStatus.INTERRUPTED
+        assert "the lab stopped while this run was running" in run.status_reason
+        assert run.finished_at is not None
+
+
+def test_schema_upgrade_keeps_every_run(engine, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        store.enqueue_experiment(session=session, spec=quick_exp1())
+
+    def add_column(connection) -> None:  # noqa: ANN001
+        if not migrations._has_column(connection, "runs", "future_figure"):
+            connection.execute(text("ALTER TABLE runs ADD COLUMN future_figure FLOAT"))
+
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, add_column])
+    monkeypatch.setattr(migrations, "LATEST_VERSION", len(migrations.MIGRATIONS))
+    assert migrations.upgrade(engine) == 1
+    with engine.connect() as connection:
+        assert migrations.current_version(connection) == 2
+        assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == 8
+        assert migrations._has_column(connection, "runs", "future_figure")
+    assert migrations.upgrade(engine) == 2  # idempotent
+
+
+def test_worker_writes_while_readers_poll_without_lock_errors(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        run_id = store.enqueue_experiment(session=session, spec=quick_exp1()).runs[0].id
+    errors: list[Exception] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        for i in range(300):
+            try:
+                store.update_run(engine=engine, run_id=run_id, progress={"elapsed_s": i})
+                store.save_run_series(engine=engine, run_id=run_id, series={"time_s": list(range(i))})
+            except OperationalError as error:
+                errors.append(error)
+        stop.set()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                with Session(engine) as session:
+                    store.list_runs(session=session)
+                    store.queue_summary(session=session)
+                    store.get_run_series(session=session, run_id=run_id)
+            except OperationalError as error:
+                errors.append(error)
+            time.sleep(0.001)
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not [e for e in errors if "locked" in str(e)]
+    assert not errors
+
+
+def test_sqlite_is_in_wal_mode_with_a_busy_timeout(engine) -> None:  # noqa: ANN001
+    with engine.connect() as connection:
+        assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 30000
