@@ -6,7 +6,7 @@
 // Settings read here:
 //   TARGET (base URL), MODEL, MAX_TOKENS (128), TEMPERATURE (optional), SEED_BASE (1),
 //   LOAD_KIND: constant-vus (VUS, DURATION) | ramping-vus (STAGES JSON, START_VUS)
-//              | constant-arrival-rate (RATE per second, DURATION, PRE_ALLOCATED_VUS, MAX_VUS),
+//              | constant-arrival-rate (RATE per TIME_UNIT ("1s"), DURATION, PRE_ALLOCATED_VUS, MAX_VUS),
 //   GRACEFUL_STOP ("30s"), GRACEFUL_RAMP_DOWN ("30s"), REQUEST_TIMEOUT ("600s"),
 //   SUMMARY_PATH (where handleSummary writes the JSON summary).
 //
@@ -95,8 +95,10 @@ export function buildScenario() {
     const preAllocatedVUs = envInt("PRE_ALLOCATED_VUS", 8);
     return {
       executor: "constant-arrival-rate",
+      // RATE iterations per TIME_UNIT: a fractional rate per second is sent as a whole
+      // number per minute (0.5/s -> RATE=30, TIME_UNIT=1m).
       rate: envInt("RATE", 1),
-      timeUnit: "1s",
+      timeUnit: envString("TIME_UNIT", "1s"),
       duration: envString("DURATION", "60s"),
       preAllocatedVUs,
       maxVUs: Math.max(envInt("MAX_VUS", preAllocatedVUs), preAllocatedVUs),

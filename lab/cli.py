@@ -80,6 +80,9 @@ def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
         except ServiceStartError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
+        except ValueError as error:  # a rejected or missing model
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         for name, url in urls.items():
             print(f"{name}: {url}")
         return 0

@@ -106,8 +106,14 @@ def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None
     elif load.kind == "ramping-vus":
         env["STAGES"] = json.dumps([{"duration": f"{s.duration_s:g}s", "target": s.target_vus} for s in load.stages])
     else:
+        rate_per_s = load.rate_per_s or 1.0
+        if float(rate_per_s).is_integer():
+            rate, time_unit = int(rate_per_s), "1s"
+        else:  # k6 takes whole iterations per time unit
+            rate, time_unit = max(1, round(rate_per_s * 60)), "1m"
         env.update(
-            RATE=str(max(1, round(load.rate_per_s or 1))),
+            RATE=str(rate),
+            TIME_UNIT=time_unit,
             DURATION=f"{load.duration_s:g}s",
             PRE_ALLOCATED_VUS=str(min(load.max_vus, 8)),
             MAX_VUS=str(load.max_vus),
@@ -436,6 +442,8 @@ class RunExecutor:
             loaded = True
             exit_code, samples = self.drive_load(spec, targets, requests_file)
             self._status(RunStatus.PARSING)
+            if exit_code not in (0, 99) and self.k6 is not None:  # 99: thresholds crossed, figures valid
+                raise RunFailed(self.k6.exit_message())
             if not (self.run_dir / "summary.json").is_file():
                 raise RunFailed(f"k6 wrote no summary: {self.k6.exit_message() if self.k6 else describe_exit_code(exit_code)}")
             columns = self.collect(spec, targets, before, samples)
@@ -450,8 +458,7 @@ class RunExecutor:
                     ),
                 )
                 return RunStatus.FAILED
-            reason = None if exit_code in (0, 99) else self.k6.exit_message() if self.k6 else None
-            self._status(RunStatus.DONE, reason=reason, progress=None, **columns)
+            self._status(RunStatus.DONE, progress=None, **columns)
             return RunStatus.DONE
         except RunCancelled:
             self._keep_partial(spec, targets, before, samples, loaded)

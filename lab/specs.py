@@ -125,7 +125,7 @@ class VllmOptions(StrictModel):
     enforce_eager: bool = True
     max_model_len: int = Field(default=4096, ge=128, le=1_048_576)
     prefix_caching: bool = True
-    kv_cache_gib: float = Field(default=2, gt=0, le=1024, description="VLLM_CPU_KVCACHE_SPACE on CPU")
+    kv_cache_gib: int = Field(default=2, ge=1, le=1024, description="VLLM_CPU_KVCACHE_SPACE on CPU (whole GiB)")
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
     extra_args: list[str] = Field(default_factory=list)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.validation import validate_model_name
 from services.redis_server import redis_ping_probe, redis_server_argv
 from services.supervisor import ManagedService
 
@@ -50,7 +51,8 @@ def gpu_available() -> bool:
 
 
 def naive_config(*, model: str, dtype: str = "bfloat16") -> ServiceConfig:
-    return ServiceConfig("naive", {"model": model, "dtype": dtype})
+    """The naive server for ``model`` (validated: raises ValueError with a clear message)."""
+    return ServiceConfig("naive", {"model": validate_model_name(model), "dtype": dtype})
 
 
 def vllm_config(
@@ -60,14 +62,15 @@ def vllm_config(
     enforce_eager: bool = True,
     max_model_len: int = 4096,
     prefix_caching: bool = True,
-    kv_cache_gib: float = 2,
+    kv_cache_gib: int = 2,
     gpu_memory_utilization: float = 0.85,
     extra_args: list[str] | None = None,
 ) -> ServiceConfig:
+    """vLLM's OpenAI server for ``model`` (validated: raises ValueError with a clear message)."""
     return ServiceConfig(
         "vllm",
         {
-            "model": model,
+            "model": validate_model_name(model),
             "dtype": dtype,
             "enforce_eager": enforce_eager,
             "max_model_len": max_model_len,
@@ -118,7 +121,7 @@ def _vllm_argv_and_env(params: dict[str, Any], python: str) -> tuple[list[str], 
     if gpu_available():
         argv += ["--gpu-memory-utilization", str(params["gpu_memory_utilization"])]
     else:
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(params["kv_cache_gib"])
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(int(params["kv_cache_gib"]))
     argv += list(params.get("extra_args") or [])
     return argv, env
 

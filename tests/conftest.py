@@ -127,3 +127,9 @@ def redis_service(service_manager) -> RunningService:  # noqa: ANN001
 
     url = service_manager.ensure("redis", redis_config())
     return _running(service_manager, "redis", url)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``runs_last`` stop the shared services, so they run after all others."""
+    config.addinivalue_line("markers", "runs_last: stops shared services; ordered after every other test")
+    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
