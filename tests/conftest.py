@@ -33,6 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: runs against real processes (model, Redis, k6)")
     config.addinivalue_line("markers", "vllm: needs the real vLLM server (slow to start)")
     config.addinivalue_line("markers", "browser: drives a real headless Chromium")
+    config.addinivalue_line("markers", "runs_last: stops shared services; ordered after every other test")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -131,5 +132,4 @@ def redis_service(service_manager) -> RunningService:  # noqa: ANN001
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``runs_last`` stop the shared services, so they run after all others."""
-    config.addinivalue_line("markers", "runs_last: stops shared services; ordered after every other test")
     items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
