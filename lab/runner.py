@@ -38,12 +38,16 @@ from services.catalog import (
     vllm_config,
 )
 from services.manager import ServiceManager
+from services.supervisor import stop_process_tree
 
 log = logging.getLogger("lab.runner")
 
 NUMBER_STORY_PROMPT = "Write a short story about the number {n}."
 # k6 using more than this share of a core on average may have limited the load it applied.
 K6_CPU_WARNING_PERCENT = 80.0
+# Services a run survives losing: the cache proxy fails open without Redis (answers come
+# from the backend, store errors are counted), so the run goes on and says so.
+FAIL_OPEN_SERVICES = ("redis",)
 
 
 class RunCancelled(Exception):
@@ -141,6 +145,9 @@ class RunExecutor:
         self.run_id = run_id
         self.run_dir = settings.runs_dir / str(run_id)
         self.k6: K6Process | None = None
+        # The resolved configuration of each service this run used (e.g. vLLM's dtype "best" -> bfloat16).
+        self.service_configs: dict[str, dict[str, Any]] = {}
+        self.lost_services: list[str] = []  # fail-open services that died during the load
 
     # -- small helpers -----------------------------------------------------------------
     def _status(self, status: str, **values: Any) -> None:
@@ -174,6 +181,7 @@ class RunExecutor:
                     extra_args=options.extra_args,
                 )
             backend_url, backend_service = self.services.ensure(base, config), base
+            self.service_configs[base] = config.params
         targets = RunTargets(target_url=backend_url, backend_url=backend_url, backend_service=backend_service)
         if backend_service:
             targets.service_names.append(backend_service)
@@ -189,6 +197,8 @@ class RunExecutor:
             )
             targets.target_url, targets.proxy_url = proxy_url, proxy_url
             targets.service_names += ["redis", "cache-proxy"]
+            self.service_configs["cache-proxy"] = {"policy": spec.cache.policy, "ttl_s": spec.cache.ttl_s,
+                                                   "single_flight": spec.cache.single_flight}
         return targets
 
     def prepare_workload(self, spec: RunSpec) -> Path | None:
@@ -292,7 +302,12 @@ class RunExecutor:
                     self.k6.cancel(grace_s=20)
                     break
                 for name in targets.service_names:
-                    if self.services.pid_of(name) is None:
+                    if name in self.lost_services or self.services.pid_of(name) is not None:
+                        continue
+                    if name in FAIL_OPEN_SERVICES:
+                        log.warning("run %s: %s stopped during the run; the cache proxy fails open", self.run_id, name)
+                        self.lost_services.append(name)
+                    else:
                         failure = f"the {name} service died during the run (see its log below)"
                 if failure:
                     self.k6.cancel(grace_s=20)
@@ -427,11 +442,13 @@ class RunExecutor:
         samples: list[dict] = []
         loaded = False
         try:
+            run_environment = environment.capture(model=spec.model, k6_version=k6_version())
+            store.update_run(engine=self.engine, run_id=self.run_id, environment=run_environment)
+            targets = self.bring_up_services(spec)
             store.update_run(
                 engine=self.engine, run_id=self.run_id,
-                environment=environment.capture(model=spec.model, k6_version=k6_version()),
+                environment={**run_environment, "services": self.service_configs},
             )
-            targets = self.bring_up_services(spec)
             self._check_cancel()
             requests_file = self.prepare_workload(spec)
             self._status(RunStatus.WARMING)
@@ -447,6 +464,13 @@ class RunExecutor:
             if not (self.run_dir / "summary.json").is_file():
                 raise RunFailed(f"k6 wrote no summary: {self.k6.exit_message() if self.k6 else describe_exit_code(exit_code)}")
             columns = self.collect(spec, targets, before, samples)
+            if self.lost_services:
+                note = (
+                    f"{' and '.join(self.lost_services)} stopped during the run: the response cache failed open "
+                    f"({columns.get('response_cache_store_errors') or 0} answers not stored); the figures mix "
+                    "cached and uncached answers"
+                )
+                columns["load_generator_warning"] = "; ".join(filter(None, [columns.get("load_generator_warning"), note]))
             if not columns.get("requests_ok"):
                 interrupted = columns.get("iterations_interrupted") or 0
                 self._status(
@@ -558,8 +582,28 @@ class Worker:
         """
         interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine)
         stale = self.services.stop_stale()
-        if interrupted or stale:
-            log.warning("recovered: runs interrupted %s, stale services stopped %s", interrupted, stale)
+        k6_pids = self._stop_orphaned_k6(interrupted)
+        if interrupted or stale or k6_pids:
+            log.warning(
+                "recovered: runs interrupted %s, stale services stopped %s, orphaned k6 stopped %s",
+                interrupted, stale, k6_pids,
+            )
+
+    def _stop_orphaned_k6(self, run_ids: list[int]) -> list[int]:
+        """Stop the k6 processes a killed worker left loading (found by their run folder in argv)."""
+        if not run_ids:
+            return []
+        folders = [f"{self.settings.runs_dir / str(run_id)}{os.sep}" for run_id in run_ids]
+        stopped = []
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                argv = process.info["cmdline"] or []
+                if argv and Path(argv[0]).name == "k6" and any(folder in arg for arg in argv for folder in folders):
+                    stop_process_tree(process.pid, grace_s=5.0)
+                    stopped.append(process.pid)
+            except psutil.Error:
+                continue
+        return stopped
 
     def run_one(self) -> int | None:
         """Execute the next queued run, if any; returns its id."""

@@ -121,7 +121,10 @@ class CacheSpec(StrictModel):
 class VllmOptions(StrictModel):
     """How the lab starts vLLM. Defaults are the best CPU configuration measured here."""
 
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    # "best": bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16/AMX), else float32
+    # (measured: on an AVX2-only CPU bf16 falls back from oneDNN and is ~3x slower; on an
+    # AMX CPU bf16 is ~2x faster than float32). See BENCHMARKS.md.
+    dtype: Literal["best", "auto", "float32", "bfloat16", "float16"] = "best"
     enforce_eager: bool = True
     max_model_len: int = Field(default=4096, ge=128, le=1_048_576)
     prefix_caching: bool = True

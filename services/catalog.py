@@ -50,6 +50,22 @@ def gpu_available() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def best_vllm_dtype() -> str:
+    """The fastest vLLM dtype on this host, as measured (see BENCHMARKS.md)."""
+    if gpu_available():
+        return "auto"
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
 def naive_config(*, model: str, dtype: str = "bfloat16") -> ServiceConfig:
     """The naive server for ``model`` (validated: raises ValueError with a clear message)."""
     return ServiceConfig("naive", {"model": validate_model_name(model), "dtype": dtype})
@@ -58,7 +74,7 @@ def naive_config(*, model: str, dtype: str = "bfloat16") -> ServiceConfig:
 def vllm_config(
     *,
     model: str,
-    dtype: str = "float32",
+    dtype: str = "best",
     enforce_eager: bool = True,
     max_model_len: int = 4096,
     prefix_caching: bool = True,
@@ -71,7 +87,7 @@ def vllm_config(
         "vllm",
         {
             "model": validate_model_name(model),
-            "dtype": dtype,
+            "dtype": best_vllm_dtype() if dtype == "best" else dtype,
             "enforce_eager": enforce_eager,
             "max_model_len": max_model_len,
             "prefix_caching": prefix_caching,
