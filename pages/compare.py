@@ -1,0 +1,131 @@
+"""Compare: runs or whole experiments side by side; the seed's tables with the seed's
+figures beside ours, ratios, charts, cost per million output tokens and CSV downloads."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from db import store
+from lab.compare import (
+    SEED_TABLES,
+    dataframe_to_csv,
+    exp1_ratios,
+    exp2_ratios,
+    exp3_ratios,
+    records_to_csv,
+    run_record,
+)
+from lab.ui_support import (
+    cost_table,
+    generic_table,
+    hit_rates_figure,
+    latency_vs_vus_figure,
+    matching_seed_preset,
+    overlaid_series_figure,
+    ratios_rows,
+    throughput_vs_vus_figure,
+)
+from pages.common import NEW_EXPERIMENT_PAGE, session
+
+RATIOS = {"seed-exp1": exp1_ratios, "seed-exp2": exp2_ratios, "seed-exp3": exp3_ratios}
+RECENT_RUNS_LISTED = 1000
+MAX_OVERLAID_RUNS = 12
+
+
+def choose_records() -> list[dict]:
+    """The chosen experiments' or runs' records."""
+    mode = st.radio("Compare", ["whole experiments", "individual runs"], horizontal=True, key="compare_mode")
+    with session() as db_session:
+        if mode == "whole experiments":
+            experiments = store.list_experiments(session=db_session)
+            names = {e.id: f"#{e.id} {e.name}" + (f" ({e.scale})" if e.preset else "") for e in experiments}
+            # Default: the newest experiment with a finished run.
+            finished = {r.experiment_id for r in store.list_runs(session=db_session, statuses=["done"],
+                                                                  limit=RECENT_RUNS_LISTED)}
+            default = next((eid for eid in names if eid in finished), None)
+            chosen = st.multiselect("Experiments", list(names), default=[default] if default else [],
+                                    format_func=names.get, key="compare_experiments")
+            runs = store.list_runs(session=db_session, experiment_ids=chosen, newest_first=False) if chosen else []
+        else:
+            recent = store.list_runs(session=db_session, statuses=["done"], limit=RECENT_RUNS_LISTED)
+            names = {r.id: f"#{r.id} {r.backend} {r.cell_label}" for r in recent}
+            chosen = st.multiselect("Runs (done)", list(names), default=list(names)[:2], format_func=names.get,
+                                    key="compare_runs")
+            runs = store.list_runs(session=db_session, run_ids=chosen, newest_first=False) if chosen else []
+        return [run_record(run) for run in runs]
+
+
+def page() -> None:
+    st.title("Compare")
+    with session() as db_session:
+        has_runs = bool(store.list_runs(session=db_session, statuses=["done"], limit=1))
+    if not has_runs:
+        st.info("Nothing to compare yet: no run has finished. Launch a seed preset on New experiment "
+                "(the quick scale takes minutes), then come back.")
+        st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
+        return
+    records = choose_records()
+    done = [record for record in records if record["status"] == "done"]
+    if not done:
+        st.info("None of the chosen runs is done yet. Pick others, or wait for the queue (see Runs).")
+        return
+    if len(done) < len(records):
+        st.caption(f"{len(records) - len(done)} of the chosen runs are not done and are left out of the figures.")
+    price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
+                                     key="compare_price", help="What an hour of this hardware costs you.")
+
+    preset = matching_seed_preset(done, list(SEED_TABLES))
+    if preset:
+        st.subheader(f"The seed's table ({preset}), ours beside the seed's")
+        st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
+                   "ours are means over repeats, ± one standard deviation.")
+        table = SEED_TABLES[preset](done)
+    else:
+        st.subheader("Figures by backend and load")
+        st.caption("Means over repeats of done runs. No single seed preset matches the choice, so no seed figures.")
+        table = generic_table(done, price_per_hour=price_per_hour)
+    st.dataframe(table, hide_index=True, width="stretch")
+    table_csv = dataframe_to_csv(table)
+    raw_csv = records_to_csv(records)
+    # Kept for the page's tests, which cannot read a download's bytes.
+    st.session_state["compare_table_csv"] = table_csv
+    st.session_state["compare_raw_csv"] = raw_csv
+    left, right = st.columns(2)
+    left.download_button("Download this table (CSV)", table_csv, file_name="comparison.csv", mime="text/csv",
+                         key="download_table", on_click="ignore")
+    right.download_button("Download raw per-run data (CSV)", raw_csv, file_name="runs.csv", mime="text/csv",
+                          key="download_raw", on_click="ignore")
+
+    st.subheader("Ratios")
+    ratio_functions = [RATIOS[preset]] if preset else list(RATIOS.values())
+    rows = [row for function in ratio_functions for row in ratios_rows(function(done)) if row["value"] is not None]
+    if rows:
+        st.dataframe(rows, hide_index=True, column_config={"value": st.column_config.NumberColumn(format="%.3f")})
+    else:
+        st.caption("No ratio applies: they need the backends they compare (e.g. vLLM and naive at the same VUs).")
+
+    st.subheader("Cost per million output tokens")
+    st.dataframe(cost_table(done, price_per_hour), hide_index=True,
+                 column_config={"output tok/s": st.column_config.NumberColumn(format="%.1f"),
+                                "cost per 1M output tokens": st.column_config.NumberColumn(format="%.2f")})
+
+    st.subheader("Charts")
+    charts = st.columns(2)
+    charts[0].plotly_chart(throughput_vs_vus_figure(done), key="compare_throughput")
+    charts[1].plotly_chart(latency_vs_vus_figure(done), key="compare_latency")
+    overlaid_ids = [record["run_id"] for record in done][:MAX_OVERLAID_RUNS]
+    with session() as db_session:
+        series_by_label = {}
+        for record in done[:MAX_OVERLAID_RUNS]:
+            row = store.get_run_series(session=db_session, run_id=record["run_id"])
+            if row is not None:
+                series_by_label[f"#{record['run_id']} {record['backend']} {record['cell_label']}"] = row.series
+    charts = st.columns(2)
+    charts[0].plotly_chart(overlaid_series_figure(series_by_label, "output_tok_per_s",
+                                                  title="Output tokens/s over time"), key="compare_series")
+    charts[1].plotly_chart(hit_rates_figure(done), key="compare_hits")
+    if len(done) > len(overlaid_ids):
+        st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
+
+
+page()

@@ -1,0 +1,184 @@
+"""New experiment: launch a seed preset (full or quick scale) or a grid of your own.
+
+Launching only queues runs (rows in the database); the lab's worker executes them.
+The page then switches to Runs, where the live view follows the running one.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from db import store
+from lab.datasets import DatasetError, save_upload
+from lab.specs import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
+from lab.ui_support import GridForm, check_grid_form, list_uploads, record_upload
+from pages.common import RUNS_PAGE, flash, session, settings, show_flash
+
+WORKLOADS = {
+    "number-story": "number story (the seed's prompt, PROMPTS distinct numbers)",
+    "sharegpt-chat": "multi-turn chat (ShareGPT sessions)",
+    "custom": "custom requests (your JSONL)",
+}
+LOAD_KINDS = {"constant-vus": "constant VUs (closed loop)", "constant-arrival-rate": "arrival rate (open loop)"}
+
+
+def launch(spec: ExperimentSpec, tags: str) -> None:
+    """Queue ``spec`` and go to the Runs page."""
+    with session() as db_session:
+        experiment = store.enqueue_experiment(session=db_session, spec=spec, tags=tags)
+        count, experiment_id = len(experiment.runs), experiment.id
+    flash("success", f"Experiment #{experiment_id} queued: {count} run{'s' if count != 1 else ''}. "
+                     "The worker runs them one at a time; this page follows the running one.")
+    st.switch_page(RUNS_PAGE)
+
+
+def field_error(errors: dict[str, str], name: str) -> None:
+    """The validation message of one field, shown right under it."""
+    if name in errors:
+        st.error(errors[name], icon="⚠️")
+
+
+def preset_section() -> None:
+    """Pick one of the seed's presets, at full or quick scale."""
+    presets = list_presets()
+    if not presets:
+        st.warning("No presets found in lab/presets/.")
+        return
+    name = st.selectbox("Preset", presets, key="preset_name")
+    quick = st.toggle("Quick scale (shorter cells for a small CPU machine)", value=True, key="preset_quick")
+    repeats = st.number_input("Repeats per cell", min_value=1, max_value=100, value=1, key="preset_repeats")
+    tags = st.text_input("Tags (comma separated)", key="preset_tags")
+    try:
+        spec = load_preset(name, quick=quick, overrides=[("repeats", int(repeats))])
+    except SpecError as error:
+        st.error(f"This preset cannot be used: {error}")
+        return
+    st.markdown(f"**{spec.name}**")
+    st.caption(spec.description)
+    if spec.scale_note:
+        st.info(spec.scale_note)
+    cells = spec.expand()
+    planned_s = sum(run_spec.load.planned_duration_s for _, _, run_spec in cells)
+    st.caption(f"{len(cells)} runs, about {planned_s / 60:.0f} min of load plus service start-up.")
+    with st.expander("Grid"):
+        st.json({"grid": spec.grid, "repeats": spec.repeats, "base": spec.base.model_dump(mode="json")},
+                expanded=False)
+    if st.button("Launch preset", type="primary", key="launch_preset"):
+        launch(spec, tags)
+
+
+def grid_section() -> None:
+    """Build a grid: backends x VUs (or arrival rates), with validation beside each field."""
+    errors: dict[str, str] = st.session_state.get("grid_errors", {})
+    form = GridForm(model=settings().default_model)
+    form.name = st.text_input("Experiment name", value=form.name, key="grid_name")
+    field_error(errors, "name")
+    form.backends = st.multiselect("Backends", BACKENDS, default=["naive"], key="grid_backends")
+    field_error(errors, "backends")
+    if any(backend.startswith("external") for backend in form.backends):
+        form.target_url = st.text_input("Target URL (external server)", key="grid_target_url",
+                                        placeholder="http://127.0.0.1:8000")
+        field_error(errors, "target_url")
+    form.model = st.text_input("Model (folder or Hugging Face id)", value=form.model, key="grid_model")
+    field_error(errors, "model")
+
+    left, right = st.columns(2)
+    with left:
+        form.workload = st.selectbox("Workload", list(WORKLOADS), format_func=WORKLOADS.get, key="grid_workload")
+        if form.workload == "number-story":
+            form.prompts = int(st.number_input("PROMPTS (distinct numbers)", value=50, step=1, key="grid_prompts"))
+            field_error(errors, "prompts")
+        elif form.workload == "sharegpt-chat":
+            form.sessions = int(st.number_input("Sessions to replay", value=100, step=1, key="grid_sessions"))
+            field_error(errors, "sessions")
+            uploads = list_uploads(settings().uploads_dir, "sharegpt")
+            options = [None] + [path for path, _ in uploads]
+            labels = dict(uploads)
+            form.dataset_path = st.selectbox(
+                "ShareGPT file", options, key="grid_dataset",
+                format_func=lambda path: "the bundled ShareGPT file" if path is None else labels[path],
+            )
+        else:
+            uploads = list_uploads(settings().uploads_dir, "jsonl")
+            labels = dict(uploads)
+            form.requests_path = st.selectbox("Requests file (JSONL)", [path for path, _ in uploads],
+                                              format_func=labels.get, key="grid_requests", index=None,
+                                              placeholder="upload a JSONL file below first")
+            field_error(errors, "requests_path")
+        form.max_tokens = int(st.number_input("Max tokens per request", value=128, step=1, key="grid_max_tokens"))
+        field_error(errors, "max_tokens")
+    with right:
+        form.load_kind = st.radio("Load", list(LOAD_KINDS), format_func=LOAD_KINDS.get, key="grid_load_kind",
+                                  horizontal=True)
+        if form.load_kind == "constant-vus":
+            form.vus_text = st.text_input("VUs (one or more, e.g. 1, 8, 32)", value="1", key="grid_vus")
+            field_error(errors, "vus_text")
+        else:
+            form.rates_text = st.text_input("Arrival rates per second (e.g. 0.5, 1, 2)", value="1", key="grid_rates")
+            field_error(errors, "rates_text")
+        form.duration_s = float(st.number_input("Duration per run (s)", value=20.0, step=5.0, key="grid_duration"))
+        field_error(errors, "duration_s")
+        form.repeats = int(st.number_input("Repeats per cell", value=1, step=1, key="grid_repeats"))
+        field_error(errors, "repeats")
+        form.cache_policy = st.selectbox(
+            "Cache policy (for +cache backends)", ["all", "deterministic"], key="grid_cache_policy",
+            help="deterministic: only cache requests with temperature 0 or unset",
+        )
+    tags = st.text_input("Tags (comma separated)", key="grid_tags")
+    field_error(errors, "form")
+    if st.button("Launch grid", type="primary", key="launch_grid"):
+        spec, new_errors = check_grid_form(form)
+        st.session_state["grid_attempted"] = True
+        st.session_state["grid_errors"] = new_errors
+        if spec is None:
+            st.rerun()  # draw each message beside its field
+        launch(spec, tags)
+    elif st.session_state.get("grid_attempted"):
+        # After a failed launch, messages follow the user's corrections.
+        _, current = check_grid_form(form)
+        if current != errors:
+            st.session_state["grid_errors"] = current
+            st.rerun()
+    if errors:
+        st.error("Fix the fields marked above, then launch again.")
+
+
+def upload_section() -> None:
+    """Upload a ShareGPT JSON file or a JSONL of requests; it is checked, then stored under a generated name."""
+    st.caption(f"Up to {settings().upload_max_bytes // 2**20} MiB. The file is checked before it is kept; "
+               "it is stored under a generated name.")
+    kind = st.radio("File kind", ["sharegpt", "jsonl"], horizontal=True, key="upload_kind",
+                    format_func={"sharegpt": "ShareGPT (JSON array)", "jsonl": "requests (JSONL)"}.get)
+    uploaded = st.file_uploader("Dataset file", type=["json"] if kind == "sharegpt" else ["jsonl"],
+                                key=f"upload_file_{kind}")
+    if uploaded is not None and st.button("Check and save", key="upload_save"):
+        try:
+            saved = save_upload(data=uploaded.getvalue(), original_name=uploaded.name, kind=kind,
+                                upload_dir=settings().uploads_dir, max_bytes=settings().upload_max_bytes)
+        except DatasetError as error:
+            st.error(f"Not saved: {error}")
+        else:
+            record_upload(saved)
+            st.success(f"Saved {saved.original_name}: {saved.items:,} items, {saved.usable:,} usable. "
+                       "Choose it in the grid's workload field.")
+            for note in saved.notes:
+                st.info(note)
+    stored = list_uploads(settings().uploads_dir, kind)
+    if stored:
+        st.caption("Stored: " + "; ".join(label for _, label in stored[:10]))
+
+
+def page() -> None:
+    st.title("New experiment")
+    show_flash()
+    st.caption("Launching queues runs; the lab's worker executes them one at a time and you follow them on Runs.")
+    preset_tab, grid_tab, upload_tab = st.tabs(["From a seed preset", "Build a grid", "Upload a dataset"])
+    with preset_tab:
+        preset_section()
+    with grid_tab:
+        grid_section()
+    with upload_tab:
+        upload_section()
+
+
+page()

@@ -1,0 +1,124 @@
+"""Run detail: one run's spec, environment, figures, per-second charts, server metrics,
+service log tails, and "run again"."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from db import store
+from db.models import RunStatus
+from lab.compare import run_record
+from lab.ui_support import figures_summary, run_detail_figures, server_metrics_table, status_badge
+from pages.common import RUNS_PAGE, flash, session, show_flash
+
+RECENT_RUNS_LISTED = 500
+
+
+def chosen_run_id(recent: list[tuple[int, str]]) -> int | None:
+    """The run to show: the URL's ``?run=``, else the one last opened, else the newest."""
+    from_url = st.query_params.get("run")
+    if from_url and from_url.isdigit():
+        return int(from_url)
+    if "detail_run_id" in st.session_state:
+        return int(st.session_state["detail_run_id"])
+    return recent[0][0] if recent else None
+
+
+def page() -> None:
+    st.title("Run detail")
+    show_flash()
+    with session() as db_session:
+        recent = [(run.id, f"#{run.id} {run.backend} {run.cell_label} ({run.status})")
+                  for run in store.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)]
+    if not recent:
+        st.info("No runs yet. Launch one on New experiment, then open it here from Runs.")
+        return
+    default_id = chosen_run_id(recent)
+    labels = dict(recent)
+    if default_id is not None and default_id not in labels:
+        labels[default_id] = f"#{default_id}"
+    options = list(labels)
+    run_id = st.selectbox("Run", options, index=options.index(default_id) if default_id in labels else 0,
+                          format_func=labels.get, key=f"detail_select_{default_id}")
+    if run_id != default_id:
+        st.session_state["detail_run_id"] = run_id
+        st.query_params["run"] = str(run_id)
+
+    with session() as db_session:
+        run = store.get_run(session=db_session, run_id=run_id)
+        series_row = store.get_run_series(session=db_session, run_id=run_id) if run else None
+        record = run_record(run) if run else None
+    if run is None:
+        st.error(f"Run #{run_id} does not exist (deleted?). Pick another above.")
+        return
+
+    experiment = f" · experiment #{run.experiment_id} {run.experiment.name}" if run.experiment else ""
+    st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
+    st.caption(f"{run.backend} · {run.model} · {run.workload} · {run.cell_label} · repeat {run.repeat_index}"
+               f"{experiment} · created {record['created_at']}")
+    if run.status_reason:
+        (st.error if run.status == RunStatus.FAILED else st.info)(run.status_reason)
+    if run.load_generator_warning:
+        st.warning(run.load_generator_warning)
+    if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
+        st.info("This run has not finished; follow it live on Runs.")
+
+    if st.button("Run again (same spec)", key="run_again"):
+        with session() as db_session:
+            new_run = store.enqueue_run_again(session=db_session, run_id=run.id)
+            new_id = new_run.id
+        flash("success", f"Run #{new_id} queued with the spec of run #{run.id}.")
+        st.switch_page(RUNS_PAGE)
+
+    st.markdown("#### Figures")
+    summary = figures_summary(record)
+    for start in range(0, len(summary), 6):
+        columns = st.columns(6)
+        for column, (label, value) in zip(columns, summary[start:start + 6]):
+            column.metric(label, value)
+    if run.count_check:
+        st.caption("Client/server counts: " + "; ".join(
+            f"{name.replace('_', ' ')}: client {check.get('client')}, server {check.get('server')}"
+            + (f" (difference {check['difference_ratio'] * 100:+.1f}%)"
+               if check.get("difference_ratio") is not None else "")
+            for name, check in run.count_check.items() if isinstance(check, dict)
+        ))
+
+    st.markdown("#### Per second")
+    series = series_row.series if series_row else None
+    figures = run_detail_figures(series)
+    if not figures:
+        st.info("No per-second series for this run (it has not run yet, or k6 wrote no samples).")
+    for index in range(0, len(figures), 2):
+        columns = st.columns(2)
+        for offset, figure in enumerate(figures[index:index + 2]):
+            columns[offset].plotly_chart(figure, key=f"detail_chart_{index + offset}")
+
+    with st.expander("Server metrics before and after the load"):
+        metrics = server_metrics_table(run.server_metrics)
+        if metrics.empty:
+            st.caption("No server metrics were scraped (the service exposes none, or the run did not reach the load).")
+        else:
+            st.dataframe(metrics, hide_index=True, width="stretch")
+    with st.expander("Service log tails"):
+        tails = (series_row.service_log_tails if series_row else None) or {}
+        if not tails:
+            st.caption("No log tails stored for this run.")
+        for name, text in tails.items():
+            st.markdown(f"**{name}**")
+            st.code(text or "(empty)", language=None)
+    with st.expander("Spec (replayable)"):
+        st.json(run.spec, expanded=True)
+    with st.expander("Environment"):
+        if run.environment:
+            st.json(run.environment, expanded=True)
+        else:
+            st.caption("Not captured yet.")
+    if run.notes or run.tags:
+        st.markdown("#### Tags and notes")
+        st.caption(f"tags: {run.tags or '–'}")
+        if run.notes:
+            st.text(run.notes)
+
+
+page()

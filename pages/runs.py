@@ -1,0 +1,207 @@
+"""Runs: the history with filters and sorting, the running one live, and run actions.
+
+The live view is a fragment that polls the database every few seconds while a run is
+queued or active, and not at all otherwise (``run_every=None``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timezone
+
+import streamlit as st
+
+from db import store
+from db.models import RunStatus
+from lab.compare import run_record
+from lab.specs import BACKENDS, list_presets
+from lab.ui_support import SORTABLE_COLUMNS, format_progress, progress_fraction, runs_table, status_badge
+from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, open_run_detail, session, show_flash
+
+ALL = "all"
+
+
+def live_view() -> None:
+    """The active run's progress (and the queue), refreshed while anything is pending."""
+    with session() as db_session:
+        counts = store.queue_summary(session=db_session)
+    pending = counts.get(RunStatus.QUEUED, 0) + sum(counts.get(s, 0) for s in RunStatus.ACTIVE)
+    polling = LIVE_POLL_INTERVAL_S if pending else None
+
+    @st.fragment(run_every=polling)
+    def live() -> None:
+        with session() as db_session:
+            run = store.active_run(session=db_session)
+            queued = store.queue_summary(session=db_session).get(RunStatus.QUEUED, 0)
+        if run is None and not queued:
+            if polling:
+                st.rerun()  # the last run just ended: refresh the table and stop polling
+            return
+        with st.container(border=True):
+            if run is None:
+                st.info(f"{queued} run{'s' if queued != 1 else ''} queued; waiting for the worker "
+                        "(`python -m lab start` runs one beside the web lab).")
+                return
+            st.markdown(f"**Live: run #{run.id}** · {status_badge(run.status)} · {run.backend} · {run.cell_label}"
+                        + (f" · {queued} more queued" if queued else ""))
+            figures = format_progress(run.progress)
+            if run.status == RunStatus.RUNNING:
+                st.progress(progress_fraction(run.progress),
+                            text=f"{figures['elapsed']} elapsed, {figures['remaining']} remaining")
+            else:
+                st.caption({"starting": "starting the services it needs (a model takes seconds to minutes)",
+                            "warming": "sending warm-up requests",
+                            "parsing": "reading k6's results and the server metrics"}.get(run.status, run.status))
+            columns = st.columns(4)
+            columns[0].metric("req/s so far", figures["req/s"])
+            columns[1].metric("requests done", figures["requests"])
+            columns[2].metric("errors", figures["errors"])
+            columns[3].metric("VUs", figures["VUs"])
+            if run.cancel_requested:
+                st.warning("Cancel requested; the worker is stopping k6.")
+            elif st.button("Cancel this run", key=f"cancel_live_{run.id}"):
+                with session() as db_session:
+                    store.request_cancel(session=db_session, run_id=run.id)
+                st.warning("Cancel requested; the worker is stopping k6.")
+
+    live()
+
+
+def filters() -> dict:
+    """The filter widgets; returns the keyword arguments for ``store.list_runs``."""
+    with session() as db_session:
+        experiments = [(e.id, e.name) for e in store.list_experiments(session=db_session)]
+    with st.expander("Filters", expanded=False):
+        row1 = st.columns(4)
+        experiment_names = dict(experiments)
+        experiment_id = row1[0].selectbox(
+            "Experiment", [ALL] + [eid for eid, _ in experiments], key="filter_experiment",
+            format_func=lambda value: "all experiments" if value == ALL else f"#{value} {experiment_names[value]}",
+        )
+        preset = row1[1].selectbox("Preset", [ALL] + list_presets(), key="filter_preset")
+        backends = row1[2].multiselect("Backend", BACKENDS, key="filter_backends")
+        statuses = row1[3].multiselect("Status", RunStatus.ALL, key="filter_statuses", format_func=status_badge)
+        row2 = st.columns(4)
+        model = row2[0].text_input("Model contains", key="filter_model")
+        tag = row2[1].text_input("Tag", key="filter_tag")
+        dates = row2[2].date_input("Created between", value=(), key="filter_dates")
+        limit = row2[3].number_input("Show at most", min_value=10, max_value=100_000, value=2000, step=100,
+                                     key="filter_limit")
+    created_after = created_before = None
+    if isinstance(dates, (list, tuple)) and len(dates) == 2:
+        created_after = datetime.combine(dates[0], time.min, tzinfo=timezone.utc)
+        created_before = datetime.combine(dates[1], time.max, tzinfo=timezone.utc)
+    return {
+        "experiment_ids": None if experiment_id == ALL else [experiment_id],
+        "preset": None if preset == ALL else preset,
+        "backends": backends or None,
+        "statuses": statuses or None,
+        "model_contains": model.strip() or None,
+        "tag": tag.strip() or None,
+        "created_after": created_after,
+        "created_before": created_before,
+        "limit": int(limit),
+    }
+
+
+def selection_actions(records: list[dict]) -> None:
+    """Open, cancel, edit tags and notes, or delete the selected runs."""
+    by_id = {record["run_id"]: record for record in records}
+    selected = st.multiselect(
+        "Selected runs", list(by_id), key="runs_selected",
+        format_func=lambda rid: f"#{rid} {by_id[rid]['backend']} {by_id[rid]['cell_label']} ({by_id[rid]['status']})",
+        help="Select rows in the table or pick runs here.",
+    )
+    if not selected:
+        st.caption("Select runs in the table (or above) to open, cancel, tag or delete them.")
+        return
+    first = by_id[selected[0]]
+    buttons = st.columns(4)
+    if buttons[0].button(f"Open run #{first['run_id']}", key="open_detail"):
+        open_run_detail(first["run_id"])
+    cancellable = [rid for rid in selected if by_id[rid]["status"] in (RunStatus.QUEUED, *RunStatus.ACTIVE)]
+    if buttons[1].button("Cancel", key="cancel_selected", disabled=not cancellable,
+                         help="Queued runs are cancelled at once, a running one through its worker."):
+        with session() as db_session:
+            for rid in cancellable:
+                store.request_cancel(session=db_session, run_id=rid)
+        st.session_state["runs_message"] = f"Cancel requested for {len(cancellable)} run(s)."
+        st.rerun()
+    deletable = [rid for rid in selected if by_id[rid]["status"] not in RunStatus.ACTIVE]
+    if buttons[2].button("Delete…", key="delete_selected", disabled=not deletable,
+                         help="A running run cannot be deleted; cancel it first."):
+        st.session_state["confirm_delete"] = deletable
+    pending_delete = st.session_state.get("confirm_delete")
+    if pending_delete:
+        st.warning(f"Delete {len(pending_delete)} run(s) and their series for good? "
+                   f"({', '.join('#' + str(r) for r in pending_delete[:20])})")
+        yes, no = st.columns(2)
+        if yes.button(f"Yes, delete {len(pending_delete)} run(s)", type="primary", key="confirm_delete_yes"):
+            with session() as db_session:
+                deleted = store.delete_runs(session=db_session, run_ids=pending_delete)
+            st.session_state.pop("confirm_delete", None)
+            st.session_state.pop("runs_selected", None)
+            st.session_state["runs_message"] = f"Deleted {deleted} run(s)."
+            st.rerun()
+        if no.button("Keep them", key="confirm_delete_no"):
+            st.session_state.pop("confirm_delete", None)
+            st.rerun()
+
+    with st.form(key=f"notes_{first['run_id']}"):
+        st.markdown(f"**Tags and notes of run #{first['run_id']}**")
+        with session() as db_session:
+            run = store.get_run(session=db_session, run_id=first["run_id"])
+            notes = run.notes if run else ""
+        tags_value = st.text_input("Tags (comma separated)", value=first.get("tags") or "", key=f"edit_tags_{first['run_id']}")
+        notes_value = st.text_area("Notes", value=notes or "", key=f"edit_notes_{first['run_id']}")
+        if st.form_submit_button("Save tags and notes"):
+            with session() as db_session:
+                store.set_run_notes(session=db_session, run_id=first["run_id"], tags=tags_value, notes=notes_value)
+            st.session_state["runs_message"] = f"Saved tags and notes of run #{first['run_id']}."
+            st.rerun()
+
+
+def page() -> None:
+    st.title("Runs")
+    show_flash()
+    message = st.session_state.pop("runs_message", None)
+    if message:
+        st.success(message)
+    live_view()
+
+    query = filters()
+    with session() as db_session:
+        runs = store.list_runs(session=db_session, **query)
+        records = [run_record(run) for run in runs]
+    if not records:
+        if any(value for key, value in query.items() if key != "limit"):
+            st.info("No run matches these filters. Widen them (open Filters above).")
+        else:
+            st.info("No runs yet. Start from a seed preset on New experiment: the quick scale of "
+                    "seed-exp1 takes a few minutes on a small CPU machine.")
+            st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
+        return
+
+    sort_col, order_col = st.columns([3, 1])
+    sort_label = sort_col.selectbox("Sort by", list(SORTABLE_COLUMNS), key="runs_sort")
+    descending = order_col.toggle("Descending", value=True, key="runs_descending")
+    table = runs_table(records, sort_by=SORTABLE_COLUMNS[sort_label], descending=descending)
+    st.caption(f"{len(table)} runs" + (" (limit reached: narrow the filters)" if len(table) >= query["limit"] else ""))
+
+    def on_select() -> None:
+        rows = st.session_state["runs_table"]["selection"]["rows"]
+        st.session_state["runs_selected"] = [int(table.iloc[row]["run"]) for row in rows]
+
+    st.dataframe(
+        table, key="runs_table", on_select=on_select, selection_mode="multi-row", hide_index=True,
+        width="stretch",
+        column_config={
+            "req/s": st.column_config.NumberColumn(format="%.2f"),
+            "output tok/s": st.column_config.NumberColumn(format="%.1f"),
+            "avg latency (s)": st.column_config.NumberColumn(format="%.3f"),
+            "p95 latency (s)": st.column_config.NumberColumn(format="%.3f"),
+        },
+    )
+    selection_actions(records)
+
+
+page()

@@ -1,0 +1,70 @@
+"""Services: each managed service's state, URL, PID, uptime, start and stop, log tail.
+
+Runs start the services they need on their own; this page is for looking and for
+starting or stopping one by hand.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from lab.cli import SERVICE_NAMES, services_up
+from lab.ui_support import uptime_text
+from pages.common import engine, settings
+
+START_HINTS = {
+    "naive": "about 10 s",
+    "vllm": "about 1 min on a small CPU machine (several with compilation)",
+    "redis": "a second",
+    "cache-proxy": "starts vLLM and Redis too if they are not up",
+}
+
+
+def manager():  # noqa: ANN201 (services.manager.ServiceManager)
+    """The lab's service manager on the configured database."""
+    from services.manager import ServiceManager
+
+    return ServiceManager(engine=engine(), settings=settings())
+
+
+def page() -> None:
+    st.title("Services")
+    statuses = [status.to_dict() for status in manager().status()]
+
+    with st.container(border=True):
+        left, right = st.columns([2, 1])
+        name = left.selectbox("Start a service", SERVICE_NAMES, key="service_to_start",
+                              format_func=lambda n: f"{n} ({START_HINTS[n]})")
+        right.write("")
+        if right.button("Start", key="start_service", type="primary"):
+            with st.spinner(f"Starting {name}…"):
+                try:
+                    urls = services_up([name], settings())
+                except Exception as error:  # noqa: BLE001 (shown to the user; the log tail says more)
+                    st.error(f"{name} did not start: {str(error)[-1500:]}")
+                else:
+                    st.success(", ".join(f"{n} at {u}" for n, u in urls.items()))
+                    statuses = [status.to_dict() for status in manager().status()]
+
+    if not statuses:
+        st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
+        return
+    table = pd.DataFrame(
+        [{"service": s["name"], "kind": s["kind"], "state": s["state"], "URL": s["url"] or "–",
+          "PID": s["pid"], "uptime": uptime_text(s["started_at"])} for s in statuses]
+    )
+    st.dataframe(table, hide_index=True, width="stretch")
+    for status in statuses:
+        with st.expander(f"{status['name']} · {status['state']}"):
+            if status["message"]:
+                st.caption(status["message"][-2000:])
+            if status["state"] in ("running", "unhealthy", "starting") and st.button(
+                f"Stop {status['name']}", key=f"stop_{status['name']}"
+            ):
+                manager().stop(status["name"])
+                st.rerun()
+            st.code(manager().log_tail(status["name"], max_lines=40) or "(empty log)", language=None)
+
+
+page()

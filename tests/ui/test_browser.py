@@ -1,0 +1,195 @@
+"""The whole web lab in a real headless Chromium (Debian's), driven by Playwright.
+
+Starts ``python -m lab start`` (Streamlit + the queue worker) on a free loopback port
+with a temporary data folder, opens every page, launches a quick grid run against the
+real naive server from the form, waits for it to reach done, opens Compare, downloads
+both CSVs and checks them. Screenshots go to ``test-artifacts/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from db.models import Run, RunStatus
+from services.supervisor import find_free_port
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
+RUN_DONE_TIMEOUT_S = 300
+
+
+def lab_env(data_dir: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LAB_")}
+    env["LAB_DATA_DIR"] = str(data_dir)
+    return env
+
+
+@pytest.fixture
+def lab_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``python -m lab start`` on a free port; stopped (its whole process group) afterwards."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make setup` (apt-get install chromium)")
+    if not (PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct" / "config.json").is_file():
+        pytest.fail("models/SmolLM2-135M-Instruct is missing: run `make setup` first")
+    data_dir = tmp_path / "lab-data"
+    port = find_free_port()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    log = (PROJECT_ROOT / "test-artifacts" / "browser-lab.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lab", "start", "--port", str(port)],
+        cwd=PROJECT_ROOT, env=lab_env(data_dir), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the lab exited with {process.returncode}; see test-artifacts/browser-lab.log")
+            try:
+                if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("the lab did not answer /_stcore/health within 90 s")
+            time.sleep(0.5)
+        yield url, data_dir
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait(timeout=10)
+        subprocess.run([sys.executable, "-m", "lab", "services", "down"], cwd=PROJECT_ROOT,
+                       env=lab_env(data_dir), timeout=120, check=False, capture_output=True)
+        log.close()
+
+
+def wait_for_app(page, text: str, timeout_ms: int = 60_000) -> None:  # noqa: ANN001
+    """Wait until Streamlit has rendered ``text`` and finished running the script."""
+    page.get_by_text(text, exact=False).first.wait_for(timeout=timeout_ms)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms
+    )
+
+
+def shot(page, name: str) -> None:  # noqa: ANN001
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def fill(page, label: str, value: str) -> None:  # noqa: ANN001
+    """Type into a Streamlit input and commit it (Enter), as a user would."""
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_timeout(400)
+
+
+def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, data_dir = lab_url
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+            page.goto(url)
+            wait_for_app(page, "Launching queues runs")
+            assert page.get_by_role("heading", name="New experiment").is_visible()
+            assert page.get_by_text("none started yet").first.is_visible()  # the shared sidebar
+            shot(page, "01-new-experiment")
+
+            # Every page opens, each with its empty state.
+            for path, text, name in [
+                ("runs", "No runs yet. Start from a seed preset", "02-runs-empty"),
+                ("run_detail", "No runs yet. Launch one on New experiment", "03-run-detail-empty"),
+                ("compare", "Nothing to compare yet", "04-compare-empty"),
+                ("services", "No service has been started yet", "05-services-empty"),
+            ]:
+                page.get_by_role("link", name={"runs": "Runs", "run_detail": "Run detail", "compare": "Compare",
+                                               "services": "Services"}[path], exact=True).first.click()
+                wait_for_app(page, text)
+                assert page.url.rstrip("/").endswith(path)
+                shot(page, name)
+
+            # A quick grid run against the real naive server, launched from the form.
+            page.get_by_role("link", name="New experiment", exact=True).first.click()
+            wait_for_app(page, "Launching queues runs")
+            page.get_by_role("tab", name="Build a grid").click()
+            fill(page, "Experiment name", "browser quick run")
+            fill(page, "VUs (one or more, e.g. 1, 8, 32)", "0")
+            page.get_by_role("button", name="Launch grid").click()
+            wait_for_app(page, "VUs must be whole numbers from 1 to 1024 (got 0)")
+            shot(page, "06-grid-validation")
+            fill(page, "VUs (one or more, e.g. 1, 8, 32)", "1, 2")
+            fill(page, "Duration per run (s)", "5")
+            fill(page, "Max tokens per request", "16")
+            page.get_by_role("button", name="Launch grid").click()
+            wait_for_app(page, "queued: 2 runs")
+            assert page.url.rstrip("/").endswith("runs")
+            page.get_by_text("Live: run #").first.wait_for(timeout=60_000)
+            shot(page, "07-runs-live")
+
+            # The live view stops polling and the page refreshes once both runs are done.
+            page.get_by_text("2 done").first.wait_for(timeout=RUN_DONE_TIMEOUT_S * 1000)
+            engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
+            with Session(engine) as session:
+                runs = session.scalars(select(Run).order_by(Run.id)).all()
+                assert [run.status for run in runs] == [RunStatus.DONE, RunStatus.DONE], [
+                    (run.status, run.status_reason) for run in runs]
+                assert [run.vus for run in runs] == [1, 2]
+                assert all(run.requests_ok and run.output_tok_per_s for run in runs)
+                run_ids = [run.id for run in runs]
+            engine.dispose()
+            # Nothing left to follow: the live panel goes away once the page has rerun.
+            page.get_by_text("Live: run #").first.wait_for(state="hidden", timeout=30_000)
+            shot(page, "08-runs-done")
+
+            page.goto(f"{url}/run_detail?run={run_ids[0]}")
+            wait_for_app(page, f"Run #{run_ids[0]} · ✅ done")
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            shot(page, "09-run-detail")
+
+            page.get_by_role("link", name="Compare", exact=True).first.click()
+            wait_for_app(page, "Figures by backend and load")
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            shot(page, "10-compare")
+            with page.expect_download() as table_download:
+                page.get_by_role("button", name="Download this table (CSV)").click()
+            table_rows = list(csv.DictReader(io.StringIO(Path(table_download.value.path()).read_text())))
+            assert [(row["backend"], row["vus"]) for row in table_rows] == [("naive", "1"), ("naive", "2")]
+            assert all(float(row["output_tok_per_s"]) > 0 for row in table_rows)
+            with page.expect_download() as raw_download:
+                page.get_by_role("button", name="Download raw per-run data (CSV)").click()
+            raw_rows = list(csv.DictReader(io.StringIO(Path(raw_download.value.path()).read_text())))
+            assert sorted(int(row["run_id"]) for row in raw_rows) == run_ids
+            assert {row["status"] for row in raw_rows} == {"done"}
+            assert {row["experiment"] for row in raw_rows} == {"browser quick run"}
+
+            page.get_by_role("link", name="Services", exact=True).first.click()
+            wait_for_app(page, "Start a service")
+            shot(page, "11-services")
+        finally:
+            browser.close()

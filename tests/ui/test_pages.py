@@ -1,0 +1,286 @@
+"""Every page under Streamlit's AppTest, on a seeded temporary database.
+
+Each test asserts what a user would see (titles, messages, table rows, CSV text) or
+what an action leaves in the database (queued runs, cancel requests, deletions).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+from streamlit.testing.v1 import AppTest
+
+from db import store
+from db.models import Run, RunStatus
+from tests.ui.conftest import FORMULA_TAG, PROJECT_ROOT, SeededLab
+
+APP = str(PROJECT_ROOT / "streamlit_app.py")
+PAGES = {
+    "New experiment": "pages/new_experiment.py",
+    "Runs": "pages/runs.py",
+    "Run detail": "pages/run_detail.py",
+    "Compare": "pages/compare.py",
+    "Services": "pages/services.py",
+}
+FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"
+
+
+def open_page(page: str, **query: str) -> AppTest:
+    """Run the app and switch to ``page`` (a path under pages/)."""
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.query_params.update(query)
+    app.run()
+    if page != PAGES["New experiment"]:
+        app.switch_page(page).run()
+    assert not app.exception, [item.value for item in app.exception]
+    return app
+
+
+def texts(app: AppTest) -> str:
+    """Every markdown, caption, alert and metric text on the page, joined."""
+    parts = [element.value for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader")
+             for element in app.get(kind)]
+    parts += [f"{metric.label}={metric.value}" for metric in app.metric]
+    return "\n".join(str(part) for part in parts)
+
+
+def widget(elements, key: str):  # noqa: ANN001, ANN201
+    """The widget with ``key`` among ``elements``."""
+    matches = [element for element in elements if element.key == key]
+    assert matches, f"no widget with key {key!r}"
+    return matches[0]
+
+
+def runs_in_db(seed: SeededLab) -> list[Run]:
+    with Session(seed.engine) as session:
+        return store.list_runs(session=session)
+
+
+@pytest.mark.parametrize("title,page", list(PAGES.items()))
+def test_every_page_renders_on_a_seeded_database(seed_lab: SeededLab, title: str, page: str) -> None:
+    app = open_page(page)
+    assert [heading.value for heading in app.title] == [title]
+
+
+def test_sidebar_shows_the_queue_and_services(seed_lab: SeededLab) -> None:
+    # AppTest drops the entry script's own elements after switch_page, so the shared
+    # sidebar is checked on the default page (the browser test sees it on every page).
+    app = open_page(PAGES["New experiment"])
+    sidebar = "\n".join(element.value for element in app.sidebar.get("caption"))
+    assert "4 done, 1 failed" in sidebar
+    assert "none started yet" in sidebar
+    assert [(m.label, m.value) for m in app.sidebar.metric] == [("queued", "1"), ("running", "0")]
+
+
+def test_empty_lab_tells_what_to_do_next(empty_lab) -> None:  # noqa: ANN001
+    assert "No runs yet. Start from a seed preset" in texts(open_page(PAGES["Runs"]))
+    assert "Nothing to compare yet" in texts(open_page(PAGES["Compare"]))
+    assert "No runs yet. Launch one on New experiment" in texts(open_page(PAGES["Run detail"]))
+    assert "No service has been started yet" in texts(open_page(PAGES["Services"]))
+
+
+def test_launching_a_preset_queues_its_runs_and_goes_to_runs(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["New experiment"])
+    widget(app.selectbox, "preset_name").select("seed-exp1").run()
+    assert "quick scale: 20 s per cell" in texts(app)
+    before = len(runs_in_db(seed_lab))
+    widget(app.button, "launch_preset").click().run()
+    assert not app.exception
+    assert [heading.value for heading in app.title] == ["Runs"]
+    runs = runs_in_db(seed_lab)
+    new = [run for run in runs if run.status == RunStatus.QUEUED][: len(runs) - before]
+    assert len(runs) - before == 4
+    assert sorted((run.backend, run.vus) for run in new) == [("naive", 1), ("naive", 8), ("vllm", 1), ("vllm", 8)]
+    assert "4 runs" in texts(app) and "queued" in texts(app)
+    # Something is queued: the live view says so.
+    assert "waiting for the worker" in texts(app)
+
+
+def test_grid_form_shows_validation_beside_the_field_and_queues_nothing(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["New experiment"])
+    widget(app.text_input, "grid_vus").input("0, 8").run()
+    widget(app.number_input, "grid_max_tokens").set_value(0).run()
+    before = len(runs_in_db(seed_lab))
+    widget(app.button, "launch_grid").click().run()
+    assert not app.exception
+    errors = [error.value for error in app.error]
+    assert "VUs must be whole numbers from 1 to 1024 (got 0)" in errors
+    assert any(error.startswith("max tokens: Input should be greater than or equal to 1") for error in errors)
+    assert "Fix the fields marked above, then launch again." in errors
+    assert len(runs_in_db(seed_lab)) == before
+    # Correcting the field clears its message.
+    widget(app.text_input, "grid_vus").input("1, 8").run()
+    assert not any(error.startswith("VUs must") for error in (e.value for e in app.error))
+    widget(app.text_input, "grid_vus").input("two").run()
+    assert "'two' is not a number" in [error.value for error in app.error]
+
+
+def test_grid_form_launch_queues_one_run_per_cell(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["New experiment"])
+    widget(app.multiselect, "grid_backends").set_value(["naive"]).run()
+    widget(app.text_input, "grid_vus").input("1, 2").run()
+    widget(app.number_input, "grid_duration").set_value(5.0).run()
+    widget(app.number_input, "grid_max_tokens").set_value(16).run()
+    widget(app.text_input, "grid_name").input("ui grid").run()
+    widget(app.button, "launch_grid").click().run()
+    assert not app.exception
+    assert [heading.value for heading in app.title] == ["Runs"]
+    new = [run for run in runs_in_db(seed_lab) if run.experiment and run.experiment.name == "ui grid"]
+    assert sorted(run.vus for run in new) == [1, 2]
+    assert all(run.max_tokens == 16 and run.duration_s == 5.0 and run.backend == "naive" for run in new)
+
+
+def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["New experiment"])
+    uploader = app.get("file_uploader")[0]
+    uploader.set_value(("small.json", (FIXTURES / "sharegpt_small.json").read_bytes(), "application/json")).run()
+    widget(app.button, "upload_save").click().run()
+    assert not app.exception
+    assert any(message.value.startswith("Saved small.json:") for message in app.success)
+    stored = [p for p in (seed_lab.data_dir / "uploads").iterdir() if p.name.endswith(".json") and ".meta" not in p.name]
+    assert len(stored) == 1 and stored[0].name != "small.json"
+
+    app.get("file_uploader")[0].set_value(("bad.json", b"{not json", "application/json")).run()
+    widget(app.button, "upload_save").click().run()
+    assert any(error.value.startswith("Not saved: bad.json") for error in app.error)
+
+
+def test_runs_page_lists_runs_with_badges_and_sorts(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["Runs"])
+    table = app.dataframe[0].value
+    assert len(table) == 6
+    assert set(table["status"]) == {"✅ done", "❌ failed", "⏳ queued"}
+    widget(app.selectbox, "runs_sort").select("output tok/s").run()
+    table = app.dataframe[0].value
+    assert list(table["output tok/s"].head(4)) == [62.0, 22.7, 20.1, 17.0]
+    widget(app.multiselect, "filter_statuses").set_value(["failed"]).run()
+    table = app.dataframe[0].value
+    assert list(table["run"]) == [seed_lab.failed_run_id]
+
+
+def test_live_view_shows_progress_and_cancels(seed_lab: SeededLab) -> None:
+    store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.queued_run_id, status=RunStatus.RUNNING,
+                         progress={"elapsed_s": 5.0, "planned_s": 20.0, "fraction": 0.25, "requests_completed": 3,
+                                   "requests_failed": 1, "req_per_s": 0.6, "vus": 8})
+    app = open_page(PAGES["Runs"])
+    assert f"Live: run #{seed_lab.queued_run_id}" in texts(app)
+    progress = app.get("progress")[0]
+    assert progress.value == 25 and "5 s elapsed, 15 s remaining" in progress.proto.text
+    assert "errors=1" in texts(app) and "req/s so far=0.60" in texts(app)
+    widget(app.button, f"cancel_live_{seed_lab.queued_run_id}").click().run()
+    assert not app.exception
+    with Session(seed_lab.engine) as session:
+        assert store.get_run(session=session, run_id=seed_lab.queued_run_id).cancel_requested
+
+
+def test_delete_asks_for_confirmation(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["Runs"])
+    victim = seed_lab.failed_run_id
+    widget(app.multiselect, "runs_selected").set_value([victim]).run()
+    widget(app.button, "delete_selected").click().run()
+    assert any("Delete 1 run(s) and their series for good?" in w.value for w in app.warning)
+    assert victim in [run.id for run in runs_in_db(seed_lab)]
+    widget(app.button, "confirm_delete_yes").click().run()
+    assert not app.exception
+    assert victim not in [run.id for run in runs_in_db(seed_lab)]
+    assert "Deleted 1 run(s)." in texts(app)
+
+
+def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["Runs"])
+    run_id = seed_lab.done_run_ids[1]
+    widget(app.multiselect, "runs_selected").set_value([run_id]).run()
+    widget(app.text_input, f"edit_tags_{run_id}").input("baseline, cpu")
+    widget(app.text_area, f"edit_notes_{run_id}").input("warm cache")
+    submit = [b for b in app.button if b.label == "Save tags and notes"][0]
+    submit.click().run()
+    assert not app.exception
+    with Session(seed_lab.engine) as session:
+        run = store.get_run(session=session, run_id=run_id)
+        assert (run.tags, run.notes) == ("baseline,cpu", "warm cache")
+
+
+def test_run_detail_shows_figures_charts_logs_and_runs_again(seed_lab: SeededLab) -> None:
+    run_id = seed_lab.done_run_ids[0]
+    app = open_page(PAGES["Run detail"], run=str(run_id))
+    shown = texts(app)
+    assert f"Run #{run_id} · ✅ done" in shown
+    assert "output tok/s=22.7" in shown and "p95 latency=6.10 s" in shown
+    charts = app.get("plotly_chart")
+    assert len(charts) >= 5  # throughput, latency, VUs, CPU, RSS
+    assert any("naive log line 2" in code.value for code in app.code)
+    assert "vllm:request_success_total" in set(app.dataframe[0].value["metric"])
+    before = len(runs_in_db(seed_lab))
+    widget(app.button, "run_again").click().run()
+    assert [heading.value for heading in app.title] == ["Runs"]
+    runs = runs_in_db(seed_lab)
+    assert len(runs) == before + 1 and runs[0].status == RunStatus.QUEUED and runs[0].spec == runs[-1].spec
+
+
+def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["Compare"])
+    assert "The seed's table (seed-exp1), ours beside the seed's" in texts(app)
+    table = app.dataframe[0].value
+    assert list(table["VUs"]) == [1, 1, 8, 8]
+    assert list(table["server"]) == ["Transformers", "vLLM", "Transformers", "vLLM"]
+    assert list(table["seed throughput (tok/s)"]) == ["27.0", "139.0", "25.6", "1,045.0"]
+    assert list(table["throughput (tok/s)"]) == ["22.7", "17.0", "20.1", "62.0"]
+    ratios = app.dataframe[1].value
+    assert pytest.approx(dict(zip(ratios["ratio"], ratios["value"])).get("vllm over naive throughput · 8")) == 62.0 / 20.1
+    cost = app.dataframe[2].value
+    naive_1 = cost[(cost["backend"] == "naive") & (cost["VUs"] == 1)]["cost per 1M output tokens"].iloc[0]
+    assert naive_1 == pytest.approx(1.0 / (22.7 * 3600) * 1e6)
+    assert len(app.get("plotly_chart")) == 4
+    assert [button.label for button in app.get("download_button")] == [
+        "Download this table (CSV)", "Download raw per-run data (CSV)"]
+
+    shown_rows = list(csv.DictReader(io.StringIO(app.session_state["compare_table_csv"])))
+    assert [row["seed req/s"] for row in shown_rows] == ["0.21", "1.09", "0.20", "8.17"]
+    raw_rows = list(csv.DictReader(io.StringIO(app.session_state["compare_raw_csv"])))
+    assert len(raw_rows) == 4
+    tags = {row["tags"] for row in raw_rows}
+    assert "'" + FORMULA_TAG in tags and FORMULA_TAG not in tags
+
+    widget(app.number_input, "compare_price").set_value(2.0).run()
+    cost = app.dataframe[2].value
+    assert cost["cost per 1M output tokens"].iloc[0] == pytest.approx(2.0 / (22.7 * 3600) * 1e6)
+
+
+def test_compare_individual_runs_without_a_preset_table(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["Compare"])
+    widget(app.radio, "compare_mode").set_value("individual runs").run()
+    widget(app.multiselect, "compare_runs").set_value(seed_lab.done_run_ids[:2]).run()
+    assert not app.exception
+    # Both runs come from seed-exp1, so its table still applies.
+    assert "The seed's table (seed-exp1)" in texts(app)
+    assert len(app.dataframe[0].value) == 2
+
+
+def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
+    log_path = seed_lab.data_dir / "logs" / "naive.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("INFO loading model\nINFO ready on /health\n")
+    store.upsert_service_record(engine=seed_lab.engine, name="naive", kind="naive", state="stopped",
+                                log_path=str(log_path))
+    app = open_page(PAGES["Services"])
+    table = app.dataframe[0].value
+    assert list(table["service"]) == ["naive"] and list(table["state"]) == ["stopped"]
+    assert any("INFO ready on /health" in code.value for code in app.code)
+    assert [option for option in widget(app.selectbox, "service_to_start").options][:2] == [
+        "naive (about 10 s)", "vllm (about 1 min on a small CPU machine (several with compilation))"]
+
+
+def test_streamlit_config_keeps_the_lab_on_loopback() -> None:
+    import tomllib
+
+    config = tomllib.loads(Path(PROJECT_ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] == "127.0.0.1"
+    assert config["client"]["showErrorDetails"] == "none"
+    assert config["browser"]["gatherUsageStats"] is False
+    from lab.settings import Settings
+
+    assert config["server"]["maxUploadSize"] * 2**20 == Settings().upload_max_bytes
