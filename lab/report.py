@@ -843,41 +843,70 @@ def _meta_from_spec(spec: Any, experiment_id: int) -> dict[str, Any]:
     }
 
 
-def reproduce(
-    *,
-    settings: Any,
-    quick: bool,
-    repeats: int | None,
-    output_dir: Path,
-    presets: Sequence[str] = PRESETS,
-    price_per_hour: float | None = None,
-) -> int:
-    """Queue and run the seed presets, then write the report. 0 if every run is done, else 1.
+REPRODUCE_TAG = "reproduce"
 
-    The report is written either way; failed runs are listed in it.
+
+def enqueue_reproduction(
+    *, settings: Any, quick: bool, repeats: int | None, presets: Sequence[str] = PRESETS
+) -> dict[str, dict[str, Any]]:
+    """Queue the seed presets (tagged ``reproduce``); returns per preset its meta and run ids.
+
+    Returns at once: the lab's worker (or :func:`reproduce`) executes the runs.
     """
     from sqlalchemy.orm import Session
 
     from db import store
     from db.engine import get_engine
-    from lab.cli import wait_for_runs
     from lab.specs import load_preset
 
     engine = get_engine(settings.resolved_database_url)
     overrides = [("repeats", repeats)] if repeats else []
     experiments_meta: dict[str, dict[str, Any]] = {}
-    run_ids: list[int] = []
     for preset in presets:
         spec = load_preset(preset, quick=quick, overrides=overrides)
         with Session(engine) as session:
-            experiment = store.enqueue_experiment(session=session, spec=spec, tags="reproduce")
+            experiment = store.enqueue_experiment(session=session, spec=spec, tags=REPRODUCE_TAG)
             experiments_meta[preset] = _meta_from_spec(spec, experiment.id)
-            run_ids.extend(run.id for run in experiment.runs)
-            print(f"experiment #{experiment.id}: {spec.name}: {len(experiment.runs)} runs queued"
-                  + (f" ({spec.scale_note})" if spec.scale_note else ""), file=sys.stderr)
-    wait_for_runs(settings=settings, run_ids=run_ids)
-    command = "python -m lab reproduce" + (" --quick" if quick else "") + (f" --repeats {repeats}" if repeats else "")
+            experiments_meta[preset]["run_ids"] = [run.id for run in experiment.runs]
+    return experiments_meta
 
+
+def latest_reproduction(*, settings: Any, presets: Sequence[str] = PRESETS) -> dict[str, dict[str, Any]]:
+    """The newest experiment of each seed preset (its meta), for a report from the web lab."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from db.engine import get_engine
+    from db.models import Experiment
+    from lab.specs import ExperimentSpec
+
+    engine = get_engine(settings.resolved_database_url)
+    found: dict[str, dict[str, Any]] = {}
+    with Session(engine) as session:
+        for preset in presets:
+            experiment = session.scalar(
+                select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc()).limit(1)
+            )
+            if experiment is not None:
+                found[preset] = _meta_from_spec(ExperimentSpec.model_validate(experiment.spec), experiment.id)
+    return found
+
+
+def report_from_experiments(
+    *,
+    settings: Any,
+    experiments_meta: dict[str, dict[str, Any]],
+    output_dir: Path,
+    command: str = REPORT_COMMAND,
+    price_per_hour: float | None = None,
+) -> tuple[dict[str, Path], bool]:
+    """Write the report from stored experiments; returns (files written, every run done)."""
+    from sqlalchemy.orm import Session
+
+    from db import store
+    from db.engine import get_engine
+
+    engine = get_engine(settings.resolved_database_url)
     records_by_preset: dict[str, list[dict[str, Any]]] = {}
     environment: dict[str, Any] = {}
     with Session(engine) as session:
@@ -891,10 +920,39 @@ def reproduce(
         from lab.runner import k6_version
 
         environment = lab_environment.capture(model=settings.default_model, k6_version=k6_version())
-    written = write_report(records_by_preset=records_by_preset, experiments_meta=experiments_meta,
+    meta_without_run_ids = {p: {k: v for k, v in m.items() if k != "run_ids"} for p, m in experiments_meta.items()}
+    written = write_report(records_by_preset=records_by_preset, experiments_meta=meta_without_run_ids,
                            environment=environment, output_dir=Path(output_dir),
                            generated_at=datetime.now().astimezone(), price_per_hour=price_per_hour,
                            command=command)
-    print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
     all_records = [r for records in records_by_preset.values() for r in records]
-    return 0 if all_records and all(r.get("status") == "done" for r in all_records) else 1
+    return written, bool(all_records) and all(r.get("status") == "done" for r in all_records)
+
+
+def reproduce(
+    *,
+    settings: Any,
+    quick: bool,
+    repeats: int | None,
+    output_dir: Path,
+    presets: Sequence[str] = PRESETS,
+    price_per_hour: float | None = None,
+) -> int:
+    """Queue and run the seed presets, then write the report. 0 if every run is done, else 1.
+
+    The report is written either way; failed runs are listed in it.
+    """
+    from lab.cli import wait_for_runs
+
+    experiments_meta = enqueue_reproduction(settings=settings, quick=quick, repeats=repeats, presets=presets)
+    for preset, meta in experiments_meta.items():
+        print(f"experiment #{meta['ids'][0]}: {meta['name']}: {len(meta['run_ids'])} runs queued"
+              + (f" ({meta['scale_note']})" if meta["scale_note"] else ""), file=sys.stderr)
+    wait_for_runs(settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]])
+    command = "python -m lab reproduce" + (" --quick" if quick else "") + (f" --repeats {repeats}" if repeats else "")
+    written, all_done = report_from_experiments(
+        settings=settings, experiments_meta=experiments_meta, output_dir=output_dir, command=command,
+        price_per_hour=price_per_hour,
+    )
+    print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
+    return 0 if all_done else 1

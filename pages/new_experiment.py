@@ -168,17 +168,65 @@ def upload_section() -> None:
         st.caption("Stored: " + "; ".join(label for _, label in stored[:10]))
 
 
+def reproduce_section() -> None:
+    """Queue the seed's three experiments; write the report from the newest run of each."""
+    from datetime import datetime
+
+    from lab.report import enqueue_reproduction, latest_reproduction, report_from_experiments
+
+    st.write(
+        "Runs the seed's experiments 1 to 3 with the default model on this machine, then writes a report "
+        "that sets the seed's tables and ours side by side and gives a verdict on each of its claims."
+    )
+    quick = st.toggle("Quick scale (for a small CPU box)", value=True, key="reproduce_quick")
+    repeats = st.number_input("Repeats per cell", min_value=1, max_value=10, value=3, key="reproduce_repeats")
+    if st.button("Queue the reproduction", type="primary", key="reproduce_queue"):
+        meta = enqueue_reproduction(settings=settings(), quick=quick, repeats=int(repeats))
+        count = sum(len(m["run_ids"]) for m in meta.values())
+        flash("success", f"Reproduction queued: {count} runs in {len(meta)} experiments. When they are done, "
+                         "come back here to write the report.")
+        st.switch_page(RUNS_PAGE)
+    st.divider()
+    latest = latest_reproduction(settings=settings())
+    if not latest:
+        st.info("No seed experiment has been run yet: queue the reproduction first.")
+        return
+    st.caption("The report uses the newest experiment of each preset: "
+               + ", ".join(f"{preset} (#{meta['ids'][0]})" for preset, meta in latest.items()))
+    if st.button("Write the report", key="reproduce_report"):
+        output_dir = settings().data_dir / "reports" / datetime.now().strftime("%Y%m%d-%H%M%S")
+        with st.spinner("Writing the report (charts are rendered to PNG too)..."):
+            written, all_done = report_from_experiments(settings=settings(), experiments_meta=latest,
+                                                        output_dir=output_dir)
+        st.session_state["reproduction_report"] = {name: str(path) for name, path in written.items()}
+        if not all_done:
+            st.warning("Some runs are not done (failed, cancelled or still queued); the report lists them.")
+    report = st.session_state.get("reproduction_report")
+    if report:
+        from pathlib import Path
+
+        st.success(f"Report written to {Path(report['README.md']).parent}")
+        st.download_button("Download report.html", Path(report["report.html"]).read_bytes(),
+                           file_name="report.html", mime="text/html", key="reproduce_html")
+        st.download_button("Download README.md", Path(report["README.md"]).read_bytes(),
+                           file_name="README.md", mime="text/markdown", key="reproduce_md")
+
+
 def page() -> None:
     st.title("New experiment")
     show_flash()
     st.caption("Launching queues runs; the lab's worker executes them one at a time and you follow them on Runs.")
-    preset_tab, grid_tab, upload_tab = st.tabs(["From a seed preset", "Build a grid", "Upload a dataset"])
+    preset_tab, grid_tab, upload_tab, reproduce_tab = st.tabs(
+        ["From a seed preset", "Build a grid", "Upload a dataset", "Reproduce the seed"]
+    )
     with preset_tab:
         preset_section()
     with grid_tab:
         grid_section()
     with upload_tab:
         upload_section()
+    with reproduce_tab:
+        reproduce_section()
 
 
 page()

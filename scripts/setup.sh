@@ -30,7 +30,7 @@ apt_install() {
 # 1. Debian packages.
 if command -v apt-get >/dev/null; then
   apt_install redis-server
-  ((WANT_BROWSER)) && apt_install chromium
+  ((WANT_BROWSER)) && apt_install chromium fonts-noto-color-emoji
 fi
 command -v redis-server >/dev/null || { echo "redis-server is missing and could not be installed" >&2; exit 1; }
 

@@ -100,6 +100,24 @@ def test_launching_a_preset_queues_its_runs_and_goes_to_runs(seed_lab: SeededLab
     assert "waiting for the worker" in texts(app)
 
 
+def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["New experiment"])
+    # The seeded lab has a quick seed-exp1: the report can be written from it straight away.
+    assert "seed-exp1 (#" in texts(app)
+    widget(app.button, "reproduce_report").click().run()
+    assert not app.exception, [item.value for item in app.exception]
+    report = app.session_state["reproduction_report"]
+    markdown = Path(report["README.md"]).read_text()
+    assert "| VUs | server | throughput (tok/s) | req/s | avg latency | p95 latency |" in markdown
+    assert "<script src=\"http" not in Path(report["report.html"]).read_text()
+    before = len(runs_in_db(seed_lab))
+    widget(app.number_input, "reproduce_repeats").set_value(1).run()
+    widget(app.button, "reproduce_queue").click().run()
+    assert not app.exception
+    assert len(runs_in_db(seed_lab)) - before == 4 + 4 + 3  # quick exp1, exp2, exp3 cells
+    assert [heading.value for heading in app.title] == ["Runs"]
+
+
 def test_grid_form_shows_validation_beside_the_field_and_queues_nothing(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["New experiment"])
     widget(app.text_input, "grid_vus").input("0, 8").run()
