@@ -16,16 +16,6 @@ from sqlalchemy.orm import Session, selectinload
 from db.models import Experiment, Run, RunSeries, RunStatus, ServiceRecord, utc_now
 from lab.specs import ExperimentSpec, RunSpec
 
-RESULT_FIELDS: tuple[str, ...] = (
-    "requests_ok", "requests_failed", "req_per_s", "output_tok_per_s", "input_tok_per_s",
-    "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s",
-    "iterations_completed", "iterations_interrupted", "iterations_dropped", "measured_duration_s",
-    "prefix_cache_hit_rate", "response_cache_hit_rate", "response_cache_hits", "response_cache_store_errors",
-    "server_ttft_avg_s", "server_time_per_output_token_avg_s",
-    "k6_cpu_percent_avg", "backend_cpu_percent_avg", "backend_rss_max_mb", "gpu_utilization_avg_percent",
-    "load_generator_warning", "count_check", "server_metrics", "environment",
-)
-
 
 def run_columns_from_spec(spec: RunSpec) -> dict[str, Any]:
     """The denormalised columns of a run, taken from its spec."""

@@ -544,6 +544,16 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+async def _send_upstream_error(send: Send, error: httpx.HTTPError, x_cache: XCache) -> UpstreamAnswer:
+    """Answer 504 (upstream timed out) or 502 (unreachable) in OpenAI's error shape."""
+    if isinstance(error, httpx.TimeoutException):
+        status, body = 504, _error_body(f"upstream timed out: {error!r}", "upstream_timeout")
+    else:
+        status, body = 502, _error_body(f"upstream unreachable: {error!r}", "upstream_unreachable")
+    await _send_whole(send, status, _json_headers(body, x_cache), body)
+    return UpstreamAnswer(status, _JSON, body)
+
+
 async def _send_whole(send: Send, status_code: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
     await send({"type": "http.response.start", "status": status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -797,14 +807,8 @@ class CacheProxy:
             response = await self.http.request(
                 scope["method"], self._upstream_target(scope), content=raw_body, headers=self._upstream_headers(scope)
             )
-        except httpx.TimeoutException as error:
-            body = _error_body(f"upstream timed out: {error!r}", "upstream_timeout")
-            await _send_whole(send, 504, _json_headers(body, x_cache), body)
-            return UpstreamAnswer(504, _JSON, body)
         except httpx.HTTPError as error:
-            body = _error_body(f"upstream unreachable: {error!r}", "upstream_unreachable")
-            await _send_whole(send, 502, _json_headers(body, x_cache), body)
-            return UpstreamAnswer(502, _JSON, body)
+            return await _send_upstream_error(send, error, x_cache)
         self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
         body = response.content
         content_type = response.headers.get("content-type", "application/json").encode("latin-1")
@@ -827,14 +831,8 @@ class CacheProxy:
         )
         try:
             response = await self.http.send(request, stream=True)
-        except httpx.TimeoutException as error:
-            body = _error_body(f"upstream timed out: {error!r}", "upstream_timeout")
-            await _send_whole(send, 504, _json_headers(body, x_cache), body)
-            return UpstreamAnswer(504, _JSON, body)
         except httpx.HTTPError as error:
-            body = _error_body(f"upstream unreachable: {error!r}", "upstream_unreachable")
-            await _send_whole(send, 502, _json_headers(body, x_cache), body)
-            return UpstreamAnswer(502, _JSON, body)
+            return await _send_upstream_error(send, error, x_cache)
         headers = [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in response.headers.items()
