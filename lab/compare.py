@@ -155,7 +155,8 @@ def format_share(value: float | None) -> str:
     return f"{value * 100:.1f}%"
 
 
-def _with_spread(row: dict[str, Any], figure: str, formatter) -> str:  # noqa: ANN001
+def with_spread(row: dict[str, Any], figure: str, formatter) -> str:  # noqa: ANN001
+    """A figure of an aggregated row, formatted, with "± sd" when there are repeats."""
     text = formatter(row.get(figure))
     spread = row.get(f"{figure}_sd")
     if spread is not None and row.get(figure) is not None:
@@ -171,10 +172,10 @@ def exp1_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         seed = _seed_lookup(SEED_EXP1, {"vus": row["vus"], "backend": row["backend"]}) or {}
         rows.append({
             "VUs": row["vus"], "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
-            "throughput (tok/s)": _with_spread(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
-            "req/s": _with_spread(row, "req_per_s", format_rate),
-            "avg latency": _with_spread(row, "latency_avg_s", format_seconds),
-            "p95 latency": _with_spread(row, "latency_p95_s", format_seconds),
+            "throughput (tok/s)": with_spread(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
+            "req/s": with_spread(row, "req_per_s", format_rate),
+            "avg latency": with_spread(row, "latency_avg_s", format_seconds),
+            "p95 latency": with_spread(row, "latency_p95_s", format_seconds),
             "repeats": row["n"], "failed requests": row["requests_failed"],
             "seed throughput (tok/s)": format_rate(seed.get("output_tok_per_s"), 1),
             "seed req/s": format_rate(seed.get("req_per_s")),
@@ -192,10 +193,10 @@ def exp2_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         seed = _seed_lookup(SEED_EXP2, {"prompts": row["prompts"], "backend": row["backend"]}) or {}
         rows.append({
             "PROMPTS": row["prompts"], "set-up": set_up.get(row["backend"], row["backend"]),
-            "req/s": _with_spread(row, "req_per_s", format_rate),
-            "avg latency": _with_spread(row, "latency_avg_s", format_seconds),
-            "p95 latency": _with_spread(row, "latency_p95_s", format_seconds),
-            "max latency": _with_spread(row, "latency_max_s", format_seconds),
+            "req/s": with_spread(row, "req_per_s", format_rate),
+            "avg latency": with_spread(row, "latency_avg_s", format_seconds),
+            "p95 latency": with_spread(row, "latency_p95_s", format_seconds),
+            "max latency": with_spread(row, "latency_max_s", format_seconds),
             "cache hit rate": format_share(row.get("response_cache_hit_rate")),
             "repeats": row["n"], "failed requests": row["requests_failed"],
             "seed req/s": format_rate(seed.get("req_per_s")),
@@ -215,11 +216,11 @@ def exp3_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         seed = _seed_lookup(SEED_EXP3, {"backend": row["backend"]}) or {}
         rows.append({
             "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
-            "req/s": _with_spread(row, "req_per_s", format_rate),
-            "output tok/s": _with_spread(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
-            "input tok/s": _with_spread(row, "input_tok_per_s", lambda v: format_rate(v, 1)),
-            "avg latency": _with_spread(row, "latency_avg_s", format_seconds),
-            "p95 latency": _with_spread(row, "latency_p95_s", format_seconds),
+            "req/s": with_spread(row, "req_per_s", format_rate),
+            "output tok/s": with_spread(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
+            "input tok/s": with_spread(row, "input_tok_per_s", lambda v: format_rate(v, 1)),
+            "avg latency": with_spread(row, "latency_avg_s", format_seconds),
+            "p95 latency": with_spread(row, "latency_p95_s", format_seconds),
             "vLLM prefix hit": format_share(row.get("prefix_cache_hit_rate")) if row["backend"] != "naive" else "–",
             "Redis hit": format_share(row.get("response_cache_hit_rate")) if row["backend"].endswith("+cache") else "–",
             "repeats": row["n"], "failed requests": row["requests_failed"],
@@ -237,7 +238,7 @@ def exp3_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
 SEED_TABLES = {"seed-exp1": exp1_table, "seed-exp2": exp2_table, "seed-exp3": exp3_table}
 
 
-def _mean_of(records: Sequence[dict[str, Any]], figure: str, **match: Any) -> float | None:
+def mean_of(records: Sequence[dict[str, Any]], figure: str, **match: Any) -> float | None:
     mean, _, _ = mean_and_spread(
         r.get(figure) for r in records if r.get("status") == "done" and all(r.get(k) == v for k, v in match.items())
     )
@@ -254,19 +255,19 @@ def exp1_ratios(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {"vllm_over_naive_throughput": {}}
     for vus in vus_values:
         result["vllm_over_naive_throughput"][vus] = _ratio(
-            _mean_of(records, "output_tok_per_s", backend="vllm", vus=vus),
-            _mean_of(records, "output_tok_per_s", backend="naive", vus=vus),
+            mean_of(records, "output_tok_per_s", backend="vllm", vus=vus),
+            mean_of(records, "output_tok_per_s", backend="naive", vus=vus),
         )
     if len(vus_values) >= 2:
         low, high = vus_values[0], vus_values[-1]
         for backend in ("naive", "vllm"):
             result[f"{backend}_throughput_growth_{low}_to_{high}_vus"] = _ratio(
-                _mean_of(records, "output_tok_per_s", backend=backend, vus=high),
-                _mean_of(records, "output_tok_per_s", backend=backend, vus=low),
+                mean_of(records, "output_tok_per_s", backend=backend, vus=high),
+                mean_of(records, "output_tok_per_s", backend=backend, vus=low),
             )
             result[f"{backend}_latency_growth_{low}_to_{high}_vus"] = _ratio(
-                _mean_of(records, "latency_avg_s", backend=backend, vus=high),
-                _mean_of(records, "latency_avg_s", backend=backend, vus=low),
+                mean_of(records, "latency_avg_s", backend=backend, vus=high),
+                mean_of(records, "latency_avg_s", backend=backend, vus=low),
             )
     return result
 
@@ -277,13 +278,13 @@ def exp2_ratios(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for prompts in sorted({r["prompts"] for r in records if r.get("prompts") is not None}):
         result[prompts] = {
             "cached_over_direct_req_per_s": _ratio(
-                _mean_of(records, "req_per_s", backend="vllm+cache", prompts=prompts),
-                _mean_of(records, "req_per_s", backend="vllm", prompts=prompts),
+                mean_of(records, "req_per_s", backend="vllm+cache", prompts=prompts),
+                mean_of(records, "req_per_s", backend="vllm", prompts=prompts),
             ),
-            "cache_hit_rate": _mean_of(records, "response_cache_hit_rate", backend="vllm+cache", prompts=prompts),
+            "cache_hit_rate": mean_of(records, "response_cache_hit_rate", backend="vllm+cache", prompts=prompts),
             "max_latency_cached_over_direct": _ratio(
-                _mean_of(records, "latency_max_s", backend="vllm+cache", prompts=prompts),
-                _mean_of(records, "latency_max_s", backend="vllm", prompts=prompts),
+                mean_of(records, "latency_max_s", backend="vllm+cache", prompts=prompts),
+                mean_of(records, "latency_max_s", backend="vllm", prompts=prompts),
             ),
         }
     return result
@@ -292,12 +293,12 @@ def exp2_ratios(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def exp3_ratios(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "vllm_over_naive_req_per_s": _ratio(
-            _mean_of(records, "req_per_s", backend="vllm"), _mean_of(records, "req_per_s", backend="naive")
+            mean_of(records, "req_per_s", backend="vllm"), mean_of(records, "req_per_s", backend="naive")
         ),
-        "vllm_prefix_cache_hit_rate": _mean_of(records, "prefix_cache_hit_rate", backend="vllm"),
-        "response_cache_hit_rate": _mean_of(records, "response_cache_hit_rate", backend="vllm+cache"),
+        "vllm_prefix_cache_hit_rate": mean_of(records, "prefix_cache_hit_rate", backend="vllm"),
+        "response_cache_hit_rate": mean_of(records, "response_cache_hit_rate", backend="vllm+cache"),
         "cached_over_direct_req_per_s": _ratio(
-            _mean_of(records, "req_per_s", backend="vllm+cache"), _mean_of(records, "req_per_s", backend="vllm")
+            mean_of(records, "req_per_s", backend="vllm+cache"), mean_of(records, "req_per_s", backend="vllm")
         ),
     }
 

@@ -217,7 +217,7 @@ def _speedup_at_1_vu(records: list[dict[str, Any]]) -> Measurement:
 
 
 def _prefix_hit_exp1(records: list[dict[str, Any]]) -> Measurement:
-    ours = compare._mean_of(records, "prefix_cache_hit_rate", backend="vllm")
+    ours = compare.mean_of(records, "prefix_cache_hit_rate", backend="vllm")
     return Measurement(ours, None, "vLLM prefix-cache hit rate, number-story prompt (seed: 'very high', not stated)")
 
 
@@ -420,7 +420,7 @@ def ratio_rows(preset: str, records: Sequence[dict[str, Any]]) -> list[dict[str,
                     "seed": _format_value(seed_span.get(f"{backend}_{figure}_growth_{seed_low}_to_{seed_high}_vus"), "x"),
                 })
         rows.append({"figure": "vLLM prefix-cache hit rate",
-                     "ours": format_share(compare._mean_of(records, "prefix_cache_hit_rate", backend="vllm")),
+                     "ours": format_share(compare.mean_of(records, "prefix_cache_hit_rate", backend="vllm")),
                      "seed": "not stated ('very high')"})
     elif preset == "seed-exp2":
         ours, seed = exp2_ratios(records), exp2_ratios(_as_records(SEED_EXP2))
@@ -471,7 +471,7 @@ def open_questions_table(
             cell = {"experiment": preset, "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
                     "VUs": row["vus"], "PROMPTS": row["prompts"] if row["prompts"] is not None else "–"}
             for name, label, formatter in OPEN_FIGURES:
-                cell[label] = compare._with_spread(row, name, formatter)
+                cell[label] = compare.with_spread(row, name, formatter)
             if price_per_hour is not None:
                 cost = compare.cost_per_million_output_tokens(row.get("output_tok_per_s"), price_per_hour)
                 cell[f"cost per 1M output tokens (at {price_per_hour:g}/h)"] = format_rate(cost)
