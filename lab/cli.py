@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from db import store
@@ -35,8 +36,15 @@ from lab.specs import SpecError, list_presets, load_preset, parse_set_option
 SERVICE_NAMES = ("naive", "vllm", "redis", "cache-proxy")
 
 
+class StorageError(RuntimeError):
+    """The data directory or the database cannot be used (the message says why)."""
+
+
 def _engine(settings: Settings):  # noqa: ANN202
-    return get_engine(settings.resolved_database_url)
+    try:
+        return get_engine(settings.resolved_database_url)
+    except OSError as error:  # the data folder is a file, read-only, or cannot be created
+        raise StorageError(str(error)) from error
 
 
 # services -----------------------------------------------------------------------------
@@ -310,4 +318,15 @@ def main(argv: list[str] | None = None) -> int:
         "services": cmd_services, "run": cmd_run, "runs": cmd_runs, "worker": cmd_worker,
         "start": cmd_start, "reproduce": cmd_reproduce,
     }
-    return handlers[args.command](args, settings)
+    try:
+        return handlers[args.command](args, settings)
+    except (StorageError, SQLAlchemyError) as error:
+        # A data folder that is a file or read-only, a locked or read-only database: one
+        # line the user can act on, not a traceback.
+        detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+        print(
+            f"error: cannot use the lab's storage ({detail}); check that the data directory {settings.data_dir} "
+            f"is a writable folder (LAB_DATA_DIR) and that the database is writable and not locked",
+            file=sys.stderr,
+        )
+        return 1

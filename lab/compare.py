@@ -239,6 +239,7 @@ SEED_TABLES = {"seed-exp1": exp1_table, "seed-exp2": exp2_table, "seed-exp3": ex
 
 
 def mean_of(records: Sequence[dict[str, Any]], figure: str, **match: Any) -> float | None:
+    """Mean of ``figure`` over done runs matching every ``key=value`` in ``match``."""
     mean, _, _ = mean_and_spread(
         r.get(figure) for r in records if r.get("status") == "done" and all(r.get(k) == v for k, v in match.items())
     )
