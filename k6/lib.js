@@ -124,6 +124,8 @@ export function buildOptions() {
     setupTimeout: "120s",
     teardownTimeout: "60s",
     noConnectionReuse: false,
+    // Never follow a redirect: the target was validated, where it points to was not.
+    maxRedirects: 0,
   };
 }
 
