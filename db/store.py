@@ -41,7 +41,8 @@ def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = ""
     session.add(experiment)
     for cell_label, repeat_index, run_spec in cells:
         # Repeats get distinct seeds so they are independent samples, each replayable.
-        run_spec = run_spec.model_copy(update={"random_seed": run_spec.random_seed + repeat_index})
+        seed = (run_spec.random_seed + repeat_index) % 2**31
+        run_spec = RunSpec.model_validate({**run_spec.model_dump(), "random_seed": seed})
         experiment.runs.append(
             Run(cell_label=cell_label, repeat_index=repeat_index, tags=tags, **run_columns_from_spec(run_spec))
         )
@@ -219,11 +220,9 @@ def set_run_notes(*, session: Session, run_id: int, tags: str | None = None, not
 
 def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     """Delete finished or queued runs (never an active one). Returns how many."""
-    ids = list(run_ids)
+    ids = list(session.scalars(select(Run.id).where(Run.id.in_(list(run_ids)), Run.status.not_in(RunStatus.ACTIVE))))
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
-    deleted = session.execute(
-        delete(Run).where(Run.id.in_(ids), Run.status.not_in(RunStatus.ACTIVE))
-    ).rowcount
+    deleted = session.execute(delete(Run).where(Run.id.in_(ids))).rowcount
     session.commit()
     return int(deleted or 0)
 
@@ -237,7 +236,9 @@ def mark_orphaned_runs_interrupted(*, engine: Engine) -> list[int]:
         runs = session.scalars(select(Run).where(Run.status.in_(RunStatus.ACTIVE))).all()
         ids = [run.id for run in runs]
         for run in runs:
-            run.status_reason = f"the lab stopped while this run was {run.status}; its partial data is kept"
+            run.status_reason = (
+                f"the lab stopped while this run was {run.status}; what k6 wrote is kept in the run's folder"
+            )
             run.status = RunStatus.INTERRUPTED
             run.finished_at = utc_now()
         session.commit()

@@ -4,7 +4,7 @@
 // imported from a URL, only k6 built-ins, so k6 runs offline.
 //
 // Settings read here:
-//   TARGET (base URL), MODEL, MAX_TOKENS (128), TEMPERATURE (optional), SEED_BASE (1),
+//   TARGET (base URL), MODEL, MAX_TOKENS (128), TEMPERATURE and TOP_P (optional), SEED_BASE (1),
 //   LOAD_KIND: constant-vus (VUS, DURATION) | ramping-vus (STAGES JSON, START_VUS)
 //              | constant-arrival-rate (RATE per TIME_UNIT ("1s"), DURATION, PRE_ALLOCATED_VUS, MAX_VUS),
 //   GRACEFUL_STOP ("30s"), GRACEFUL_RAMP_DOWN ("30s"), REQUEST_TIMEOUT ("600s"),
@@ -44,6 +44,7 @@ export const config = {
   model: envString("MODEL", "models/SmolLM2-135M-Instruct"),
   maxTokens: envInt("MAX_TOKENS", 128),
   temperature: envFloat("TEMPERATURE", undefined),
+  topP: envFloat("TOP_P", undefined),
   seedBase: envInt("SEED_BASE", envInt("SEED", 1)),
   requestTimeout: envString("REQUEST_TIMEOUT", "600s"),
   summaryPath: envString("SUMMARY_PATH", "summary.json"),
@@ -170,6 +171,7 @@ export function chatBody(messagesOrRequest) {
   const request = Array.isArray(messagesOrRequest) ? { messages: messagesOrRequest } : { ...messagesOrRequest };
   const body = { model: config.model, messages: request.messages, max_tokens: config.maxTokens };
   if (config.temperature !== undefined) body.temperature = config.temperature;
+  if (config.topP !== undefined) body.top_p = config.topP;
   for (const key of Object.keys(request)) {
     if (key !== "messages" && key !== "model") body[key] = request[key];
   }

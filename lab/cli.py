@@ -157,7 +157,7 @@ def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0
                               + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
                               file=sys.stderr)
         finally:
-            worker.services.stop_all()
+            worker.services.stop_all(only_own=True)
             lock.release()
 
 
@@ -228,7 +228,14 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from lab.runner import Worker, WorkerBusyError
 
     worker = Worker(engine=_engine(settings), settings=settings)
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+
+    def stop_now(*_: object) -> None:
+        # Like Ctrl-C: the active run ends as interrupted, its k6 is stopped, and the
+        # services this worker started are stopped below.
+        worker.stop()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_now)
     try:
         worker.run_forever()
     except WorkerBusyError as error:
@@ -237,7 +244,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        worker.services.stop_all()
+        worker.services.stop_all(only_own=True)
     return 0
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import psutil
 from sqlalchemy import Engine
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from db import store
@@ -29,7 +30,7 @@ from lab import datasets, environment, k6_results, server_metrics
 from lab.k6_driver import K6Process, describe_exit_code, k6_binary, script_path
 from lab.resources import ResourceSampler, summarise
 from lab.settings import Settings
-from lab.specs import RunSpec
+from lab.specs import RunSpec, format_validation_error
 from services.catalog import (
     INFERENCE_KINDS,
     cache_proxy_config,
@@ -38,7 +39,7 @@ from services.catalog import (
     vllm_config,
 )
 from services.manager import ServiceManager
-from services.supervisor import stop_process_tree
+from services.supervisor import ServiceStartAborted, stop_process_tree
 
 log = logging.getLogger("lab.runner")
 
@@ -147,14 +148,20 @@ class RunExecutor:
         self.k6: K6Process | None = None
         # The resolved configuration of each service this run used (e.g. vLLM's dtype "best" -> bfloat16).
         self.service_configs: dict[str, dict[str, Any]] = {}
-        self.lost_services: list[str] = []  # fail-open services that died during the load
+        self.lost_services: list[str] = []
+        self.cache_errors = 0  # answers the proxy served without Redis (X-Cache: ERROR)
+        # Server-side gauges sampled once a second during the load (running, waiting requests).
+        self.server_samples: list[dict[str, float | None]] = []  # fail-open services that died during the load
 
     # -- small helpers -----------------------------------------------------------------
     def _status(self, status: str, **values: Any) -> None:
         store.set_run_status(engine=self.engine, run_id=self.run_id, status=status, **values)
 
+    def _cancel_requested(self) -> bool:
+        return store.is_cancel_requested(engine=self.engine, run_id=self.run_id)
+
     def _check_cancel(self) -> None:
-        if store.is_cancel_requested(engine=self.engine, run_id=self.run_id):
+        if self._cancel_requested():
             raise RunCancelled()
 
     # -- steps -------------------------------------------------------------------------
@@ -180,20 +187,21 @@ class RunExecutor:
                     kv_cache_gib=options.kv_cache_gib, gpu_memory_utilization=options.gpu_memory_utilization,
                     extra_args=options.extra_args,
                 )
-            backend_url, backend_service = self.services.ensure(base, config), base
+            backend_url, backend_service = self.services.ensure(base, config, abort=self._cancel_requested), base
             self.service_configs[base] = config.params
         targets = RunTargets(target_url=backend_url, backend_url=backend_url, backend_service=backend_service)
         if backend_service:
             targets.service_names.append(backend_service)
         if spec.uses_cache:
             self._check_cancel()
-            redis_url = self.services.ensure("redis", redis_config())
+            redis_url = self.services.ensure("redis", redis_config(), abort=self._cancel_requested)
             proxy_url = self.services.ensure(
                 "cache-proxy",
                 cache_proxy_config(
                     upstream_url=backend_url, redis_url=redis_url, policy=spec.cache.policy, ttl_s=spec.cache.ttl_s,
                     single_flight=spec.cache.single_flight,
                 ),
+                abort=self._cancel_requested,
             )
             targets.target_url, targets.proxy_url = proxy_url, proxy_url
             targets.service_names += ["redis", "cache-proxy"]
@@ -297,6 +305,7 @@ class RunExecutor:
                         "vus": progress.vus, "output_tokens": progress.output_tokens,
                     },
                 )
+                self._sample_server_gauges(targets)
                 if store.is_cancel_requested(engine=self.engine, run_id=self.run_id):
                     cancelled = True
                     self.k6.cancel(grace_s=20)
@@ -321,6 +330,17 @@ class RunExecutor:
         if failure:
             raise RunFailed(failure)
         return exit_code, samples
+
+    def _sample_server_gauges(self, targets: RunTargets) -> None:
+        """Requests running and waiting in the backend now (vLLM's gauges; the naive server's too)."""
+        snapshot = server_metrics.scrape(targets.backend_url, timeout_s=2.0)
+        if snapshot is None:
+            return
+        self.server_samples.append({
+            "t": time.time(),
+            "running_requests": snapshot.get("vllm:num_requests_running"),
+            "waiting_requests": snapshot.get("vllm:num_requests_waiting"),
+        })
 
     def collect(
         self,
@@ -376,6 +396,10 @@ class RunExecutor:
         # Resource samples joined on the same clock as k6's series.
         if samples:
             series_doc["resources"] = {key: [s.get(key) for s in samples] for key in samples[-1]}
+        if self.server_samples:
+            series_doc["server"] = {
+                key: [s.get(key) for s in self.server_samples] for key in ("t", "running_requests", "waiting_requests")
+            }
         log_tails = {name: self.services.log_tail(name, 30) for name in targets.service_names}
         store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
 
@@ -395,18 +419,24 @@ class RunExecutor:
             )
             if cache["response_cache_hit_rate"] is not None:
                 columns["response_cache_hit_rate"] = cache["response_cache_hit_rate"]
-            server_requests = (cache["response_cache_hits"] or 0) + (cache["response_cache_misses"] or 0)
             checks["requests"] = server_metrics.count_check(
-                client_count=figures.get("requests_total"), server_count=server_requests or None
+                client_count=figures.get("requests_total"), server_count=cache["proxy_requests"]
             )
+            self.cache_errors = cache["response_cache_errors"]
         elif backend["server_e2e_requests"] is not None:
             checks["requests"] = server_metrics.count_check(
                 client_count=figures.get("requests_total"), server_count=backend["server_e2e_requests"]
             )
-        if not targets.proxy_url and backend["server_output_tokens"] is not None:
-            checks["output_tokens"] = server_metrics.count_check(
-                client_count=figures.get("output_tokens"), server_count=backend["server_output_tokens"]
-            )
+        if not targets.proxy_url:
+            # Through the cache most answers never reach the backend: tokens only compare direct.
+            if backend["server_output_tokens"] is not None:
+                checks["output_tokens"] = server_metrics.count_check(
+                    client_count=figures.get("output_tokens"), server_count=backend["server_output_tokens"]
+                )
+            if backend["server_prompt_tokens"] is not None:
+                checks["input_tokens"] = server_metrics.count_check(
+                    client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"]
+                )
         columns["count_check"] = checks
         columns["server_metrics"] = {"before": before, "after": after, "delta": {"backend": backend_change}}
         if samples:
@@ -432,16 +462,22 @@ class RunExecutor:
     # -- the whole run -----------------------------------------------------------------
     def execute(self) -> str:
         """Take the run from starting to a final state; returns that state."""
-        with Session(self.engine) as session:
-            run = store.get_run(session=session, run_id=self.run_id)
-            assert run is not None
-            spec = RunSpec.model_validate(run.spec)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         targets: RunTargets | None = None
         before: dict[str, Any] = {}
         samples: list[dict] = []
         loaded = False
+        spec: RunSpec | None = None
         try:
+            with Session(self.engine) as session:
+                run = store.get_run(session=session, run_id=self.run_id)
+                if run is None:
+                    raise RunFailed(f"run {self.run_id} was deleted before it started")
+                try:
+                    # Validated again now: a model folder or an allowed host may have gone since.
+                    spec = RunSpec.model_validate(run.spec)
+                except ValidationError as error:
+                    raise RunFailed(f"the run's spec is no longer valid: {format_validation_error(error)}") from error
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             run_environment = environment.capture(model=spec.model, k6_version=k6_version())
             store.update_run(engine=self.engine, run_id=self.run_id, environment=run_environment)
             targets = self.bring_up_services(spec)
@@ -467,7 +503,8 @@ class RunExecutor:
             if self.lost_services:
                 note = (
                     f"{' and '.join(self.lost_services)} stopped during the run: the response cache failed open "
-                    f"({columns.get('response_cache_store_errors') or 0} answers not stored); the figures mix "
+                    f"({self.cache_errors} answers served straight from the backend, "
+                    f"{columns.get('response_cache_store_errors') or 0} not stored); the figures mix "
                     "cached and uncached answers"
                 )
                 columns["load_generator_warning"] = "; ".join(filter(None, [columns.get("load_generator_warning"), note]))
@@ -484,10 +521,14 @@ class RunExecutor:
                 return RunStatus.FAILED
             self._status(RunStatus.DONE, progress=None, **columns)
             return RunStatus.DONE
-        except RunCancelled:
+        except (RunCancelled, ServiceStartAborted):
             self._keep_partial(spec, targets, before, samples, loaded)
             self._status(RunStatus.CANCELLED, reason="cancelled by the user", progress=None)
             return RunStatus.CANCELLED
+        except BaseException:
+            # Ctrl-C or a stop signal: leave the run in a final state, never stuck "running".
+            self._status(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", progress=None)
+            raise
         except Exception as error:  # noqa: BLE001 (any failure ends the run with its reason)
             log.exception("run %s failed", self.run_id)
             self._keep_partial(spec, targets, before, samples, loaded)
@@ -500,9 +541,11 @@ class RunExecutor:
             if self.k6 is not None and self.k6.is_running():
                 self.k6.cancel(grace_s=5)
 
-    def _keep_partial(self, spec: RunSpec, targets: RunTargets | None, before: dict, samples: list, loaded: bool) -> None:
+    def _keep_partial(
+        self, spec: RunSpec | None, targets: RunTargets | None, before: dict, samples: list, loaded: bool
+    ) -> None:
         """Keep whatever k6 wrote before a failure or cancel (figures and series)."""
-        if not loaded or targets is None:
+        if not loaded or targets is None or spec is None:
             return
         try:
             columns = self.collect(spec, targets, before, samples, partial=True)
@@ -624,7 +667,12 @@ class Worker:
         with WorkerLock(self.settings.data_dir):
             self.recover()
             while not self._stop.is_set():
-                if self.run_one() is None:
+                try:
+                    ran = self.run_one()
+                except Exception:  # noqa: BLE001 (the worker must outlive any one run)
+                    log.exception("the worker hit an error between runs; going on")
+                    ran = None
+                if ran is None:
                     self._stop.wait(self.settings.worker_poll_interval_s)
 
     def stop(self) -> None:

@@ -45,9 +45,10 @@ def scrape(base_url: str, *, timeout_s: float = 5.0) -> Snapshot | None:
 
 def delta(before: Snapshot | None, after: Snapshot | None) -> Snapshot:
     """``after - before`` per sample (missing samples count as 0)."""
-    if not after:
+    if before is None or not after:
+        # Without a baseline the totals would include warm-up and earlier runs: no figure
+        # is better than a wrong one.
         return {}
-    before = before or {}
     return {name: value - before.get(name, 0.0) for name, value in after.items()}
 
 
@@ -84,12 +85,18 @@ def cache_figures(change: Snapshot) -> dict[str, Any]:
     """Figures from the cache proxy's metric deltas over a run."""
     hits = change.get("lab_cache_hits_total")
     misses = change.get("lab_cache_misses_total")
+    bypasses = change.get("lab_cache_bypasses_total", 0.0)
+    errors = change.get("lab_cache_errors_total", 0.0)  # served while Redis was unusable
     lookups = (hits or 0.0) + (misses or 0.0)
     return {
         "response_cache_hits": int(hits) if hits is not None else None,
         "response_cache_misses": int(misses) if misses is not None else None,
         "response_cache_hit_rate": _ratio(hits, lookups) if lookups else None,
         "response_cache_store_errors": int(change.get("lab_cache_store_errors_total", 0.0)),
+        "response_cache_bypasses": int(bypasses),
+        "response_cache_errors": int(errors),
+        # Every answer the proxy gave, whatever its X-Cache: what k6 counts on its side.
+        "proxy_requests": int(lookups + bypasses + errors) if change else None,
     }
 
 

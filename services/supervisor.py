@@ -34,6 +34,10 @@ class PortInUseError(ServiceStartError):
     """The port asked for is already taken by another process."""
 
 
+class ServiceStartAborted(ServiceStartError):
+    """Starting was abandoned because ``abort()`` said so (a cancelled run); the child is stopped."""
+
+
 def find_free_port(host: str = LOOPBACK_HOST) -> int:
     """Return a TCP port on ``host`` that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -79,42 +83,45 @@ def http_health_probe(path: str = "/health", timeout_s: float = 2.0) -> Callable
     return probe
 
 
-def stop_process_tree(pid: int, *, grace_s: float = 10.0) -> None:
-    """Stop ``pid``'s process group (or tree): TERM, wait ``grace_s``, then KILL.
+def _signal_group(process_group_id: int | None, signal_number: int) -> None:
+    if process_group_id is None or process_group_id == os.getpgid(0):
+        return  # never signal the lab's own group
+    try:
+        os.killpg(process_group_id, signal_number)
+    except (ProcessLookupError, PermissionError):
+        pass
 
-    Safe to call for a pid that is already gone.
+
+def stop_process_tree(pid: int, *, grace_s: float = 10.0, process_group_id: int | None = None) -> None:
+    """Stop ``pid``'s process group and tree: TERM, wait ``grace_s``, then KILL.
+
+    Safe to call for a pid that is already gone: the lab starts every service in a new
+    session (``start_new_session``), so its group id is its pid, and whatever is left in
+    that group is still stopped. Pass ``process_group_id`` when it differs from ``pid``.
     """
+    group = process_group_id if process_group_id is not None else pid
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
+        try:
+            group = os.getpgid(pid)
+        except ProcessLookupError:
+            pass
     except psutil.NoSuchProcess:
-        return
-    try:
-        process_group_id = os.getpgid(pid)
-    except ProcessLookupError:
-        process_group_id = None
-    own_group = os.getpgid(0)
+        processes = []
     for process in processes:
         try:
             process.terminate()
         except psutil.NoSuchProcess:
             pass
-    if process_group_id is not None and process_group_id != own_group:
-        try:
-            os.killpg(process_group_id, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    _signal_group(group, signal.SIGTERM)
     _, alive = psutil.wait_procs(processes, timeout=grace_s)
     for process in alive:
         try:
             process.kill()
         except psutil.NoSuchProcess:
             pass
-    if process_group_id is not None and process_group_id != own_group:
-        try:
-            os.killpg(process_group_id, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _signal_group(group, signal.SIGKILL)
     psutil.wait_procs(alive, timeout=5)
 
 
@@ -137,6 +144,8 @@ class ManagedService:
     cwd: Path | None = None
     # Called with the child's pid right after it is spawned, before the readiness wait.
     on_spawn: Callable[[int], None] | None = None
+    # Polled during the readiness wait; True abandons the start (the child is stopped).
+    abort: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
@@ -206,8 +215,13 @@ class ManagedService:
         probe = self.readiness_probe or http_health_probe(self.health_path)
         deadline = time.monotonic() + self.readiness_timeout_s
         while time.monotonic() < deadline:
+            if self.abort is not None and self.abort():
+                self.stop()
+                raise ServiceStartAborted(f"{self.name}: start abandoned (cancelled)")
             if self._process is not None and self._process.poll() is not None:
                 exit_code = self._process.returncode
+                # Whatever the child left in its group (an engine process) goes with it.
+                stop_process_tree(self._process.pid, grace_s=5.0)
                 self._process = None
                 raise ServiceStartError(
                     f"{self.name} exited with code {exit_code} before it was ready. "
