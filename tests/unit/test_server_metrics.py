@@ -60,3 +60,15 @@ def test_cache_figures_and_count_check() -> None:
 def test_missing_scrape_gives_empty_delta() -> None:
     assert delta({"a": 1.0}, None) == {}
     assert backend_figures({})["prefix_cache_hit_rate"] is None
+
+
+def test_no_baseline_gives_no_figures_rather_than_totals() -> None:
+    assert delta(None, {"vllm:prefix_cache_hits_total": 5.0}) == {}
+
+
+def test_every_answer_of_the_proxy_counts_for_the_client_check() -> None:
+    figures = cache_figures({"lab_cache_hits_total": 90.0, "lab_cache_misses_total": 5.0,
+                             "lab_cache_bypasses_total": 3.0, "lab_cache_errors_total": 2.0})
+    assert figures["proxy_requests"] == 100
+    assert figures["response_cache_hit_rate"] == 90 / 95
+    assert figures["response_cache_errors"] == 2

@@ -148,3 +148,26 @@ def test_spec_validation_accepts_exactly_the_allowed_ranges(vus: int, duration: 
 def test_experiment_grid_rejects_an_invalid_cell() -> None:
     with pytest.raises(ValidationError, match="cell vus=0"):
         ExperimentSpec(name="x", grid={"load.vus": [1, 0]})
+
+
+def test_set_on_a_grid_axis_pins_it() -> None:
+    cells = load_preset("seed-exp1", overrides=[("load.vus", 4), ("backend", "vllm")]).expand()
+    assert [(run.backend, run.load.vus) for _, _, run in cells] == [("vllm", 4)]
+
+
+def test_repeat_seeds_stay_in_range() -> None:
+    from pathlib import Path
+
+    from sqlalchemy.orm import Session
+
+    from db import migrations, store
+    from db.engine import make_engine
+    import tempfile
+
+    engine = make_engine(f"sqlite:///{Path(tempfile.mkdtemp()) / 'x.db'}")
+    migrations.upgrade(engine)
+    spec = load_preset("seed-exp1", overrides=[("random_seed", 2**31 - 1), ("repeats", 2), ("grid.backend", ["naive"]),
+                                               ("grid.load.vus", [1])])
+    with Session(engine) as session:
+        seeds = [run.random_seed for run in store.enqueue_experiment(session=session, spec=spec).runs]
+    assert seeds == [2**31 - 1, 0]

@@ -146,3 +146,13 @@ def test_sqlite_is_in_wal_mode_with_a_busy_timeout(engine) -> None:  # noqa: ANN
     with engine.connect() as connection:
         assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+
+
+def test_delete_keeps_the_series_of_an_active_run(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        ids = [run.id for run in store.enqueue_experiment(session=session, spec=quick_exp1()).runs]
+    active = store.claim_next_run(engine=engine, worker_pid=1)
+    store.save_run_series(engine=engine, run_id=active, series={"time_s": [0.0]})
+    with Session(engine) as session:
+        store.delete_runs(session=session, run_ids=ids)
+        assert store.get_run_series(session=session, run_id=active).series == {"time_s": [0.0]}

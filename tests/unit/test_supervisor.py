@@ -92,3 +92,40 @@ def test_helpers(tmp_path: Path) -> None:
     log.write_text("\n".join(f"line {i}" for i in range(100)))
     assert read_log_tail(log, 3) == "line 97\nline 98\nline 99"
     assert read_log_tail(tmp_path / "missing.log") == ""
+
+
+def test_abort_during_the_readiness_wait_stops_the_child(tmp_path: Path) -> None:
+    from services.supervisor import ServiceStartAborted
+
+    calls = {"n": 0}
+
+    def abort() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 3  # the user cancels after about a second
+
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    service = ManagedService(name="slow", argv=argv, log_path=tmp_path / "s.log", readiness_timeout_s=60, abort=abort)
+    started = time.monotonic()
+    with pytest.raises(ServiceStartAborted, match="cancelled"):
+        service.start()
+    assert time.monotonic() - started < 10
+    assert not service.is_running()
+
+
+def test_leftovers_in_the_group_are_stopped_after_the_leader_died(tmp_path: Path) -> None:
+    from services.supervisor import stop_process_tree
+
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "print(child.pid, flush=True)\n"
+    )
+    import subprocess
+
+    leader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    orphan_pid = int(leader.stdout.readline())
+    leader.wait(timeout=10)  # the leader is gone, its child lives on in the group
+    orphan = psutil.Process(orphan_pid)
+    stop_process_tree(leader.pid, grace_s=1.0)
+    _, alive = psutil.wait_procs([orphan], timeout=5)
+    assert not alive
