@@ -60,9 +60,31 @@ def sidebar() -> None:
             st.caption(f"{icon} {service['name']}: {service['state']}")
 
 
+def sign_in_configured() -> bool:
+    """True when an OIDC provider is set in ``.streamlit/secrets.toml`` (``[auth]``): a shared lab."""
+    try:
+        return "auth" in st.secrets
+    except Exception:  # noqa: BLE001 (no secrets file at all: a personal lab, no sign-in)
+        return False
+
+
+def sign_in_gate() -> None:
+    """With sign-in configured, nothing but the sign-in button until the user has signed in.
+
+    The entry file runs before every page, so this guards every page, deep links included.
+    """
+    if not sign_in_configured() or st.user.get("is_logged_in", False):
+        return
+    st.title("Serving Lab")
+    st.write("This lab is shared: sign in to use it.")
+    st.button("Sign in", on_click=st.login, type="primary", key="sign_in")
+    st.stop()
+
+
 def main() -> None:
     """Route to the page chosen in the navigation, with the shared sidebar."""
     st.set_page_config(page_title="Serving Lab", page_icon="🧪", layout="wide")
+    sign_in_gate()
     page = st.navigation(
         [
             st.Page(NEW_EXPERIMENT_PAGE, title="New experiment", icon=":material/science:", default=True),

@@ -1,0 +1,36 @@
+"""Optional sign-in: with an OIDC provider configured, no page shows before signing in."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from tests.ui.conftest import PROJECT_ROOT
+
+APP = str(PROJECT_ROOT / "streamlit_app.py")
+AUTH = {
+    "redirect_uri": "http://127.0.0.1:8501/oauth2callback",
+    "cookie_secret": "test-cookie-secret",
+    "client_id": "lab",
+    "client_secret": "secret",
+    "server_metadata_url": "http://127.0.0.1:9/.well-known/openid-configuration",
+}
+
+
+def test_with_sign_in_configured_nothing_shows_before_signing_in(seed_lab) -> None:  # noqa: ANN001
+    # The gate stops the entry file before st.navigation, and Streamlit runs the entry file
+    # before any page (deep links included), so no page can render. (AppTest's switch_page
+    # runs a page file directly, without the entry file, so it cannot show that part.)
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.secrets["auth"] = AUTH
+    app.run()
+    assert not app.exception, [item.value for item in app.exception]
+    assert [title.value for title in app.title] == ["Serving Lab"]
+    assert [button.label for button in app.button] == ["Sign in"]
+    assert not app.dataframe and not app.sidebar.metric and not app.tabs
+
+
+def test_without_sign_in_the_lab_opens_directly(seed_lab) -> None:  # noqa: ANN001
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.run()
+    assert not app.exception
+    assert [title.value for title in app.title] == ["New experiment"]
