@@ -525,10 +525,6 @@ class RunExecutor:
             self._keep_partial(spec, targets, before, samples, loaded)
             self._status(RunStatus.CANCELLED, reason="cancelled by the user", progress=None)
             return RunStatus.CANCELLED
-        except BaseException:
-            # Ctrl-C or a stop signal: leave the run in a final state, never stuck "running".
-            self._status(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", progress=None)
-            raise
         except Exception as error:  # noqa: BLE001 (any failure ends the run with its reason)
             log.exception("run %s failed", self.run_id)
             self._keep_partial(spec, targets, before, samples, loaded)
@@ -537,6 +533,10 @@ class RunExecutor:
             if targets is not None:
                 self._stop_dead_services(targets)
             return RunStatus.FAILED
+        except BaseException:
+            # Ctrl-C or a stop signal: leave the run in a final state, never stuck "running".
+            self._status(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", progress=None)
+            raise
         finally:
             if self.k6 is not None and self.k6.is_running():
                 self.k6.cancel(grace_s=5)
