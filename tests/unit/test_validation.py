@@ -45,7 +45,9 @@ def test_a_local_file_is_not_a_model_folder(tmp_path: Path) -> None:
         validate_model_name(str(file))
 
 
-@pytest.mark.parametrize("name", ["/nonexistent/models/tiny", "./models/missing", "../x", "a/b/c"])
+@pytest.mark.parametrize(
+    "name", ["/nonexistent/models/tiny", "./models/missing", "../no-such-lab-model-folder", "a/b/c"]
+)
 def test_missing_paths_say_model_folder_not_found(name: str) -> None:
     with pytest.raises(ModelNameError, match=f"model folder not found: {name}"):
         validate_model_name(name)
