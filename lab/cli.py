@@ -276,6 +276,10 @@ def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
     return reproduce(settings=settings, quick=args.quick, repeats=args.repeats, output_dir=Path(args.output))
 
 
+def _raise_keyboard_interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description="Serving Lab: measure LLM serving stacks")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -325,8 +329,14 @@ def main(argv: list[str] | None = None) -> int:
         "services": cmd_services, "run": cmd_run, "runs": cmd_runs, "worker": cmd_worker,
         "start": cmd_start, "reproduce": cmd_reproduce,
     }
+    # A stop signal (kill, timeout, a CI cancel) ends like Ctrl-C: the active run is left
+    # interrupted, its k6 stopped and the services this process started are stopped.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         return handlers[args.command](args, settings)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130
     except (StorageError, SQLAlchemyError) as error:
         # A data folder that is a file or read-only, a locked or read-only database: one
         # line the user can act on, not a traceback.

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -111,11 +112,7 @@ def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None
     elif load.kind == "ramping-vus":
         env["STAGES"] = json.dumps([{"duration": f"{s.duration_s:g}s", "target": s.target_vus} for s in load.stages])
     else:
-        rate_per_s = load.rate_per_s or 1.0
-        if float(rate_per_s).is_integer():
-            rate, time_unit = int(rate_per_s), "1s"
-        else:  # k6 takes whole iterations per time unit
-            rate, time_unit = max(1, round(rate_per_s * 60)), "1m"
+        rate, time_unit = k6_rate(float(load.rate_per_s or 1.0))
         env.update(
             RATE=str(rate),
             TIME_UNIT=time_unit,
@@ -124,6 +121,16 @@ def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None
             MAX_VUS=str(load.max_vus),
         )
     return env
+
+
+def k6_rate(rate_per_s: float) -> tuple[int, str]:
+    """``rate_per_s`` as k6's whole iterations per time unit: per second, minute or hour,
+    the first unit that makes it whole (0.5/s -> 30 per 1m); else rounded per hour."""
+    for unit_s, unit in ((1, "1s"), (60, "1m"), (3600, "1h")):
+        per_unit = rate_per_s * unit_s
+        if abs(per_unit - round(per_unit)) < 1e-9 and round(per_unit) >= 1:
+            return round(per_unit), unit
+    return max(1, round(rate_per_s * 3600)), "1h"
 
 
 def warmup_messages(spec: RunSpec, requests_file: Path | None) -> list[list[dict[str, str]]]:
@@ -148,10 +155,10 @@ class RunExecutor:
         self.k6: K6Process | None = None
         # The resolved configuration of each service this run used (e.g. vLLM's dtype "best" -> bfloat16).
         self.service_configs: dict[str, dict[str, Any]] = {}
-        self.lost_services: list[str] = []
+        self.lost_services: list[str] = []  # fail-open services that died during the load
         self.cache_errors = 0  # answers the proxy served without Redis (X-Cache: ERROR)
         # Server-side gauges sampled once a second during the load (running, waiting requests).
-        self.server_samples: list[dict[str, float | None]] = []  # fail-open services that died during the load
+        self.server_samples: list[dict[str, float | None]] = []
 
     # -- small helpers -----------------------------------------------------------------
     def _status(self, status: str, **values: Any) -> None:
@@ -301,7 +308,9 @@ class RunExecutor:
                         "fraction": min(1.0, elapsed_s / planned_s) if planned_s else None,
                         "requests_completed": progress.requests_completed,
                         "requests_failed": progress.requests_failed,
-                        "req_per_s": round(done / elapsed_s, 3) if elapsed_s > 0 else None,
+                        # Successes per second, like the final figure (failures do not count).
+                        "req_per_s": round((done - (progress.requests_failed or 0)) / elapsed_s, 3)
+                        if elapsed_s > 0 else None,
                         "vus": progress.vus, "output_tokens": progress.output_tokens,
                     },
                 )
@@ -422,7 +431,7 @@ class RunExecutor:
             checks["requests"] = server_metrics.count_check(
                 client_count=figures.get("requests_total"), server_count=cache["proxy_requests"]
             )
-            self.cache_errors = cache["response_cache_errors"]
+            self.cache_errors = cache["response_cache_errors"] or 0
         elif backend["server_e2e_requests"] is not None:
             checks["requests"] = server_metrics.count_check(
                 client_count=figures.get("requests_total"), server_count=backend["server_e2e_requests"]
@@ -477,6 +486,8 @@ class RunExecutor:
                     spec = RunSpec.model_validate(run.spec)
                 except ValidationError as error:
                     raise RunFailed(f"the run's spec is no longer valid: {format_validation_error(error)}") from error
+            # A run id can be reused after deletions (SQLite): never read another run's files.
+            shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             run_environment = environment.capture(model=spec.model, k6_version=k6_version())
             store.update_run(engine=self.engine, run_id=self.run_id, environment=run_environment)
@@ -554,7 +565,8 @@ class RunExecutor:
             log.exception("could not keep partial data of run %s", self.run_id)
 
     def _stop_dead_services(self, targets: RunTargets) -> None:
-        """After a failure, stop services that no longer answer so the next run starts clean."""
+        """After a failure, stop the services whose process died (and the cache proxy, cheap to
+        restart) so the next run starts clean; the leftovers of a dead service go with it."""
         for name in targets.service_names:
             if self.services.pid_of(name) is None or name in ("cache-proxy",):
                 self.services.stop(name)

@@ -44,7 +44,7 @@ def scrape(base_url: str, *, timeout_s: float = 5.0) -> Snapshot | None:
 
 
 def delta(before: Snapshot | None, after: Snapshot | None) -> Snapshot:
-    """``after - before`` per sample (missing samples count as 0)."""
+    """``after - before`` per sample (missing samples count as 0); ``{}`` without a baseline."""
     if before is None or not after:
         # Without a baseline the totals would include warm-up and earlier runs: no figure
         # is better than a wrong one.
@@ -92,9 +92,10 @@ def cache_figures(change: Snapshot) -> dict[str, Any]:
         "response_cache_hits": int(hits) if hits is not None else None,
         "response_cache_misses": int(misses) if misses is not None else None,
         "response_cache_hit_rate": _ratio(hits, lookups) if lookups else None,
-        "response_cache_store_errors": int(change.get("lab_cache_store_errors_total", 0.0)),
-        "response_cache_bypasses": int(bypasses),
-        "response_cache_errors": int(errors),
+        # No baseline (empty change): unknown, not zero.
+        "response_cache_store_errors": int(change.get("lab_cache_store_errors_total", 0.0)) if change else None,
+        "response_cache_bypasses": int(bypasses) if change else None,
+        "response_cache_errors": int(errors) if change else None,
         # Every answer the proxy gave, whatever its X-Cache: what k6 counts on its side.
         "proxy_requests": int(lookups + bypasses + errors) if change else None,
     }

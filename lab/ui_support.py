@@ -354,9 +354,10 @@ def series_frame(series: dict[str, Any] | None) -> pd.DataFrame:
     return frame
 
 
-def resources_frame(series: dict[str, Any] | None) -> pd.DataFrame:
-    """The resource samples (CPU %, RSS MiB, GPU) on the k6 series' clock (seconds from its start)."""
-    resources = (series or {}).get("resources") or {}
+def resources_frame(series: dict[str, Any] | None, key: str = "resources") -> pd.DataFrame:
+    """Samples taken by the runner on the k6 series' clock (seconds from its start):
+    ``resources`` (CPU %, RSS MiB, GPU) or ``server`` (the backend's running and waiting requests)."""
+    resources = (series or {}).get(key) or {}
     times = resources.get("t") or []
     if not times:
         return pd.DataFrame()
@@ -385,7 +386,8 @@ def line_figure(frame: pd.DataFrame, columns: Sequence[str], *, title: str, y_ti
 
 
 def run_detail_figures(series: dict[str, Any] | None) -> list[go.Figure]:
-    """The per-second charts of one run: throughput, latency, VUs, CPU, RSS and GPU (those with data)."""
+    """The per-second charts of one run: throughput, latency, VUs, CPU, RSS, GPU and the backend's
+    running/waiting requests (those with data)."""
     frame = series_frame(series)
     figures: list[go.Figure] = []
     if not frame.empty:
@@ -406,8 +408,16 @@ def run_detail_figures(series: dict[str, Any] | None) -> list[go.Figure]:
             figures.append(line_figure(resources, cpu, title="CPU", y_title="% of one core"))
         if rss:
             figures.append(line_figure(resources, rss, title="Resident memory", y_title="MiB"))
-        if gpu:
-            figures.append(line_figure(resources, gpu, title="GPU", y_title="% / MiB"))
+        gpu_utilization = [c for c in gpu if c.endswith("_percent")]
+        gpu_memory = [c for c in gpu if c.endswith("_mb")]
+        if gpu_utilization:
+            figures.append(line_figure(resources, gpu_utilization, title="GPU utilisation", y_title="%"))
+        if gpu_memory:
+            figures.append(line_figure(resources, gpu_memory, title="GPU memory used", y_title="MiB"))
+    server = resources_frame(series, "server")
+    if not server.empty:
+        figures.append(line_figure(server, [c for c in ("running_requests", "waiting_requests") if c in server],
+                                   title="Requests running and waiting in the backend", y_title="requests"))
     return figures
 
 

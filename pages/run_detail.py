@@ -4,10 +4,12 @@ service log tails, and "run again"."""
 from __future__ import annotations
 
 import streamlit as st
+from pydantic import ValidationError
 
 from db import store
 from db.models import RunStatus
 from lab.compare import run_record
+from lab.specs import format_validation_error
 from lab.ui_support import figures_summary, run_detail_figures, server_metrics_table, status_badge
 from pages.common import RUNS_PAGE, flash, session, show_flash
 
@@ -64,11 +66,16 @@ def page() -> None:
         st.info("This run has not finished; follow it live on Runs.")
 
     if st.button("Run again (same spec)", key="run_again"):
-        with session() as db_session:
-            new_run = store.enqueue_run_again(session=db_session, run_id=run.id)
-            new_id = new_run.id
-        flash("success", f"Run #{new_id} queued with the spec of run #{run.id}.")
-        st.switch_page(RUNS_PAGE)
+        try:
+            with session() as db_session:
+                new_id = store.enqueue_run_again(session=db_session, run_id=run.id).id
+        except LookupError as error:
+            st.error(f"Cannot run it again: {error}")
+        except ValidationError as error:
+            st.error(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}")
+        else:
+            flash("success", f"Run #{new_id} queued with the spec of run #{run.id}.")
+            st.switch_page(RUNS_PAGE)
 
     st.markdown("#### Figures")
     summary = figures_summary(record)

@@ -6,12 +6,17 @@ starting or stopping one by hand.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pandas as pd
 import streamlit as st
 
-from lab.cli import SERVICE_NAMES, services_up
+from db import store
+from lab.cli import SERVICE_NAMES
+from lab.settings import PROJECT_ROOT
 from lab.ui_support import uptime_text
-from pages.common import engine, settings
+from pages.common import engine, session, settings
 
 START_HINTS = {
     "naive": "about 10 s",
@@ -28,24 +33,33 @@ def manager():  # noqa: ANN201 (services.manager.ServiceManager)
     return ServiceManager(engine=engine(), settings=settings())
 
 
+def start_in_background(name: str) -> None:
+    """Start a service from a detached ``python -m lab services up NAME`` (a model can take
+    minutes to load; the page must not wait for it). Its state shows in the table."""
+    subprocess.Popen(
+        [sys.executable, "-m", "lab", "services", "up", name], cwd=PROJECT_ROOT, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
 def page() -> None:
     st.title("Services")
     statuses = [status.to_dict() for status in manager().status()]
+    with session() as db_session:
+        active = store.active_run(session=db_session)
+        active_text = f"run #{active.id} ({active.status})" if active else None
+    if active_text:
+        # Starting or stopping a service by hand now would change what the run measures.
+        st.info(f"{active_text} is using the services: starting and stopping by hand is off until it ends.")
 
     with st.container(border=True):
         left, right = st.columns([2, 1])
         name = left.selectbox("Start a service", SERVICE_NAMES, key="service_to_start",
                               format_func=lambda n: f"{n} ({START_HINTS[n]})")
         right.write("")
-        if right.button("Start", key="start_service", type="primary"):
-            with st.spinner(f"Starting {name}…"):
-                try:
-                    urls = services_up([name], settings())
-                except Exception as error:  # noqa: BLE001 (shown to the user; the log tail says more)
-                    st.error(f"{name} did not start: {str(error)[-1500:]}")
-                else:
-                    st.success(", ".join(f"{n} at {u}" for n, u in urls.items()))
-                    statuses = [status.to_dict() for status in manager().status()]
+        if right.button("Start", key="start_service", type="primary", disabled=bool(active_text)):
+            start_in_background(name)
+            st.success(f"Starting {name} in the background: its state shows below (refresh the page).")
 
     if not statuses:
         st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
@@ -60,7 +74,7 @@ def page() -> None:
             if status["message"]:
                 st.caption(status["message"][-2000:])
             if status["state"] in ("running", "unhealthy", "starting") and st.button(
-                f"Stop {status['name']}", key=f"stop_{status['name']}"
+                f"Stop {status['name']}", key=f"stop_{status['name']}", disabled=bool(active_text)
             ):
                 manager().stop(status["name"])
                 st.rerun()

@@ -60,6 +60,17 @@ def process_matches(pid: int | None, created_at_epoch_s: float | None) -> bool:
         return False
 
 
+def main_process_gone(pid: int, created_at_epoch_s: float | None) -> bool:
+    """True when the process we started as ``pid`` has ended (exited, or a zombie)."""
+    try:
+        process = psutil.Process(pid)
+        if created_at_epoch_s is not None and abs(process.create_time() - created_at_epoch_s) > 1.0:
+            return False  # the pid was reused by an unrelated process
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def probe_url(kind: str, url: str | None, timeout_s: float = 2.0) -> bool:
     """Health of a service at ``url``: PING for Redis, ``GET /health`` for the others."""
     if not url:
@@ -148,10 +159,11 @@ class ServiceManager:
         if process_matches(pid, created):
             stop_process_tree(int(pid), grace_s=15.0)
             stopped = True
-        elif pid and not psutil.pid_exists(pid):
-            # The service's main process died; anything it left in its process group
-            # (the group id is its pid, and Linux never reuses a pid still in use as a
-            # group id) is stopped too. A live pid here belongs to someone else: untouched.
+        elif pid and main_process_gone(pid, created):
+            # The service's main process died (gone, or a zombie not yet reaped); anything
+            # it left in its process group (the group id is its pid, and Linux never reuses
+            # a pid still in use as a group id) is stopped too. A live pid with another
+            # creation time belongs to someone else and is left alone.
             stop_process_tree(int(pid), grace_s=5.0)
         store.upsert_service_record(engine=self.engine, name=name, state="stopped", pid=None)
         return stopped
@@ -194,7 +206,9 @@ class ServiceManager:
             if record.state in ("running", "starting") and not alive:
                 state = "dead"
             elif alive:
-                state = "running" if probe_url(record.kind, record.url) else "unhealthy"
+                healthy = probe_url(record.kind, record.url)
+                # A model still loading is "starting", not "unhealthy".
+                state = "running" if healthy else "starting" if record.state == "starting" else "unhealthy"
             else:
                 state = record.state
             result.append(

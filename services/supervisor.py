@@ -83,6 +83,13 @@ def http_health_probe(path: str = "/health", timeout_s: float = 2.0) -> Callable
     return probe
 
 
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
 def _signal_group(process_group_id: int | None, signal_number: int) -> None:
     if process_group_id is None or process_group_id == os.getpgid(0):
         return  # never signal the lab's own group
@@ -109,6 +116,10 @@ def stop_process_tree(pid: int, *, grace_s: float = 10.0, process_group_id: int 
             pass
     except psutil.NoSuchProcess:
         processes = []
+    if not processes:
+        # The leader is gone: what is left of its group is found by group id, so the
+        # grace period below still applies to it.
+        processes = [p for p in psutil.process_iter() if _group_of(p.pid) == group]
     for process in processes:
         try:
             process.terminate()

@@ -292,6 +292,14 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
         "naive (about 10 s)", "vllm (about 1 min on a small CPU machine (several with compilation))"]
 
 
+def test_services_cannot_be_started_or_stopped_by_hand_during_a_run(seed_lab: SeededLab) -> None:
+    store.upsert_service_record(engine=seed_lab.engine, name="naive", kind="naive", state="stopped")
+    store.claim_next_run(engine=seed_lab.engine, worker_pid=1)  # the queued run becomes active
+    app = open_page(PAGES["Services"])
+    assert "is using the services" in texts(app)
+    assert widget(app.button, "start_service").disabled
+
+
 def test_streamlit_config_keeps_the_lab_on_loopback() -> None:
     import tomllib
 

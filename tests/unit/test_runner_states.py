@@ -62,3 +62,21 @@ def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecu
     assert executor.execute() == RunStatus.FAILED
     status, reason = status_of(executor)
     assert "no longer valid" in reason and "model folder not found: /models/gone" in reason
+
+
+def test_arrival_rates_become_whole_iterations_per_unit() -> None:
+    from lab.runner import k6_rate
+
+    assert k6_rate(5.0) == (5, "1s")
+    assert k6_rate(0.5) == (30, "1m")
+    assert k6_rate(0.005) == (18, "1h")
+    assert k6_rate(1.005) == (3618, "1h")
+
+
+def test_run_detail_charts_include_the_backends_running_requests() -> None:
+    from lab.ui_support import run_detail_figures
+
+    series = {"time_s": [0.0, 1.0], "requests_ok": [1, 2], "start_epoch_s": 100.0,
+              "server": {"t": [100.0, 101.0], "running_requests": [3.0, 8.0], "waiting_requests": [0.0, 2.0]}}
+    titles = [figure.layout.title.text for figure in run_detail_figures(series)]
+    assert "Requests running and waiting in the backend" in titles
