@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
+from lab.compare import run_record
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
 
@@ -111,13 +112,6 @@ def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
 
 # runs ---------------------------------------------------------------------------------
 
-def run_summary(run: Any) -> dict[str, Any]:
-    """The figures of one run as a plain dict (what ``run --json`` and ``runs list --json`` print)."""
-    from lab.compare import run_record
-
-    return run_record(run)
-
-
 def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
     """Execute the queue here if no worker runs; else wait for the lab's worker to finish them."""
     from lab.runner import Worker, WorkerBusyError, WorkerLock
@@ -181,7 +175,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     wait_for_runs(settings=settings, run_ids=run_ids)
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
-        records = [run_summary(run) for run in runs]
+        records = [run_record(run) for run in runs]
     print_records(records, as_json=args.json)
     return 0 if all(r["status"] == RunStatus.DONE for r in records) else 1
 
@@ -209,7 +203,7 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     engine = _engine(settings)
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=args.ids or None, limit=getattr(args, "limit", None))
-        records = [run_summary(run) for run in runs]
+        records = [run_record(run) for run in runs]
     if args.action == "list":
         print_records(records, as_json=args.json)
         return 0

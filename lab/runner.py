@@ -273,10 +273,15 @@ class RunExecutor:
         return snapshots
 
     def _service_pids(self, targets: RunTargets) -> dict[str, int]:
-        pids = {name: pid for name in targets.service_names if (pid := self.services.pid_of(name))}
-        if self.k6 is not None and self.k6.pid:
-            pids["k6"] = self.k6.pid
-        return pids
+        return {name: pid for name in targets.service_names if (pid := self.services.pid_of(name))}
+
+    @staticmethod
+    def _is_alive(process: psutil.Process | None) -> bool:
+        # psutil's is_running() also checks the creation time, so a reused pid is not "alive".
+        try:
+            return process is not None and process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
 
     def drive_load(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> tuple[int, list[dict]]:
         """Run k6 to the end (or until cancelled or the backend dies); returns (exit code, resource samples)."""
@@ -288,6 +293,13 @@ class RunExecutor:
             log_path=self.run_dir / "k6.log",
         )
         pids = self._service_pids(targets)
+        # Looked up once: the loop below checks these processes, not the database, every second.
+        watched: dict[str, psutil.Process | None] = {}
+        for name in targets.service_names:
+            try:
+                watched[name] = psutil.Process(pids[name]) if name in pids else None
+            except psutil.NoSuchProcess:
+                watched[name] = None
         sampler = ResourceSampler(lambda: {**pids, **({"k6": self.k6.pid} if self.k6 and self.k6.pid else {})})
         self.k6.start()
         sampler.start()
@@ -315,12 +327,12 @@ class RunExecutor:
                     },
                 )
                 self._sample_server_gauges(targets)
-                if store.is_cancel_requested(engine=self.engine, run_id=self.run_id):
+                if self._cancel_requested():
                     cancelled = True
                     self.k6.cancel(grace_s=20)
                     break
-                for name in targets.service_names:
-                    if name in self.lost_services or self.services.pid_of(name) is not None:
+                for name, process in watched.items():
+                    if name in self.lost_services or self._is_alive(process):
                         continue
                     if name in FAIL_OPEN_SERVICES:
                         log.warning("run %s: %s stopped during the run; the cache proxy fails open", self.run_id, name)
@@ -610,15 +622,6 @@ class WorkerLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
-
-    def is_held_elsewhere(self) -> bool:
-        """True when another process holds the lock right now."""
-        try:
-            self.acquire()
-        except WorkerBusyError:
-            return True
-        self.release()
-        return False
 
 
 class Worker:
