@@ -15,7 +15,7 @@ from lab.compare import (
     records_to_csv,
     run_record,
 )
-from lab.ui_support import (
+from pages.view.tables import (
     cost_table,
     generic_table,
     hit_rates_figure,

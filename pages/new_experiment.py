@@ -11,7 +11,7 @@ import streamlit as st
 from db import store
 from lab.datasets import DatasetError, save_upload
 from lab.specs import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
-from lab.ui_support import GridForm, check_grid_form, list_uploads, record_upload
+from pages.view.tables import GridForm, check_grid_form, list_uploads, record_upload
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
 
 WORKLOADS = {

@@ -10,7 +10,7 @@ from db import store
 from db.models import RunStatus
 from lab.compare import run_record
 from lab.specs import format_validation_error
-from lab.ui_support import figures_summary, run_detail_figures, server_metrics_table, status_badge
+from pages.view.tables import figures_summary, run_detail_figures, server_metrics_table, status_badge
 from pages.common import RUNS_PAGE, flash, session, show_flash
 
 RECENT_RUNS_LISTED = 500

@@ -15,7 +15,7 @@ import streamlit as st
 from db import store
 from lab.cli import SERVICE_NAMES
 from lab.settings import PROJECT_ROOT
-from lab.ui_support import uptime_text
+from pages.view.tables import uptime_text
 from pages.common import engine, session, settings
 
 START_HINTS = {
