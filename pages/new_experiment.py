@@ -9,10 +9,10 @@ from __future__ import annotations
 import streamlit as st
 
 from db import store
-from lab.datasets import DatasetError, save_upload
+from lab.datasets import DatasetError, list_uploads, record_upload, save_upload
 from lab.specs import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
-from pages.view.tables import GridForm, check_grid_form, list_uploads, record_upload
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
+from pages.view.grid_form import GridForm, check_grid_form
 
 WORKLOADS = {
     "number-story": "number story (the seed's prompt, PROMPTS distinct numbers)",

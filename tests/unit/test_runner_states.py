@@ -74,7 +74,7 @@ def test_arrival_rates_become_whole_iterations_per_unit() -> None:
 
 
 def test_run_detail_charts_include_the_backends_running_requests() -> None:
-    from pages.view.tables import run_detail_figures
+    from pages.view.figures import run_detail_figures
 
     series = {"time_s": [0.0, 1.0], "requests_ok": [1, 2], "start_epoch_s": 100.0,
               "server": {"t": [100.0, 101.0], "running_requests": [3.0, 8.0], "waiting_requests": [0.0, 2.0]}}
