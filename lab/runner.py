@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from db import store
+from db.engine import get_engine
 from db.models import RunStatus
 from lab import datasets, environment, k6_results, server_metrics
-from lab.k6_driver import K6Process, describe_exit_code, k6_binary, script_path
+from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.resources import ResourceSampler, summarise
 from lab.settings import Settings
 from lab.specs import RunSpec, format_validation_error
@@ -75,62 +77,6 @@ class RunTargets:
 def _conversations(path: str) -> tuple[datasets.Conversation, ...]:
     # Reading the 125 MB ShareGPT file takes ~1-2 s; keep it for the worker's lifetime.
     return tuple(datasets.iter_sharegpt_conversations(path))
-
-
-def k6_version() -> str | None:
-    import subprocess
-
-    try:
-        out = subprocess.run([k6_binary(), "version"], capture_output=True, text=True, timeout=10).stdout
-        return out.strip().splitlines()[0] if out.strip() else None
-    except (OSError, RuntimeError, subprocess.SubprocessError):
-        return None
-
-
-def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None) -> dict[str, str]:
-    """The ``-e`` settings for the k6 scripts (see k6/lib.js)."""
-    load = spec.load
-    env: dict[str, str] = {
-        "TARGET": target_url,
-        "MODEL": spec.served_model_name or spec.model,
-        "MAX_TOKENS": str(spec.max_tokens),
-        "SEED_BASE": str(spec.random_seed),
-        "LOAD_KIND": load.kind,
-        "GRACEFUL_STOP": f"{load.graceful_stop_s:g}s",
-        "GRACEFUL_RAMP_DOWN": f"{load.graceful_stop_s:g}s",
-        "REQUEST_TIMEOUT": "900s",
-        "PROMPTS": str(spec.workload.prompts),
-    }
-    if spec.temperature is not None:
-        env["TEMPERATURE"] = str(spec.temperature)
-    if spec.top_p is not None:
-        env["TOP_P"] = str(spec.top_p)
-    if requests_file is not None:
-        env["REQUESTS_FILE"] = str(requests_file)
-    if load.kind == "constant-vus":
-        env.update(VUS=str(load.vus), DURATION=f"{load.duration_s:g}s")
-    elif load.kind == "ramping-vus":
-        env["STAGES"] = json.dumps([{"duration": f"{s.duration_s:g}s", "target": s.target_vus} for s in load.stages])
-    else:
-        rate, time_unit = k6_rate(float(load.rate_per_s or 1.0))
-        env.update(
-            RATE=str(rate),
-            TIME_UNIT=time_unit,
-            DURATION=f"{load.duration_s:g}s",
-            PRE_ALLOCATED_VUS=str(min(load.max_vus, 8)),
-            MAX_VUS=str(load.max_vus),
-        )
-    return env
-
-
-def k6_rate(rate_per_s: float) -> tuple[int, str]:
-    """``rate_per_s`` as k6's whole iterations per time unit: per second, minute or hour,
-    the first unit that makes it whole (0.5/s -> 30 per 1m); else rounded per hour."""
-    for unit_s, unit in ((1, "1s"), (60, "1m"), (3600, "1h")):
-        per_unit = rate_per_s * unit_s
-        if abs(per_unit - round(per_unit)) < 1e-9 and round(per_unit) >= 1:
-            return round(per_unit), unit
-    return max(1, round(rate_per_s * 3600)), "1h"
 
 
 def warmup_messages(spec: RunSpec, requests_file: Path | None) -> list[list[dict[str, str]]]:
@@ -692,3 +638,45 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
+    """Wait until every run of ``run_ids`` is final: execute the queue here (holding the worker
+    lock) if no worker runs, else wait for the lab's worker, printing progress to stderr."""
+    engine = get_engine(settings.resolved_database_url)
+    lock = WorkerLock(settings.data_dir)
+    last_line = ""
+    while True:
+        with Session(engine) as session:
+            runs = store.list_runs(session=session, run_ids=run_ids)
+            if all(run.status in RunStatus.FINAL for run in runs):
+                return
+        try:
+            lock.acquire()
+        except WorkerBusyError:
+            line = ", ".join(f"#{r.id} {r.status}" for r in runs)
+            if line != last_line and not quiet:
+                print(f"waiting for the lab's worker: {line}", file=sys.stderr)
+                last_line = line
+            time.sleep(poll_s)
+            continue
+        worker = Worker(engine=engine, settings=settings)
+        try:
+            worker.recover()
+            while True:
+                with Session(engine) as session:
+                    pending = [r for r in store.list_runs(session=session, run_ids=run_ids) if r.status not in RunStatus.FINAL]
+                if not pending:
+                    break
+                run_id = worker.run_one()
+                if run_id is None:
+                    break
+                if not quiet:
+                    with Session(engine) as session:
+                        run = store.get_run(session=session, run_id=run_id)
+                        print(f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
+                              + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
+                              file=sys.stderr)
+        finally:
+            worker.services.stop_all(only_own=True)
+            lock.release()

@@ -1,19 +1,16 @@
-"""The reproduction report (see :mod:`lab.report.build`)."""
+"""The reproduction report (see :mod:`lab.report.build`): its public entry points."""
 
-from lab.report.build import (  # noqa: F401
-    HELD,
-    NOT_HELD,
-    NOT_MEASURED,
-    PARTLY,
+from lab.report.build import (
     PRESETS,
     REPORT_COMMAND,
-    VERDICT_RULES,
     enqueue_reproduction,
-    evaluate_claims,
-    judge,
     latest_reproduction,
     report_from_experiments,
     reproduce,
-    seed_table,
     write_report,
 )
+
+__all__ = [
+    "PRESETS", "REPORT_COMMAND", "enqueue_reproduction", "latest_reproduction", "report_from_experiments",
+    "reproduce", "write_report",
+]

@@ -65,7 +65,7 @@ def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecu
 
 
 def test_arrival_rates_become_whole_iterations_per_unit() -> None:
-    from lab.runner import k6_rate
+    from lab.k6_driver import k6_rate
 
     assert k6_rate(5.0) == (5, "1s")
     assert k6_rate(0.5) == (30, "1m")
