@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -53,6 +53,12 @@ class Run(Base):
     """One cell of an experiment, one repeat: queued, executed by the worker, then figures."""
 
     __tablename__ = "runs"
+    # What defines a run (its spec, the columns taken from it, its place in the grid):
+    # a repeat of the run copies exactly these.
+    SPEC_COLUMNS: ClassVar[tuple[str, ...]] = (
+        "cell_label", "repeat_index", "spec", "backend", "model", "workload", "load_kind", "vus",
+        "arrival_rate_per_s", "prompts", "duration_s", "max_tokens", "random_seed",
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
+from lab import experiments
 from lab.compare import run_record
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
@@ -124,7 +125,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     engine = _engine(settings)
     with Session(engine) as session:
-        experiment = store.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
+        experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
         run_ids = [run.id for run in experiment.runs]
         experiment_id = experiment.id
     if not args.json:

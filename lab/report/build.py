@@ -193,8 +193,8 @@ def enqueue_reproduction(
     """
     from sqlalchemy.orm import Session
 
-    from db import store
     from db.engine import get_engine
+    from lab import experiments
     from lab.specs import load_preset
 
     engine = get_engine(settings.resolved_database_url)
@@ -203,7 +203,7 @@ def enqueue_reproduction(
     for preset in presets:
         spec = load_preset(preset, quick=quick, overrides=overrides)
         with Session(engine) as session:
-            experiment = store.enqueue_experiment(session=session, spec=spec, tags=REPRODUCE_TAG)
+            experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=REPRODUCE_TAG)
             experiments_meta[preset] = _meta_from_spec(spec, experiment.id)
             experiments_meta[preset]["run_ids"] = [run.id for run in experiment.runs]
     return experiments_meta

@@ -12,6 +12,7 @@ from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.runner import RunExecutor, RunFailed
 from lab.settings import Settings
+from lab import experiments
 from lab.specs import load_preset
 from services.manager import ServiceManager
 
@@ -23,7 +24,7 @@ def executor(tmp_path: Path) -> RunExecutor:
     migrations.upgrade(engine)
     spec = load_preset("seed-exp1", overrides=[("grid.backend", ["naive"]), ("grid.load.vus", [1])])
     with Session(engine) as session:
-        store.enqueue_experiment(session=session, spec=spec)
+        experiments.enqueue_experiment(session=session, spec=spec)
     run_id = store.claim_next_run(engine=engine, worker_pid=1)
     return RunExecutor(engine=engine, settings=settings, services=ServiceManager(engine=engine, settings=settings),
                        run_id=run_id)
