@@ -32,6 +32,7 @@ from db.models import RunStatus
 from lab import datasets, environment, k6_results, server_metrics
 from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.resources import ResourceSampler, summarise
+from lab.results import RunResults
 from lab.settings import Settings
 from lab.specs import RunSpec, format_validation_error
 from services.catalog import (
@@ -318,26 +319,15 @@ class RunExecutor:
         *,
         partial: bool = False,
     ) -> dict[str, Any]:
-        """Parse k6's outputs and the server metrics into run columns (and store the series)."""
-        columns: dict[str, Any] = {}
+        """Parse k6's outputs and the server metrics into run columns (and store the series).
+
+        The figures go into one :class:`RunResults` (every producer names its figures like
+        its fields); the columns are its fields plus the cross-checks and raw metrics.
+        """
         summary_path = self.run_dir / "summary.json"
         ndjson_path = self.run_dir / "k6.ndjson"
-        figures: dict[str, Any] = {}
-        if summary_path.is_file():
-            figures = k6_results.parse_summary(summary_path)
-            columns.update(
-                requests_ok=figures["requests_ok"], requests_failed=figures["requests_failed"],
-                req_per_s=figures["req_per_s"], output_tok_per_s=figures["output_tok_per_s"],
-                input_tok_per_s=figures["input_tok_per_s"],
-                latency_avg_s=figures["latency_avg_s"], latency_p50_s=figures["latency_p50_s"],
-                latency_p90_s=figures["latency_p90_s"], latency_p95_s=figures["latency_p95_s"],
-                latency_p99_s=figures["latency_p99_s"], latency_max_s=figures["latency_max_s"],
-                iterations_completed=figures["iterations_completed"],
-                iterations_interrupted=figures["iterations_interrupted"],
-                iterations_dropped=figures["dropped_iterations"], measured_duration_s=figures["duration_s"],
-            )
-            if figures.get("cache_hit_rate") is not None:
-                columns["response_cache_hit_rate"] = figures["cache_hit_rate"]
+        figures: dict[str, Any] = k6_results.parse_summary(summary_path) if summary_path.is_file() else {}
+        results = RunResults.from_figures(figures)
         series_doc: dict[str, Any] = {}
         if ndjson_path.is_file():
             series = k6_results.stream_series(ndjson_path)
@@ -349,17 +339,7 @@ class RunExecutor:
             }
             series_doc["start_epoch_s"] = series.start_epoch_s
             if not figures:  # no summary (k6 killed): figures from the stream
-                totals = series.totals()
-                duration = len(series.time_s) * series.bucket_s or None
-                columns.update(
-                    requests_ok=totals.get("requests_ok"), requests_failed=totals.get("requests_failed"),
-                    req_per_s=(totals.get("requests_ok") or 0) / duration if duration else None,
-                    output_tok_per_s=(totals.get("output_tokens") or 0) / duration if duration else None,
-                    latency_avg_s=totals.get("latency_avg_s"), latency_p50_s=totals.get("latency_p50_s"),
-                    latency_p90_s=totals.get("latency_p90_s"), latency_p95_s=totals.get("latency_p95_s"),
-                    latency_p99_s=totals.get("latency_p99_s"), latency_max_s=totals.get("latency_max_s"),
-                    measured_duration_s=duration,
-                )
+                results = RunResults.from_figures(series.figures())
         # Resource samples joined on the same clock as k6's series.
         if samples:
             series_doc["resources"] = {key: [s.get(key) for s in samples] for key in samples[-1]}
@@ -373,19 +353,11 @@ class RunExecutor:
         after = self.scrape_all(targets) if not partial else {}
         backend_change = server_metrics.delta(before.get("backend"), after.get("backend"))
         backend = server_metrics.backend_figures(backend_change)
-        columns.update(
-            prefix_cache_hit_rate=backend["prefix_cache_hit_rate"], server_ttft_avg_s=backend["server_ttft_avg_s"],
-            server_time_per_output_token_avg_s=backend["server_time_per_output_token_avg_s"],
-        )
+        results = results.updated(backend)
         checks: dict[str, Any] = {}
         if targets.proxy_url:
             cache = server_metrics.cache_figures(server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy")))
-            columns.update(
-                response_cache_hits=cache["response_cache_hits"],
-                response_cache_store_errors=cache["response_cache_store_errors"],
-            )
-            if cache["response_cache_hit_rate"] is not None:
-                columns["response_cache_hit_rate"] = cache["response_cache_hit_rate"]
+            results = results.updated(cache)
             checks["requests"] = server_metrics.count_check(
                 client_count=figures.get("requests_total"), server_count=cache["proxy_requests"]
             )
@@ -404,27 +376,35 @@ class RunExecutor:
                 checks["input_tokens"] = server_metrics.count_check(
                     client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"]
                 )
-        columns["count_check"] = checks
-        columns["server_metrics"] = {"before": before, "after": after, "delta": {"backend": backend_change}}
         if samples:
-            k6_usage = summarise(samples, "k6")
-            columns["k6_cpu_percent_avg"] = k6_usage["cpu_percent_avg"]
-            if targets.backend_service:
-                backend_usage = summarise(samples, targets.backend_service)
-                columns["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
-                columns["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
-            gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
-            columns["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
-            warnings = []
-            if (k6_usage["cpu_percent_avg"] or 0) > K6_CPU_WARNING_PERCENT:
-                warnings.append(
-                    f"k6 used {k6_usage['cpu_percent_avg']:.0f}% of a core on average: the load generator may "
-                    "have limited the load; compare with care"
-                )
-            if columns.get("iterations_dropped"):
-                warnings.append(f"{columns['iterations_dropped']} iterations were dropped (arrival rate not reached)")
-            columns["load_generator_warning"] = "; ".join(warnings) or None
-        return columns
+            results = results.updated(self._resource_figures(samples, targets, results))
+        return {
+            **results.as_columns(),
+            "count_check": checks,
+            "server_metrics": {"before": before, "after": after, "delta": {"backend": backend_change}},
+        }
+
+    @staticmethod
+    def _resource_figures(samples: list[dict], targets: RunTargets, results: RunResults) -> dict[str, Any]:
+        """Resource use while the load ran, and a warning when k6 itself may have limited the load."""
+        k6_usage = summarise(samples, "k6")
+        figures: dict[str, Any] = {"k6_cpu_percent_avg": k6_usage["cpu_percent_avg"]}
+        if targets.backend_service:
+            backend_usage = summarise(samples, targets.backend_service)
+            figures["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
+            figures["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
+        gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
+        figures["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
+        warnings = []
+        if (k6_usage["cpu_percent_avg"] or 0) > K6_CPU_WARNING_PERCENT:
+            warnings.append(
+                f"k6 used {k6_usage['cpu_percent_avg']:.0f}% of a core on average: the load generator may "
+                "have limited the load; compare with care"
+            )
+        if results.iterations_dropped:
+            warnings.append(f"{results.iterations_dropped} iterations were dropped (arrival rate not reached)")
+        figures["load_generator_warning"] = "; ".join(warnings) or None
+        return figures
 
     # -- the whole run -----------------------------------------------------------------
     def execute(self) -> str:
