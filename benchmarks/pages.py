@@ -28,13 +28,13 @@ TARGET_S = 1.5
 
 
 def seed(database_url: str, runs: int) -> None:
-    """Queue ``runs`` runs through db.store, then mark them done with figures and series."""
+    """Queue ``runs`` runs through lab.experiments, then mark them done with figures and series."""
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
-    from db import store
     from db.engine import get_engine
     from db.models import Run, RunSeries, RunStatus
+    from lab import experiments
     from lab.specs import load_preset
     from tests.ui.conftest import SEEDED_FIGURES, fake_series
 
@@ -44,7 +44,7 @@ def seed(database_url: str, runs: int) -> None:
         left = runs
         while left > 0:
             repeats = max(1, min(100, left // 4))
-            store.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True,
+            experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True,
                                                                        overrides=[("repeats", repeats)]))
             left -= repeats * 4
     rng = random.Random(7)

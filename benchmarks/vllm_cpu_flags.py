@@ -29,6 +29,7 @@ def main() -> None:
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-vllm-"))
     from db import store
     from db.engine import get_engine
+    from lab import experiments
     from lab.runner import Worker
     from lab.settings import get_settings
     from lab.specs import load_preset
@@ -42,7 +43,7 @@ def main() -> None:
             *overrides.items(),
         ])
         with Session(engine) as session:
-            [run] = store.enqueue_experiment(session=session, spec=spec).runs
+            [run] = experiments.enqueue_experiment(session=session, spec=spec).runs
             run_id = run.id
         worker = Worker(engine=engine, settings=settings)
         worker.run_until_empty()

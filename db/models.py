@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -49,10 +49,55 @@ class Experiment(Base):
     runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
 
 
-class Run(Base):
+class RunResultColumns:
+    """A run's results: one nullable column each, units in the names; None means not measured.
+
+    This is THE list of a run's figures: ``lab.results.RunResults`` (what the parser and the
+    metrics code fill), the CSV export and the Compare records derive from it. A new figure
+    is one line here and a migration that adds its column (db/migrations.py), nothing else.
+    """
+
+    # Figures (client side, from k6). Latencies are over successful requests only.
+    requests_ok: Mapped[int | None] = mapped_column(Integer)
+    requests_failed: Mapped[int | None] = mapped_column(Integer)
+    req_per_s: Mapped[float | None] = mapped_column(Float)
+    output_tok_per_s: Mapped[float | None] = mapped_column(Float)
+    input_tok_per_s: Mapped[float | None] = mapped_column(Float)
+    latency_avg_s: Mapped[float | None] = mapped_column(Float)
+    latency_p50_s: Mapped[float | None] = mapped_column(Float)
+    latency_p90_s: Mapped[float | None] = mapped_column(Float)
+    latency_p95_s: Mapped[float | None] = mapped_column(Float)
+    latency_p99_s: Mapped[float | None] = mapped_column(Float)
+    latency_max_s: Mapped[float | None] = mapped_column(Float)
+    iterations_completed: Mapped[int | None] = mapped_column(Integer)
+    iterations_interrupted: Mapped[int | None] = mapped_column(Integer)
+    iterations_dropped: Mapped[int | None] = mapped_column(Integer)
+    measured_duration_s: Mapped[float | None] = mapped_column(Float)
+    # Figures (server side, from /metrics deltas).
+    prefix_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
+    response_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
+    response_cache_hits: Mapped[int | None] = mapped_column(Integer)
+    response_cache_store_errors: Mapped[int | None] = mapped_column(Integer)
+    server_ttft_avg_s: Mapped[float | None] = mapped_column(Float)
+    server_time_per_output_token_avg_s: Mapped[float | None] = mapped_column(Float)
+    # Resource use while the load ran.
+    k6_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
+    backend_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
+    backend_rss_max_mb: Mapped[float | None] = mapped_column(Float)
+    gpu_utilization_avg_percent: Mapped[float | None] = mapped_column(Float)
+    load_generator_warning: Mapped[str | None] = mapped_column(Text)
+
+
+class Run(RunResultColumns, Base):
     """One cell of an experiment, one repeat: queued, executed by the worker, then figures."""
 
     __tablename__ = "runs"
+    # What defines a run (its spec, the columns taken from it, its place in the grid):
+    # a repeat of the run copies exactly these.
+    SPEC_COLUMNS: ClassVar[tuple[str, ...]] = (
+        "cell_label", "repeat_index", "spec", "backend", "model", "workload", "load_kind", "vus",
+        "arrival_rate_per_s", "prompts", "duration_s", "max_tokens", "random_seed",
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     experiment_id: Mapped[int | None] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
@@ -84,35 +129,6 @@ class Run(Base):
     # Live progress, updated about once a second while k6 runs.
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
-    # Figures (client side, from k6). Latencies are over successful requests only.
-    requests_ok: Mapped[int | None] = mapped_column(Integer)
-    requests_failed: Mapped[int | None] = mapped_column(Integer)
-    req_per_s: Mapped[float | None] = mapped_column(Float)
-    output_tok_per_s: Mapped[float | None] = mapped_column(Float)
-    input_tok_per_s: Mapped[float | None] = mapped_column(Float)
-    latency_avg_s: Mapped[float | None] = mapped_column(Float)
-    latency_p50_s: Mapped[float | None] = mapped_column(Float)
-    latency_p90_s: Mapped[float | None] = mapped_column(Float)
-    latency_p95_s: Mapped[float | None] = mapped_column(Float)
-    latency_p99_s: Mapped[float | None] = mapped_column(Float)
-    latency_max_s: Mapped[float | None] = mapped_column(Float)
-    iterations_completed: Mapped[int | None] = mapped_column(Integer)
-    iterations_interrupted: Mapped[int | None] = mapped_column(Integer)
-    iterations_dropped: Mapped[int | None] = mapped_column(Integer)
-    measured_duration_s: Mapped[float | None] = mapped_column(Float)
-    # Figures (server side, from /metrics deltas).
-    prefix_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
-    response_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
-    response_cache_hits: Mapped[int | None] = mapped_column(Integer)
-    response_cache_store_errors: Mapped[int | None] = mapped_column(Integer)
-    server_ttft_avg_s: Mapped[float | None] = mapped_column(Float)
-    server_time_per_output_token_avg_s: Mapped[float | None] = mapped_column(Float)
-    # Resource use while the load ran.
-    k6_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
-    backend_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
-    backend_rss_max_mb: Mapped[float | None] = mapped_column(Float)
-    gpu_utilization_avg_percent: Mapped[float | None] = mapped_column(Float)
-    load_generator_warning: Mapped[str | None] = mapped_column(Text)
     # Client/server cross-check: {"requests": {...}, "output_tokens": {...}}.
     count_check: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     server_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -122,6 +138,10 @@ class Run(Base):
     series: Mapped["RunSeries | None"] = relationship(
         back_populates="run", cascade="all, delete-orphan", uselist=False
     )
+
+
+# The result columns, in declaration order.
+RESULT_COLUMNS: tuple[str, ...] = tuple(RunResultColumns.__annotations__)
 
 
 class RunSeries(Base):

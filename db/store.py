@@ -14,54 +14,41 @@ from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from db.models import Experiment, Run, RunSeries, RunStatus, ServiceRecord, utc_now
-from lab.specs import ExperimentSpec, RunSpec
 
 
-def run_columns_from_spec(spec: RunSpec) -> dict[str, Any]:
-    """The denormalised columns of a run, taken from its spec."""
-    return {
-        "spec": spec.model_dump(mode="json"),
-        "backend": spec.backend,
-        "model": spec.model,
-        "workload": spec.workload.kind,
-        "load_kind": spec.load.kind,
-        "vus": spec.load.peak_vus if spec.load.kind != "constant-arrival-rate" else None,
-        "arrival_rate_per_s": spec.load.rate_per_s if spec.load.kind == "constant-arrival-rate" else None,
-        "prompts": spec.workload.prompts if spec.workload.kind == "number-story" else None,
-        "duration_s": spec.load.planned_duration_s,
-        "max_tokens": spec.max_tokens,
-        "random_seed": spec.random_seed,
-    }
+def enqueue_experiment(
+    *,
+    session: Session,
+    name: str,
+    preset: str | None,
+    scale: str,
+    spec: dict[str, Any],
+    runs: Sequence[dict[str, Any]],
+    tags: str = "",
+) -> Experiment:
+    """Store an experiment and queue its runs, one per ``runs`` item (the columns of a Run:
+    ``cell_label``, ``repeat_index``, ``spec`` and the spec's denormalised columns). Commits.
 
-
-def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = "") -> Experiment:
-    """Store an experiment and queue one run per grid cell and repeat. Commits."""
-    cells = spec.expand()
-    experiment = Experiment(name=spec.name, preset=spec.preset, scale=spec.scale, spec=spec.model_dump(mode="json"))
+    The values are taken as given: callers validate (``lab.experiments`` builds them from a
+    validated ExperimentSpec).
+    """
+    experiment = Experiment(name=name, preset=preset, scale=scale, spec=spec)
     session.add(experiment)
-    for cell_label, repeat_index, run_spec in cells:
-        # Repeats get distinct seeds so they are independent samples, each replayable.
-        seed = (run_spec.random_seed + repeat_index) % 2**31
-        run_spec = RunSpec.model_validate({**run_spec.model_dump(), "random_seed": seed})
-        experiment.runs.append(
-            Run(cell_label=cell_label, repeat_index=repeat_index, tags=tags, **run_columns_from_spec(run_spec))
-        )
+    for columns in runs:
+        experiment.runs.append(Run(tags=tags, **columns))
     session.commit()
     return experiment
 
 
 def enqueue_run_again(*, session: Session, run_id: int) -> Run:
-    """Queue a new run with exactly the spec of ``run_id`` (same experiment). Commits."""
+    """Queue a new run with exactly the spec of ``run_id`` (same experiment, cell and repeat). Commits."""
     original = session.get(Run, run_id)
     if original is None:
         raise LookupError(f"run {run_id} does not exist")
-    spec = RunSpec.model_validate(original.spec)
     run = Run(
         experiment_id=original.experiment_id,
-        cell_label=original.cell_label,
-        repeat_index=original.repeat_index,
         tags=original.tags,
-        **run_columns_from_spec(spec),
+        **{name: getattr(original, name) for name in Run.SPEC_COLUMNS},
     )
     session.add(run)
     session.commit()

@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
+from lab import experiments
 from lab.compare import run_record
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
@@ -112,50 +112,9 @@ def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
 
 # runs ---------------------------------------------------------------------------------
 
-def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
-    """Execute the queue here if no worker runs; else wait for the lab's worker to finish them."""
-    from lab.runner import Worker, WorkerBusyError, WorkerLock
-
-    engine = _engine(settings)
-    lock = WorkerLock(settings.data_dir)
-    last_line = ""
-    while True:
-        with Session(engine) as session:
-            runs = store.list_runs(session=session, run_ids=run_ids)
-            if all(run.status in RunStatus.FINAL for run in runs):
-                return
-        try:
-            lock.acquire()
-        except WorkerBusyError:
-            line = ", ".join(f"#{r.id} {r.status}" for r in runs)
-            if line != last_line and not quiet:
-                print(f"waiting for the lab's worker: {line}", file=sys.stderr)
-                last_line = line
-            time.sleep(poll_s)
-            continue
-        worker = Worker(engine=engine, settings=settings)
-        try:
-            worker.recover()
-            while True:
-                with Session(engine) as session:
-                    pending = [r for r in store.list_runs(session=session, run_ids=run_ids) if r.status not in RunStatus.FINAL]
-                if not pending:
-                    break
-                run_id = worker.run_one()
-                if run_id is None:
-                    break
-                if not quiet:
-                    with Session(engine) as session:
-                        run = store.get_run(session=session, run_id=run_id)
-                        print(f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
-                              + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
-                              file=sys.stderr)
-        finally:
-            worker.services.stop_all(only_own=True)
-            lock.release()
-
-
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    from lab.runner import wait_for_runs
+
     try:
         overrides = [parse_set_option(option) for option in args.set or []]
         if args.repeats:
@@ -166,7 +125,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     engine = _engine(settings)
     with Session(engine) as session:
-        experiment = store.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
+        experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
         run_ids = [run.id for run in experiment.runs]
         experiment_id = experiment.id
     if not args.json:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from lab.results import RESULT_FIELDS
+
 # The seed's published figures (../shared/reference/seed-experiments.md), latencies in seconds.
 SEED_EXP1 = [
     {"vus": 1, "backend": "naive", "output_tok_per_s": 27.0, "req_per_s": 0.21, "latency_avg_s": 4.73, "latency_p95_s": 6.51},
@@ -37,17 +39,12 @@ SEED_EXP3 = [
 ]
 SEED_SERVER_NAMES = {"naive": "Transformers", "vllm": "vLLM", "vllm+cache": "vLLM + Redis"}
 
-RECORD_FIELDS = (
+# A run as a record: who and what it was, then its results (one field list: lab.results).
+RECORD_FIELDS: tuple[str, ...] = (
     "run_id", "experiment_id", "experiment", "preset", "cell_label", "repeat_index", "status", "status_reason",
     "backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts", "duration_s", "max_tokens",
     "random_seed", "tags", "created_at", "started_at", "finished_at",
-    "requests_ok", "requests_failed", "req_per_s", "output_tok_per_s", "input_tok_per_s",
-    "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s",
-    "iterations_completed", "iterations_interrupted", "iterations_dropped", "measured_duration_s",
-    "prefix_cache_hit_rate", "response_cache_hit_rate", "response_cache_hits", "response_cache_store_errors",
-    "server_ttft_avg_s", "server_time_per_output_token_avg_s",
-    "k6_cpu_percent_avg", "backend_cpu_percent_avg", "backend_rss_max_mb", "gpu_utilization_avg_percent",
-    "load_generator_warning",
+    *RESULT_FIELDS,
 )
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 

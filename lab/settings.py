@@ -10,7 +10,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from services.processes import PROJECT_ROOT
+
 
 
 class Settings(BaseSettings):

@@ -15,16 +15,13 @@ from lab.compare import (
     records_to_csv,
     run_record,
 )
-from lab.ui_support import (
-    cost_table,
-    generic_table,
+from pages.view.figures import (
     hit_rates_figure,
     latency_vs_vus_figure,
-    matching_seed_preset,
     overlaid_series_figure,
-    ratios_rows,
     throughput_vs_vus_figure,
 )
+from pages.view.tables import cost_table, generic_table, matching_seed_preset, ratios_rows
 from pages.common import NEW_EXPERIMENT_PAGE, session
 
 RATIOS = {"seed-exp1": exp1_ratios, "seed-exp2": exp2_ratios, "seed-exp3": exp3_ratios}

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from db import store
-from lab.datasets import DatasetError, save_upload
+from lab import experiments
+from lab.datasets import DatasetError, list_uploads, record_upload, save_upload
 from lab.specs import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
-from lab.ui_support import GridForm, check_grid_form, list_uploads, record_upload
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
+from pages.view.grid_form import GridForm, check_grid_form
 
 WORKLOADS = {
     "number-story": "number story (the seed's prompt, PROMPTS distinct numbers)",
@@ -25,7 +25,7 @@ LOAD_KINDS = {"constant-vus": "constant VUs (closed loop)", "constant-arrival-ra
 def launch(spec: ExperimentSpec, tags: str) -> None:
     """Queue ``spec`` and go to the Runs page."""
     with session() as db_session:
-        experiment = store.enqueue_experiment(session=db_session, spec=spec, tags=tags)
+        experiment = experiments.enqueue_experiment(session=db_session, spec=spec, tags=tags)
         count, experiment_id = len(experiment.runs), experiment.id
     flash("success", f"Experiment #{experiment_id} queued: {count} run{'s' if count != 1 else ''}. "
                      "The worker runs them one at a time; this page follows the running one.")

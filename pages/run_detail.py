@@ -10,8 +10,9 @@ from db import store
 from db.models import RunStatus
 from lab.compare import run_record
 from lab.specs import format_validation_error
-from lab.ui_support import figures_summary, run_detail_figures, server_metrics_table, status_badge
 from pages.common import RUNS_PAGE, flash, session, show_flash
+from pages.view.figures import run_detail_figures
+from pages.view.tables import figures_summary, server_metrics_table, status_badge
 
 RECENT_RUNS_LISTED = 500
 

@@ -14,8 +14,8 @@ from db import store
 from db.models import RunStatus
 from lab.compare import run_record
 from lab.specs import BACKENDS, list_presets
-from lab.ui_support import SORTABLE_COLUMNS, format_progress, progress_fraction, runs_table, status_badge
 from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, open_run_detail, session, show_flash
+from pages.view.tables import SORTABLE_COLUMNS, format_progress, progress_fraction, runs_table, status_badge
 
 ALL = "all"
 

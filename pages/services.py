@@ -15,8 +15,8 @@ import streamlit as st
 from db import store
 from lab.cli import SERVICE_NAMES
 from lab.settings import PROJECT_ROOT
-from lab.ui_support import uptime_text
 from pages.common import engine, session, settings
+from pages.view.tables import uptime_text
 
 START_HINTS = {
     "naive": "about 10 s",

@@ -4,7 +4,8 @@ A :class:`ManagedService` starts one child (an argv list, never a shell) on a fr
 loopback port in its own process group, sends its output to its own log file, waits
 until its readiness probe (``GET /health`` by default) answers within a deadline long
 enough for model loading, fails fast with the last log lines when the child exits early,
-and stops the whole process group with TERM, a wait, then KILL.
+and stops the whole process group with TERM, a wait, then KILL
+(:func:`services.processes.stop_process_tree`).
 
 Shaped after vLLM's ``tests/utils.py`` ``RemoteOpenAIServer``.
 """
@@ -12,8 +13,6 @@ Shaped after vLLM's ``tests/utils.py`` ``RemoteOpenAIServer``.
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,10 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import psutil
 
-LOOPBACK_HOST = "127.0.0.1"
-
+from services.processes import LOOPBACK_HOST, find_free_port, is_port_free, read_log_tail, stop_process_tree
 
 class ServiceStartError(RuntimeError):
     """A managed service did not become ready; the message holds the log's tail."""
@@ -38,38 +35,6 @@ class ServiceStartAborted(ServiceStartError):
     """Starting was abandoned because ``abort()`` said so (a cancelled run); the child is stopped."""
 
 
-def find_free_port(host: str = LOOPBACK_HOST) -> int:
-    """Return a TCP port on ``host`` that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def is_port_free(port: int, host: str = LOOPBACK_HOST) -> bool:
-    """True when nothing listens on ``host:port`` and it can be bound."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As servers do: connections in TIME_WAIT do not make a port busy, a listener does.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def read_log_tail(log_path: Path, max_lines: int = 40) -> str:
-    """Return the last ``max_lines`` lines of a log file ('' when there is none)."""
-    try:
-        with open(log_path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 64_000))
-            data = handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(data.splitlines()[-max_lines:])
-
-
 def http_health_probe(path: str = "/health", timeout_s: float = 2.0) -> Callable[["ManagedService"], bool]:
     """A readiness probe that is true when ``GET path`` answers 200."""
 
@@ -81,59 +46,6 @@ def http_health_probe(path: str = "/health", timeout_s: float = 2.0) -> Callable
         return response.status_code == 200
 
     return probe
-
-
-def _group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
-def _signal_group(process_group_id: int | None, signal_number: int) -> None:
-    if process_group_id is None or process_group_id == os.getpgid(0):
-        return  # never signal the lab's own group
-    try:
-        os.killpg(process_group_id, signal_number)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def stop_process_tree(pid: int, *, grace_s: float = 10.0, process_group_id: int | None = None) -> None:
-    """Stop ``pid``'s process group and tree: TERM, wait ``grace_s``, then KILL.
-
-    Safe to call for a pid that is already gone: the lab starts every service in a new
-    session (``start_new_session``), so its group id is its pid, and whatever is left in
-    that group is still stopped. Pass ``process_group_id`` when it differs from ``pid``.
-    """
-    group = process_group_id if process_group_id is not None else pid
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-        try:
-            group = os.getpgid(pid)
-        except ProcessLookupError:
-            pass
-    except psutil.NoSuchProcess:
-        processes = []
-    if not processes:
-        # The leader is gone: what is left of its group is found by group id, so the
-        # grace period below still applies to it.
-        processes = [p for p in psutil.process_iter() if _group_of(p.pid) == group]
-    for process in processes:
-        try:
-            process.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _signal_group(group, signal.SIGTERM)
-    _, alive = psutil.wait_procs(processes, timeout=grace_s)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    _signal_group(group, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=5)
 
 
 @dataclass

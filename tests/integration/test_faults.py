@@ -29,6 +29,7 @@ from db import store
 from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import Run, RunStatus
+from lab import experiments
 from lab.runner import Worker, WorkerBusyError, WorkerLock
 from lab.settings import Settings
 from lab.specs import ExperimentSpec, RunSpec
@@ -56,7 +57,7 @@ class Lab:
         ids = []
         for spec in specs:
             with Session(self.engine) as session:
-                experiment = store.enqueue_experiment(session=session, spec=ExperimentSpec(name=name, base=spec))
+                experiment = experiments.enqueue_experiment(session=session, spec=ExperimentSpec(name=name, base=spec))
                 ids += [run.id for run in experiment.runs]
         return ids
 

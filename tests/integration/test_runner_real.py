@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
+from lab import experiments
 from lab.compare import exp1_table, exp2_ratios, run_record
 from lab.runner import Worker
 from lab.specs import load_preset
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 def run_experiment(engine, settings, spec) -> list[dict]:  # noqa: ANN001
     with Session(engine) as session:
-        run_ids = [run.id for run in store.enqueue_experiment(session=session, spec=spec).runs]
+        run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
     Worker(engine=engine, settings=settings).run_until_empty()
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)

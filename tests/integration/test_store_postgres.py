@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import RunStatus
+from lab import experiments
 from lab.specs import load_preset
 from services.supervisor import find_free_port
 
@@ -76,7 +77,7 @@ def postgres_engine():  # noqa: ANN201
 def test_queue_and_figures_on_postgresql(postgres_engine) -> None:  # noqa: ANN001
     spec = load_preset("seed-exp1", quick=True)
     with Session(postgres_engine) as session:
-        ids = [run.id for run in store.enqueue_experiment(session=session, spec=spec, tags="pg").runs]
+        ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec, tags="pg").runs]
     first = store.claim_next_run(engine=postgres_engine, worker_pid=os.getpid())
     assert first == ids[0]
     store.set_run_status(engine=postgres_engine, run_id=first, status=RunStatus.DONE, req_per_s=1.5,

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import Run, RunStatus
+from lab import experiments
 from lab.settings import get_settings
 from lab.specs import load_preset
 
@@ -73,7 +74,7 @@ def seed_database(engine: Engine) -> SeededLab:
     """Fill ``engine``'s database through db.store, then set figures with the ORM."""
     spec = load_preset("seed-exp1", quick=True)
     with Session(engine, expire_on_commit=False) as session:
-        experiment = store.enqueue_experiment(session=session, spec=spec, tags="ui-test")
+        experiment = experiments.enqueue_experiment(session=session, spec=spec, tags="ui-test")
         experiment_id = experiment.id
         run_ids = [run.id for run in experiment.runs]
     done_ids: list[int] = []
@@ -104,12 +105,12 @@ def seed_database(engine: Engine) -> SeededLab:
                               service_log_tails={backend: f"{backend} log line 1\n{backend} log line 2"})
     # A failed run, a queued run and one whose tag is formula-like.
     with Session(engine, expire_on_commit=False) as session:
-        other = store.enqueue_experiment(
+        other = experiments.enqueue_experiment(
             session=session, spec=load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1]),
                                                                                   ("grid.backend", ["naive"])]),
         )
         failed_id = other.runs[0].id
-        queued = store.enqueue_experiment(
+        queued = experiments.enqueue_experiment(
             session=session, spec=load_preset("seed-exp2", quick=True, overrides=[("grid.backend", ["vllm"]),
                                                                                   ("grid.workload.prompts", [50])]),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,12 @@ from lab.datasets import (
     ShareGPTReadStats,
     build_chat_sessions,
     custom_requests_as_sessions,
-    dataset_stats,
     default_sharegpt_path,
     is_replayable,
     iter_sharegpt_conversations,
+    list_uploads,
     load_custom_requests,
+    record_upload,
     save_upload,
     write_requests_file,
 )
@@ -282,19 +284,6 @@ def test_empty_sessions_are_left_out_of_the_request_file(tmp_path: Path) -> None
     assert json.loads(path.read_text(encoding="utf-8")) == [[{"messages": [{"role": "user", "content": "hi"}]}]]
 
 
-def test_dataset_stats_counts_sessions_turns_and_prompt_chars() -> None:
-    sessions = [
-        [
-            [{"role": "user", "content": "abcd"}],
-            [{"role": "user", "content": "abcd"}, {"role": "user", "content": "ef"}],
-        ],
-        [{"messages": [{"role": "user", "content": "xyz"}], "max_tokens": 3}],
-    ]
-    stats = dataset_stats(sessions)
-    assert (stats.sessions, stats.turns) == (2, 3)
-    assert stats.mean_prompt_chars == pytest.approx((4 + 6 + 3) / 3)
-
-
 # --------------------------------------------------------------------------- uploads
 
 
@@ -397,3 +386,19 @@ def test_the_packaged_sharegpt_file_yields_its_complete_conversations() -> None:
     sessions = build_chat_sessions(conversations, sessions=1000, max_turns=5, system_prompt="S", seed=1234)
     assert len(sessions) == 1000
     assert all(1 <= len(session) <= 5 for session in sessions)
+
+
+def test_recorded_uploads_are_listed_newest_first_with_their_original_name(tmp_path: Path) -> None:
+    line = json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"
+    first = save_upload(data=line.encode(), original_name="first.jsonl", kind="jsonl", upload_dir=tmp_path,
+                        max_bytes=10_000)
+    second = save_upload(data=(line * 2).encode(), original_name="second.jsonl", kind="jsonl",
+                         upload_dir=tmp_path, max_bytes=10_000)
+    record_upload(first)
+    record_upload(second)
+    os.utime(first.path, (1, 1))  # older
+    listed = list_uploads(tmp_path, "jsonl")
+    assert [path for path, _ in listed] == [str(second.path), str(first.path)]
+    assert listed[0][1].startswith("second.jsonl (2 usable, saved ")
+    assert list_uploads(tmp_path, "sharegpt") == []  # sidecars and other kinds are not listed
+

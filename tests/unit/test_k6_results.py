@@ -30,10 +30,10 @@ def test_summary_counts_match_the_server_and_separate_failures() -> None:
 
 def test_summary_rates_and_latency_units() -> None:
     figures = parse_summary(FIXTURES / "number_story_summary.json")
-    assert figures["duration_s"] == pytest.approx(2.025, abs=0.01)
-    assert figures["req_per_s"] == pytest.approx(12 / figures["duration_s"])
-    assert figures["output_tok_per_s"] == pytest.approx(1536 / figures["duration_s"])
-    assert figures["input_tok_per_s"] == pytest.approx(480 / figures["duration_s"])
+    assert figures["measured_duration_s"] == pytest.approx(2.025, abs=0.01)
+    assert figures["req_per_s"] == pytest.approx(12 / figures["measured_duration_s"])
+    assert figures["output_tok_per_s"] == pytest.approx(1536 / figures["measured_duration_s"])
+    assert figures["input_tok_per_s"] == pytest.approx(480 / figures["measured_duration_s"])
     # The stub sleeps 0.25 s per completion: latencies are seconds, not ms.
     for key in ("latency_avg_s", "latency_min_s", "latency_p50_s", "latency_p90_s", "latency_p95_s",
                 "latency_p99_s", "latency_max_s"):
@@ -46,11 +46,11 @@ def test_summary_cache_hit_rate_from_x_cache() -> None:
     figures = parse_summary(FIXTURES / "number_story_summary.json")
     assert figures["cache_hits"] == STUB_COUNTS["number_story"]["cache_hits"] == 9
     assert figures["cache_lookups"] == 12  # failed answers carry no X-Cache header
-    assert figures["cache_hit_rate"] == pytest.approx(0.75)
+    assert figures["response_cache_hit_rate"] == pytest.approx(0.75)
 
 
 def test_summary_without_cache_header_has_no_hit_rate() -> None:
-    assert parse_summary(FIXTURES / "arrival_summary.json")["cache_hit_rate"] is None
+    assert parse_summary(FIXTURES / "arrival_summary.json")["response_cache_hit_rate"] is None
 
 
 def test_cancelled_run_counts_interrupted_iterations_and_requests() -> None:
@@ -63,7 +63,7 @@ def test_cancelled_run_counts_interrupted_iterations_and_requests() -> None:
 
 def test_arrival_rate_records_dropped_iterations_and_turns() -> None:
     figures = parse_summary(FIXTURES / "arrival_summary.json")
-    assert figures["dropped_iterations"] > 0
+    assert figures["iterations_dropped"] > 0
     assert figures["iterations_completed"] * 2 == figures["requests_ok"] == STUB_COUNTS["arrival"]["completions_ok"]
     assert figures["vus_max"] == 1
 
@@ -76,7 +76,7 @@ def test_summary_export_layout_is_read_too(tmp_path: Path) -> None:
     path.write_text(json.dumps(exported))
     figures = parse_summary(path)
     assert figures["requests_ok"] == 12
-    assert figures["duration_s"] == pytest.approx(parse_summary(FIXTURES / "number_story_summary.json")["duration_s"], rel=1e-6)
+    assert figures["measured_duration_s"] == pytest.approx(parse_summary(FIXTURES / "number_story_summary.json")["measured_duration_s"], rel=1e-6)
 
 
 @pytest.mark.parametrize("content", [None, "", "{not json", '{"metrics": 3}'])

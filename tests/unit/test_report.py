@@ -12,17 +12,9 @@ from typing import Any
 import pytest
 
 from lab.compare import RECORD_FIELDS
-from lab.report import (
-    HELD,
-    NOT_HELD,
-    NOT_MEASURED,
-    PARTLY,
-    VERDICT_RULES,
-    evaluate_claims,
-    judge,
-    seed_table,
-    write_report,
-)
+from lab.report import write_report
+from lab.report.claims import HELD, NOT_HELD, NOT_MEASURED, PARTLY, VERDICT_RULES, evaluate_claims, judge
+from lab.report.tables import seed_table
 
 GENERATED_AT = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 ENVIRONMENT = {
@@ -228,7 +220,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.cli
+    import lab.runner
     from db import store
     from db.engine import get_engine
     from lab.report import reproduce
@@ -250,7 +242,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
                                      output_tok_per_s=20.0, latency_avg_s=5.0, latency_p95_s=6.0,
                                      latency_max_s=7.0, requests_failed=0, environment=ENVIRONMENT)
 
-    monkeypatch.setattr(lab.cli, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.runner, "wait_for_runs", run_queue)
     exit_code = reproduce(settings=settings, quick=True, repeats=2, output_dir=tmp_path / "out",
                           presets=("seed-exp1", "seed-exp2"))
     assert exit_code == 1

@@ -12,6 +12,7 @@ from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.runner import RunExecutor, RunFailed
 from lab.settings import Settings
+from lab import experiments
 from lab.specs import load_preset
 from services.manager import ServiceManager
 
@@ -23,7 +24,7 @@ def executor(tmp_path: Path) -> RunExecutor:
     migrations.upgrade(engine)
     spec = load_preset("seed-exp1", overrides=[("grid.backend", ["naive"]), ("grid.load.vus", [1])])
     with Session(engine) as session:
-        store.enqueue_experiment(session=session, spec=spec)
+        experiments.enqueue_experiment(session=session, spec=spec)
     run_id = store.claim_next_run(engine=engine, worker_pid=1)
     return RunExecutor(engine=engine, settings=settings, services=ServiceManager(engine=engine, settings=settings),
                        run_id=run_id)
@@ -65,7 +66,7 @@ def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecu
 
 
 def test_arrival_rates_become_whole_iterations_per_unit() -> None:
-    from lab.runner import k6_rate
+    from lab.k6_driver import k6_rate
 
     assert k6_rate(5.0) == (5, "1s")
     assert k6_rate(0.5) == (30, "1m")
@@ -74,7 +75,7 @@ def test_arrival_rates_become_whole_iterations_per_unit() -> None:
 
 
 def test_run_detail_charts_include_the_backends_running_requests() -> None:
-    from lab.ui_support import run_detail_figures
+    from pages.view.figures import run_detail_figures
 
     series = {"time_s": [0.0, 1.0], "requests_ok": [1, 2], "start_epoch_s": 100.0,
               "server": {"t": [100.0, 101.0], "running_requests": [3.0, 8.0], "waiting_requests": [0.0, 2.0]}}

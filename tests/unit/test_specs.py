@@ -160,8 +160,9 @@ def test_repeat_seeds_stay_in_range() -> None:
 
     from sqlalchemy.orm import Session
 
-    from db import migrations, store
+    from db import migrations
     from db.engine import make_engine
+    from lab import experiments
     import tempfile
 
     engine = make_engine(f"sqlite:///{Path(tempfile.mkdtemp()) / 'x.db'}")
@@ -169,5 +170,5 @@ def test_repeat_seeds_stay_in_range() -> None:
     spec = load_preset("seed-exp1", overrides=[("random_seed", 2**31 - 1), ("repeats", 2), ("grid.backend", ["naive"]),
                                                ("grid.load.vus", [1])])
     with Session(engine) as session:
-        seeds = [run.random_seed for run in store.enqueue_experiment(session=session, spec=spec).runs]
+        seeds = [run.random_seed for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
     assert seeds == [2**31 - 1, 0]

@@ -7,13 +7,14 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
+from lab import experiments
 from lab.specs import load_preset
 
 
@@ -30,7 +31,7 @@ def quick_exp1():  # noqa: ANN201
 
 def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        experiment = store.enqueue_experiment(session=session, spec=quick_exp1(), tags="smoke")
+        experiment = experiments.enqueue_experiment(session=session, spec=quick_exp1(), tags="smoke")
         runs = experiment.runs
         assert len(runs) == 2 * 2 * 2
         assert {run.status for run in runs} == {RunStatus.QUEUED}
@@ -42,7 +43,7 @@ def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # 
 
 def test_claim_is_fifo_and_exclusive(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        ids = [run.id for run in store.enqueue_experiment(session=session, spec=quick_exp1()).runs]
+        ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs]
     claimed = [store.claim_next_run(engine=engine, worker_pid=1) for _ in ids]
     assert claimed == ids
     assert store.claim_next_run(engine=engine, worker_pid=1) is None
@@ -50,7 +51,7 @@ def test_claim_is_fifo_and_exclusive(engine) -> None:  # noqa: ANN001
 
 def test_cancel_queued_and_active(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        first, second = [run.id for run in store.enqueue_experiment(session=session, spec=quick_exp1()).runs][:2]
+        first, second = [run.id for run in experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs][:2]
     store.claim_next_run(engine=engine, worker_pid=1)
     with Session(engine) as session:
         assert store.request_cancel(session=session, run_id=second) == RunStatus.CANCELLED
@@ -62,7 +63,7 @@ def test_cancel_queued_and_active(engine) -> None:  # noqa: ANN001
 
 def test_filters_notes_and_delete(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        experiment = store.enqueue_experiment(session=session, spec=quick_exp1())
+        experiment = experiments.enqueue_experiment(session=session, spec=quick_exp1())
         run_id = experiment.runs[0].id
         store.set_run_notes(session=session, run_id=run_id, tags=" fast , cpu ", notes="=cmd|' /C calc'!A0")
         assert len(store.list_runs(session=session, backends=["naive"])) == 4
@@ -78,7 +79,7 @@ def test_filters_notes_and_delete(engine) -> None:  # noqa: ANN001
 
 def test_orphaned_active_runs_become_interrupted(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        store.enqueue_experiment(session=session, spec=quick_exp1())
+        experiments.enqueue_experiment(session=session, spec=quick_exp1())
     run_id = store.claim_next_run(engine=engine, worker_pid=424242)
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.RUNNING)
     assert store.mark_orphaned_runs_interrupted(engine=engine) == [run_id]
@@ -91,11 +92,10 @@ def test_orphaned_active_runs_become_interrupted(engine) -> None:  # noqa: ANN00
 
 def test_schema_upgrade_keeps_every_run(engine, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        store.enqueue_experiment(session=session, spec=quick_exp1())
+        experiments.enqueue_experiment(session=session, spec=quick_exp1())
 
     def add_column(connection) -> None:  # noqa: ANN001
-        if not migrations._has_column(connection, "runs", "future_figure"):
-            connection.execute(text("ALTER TABLE runs ADD COLUMN future_figure FLOAT"))
+        connection.execute(text("ALTER TABLE runs ADD COLUMN future_figure FLOAT"))
 
     monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, add_column])
     monkeypatch.setattr(migrations, "LATEST_VERSION", len(migrations.MIGRATIONS))
@@ -103,13 +103,26 @@ def test_schema_upgrade_keeps_every_run(engine, monkeypatch: pytest.MonkeyPatch)
     with engine.connect() as connection:
         assert migrations.current_version(connection) == 2
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == 8
-        assert migrations._has_column(connection, "runs", "future_figure")
+        assert "future_figure" in {column["name"] for column in inspect(connection).get_columns("runs")}
     assert migrations.upgrade(engine) == 2  # idempotent
+
+
+def test_a_new_database_is_created_at_the_latest_version_without_replaying_migrations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replayed: list[int] = []
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, lambda connection: replayed.append(1)])
+    monkeypatch.setattr(migrations, "LATEST_VERSION", len(migrations.MIGRATIONS))
+    engine = make_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    assert migrations.upgrade(engine) == 0
+    with engine.connect() as connection:
+        assert migrations.current_version(connection) == migrations.LATEST_VERSION
+    assert replayed == []  # the models already hold what the later migrations add
 
 
 def test_worker_writes_while_readers_poll_without_lock_errors(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        run_id = store.enqueue_experiment(session=session, spec=quick_exp1()).runs[0].id
+        run_id = experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs[0].id
     errors: list[Exception] = []
     stop = threading.Event()
 
@@ -150,7 +163,7 @@ def test_sqlite_is_in_wal_mode_with_a_busy_timeout(engine) -> None:  # noqa: ANN
 
 def test_delete_keeps_the_series_of_an_active_run(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
-        ids = [run.id for run in store.enqueue_experiment(session=session, spec=quick_exp1()).runs]
+        ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs]
     active = store.claim_next_run(engine=engine, worker_pid=1)
     store.save_run_series(engine=engine, run_id=active, series={"time_s": [0.0]})
     with Session(engine) as session:

@@ -1,0 +1,296 @@
+"""The reproduction report: run the seed's three experiments and say, claim by claim,
+whether the seed's conclusions hold on the hardware at hand.
+
+``reproduce`` queues the seed presets, runs them (through :func:`lab.runner.wait_for_runs`)
+and calls ``write_report``, which writes under ``docs/reproduction/``:
+
+- ``README.md``: Markdown for reading on GitHub (charts as PNG copies),
+- ``report.html``: one self-contained file, Plotly's JavaScript inlined once (the lab
+  runs offline, so no CDN),
+- ``charts/*.png``: the charts as images (plotly + kaleido driving a local Chromium),
+- ``runs.csv``: every run's figures.
+
+This module is the orchestration and the database access; the parts live beside it:
+:mod:`.claims` (claims and verdicts), :mod:`.tables`, :mod:`.charts` (with PNG export)
+and :mod:`.render` (Markdown and HTML).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lab import compare
+from lab.report.charts import build_charts, write_pngs
+from lab.report.claims import VERDICT_RULES, VERDICTS, done_runs, evaluate_claims
+from lab.report.render import Block, render_html, render_markdown
+from lab.report.tables import (
+    environment_table,
+    open_questions_table,
+    our_table,
+    problem_rows,
+    ratio_rows,
+    scaling_table,
+    seed_table,
+)
+
+PRESETS: tuple[str, ...] = ("seed-exp1", "seed-exp2", "seed-exp3")
+REPORT_COMMAND = "python -m lab reproduce --quick"
+SEED_HARDWARE = "one RTX 4060 (8 GB VRAM), 32 GB RAM, WSL2 Ubuntu; Qwen3-0.6B bf16; vLLM 0.31.0"
+SEED_SCALE = "60 s per cell, constant VUs (1, 8, 32 in experiment 1; 32 in experiments 2 and 3), one run per cell"
+
+
+EXPERIMENT_CHARTS: dict[str, list[tuple[str, str]]] = {
+    "seed-exp1": [("exp1_throughput", "Experiment 1 throughput"), ("exp1_latency", "Experiment 1 latency")],
+    "seed-exp2": [("exp2_req_per_s", "Experiment 2 req/s")],
+    "seed-exp3": [("exp3_req_per_s", "Experiment 3 req/s")],
+}
+EXPERIMENT_TITLES = {
+    "seed-exp1": "Experiment 1: Transformers + FastAPI vs vLLM, by VUs",
+    "seed-exp2": "Experiment 2: vLLM direct vs vLLM + Redis response cache",
+    "seed-exp3": "Experiment 3: multi-turn chat (ShareGPT)",
+}
+
+
+def build_blocks(
+    *,
+    records_by_preset: dict[str, list[dict[str, Any]]],
+    experiments_meta: dict[str, dict[str, Any]],
+    environment: dict[str, Any],
+    generated_at: datetime,
+    command: str,
+    verdicts: list[dict[str, Any]],
+    png_note: str | None,
+    price_per_hour: float | None,
+) -> list[Block]:
+    """The report as blocks (see ``render_markdown`` and ``render_html``)."""
+    counts = {v: sum(1 for item in verdicts if item["verdict"] == v) for v in VERDICTS}
+    all_records = [r for records in records_by_preset.values() for r in records]
+    done_count = len(done_runs(all_records))
+    scales = sorted({meta.get("scale", "full") for meta in experiments_meta.values()}) or ["full"]
+    blocks: list[Block] = [
+        ("h", 1, "Reproducing the seed's experiments"),
+        ("p", f"Generated {generated_at.isoformat(timespec='seconds')} by `{command}` "
+              f"(scale: {', '.join(scales)}). {done_count} of {len(all_records)} runs finished. "
+              "This is a record of one measurement: regenerate it when the lab changes."),
+        ("p", "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS) + ". The seed's set-up: "
+              f"{SEED_HARDWARE}."),
+        ("h", 2, "Environment"),
+        ("table", environment_table(environment)),
+        ("h", 2, "Scaling"),
+        ("p", f"The seed: {SEED_SCALE}. Here:"),
+        ("table", scaling_table(experiments_meta)),
+        ("p", "Figures are means over repeats, ± the sample standard deviation where there are at least two. "
+              "Failed requests are summed over repeats."),
+        ("h", 2, "Claim by claim"),
+        ("table", pd.DataFrame([{
+            "claim (seed)": v["claim"], "figure": v["figure"], "seed": v["seed_text"], "ours": v["ours_text"],
+            "verdict": v["verdict"], "why": v["reason"],
+        } for v in verdicts])),
+        ("p", "Rules (in code: lab/report/claims.py VERDICT_RULES):"),
+        ("list", [f"{name}: {rule['text']}" for name, rule in VERDICT_RULES.items()
+                  if any(v["rule"] == name for v in verdicts)]),
+    ]
+    for preset in PRESETS:
+        if preset not in records_by_preset and preset not in experiments_meta:
+            continue
+        records = records_by_preset.get(preset, [])
+        meta = experiments_meta.get(preset, {})
+        blocks.append(("h", 2, EXPERIMENT_TITLES[preset]))
+        if meta.get("scale_note"):
+            blocks.append(("p", f"Scale: {meta['scale_note']}."))
+        blocks.append(("h", 3, "Ours"))
+        ours = our_table(preset, records)
+        blocks.append(("table", ours) if not ours.empty else ("p", "No run of this experiment finished."))
+        blocks.append(("h", 3, "Seed"))
+        blocks.append(("table", seed_table(preset)))
+        blocks.append(("h", 3, "Ratios"))
+        blocks.append(("table", pd.DataFrame(ratio_rows(preset, records), columns=["figure", "ours", "seed"])))
+        for stem, title in EXPERIMENT_CHARTS[preset]:
+            blocks.append(("chart", stem, title))
+    blocks.append(("h", 2, "What the original left open"))
+    blocks.append(("p", "Server-side time to first token and time per output token (from the backend's "
+                        "/metrics), resource use sampled while the load ran, and failures, per cell, ± sd over "
+                        "repeats. Cost per token needs a price per hour: "
+                        + (f"{price_per_hour:g} per hour was used." if price_per_hour is not None
+                           else "none was given, so it is left out.")))
+    blocks.append(("table", open_questions_table(records_by_preset, price_per_hour=price_per_hour)))
+    blocks.append(("h", 2, "Failed runs and warnings"))
+    problems = problem_rows(records_by_preset)
+    blocks.append(("table", pd.DataFrame(problems)) if problems else ("p", "None: every run finished done."))
+    if png_note:
+        blocks.append(("p", f"PNG copies of the charts could not be written ({png_note}); report.html has them."))
+    blocks.append(("p", "Every run's figures: runs.csv. Interactive charts: report.html (self-contained)."))
+    return blocks
+
+
+def write_report(
+    *,
+    records_by_preset: dict[str, list[dict[str, Any]]],
+    experiments_meta: dict[str, dict[str, Any]],
+    environment: dict[str, Any],
+    output_dir: Path,
+    generated_at: datetime,
+    price_per_hour: float | None = None,
+    command: str = REPORT_COMMAND,
+    write_png: bool = True,
+) -> dict[str, Path]:
+    """Write README.md, report.html, runs.csv and charts/*.png under ``output_dir``; their paths.
+
+    ``records_by_preset`` maps a seed preset to its runs as :func:`lab.compare.run_record`
+    dicts; ``experiments_meta`` maps it to ``name, scale, scale_note, ids`` (and optionally
+    ``duration_s, vus, repeats``).
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    verdicts = evaluate_claims(records_by_preset)
+    charts = build_charts(records_by_preset)
+    png_paths, png_note = write_pngs(charts, output_dir / "charts") if write_png else ({}, None)
+    blocks = build_blocks(records_by_preset=records_by_preset, experiments_meta=experiments_meta,
+                          environment=environment, generated_at=generated_at, command=command, verdicts=verdicts,
+                          png_note=png_note, price_per_hour=price_per_hour)
+    written: dict[str, Path] = {}
+    markdown_path = output_dir / "README.md"
+    markdown_path.write_text(render_markdown(blocks, png_paths=png_paths, output_dir=output_dir), encoding="utf-8")
+    written["README.md"] = markdown_path
+    html_path = output_dir / "report.html"
+    html_path.write_text(render_html(blocks, charts=charts, title="Serving Lab: reproducing the seed"),
+                         encoding="utf-8")
+    written["report.html"] = html_path
+    csv_path = output_dir / "runs.csv"
+    all_records = [r for records in records_by_preset.values() for r in records]
+    csv_path.write_text(compare.records_to_csv(all_records, compare.RECORD_FIELDS), encoding="utf-8")
+    written["runs.csv"] = csv_path
+    for stem, path in png_paths.items():
+        written[f"charts/{stem}.png"] = path
+    return written
+
+
+# -- the whole reproduction ---------------------------------------------------------------
+
+def _meta_from_spec(spec: Any, experiment_id: int) -> dict[str, Any]:
+    vus = spec.grid.get("load.vus") or [spec.base.load.peak_vus]
+    return {
+        "name": spec.name, "scale": spec.scale, "scale_note": spec.scale_note, "ids": [experiment_id],
+        "duration_s": spec.base.load.duration_s, "vus": list(vus), "repeats": spec.repeats,
+    }
+
+
+REPRODUCE_TAG = "reproduce"
+
+
+def enqueue_reproduction(
+    *, settings: Any, quick: bool, repeats: int | None, presets: Sequence[str] = PRESETS
+) -> dict[str, dict[str, Any]]:
+    """Queue the seed presets (tagged ``reproduce``); returns per preset its meta and run ids.
+
+    Returns at once: the lab's worker (or :func:`reproduce`) executes the runs.
+    """
+    from sqlalchemy.orm import Session
+
+    from db.engine import get_engine
+    from lab import experiments
+    from lab.specs import load_preset
+
+    engine = get_engine(settings.resolved_database_url)
+    overrides = [("repeats", repeats)] if repeats else []
+    experiments_meta: dict[str, dict[str, Any]] = {}
+    for preset in presets:
+        spec = load_preset(preset, quick=quick, overrides=overrides)
+        with Session(engine) as session:
+            experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=REPRODUCE_TAG)
+            experiments_meta[preset] = _meta_from_spec(spec, experiment.id)
+            experiments_meta[preset]["run_ids"] = [run.id for run in experiment.runs]
+    return experiments_meta
+
+
+def latest_reproduction(*, settings: Any, presets: Sequence[str] = PRESETS) -> dict[str, dict[str, Any]]:
+    """The newest experiment of each seed preset (its meta), for a report from the web lab."""
+    from sqlalchemy import select
+    from sqlalchemy.orm import Session
+
+    from db.engine import get_engine
+    from db.models import Experiment
+    from lab.specs import ExperimentSpec
+
+    engine = get_engine(settings.resolved_database_url)
+    found: dict[str, dict[str, Any]] = {}
+    with Session(engine) as session:
+        for preset in presets:
+            experiment = session.scalar(
+                select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc()).limit(1)
+            )
+            if experiment is not None:
+                found[preset] = _meta_from_spec(ExperimentSpec.model_validate(experiment.spec), experiment.id)
+    return found
+
+
+def report_from_experiments(
+    *,
+    settings: Any,
+    experiments_meta: dict[str, dict[str, Any]],
+    output_dir: Path,
+    command: str = REPORT_COMMAND,
+    price_per_hour: float | None = None,
+) -> tuple[dict[str, Path], bool]:
+    """Write the report from stored experiments; returns (files written, every run done)."""
+    from sqlalchemy.orm import Session
+
+    from db import store
+    from db.engine import get_engine
+
+    engine = get_engine(settings.resolved_database_url)
+    records_by_preset: dict[str, list[dict[str, Any]]] = {}
+    environment: dict[str, Any] = {}
+    with Session(engine) as session:
+        for preset, meta in experiments_meta.items():
+            runs = store.list_runs(session=session, experiment_ids=meta["ids"], newest_first=False)
+            records_by_preset[preset] = [compare.run_record(run) for run in runs]
+            if not environment:
+                environment = next((dict(run.environment) for run in runs if run.environment), {})
+    if not environment:
+        from lab import environment as lab_environment
+        from lab.k6_driver import k6_version
+
+        environment = lab_environment.capture(model=settings.default_model, k6_version=k6_version())
+    meta_without_run_ids = {p: {k: v for k, v in m.items() if k != "run_ids"} for p, m in experiments_meta.items()}
+    written = write_report(records_by_preset=records_by_preset, experiments_meta=meta_without_run_ids,
+                           environment=environment, output_dir=Path(output_dir),
+                           generated_at=datetime.now().astimezone(), price_per_hour=price_per_hour,
+                           command=command)
+    all_records = [r for records in records_by_preset.values() for r in records]
+    return written, bool(all_records) and all(r.get("status") == "done" for r in all_records)
+
+
+def reproduce(
+    *,
+    settings: Any,
+    quick: bool,
+    repeats: int | None,
+    output_dir: Path,
+    presets: Sequence[str] = PRESETS,
+    price_per_hour: float | None = None,
+) -> int:
+    """Queue and run the seed presets, then write the report. 0 if every run is done, else 1.
+
+    The report is written either way; failed runs are listed in it.
+    """
+    from lab import runner
+
+    experiments_meta = enqueue_reproduction(settings=settings, quick=quick, repeats=repeats, presets=presets)
+    for preset, meta in experiments_meta.items():
+        print(f"experiment #{meta['ids'][0]}: {meta['name']}: {len(meta['run_ids'])} runs queued"
+              + (f" ({meta['scale_note']})" if meta["scale_note"] else ""), file=sys.stderr)
+    runner.wait_for_runs(settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]])
+    command = "python -m lab reproduce" + (" --quick" if quick else "") + (f" --repeats {repeats}" if repeats else "")
+    written, all_done = report_from_experiments(
+        settings=settings, experiments_meta=experiments_meta, output_dir=output_dir, command=command,
+        price_per_hour=price_per_hour,
+    )
+    print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
+    return 0 if all_done else 1

@@ -1,0 +1,121 @@
+"""The report's charts (Plotly: ours, mean ± sd, beside the seed's) and their PNG copies."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from lab.compare import SEED_EXP1, SEED_EXP2, SEED_EXP3, SEED_SERVER_NAMES, aggregate
+from lab.report.claims import as_records, done_runs
+
+logger = logging.getLogger(__name__)
+
+PNG_WIDTH_PX = 900
+PNG_HEIGHT_PX = 480
+CHART_COLOURS = {"Transformers": "#636efa", "vLLM": "#ef553b", "vLLM direct": "#ef553b", "vLLM + Redis": "#00cc96",
+                 "ours": "#636efa", "seed": "#ab63fa"}
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+
+
+def _bar(frame_rows: list[dict[str, Any]], *, title: str, x_title: str, y_title: str, log_y: bool):  # noqa: ANN202
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for series in frame_rows:
+        # The same colour for a server, ours solid and the seed's hatched; error bars (sd) on ours only.
+        server = series["name"].rsplit(" (", 1)[0]
+        fig.add_trace(go.Bar(
+            name=series["name"], x=[str(x) for x in series["x"]], y=series["y"],
+            error_y=dict(type="data", array=series["sd"], visible=True) if series.get("sd") else None,
+            marker_color=CHART_COLOURS.get(server),
+            marker_pattern_shape="/" if series.get("seed") else "",
+        ))
+    fig.update_layout(title=title, barmode="group", xaxis_title=x_title, yaxis_title=y_title,
+                      template="plotly_white", legend_title_text="")
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def _series(rows: list[dict[str, Any]], *, x_key: str, figure: str, backend: str, name: str,
+            seed: bool = False) -> dict[str, Any] | None:
+    picked = sorted((r for r in rows if r["backend"] == backend and r.get(figure) is not None),
+                    key=lambda r: r.get(x_key) or 0)
+    if not picked:
+        return None
+    return {"name": name, "x": [r.get(x_key) for r in picked], "y": [r[figure] for r in picked],
+            "sd": [r.get(f"{figure}_sd") or 0 for r in picked] if not seed else None, "seed": seed}
+
+
+def build_charts(records_by_preset: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The report's Plotly figures, ours (mean ± sd) beside the seed's, keyed by file stem."""
+    charts: dict[str, Any] = {}
+    exp1 = records_by_preset.get("seed-exp1", [])
+    if done_runs(exp1):
+        ours = aggregate(exp1, ("vus", "backend"), ("output_tok_per_s", "latency_avg_s"))
+        seed = as_records(SEED_EXP1)
+        for figure, stem, title, axis in (
+            ("output_tok_per_s", "exp1_throughput", "Experiment 1: output throughput by VUs", "output tok/s (log)"),
+            ("latency_avg_s", "exp1_latency", "Experiment 1: average latency by VUs", "seconds (log)"),
+        ):
+            series = [
+                _series(ours, x_key="vus", figure=figure, backend="naive", name="Transformers (ours)"),
+                _series(ours, x_key="vus", figure=figure, backend="vllm", name="vLLM (ours)"),
+                _series(seed, x_key="vus", figure=figure, backend="naive", name="Transformers (seed)", seed=True),
+                _series(seed, x_key="vus", figure=figure, backend="vllm", name="vLLM (seed)", seed=True),
+            ]
+            charts[stem] = _bar([s for s in series if s], title=title, x_title="VUs", y_title=axis, log_y=True)
+    exp2 = records_by_preset.get("seed-exp2", [])
+    if done_runs(exp2):
+        ours = aggregate(exp2, ("prompts", "backend"), ("req_per_s",))
+        seed = as_records(SEED_EXP2)
+        series = [
+            _series(ours, x_key="prompts", figure="req_per_s", backend="vllm", name="vLLM direct (ours)"),
+            _series(ours, x_key="prompts", figure="req_per_s", backend="vllm+cache", name="vLLM + Redis (ours)"),
+            _series(seed, x_key="prompts", figure="req_per_s", backend="vllm", name="vLLM direct (seed)", seed=True),
+            _series(seed, x_key="prompts", figure="req_per_s", backend="vllm+cache", name="vLLM + Redis (seed)",
+                    seed=True),
+        ]
+        charts["exp2_req_per_s"] = _bar([s for s in series if s], title="Experiment 2: req/s with and without the cache",
+                                        x_title="PROMPTS", y_title="req/s (log)", log_y=True)
+    exp3 = records_by_preset.get("seed-exp3", [])
+    if done_runs(exp3):
+        ours = aggregate(exp3, ("backend",), ("req_per_s",))
+        order = ["naive", "vllm", "vllm+cache"]
+        ours_rows = sorted((r for r in ours if r["req_per_s"] is not None), key=lambda r: order.index(r["backend"])
+                           if r["backend"] in order else 9)
+        series = [
+            {"name": "ours", "x": [SEED_SERVER_NAMES.get(r["backend"], r["backend"]) for r in ours_rows],
+             "y": [r["req_per_s"] for r in ours_rows], "sd": [r.get("req_per_s_sd") or 0 for r in ours_rows]},
+            {"name": "seed", "x": [SEED_SERVER_NAMES[r["backend"]] for r in SEED_EXP3],
+             "y": [r["req_per_s"] for r in SEED_EXP3], "seed": True},
+        ]
+        charts["exp3_req_per_s"] = _bar(series, title="Experiment 3: multi-turn chat req/s", x_title="server",
+                                        y_title="req/s (log)", log_y=True)
+    return charts
+
+
+def write_pngs(charts: dict[str, Any], folder: Path) -> tuple[dict[str, Path], str | None]:
+    """PNG copies of ``charts`` via kaleido and a local Chromium (never downloaded).
+
+    Returns the paths written and, when none could be, why.
+    """
+    if not charts:
+        return {}, None
+    if "BROWSER_PATH" not in os.environ:
+        local = next((path for path in CHROMIUM_PATHS if Path(path).is_file()), None)
+        if local:
+            os.environ["BROWSER_PATH"] = local  # choreographer (kaleido v1) reads it; nothing is fetched
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {stem: folder / f"{stem}.png" for stem in charts}
+    try:
+        import plotly.io as pio
+
+        pio.write_images(list(charts.values()), [str(p) for p in paths.values()],
+                         width=PNG_WIDTH_PX, height=PNG_HEIGHT_PX)
+    except Exception as error:  # noqa: BLE001 (no kaleido or no browser: the report still stands without PNGs)
+        logger.warning("PNG copies of the charts not written: %s", error)
+        return {}, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return {stem: path for stem, path in paths.items() if path.is_file()}, None
