@@ -60,8 +60,12 @@ class Lab:
                 ids += [run.id for run in experiment.runs]
         return ids
 
+    def run_queue(self) -> None:
+        while self.worker.run_one() is not None:
+            pass
+
     def start_worker(self) -> None:
-        self._thread = threading.Thread(target=self.worker.run_until_empty, daemon=True)
+        self._thread = threading.Thread(target=self.run_queue, daemon=True)
         self._thread.start()
 
     def join_worker(self, timeout_s: float = 120) -> None:
@@ -197,7 +201,7 @@ def test_a_model_folder_that_holds_no_model_fails_the_run_with_the_servers_reaso
     empty = tmp_path / "not-a-model"
     empty.mkdir()
     [run_id] = lab.enqueue(naive_spec(duration_s=2, model=str(empty)))
-    lab.worker.run_until_empty()
+    lab.run_queue()
     run = lab.run(run_id)
     assert run.status == RunStatus.FAILED
     assert "naive exited with code" in run.status_reason and "before it was ready" in run.status_reason

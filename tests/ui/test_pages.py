@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from db import store
 from db.models import Run, RunStatus
+from lab.settings import get_settings
 from tests.ui.conftest import FORMULA_TAG, PROJECT_ROOT, SeededLab
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
@@ -282,8 +283,8 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
     log_path = seed_lab.data_dir / "logs" / "naive.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("INFO loading model\nINFO ready on /health\n")
-    store.upsert_service_record(engine=seed_lab.engine, name="naive", kind="naive", state="stopped",
-                                log_path=str(log_path))
+    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive",
+                                state="stopped", log_path=str(log_path))
     app = open_page(PAGES["Services"])
     table = app.dataframe[0].value
     assert list(table["service"]) == ["naive"] and list(table["state"]) == ["stopped"]
@@ -293,7 +294,8 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
 
 
 def test_services_cannot_be_started_or_stopped_by_hand_during_a_run(seed_lab: SeededLab) -> None:
-    store.upsert_service_record(engine=seed_lab.engine, name="naive", kind="naive", state="stopped")
+    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive",
+                                state="stopped")
     store.claim_next_run(engine=seed_lab.engine, worker_pid=1)  # the queued run becomes active
     app = open_page(PAGES["Services"])
     assert "is using the services" in texts(app)
