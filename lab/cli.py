@@ -313,7 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--port", type=int, default=int(os.environ.get("LAB_PORT", "8501")))
     worker = commands.add_parser("worker", help="run a queue worker (many may share one PostgreSQL queue)")
     worker.add_argument("--name", help="this worker's name on the queue (LAB_WORKER_NAME; the host's by default)")
-    worker.add_argument("--labels", help="what it offers runs, comma-separated, e.g. gpu,h100 (LAB_WORKER_LABELS='["gpu"]')")
+    worker.add_argument(
+        "--labels", help="what it offers runs, comma-separated, e.g. gpu,h100 (or LAB_WORKER_LABELS='[\"gpu\"]')"
+    )
 
     services = commands.add_parser("services", help="start, check and stop managed services")
     services_actions = services.add_subparsers(dest="action", required=True)
