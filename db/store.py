@@ -203,6 +203,7 @@ def list_runs(
     model_contains: str | None = None,
     statuses: Sequence[str] | None = None,
     tag: str | None = None,
+    worker_name: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     newest_first: bool = True,
@@ -224,6 +225,8 @@ def list_runs(
         query = query.where(Run.status.in_(statuses))
     if tag:
         query = query.where(or_(Run.tags == tag, Run.tags.contains(tag)))
+    if worker_name:
+        query = query.where(Run.worker_name == worker_name)
     if created_after:
         query = query.where(Run.created_at >= created_after)
     if created_before:
@@ -232,6 +235,12 @@ def list_runs(
     if limit:
         query = query.limit(limit)
     return list(session.scalars(query))
+
+
+def run_worker_names(*, session: Session) -> list[str]:
+    """The names of the workers that claimed runs, for filters."""
+    return list(session.scalars(select(Run.worker_name).where(Run.worker_name.is_not(None)).distinct()
+                                .order_by(Run.worker_name)))
 
 
 def list_experiments(*, session: Session, limit: int | None = None) -> list[Experiment]:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from lab.workers import hardware_summary
+
 # The seed's published figures (../shared/reference/seed-experiments.md), latencies in seconds.
 SEED_EXP1 = [
     {"vus": 1, "backend": "naive", "output_tok_per_s": 27.0, "req_per_s": 0.21, "latency_avg_s": 4.73, "latency_p95_s": 6.51},
@@ -40,7 +42,7 @@ SEED_SERVER_NAMES = {"naive": "Transformers", "vllm": "vLLM", "vllm+cache": "vLL
 RECORD_FIELDS = (
     "run_id", "experiment_id", "experiment", "preset", "cell_label", "repeat_index", "status", "status_reason",
     "backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts", "duration_s", "max_tokens",
-    "random_seed", "tags", "created_at", "started_at", "finished_at",
+    "random_seed", "tags", "created_at", "started_at", "finished_at", "worker_name", "hardware",
     "requests_ok", "requests_failed", "req_per_s", "output_tok_per_s", "input_tok_per_s",
     "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s",
     "iterations_completed", "iterations_interrupted", "iterations_dropped", "measured_duration_s",
@@ -62,6 +64,8 @@ def run_record(run: Any) -> dict[str, Any]:
             record[name] = run.experiment.name if run.experiment else None
         elif name == "preset":
             record[name] = run.experiment.preset if run.experiment else None
+        elif name == "hardware":
+            record[name] = hardware_summary(run.worker_hardware) or None
         else:
             value = getattr(run, name)
             record[name] = value.isoformat() if hasattr(value, "isoformat") else value
