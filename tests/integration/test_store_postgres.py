@@ -46,3 +46,28 @@ def test_queue_and_figures_on_postgresql(postgres_engine) -> None:  # noqa: ANN0
     with postgres_engine.connect() as connection:
         assert migrations.current_version(connection) == migrations.LATEST_VERSION
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == len(ids)
+
+
+def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_engine) -> None:  # noqa: ANN001
+    from tests.unit.test_workers import version_1_metadata
+
+    with postgres_engine.begin() as connection:  # back to version 1: the v1 tables, empty
+        for table in ("run_claims", "workers", "run_series", "runs", "experiments", "services", "schema_version"):
+            connection.execute(text(f"DROP TABLE {table}"))
+        old = version_1_metadata()
+        old.create_all(connection)
+        connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
+        connection.execute(old.tables["runs"].insert().values(
+            spec={}, backend="naive", model="m", workload="number-story", load_kind="constant-vus", duration_s=20,
+            max_tokens=16, random_seed=1, status=RunStatus.DONE, req_per_s=2.5))
+        connection.execute(old.tables["services"].insert().values(name="naive", kind="naive", state="stopped"))
+    assert migrations.upgrade(postgres_engine) == 1
+    with Session(postgres_engine) as session:
+        [run] = store.list_runs(session=session)
+        assert (run.req_per_s, run.worker_name) == (2.5, None)
+        [service] = store.list_service_records(session=session)
+        assert (service.name, service.state) == ("naive", "stopped") and service.worker
+    spec = load_preset("seed-exp1", quick=True)
+    with Session(postgres_engine) as session:
+        store.enqueue_experiment(session=session, spec=spec)
+    assert store.claim_next_run(engine=postgres_engine, worker_name="box-a", labels=["cpu"]) is not None

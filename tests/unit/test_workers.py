@@ -120,7 +120,7 @@ def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, t
         assert store.heartbeat_age_s(session=session, record=record) < 30
 
 
-def _version_1_metadata() -> MetaData:
+def version_1_metadata() -> MetaData:
     """The schema as version 1 had it: no worker tables or columns, services keyed by name."""
     added = {"runs": {"requires_labels", "pinned_worker", "worker_name", "worker_hardware"}, "services": {"worker"}}
     metadata = MetaData()
@@ -134,7 +134,7 @@ def _version_1_metadata() -> MetaData:
 
 def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
-    old = _version_1_metadata()
+    old = version_1_metadata()
     with engine.begin() as connection:
         old.create_all(connection)
         connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
