@@ -51,7 +51,8 @@ def _workers(connection: Connection) -> None:
         connection.execute(text("DROP TABLE services"))
         ServiceRecord.__table__.create(connection)
         if rows:
-            connection.execute(ServiceRecord.__table__.insert(), [{**row, "worker": socket.gethostname()} for row in rows])
+            host = socket.gethostname()
+            connection.execute(ServiceRecord.__table__.insert(), [{**row, "worker": host} for row in rows])
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [

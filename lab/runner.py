@@ -660,7 +660,9 @@ class Worker:
             if record is not None and record.state == "running" and age_s is not None \
                     and age_s < self.settings.worker_lease_s:
                 # Same host and its process gone: this is a restart, not a second worker.
-                restarted = record.host == host and (record.pid == os.getpid() or not psutil.pid_exists(record.pid or 0))
+                restarted = record.host == host and (
+                    record.pid == os.getpid() or not psutil.pid_exists(record.pid or 0)
+                )
                 if not restarted:
                     raise WorkerBusyError(
                         f"a worker named {self.name!r} is alive on {record.host} (pid {record.pid}, heartbeat "

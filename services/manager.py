@@ -3,7 +3,8 @@
 The database is the source of truth (``services`` table): each record holds the pid,
 its creation time, port, URL and config hash. So ``python -m lab services up`` in one
 process and ``services down`` in another agree, and a lab restarted after a crash finds
-and stops the children it left behind.
+and stops the children it left behind. Records are kept per worker (``worker`` column):
+each worker manages the services on its own machine, under its own name.
 """
 
 from __future__ import annotations
@@ -127,8 +128,8 @@ class ServiceManager:
         )
         store.upsert_service_record(
             engine=self.engine, worker=self.worker, name=name, kind=config.kind, state="starting",
-            config=config.to_dict(), config_hash=config.config_hash, log_path=str(log_path), owner_pid=self.owner_pid, pid=None,
-            url=None, port=None, message=None,
+            config=config.to_dict(), config_hash=config.config_hash, log_path=str(log_path), owner_pid=self.owner_pid,
+            pid=None, url=None, port=None, message=None,
         )
         def record_spawn(pid: int) -> None:
             # Record the pid as soon as the child exists, so a crash during the
