@@ -192,6 +192,15 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
     assert runs_by_id(shared_engine, [after])[after].status == RunStatus.DONE
     assert runs_by_id(shared_engine, [after])[after].worker_name == "gpu-box"
 
+    # Cancel from here (as the web lab on any machine would) reaches the worker running it.
+    [cancelled] = enqueue(shared_engine, stub_run(stub.url, duration_s=60))
+    wait_until(lambda: runs_by_id(shared_engine, [cancelled])[cancelled].status == RunStatus.RUNNING, 60,
+               "the run to load", [gpu])
+    with Session(shared_engine) as session:
+        store.request_cancel(session=session, run_id=cancelled)
+    wait_until(lambda: all_final(shared_engine, [cancelled]), 30, "the cancel to reach gpu-box", [gpu])
+    assert runs_by_id(shared_engine, [cancelled])[cancelled].status == RunStatus.CANCELLED
+
 
 def test_workers_started_together_on_an_empty_queue_never_claim_a_run_twice(
     stub: StubServer, shared_engine: Engine, start_workers
