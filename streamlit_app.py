@@ -92,6 +92,7 @@ def main() -> None:
             st.Page(RUN_DETAIL_PAGE, title="Run detail", icon=":material/search:"),
             st.Page(COMPARE_PAGE, title="Compare", icon=":material/bar_chart:"),
             st.Page(SERVICES_PAGE, title="Services", icon=":material/dns:"),
+            st.Page("pages/workers.py", title="Workers", icon=":material/lan:"),
         ]
     )
     sidebar()

@@ -46,7 +46,7 @@ def main() -> None:
             [run] = experiments.enqueue_experiment(session=session, spec=spec).runs
             run_id = run.id
         worker = Worker(engine=engine, settings=settings)
-        worker.run_until_empty()
+        worker.run_one()
         worker.services.stop_all()
         with Session(engine) as session:
             run = store.get_run(session=session, run_id=run_id)

@@ -11,19 +11,55 @@ with ``ALTER TABLE``, then bump nothing else.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
-from db.models import Base
+from db.models import Base, Run, RunClaim, ServiceRecord, WorkerRecord
 
 
 def _create_schema(connection: Connection) -> None:
     Base.metadata.create_all(connection)
 
 
+def _has_column(connection: Connection, table_name: str, column_name: str) -> bool:
+    return column_name in {column["name"] for column in inspect(connection).get_columns(table_name)}
+
+
+def _add_column(connection: Connection, table_name: str, column_name: str) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for a model column, in the connected dialect's type."""
+    if _has_column(connection, table_name, column_name):
+        return
+    column = Base.metadata.tables[table_name].c[column_name]
+    column_type = column.type.compile(dialect=connection.dialect)
+    connection.execute(text(f'ALTER TABLE {table_name} ADD COLUMN {column_name} {column_type}'))
+    for index in column.table.indexes:
+        if [c.name for c in index.columns] == [column_name]:
+            index.create(connection, checkfirst=True)
+
+
+def _workers(connection: Connection) -> None:
+    """Scale-out: workers with identity, run placement, a claim log, services per worker."""
+    for column_name in ("requires_labels", "pinned_worker", "worker_name", "worker_hardware"):
+        _add_column(connection, Run.__tablename__, column_name)
+    WorkerRecord.__table__.create(connection, checkfirst=True)
+    RunClaim.__table__.create(connection, checkfirst=True)
+    if not _has_column(connection, "services", "worker"):
+        # The primary key becomes (worker, name): rebuild the small table, keeping its rows.
+        # They were started by the single worker of before, whose default name is the host's.
+        old = Table("services", MetaData(), autoload_with=connection)  # reflected: typed values
+        rows = [dict(row) for row in connection.execute(old.select()).mappings()]
+        connection.execute(text("DROP TABLE services"))
+        ServiceRecord.__table__.create(connection)
+        if rows:
+            host = socket.gethostname()
+            connection.execute(ServiceRecord.__table__.insert(), [{**row, "worker": host} for row in rows])
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
+    _workers,  # 1 -> 2
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

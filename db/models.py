@@ -122,6 +122,11 @@ class Run(RunResultColumns, Base):
     status_reason: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     worker_pid: Mapped[int | None] = mapped_column(Integer)
+    # Where it may run (from the spec) and where it ran (set when a worker claims it).
+    requires_labels: Mapped[list[str] | None] = mapped_column(JSON)
+    pinned_worker: Mapped[str | None] = mapped_column(String(100))
+    worker_name: Mapped[str | None] = mapped_column(String(100), index=True)
+    worker_hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     load_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -156,11 +161,41 @@ class RunSeries(Base):
     run: Mapped[Run] = relationship(back_populates="series")
 
 
+class WorkerRecord(Base):
+    """A queue worker: who it is, what it has, and when it last said it was alive."""
+
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    labels: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # CPU model, cores, memory, GPUs (name, memory), lab version: see lab/workers.py.
+    hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(20), default="running")  # running | stopped
+    current_run_id: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class RunClaim(Base):
+    """One line per claim of a run by a worker: the audit trail of the shared queue."""
+
+    __tablename__ = "run_claims"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(Integer, index=True)
+    worker_name: Mapped[str] = mapped_column(String(100))
+    claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
 class ServiceRecord(Base):
-    """A managed service process the lab started; kept so a restarted lab can stop stale ones."""
+    """A managed service process a worker started on its own machine; kept so a restarted
+    worker can stop stale ones. Names are unique per worker, not across the lab."""
 
     __tablename__ = "services"
 
+    worker: Mapped[str] = mapped_column(String(100), primary_key=True, default="")
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     kind: Mapped[str] = mapped_column(String(50))
     state: Mapped[str] = mapped_column(String(20), default="stopped")

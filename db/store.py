@@ -1,19 +1,22 @@
 """Data functions over the run store. Keyword-only arguments; the caller owns the session.
 
 The queue is the ``runs`` table: ``enqueue_experiment`` adds queued rows and
-``claim_next_run`` hands the oldest one to the worker, atomically.
+``claim_next_run`` hands the oldest one a worker may take to it, atomically, also when
+many workers on many machines share one PostgreSQL database (``FOR UPDATE SKIP LOCKED``).
+Workers say they are alive in the ``workers`` table; the runs of one whose heartbeat is
+older than the lease are interrupted by any other (``interrupt_runs_of_lost_workers``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from datetime import datetime
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from db.models import Experiment, Run, RunSeries, RunStatus, ServiceRecord, utc_now
+from db.models import Experiment, Run, RunClaim, RunSeries, RunStatus, ServiceRecord, WorkerRecord, utc_now
 
 
 def enqueue_experiment(
@@ -55,23 +58,63 @@ def enqueue_run_again(*, session: Session, run_id: int) -> Run:
     return run
 
 
-def claim_next_run(*, engine: Engine, worker_pid: int) -> int | None:
-    """Atomically move the oldest queued run to ``starting``; its id, or None if none."""
+# Queued runs a worker looks at per claim: labels are checked in Python (portable JSON).
+CLAIM_SCAN_LIMIT = 1000
+
+
+def run_fits_worker(*, requires_labels: Collection[str] | None, pinned_worker: str | None,
+                    worker_name: str | None, labels: Collection[str]) -> bool:
+    """True when a worker named ``worker_name`` with ``labels`` may execute the run."""
+    return (pinned_worker is None or pinned_worker == worker_name) and set(requires_labels or ()) <= set(labels)
+
+
+def claim_next_run(
+    *, engine: Engine, worker_name: str | None = None, labels: Collection[str] = (),
+    hardware: dict[str, Any] | None = None, worker_pid: int | None = None,
+) -> int | None:
+    """Atomically move the oldest queued run this worker may take to ``starting``; its id, or None.
+
+    The row is locked with ``FOR UPDATE SKIP LOCKED`` (PostgreSQL; SQLite ignores it and
+    serialises writers), so concurrent workers never wait on each other; the conditional
+    update keeps it safe on SQLite. Each claim is logged in ``run_claims``.
+    """
     with Session(engine) as session:
         while True:
+            candidates = session.execute(
+                select(Run.id, Run.requires_labels, Run.pinned_worker)
+                .where(Run.status == RunStatus.QUEUED)
+                .order_by(Run.id).limit(CLAIM_SCAN_LIMIT)
+            ).all()
+            eligible = [
+                run_id for run_id, requires, pinned in candidates
+                if run_fits_worker(requires_labels=requires, pinned_worker=pinned, worker_name=worker_name,
+                                   labels=labels)
+            ]
+            if not eligible:
+                session.rollback()
+                return None
             run_id = session.scalar(
-                select(Run.id).where(Run.status == RunStatus.QUEUED).order_by(Run.id).limit(1)
+                select(Run.id).where(Run.id.in_(eligible), Run.status == RunStatus.QUEUED)
+                .order_by(Run.id).limit(1).with_for_update(skip_locked=True)
             )
-            if run_id is None:
+            if run_id is None:  # all taken or being taken by others right now
+                session.rollback()
                 return None
             claimed = session.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
-                .values(status=RunStatus.STARTING, started_at=utc_now(), worker_pid=worker_pid)
+                .values(status=RunStatus.STARTING, started_at=utc_now(), worker_pid=worker_pid,
+                        worker_name=worker_name, worker_hardware=hardware)
             ).rowcount
-            session.commit()
             if claimed:
+                session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
+                if worker_name:
+                    session.execute(
+                        update(WorkerRecord).where(WorkerRecord.name == worker_name).values(current_run_id=run_id)
+                    )
+                session.commit()
                 return run_id
+            session.commit()
 
 
 def set_run_status(*, engine: Engine, run_id: int, status: str, reason: str | None = None, **values: Any) -> None:
@@ -145,6 +188,7 @@ def list_runs(
     model_contains: str | None = None,
     statuses: Sequence[str] | None = None,
     tag: str | None = None,
+    worker_name: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     newest_first: bool = True,
@@ -166,6 +210,8 @@ def list_runs(
         query = query.where(Run.status.in_(statuses))
     if tag:
         query = query.where(or_(Run.tags == tag, Run.tags.contains(tag)))
+    if worker_name:
+        query = query.where(Run.worker_name == worker_name)
     if created_after:
         query = query.where(Run.created_at >= created_after)
     if created_before:
@@ -174,6 +220,12 @@ def list_runs(
     if limit:
         query = query.limit(limit)
     return list(session.scalars(query))
+
+
+def run_worker_names(*, session: Session) -> list[str]:
+    """The names of the workers that claimed runs, for filters."""
+    return list(session.scalars(select(Run.worker_name).where(Run.worker_name.is_not(None)).distinct()
+                                .order_by(Run.worker_name)))
 
 
 def list_experiments(*, session: Session, limit: int | None = None) -> list[Experiment]:
@@ -214,13 +266,16 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     return int(deleted or 0)
 
 
-def mark_orphaned_runs_interrupted(*, engine: Engine) -> list[int]:
-    """Runs left active by a worker that is gone become ``interrupted``. Returns their ids.
+def mark_orphaned_runs_interrupted(*, engine: Engine, worker_name: str | None = None) -> list[int]:
+    """Runs left active by ``worker_name`` (restarted, so its old process is gone) become
+    ``interrupted``. Returns their ids. Other workers' runs are left to their lease.
 
-    Only call while holding the worker lock: then no live worker owns an active run.
+    Only call while holding the worker lock and the name: then that worker runs nothing.
     """
     with Session(engine) as session:
-        runs = session.scalars(select(Run).where(Run.status.in_(RunStatus.ACTIVE))).all()
+        query = select(Run).where(Run.status.in_(RunStatus.ACTIVE))
+        query = query.where(Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name)
+        runs = session.scalars(query).all()
         ids = [run.id for run in runs]
         for run in runs:
             run.status_reason = (
@@ -232,21 +287,128 @@ def mark_orphaned_runs_interrupted(*, engine: Engine) -> list[int]:
     return ids
 
 
-# Services ---------------------------------------------------------------------------------
+# Workers ----------------------------------------------------------------------------------
 
-def get_service_record(*, session: Session, name: str) -> ServiceRecord | None:
-    return session.get(ServiceRecord, name)
+def database_now(session: Session) -> datetime:
+    """The database server's clock (PostgreSQL), so workers' own clocks need not agree."""
+    if session.get_bind().dialect.name == "sqlite":
+        return utc_now()  # one machine: its clock is the database's
+    return session.scalar(select(func.now()))
 
 
-def list_service_records(*, session: Session) -> list[ServiceRecord]:
-    return list(session.scalars(select(ServiceRecord).order_by(ServiceRecord.name)))
+def get_worker(*, session: Session, name: str) -> WorkerRecord | None:
+    return session.get(WorkerRecord, name)
 
 
-def upsert_service_record(*, engine: Engine, name: str, **values: Any) -> None:
+def list_workers(*, session: Session) -> list[WorkerRecord]:
+    return list(session.scalars(select(WorkerRecord).order_by(WorkerRecord.name)))
+
+
+def register_worker(
+    *, engine: Engine, name: str, host: str, pid: int, labels: Sequence[str], hardware: dict[str, Any]
+) -> None:
+    """Create or take over the worker row ``name``, alive from now. Commits."""
     with Session(engine) as session:
-        record = session.get(ServiceRecord, name)
+        now = database_now(session)
+        record = session.get(WorkerRecord, name)
         if record is None:
-            record = ServiceRecord(name=name, kind=values.get("kind", name))
+            record = WorkerRecord(name=name)
+            session.add(record)
+        record.host, record.pid, record.labels, record.hardware = host, pid, sorted(labels), hardware
+        record.state, record.current_run_id, record.started_at, record.heartbeat_at = "running", None, now, now
+        session.commit()
+
+
+def renew_worker_heartbeat(*, engine: Engine, name: str, current_run_id: int | None = None) -> None:
+    """Say the worker is alive now (the database's clock)."""
+    with Session(engine) as session:
+        session.execute(
+            update(WorkerRecord).where(WorkerRecord.name == name)
+            .values(heartbeat_at=database_now(session), current_run_id=current_run_id, state="running")
+        )
+        session.commit()
+
+
+def mark_worker_stopped(*, engine: Engine, name: str) -> None:
+    with Session(engine) as session:
+        session.execute(
+            update(WorkerRecord).where(WorkerRecord.name == name).values(state="stopped", current_run_id=None)
+        )
+        session.commit()
+
+
+def heartbeat_age_s(*, session: Session, record: WorkerRecord) -> float | None:
+    """Seconds since ``record`` last renewed its heartbeat (None if it never did)."""
+    if record.heartbeat_at is None:
+        return None
+    now, beat = database_now(session), record.heartbeat_at
+    if beat.tzinfo is None:  # SQLite keeps naive UTC
+        now = now.replace(tzinfo=None)
+    return max(0.0, (now - beat).total_seconds())
+
+
+def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_worker: str) -> list[int]:
+    """Active runs of another worker whose heartbeat is older than ``lease_s`` (or of a worker
+    that never had a name or a row) become ``interrupted``, the reason naming that worker."""
+    with Session(engine) as session:
+        cutoff = database_now(session) - timedelta(seconds=lease_s)
+        alive = select(WorkerRecord.name).where(WorkerRecord.heartbeat_at >= cutoff, WorkerRecord.state == "running")
+        orphans = session.execute(
+            select(Run.id, Run.status, Run.worker_name)
+            .where(Run.status.in_(RunStatus.ACTIVE))
+            .where(or_(Run.worker_name.is_(None), Run.worker_name.not_in(alive)))
+            .where(or_(Run.worker_name.is_(None), Run.worker_name != except_worker))
+        ).all()
+        interrupted = []
+        for run_id, status, worker_name in orphans:
+            who = f"worker {worker_name!r}" if worker_name else "the worker that claimed it"
+            reason = (
+                f"{who} stopped renewing its heartbeat (lease {lease_s:g} s) while this run was {status}; "
+                f"interrupted by worker {except_worker!r}"
+            )
+            # Conditional: another worker may have interrupted it, or its owner finished it, meanwhile.
+            changed = session.execute(
+                update(Run)
+                .where(Run.id == run_id, Run.status.in_(RunStatus.ACTIVE),
+                       Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name)
+                .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None)
+            ).rowcount
+            if changed:
+                interrupted.append(run_id)
+                if worker_name:
+                    session.execute(
+                        update(WorkerRecord)
+                        .where(WorkerRecord.name == worker_name, WorkerRecord.current_run_id == run_id)
+                        .values(current_run_id=None)
+                    )
+        session.commit()
+    return interrupted
+
+
+def list_run_claims(*, session: Session) -> list[RunClaim]:
+    return list(session.scalars(select(RunClaim).order_by(RunClaim.id)))
+
+
+# Services ---------------------------------------------------------------------------------
+# Each worker starts services on its own machine: a record is keyed by (worker, name).
+
+def get_service_record(*, session: Session, name: str, worker: str) -> ServiceRecord | None:
+    return session.get(ServiceRecord, (worker, name))
+
+
+def list_service_records(*, session: Session, worker: str | None = None) -> list[ServiceRecord]:
+    """The service records of ``worker`` (of every worker when None)."""
+    query = select(ServiceRecord).order_by(ServiceRecord.worker, ServiceRecord.name)
+    if worker is not None:
+        query = query.where(ServiceRecord.worker == worker)
+    return list(session.scalars(query))
+
+
+def upsert_service_record(*, engine: Engine, name: str, worker: str, **values: Any) -> None:
+    with Session(engine) as session:
+        record = session.get(ServiceRecord, (worker, name))
+        if record is None:
+            record = ServiceRecord(worker=worker, name=name, kind=values.get("kind", name))
             session.add(record)
         for key, value in values.items():
             setattr(record, key, value)

@@ -8,7 +8,8 @@
     python -m lab runs list [--json] [--limit N]
     python -m lab runs export [ID ...] --csv FILE
     python -m lab reproduce [--quick] [--repeats N]
-    python -m lab worker                      the queue worker alone
+    python -m lab worker [--name N] [--labels gpu,h100]   a queue worker alone
+    python -m lab run ... [--requires gpu] [--worker N]   place the runs on a shared queue
 """
 
 from __future__ import annotations
@@ -119,6 +120,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         overrides = [parse_set_option(option) for option in args.set or []]
         if args.repeats:
             overrides.append(("repeats", args.repeats))
+        if args.requires:
+            overrides.append(("requires", split_labels(args.requires)))
+        if args.worker:
+            overrides.append(("worker", args.worker))
         spec = load_preset(args.preset, quick=args.quick, overrides=overrides)
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -177,10 +182,22 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
 
 # the lab ------------------------------------------------------------------------------
 
+def split_labels(text: str) -> list[str]:
+    """``gpu, h100`` -> ``["gpu", "h100"]``."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from lab.runner import Worker, WorkerBusyError
+    from lab.specs import check_worker_label
 
-    worker = Worker(engine=_engine(settings), settings=settings)
+    try:
+        name = check_worker_label(args.name) if args.name else None
+        labels = [check_worker_label(label) for label in split_labels(args.labels)] if args.labels is not None else None
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    worker = Worker(engine=_engine(settings), settings=settings, name=name, labels=labels)
 
     def stop_now(*_: object) -> None:
         # Like Ctrl-C: the active run ends as interrupted, its k6 is stopped, and the
@@ -189,6 +206,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_now)
+    print(f"worker {worker.name!r} labels [{', '.join(worker.labels)}]", file=sys.stderr)
     try:
         worker.run_forever()
     except WorkerBusyError as error:
@@ -239,7 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     start = commands.add_parser("start", help="start the web lab and its worker")
     start.add_argument("--port", type=int, default=int(os.environ.get("LAB_PORT", "8501")))
-    commands.add_parser("worker", help="run the queue worker")
+    worker = commands.add_parser("worker", help="run a queue worker (many may share one PostgreSQL queue)")
+    worker.add_argument("--name", help="this worker's name on the queue (LAB_WORKER_NAME; the host's by default)")
+    worker.add_argument(
+        "--labels", help="what it offers runs, comma-separated, e.g. gpu,h100 (or LAB_WORKER_LABELS='[\"gpu\"]')"
+    )
 
     services = commands.add_parser("services", help="start, check and stop managed services")
     services_actions = services.add_subparsers(dest="action", required=True)
@@ -255,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting, e.g. load.duration_s=20")
     run.add_argument("--repeats", type=int)
     run.add_argument("--tag")
+    run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
+    run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
     run.add_argument("--json", action="store_true")
 
     runs = commands.add_parser("runs", help="list and export stored runs")

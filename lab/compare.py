@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from lab.results import RESULT_FIELDS
+from lab.workers import hardware_summary
 
 # The seed's published figures (../shared/reference/seed-experiments.md), latencies in seconds.
 SEED_EXP1 = [
@@ -43,7 +44,7 @@ SEED_SERVER_NAMES = {"naive": "Transformers", "vllm": "vLLM", "vllm+cache": "vLL
 RECORD_FIELDS: tuple[str, ...] = (
     "run_id", "experiment_id", "experiment", "preset", "cell_label", "repeat_index", "status", "status_reason",
     "backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts", "duration_s", "max_tokens",
-    "random_seed", "tags", "created_at", "started_at", "finished_at",
+    "random_seed", "tags", "created_at", "started_at", "finished_at", "worker_name", "hardware",
     *RESULT_FIELDS,
 )
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
@@ -59,6 +60,8 @@ def run_record(run: Any) -> dict[str, Any]:
             record[name] = run.experiment.name if run.experiment else None
         elif name == "preset":
             record[name] = run.experiment.preset if run.experiment else None
+        elif name == "hardware":
+            record[name] = hardware_summary(run.worker_hardware) or None
         else:
             value = getattr(run, name)
             record[name] = value.isoformat() if hasattr(value, "isoformat") else value

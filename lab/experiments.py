@@ -26,6 +26,8 @@ def run_columns(spec: RunSpec) -> dict[str, Any]:
         "duration_s": spec.load.planned_duration_s,
         "max_tokens": spec.max_tokens,
         "random_seed": spec.random_seed,
+        "requires_labels": sorted(spec.requires) or None,
+        "pinned_worker": spec.worker,
     }
 
 

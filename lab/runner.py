@@ -1,6 +1,6 @@
 """The runner: executes queued runs one at a time, reporting every step to the database.
 
-``Worker.run_forever`` claims the oldest queued run, and ``RunExecutor`` takes it through
+``Worker.run_forever`` claims the oldest queued run it may take, and ``RunExecutor`` takes it through
 starting (services up) -> warming -> running (k6) -> parsing -> done | failed | cancelled.
 Nothing here imports Streamlit: pages only read what is written to the database.
 """
@@ -12,9 +12,12 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +38,7 @@ from lab.resources import ResourceSampler, summarise
 from lab.results import RunResults
 from lab.settings import Settings
 from lab.specs import RunSpec, format_validation_error
+from lab.workers import worker_hardware
 from services.catalog import (
     INFERENCE_KINDS,
     cache_proxy_config,
@@ -515,7 +519,8 @@ class WorkerBusyError(RuntimeError):
 
 
 class WorkerLock:
-    """An exclusive lock file: one worker per data directory, so never two k6 at once."""
+    """An exclusive lock file: one worker per data directory (its run folders and service
+    logs), so never two k6 at once there. Workers with their own folders share a queue."""
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / "worker.lock"
@@ -551,20 +556,55 @@ class WorkerLock:
 
 
 class Worker:
-    """The queue worker: one run at a time, independent of browser tabs and reruns."""
+    """A queue worker: one run at a time, independent of browser tabs and reruns.
 
-    def __init__(self, *, engine: Engine, settings: Settings) -> None:
+    It has a name (the host's by default) and labels; on a shared PostgreSQL queue many
+    workers on many machines claim runs side by side. While serving it renews a heartbeat
+    and interrupts the runs of workers whose heartbeat is older than the lease.
+    """
+
+    def __init__(
+        self, *, engine: Engine, settings: Settings, name: str | None = None, labels: list[str] | None = None
+    ) -> None:
         self.engine = engine
         self.settings = settings
-        self.services = ServiceManager(engine=engine, settings=settings, owner_pid=os.getpid())
+        self.name = name or settings.worker_name
+        self.labels = sorted(set(settings.worker_labels if labels is None else labels))
+        self.hardware = worker_hardware()
+        self.services = ServiceManager(engine=engine, settings=settings, owner_pid=os.getpid(), worker=self.name)
         self._stop = threading.Event()
+        self._heartbeat_stop = threading.Event()
+        self._current_run_id: int | None = None
+
+    def register(self) -> None:
+        """Take this worker's name on the queue. Raises WorkerBusyError while a live worker
+        elsewhere holds it (its heartbeat younger than the lease)."""
+        host = socket.gethostname()
+        with Session(self.engine) as session:
+            record = store.get_worker(session=session, name=self.name)
+            age_s = store.heartbeat_age_s(session=session, record=record) if record is not None else None
+            if record is not None and record.state == "running" and age_s is not None \
+                    and age_s < self.settings.worker_lease_s:
+                # Same host and its process gone: this is a restart, not a second worker.
+                restarted = record.host == host and (
+                    record.pid == os.getpid() or not psutil.pid_exists(record.pid or 0)
+                )
+                if not restarted:
+                    raise WorkerBusyError(
+                        f"a worker named {self.name!r} is alive on {record.host} (pid {record.pid}, heartbeat "
+                        f"{age_s:.0f} s ago): give this one another --name"
+                    )
+        store.register_worker(
+            engine=self.engine, name=self.name, host=host, pid=os.getpid(), labels=self.labels, hardware=self.hardware
+        )
 
     def recover(self) -> None:
-        """After a crash: mark runs left active as interrupted and stop stale services.
+        """After a crash: mark this worker's runs left active as interrupted and stop its stale services.
 
-        Called while holding the worker lock, so no other worker can own an active run.
+        Called while holding the worker lock and the name, so no other process runs them.
+        Other workers' runs are left to their lease (``reap_lost_workers``).
         """
-        interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine)
+        interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine, worker_name=self.name)
         stale = self.services.stop_stale()
         k6_pids = self._stop_orphaned_k6(interrupted)
         if interrupted or stale or k6_pids:
@@ -572,6 +612,47 @@ class Worker:
                 "recovered: runs interrupted %s, stale services stopped %s, orphaned k6 stopped %s",
                 interrupted, stale, k6_pids,
             )
+
+    def reap_lost_workers(self) -> list[int]:
+        """Interrupt the active runs of workers silent for longer than the lease."""
+        interrupted = store.interrupt_runs_of_lost_workers(
+            engine=self.engine, lease_s=self.settings.worker_lease_s, except_worker=self.name
+        )
+        if interrupted:
+            log.warning("interrupted runs %s of workers that stopped renewing their heartbeat", interrupted)
+        return interrupted
+
+    def heartbeat(self) -> None:
+        """Say this worker is alive (and what it runs), then reap lost workers' runs."""
+        store.renew_worker_heartbeat(engine=self.engine, name=self.name, current_run_id=self._current_run_id)
+        self.reap_lost_workers()
+
+    def _heartbeat_loop(self) -> None:
+        # Its own thread: a worker busy with a long run still renews its lease and reaps.
+        while not self._heartbeat_stop.wait(self.settings.worker_heartbeat_interval_s):
+            try:
+                self.heartbeat()
+            except Exception:  # noqa: BLE001 (a database hiccup must not end the worker)
+                log.exception("heartbeat failed; retrying")
+
+    @contextmanager
+    def serving(self) -> Iterator["Worker"]:
+        """Registered, recovered and heart-beating for the duration of the block."""
+        self.register()
+        self.recover()
+        self.reap_lost_workers()
+        self._heartbeat_stop.clear()
+        thread = threading.Thread(target=self._heartbeat_loop, name="worker-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._heartbeat_stop.set()
+            thread.join(timeout=10)
+            try:
+                store.mark_worker_stopped(engine=self.engine, name=self.name)
+            except Exception:  # noqa: BLE001 (stopping anyway; the lease covers a missed update)
+                log.exception("could not mark worker %s stopped", self.name)
 
     def _stop_orphaned_k6(self, run_ids: list[int]) -> list[int]:
         """Stop the k6 processes a killed worker left loading (found by their run folder in argv)."""
@@ -590,23 +671,24 @@ class Worker:
         return stopped
 
     def run_one(self) -> int | None:
-        """Execute the next queued run, if any; returns its id."""
-        run_id = store.claim_next_run(engine=self.engine, worker_pid=os.getpid())
+        """Execute the next queued run this worker may take, if any; returns its id."""
+        run_id = store.claim_next_run(
+            engine=self.engine, worker_name=self.name, labels=self.labels, hardware=self.hardware,
+            worker_pid=os.getpid(),
+        )
         if run_id is None:
             return None
-        RunExecutor(engine=self.engine, settings=self.settings, services=self.services, run_id=run_id).execute()
+        self._current_run_id = run_id
+        try:
+            RunExecutor(engine=self.engine, settings=self.settings, services=self.services, run_id=run_id).execute()
+        finally:
+            self._current_run_id = None
         return run_id
 
-    def run_until_empty(self) -> list[int]:
-        done = []
-        while (run_id := self.run_one()) is not None:
-            done.append(run_id)
-        return done
-
     def run_forever(self) -> None:
-        """Execute queued runs until stopped. Raises WorkerBusyError if another worker runs."""
-        with WorkerLock(self.settings.data_dir):
-            self.recover()
+        """Execute queued runs until stopped. Raises WorkerBusyError if another worker runs
+        on this data folder, or a live one elsewhere has this worker's name."""
+        with WorkerLock(self.settings.data_dir), self.serving():
             while not self._stop.is_set():
                 try:
                     ran = self.run_one()
@@ -622,7 +704,8 @@ class Worker:
 
 def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
     """Wait until every run of ``run_ids`` is final: execute the queue here (holding the worker
-    lock) if no worker runs, else wait for the lab's worker, printing progress to stderr."""
+    lock) if no worker runs on this data folder; else (or for runs this machine may not take)
+    wait for the lab's workers, printing progress to stderr."""
     engine = get_engine(settings.resolved_database_url)
     lock = WorkerLock(settings.data_dir)
     last_line = ""
@@ -631,32 +714,44 @@ def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0
             runs = store.list_runs(session=session, run_ids=run_ids)
             if all(run.status in RunStatus.FINAL for run in runs):
                 return
+        ran_any = False
         try:
             lock.acquire()
         except WorkerBusyError:
+            pass
+        else:
+            worker = Worker(engine=engine, settings=settings)
+            try:
+                with worker.serving():
+                    ran_any = _run_pending(worker=worker, engine=engine, run_ids=run_ids, quiet=quiet)
+            except WorkerBusyError:
+                pass  # a live worker elsewhere has this host's name: it takes them
+            finally:
+                worker.services.stop_all(only_own=True)
+                lock.release()
+        if not ran_any:
             line = ", ".join(f"#{r.id} {r.status}" for r in runs)
             if line != last_line and not quiet:
-                print(f"waiting for the lab's worker: {line}", file=sys.stderr)
+                print(f"waiting for the lab's workers: {line}", file=sys.stderr)
                 last_line = line
             time.sleep(poll_s)
-            continue
-        worker = Worker(engine=engine, settings=settings)
-        try:
-            worker.recover()
-            while True:
-                with Session(engine) as session:
-                    pending = [r for r in store.list_runs(session=session, run_ids=run_ids) if r.status not in RunStatus.FINAL]
-                if not pending:
-                    break
-                run_id = worker.run_one()
-                if run_id is None:
-                    break
-                if not quiet:
-                    with Session(engine) as session:
-                        run = store.get_run(session=session, run_id=run_id)
-                        print(f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
-                              + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
-                              file=sys.stderr)
-        finally:
-            worker.services.stop_all(only_own=True)
-            lock.release()
+
+
+def _run_pending(*, worker: "Worker", engine: Engine, run_ids: list[int], quiet: bool) -> bool:
+    """Execute queued runs while some of ``run_ids`` are pending; True if any ran."""
+    ran_any = False
+    while True:
+        with Session(engine) as session:
+            pending = [r for r in store.list_runs(session=session, run_ids=run_ids) if r.status not in RunStatus.FINAL]
+        if not pending:
+            return ran_any
+        run_id = worker.run_one()
+        if run_id is None:
+            return ran_any
+        ran_any = True
+        if not quiet:
+            with Session(engine) as session:
+                run = store.get_run(session=session, run_id=run_id)
+                print(f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
+                      + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
+                      file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +39,14 @@ class Settings(BaseSettings):
     upload_max_bytes: int = 200 * 1024 * 1024
     allowed_target_hosts: list[str] = Field(default_factory=list, description="non-loopback hosts a run may target")
     worker_poll_interval_s: float = 1.0
+    worker_name: str = Field(
+        default_factory=socket.gethostname, description="this worker's name on a shared queue (the host's by default)"
+    )
+    worker_labels: list[str] = Field(default_factory=list, description="what this worker offers runs, e.g. gpu,h100")
+    worker_heartbeat_interval_s: float = Field(default=5.0, gt=0, description="how often a worker says it is alive")
+    worker_lease_s: float = Field(
+        default=60.0, gt=0, description="a worker silent for longer is lost: any other interrupts its runs"
+    )
     stop_idle_backends: bool = Field(
         default=True,
         description="stop the inference backend a run does not use (one accelerator, or few CPU cores)",

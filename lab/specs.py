@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +38,17 @@ ALLOWED_EXTRA_VLLM_FLAGS = (
     "--tensor-parallel-size",
     "--trust-remote-code",
 )
+
+
+WORKER_LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_worker_label(value: str) -> str:
+    """A worker name or label: letters, digits, dot, dash, underscore (what a host name uses)."""
+    value = value.strip()
+    if not WORKER_LABEL_PATTERN.fullmatch(value):
+        raise ValueError(f"{value!r} is not a worker name or label: use letters, digits, '.', '-', '_'")
+    return value
 
 
 class SpecError(ValueError):
@@ -165,6 +177,19 @@ class RunSpec(StrictModel):
     cache: CacheSpec = Field(default_factory=CacheSpec)
     vllm: VllmOptions = Field(default_factory=VllmOptions)
     naive: NaiveOptions = Field(default_factory=NaiveOptions)
+    # Placement on a shared queue: only a worker with every label (and, if set, this name) claims it.
+    requires: list[str] = Field(default_factory=list, max_length=20, description="worker labels the run needs")
+    worker: str | None = Field(default=None, max_length=100, description="pin the run to this worker name")
+
+    @field_validator("requires")
+    @classmethod
+    def _valid_labels(cls, value: list[str]) -> list[str]:
+        return sorted({check_worker_label(label) for label in value})
+
+    @field_validator("worker")
+    @classmethod
+    def _valid_worker_name(cls, value: str | None) -> str | None:
+        return None if value is None or not value.strip() else check_worker_label(value)
 
     @field_validator("model")
     @classmethod

@@ -68,6 +68,12 @@ def page() -> None:
         return
     if len(done) < len(records):
         st.caption(f"{len(records) - len(done)} of the chosen runs are not done and are left out of the figures.")
+    workers = sorted({record["worker_name"] for record in done if record["worker_name"]})
+    if len(workers) > 1:
+        worker = st.selectbox("Worker", ["all workers", *workers], key="compare_worker",
+                              help="The runs came from several machines: compare one machine's at a time.")
+        done = done if worker == "all workers" else [record for record in done if record["worker_name"] == worker]
+    ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
     price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
                                      key="compare_price", help="What an hour of this hardware costs you.")
 
@@ -75,7 +81,8 @@ def page() -> None:
     if preset:
         st.subheader(f"The seed's table ({preset}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
-                   "ours are means over repeats, ± one standard deviation.")
+                   "ours are means over repeats, ± one standard deviation"
+                   + (f", measured on {ran_on}." if ran_on else "."))
         table = SEED_TABLES[preset](done)
     else:
         st.subheader("Figures by backend and load")

@@ -70,6 +70,7 @@ def filters() -> dict:
     """The filter widgets; returns the keyword arguments for ``store.list_runs``."""
     with session() as db_session:
         experiments = [(e.id, e.name) for e in store.list_experiments(session=db_session)]
+        workers = store.run_worker_names(session=db_session)
     with st.expander("Filters", expanded=False):
         row1 = st.columns(4)
         experiment_names = dict(experiments)
@@ -80,12 +81,13 @@ def filters() -> dict:
         preset = row1[1].selectbox("Preset", [ALL] + list_presets(), key="filter_preset")
         backends = row1[2].multiselect("Backend", BACKENDS, key="filter_backends")
         statuses = row1[3].multiselect("Status", RunStatus.ALL, key="filter_statuses", format_func=status_badge)
-        row2 = st.columns(4)
+        row2 = st.columns(5)
         model = row2[0].text_input("Model contains", key="filter_model")
         tag = row2[1].text_input("Tag", key="filter_tag")
         dates = row2[2].date_input("Created between", value=(), key="filter_dates")
         limit = row2[3].number_input("Show at most", min_value=10, max_value=100_000, value=2000, step=100,
                                      key="filter_limit")
+        worker = row2[4].selectbox("Worker", [ALL] + workers, key="filter_worker")
     created_after = created_before = None
     if isinstance(dates, (list, tuple)) and len(dates) == 2:
         created_after = datetime.combine(dates[0], time.min, tzinfo=timezone.utc)
@@ -97,6 +99,7 @@ def filters() -> dict:
         "statuses": statuses or None,
         "model_contains": model.strip() or None,
         "tag": tag.strip() or None,
+        "worker_name": None if worker == ALL else worker,
         "created_after": created_after,
         "created_before": created_before,
         "limit": int(limit),

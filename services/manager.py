@@ -3,7 +3,8 @@
 The database is the source of truth (``services`` table): each record holds the pid,
 its creation time, port, URL and config hash. So ``python -m lab services up`` in one
 process and ``services down`` in another agree, and a lab restarted after a crash finds
-and stops the children it left behind.
+and stops the children it left behind. Records are kept per worker (``worker`` column):
+each worker manages the services on its own machine, under its own name.
 """
 
 from __future__ import annotations
@@ -88,10 +89,14 @@ def probe_url(kind: str, url: str | None, timeout_s: float = 2.0) -> bool:
 class ServiceManager:
     """Starts and stops the lab's services; one instance of each name at a time."""
 
-    def __init__(self, *, engine: Engine, settings: Settings, owner_pid: int | None = None) -> None:
+    def __init__(
+        self, *, engine: Engine, settings: Settings, owner_pid: int | None = None, worker: str | None = None
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.owner_pid = owner_pid
+        # Services run on the worker's own machine: this manager sees only that worker's records.
+        self.worker = worker or settings.worker_name
 
     def _service_url(self, service: ManagedService, kind: str) -> str:
         return f"redis://{service.host}:{service.port}/0" if kind == "redis" else service.url
@@ -103,7 +108,7 @@ class ServiceManager:
         ServiceStartAborted when ``abort()`` turns true while it starts.
         """
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name)
+            record = store.get_service_record(session=session, name=name, worker=self.worker)
             if (
                 record is not None
                 and record.config_hash == config.config_hash
@@ -122,15 +127,15 @@ class ServiceManager:
             vllm_readiness_timeout_s=self.settings.vllm_readiness_timeout_s,
         )
         store.upsert_service_record(
-            engine=self.engine, name=name, kind=config.kind, state="starting", config=config.to_dict(),
-            config_hash=config.config_hash, log_path=str(log_path), owner_pid=self.owner_pid, pid=None,
-            url=None, port=None, message=None,
+            engine=self.engine, worker=self.worker, name=name, kind=config.kind, state="starting",
+            config=config.to_dict(), config_hash=config.config_hash, log_path=str(log_path), owner_pid=self.owner_pid,
+            pid=None, url=None, port=None, message=None,
         )
         def record_spawn(pid: int) -> None:
             # Record the pid as soon as the child exists, so a crash during the
             # (long) readiness wait still leaves a trace to clean up.
             store.upsert_service_record(
-                engine=self.engine, name=name, pid=pid, port=service.port,
+                engine=self.engine, worker=self.worker, name=name, pid=pid, port=service.port,
                 process_created_at_epoch_s=psutil.Process(pid).create_time(),
             )
 
@@ -139,11 +144,13 @@ class ServiceManager:
         try:
             service.start()
         except Exception as error:
-            store.upsert_service_record(engine=self.engine, name=name, state="failed", message=str(error)[-4000:])
+            store.upsert_service_record(
+                engine=self.engine, worker=self.worker, name=name, state="failed", message=str(error)[-4000:]
+            )
             raise
         url = self._service_url(service, config.kind)
         store.upsert_service_record(
-            engine=self.engine, name=name, state="running", url=url,
+            engine=self.engine, worker=self.worker, name=name, state="running", url=url,
             started_at=datetime.fromtimestamp(service.started_at or time.time(), timezone.utc),
         )
         return url
@@ -151,7 +158,7 @@ class ServiceManager:
     def stop(self, name: str) -> bool:
         """Stop ``name`` if the lab started it and it still runs. True if something was stopped."""
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name)
+            record = store.get_service_record(session=session, name=name, worker=self.worker)
             if record is None:
                 return False
             pid, created = record.pid, record.process_created_at_epoch_s
@@ -165,14 +172,14 @@ class ServiceManager:
             # a pid still in use as a group id) is stopped too. A live pid with another
             # creation time belongs to someone else and is left alone.
             stop_process_tree(int(pid), grace_s=5.0)
-        store.upsert_service_record(engine=self.engine, name=name, state="stopped", pid=None)
+        store.upsert_service_record(engine=self.engine, worker=self.worker, name=name, state="stopped", pid=None)
         return stopped
 
     def stop_all(self, names: list[str] | None = None, *, only_own: bool = False) -> list[str]:
         """Stop every recorded service (or those named; or, with ``only_own``, those this
         manager's owner started). Returns the names stopped."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session)
+            records = store.list_service_records(session=session, worker=self.worker)
         if only_own:
             records = [record for record in records if record.owner_pid == self.owner_pid]
         # Dependants first: the proxy before Redis and the backends.
@@ -188,7 +195,7 @@ class ServiceManager:
     def stop_stale(self) -> list[str]:
         """Stop services whose owning lab process is gone (left by a killed lab)."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session)
+            records = store.list_service_records(session=session, worker=self.worker)
         stale = []
         for record in records:
             owner_gone = record.owner_pid is not None and not psutil.pid_exists(record.owner_pid)
@@ -199,7 +206,7 @@ class ServiceManager:
     def status(self) -> list[ServiceStatus]:
         """State of every recorded service, checked now."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session)
+            records = store.list_service_records(session=session, worker=self.worker)
         result = []
         for record in records:
             alive = process_matches(record.pid, record.process_created_at_epoch_s)
@@ -223,7 +230,7 @@ class ServiceManager:
 
     def log_tail(self, name: str, max_lines: int = 40) -> str:
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name)
+            record = store.get_service_record(session=session, name=name, worker=self.worker)
         if record is None or not record.log_path:
             return ""
         from pathlib import Path
@@ -232,7 +239,7 @@ class ServiceManager:
 
     def pid_of(self, name: str) -> int | None:
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name)
+            record = store.get_service_record(session=session, name=name, worker=self.worker)
             if record and process_matches(record.pid, record.process_created_at_epoch_s):
                 return record.pid
         return None

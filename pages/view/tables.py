@@ -37,6 +37,7 @@ RUNS_TABLE_COLUMNS: dict[str, str] = {
     "cell_label": "cell",
     "repeat_index": "repeat",
     "backend": "backend",
+    "worker_name": "worker",
     "model_name": "model",
     "workload": "workload",
     "vus": "VUs",

@@ -61,8 +61,12 @@ class Lab:
                 ids += [run.id for run in experiment.runs]
         return ids
 
+    def run_queue(self) -> None:
+        while self.worker.run_one() is not None:
+            pass
+
     def start_worker(self) -> None:
-        self._thread = threading.Thread(target=self.worker.run_until_empty, daemon=True)
+        self._thread = threading.Thread(target=self.run_queue, daemon=True)
         self._thread.start()
 
     def join_worker(self, timeout_s: float = 120) -> None:
@@ -198,7 +202,7 @@ def test_a_model_folder_that_holds_no_model_fails_the_run_with_the_servers_reaso
     empty = tmp_path / "not-a-model"
     empty.mkdir()
     [run_id] = lab.enqueue(naive_spec(duration_s=2, model=str(empty)))
-    lab.worker.run_until_empty()
+    lab.run_queue()
     run = lab.run(run_id)
     assert run.status == RunStatus.FAILED
     assert "naive exited with code" in run.status_reason and "before it was ready" in run.status_reason
@@ -432,7 +436,7 @@ def test_two_launches_at_once_are_both_queued_and_run_one_after_the_other(lab: L
 def test_upgrading_a_database_file_with_history_keeps_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from db import migrations
 
-    lab = Lab(tmp_path / "lab-data")  # version 1, created as the shipped lab creates it
+    lab = Lab(tmp_path / "lab-data")  # the shipped version, created as the shipped lab creates it
     try:
         ids = lab.enqueue(*(stub_spec("http://127.0.0.1:9", duration_s=2) for _ in range(3)))
         store.set_run_status(engine=lab.engine, run_id=ids[0], status=RunStatus.DONE, requests_ok=7, req_per_s=1.5)
@@ -443,12 +447,13 @@ def test_upgrading_a_database_file_with_history_keeps_every_run(tmp_path: Path, 
     def add_column(connection) -> None:  # noqa: ANN001 (a future release adds a column)
         connection.execute(text("ALTER TABLE runs ADD COLUMN energy_joules FLOAT"))
 
+    shipped = migrations.LATEST_VERSION
     monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, add_column])
     monkeypatch.setattr(migrations, "LATEST_VERSION", len(migrations.MIGRATIONS))
     upgraded = make_engine(f"sqlite:///{tmp_path / 'lab-data' / 'lab.db'}")
-    assert migrations.upgrade(upgraded) == 1
+    assert migrations.upgrade(upgraded) == shipped
     with upgraded.connect() as connection:
-        assert migrations.current_version(connection) == 2
+        assert migrations.current_version(connection) == shipped + 1
         assert [row[0] for row in connection.execute(text("SELECT id FROM runs ORDER BY id"))] == ids
         assert connection.execute(text("SELECT requests_ok, req_per_s FROM runs WHERE id = :i"), {"i": ids[0]}).one() == (7, 1.5)
         assert connection.execute(text("SELECT count(*) FROM run_series")).scalar() == 1

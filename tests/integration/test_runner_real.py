@@ -19,7 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 def run_experiment(engine, settings, spec) -> list[dict]:  # noqa: ANN001
     with Session(engine) as session:
         run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-    Worker(engine=engine, settings=settings).run_until_empty()
+    worker = Worker(engine=engine, settings=settings)
+    while worker.run_one() is not None:
+        pass
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
         records = []

@@ -1,19 +1,12 @@
 """The run store on PostgreSQL: the same data functions as on SQLite.
 
-Uses ``LAB_TEST_POSTGRES_URL`` when set; otherwise starts a private PostgreSQL cluster
-from Debian's binaries (on a free loopback port, as the ``postgres`` user); skipped with
-the reason when neither is possible.
+Uses the session's PostgreSQL (``postgres_database_url`` in tests/integration/conftest.py:
+``LAB_TEST_POSTGRES_URL``, or a private cluster), in a database of its own.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import pwd
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import text
@@ -24,54 +17,16 @@ from db.engine import make_engine
 from db.models import RunStatus
 from lab import experiments
 from lab.specs import load_preset
-from services.supervisor import find_free_port
 
 pytestmark = pytest.mark.integration
 
 
-def _private_cluster() -> Iterator[str]:
-    binaries = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    if not binaries:
-        pytest.skip("no PostgreSQL reachable: set LAB_TEST_POSTGRES_URL or install Debian's postgresql")
-    try:
-        postgres_user = pwd.getpwnam("postgres")
-    except KeyError:
-        pytest.skip("Debian's postgresql is installed without its 'postgres' user")
-    bin_dir = os.path.dirname(binaries[-1])
-    data_dir = tempfile.mkdtemp(prefix="lab-pg-")
-    os.chown(data_dir, postgres_user.pw_uid, postgres_user.pw_gid)
-    port = find_free_port()
-
-    def as_postgres(*argv: str) -> subprocess.CompletedProcess[str]:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120)
-
-    init = as_postgres(f"{bin_dir}/initdb", "-D", data_dir, "-U", "lab", "--auth=trust")
-    if init.returncode != 0:
-        pytest.skip(f"could not create a private PostgreSQL cluster: {init.stderr[-500:]}")
-    start = as_postgres(f"{bin_dir}/pg_ctl", "-D", data_dir, "-w", "-l", f"{data_dir}/log",
-                        "-o", f"-p {port} -h 127.0.0.1 -k {data_dir}", "start")
-    if start.returncode != 0:
-        pytest.skip(f"could not start a private PostgreSQL server: {start.stderr[-500:]}")
-    try:
-        yield f"postgresql+psycopg://lab@127.0.0.1:{port}/postgres"
-    finally:
-        as_postgres(f"{bin_dir}/pg_ctl", "-D", data_dir, "-m", "immediate", "stop")
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def postgres_engine():  # noqa: ANN201
-    url = os.environ.get("LAB_TEST_POSTGRES_URL")
-    cluster = None if url else _private_cluster()
-    if cluster is not None:
-        url = next(cluster)
-    engine = make_engine(url)
+@pytest.fixture()
+def postgres_engine(postgres_database_url: str):  # noqa: ANN201
+    engine = make_engine(postgres_database_url)
     migrations.upgrade(engine)
     yield engine
     engine.dispose()
-    if cluster is not None:
-        next(cluster, None)
 
 
 def test_queue_and_figures_on_postgresql(postgres_engine) -> None:  # noqa: ANN001
@@ -92,3 +47,28 @@ def test_queue_and_figures_on_postgresql(postgres_engine) -> None:  # noqa: ANN0
     with postgres_engine.connect() as connection:
         assert migrations.current_version(connection) == migrations.LATEST_VERSION
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == len(ids)
+
+
+def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_engine) -> None:  # noqa: ANN001
+    from tests.unit.test_workers import version_1_metadata
+
+    with postgres_engine.begin() as connection:  # back to version 1: the v1 tables, empty
+        for table in ("run_claims", "workers", "run_series", "runs", "experiments", "services", "schema_version"):
+            connection.execute(text(f"DROP TABLE {table}"))
+        old = version_1_metadata()
+        old.create_all(connection)
+        connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
+        connection.execute(old.tables["runs"].insert().values(
+            spec={}, backend="naive", model="m", workload="number-story", load_kind="constant-vus", duration_s=20,
+            max_tokens=16, random_seed=1, status=RunStatus.DONE, req_per_s=2.5))
+        connection.execute(old.tables["services"].insert().values(name="naive", kind="naive", state="stopped"))
+    assert migrations.upgrade(postgres_engine) == 1
+    with Session(postgres_engine) as session:
+        [run] = store.list_runs(session=session)
+        assert (run.req_per_s, run.worker_name) == (2.5, None)
+        [service] = store.list_service_records(session=session)
+        assert (service.name, service.state) == ("naive", "stopped") and service.worker
+    spec = load_preset("seed-exp1", quick=True)
+    with Session(postgres_engine) as session:
+        experiments.enqueue_experiment(session=session, spec=spec)
+    assert store.claim_next_run(engine=postgres_engine, worker_name="box-a", labels=["cpu"]) is not None

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from db import store
 from db.models import Run, RunStatus
+from lab.settings import get_settings
 from tests.ui.conftest import FORMULA_TAG, PROJECT_ROOT, SeededLab
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
@@ -282,8 +283,8 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
     log_path = seed_lab.data_dir / "logs" / "naive.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("INFO loading model\nINFO ready on /health\n")
-    store.upsert_service_record(engine=seed_lab.engine, name="naive", kind="naive", state="stopped",
-                                log_path=str(log_path))
+    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive",
+                                state="stopped", log_path=str(log_path))
     app = open_page(PAGES["Services"])
     table = app.dataframe[0].value
     assert list(table["service"]) == ["naive"] and list(table["state"]) == ["stopped"]
@@ -293,7 +294,8 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
 
 
 def test_services_cannot_be_started_or_stopped_by_hand_during_a_run(seed_lab: SeededLab) -> None:
-    store.upsert_service_record(engine=seed_lab.engine, name="naive", kind="naive", state="stopped")
+    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive",
+                                state="stopped")
     store.claim_next_run(engine=seed_lab.engine, worker_pid=1)  # the queued run becomes active
     app = open_page(PAGES["Services"])
     assert "is using the services" in texts(app)
@@ -310,3 +312,39 @@ def test_streamlit_config_keeps_the_lab_on_loopback() -> None:
     from lab.settings import Settings
 
     assert config["server"]["maxUploadSize"] * 2**20 == Settings().upload_max_bytes
+
+
+# --------------------------------------------------------------------------- workers
+
+GPU_BOX = {"cpu_model": "AMD EPYC", "cpu_cores": 16, "memory_gib": 128.0,
+           "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8}], "lab_version": "abc"}
+
+
+def test_workers_page_lists_workers_labels_hardware_heartbeat_and_services(seed_lab: SeededLab) -> None:
+    store.register_worker(engine=seed_lab.engine, name="gpu-box", host="gpu-host", pid=1, labels=["gpu", "h200"],
+                          hardware=GPU_BOX)
+    store.upsert_service_record(engine=seed_lab.engine, worker="gpu-box", name="vllm", kind="vllm", state="running")
+    app = open_page("pages/workers.py")
+    assert not app.exception
+    assert "1 of 1 workers alive" in texts(app)
+    [row] = app.dataframe[0].value.to_dict("records")
+    assert (row["name"], row["host"], row["labels"], row["state"], row["services"]) == (
+        "gpu-box", "gpu-host", "gpu, h200", "alive", "vllm: running")
+    assert row["hardware"] == "NVIDIA H200 (139.8 GiB), AMD EPYC (16 cores, 128.0 GiB)"
+
+
+def test_runs_and_compare_filter_by_worker_and_say_where_the_seed_figures_ran(seed_lab: SeededLab) -> None:
+    first, *others = seed_lab.done_run_ids
+    with Session(seed_lab.engine) as session:
+        for run_id in seed_lab.done_run_ids:
+            run = session.get(Run, run_id)
+            run.worker_name, run.worker_hardware = ("gpu-box", GPU_BOX) if run_id == first else ("cpu-box", None)
+        session.commit()
+    app = open_page(PAGES["Runs"])
+    widget(app.selectbox, "filter_worker").set_value("gpu-box").run()
+    assert list(app.dataframe[0].value["run"]) == [first]
+    assert list(app.dataframe[0].value["worker"]) == ["gpu-box"]
+    app = open_page(PAGES["Compare"])
+    assert "measured on gpu-box: NVIDIA H200 (139.8 GiB)" in texts(app)
+    widget(app.selectbox, "compare_worker").set_value("cpu-box").run()
+    assert not app.exception and "measured on" not in texts(app)

@@ -82,7 +82,7 @@ def test_orphaned_active_runs_become_interrupted(engine) -> None:  # noqa: ANN00
         experiments.enqueue_experiment(session=session, spec=quick_exp1())
     run_id = store.claim_next_run(engine=engine, worker_pid=424242)
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.RUNNING)
-    assert store.mark_orphaned_runs_interrupted(engine=engine) == [run_id]
+    assert store.mark_orphaned_runs_interrupted(engine=engine, worker_name=None) == [run_id]
     with Session(engine) as session:
         run = session.get(Run, run_id)
         assert run.status == RunStatus.INTERRUPTED
@@ -97,14 +97,15 @@ def test_schema_upgrade_keeps_every_run(engine, monkeypatch: pytest.MonkeyPatch)
     def add_column(connection) -> None:  # noqa: ANN001
         connection.execute(text("ALTER TABLE runs ADD COLUMN future_figure FLOAT"))
 
+    start = migrations.LATEST_VERSION
     monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, add_column])
     monkeypatch.setattr(migrations, "LATEST_VERSION", len(migrations.MIGRATIONS))
-    assert migrations.upgrade(engine) == 1
+    assert migrations.upgrade(engine) == start
     with engine.connect() as connection:
-        assert migrations.current_version(connection) == 2
+        assert migrations.current_version(connection) == start + 1
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == 8
         assert "future_figure" in {column["name"] for column in inspect(connection).get_columns("runs")}
-    assert migrations.upgrade(engine) == 2  # idempotent
+    assert migrations.upgrade(engine) == start + 1  # idempotent
 
 
 def test_a_new_database_is_created_at_the_latest_version_without_replaying_migrations(

@@ -1,0 +1,38 @@
+"""Workers: every queue worker sharing this lab's database, its labels, hardware, heartbeat,
+current run and the managed services recorded on its machine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from lab.workers import worker_overview
+from pages.common import session, settings
+
+
+def page() -> None:
+    st.title("Workers")
+    lease_s = settings().worker_lease_s
+    with session() as db_session:
+        rows = worker_overview(session=db_session, lease_s=lease_s)
+    if not rows:
+        st.info("No worker has registered yet. `python -m lab start` starts one named after this host; "
+                "more machines join with `python -m lab worker --name NAME --labels gpu` on the same "
+                "PostgreSQL database (see docs/SCALING.md).")
+        return
+    alive = sum(row.state == "alive" for row in rows)
+    st.caption(f"{alive} of {len(rows)} workers alive. A worker silent for more than {lease_s:g} s is lost: "
+               "another worker marks its runs interrupted. Services run on each worker's own machine.")
+    st.dataframe(
+        [dataclasses.asdict(row) for row in rows], hide_index=True, width="stretch",
+        column_config={
+            "name": "worker", "heartbeat_age_s": st.column_config.NumberColumn("heartbeat age (s)", format="%.1f"),
+            "current_run": "current run", "services": "services on its machine",
+        },
+    )
+    if st.button("Refresh", key="workers_refresh", icon=":material/refresh:"):
+        st.rerun()
+
+
+page()

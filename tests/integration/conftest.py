@@ -1,0 +1,79 @@
+"""Integration fixtures: one PostgreSQL for the whole test session, a fresh database per user.
+
+Uses ``LAB_TEST_POSTGRES_URL`` when set; otherwise starts a private PostgreSQL cluster
+from Debian's binaries (on a free loopback port, as the ``postgres`` user); tests that
+need it are skipped with the reason when neither is possible.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from services.supervisor import find_free_port
+
+
+def _private_cluster() -> Iterator[str]:
+    binaries = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if not binaries:
+        pytest.skip("no PostgreSQL reachable: set LAB_TEST_POSTGRES_URL or install Debian's postgresql")
+    try:
+        postgres_user = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("Debian's postgresql is installed without its 'postgres' user")
+    bin_dir = os.path.dirname(binaries[-1])
+    data_dir = tempfile.mkdtemp(prefix="lab-pg-")
+    os.chown(data_dir, postgres_user.pw_uid, postgres_user.pw_gid)
+    port = find_free_port()
+
+    def as_postgres(*argv: str) -> subprocess.CompletedProcess[str]:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120)
+
+    init = as_postgres(f"{bin_dir}/initdb", "-D", data_dir, "-U", "lab", "--auth=trust")
+    if init.returncode != 0:
+        pytest.skip(f"could not create a private PostgreSQL cluster: {init.stderr[-500:]}")
+    start = as_postgres(f"{bin_dir}/pg_ctl", "-D", data_dir, "-w", "-l", f"{data_dir}/log",
+                        "-o", f"-p {port} -h 127.0.0.1 -k {data_dir}", "start")
+    if start.returncode != 0:
+        pytest.skip(f"could not start a private PostgreSQL server: {start.stderr[-500:]}")
+    try:
+        yield f"postgresql+psycopg://lab@127.0.0.1:{port}/postgres"
+    finally:
+        as_postgres(f"{bin_dir}/pg_ctl", "-D", data_dir, "-m", "immediate", "stop")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> Iterator[str]:
+    """A PostgreSQL server URL for the whole session (started once, stopped at the end)."""
+    url = os.environ.get("LAB_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    yield from _private_cluster()
+
+
+@pytest.fixture()
+def postgres_database_url(postgres_server_url: str) -> Iterator[str]:
+    """A fresh, empty database on the session's server; dropped afterwards."""
+    name = f"lab_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {name}"))
+    try:
+        yield make_url(postgres_server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()

@@ -1,0 +1,162 @@
+"""Workers on one queue (real SQLite): labels, pins, the claim log, leases, own recovery,
+cancel across workers, the version-1 -> 2 upgrade and the worker's name check."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Column, MetaData, Table, text, update
+from sqlalchemy.orm import Session
+
+from db import migrations, store
+from lab import experiments
+from db.engine import make_engine
+from db.models import Base, Run, RunStatus, WorkerRecord
+from lab.runner import Worker, WorkerBusyError
+from lab.settings import Settings
+from lab.specs import SpecError, load_preset
+from lab.workers import hardware_summary
+
+HARDWARE = {"cpu_model": "Xeon", "cpu_cores": 2, "memory_gib": 8.0, "gpus": [], "lab_version": "test"}
+
+
+@pytest.fixture()
+def engine(tmp_path: Path):  # noqa: ANN201
+    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
+    migrations.upgrade(engine)
+    return engine
+
+
+def enqueue(engine, **overrides) -> list[int]:  # noqa: ANN001
+    spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1]), ("grid.backend", ["naive"]),
+                                                           ("repeats", 1), *overrides.items()])
+    with Session(engine) as session:
+        return [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
+
+
+def register(engine, name: str, labels: tuple[str, ...] = ()) -> None:  # noqa: ANN001
+    store.register_worker(engine=engine, name=name, host="box", pid=1, labels=list(labels), hardware=HARDWARE)
+
+
+def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engine) -> None:  # noqa: ANN001
+    [gpu_run] = enqueue(engine, requires=["gpu"])
+    [pinned_run] = enqueue(engine, worker="box-b")
+    [any_run] = enqueue(engine)
+    # A cpu worker skips the gpu run and the run pinned elsewhere, and takes the free one.
+    assert store.claim_next_run(engine=engine, worker_name="box-a", labels=["cpu"]) == any_run
+    assert store.claim_next_run(engine=engine, worker_name="box-a", labels=["cpu"]) is None
+    assert store.claim_next_run(engine=engine, worker_name="box-b", labels=["cpu"]) == pinned_run
+    assert store.claim_next_run(engine=engine, worker_name="box-c", labels=["gpu", "h100"],
+                                hardware=HARDWARE) == gpu_run
+    with Session(engine) as session:
+        run = session.get(Run, gpu_run)
+        assert (run.worker_name, run.worker_hardware, run.requires_labels) == ("box-c", HARDWARE, ["gpu"])
+        claims = [(claim.run_id, claim.worker_name) for claim in store.list_run_claims(session=session)]
+    assert claims == [(any_run, "box-a"), (pinned_run, "box-b"), (gpu_run, "box-c")]
+
+
+def test_bad_labels_and_names_are_refused_with_a_clear_message() -> None:
+    with pytest.raises(SpecError, match="not a worker name or label"):
+        load_preset("seed-exp1", quick=True, overrides=[("requires", ["g p u"])])
+    with pytest.raises(SpecError, match="not a worker name or label"):
+        load_preset("seed-exp1", quick=True, overrides=[("worker", "a;b")])
+
+
+def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:  # noqa: ANN001
+    register(engine, "box-a")
+    register(engine, "box-b")
+    [run_id] = enqueue(engine)
+    assert store.claim_next_run(engine=engine, worker_name="box-a") == run_id
+    # Fresh heartbeat: box-b leaves the run alone.
+    assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == []
+    with Session(engine) as session:
+        session.execute(update(WorkerRecord).where(WorkerRecord.name == "box-a")
+                        .values(heartbeat_at=store.utc_now() - timedelta(seconds=120)))
+        session.commit()
+    # A worker never reaps itself; another does.
+    assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-a") == []
+    assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == [run_id]
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        assert run.status == RunStatus.INTERRUPTED
+        assert "'box-a' stopped renewing its heartbeat" in run.status_reason and "'box-b'" in run.status_reason
+
+
+def test_a_restarted_worker_recovers_only_its_own_runs(engine) -> None:  # noqa: ANN001
+    register(engine, "box-a")
+    register(engine, "box-b")
+    first, second = enqueue(engine, repeats=2)
+    store.claim_next_run(engine=engine, worker_name="box-a")
+    store.claim_next_run(engine=engine, worker_name="box-b")
+    assert store.mark_orphaned_runs_interrupted(engine=engine, worker_name="box-a") == [first]
+    with Session(engine) as session:
+        assert session.get(Run, second).status == RunStatus.STARTING
+
+
+def test_cancel_reaches_the_worker_that_owns_the_run(engine) -> None:  # noqa: ANN001
+    [run_id] = enqueue(engine)
+    store.claim_next_run(engine=engine, worker_name="box-a")
+    with Session(engine) as session:  # e.g. the web lab on another machine
+        assert store.request_cancel(session=session, run_id=run_id) == RunStatus.STARTING
+    assert store.is_cancel_requested(engine=engine, run_id=run_id)
+
+
+def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, tmp_path: Path) -> None:  # noqa: ANN001
+    settings = Settings(data_dir=tmp_path, worker_name="box-a")
+    store.register_worker(engine=engine, name="box-a", host="another-host", pid=1, labels=[], hardware=HARDWARE)
+    with pytest.raises(WorkerBusyError, match="alive on another-host"):
+        Worker(engine=engine, settings=settings).register()
+    # Same host, its process gone: a restart, which takes the name over.
+    store.register_worker(engine=engine, name="box-a", host=socket.gethostname(), pid=2**22 + 7, labels=[],
+                          hardware=HARDWARE)
+    worker = Worker(engine=engine, settings=settings, labels=["gpu"])
+    worker.register()
+    with Session(engine) as session:
+        record = store.get_worker(session=session, name="box-a")
+        assert (record.labels, record.state, record.host) == (["gpu"], "running", socket.gethostname())
+        assert record.hardware["cpu_cores"] and "lab_version" in record.hardware
+        assert store.heartbeat_age_s(session=session, record=record) < 30
+
+
+def version_1_metadata() -> MetaData:
+    """The schema as version 1 had it: no worker tables or columns, services keyed by name."""
+    added = {"runs": {"requires_labels", "pinned_worker", "worker_name", "worker_hardware"}, "services": {"worker"}}
+    metadata = MetaData()
+    for table in Base.metadata.sorted_tables:
+        if table.name in ("workers", "run_claims"):
+            continue
+        columns: list[Column] = [c._copy() for c in table.columns if c.name not in added.get(table.name, set())]
+        Table(table.name, metadata, *columns)
+    return metadata
+
+
+def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    old = version_1_metadata()
+    with engine.begin() as connection:
+        old.create_all(connection)
+        connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
+        connection.execute(old.tables["runs"].insert().values(
+            spec={}, backend="naive", model="m", workload="number-story", load_kind="constant-vus", duration_s=20,
+            max_tokens=16, random_seed=1, status=RunStatus.DONE, req_per_s=2.5))
+        connection.execute(old.tables["services"].insert().values(name="naive", kind="naive", state="running",
+                                                                  pid=1234, config={"model": "m"}))
+    assert migrations.upgrade(engine) == 1
+    with Session(engine) as session:
+        [run] = store.list_runs(session=session)
+        assert (run.status, run.req_per_s, run.worker_name) == (RunStatus.DONE, 2.5, None)
+        [service] = store.list_service_records(session=session)
+        assert (service.worker, service.name, service.pid, service.config) == (
+            socket.gethostname(), "naive", 1234, {"model": "m"})
+    [run_id] = enqueue(engine)
+    assert store.claim_next_run(engine=engine, worker_name="box-a") == run_id
+
+
+def test_hardware_summary_names_gpus_and_cpu() -> None:
+    hardware = {**HARDWARE, "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8}] * 2}
+    assert hardware_summary(hardware) == "2x NVIDIA H200 (139.8 GiB), Xeon (2 cores, 8.0 GiB)"
+    assert hardware_summary(HARDWARE) == "Xeon (2 cores, 8.0 GiB)"
+    assert hardware_summary(None) == ""
