@@ -8,13 +8,24 @@ vLLM. This is that proxy made correct and fast:
   different models or upstreams never do.
 - **Policy**: ``all`` caches every successful answer (the seed's behaviour, used by the
   seed-reproduction presets); ``deterministic`` only temperature-0 or seeded, ``n == 1``
-  requests. Per request ``Cache-Control: no-cache`` refreshes, ``no-store`` bypasses.
-  Every proxied response carries ``X-Cache: HIT|MISS|BYPASS|ERROR``.
+  requests (a missing temperature is 1.0 on vLLM and the naive server: not cached). Per
+  request ``Cache-Control: no-cache`` refreshes, ``no-store`` bypasses (every
+  ``Cache-Control`` line is read). Every proxied response carries
+  ``X-Cache: HIT|MISS|BYPASS|ERROR``.
+- **Credentials** (``--credentials``): a request carrying credentials (Authorization,
+  cookies, api-key headers, a query string; :func:`services.cache_key.is_credential_header`)
+  bypasses the cache by default, or is cached per credential: an HMAC of its credentials
+  with a per-proxy secret joins the key and so the single-flight group. One credential's
+  answer is never served to another (RFC 9111, section 3.5).
 - **Never cached**: non-2xx answers, answers without choices, streams cut off by the
-  client or the upstream. A ``length`` finish is complete for its request and cached.
+  client or the upstream, answers the upstream marked ``Cache-Control: no-store``,
+  ``private`` or ``no-cache`` or that set a cookie, and bodies that cannot be keyed
+  (not a JSON object, NaN, overflowing numbers, lone surrogates, repeated keys, deep
+  nesting: passed through as BYPASS). A ``length`` finish is complete and cached.
 - **Streaming**: a miss is passed through as it arrives and stored (raw SSE bytes) only
   once ``data: [DONE]`` arrived; a hit replays those bytes as ``text/event-stream``.
-- **Single-flight** (switchable): concurrent identical misses make one upstream call.
+- **Single-flight** (switchable): concurrent identical misses make one upstream call; only
+  a successful, storable answer is shared, followers of a failed leader ask the upstream.
 - **Fail-open**: Redis calls have a short timeout and no retries; a circuit breaker
   stops asking a failing Redis for a few seconds, then lets one trial through. Meanwhile
   requests go straight upstream with ``X-Cache: ERROR``; the cache never causes a 5xx.
@@ -36,7 +47,8 @@ the lifespan, as ``httpx.ASGITransport`` does).
 Standalone::
 
     python -m services.cache_proxy --upstream URL --redis-url URL --port N \\
-        [--policy all|deterministic] [--ttl-s N] [--no-single-flight] [--namespace NAME]
+        [--policy all|deterministic] [--credentials bypass|per-credential] [--ttl-s N] \\
+        [--no-single-flight] [--namespace NAME]
 """
 
 from __future__ import annotations
@@ -45,17 +57,26 @@ import argparse
 import asyncio
 import enum
 import json
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from services.cache_key import cache_key, is_deterministic_request, key_prefix, normalize_upstream_identity
+from services.cache_key import (
+    UnkeyableBody,
+    cache_key,
+    is_deterministic_request,
+    key_prefix,
+    normalize_upstream_identity,
+    parse_keyable_body,
+    requester_fingerprint,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -63,6 +84,16 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 POLICIES = ("all", "deterministic")
+# What happens to a request carrying credentials (see CREDENTIAL_MODES_HELP).
+CREDENTIAL_MODES = ("bypass", "per-credential")
+CREDENTIAL_MODES_HELP = (
+    "requests carrying credentials (Authorization, Proxy-Authorization, Cookie, api-key, x-api-key, any header "
+    "whose name holds auth/key/token/secret/cookie/session, or a query string): 'bypass' (default) sends them "
+    "upstream uncached, so the upstream checks every credential every time; 'per-credential' caches them in a "
+    "separate entry per credential, keyed by an HMAC of the credential with this proxy's secret (a revoked "
+    "credential keeps getting its own cached answers until they expire). Requests without credentials, such "
+    "as the lab's own load, are cached either way."
+)
 CACHED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 # Memo of parsed request bodies (see CacheProxy._parse_request): at most this many
 # entries of at most this many bytes each, i.e. a few tens of MB at worst.
@@ -118,6 +149,29 @@ def parse_cache_control(value: str | bytes | None) -> frozenset[str]:
     if isinstance(value, bytes):
         value = value.decode("latin-1")
     return frozenset(part.split("=", 1)[0].strip().lower() for part in value.split(",") if part.strip())
+
+
+def request_cache_control(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """Every ``Cache-Control`` request header line, joined as one comma list."""
+    return b",".join(value for name, value in headers if name == b"cache-control")
+
+
+# Response directives that forbid a shared cache to reuse the answer without asking the
+# upstream again (RFC 9111 5.2.2): we never revalidate, so we do not store.
+_RESPONSE_DIRECTIVES_NOT_STORED = frozenset({"no-store", "private", "no-cache"})
+
+
+def response_allows_storing(headers: Iterable[tuple[str, str]]) -> bool:
+    """False when the upstream's answer says it must not sit in a shared cache:
+    ``Cache-Control`` no-store, private or no-cache (any line), or a ``Set-Cookie``
+    (a per-user answer)."""
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == "set-cookie":
+            return False
+        if lowered == "cache-control" and parse_cache_control(value) & _RESPONSE_DIRECTIVES_NOT_STORED:
+            return False
+    return True
 
 
 def decide_cache_mode(*, body: Mapping[str, Any], cache_control: str | bytes | None, policy: str) -> CacheMode:
@@ -472,6 +526,8 @@ class ProxyConfig:
     upstream_url: str
     redis_url: str
     policy: str = "all"
+    credentials: str = "bypass"
+    credential_secret: bytes | None = None
     ttl_s: int | None = None
     namespace: str = "lab"
     single_flight: bool = True
@@ -484,12 +540,11 @@ class ProxyConfig:
 
 @dataclass
 class UpstreamAnswer:
-    """A whole upstream answer, shared with single-flight followers."""
+    """A whole, successful, storable upstream answer, shared with single-flight followers."""
 
     status_code: int
     content_type: bytes
     body: bytes
-    extra_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 class ProxyMetrics:
@@ -504,6 +559,14 @@ class ProxyMetrics:
         )
         self.errors = Counter(
             "lab_cache_errors", "Requests served upstream because Redis failed or the breaker is open.",
+            registry=self.registry,
+        )
+        self.credential_bypasses = Counter(
+            "lab_cache_credential_bypasses", "Requests with credentials passed through uncached (--credentials bypass).",
+            registry=self.registry,
+        )
+        self.unkeyable_bodies = Counter(
+            "lab_cache_unkeyable_bodies", "Requests passed through because their body cannot be keyed.",
             registry=self.registry,
         )
         self.store_errors = Counter("lab_cache_store_errors", "Answers that could not be stored.", registry=self.registry)
@@ -544,14 +607,37 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def _send_upstream_error(send: Send, error: httpx.HTTPError, x_cache: XCache) -> UpstreamAnswer:
-    """Answer 504 (upstream timed out) or 502 (unreachable) in OpenAI's error shape."""
-    if isinstance(error, httpx.TimeoutException):
+async def _send_upstream_error(send: Send, error: httpx.HTTPError, x_cache: XCache) -> None:
+    """Answer 400 (the client's request cannot be forwarded as sent), 504 (upstream timed
+    out) or 502 (unreachable) in OpenAI's error shape."""
+    if isinstance(error, (httpx.LocalProtocolError, httpx.UnsupportedProtocol)):
+        status, body = 400, _error_body(f"the request cannot be forwarded as sent: {error}", "invalid_request")
+    elif isinstance(error, httpx.TimeoutException):
         status, body = 504, _error_body(f"upstream timed out: {error!r}", "upstream_timeout")
     else:
         status, body = 502, _error_body(f"upstream unreachable: {error!r}", "upstream_unreachable")
     await _send_whole(send, status, _json_headers(body, x_cache), body)
-    return UpstreamAnswer(status, _JSON, body)
+
+
+async def _send_bad_request(send: Send, message: str) -> None:
+    body = _error_body(message, "invalid_request")
+    await _send_whole(send, 400, _json_headers(body), body)
+
+
+class BadRequestTarget(ValueError):
+    """The request target cannot be forwarded (``*``, an absolute or malformed URL)."""
+
+
+async def _forwarded_response_headers(response: httpx.Response, x_cache: XCache) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers (Retry-After included) minus hop-by-hop and
+    recomputed ones, plus our ``X-Cache``."""
+    headers = [
+        (name.lower(), value)
+        for name, value in response.headers.raw
+        if name.lower().decode("latin-1") not in _RESPONSE_HEADERS_NOT_FORWARDED and name.lower() != b"x-cache"
+    ]
+    headers.append((b"x-cache", x_cache.value))
+    return headers
 
 
 async def _send_whole(send: Send, status_code: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
@@ -588,8 +674,13 @@ class CacheProxy:
         self.breaker = CircuitBreaker(failure_threshold=config.breaker_failure_threshold, open_s=config.breaker_open_s)
         self.redis: PipelinedRedis | None = None
         self.http: httpx.AsyncClient | None = None
+        if config.credentials not in CREDENTIAL_MODES:
+            raise ValueError(f"credentials must be one of {CREDENTIAL_MODES}, not {config.credentials!r}")
+        # Per-proxy secret of the credential HMAC: random unless given (proxies sharing one
+        # Redis share per-credential entries only when they share the secret).
+        self._credential_secret = config.credential_secret or os.urandom(32)
         self._inflight: dict[str, asyncio.Future[UpstreamAnswer | None]] = {}
-        self._parsed_requests: dict[tuple[str, bytes], tuple[dict[str, Any], bool, str]] = {}
+        self._parsed_requests: dict[tuple[str, str | None, bytes], tuple[dict[str, Any], bool, str]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -641,33 +732,53 @@ class CacheProxy:
             await self.open()
         path = scope["path"]
         method = scope["method"]
-        if method == "POST" and path in CACHED_PATHS:
-            await self._cacheable(scope, receive, send)
-        elif path == "/health" and method == "GET":
-            await self._health(send)
-        elif path == "/metrics" and method == "GET":
-            body = generate_latest(self.metrics.registry)
-            await _send_whole(send, 200, _json_headers(body, content_type=CONTENT_TYPE_LATEST.encode()), body)
-        elif path == "/cache/flush" and method == "POST":
-            await self._flush(send)
-        else:
-            body = await _read_body(receive)
-            await self._forward_streaming(scope, receive, send, body, XCache.BYPASS, record=False)
+        if not path.startswith("/"):
+            # "*" (OPTIONS *), an absolute URL: nothing upstream to forward it to.
+            await _send_bad_request(send, f"the request target {path[:100]!r} is not a path starting with '/'")
+            return
+        try:
+            if method == "POST" and path in CACHED_PATHS:
+                await self._cacheable(scope, receive, send)
+            elif path == "/health" and method == "GET":
+                await self._health(send)
+            elif path == "/metrics" and method == "GET":
+                body = generate_latest(self.metrics.registry)
+                await _send_whole(send, 200, _json_headers(body, content_type=CONTENT_TYPE_LATEST.encode()), body)
+            elif path == "/cache/flush" and method == "POST":
+                await self._flush(send)
+            else:
+                body = await _read_body(receive)
+                await self._forward_streaming(scope, receive, send, body, XCache.BYPASS, record=False)
+        except BadRequestTarget as error:
+            # Raised before any response started (see _upstream_request).
+            await _send_bad_request(send, str(error))
 
     # -- the cache ------------------------------------------------------------------------
 
     async def _cacheable(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw_body = await _read_body(receive)
         started_at = time.perf_counter()
-        parsed = self._parsed_requests.get((scope["path"], raw_body))
-        if parsed is None:
-            parsed = self._parse_request(scope["path"], raw_body)
-        if parsed is None:
+        requester = requester_fingerprint(scope["headers"], scope.get("query_string") or b"",
+                                          secret=self._credential_secret)
+        if requester is not None and self.config.credentials == "bypass":
             self.metrics.bypasses.inc()
+            self.metrics.credential_bypasses.inc()
             await self._forward_streaming(scope, receive, send, raw_body, XCache.BYPASS, record=False)
             return
+        path = scope["path"]
+        parsed = self._parsed_requests.get((path, requester, raw_body))
+        if parsed is None:
+            try:
+                parsed = self._parse_request(path, requester, raw_body)
+            except UnkeyableBody:
+                # Passed through untouched: the upstream judges the body, the cache stays out.
+                self.metrics.bypasses.inc()
+                self.metrics.unkeyable_bodies.inc()
+                await self._forward_streaming(scope, receive, send, raw_body, XCache.BYPASS, record=False)
+                return
         body, streaming, key = parsed
-        mode = decide_cache_mode(body=body, cache_control=_header(scope, b"cache-control"), policy=self.config.policy)
+        mode = decide_cache_mode(body=body, cache_control=request_cache_control(scope["headers"]),
+                                 policy=self.config.policy)
         if mode is CacheMode.BYPASS:
             self.metrics.bypasses.inc()
             await self._upstream(scope, receive, send, raw_body, streaming, XCache.BYPASS, store_key=None)
@@ -709,6 +820,7 @@ class CacheProxy:
         if not self.config.single_flight:
             await self._upstream(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key)
             return
+        # The key holds the requester's HMAC, so a group never spans two credentials.
         leader = self._inflight.get(key)
         if leader is not None:
             try:
@@ -717,14 +829,12 @@ class CacheProxy:
                 answer = None
             if answer is not None:
                 self.metrics.single_flight_shared.inc()
-                await _send_whole(
-                    send, answer.status_code,
-                    [*_json_headers(answer.body, XCache.MISS, answer.content_type), *answer.extra_headers],
-                    answer.body,
-                )
+                await _send_whole(send, answer.status_code, _json_headers(answer.body, XCache.MISS, answer.content_type),
+                                  answer.body)
                 return
-            # The leader's stream broke: try on our own, without storing.
-            await self._upstream(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=None)
+            # The leader got no shareable answer (an error, a broken stream, no-store):
+            # ask the upstream ourselves.
+            await self._upstream(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key)
             return
         future: asyncio.Future[UpstreamAnswer | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
@@ -735,25 +845,22 @@ class CacheProxy:
             del self._inflight[key]
             future.set_result(answer)
 
-    def _parse_request(self, path: str, raw_body: bytes) -> tuple[dict[str, Any], bool, str] | None:
-        """Parse a body once and compute its key; None when it is not a JSON object.
+    def _parse_request(self, path: str, requester: str | None, raw_body: bytes) -> tuple[dict[str, Any], bool, str]:
+        """Parse a body once and compute its key; raise :class:`UnkeyableBody` when it
+        cannot be keyed.
 
-        Small bodies are remembered by their exact bytes, so a repeated request (the
-        common case on hits) is neither parsed nor hashed again. The memo is bounded in
-        entries and body size, and cleared when full.
+        Small bodies are remembered by their exact bytes (and requester), so a repeated
+        request (the common case on hits) is neither parsed nor hashed again. The memo is
+        bounded in entries and body size, and cleared when full.
         """
-        try:
-            body = json.loads(raw_body)
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(body, dict):
-            return None
-        key = cache_key(upstream_identity=self.upstream_identity, path=path, body=body, namespace=self.config.namespace)
+        body = parse_keyable_body(raw_body)
+        key = cache_key(upstream_identity=self.upstream_identity, path=path, body=body,
+                        namespace=self.config.namespace, requester=requester)
         parsed = (body, body.get("stream") is True, key)
         if len(raw_body) <= PARSED_REQUEST_MEMO_MAX_BODY_BYTES:
             if len(self._parsed_requests) >= PARSED_REQUEST_MEMO_ENTRIES:
                 self._parsed_requests.clear()
-            self._parsed_requests[(path, raw_body)] = parsed
+            self._parsed_requests[(path, requester, raw_body)] = parsed
         return parsed
 
     def _redis_ok(self) -> None:
@@ -783,12 +890,20 @@ class CacheProxy:
 
     # -- upstream -------------------------------------------------------------------------
 
-    def _upstream_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
-        return [(name, value) for name, value in scope["headers"] if name not in _REQUEST_HEADERS_NOT_FORWARDED]
-
-    def _upstream_target(self, scope: Scope) -> str:
+    def _upstream_request(self, scope: Scope, raw_body: bytes) -> httpx.Request:
+        """The upstream request for ``scope``: same method, raw path and query, body, and
+        the headers minus hop-by-hop ones. Raises :class:`BadRequestTarget` when the target
+        is no URL httpx can send."""
+        assert self.http is not None
+        # The raw path, not the decoded one: "/a%3Fb" must not become a query upstream.
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
         query = scope.get("query_string") or b""
-        return self.upstream_url + scope["path"] + (("?" + query.decode("latin-1")) if query else "")
+        target = self.upstream_url + raw_path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
+        headers = [(name, value) for name, value in scope["headers"] if name not in _REQUEST_HEADERS_NOT_FORWARDED]
+        try:
+            return self.http.build_request(scope["method"], target, content=raw_body, headers=headers)
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError, UnicodeError) as error:
+            raise BadRequestTarget(f"the request cannot be forwarded: {error}") from error
 
     async def _upstream(
         self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool,
@@ -796,49 +911,50 @@ class CacheProxy:
     ) -> UpstreamAnswer | None:
         """Call upstream for a cacheable path, answer the client, store when allowed.
 
-        Returns the whole answer for single-flight followers (None when it cannot be
-        shared: a broken or cut-off stream).
+        Returns the answer when single-flight followers may share it: a 2xx, complete,
+        storable answer (None for errors, broken streams and answers the upstream marked
+        no-store, private or with a cookie).
         """
         if streaming:
             return await self._forward_streaming(scope, receive, send, raw_body, x_cache, record=True, store_key=store_key)
         assert self.http is not None
+        request = self._upstream_request(scope, raw_body)
         started_at = time.perf_counter()
         try:
-            response = await self.http.request(
-                scope["method"], self._upstream_target(scope), content=raw_body, headers=self._upstream_headers(scope)
-            )
+            response = await self.http.send(request)
         except httpx.HTTPError as error:
-            return await _send_upstream_error(send, error, x_cache)
+            await _send_upstream_error(send, error, x_cache)
+            return None
         self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
         body = response.content
         content_type = response.headers.get("content-type", "application/json").encode("latin-1")
-        if store_key is not None and is_cacheable_json_answer(response.status_code, body):
+        shareable = is_cacheable_json_answer(response.status_code, body) and response_allows_storing(
+            response.headers.multi_items()
+        )
+        if store_key is not None and shareable:
             if not await self._store(store_key, _JSON if content_type.startswith(_JSON) else content_type, body):
                 x_cache = XCache.ERROR
-        await _send_whole(send, response.status_code, _json_headers(body, x_cache, content_type), body)
-        return UpstreamAnswer(response.status_code, content_type, body)
+        headers = _forwarded_response_headers(response, x_cache)
+        headers.append((b"content-length", b"%d" % len(body)))
+        await _send_whole(send, response.status_code, headers, body)
+        return UpstreamAnswer(response.status_code, content_type, body) if shareable else None
 
     async def _forward_streaming(
         self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, x_cache: XCache,
         *, record: bool, store_key: str | None = None,
     ) -> UpstreamAnswer | None:
-        """Pass an upstream answer through as it arrives; optionally record and store it
-        once it completed (an SSE stream ending with ``[DONE]``)."""
+        """Pass an upstream answer through as it arrives; optionally record it and, once
+        it completed (an SSE stream ending with ``[DONE]``, or a cacheable JSON answer),
+        store it and return it for single-flight followers."""
         assert self.http is not None
+        request = self._upstream_request(scope, raw_body)
         started_at = time.perf_counter()
-        request = self.http.build_request(
-            scope["method"], self._upstream_target(scope), content=raw_body, headers=self._upstream_headers(scope)
-        )
         try:
             response = await self.http.send(request, stream=True)
         except httpx.HTTPError as error:
-            return await _send_upstream_error(send, error, x_cache)
-        headers = [
-            (name.encode("latin-1"), value.encode("latin-1"))
-            for name, value in response.headers.items()
-            if name.lower() not in _RESPONSE_HEADERS_NOT_FORWARDED and name.lower() != "x-cache"
-        ]
-        headers.append((b"x-cache", x_cache.value))
+            await _send_upstream_error(send, error, x_cache)
+            return None
+        headers = _forwarded_response_headers(response, x_cache)
         content_type = response.headers.get("content-type", "").encode("latin-1")
         is_sse = content_type.startswith(_SSE)
         chunks: list[bytes] = []
@@ -862,19 +978,20 @@ class CacheProxy:
                 await response.aclose()
                 self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
             client_gone = disconnect_watch.done() and disconnect_watch.result().get("type") == "http.disconnect"
-            if not (record and upstream_complete and not client_gone and 200 <= response.status_code < 300):
-                await send({"type": "http.response.body", "body": b""})
-                return None
+            shareable = (
+                record and upstream_complete and not client_gone and 200 <= response.status_code < 300
+                and response_allows_storing(response.headers.multi_items())
+            )
             whole = b"".join(chunks)
-            if is_sse and not summarize_sse(whole).is_complete:
-                await send({"type": "http.response.body", "body": b""})
-                return None
-            if not is_sse and not is_cacheable_json_answer(response.status_code, whole):
-                store_key = None
-            if store_key is not None:
+            if shareable:
+                if is_sse:
+                    shareable = summarize_sse(whole).is_complete
+                else:
+                    shareable = is_cacheable_json_answer(response.status_code, whole)
+            if shareable and store_key is not None:
                 await self._store(store_key, _SSE if is_sse else _JSON, whole)
             await send({"type": "http.response.body", "body": b""})
-            return UpstreamAnswer(response.status_code, _SSE if is_sse else content_type, whole)
+            return UpstreamAnswer(response.status_code, _SSE if is_sse else content_type, whole) if shareable else None
         finally:
             if not disconnect_watch.done():
                 disconnect_watch.cancel()
@@ -924,6 +1041,8 @@ def build_app(
     upstream_url: str,
     redis_url: str,
     policy: str = "all",
+    credentials: str = "bypass",
+    credential_secret: bytes | None = None,
     ttl_s: int | None = None,
     namespace: str = "lab",
     single_flight: bool = True,
@@ -936,14 +1055,18 @@ def build_app(
     """Build the cache proxy ASGI app (serve it with uvicorn).
 
     ``upstream_url``: base URL of an OpenAI-compatible server. ``redis_url``:
-    ``redis://host:port/db``. ``policy``: ``all`` or ``deterministic``. ``ttl_s``: entry
+    ``redis://host:port/db``. ``policy``: ``all`` or ``deterministic``. ``credentials``:
+    ``bypass`` or ``per-credential`` (see :data:`CREDENTIAL_MODES_HELP`);
+    ``credential_secret``: the HMAC key of per-credential entries (default: random per
+    process). ``ttl_s``: entry
     lifetime (None keeps entries until evicted). ``namespace``: key prefix, flushed by
     ``POST /cache/flush``. ``redis_timeout_s``: deadline of each Redis call.
     ``upstream_identity``: what identifies the upstream in keys (default: its URL).
     """
     return CacheProxy(
         ProxyConfig(
-            upstream_url=upstream_url, redis_url=redis_url, policy=policy, ttl_s=ttl_s, namespace=namespace,
+            upstream_url=upstream_url, redis_url=redis_url, policy=policy, credentials=credentials,
+            credential_secret=credential_secret, ttl_s=ttl_s, namespace=namespace,
             single_flight=single_flight, redis_timeout_s=redis_timeout_s, upstream_timeout_s=float(upstream_timeout_s),
             breaker_failure_threshold=breaker_failure_threshold, breaker_open_s=breaker_open_s,
             upstream_identity=upstream_identity,
@@ -953,12 +1076,26 @@ def build_app(
 
 def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     """Command-line arguments of the standalone proxy."""
-    parser = argparse.ArgumentParser(prog="python -m services.cache_proxy", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m services.cache_proxy", description=__doc__.split("\n")[0],
+        epilog="Credentials: " + CREDENTIAL_MODES_HELP,
+    )
     parser.add_argument("--upstream", required=True, help="base URL of an OpenAI-compatible server")
     parser.add_argument("--redis-url", required=True, help="redis://host:port/db")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--policy", choices=POLICIES, default="all")
+    parser.add_argument(
+        "--policy", choices=POLICIES, default="all",
+        help="all: cache every successful answer; deterministic: only requests with temperature 0 or an integer "
+             "seed, and n 1 (a missing temperature means 1.0, sampled, on vLLM and the naive server: not cached)",
+    )
+    parser.add_argument("--credentials", choices=CREDENTIAL_MODES, default="bypass",
+                        help="requests carrying credentials: bypass the cache (default) or cache per credential")
+    parser.add_argument(
+        "--credential-secret-file", type=argparse.FileType("rb"), default=None,
+        help="file holding the HMAC secret of per-credential keys (default: random per start; proxies sharing "
+             "one Redis share per-credential entries only with the same secret)",
+    )
     parser.add_argument("--ttl-s", type=int, default=None)
     parser.add_argument("--namespace", default="lab")
     parser.add_argument("--no-single-flight", action="store_true")
@@ -974,7 +1111,9 @@ def main(argv: Iterable[str] | None = None) -> None:
 
     args = parse_args(argv)
     app = build_app(
-        upstream_url=args.upstream, redis_url=args.redis_url, policy=args.policy, ttl_s=args.ttl_s,
+        upstream_url=args.upstream, redis_url=args.redis_url, policy=args.policy, credentials=args.credentials,
+        credential_secret=args.credential_secret_file.read().strip() if args.credential_secret_file else None,
+        ttl_s=args.ttl_s,
         namespace=args.namespace, single_flight=not args.no_single_flight, redis_timeout_s=args.redis_timeout_s,
         upstream_timeout_s=args.upstream_timeout_s, upstream_identity=args.upstream_identity,
     )
