@@ -628,7 +628,7 @@ class BadRequestTarget(ValueError):
     """The request target cannot be forwarded (``*``, an absolute or malformed URL)."""
 
 
-async def _forwarded_response_headers(response: httpx.Response, x_cache: XCache) -> list[tuple[bytes, bytes]]:
+def _forwarded_response_headers(response: httpx.Response, x_cache: XCache) -> list[tuple[bytes, bytes]]:
     """The upstream's response headers (Retry-After included) minus hop-by-hop and
     recomputed ones, plus our ``X-Cache``."""
     headers = [

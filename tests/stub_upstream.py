@@ -129,7 +129,7 @@ async def _answer(request: Request) -> Response:
         return _json_response({"error": {"message": f"stub error {status_code}", "type": "stub"}}, status_code=status_code)
     try:
         body = json.loads(await request.body())
-    except ValueError:
+    except (ValueError, RecursionError):
         return _json_response({"error": {"message": "the body is not JSON", "type": "stub"}}, status_code=400)
     if not isinstance(body, dict):
         return _json_response({"error": {"message": "the body is not an object", "type": "stub"}}, status_code=400)

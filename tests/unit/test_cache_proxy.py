@@ -20,7 +20,10 @@ from services.cache_proxy import (
     decide_cache_mode,
     encode_command,
     is_cacheable_json_answer,
+    parse_args,
     parse_cache_control,
+    request_cache_control,
+    response_allows_storing,
     summarize_sse,
 )
 
@@ -55,7 +58,8 @@ def test_cache_control_directives_are_parsed_case_insensitively() -> None:
         (CHAT, "no-cache", "all", CacheMode.REFRESH),
         (CHAT, "no-store", "all", CacheMode.BYPASS),
         (CHAT, "no-cache, no-store", "all", CacheMode.BYPASS),
-        (CHAT, None, "deterministic", CacheMode.BYPASS),  # default temperature is 1
+        (CHAT, None, "deterministic", CacheMode.BYPASS),  # a missing temperature samples at 1.0
+        ({**CHAT, "temperature": None}, None, "deterministic", CacheMode.BYPASS),
         ({**CHAT, "temperature": 0}, None, "deterministic", CacheMode.LOOKUP),
         ({**CHAT, "seed": 3}, "no-cache", "deterministic", CacheMode.REFRESH),
         ({**CHAT, "temperature": 0, "n": 2}, None, "deterministic", CacheMode.BYPASS),
@@ -145,3 +149,70 @@ def test_resp_encoding_and_parsing_round_trip() -> None:
 def test_build_app_rejects_an_unknown_policy() -> None:
     with pytest.raises(ValueError, match="policy"):
         build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0", policy="sometimes")
+
+
+
+def test_every_cache_control_request_line_is_read() -> None:
+    headers = [(b"cache-control", b"max-age=0"), (b"accept", b"*/*"), (b"cache-control", b"no-store")]
+    assert decide_cache_mode(body=CHAT, cache_control=request_cache_control(headers), policy="all") is CacheMode.BYPASS
+    assert request_cache_control([]) == b""
+
+
+@pytest.mark.parametrize(
+    ("headers", "allowed"),
+    [
+        ([("content-type", "application/json")], True),
+        ([("Cache-Control", "max-age=60, public")], True),
+        ([("Cache-Control", "no-store")], False),
+        ([("cache-control", "max-age=60"), ("cache-control", "Private")], False),
+        ([("cache-control", "no-cache")], False),
+        ([("set-cookie", "session=1")], False),
+    ],
+)
+def test_answers_marked_private_or_no_store_are_not_storable(headers: list[tuple[str, str]], allowed: bool) -> None:
+    assert response_allows_storing(headers) is allowed
+
+
+def test_credentials_default_to_bypass_and_an_unknown_mode_is_refused() -> None:
+    args = parse_args(["--upstream", "http://u", "--redis-url", "redis://r", "--port", "1"])
+    assert args.credentials == "bypass"
+    with pytest.raises(ValueError, match="credentials"):
+        build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0", credentials="sometimes")
+
+
+def _call_asgi(app, scope_overrides: dict) -> list[dict]:  # noqa: ANN001
+    """Run one HTTP request through the ASGI app in-process; return the messages it sent."""
+    import asyncio
+
+    scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/", "query_string": b"", "headers": [],
+             **scope_overrides}
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            await app.close()
+
+    asyncio.run(run())
+    return sent
+
+
+@pytest.mark.parametrize(("path", "raw_path"), [("*", b"*"), ("http://elsewhere/", b"http://elsewhere/"), ("", b"")])
+def test_a_target_that_is_not_a_path_gets_400_without_any_network(path: str, raw_path: bytes) -> None:
+    app = build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")
+    sent = _call_asgi(app, {"method": "OPTIONS", "path": path, "raw_path": raw_path})
+    assert sent[0]["status"] == 400
+    assert b"not a path" in sent[1]["body"]
+
+
+def test_a_target_httpx_cannot_send_gets_400() -> None:
+    app = build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")
+    sent = _call_asgi(app, {"path": "/x", "raw_path": b"/x\x00\xff y"})
+    assert sent[0]["status"] == 400
