@@ -59,7 +59,7 @@ import enum
 import json
 import os
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -373,6 +373,9 @@ class _RespProtocol(asyncio.Protocol):
         self.pending: deque[asyncio.Future[Any]] = deque()
         self.buffer = bytearray()
         self.closed = False
+        # Set on a subscribed connection: called with each pub/sub message's payload.
+        self.on_message: Callable[[Any], None] | None = None
+        self.on_lost: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -381,7 +384,7 @@ class _RespProtocol(asyncio.Protocol):
         self.buffer += data
         position = 0
         buffer = self.buffer
-        while position < len(buffer) and self.pending:
+        while position < len(buffer) and (self.pending or self.on_message is not None):
             try:
                 reply, position_after = _parse_resp(buffer, position)
             except _Incomplete:
@@ -392,6 +395,11 @@ class _RespProtocol(asyncio.Protocol):
                     self.transport.close()
                 return
             position = position_after
+            if self.on_message is not None and isinstance(reply, list) and reply and reply[0] == b"message":
+                self.on_message(reply[2])
+                continue
+            if not self.pending:
+                continue
             future = self.pending.popleft()
             if not future.done():  # a timed-out caller left; keep FIFO order anyway
                 if isinstance(reply, RedisUnavailable):
@@ -404,6 +412,8 @@ class _RespProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._fail_all(RedisUnavailable(f"connection to Redis lost: {exc}"))
+        if self.on_lost is not None:
+            self.on_lost()
 
     def _fail_all(self, error: Exception) -> None:
         while self.pending:
@@ -417,6 +427,110 @@ def _timeout_future(future: asyncio.Future[Any], timeout_s: float) -> None:
         future.set_exception(RedisUnavailable(f"Redis did not answer within {timeout_s * 1000:.0f} ms"))
 
 
+class LocalTier:
+    """An in-process LRU of stored answers, kept coherent by Redis itself.
+
+    Redis's client tracking (``CLIENT TRACKING ON REDIRECT``) remembers every key the
+    proxy's connection read and pushes an invalidation message on a second connection
+    when that key is overwritten, deleted, expired, evicted or flushed;
+    :meth:`invalidate` drops it here. Entries also carry the key's remaining TTL (read
+    with the value), so an expiry is honoured even before Redis gets round to it.
+
+    Races: a value is filled only by the read that began :meth:`begin_fill`; an
+    invalidation (or a lost connection) between the read being sent and its reply
+    cancels the fill. While tracking is not confirmed (:attr:`coherent` False) nothing is
+    filled or served. Bounded by ``max_entries`` and ``max_bytes`` (values over
+    ``max_bytes // 16`` are never kept).
+    """
+
+    def __init__(self, *, max_entries: int, max_bytes: int, clock: Callable[[], float] = time.monotonic):
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_value_bytes = max_bytes // 16
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[bytes, float | None]] = OrderedDict()
+        self._fills: dict[str, object] = {}
+        self.bytes_used = 0
+        self.coherent = False
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> bytes | None:
+        """The stored value, or None (absent, expired, or the tier is not coherent)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        value, deadline = entry
+        if deadline is not None and self._clock() >= deadline:
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
+        return value
+
+    def begin_fill(self, key: str) -> object | None:
+        """Call before reading ``key`` from Redis; None when the tier cannot be filled now."""
+        if not self.coherent:
+            return None
+        token = (self.epoch, object())
+        self._fills[key] = token
+        return token
+
+    def finish_fill(self, key: str, token: object, value: bytes | None, ttl_ms: int) -> None:
+        """Keep ``value`` read for ``key`` unless an invalidation came in between."""
+        if self._fills.get(key) is not token:
+            return
+        del self._fills[key]
+        if value is None or not self.coherent or len(value) > self.max_value_bytes or ttl_ms == -2:
+            return
+        deadline = self._clock() + ttl_ms / 1000 if ttl_ms >= 0 else None
+        self._drop(key)
+        self._entries[key] = (value, deadline)
+        self.bytes_used += len(value)
+        while len(self._entries) > self.max_entries or self.bytes_used > self.max_bytes:
+            _, (evicted, _) = self._entries.popitem(last=False)
+            self.bytes_used -= len(evicted)
+
+    def abandon_fill(self, key: str, token: object) -> None:
+        """The read failed: forget the fill."""
+        if self._fills.get(key) is token:
+            del self._fills[key]
+
+    def invalidate(self, keys: Iterable[bytes | str] | None) -> None:
+        """Redis said these keys changed (None: everything, after a FLUSHDB/FLUSHALL)."""
+        if keys is None:
+            self.clear()
+            return
+        for key in keys:
+            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+            self._fills.pop(name, None)
+            self._drop(name)
+
+    def clear(self) -> None:
+        """Drop every entry and cancel every fill in progress."""
+        self._entries.clear()
+        self._fills.clear()
+        self.bytes_used = 0
+
+    def enable(self) -> None:
+        """Tracking is confirmed on the current connection: start a new epoch."""
+        self.clear()
+        self.epoch += 1
+        self.coherent = True
+
+    def disable(self) -> None:
+        """Invalidations may be lost from now on: serve and fill nothing."""
+        self.coherent = False
+        self.epoch += 1
+        self.clear()
+
+    def _drop(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.bytes_used -= len(entry[0])
+
+
 class PipelinedRedis:
     """One shared Redis connection; concurrent commands are pipelined and their replies
     matched in order. Every command has a deadline; nothing is retried.
@@ -424,7 +538,7 @@ class PipelinedRedis:
     Enough of Redis for the proxy: GET, SET [EX], PING, SCAN, UNLINK.
     """
 
-    def __init__(self, redis_url: str, *, timeout_s: float = 0.05):
+    def __init__(self, redis_url: str, *, timeout_s: float = 0.05, local_tier: LocalTier | None = None):
         parts = urlsplit(redis_url)
         if parts.scheme not in ("redis", ""):
             raise ValueError(f"only redis:// URLs are supported, not {redis_url!r}")
@@ -433,10 +547,12 @@ class PipelinedRedis:
         self.password = parts.password
         self.db = int(parts.path.strip("/") or 0)
         self.timeout_s = timeout_s
+        self.local_tier = local_tier
         self._protocol: _RespProtocol | None = None
+        self._invalidations: _RespProtocol | None = None
         self._connecting: asyncio.Future[_RespProtocol] | None = None
 
-    async def _connect(self) -> _RespProtocol:
+    async def _open_connection(self) -> _RespProtocol:
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(
@@ -444,15 +560,65 @@ class PipelinedRedis:
             )
         except (OSError, asyncio.TimeoutError) as error:
             raise RedisUnavailable(f"cannot connect to Redis at {self.host}:{self.port}: {error!r}") from error
-        self._protocol = protocol
+        return protocol
+
+    async def _command_on(self, protocol: _RespProtocol, *parts: bytes | str | int) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        protocol.pending.append(future)
+        assert protocol.transport is not None
+        protocol.transport.write(encode_command(*parts))
+        reply = await asyncio.wait_for(future, timeout=max(self.timeout_s, 1.0))
+        if isinstance(reply, RedisUnavailable):
+            raise reply
+        return reply
+
+    async def _connect(self) -> _RespProtocol:
+        protocol = await self._open_connection()
+        if self.local_tier is not None:
+            protocol.on_lost = self.local_tier.disable
         setup: list[tuple[bytes | str | int, ...]] = []
         if self.password:
             setup.append(("AUTH", self.password))
         if self.db:
             setup.append(("SELECT", self.db))
         for command in setup:
-            await self.execute(*command)
+            await self._command_on(protocol, *command)
+        if self.local_tier is not None:
+            await self._start_tracking(protocol)
+        self._protocol = protocol
         return protocol
+
+    async def _start_tracking(self, protocol: _RespProtocol) -> None:
+        """Open the invalidation connection and turn tracking on for ``protocol``; the
+        local tier serves only once both are confirmed. A failure leaves it off."""
+        tier = self.local_tier
+        assert tier is not None
+        tier.disable()
+        if self._invalidations is not None and self._invalidations.transport is not None:
+            self._invalidations.on_lost = None  # its end must not switch off the new tier
+            self._invalidations.transport.close()
+        try:
+            listener = await self._open_connection()
+            if self.password:
+                await self._command_on(listener, "AUTH", self.password)
+            client_id = await self._command_on(listener, "CLIENT", "ID")
+            await self._command_on(listener, "SUBSCRIBE", "__redis__:invalidate")
+            listener.on_message = tier.invalidate
+            await self._command_on(protocol, "CLIENT", "TRACKING", "ON", "REDIRECT", client_id)
+        except (RedisUnavailable, asyncio.TimeoutError):
+            return
+        # Without the listener invalidations are lost: drop the tier and the tracked
+        # connection, so the next command reconnects both.
+        listener.on_lost = lambda: self._invalidations_lost(protocol)
+        self._invalidations = listener
+        if not protocol.closed and not listener.closed:
+            tier.enable()
+
+    def _invalidations_lost(self, protocol: _RespProtocol) -> None:
+        assert self.local_tier is not None
+        self.local_tier.disable()
+        if protocol.transport is not None:
+            protocol.transport.close()
 
     async def _get_protocol(self) -> _RespProtocol:
         protocol = self._protocol
@@ -484,6 +650,22 @@ class PipelinedRedis:
         """GET key."""
         return await self.execute(b"GET", key)
 
+    async def get_and_fill(self, key: str) -> bytes | None:
+        """GET key, and keep the value in the local tier (with its remaining TTL) unless
+        Redis invalidates the key before the reply is in."""
+        tier = self.local_tier
+        token = tier.begin_fill(key) if tier is not None else None
+        if token is None:
+            return await self.execute(b"GET", key)
+        assert tier is not None
+        try:
+            value, ttl_ms = await asyncio.gather(self.execute(b"GET", key), self.execute(b"PTTL", key))
+        except BaseException:
+            tier.abandon_fill(key, token)
+            raise
+        tier.finish_fill(key, token, value, int(ttl_ms))
+        return value
+
     async def set(self, key: str, value: bytes, *, ttl_s: int | None = None) -> None:
         """SET key value [EX ttl_s]."""
         if ttl_s:
@@ -508,10 +690,15 @@ class PipelinedRedis:
                 return deleted
 
     async def close(self) -> None:
-        """Close the connection (pending commands fail)."""
-        if self._protocol is not None and self._protocol.transport is not None:
-            self._protocol.transport.close()
+        """Close the connections (pending commands fail)."""
+        if self.local_tier is not None:
+            self.local_tier.disable()
+        for protocol in (self._invalidations, self._protocol):
+            if protocol is not None and protocol.transport is not None:
+                protocol.on_lost = None
+                protocol.transport.close()
         self._protocol = None
+        self._invalidations = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -536,6 +723,8 @@ class ProxyConfig:
     breaker_failure_threshold: int = 3
     breaker_open_s: float = 2.0
     upstream_identity: str | None = None
+    local_tier_entries: int = 4096
+    local_tier_max_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass
@@ -573,6 +762,10 @@ class ProxyMetrics:
         self.stores = Counter("lab_cache_stores", "Answers stored in the cache.", registry=self.registry)
         self.single_flight_shared = Counter(
             "lab_cache_single_flight_shared", "Misses answered by another identical in-flight request.",
+            registry=self.registry,
+        )
+        self.local_hits = Counter(
+            "lab_cache_local_hits", "Hits answered from the in-process tier (no Redis round trip).",
             registry=self.registry,
         )
         self.circuit_open = Gauge("lab_cache_circuit_open", "1 while the Redis circuit breaker is open.", registry=self.registry)
@@ -679,6 +872,10 @@ class CacheProxy:
         # Per-proxy secret of the credential HMAC: random unless given (proxies sharing one
         # Redis share per-credential entries only when they share the secret).
         self._credential_secret = config.credential_secret or os.urandom(32)
+        self.local_tier = (
+            LocalTier(max_entries=config.local_tier_entries, max_bytes=config.local_tier_max_bytes)
+            if config.local_tier_entries > 0 and config.local_tier_max_bytes > 0 else None
+        )
         self._inflight: dict[str, asyncio.Future[UpstreamAnswer | None]] = {}
         self._parsed_requests: dict[tuple[str, str | None, bytes], tuple[dict[str, Any], bool, str]] = {}
 
@@ -693,7 +890,8 @@ class CacheProxy:
                 trust_env=False,
             )
         if self.redis is None:
-            self.redis = PipelinedRedis(self.config.redis_url, timeout_s=self.config.redis_timeout_s)
+            self.redis = PipelinedRedis(self.config.redis_url, timeout_s=self.config.redis_timeout_s,
+                                        local_tier=self.local_tier)
 
     async def close(self) -> None:
         """Close the shared clients."""
@@ -785,13 +983,19 @@ class CacheProxy:
             return
         redis = self.redis
         assert redis is not None
+        if mode is CacheMode.LOOKUP and self.local_tier is not None:
+            stored = self.local_tier.get(key)
+            if stored is not None:
+                self.metrics.local_hits.inc()
+                await self._send_hit(send, stored, started_at)
+                return
         if not self.breaker.allow():
             self.metrics.errors.inc()
             await self._upstream(scope, receive, send, raw_body, streaming, XCache.ERROR, store_key=None)
             return
         if mode is CacheMode.LOOKUP:
             try:
-                stored = await redis.get(key)
+                stored = await redis.get_and_fill(key)
             except RedisUnavailable:
                 self._redis_failed()
                 self.metrics.errors.inc()
@@ -799,22 +1003,7 @@ class CacheProxy:
                 return
             self._redis_ok()
             if stored is not None and len(stored) > 1:
-                content_type = _CONTENT_TYPE_BY_TAG.get(stored[0], _JSON)
-                payload = stored[1:]
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": [
-                            (b"content-type", content_type),
-                            (b"content-length", b"%d" % len(payload)),
-                            (b"x-cache", b"HIT"),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": payload})
-                self.metrics.hits.inc()
-                self.metrics.hit_latency.observe(time.perf_counter() - started_at)
+                await self._send_hit(send, stored, started_at)
                 return
         self.metrics.misses.inc()
         if not self.config.single_flight:
@@ -844,6 +1033,24 @@ class CacheProxy:
         finally:
             del self._inflight[key]
             future.set_result(answer)
+
+    async def _send_hit(self, send: Send, stored: bytes, started_at: float) -> None:
+        content_type = _CONTENT_TYPE_BY_TAG.get(stored[0], _JSON)
+        payload = stored[1:]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", content_type),
+                    (b"content-length", b"%d" % len(payload)),
+                    (b"x-cache", b"HIT"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+        self.metrics.hits.inc()
+        self.metrics.hit_latency.observe(time.perf_counter() - started_at)
 
     def _parse_request(self, path: str, requester: str | None, raw_body: bytes) -> tuple[dict[str, Any], bool, str]:
         """Parse a body once and compute its key; raise :class:`UnkeyableBody` when it
@@ -1028,6 +1235,8 @@ class CacheProxy:
         assert self.redis is not None
         try:
             deleted = await self.redis.flush_prefix(key_prefix(self.config.namespace))
+            if self.local_tier is not None:
+                self.local_tier.clear()  # Redis invalidates them too; this is at once
         except RedisUnavailable as error:
             body = _error_body(f"Redis unavailable: {error}", "redis_unavailable")
             await _send_whole(send, 503, _json_headers(body), body)
@@ -1051,6 +1260,8 @@ def build_app(
     breaker_failure_threshold: int = 3,
     breaker_open_s: float = 2.0,
     upstream_identity: str | None = None,
+    local_tier_entries: int = 4096,
+    local_tier_max_bytes: int = 64 * 1024 * 1024,
 ) -> CacheProxy:
     """Build the cache proxy ASGI app (serve it with uvicorn).
 
@@ -1062,6 +1273,8 @@ def build_app(
     lifetime (None keeps entries until evicted). ``namespace``: key prefix, flushed by
     ``POST /cache/flush``. ``redis_timeout_s``: deadline of each Redis call.
     ``upstream_identity``: what identifies the upstream in keys (default: its URL).
+    ``local_tier_entries`` / ``local_tier_max_bytes``: bounds of the in-process tier kept
+    coherent by Redis's invalidations (:class:`LocalTier`); 0 switches it off.
     """
     return CacheProxy(
         ProxyConfig(
@@ -1069,7 +1282,8 @@ def build_app(
             credential_secret=credential_secret, ttl_s=ttl_s, namespace=namespace,
             single_flight=single_flight, redis_timeout_s=redis_timeout_s, upstream_timeout_s=float(upstream_timeout_s),
             breaker_failure_threshold=breaker_failure_threshold, breaker_open_s=breaker_open_s,
-            upstream_identity=upstream_identity,
+            upstream_identity=upstream_identity, local_tier_entries=local_tier_entries,
+            local_tier_max_bytes=local_tier_max_bytes,
         )
     )
 
@@ -1102,6 +1316,10 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--redis-timeout-s", type=float, default=0.05)
     parser.add_argument("--upstream-timeout-s", type=float, default=600.0)
     parser.add_argument("--upstream-identity", default=None, help="key identity of the upstream (default: its URL)")
+    parser.add_argument("--local-tier-entries", type=int, default=4096,
+                        help="entries of the in-process tier kept coherent by Redis invalidations (0: off)")
+    parser.add_argument("--local-tier-max-bytes", type=int, default=64 * 1024 * 1024,
+                        help="bytes of stored answers the in-process tier may hold")
     return parser.parse_args(list(argv) if argv is not None else None)
 
 
@@ -1116,6 +1334,7 @@ def main(argv: Iterable[str] | None = None) -> None:
         ttl_s=args.ttl_s,
         namespace=args.namespace, single_flight=not args.no_single_flight, redis_timeout_s=args.redis_timeout_s,
         upstream_timeout_s=args.upstream_timeout_s, upstream_identity=args.upstream_identity,
+        local_tier_entries=args.local_tier_entries, local_tier_max_bytes=args.local_tier_max_bytes,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
 

@@ -13,6 +13,7 @@ import pytest
 from services.cache_proxy import (
     CacheMode,
     CircuitBreaker,
+    LocalTier,
     RedisUnavailable,
     _Incomplete,
     _parse_resp,
@@ -216,3 +217,71 @@ def test_a_target_httpx_cannot_send_gets_400() -> None:
     app = build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")
     sent = _call_asgi(app, {"path": "/x", "raw_path": b"/x\x00\xff y"})
     assert sent[0]["status"] == 400
+
+
+
+def _filled(tier: LocalTier, key: str, value: bytes, ttl_ms: int = -1) -> None:
+    token = tier.begin_fill(key)
+    assert token is not None
+    tier.finish_fill(key, token, value, ttl_ms)
+
+
+def test_local_tier_serves_nothing_until_tracking_is_confirmed() -> None:
+    tier = LocalTier(max_entries=10, max_bytes=10_000)
+    assert tier.begin_fill("k") is None
+    tier.enable()
+    _filled(tier, "k", b"jvalue")
+    assert tier.get("k") == b"jvalue"
+    tier.disable()  # the tracked or the invalidation connection was lost
+    assert tier.get("k") is None and tier.begin_fill("k") is None
+
+
+def test_local_tier_drops_invalidated_keys_and_cancels_fills_in_flight() -> None:
+    tier = LocalTier(max_entries=10, max_bytes=10_000)
+    tier.enable()
+    _filled(tier, "a", b"j1")
+    _filled(tier, "b", b"j2")
+    tier.invalidate([b"a"])
+    assert tier.get("a") is None and tier.get("b") == b"j2"
+    token = tier.begin_fill("c")
+    tier.invalidate([b"c"])  # changed while our GET was on its way: its reply may be stale
+    tier.finish_fill("c", token, b"jstale", -1)
+    assert tier.get("c") is None
+    old_epoch_token = tier.begin_fill("d")
+    tier.disable()
+    tier.enable()
+    tier.finish_fill("d", old_epoch_token, b"jold", -1)
+    assert tier.get("d") is None
+    tier.invalidate(None)  # FLUSHDB / FLUSHALL
+    assert len(tier) == 0 and tier.bytes_used == 0
+
+
+def test_local_tier_honours_the_ttl_read_with_the_value() -> None:
+    clock = FakeClock()
+    tier = LocalTier(max_entries=10, max_bytes=10_000, clock=clock)
+    tier.enable()
+    _filled(tier, "short", b"jx", ttl_ms=500)
+    _filled(tier, "forever", b"jy", ttl_ms=-1)
+    _filled(tier, "gone", b"jz", ttl_ms=-2)
+    assert tier.get("gone") is None
+    clock.now_s += 0.4
+    assert tier.get("short") == b"jx"
+    clock.now_s += 0.2
+    assert tier.get("short") is None and tier.get("forever") == b"jy"
+
+
+def test_local_tier_is_bounded_in_entries_and_bytes_least_recently_used_first() -> None:
+    tier = LocalTier(max_entries=3, max_bytes=1600)
+    tier.enable()
+    for key in "abc":
+        _filled(tier, key, b"j" + b"x" * 99)
+    tier.get("a")
+    _filled(tier, "d", b"j" + b"x" * 99)
+    assert tier.get("b") is None and tier.get("a") is not None and len(tier) == 3
+    _filled(tier, "big", b"j" * 101)  # over max_bytes // 16: never kept
+    assert tier.get("big") is None
+    small = LocalTier(max_entries=100, max_bytes=1600)
+    small.enable()
+    for index in range(40):
+        _filled(small, str(index), b"j" * 100)
+    assert small.bytes_used <= 1600 and len(small) == 16
