@@ -567,7 +567,10 @@ class PipelinedRedis:
         protocol.pending.append(future)
         assert protocol.transport is not None
         protocol.transport.write(encode_command(*parts))
-        reply = await asyncio.wait_for(future, timeout=max(self.timeout_s, 1.0))
+        try:
+            reply = await asyncio.wait_for(future, timeout=max(self.timeout_s, 1.0))
+        except asyncio.TimeoutError as error:
+            raise RedisUnavailable(f"Redis did not answer {parts[0]!r} in time") from error
         if isinstance(reply, RedisUnavailable):
             raise reply
         return reply
@@ -597,6 +600,7 @@ class PipelinedRedis:
         if self._invalidations is not None and self._invalidations.transport is not None:
             self._invalidations.on_lost = None  # its end must not switch off the new tier
             self._invalidations.transport.close()
+        listener: _RespProtocol | None = None
         try:
             listener = await self._open_connection()
             if self.password:
@@ -605,7 +609,9 @@ class PipelinedRedis:
             await self._command_on(listener, "SUBSCRIBE", "__redis__:invalidate")
             listener.on_message = tier.invalidate
             await self._command_on(protocol, "CLIENT", "TRACKING", "ON", "REDIRECT", client_id)
-        except (RedisUnavailable, asyncio.TimeoutError):
+        except RedisUnavailable:
+            if listener is not None and listener.transport is not None:
+                listener.transport.close()
             return
         # Without the listener invalidations are lost: drop the tier and the tracked
         # connection, so the next command reconnects both.

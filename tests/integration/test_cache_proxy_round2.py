@@ -445,3 +445,29 @@ def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_servic
             assert _redis(redis_service, b"PEXPIRE", _key_of(proxy, open_stub, shortened), b"1") == b":1\r\n"
             time.sleep(0.05)
             assert client.post(CHAT_PATH, json=shortened).headers["x-cache"] == "MISS"
+
+
+def test_the_local_tier_is_emptied_when_redis_goes_and_works_again_after_it_returns(
+    open_stub: ManagedService, log_dir: Path
+) -> None:
+    from tests.integration.test_cache_proxy_real import KillableRedis
+
+    redis = KillableRedis(log_dir / "tier-redis.log")
+    redis.start()
+    try:
+        for proxy in _proxy(open_stub, type("R", (), {"redis_url": redis.url})(), log_dir):
+            with httpx.Client(base_url=proxy.url, timeout=30) as client:
+                body = chat(f"tier reconnect {uuid.uuid4()}")
+                _warm_local(client, proxy, body)
+                redis.kill()
+                time.sleep(0.2)
+                # The entry may be long gone from a restarted Redis: never a local hit now.
+                assert client.post(CHAT_PATH, json=body).headers["x-cache"] == "ERROR"
+                redis.start()
+                deadline = time.monotonic() + 10
+                while client.post(CHAT_PATH, json=body).headers["x-cache"] != "HIT":
+                    assert time.monotonic() < deadline, "caching did not resume"
+                    time.sleep(0.2)
+                _warm_local(client, proxy, chat(f"tier reconnect again {uuid.uuid4()}"))
+    finally:
+        redis.kill()
