@@ -92,7 +92,7 @@ def _average(runs: list[dict[str, float]]) -> dict[str, float]:
     return {key: mean(run[key] for run in runs) for key in runs[0]}
 
 
-def compare_local_tiers(host: str, port: int, *, keys: int = 50, lookups: int = 200_000) -> dict[str, float]:
+def compare_local_tiers(host: str, port: int, *, keys: int = 50, lookups: int = 20_000) -> dict[str, float]:
     """Microseconds per hit lookup of redis-py's client-side cache and of LocalTier, both
     warmed with the same ``keys`` values (about 1 KB each, like a stored completion)."""
     import redis
@@ -151,6 +151,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--vus", type=int, default=32)
     parser.add_argument("--miss-duration-s", type=float, default=8.0)
+    parser.add_argument("--tier-lookups", type=int, default=20_000, help="lookups timed per local-tier kind")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -175,7 +176,7 @@ def main() -> None:
         )
         bare = stack.enter_context(_python_service("bare", "benchmarks.bare_ceiling", [], log_dir))
         _flushdb(redis.host, int(redis.port or 0))
-        tiers = compare_local_tiers(redis.host, int(redis.port or 0))
+        tiers = compare_local_tiers(redis.host, int(redis.port or 0), lookups=args.tier_lookups)
         results["local_tier_lookup_us"] = tiers
         print(f"local-tier lookup: redis-py client-side cache {tiers['redis_py_client_side_cache_us']:.2f} us, "
               f"LocalTier {tiers['local_tier_lru_us']:.2f} us per hit", flush=True)

@@ -31,7 +31,6 @@ a body through uncached.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -200,10 +199,20 @@ def parse_keyable_body(raw_body: bytes) -> dict[str, Any]:
     return body
 
 
-@functools.lru_cache(maxsize=1024)
+# Header name -> is it a credential; header names come from clients, so it is bounded.
+_CREDENTIAL_HEADER_MEMO: dict[bytes, bool] = {}
+_CREDENTIAL_HEADER_MEMO_ENTRIES = 1024
+
+
 def is_credential_header(name: bytes) -> bool:
     """True when a (lower-case) request header name carries a credential or an identity."""
-    return name in CREDENTIAL_HEADER_NAMES or any(part in name for part in CREDENTIAL_HEADER_NAME_PARTS)
+    known = _CREDENTIAL_HEADER_MEMO.get(name)
+    if known is not None:
+        return known
+    verdict = name in CREDENTIAL_HEADER_NAMES or any(part in name for part in CREDENTIAL_HEADER_NAME_PARTS)
+    if len(_CREDENTIAL_HEADER_MEMO) < _CREDENTIAL_HEADER_MEMO_ENTRIES:
+        _CREDENTIAL_HEADER_MEMO[name] = verdict
+    return verdict
 
 
 def requester_fingerprint(
@@ -217,9 +226,17 @@ def requester_fingerprint(
     hold only the HMAC, which cannot be checked against guessed credentials without the
     secret.
     """
-    credentials = sorted((name.lower(), value) for name, value in headers if is_credential_header(name.lower()))
-    if not credentials and not query_string:
+    # The hit path runs this for every request: a plain loop, the common case allocates nothing.
+    credentials: list[tuple[bytes, bytes]] | None = None
+    for name, value in headers:
+        lowered = name.lower()
+        if is_credential_header(lowered):
+            if credentials is None:
+                credentials = []
+            credentials.append((lowered, value))
+    if credentials is None and not query_string:
         return None
+    credentials = sorted(credentials or ())
     message = hmac.new(secret, digestmod=hashlib.sha256)
     for name, value in credentials:
         message.update(b"%d:%s%d:%s" % (len(name), name, len(value), value))

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import enum
 import json
 import os
@@ -67,6 +68,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from services.cache_key import (
     UnkeyableBody,
@@ -153,7 +155,8 @@ def parse_cache_control(value: str | bytes | None) -> frozenset[str]:
 
 def request_cache_control(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     """Every ``Cache-Control`` request header line, joined as one comma list."""
-    return b",".join(value for name, value in headers if name == b"cache-control")
+    lines = [value for name, value in headers if name == b"cache-control"]
+    return lines[0] if len(lines) == 1 else b",".join(lines)
 
 
 # Response directives that forbid a shared cache to reuse the answer without asking the
@@ -443,12 +446,19 @@ class LocalTier:
     ``max_bytes // 16`` are never kept).
     """
 
-    def __init__(self, *, max_entries: int, max_bytes: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, *, max_entries: int, max_bytes: int, clock: Callable[[], float] = time.monotonic,
+        prepare: Callable[[bytes], Any] = bytes,
+    ):
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.max_value_bytes = max_bytes // 16
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[bytes, float | None]] = OrderedDict()
+        # What get() returns for a stored value, computed once per fill (the proxy keeps
+        # the answer's headers ready, so a local hit formats nothing).
+        self._prepare = prepare
+        # key -> (prepared value, its size in bytes, deadline or None)
+        self._entries: OrderedDict[str, tuple[Any, int, float | None]] = OrderedDict()
         self._fills: dict[str, object] = {}
         self.bytes_used = 0
         self.coherent = False
@@ -457,12 +467,12 @@ class LocalTier:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, key: str) -> bytes | None:
-        """The stored value, or None (absent, expired, or the tier is not coherent)."""
+    def get(self, key: str) -> Any:
+        """The prepared stored value, or None (absent, expired, or the tier is not coherent)."""
         entry = self._entries.get(key)
         if entry is None:
             return None
-        value, deadline = entry
+        value, _, deadline = entry
         if deadline is not None and self._clock() >= deadline:
             self._drop(key)
             return None
@@ -486,11 +496,11 @@ class LocalTier:
             return
         deadline = self._clock() + ttl_ms / 1000 if ttl_ms >= 0 else None
         self._drop(key)
-        self._entries[key] = (value, deadline)
+        self._entries[key] = (self._prepare(value), len(value), deadline)
         self.bytes_used += len(value)
         while len(self._entries) > self.max_entries or self.bytes_used > self.max_bytes:
-            _, (evicted, _) = self._entries.popitem(last=False)
-            self.bytes_used -= len(evicted)
+            _, (_, evicted_bytes, _) = self._entries.popitem(last=False)
+            self.bytes_used -= evicted_bytes
 
     def abandon_fill(self, key: str, token: object) -> None:
         """The read failed: forget the fill."""
@@ -528,7 +538,7 @@ class LocalTier:
     def _drop(self, key: str) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
-            self.bytes_used -= len(entry[0])
+            self.bytes_used -= entry[1]
 
 
 class PipelinedRedis:
@@ -742,12 +752,63 @@ class UpstreamAnswer:
     body: bytes
 
 
+def _prepared_hit(stored: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of a hit on a stored value (tag byte + body)."""
+    content_type = _CONTENT_TYPE_BY_TAG.get(stored[0], _JSON)
+    payload = stored[1:]
+    return [(b"content-type", content_type), (b"content-length", b"%d" % len(payload)), (b"x-cache", b"HIT")], payload
+
+
+class _HitPathCounter:
+    """A counter for the hit path: a plain integer (the proxy is one event loop, so no
+    lock), read by :class:`_HitPathCollector` at scrape time. prometheus_client's own
+    counters and histogram took about a quarter of a local hit's time in the proxy."""
+
+    __slots__ = ("name", "documentation", "value")
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name, self.documentation, self.value = name, documentation, 0
+
+    def inc(self) -> None:
+        self.value += 1
+
+
+class _HitPathHistogram:
+    """A histogram for the hit path (see :class:`_HitPathCounter`)."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name, self.documentation = name, documentation
+        self.upper_bounds = list(buckets)
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.upper_bounds, value)] += 1
+        self.sum += value
+
+
+class _HitPathCollector:
+    def __init__(self, counters: list[_HitPathCounter], histograms: list[_HitPathHistogram]) -> None:
+        self.counters, self.histograms = counters, histograms
+
+    def collect(self) -> Iterable[Any]:
+        for counter in self.counters:
+            yield CounterMetricFamily(counter.name, counter.documentation, value=counter.value)
+        for histogram in self.histograms:
+            cumulative, buckets = 0, []
+            for upper_bound, count in zip([*map(str, histogram.upper_bounds), "+Inf"], histogram.counts):
+                cumulative += count
+                buckets.append((upper_bound, cumulative))
+            yield HistogramMetricFamily(histogram.name, histogram.documentation, buckets=buckets,
+                                        sum_value=histogram.sum)
+
+
 class ProxyMetrics:
     """The proxy's prometheus metrics, in their own registry."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.hits = Counter("lab_cache_hits", "Requests answered from the cache.", registry=self.registry)
+        self.hits = _HitPathCounter("lab_cache_hits", "Requests answered from the cache.")
         self.misses = Counter("lab_cache_misses", "Cacheable requests sent upstream.", registry=self.registry)
         self.bypasses = Counter(
             "lab_cache_bypasses", "Requests not looked up (no-store, policy, not JSON).", registry=self.registry
@@ -770,16 +831,15 @@ class ProxyMetrics:
             "lab_cache_single_flight_shared", "Misses answered by another identical in-flight request.",
             registry=self.registry,
         )
-        self.local_hits = Counter(
-            "lab_cache_local_hits", "Hits answered from the in-process tier (no Redis round trip).",
-            registry=self.registry,
+        self.local_hits = _HitPathCounter(
+            "lab_cache_local_hits", "Hits answered from the in-process tier (no Redis round trip)."
         )
         self.circuit_open = Gauge("lab_cache_circuit_open", "1 while the Redis circuit breaker is open.", registry=self.registry)
-        self.hit_latency = Histogram(
+        self.hit_latency = _HitPathHistogram(
             "lab_cache_hit_latency_seconds", "Time from request body read to hit answer sent.",
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
-            registry=self.registry,
         )
+        self.registry.register(_HitPathCollector([self.hits, self.local_hits], [self.hit_latency]))  # type: ignore[arg-type]
         self.upstream_latency = Histogram(
             "lab_cache_upstream_latency_seconds", "Upstream answer time on misses and bypasses (to last byte).",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
@@ -879,7 +939,8 @@ class CacheProxy:
         # Redis share per-credential entries only when they share the secret).
         self._credential_secret = config.credential_secret or os.urandom(32)
         self.local_tier = (
-            LocalTier(max_entries=config.local_tier_entries, max_bytes=config.local_tier_max_bytes)
+            LocalTier(max_entries=config.local_tier_entries, max_bytes=config.local_tier_max_bytes,
+                      prepare=_prepared_hit)
             if config.local_tier_entries > 0 and config.local_tier_max_bytes > 0 else None
         )
         self._inflight: dict[str, asyncio.Future[UpstreamAnswer | None]] = {}
@@ -990,10 +1051,14 @@ class CacheProxy:
         redis = self.redis
         assert redis is not None
         if mode is CacheMode.LOOKUP and self.local_tier is not None:
-            stored = self.local_tier.get(key)
-            if stored is not None:
+            prepared = self.local_tier.get(key)
+            if prepared is not None:
+                headers, payload = prepared
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": payload})
+                self.metrics.hits.inc()
                 self.metrics.local_hits.inc()
-                await self._send_hit(send, stored, started_at)
+                self.metrics.hit_latency.observe(time.perf_counter() - started_at)
                 return
         if not self.breaker.allow():
             self.metrics.errors.inc()
@@ -1041,19 +1106,8 @@ class CacheProxy:
             future.set_result(answer)
 
     async def _send_hit(self, send: Send, stored: bytes, started_at: float) -> None:
-        content_type = _CONTENT_TYPE_BY_TAG.get(stored[0], _JSON)
-        payload = stored[1:]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", content_type),
-                    (b"content-length", b"%d" % len(payload)),
-                    (b"x-cache", b"HIT"),
-                ],
-            }
-        )
+        headers, payload = _prepared_hit(stored)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         self.metrics.hits.inc()
         self.metrics.hit_latency.observe(time.perf_counter() - started_at)
