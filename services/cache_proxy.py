@@ -430,6 +430,11 @@ def _timeout_future(future: asyncio.Future[Any], timeout_s: float) -> None:
         future.set_exception(RedisUnavailable(f"Redis did not answer within {timeout_s * 1000:.0f} ms"))
 
 
+def _timeout_futures(futures: list[asyncio.Future[Any]], timeout_s: float) -> None:
+    for future in futures:
+        _timeout_future(future, timeout_s)
+
+
 class LocalTier:
     """An in-process LRU of stored answers, kept coherent by Redis itself.
 
@@ -662,6 +667,28 @@ class PipelinedRedis:
         finally:
             timer.cancel()
 
+    async def execute_pipeline(self, *commands: tuple[bytes | str | int, ...]) -> list[Any]:
+        """Send several commands in one write; return their replies in order (one
+        deadline for all); raise :class:`RedisUnavailable`."""
+        protocol = self._protocol
+        if protocol is None or protocol.closed:
+            protocol = await self._get_protocol()
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Any]] = [loop.create_future() for _ in commands]
+        protocol.pending.extend(futures)
+        assert protocol.transport is not None
+        protocol.transport.write(b"".join(encode_command(*parts) for parts in commands))
+        timer = loop.call_later(self.timeout_s, _timeout_futures, futures, self.timeout_s)
+        try:
+            return [await future for future in futures]
+        finally:
+            timer.cancel()
+            for future in futures:
+                if not future.done():
+                    future.cancel()  # its reply slot stays queued, so replies keep their order
+                elif not future.cancelled():
+                    future.exception()  # retrieved: no "never retrieved" warning for the rest
+
     async def get(self, key: str) -> bytes | None:
         """GET key."""
         return await self.execute(b"GET", key)
@@ -675,7 +702,7 @@ class PipelinedRedis:
             return await self.execute(b"GET", key)
         assert tier is not None
         try:
-            value, ttl_ms = await asyncio.gather(self.execute(b"GET", key), self.execute(b"PTTL", key))
+            value, ttl_ms = await self.execute_pipeline((b"GET", key), (b"PTTL", key))
         except BaseException:
             tier.abandon_fill(key, token)
             raise
