@@ -33,6 +33,11 @@ vLLM. This is that proxy made correct and fast:
   reachability), ``POST /cache/flush`` (SCAN + UNLINK of this namespace only); every other
   path is passed through uncached.
 
+- **Local tier** (:class:`LocalTier`, on by default, bounded in entries and bytes): hits
+  are answered from process memory, kept coherent by Redis's client tracking (an entry
+  is dropped when Redis says its key was overwritten, deleted, expired, evicted or
+  flushed) and by the TTL read with each value. Off while that is not guaranteed.
+
 Speed: it is a raw ASGI app (no framework routing or middleware) and talks to Redis over
 one shared, pipelined RESP connection (:class:`PipelinedRedis`): on a hit the request body
 is parsed once, hashed once, one ``GET`` is written and the stored bytes are sent as they
