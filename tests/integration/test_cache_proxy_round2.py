@@ -232,7 +232,7 @@ def test_odd_request_targets_are_answered_below_500(open_proxy: ManagedService, 
 
 @pytest.mark.parametrize(
     "response_header",
-    ["Cache-Control: no-store", "Cache-Control: private, max-age=60", "Cache-Control: No-Cache",
+    ["Cache-Control: no-store", "Cache-Control: private, max-age=60", "Cache-Control: max-age=5, No-Store",
      "Set-Cookie: session=abc"],
 )
 def test_answers_the_upstream_marks_private_are_not_stored(open_proxy: ManagedService, response_header: str) -> None:

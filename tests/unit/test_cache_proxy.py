@@ -166,7 +166,7 @@ def test_every_cache_control_request_line_is_read() -> None:
         ([("Cache-Control", "max-age=60, public")], True),
         ([("Cache-Control", "no-store")], False),
         ([("cache-control", "max-age=60"), ("cache-control", "Private")], False),
-        ([("cache-control", "no-cache")], False),
+        ([("cache-control", "no-cache")], True),  # an SSE server's "do not buffer", kept
         ([("set-cookie", "session=1")], False),
     ],
 )
