@@ -10,12 +10,19 @@ fields, so a misbehaving request has the same cache key as a normal one):
 - ``x-stub-break-stream: 1`` (stream) send a few chunks, then drop the connection
 - ``x-stub-no-done: 1``      (stream) end cleanly but without ``data: [DONE]``
 - ``x-stub-chunk-delay-s: F`` (stream) wait F seconds between chunks
+- ``x-stub-response-header: Name: value`` add that header to the answer (``Retry-After``,
+  ``Cache-Control: no-store``, ``Set-Cookie``, ...)
+
+Started with ``--api-keys K1,K2``, it checks credentials like a real hosted API: a
+request must carry one known key (``Authorization: Bearer K``, ``api-key: K`` or
+``x-api-key: K``; :func:`credential_of`) or gets 401, and every answer names the key it
+was produced for in ``system_fingerprint`` (``key-<index>``, never the key itself).
 
 Each answer names its call number (``stub answer #N``), so a second real generation is
 told apart from a replay. ``GET /stub/calls`` returns ``{"completions": N}``;
 ``POST /stub/reset`` zeroes it.
 
-Run: ``python -m tests.stub_upstream --port N``.
+Run: ``python -m tests.stub_upstream --port N [--api-keys K1,K2]``.
 """
 
 from __future__ import annotations
@@ -24,12 +31,12 @@ import argparse
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 STUB_MODEL = "stub-model"
@@ -37,6 +44,33 @@ STUB_MODEL = "stub-model"
 
 class _Counter:
     completions = 0
+
+
+def _json_response(document: Any, status_code: int = 200) -> Response:
+    # ASCII-escaped, so a lone surrogate echoed from a prompt cannot break the encoding.
+    return Response(json.dumps(document).encode(), status_code=status_code, media_type="application/json")
+
+
+def _header_number(headers: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return float(headers.get(name, default))
+    except ValueError:
+        return default
+
+
+def credential_of(headers: Mapping[str, str]) -> str | None:
+    """The API key a request carries, the way the stub reads it (first of Authorization
+    Bearer, api-key, x-api-key); None without any."""
+    authorization = headers.get("authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else authorization
+    return headers.get("api-key", headers.get("x-api-key"))
+
+
+def fingerprint_of_key(api_keys: tuple[str, ...], key: str) -> str:
+    """The ``system_fingerprint`` of answers produced for ``key``."""
+    return f"key-{api_keys.index(key)}"
 
 
 def _prompt_of(body: dict[str, Any]) -> str:
@@ -65,27 +99,52 @@ def _usage(body: dict[str, Any], completion_tokens: int) -> dict[str, int]:
     }
 
 
+def _extra_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    name, separator, value = headers.get("x-stub-response-header", "").partition(":")
+    return {name.strip(): value.strip()} if separator else {}
+
+
 async def _completions(request: Request) -> Response:
+    response = await _answer(request)
+    response.headers.update(_extra_headers(request.headers))
+    return response
+
+
+async def _answer(request: Request) -> Response:
     headers = request.headers
-    delay_s = float(headers.get("x-stub-delay-s", "0") or 0)
+    delay_s = _header_number(headers, "x-stub-delay-s", 0)
     if delay_s:
         await asyncio.sleep(delay_s)
     _Counter.completions += 1
     call_number = _Counter.completions
-    status_code = int(headers.get("x-stub-status", "200"))
+    api_keys: tuple[str, ...] = request.app.state.api_keys
+    fingerprint = None
+    if api_keys:
+        key = credential_of(headers)
+        if key not in api_keys:
+            return _json_response({"error": {"message": "invalid or missing API key", "type": "auth"}}, status_code=401)
+        fingerprint = fingerprint_of_key(api_keys, key)
+    status_code = int(_header_number(headers, "x-stub-status", 200))
     if status_code != 200:
-        return JSONResponse({"error": {"message": f"stub error {status_code}", "type": "stub"}}, status_code=status_code)
-    body = json.loads(await request.body())
+        return _json_response({"error": {"message": f"stub error {status_code}", "type": "stub"}}, status_code=status_code)
+    try:
+        body = json.loads(await request.body())
+    except (ValueError, RecursionError):
+        return _json_response({"error": {"message": "the body is not JSON", "type": "stub"}}, status_code=400)
+    if not isinstance(body, dict):
+        return _json_response({"error": {"message": "the body is not an object", "type": "stub"}}, status_code=400)
     is_chat = request.url.path.endswith("/chat/completions")
     words, finish_reason = _answer_words(call_number, body)
     created = int(time.time())
     answer_id = f"stub-{call_number}"
-    model = body.get("model", STUB_MODEL)
+    model = str(body.get("model", STUB_MODEL))
     if headers.get("x-stub-no-choices") == "1":
-        return JSONResponse({"id": answer_id, "object": "chat.completion", "model": model, "choices": []})
+        return _json_response({"id": answer_id, "object": "chat.completion", "model": model, "choices": [],
+                             "system_fingerprint": fingerprint})
     if body.get("stream") is True:
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        chunk_delay_s = float(headers.get("x-stub-chunk-delay-s", "0") or 0)
+        stream_options = body.get("stream_options")
+        include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+        chunk_delay_s = _header_number(headers, "x-stub-chunk-delay-s", 0)
         break_stream = headers.get("x-stub-break-stream") == "1"
         send_done = headers.get("x-stub-no-done") != "1"
 
@@ -98,7 +157,7 @@ async def _completions(request: Request) -> Response:
                     else {"index": 0, "text": piece, "finish_reason": None}
                 )
                 chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                         "choices": [choice]}
+                         "system_fingerprint": fingerprint, "choices": [choice]}
                 yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
                 if chunk_delay_s:
                     await asyncio.sleep(chunk_delay_s)
@@ -110,7 +169,7 @@ async def _completions(request: Request) -> Response:
                 else {"index": 0, "text": "", "finish_reason": finish_reason}
             )
             final = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [final_choice]}
+                     "system_fingerprint": fingerprint, "choices": [final_choice]}
             yield b"data: " + json.dumps(final).encode() + b"\n\n"
             if include_usage:
                 usage_chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -126,32 +185,33 @@ async def _completions(request: Request) -> Response:
         if is_chat
         else {"index": 0, "text": text, "finish_reason": finish_reason}
     )
-    return JSONResponse(
+    return _json_response(
         {"id": answer_id, "object": "chat.completion" if is_chat else "text_completion", "created": created,
-         "model": model, "choices": [choice], "usage": _usage(body, len(words))}
+         "model": model, "system_fingerprint": fingerprint, "choices": [choice], "usage": _usage(body, len(words))}
     )
 
 
 async def _health(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    return _json_response({"status": "ok"})
 
 
 async def _models(request: Request) -> Response:
-    return JSONResponse({"object": "list", "data": [{"id": STUB_MODEL, "object": "model"}]})
+    return _json_response({"object": "list", "data": [{"id": STUB_MODEL, "object": "model"}]})
 
 
 async def _calls(request: Request) -> Response:
-    return JSONResponse({"completions": _Counter.completions})
+    return _json_response({"completions": _Counter.completions})
 
 
 async def _reset(request: Request) -> Response:
     _Counter.completions = 0
-    return JSONResponse({"completions": 0})
+    return _json_response({"completions": 0})
 
 
-def build_app() -> Starlette:
-    """The stub upstream app (its call counter lives in the process)."""
-    return Starlette(
+def build_app(*, api_keys: tuple[str, ...] = ()) -> Starlette:
+    """The stub upstream app (its call counter lives in the process); with ``api_keys``,
+    completions need one of them."""
+    app = Starlette(
         routes=[
             Route("/v1/chat/completions", _completions, methods=["POST"]),
             Route("/v1/completions", _completions, methods=["POST"]),
@@ -161,6 +221,8 @@ def build_app() -> Starlette:
             Route("/stub/reset", _reset, methods=["POST"]),
         ]
     )
+    app.state.api_keys = api_keys
+    return app
 
 
 def main() -> None:
@@ -170,8 +232,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.stub_upstream")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--api-keys", default="", help="comma-separated keys; completions then need one")
     args = parser.parse_args()
-    uvicorn.run(build_app(), host=args.host, port=args.port, log_level="warning", access_log=False)
+    api_keys = tuple(key for key in args.api_keys.split(",") if key)
+    uvicorn.run(build_app(api_keys=api_keys), host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

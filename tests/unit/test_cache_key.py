@@ -8,13 +8,20 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pytest
+
 from services.cache_key import (
     KEY_FORMAT_VERSION,
+    MAX_KEYABLE_NESTING_DEPTH,
+    UnkeyableBody,
     cache_key,
     canonical_json,
+    is_credential_header,
     is_deterministic_request,
     key_prefix,
     normalize_upstream_identity,
+    parse_keyable_body,
+    requester_fingerprint,
 )
 
 UPSTREAM = "http://127.0.0.1:8000"
@@ -133,7 +140,97 @@ def test_deterministic_means_temperature_zero_or_seed_and_one_choice() -> None:
     assert is_deterministic_request({"temperature": 0})
     assert is_deterministic_request({"temperature": 0.0, "n": 1})
     assert is_deterministic_request({"seed": 7, "temperature": 0.9})
-    assert not is_deterministic_request({})  # OpenAI's default temperature is 1
+    assert not is_deterministic_request({})  # vLLM and the naive server sample at 1.0
+    assert not is_deterministic_request({"temperature": None})
     assert not is_deterministic_request({"temperature": 0.7})
     assert not is_deterministic_request({"temperature": 0, "n": 3})
     assert not is_deterministic_request({"seed": 1, "n": 2})
+
+
+
+def test_deterministic_counts_only_numbers_and_integer_seeds() -> None:
+    assert not is_deterministic_request({"temperature": "0"})
+    assert not is_deterministic_request({"temperature": False})
+    assert not is_deterministic_request({"temperature": 10**400})  # no OverflowError
+    assert not is_deterministic_request({"seed": "7"})
+    assert not is_deterministic_request({"seed": True})
+    assert not is_deterministic_request({"temperature": 0, "n": "1"})
+    assert is_deterministic_request({"temperature": 0, "n": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("raw_body", "reason"),
+    [
+        (b'{"temperature": NaN}', "not JSON"),
+        (b'{"temperature": Infinity}', "not JSON"),
+        (b'{"temperature": -Infinity}', "not JSON"),
+        (b'{"temperature": 1e400}', "overflows"),
+        (b'{"model": "a", "model": "b"}', "repeats"),
+        (b'{"a": {"x": 1, "x": 1}}', "repeats"),
+        (b'{"x": ' + b"[" * (MAX_KEYABLE_NESTING_DEPTH + 1) + b"]" * (MAX_KEYABLE_NESTING_DEPTH + 1) + b"}", "deep"),
+        (b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "deep"),
+        (b'{"n": ' + b"9" * 5000 + b"}", "not JSON"),
+        (b"[1]", "not a JSON object"),
+        (b"\xff", "not JSON"),
+    ],
+)
+def test_unkeyable_bodies_raise_with_a_reason(raw_body: bytes, reason: str) -> None:
+    with pytest.raises(UnkeyableBody, match=reason):
+        parse_keyable_body(raw_body)
+
+
+def test_lone_surrogates_parse_but_cannot_be_keyed() -> None:
+    for raw_body in (b'{"content": "\\ud800"}', b'{"\\udfff": 1}'):
+        body = parse_keyable_body(raw_body)
+        with pytest.raises(UnkeyableBody, match="surrogate"):
+            key_of(body)
+
+
+def test_keyable_bodies_parse_normally() -> None:
+    assert parse_keyable_body(b'{"a": [1, 2.5, {"b": null}], "c": "\\u00e9"}') == {"a": [1, 2.5, {"b": None}], "c": "\u00e9"}
+    nested = b'{"x": ' + b"[" * (MAX_KEYABLE_NESTING_DEPTH - 1) + b"]" * (MAX_KEYABLE_NESTING_DEPTH - 1) + b"}"
+    assert parse_keyable_body(nested)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b"authorization", b"proxy-authorization", b"cookie", b"api-key", b"x-api-key", b"x-goog-api-key",
+     b"openai-organization", b"x-auth-token", b"x-session-id", b"x-amz-security-token", b"x-client-secret",
+     b"x-forwarded-user", b"ocp-apim-subscription-key"],
+)
+def test_credential_headers_are_recognised_as_a_class(name: bytes) -> None:
+    assert is_credential_header(name)
+
+
+@pytest.mark.parametrize("name", [b"content-type", b"user-agent", b"accept", b"cache-control", b"host", b"x-request-id"])
+def test_ordinary_headers_are_not_credentials(name: bytes) -> None:
+    assert not is_credential_header(name)
+
+
+def test_requester_fingerprint_is_a_keyed_hash_per_credential() -> None:
+    secret = b"s" * 32
+    plain = [(b"content-type", b"application/json"), (b"user-agent", b"k6")]
+    assert requester_fingerprint(plain, b"", secret=secret) is None
+    alpha = requester_fingerprint([*plain, (b"authorization", b"Bearer alpha-123")], b"", secret=secret)
+    beta = requester_fingerprint([*plain, (b"authorization", b"Bearer beta-456")], b"", secret=secret)
+    assert alpha and beta and alpha != beta
+    assert "alpha" not in alpha
+    assert requester_fingerprint([(b"authorization", b"Bearer alpha-123")], b"", secret=b"t" * 32) != alpha
+    # The same credentials in another order or beside other headers: the same requester.
+    both = [(b"cookie", b"a=1"), (b"x-api-key", b"k")]
+    assert requester_fingerprint(both, b"", secret=secret) == requester_fingerprint(
+        [*reversed(both), (b"accept", b"*/*")], b"", secret=secret
+    )
+    # A credential moved between headers or into the query string is another requester.
+    assert requester_fingerprint([(b"api-key", b"k")], b"", secret=secret) != requester_fingerprint(
+        [(b"x-api-key", b"k")], b"", secret=secret
+    )
+    assert requester_fingerprint(plain, b"api-key=k", secret=secret) not in (None, alpha)
+
+
+def test_requester_changes_the_key() -> None:
+    body = {"model": "m"}
+    assert key_of(body) != cache_key(upstream_identity=UPSTREAM, path=PATH, body=body, requester="ab")
+    assert cache_key(upstream_identity=UPSTREAM, path=PATH, body=body, requester="ab") != cache_key(
+        upstream_identity=UPSTREAM, path=PATH, body=body, requester="cd"
+    )

@@ -13,6 +13,7 @@ import pytest
 from services.cache_proxy import (
     CacheMode,
     CircuitBreaker,
+    LocalTier,
     RedisUnavailable,
     _Incomplete,
     _parse_resp,
@@ -20,7 +21,10 @@ from services.cache_proxy import (
     decide_cache_mode,
     encode_command,
     is_cacheable_json_answer,
+    parse_args,
     parse_cache_control,
+    request_cache_control,
+    response_allows_storing,
     summarize_sse,
 )
 
@@ -55,7 +59,8 @@ def test_cache_control_directives_are_parsed_case_insensitively() -> None:
         (CHAT, "no-cache", "all", CacheMode.REFRESH),
         (CHAT, "no-store", "all", CacheMode.BYPASS),
         (CHAT, "no-cache, no-store", "all", CacheMode.BYPASS),
-        (CHAT, None, "deterministic", CacheMode.BYPASS),  # default temperature is 1
+        (CHAT, None, "deterministic", CacheMode.BYPASS),  # a missing temperature samples at 1.0
+        ({**CHAT, "temperature": None}, None, "deterministic", CacheMode.BYPASS),
         ({**CHAT, "temperature": 0}, None, "deterministic", CacheMode.LOOKUP),
         ({**CHAT, "seed": 3}, "no-cache", "deterministic", CacheMode.REFRESH),
         ({**CHAT, "temperature": 0, "n": 2}, None, "deterministic", CacheMode.BYPASS),
@@ -145,3 +150,138 @@ def test_resp_encoding_and_parsing_round_trip() -> None:
 def test_build_app_rejects_an_unknown_policy() -> None:
     with pytest.raises(ValueError, match="policy"):
         build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0", policy="sometimes")
+
+
+
+def test_every_cache_control_request_line_is_read() -> None:
+    headers = [(b"cache-control", b"max-age=0"), (b"accept", b"*/*"), (b"cache-control", b"no-store")]
+    assert decide_cache_mode(body=CHAT, cache_control=request_cache_control(headers), policy="all") is CacheMode.BYPASS
+    assert request_cache_control([]) == b""
+
+
+@pytest.mark.parametrize(
+    ("headers", "allowed"),
+    [
+        ([("content-type", "application/json")], True),
+        ([("Cache-Control", "max-age=60, public")], True),
+        ([("Cache-Control", "no-store")], False),
+        ([("cache-control", "max-age=60"), ("cache-control", "Private")], False),
+        ([("cache-control", "no-cache")], True),  # an SSE server's "do not buffer", kept
+        ([("set-cookie", "session=1")], False),
+    ],
+)
+def test_answers_marked_private_or_no_store_are_not_storable(headers: list[tuple[str, str]], allowed: bool) -> None:
+    assert response_allows_storing(headers) is allowed
+
+
+def test_credentials_default_to_bypass_and_an_unknown_mode_is_refused() -> None:
+    args = parse_args(["--upstream", "http://u", "--redis-url", "redis://r", "--port", "1"])
+    assert args.credentials == "bypass"
+    with pytest.raises(ValueError, match="credentials"):
+        build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0", credentials="sometimes")
+
+
+def _call_asgi(app, scope_overrides: dict) -> list[dict]:  # noqa: ANN001
+    """Run one HTTP request through the ASGI app in-process; return the messages it sent."""
+    import asyncio
+
+    scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/", "query_string": b"", "headers": [],
+             **scope_overrides}
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            await app.close()
+
+    asyncio.run(run())
+    return sent
+
+
+@pytest.mark.parametrize(("path", "raw_path"), [("*", b"*"), ("http://elsewhere/", b"http://elsewhere/"), ("", b"")])
+def test_a_target_that_is_not_a_path_gets_400_without_any_network(path: str, raw_path: bytes) -> None:
+    app = build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")
+    sent = _call_asgi(app, {"method": "OPTIONS", "path": path, "raw_path": raw_path})
+    assert sent[0]["status"] == 400
+    assert b"not a path" in sent[1]["body"]
+
+
+def test_a_target_httpx_cannot_send_gets_400() -> None:
+    app = build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")
+    sent = _call_asgi(app, {"path": "/x", "raw_path": b"/x\x00\xff y"})
+    assert sent[0]["status"] == 400
+
+
+
+def _filled(tier: LocalTier, key: str, value: bytes, ttl_ms: int = -1) -> None:
+    token = tier.begin_fill(key)
+    assert token is not None
+    tier.finish_fill(key, token, value, ttl_ms)
+
+
+def test_local_tier_serves_nothing_until_tracking_is_confirmed() -> None:
+    tier = LocalTier(max_entries=10, max_bytes=10_000)
+    assert tier.begin_fill("k") is None
+    tier.enable()
+    _filled(tier, "k", b"jvalue")
+    assert tier.get("k") == b"jvalue"
+    tier.disable()  # the tracked or the invalidation connection was lost
+    assert tier.get("k") is None and tier.begin_fill("k") is None
+
+
+def test_local_tier_drops_invalidated_keys_and_cancels_fills_in_flight() -> None:
+    tier = LocalTier(max_entries=10, max_bytes=10_000)
+    tier.enable()
+    _filled(tier, "a", b"j1")
+    _filled(tier, "b", b"j2")
+    tier.invalidate([b"a"])
+    assert tier.get("a") is None and tier.get("b") == b"j2"
+    token = tier.begin_fill("c")
+    tier.invalidate([b"c"])  # changed while our GET was on its way: its reply may be stale
+    tier.finish_fill("c", token, b"jstale", -1)
+    assert tier.get("c") is None
+    old_epoch_token = tier.begin_fill("d")
+    tier.disable()
+    tier.enable()
+    tier.finish_fill("d", old_epoch_token, b"jold", -1)
+    assert tier.get("d") is None
+    tier.invalidate(None)  # FLUSHDB / FLUSHALL
+    assert len(tier) == 0 and tier.bytes_used == 0
+
+
+def test_local_tier_honours_the_ttl_read_with_the_value() -> None:
+    clock = FakeClock()
+    tier = LocalTier(max_entries=10, max_bytes=10_000, clock=clock)
+    tier.enable()
+    _filled(tier, "short", b"jx", ttl_ms=500)
+    _filled(tier, "forever", b"jy", ttl_ms=-1)
+    _filled(tier, "gone", b"jz", ttl_ms=-2)
+    assert tier.get("gone") is None
+    clock.now_s += 0.4
+    assert tier.get("short") == b"jx"
+    clock.now_s += 0.2
+    assert tier.get("short") is None and tier.get("forever") == b"jy"
+
+
+def test_local_tier_is_bounded_in_entries_and_bytes_least_recently_used_first() -> None:
+    tier = LocalTier(max_entries=3, max_bytes=1600)
+    tier.enable()
+    for key in "abc":
+        _filled(tier, key, b"j" + b"x" * 99)
+    tier.get("a")
+    _filled(tier, "d", b"j" + b"x" * 99)
+    assert tier.get("b") is None and tier.get("a") is not None and len(tier) == 3
+    _filled(tier, "big", b"j" * 101)  # over max_bytes // 16: never kept
+    assert tier.get("big") is None
+    small = LocalTier(max_entries=100, max_bytes=1600)
+    small.enable()
+    for index in range(40):
+        _filled(small, str(index), b"j" * 100)
+    assert small.bytes_used <= 1600 and len(small) == 16
