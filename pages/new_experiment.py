@@ -122,7 +122,10 @@ def grid_section() -> None:
         field_error(errors, "repeats")
         form.cache_policy = st.selectbox(
             "Cache policy (for +cache backends)", ["all", "deterministic"], key="grid_cache_policy",
-            help="deterministic: only cache requests with temperature 0 or unset",
+            help=(
+                "deterministic: only cache requests with temperature 0 or an integer seed, and n = 1 "
+                "(a missing temperature means 1.0 on vLLM and the naive server: sampled, so not cached)"
+            ),
         )
     tags = st.text_input("Tags (comma separated)", key="grid_tags")
     field_error(errors, "form")
