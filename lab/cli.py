@@ -219,7 +219,8 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
 # the lab ------------------------------------------------------------------------------
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.runner import Worker, WorkerBusyError
+    from lab.launcher import PARENT_PID_ENV, watch_parent
+    from lab.runner import DatabaseReplacedError, Worker, WorkerBusyError
 
     worker = Worker(engine=_engine(settings), settings=settings)
 
@@ -230,9 +231,11 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_now)
+    if parent := os.environ.get(PARENT_PID_ENV, "").strip():
+        watch_parent(int(parent))  # started by `lab start`: never outlive it
     try:
         worker.run_forever()
-    except WorkerBusyError as error:
+    except (WorkerBusyError, DatabaseReplacedError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -243,25 +246,49 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
-    """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both."""
+    """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both.
+
+    Neither child outlives this process, even when it is killed (see lab/launcher.py).
+    """
+    from lab.launcher import PARENT_PID_ENV, LabPidFile, die_with_parent
+
+    pid_file = LabPidFile(settings.data_dir)
+    if (other := pid_file.running_owner()) is not None:
+        print(f"error: the lab already runs (pid {other}); stop it first", file=sys.stderr)
+        return 1
+    if stale := pid_file.clear_stale():
+        print(f"stopped what a killed lab left running (pids {', '.join(map(str, stale))})", file=sys.stderr)
     _engine(settings)  # create or upgrade the database before anything reads it
-    worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT)
+    me = os.getpid()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT,
+        env={**os.environ, PARENT_PID_ENV: str(me)}, preexec_fn=die_with_parent(me),
+    )
     streamlit_argv = [
         sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "streamlit_app.py"),
         "--server.address", settings.host, "--server.port", str(args.port), "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
     ]
-    print(f"Serving Lab on http://{settings.host}:{args.port}", file=sys.stderr)
+    streamlit: subprocess.Popen | None = None
     try:
-        return subprocess.call(streamlit_argv, cwd=PROJECT_ROOT)
+        streamlit = subprocess.Popen(streamlit_argv, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(me))
+        pid_file.write([worker.pid, streamlit.pid])
+        print(f"Serving Lab on http://{settings.host}:{args.port}", file=sys.stderr)
+        return streamlit.wait()
     except KeyboardInterrupt:
         return 0
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        for child in (streamlit, worker):
+            if child is not None and child.poll() is None:
+                child.terminate()
+        for child in (streamlit, worker):
+            if child is None:
+                continue
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        pid_file.remove()
 
 
 def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
