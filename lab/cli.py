@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -112,14 +113,41 @@ def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
 
 # runs ---------------------------------------------------------------------------------
 
+class WorkerUnusableError(RuntimeError):
+    """The worker that holds the lock can never execute the queued runs."""
+
+
+def _worker_on_removed_database(settings: Settings) -> int | None:
+    """The pid of the lock-holding worker if it still uses a removed SQLite file (Linux /proc)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.resolved_database_url)
+    if url.get_backend_name() != "sqlite" or not url.database:
+        return None
+    try:
+        pid = int((settings.data_dir / "worker.lock").read_text().strip())
+        targets = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+    except (OSError, ValueError):
+        return None
+    removed = f"{Path(url.database).resolve()} (deleted)"
+    return pid if removed in targets else None
+
+
 def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
-    """Execute the queue here if no worker runs; else wait for the lab's worker to finish them."""
-    from lab.runner import Worker, WorkerBusyError, WorkerLock
+    """Execute the queue here if no worker runs; else wait for the lab's worker to finish them.
+
+    Raises ``WorkerUnusableError`` when the waiting could never end (a database file
+    removed or replaced under the worker or this process).
+    """
+    from lab.runner import Worker, WorkerBusyError, WorkerLock, sqlite_file_identity
 
     engine = _engine(settings)
+    database = sqlite_file_identity(settings.resolved_database_url)
     lock = WorkerLock(settings.data_dir)
     last_line = ""
     while True:
+        if database and sqlite_file_identity(settings.resolved_database_url) != database:
+            raise WorkerUnusableError("the lab's database file was removed or replaced while waiting for the runs")
         with Session(engine) as session:
             runs = store.list_runs(session=session, run_ids=run_ids)
             if all(run.status in RunStatus.FINAL for run in runs):
@@ -127,6 +155,11 @@ def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0
         try:
             lock.acquire()
         except WorkerBusyError:
+            if (pid := _worker_on_removed_database(settings)) is not None:
+                raise WorkerUnusableError(
+                    f"the lab's worker (pid {pid}) still uses a database file that was removed, so it never sees "
+                    "these runs: stop it or start the lab again, then run again"
+                ) from None
             line = ", ".join(f"#{r.id} {r.status}" for r in runs)
             if line != last_line and not quiet:
                 print(f"waiting for the lab's worker: {line}", file=sys.stderr)
@@ -172,7 +205,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if not args.json:
         note = f" ({spec.scale_note})" if spec.scale_note else ""
         print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
-    wait_for_runs(settings=settings, run_ids=run_ids)
+    try:
+        wait_for_runs(settings=settings, run_ids=run_ids)
+    except WorkerUnusableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
         records = [run_record(run) for run in runs]
@@ -211,7 +248,11 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
         missing = sorted(set(args.ids) - {r["run_id"] for r in records})
         print(f"error: no run with id {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
-    Path(args.csv).write_text(records_to_csv(records), encoding="utf-8")
+    try:
+        Path(args.csv).write_text(records_to_csv(records), encoding="utf-8")
+    except OSError as error:  # a folder, a missing or read-only folder, a full disk
+        print(f"error: cannot write {args.csv}: {error.strerror or error}", file=sys.stderr)
+        return 1
     print(f"{len(records)} runs written to {args.csv}", file=sys.stderr)
     return 0
 
@@ -297,6 +338,29 @@ def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
     return reproduce(settings=settings, quick=args.quick, repeats=args.repeats, output_dir=Path(args.output))
 
 
+# The largest id SQLite (and PostgreSQL's bigint) can hold.
+MAX_ID = 2**63 - 1
+
+
+def bounded_int(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a plain integer in [low, high]; anything else is a one-line usage error."""
+
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        if not stripped.lstrip("-").isascii() or not stripped.lstrip("-").isdigit() or len(stripped) > 25:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text[:40]!r}")
+        value = int(stripped)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}, not {stripped[:25]}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+run_id_arg = bounded_int(1, MAX_ID, "a run id")
+
+
 def _raise_keyboard_interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
@@ -306,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     start = commands.add_parser("start", help="start the web lab and its worker")
-    start.add_argument("--port", type=int, default=int(os.environ.get("LAB_PORT", "8501")))
+    start.add_argument("--port", type=bounded_int(1, 65535, "a port"), default=os.environ.get("LAB_PORT", "8501"))
     commands.add_parser("worker", help="run the queue worker")
 
     services = commands.add_parser("services", help="start, check and stop managed services")
@@ -321,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preset", required=True, help=f"one of: {', '.join(list_presets())}")
     run.add_argument("--quick", action="store_true", help="the preset's quick scale for a small CPU box")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting, e.g. load.duration_s=20")
-    run.add_argument("--repeats", type=int)
+    run.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"))
     run.add_argument("--tag")
     run.add_argument("--json", action="store_true")
 
@@ -329,15 +393,15 @@ def build_parser() -> argparse.ArgumentParser:
     runs_actions = runs.add_subparsers(dest="action", required=True)
     listing = runs_actions.add_parser("list")
     listing.add_argument("--json", action="store_true")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=bounded_int(1, 1_000_000, "a limit"), default=50)
     listing.set_defaults(ids=None)
     export = runs_actions.add_parser("export")
-    export.add_argument("ids", nargs="*", type=int)
+    export.add_argument("ids", nargs="*", type=run_id_arg)
     export.add_argument("--csv", required=True)
 
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")
-    reproduce.add_argument("--repeats", type=int, default=3)
+    reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
     reproduce.add_argument("--output", default=str(PROJECT_ROOT / "docs" / "reproduction"))
     return parser
 
@@ -358,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
+    except WorkerUnusableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except (StorageError, SQLAlchemyError) as error:
         # A data folder that is a file or read-only, a locked or read-only database: one
         # line the user can act on, not a traceback.
@@ -367,4 +434,8 @@ def main(argv: list[str] | None = None) -> int:
             f"is a writable folder (LAB_DATA_DIR) and that the database is writable and not locked",
             file=sys.stderr,
         )
+        return 1
+    except OSError as error:  # a path given on the command line: a folder, missing, read-only, a full disk
+        where = f": {error.filename}" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}", file=sys.stderr)
         return 1
