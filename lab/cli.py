@@ -335,6 +335,16 @@ def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
     from lab.report import reproduce
 
+    # Checked before any run: an unwritable report folder found after an hour of runs loses the report.
+    output = Path(args.output)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"error: cannot use {output} for the report: {error.strerror or error}", file=sys.stderr)
+        return 1
+    if not os.access(output, os.W_OK):
+        print(f"error: cannot use {output} for the report: it is not writable", file=sys.stderr)
+        return 1
     return reproduce(settings=settings, quick=args.quick, repeats=args.repeats, output_dir=Path(args.output))
 
 
@@ -347,12 +357,13 @@ def bounded_int(low: int, high: int, what: str) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         stripped = text.strip()
-        if not stripped.lstrip("-").isascii() or not stripped.lstrip("-").isdigit() or len(stripped) > 25:
+        digits = stripped.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()):  # ASCII only: int() also reads "٣" and "1_000"
             raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text[:40]!r}")
-        value = int(stripped)
-        if not low <= value <= high:
+        # Past 25 digits it is out of range anyway; int() of a huge string costs time.
+        if len(digits) > 25 or not low <= int(stripped) <= high:
             raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}, not {stripped[:25]}")
-        return value
+        return int(stripped)
 
     parse.__name__ = what  # argparse names the type in its messages
     return parse
