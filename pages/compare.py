@@ -26,6 +26,7 @@ from lab.ui_support import (
     throughput_vs_vus_figure,
 )
 from pages.common import NEW_EXPERIMENT_PAGE, session
+from pages.view.text import chart_label, plain
 
 RATIOS = {"seed-exp1": exp1_ratios, "seed-exp2": exp2_ratios, "seed-exp3": exp3_ratios}
 RECENT_RUNS_LISTED = 1000
@@ -76,7 +77,7 @@ def page() -> None:
 
     preset = matching_seed_preset(done, list(SEED_TABLES))
     if preset:
-        st.subheader(f"The seed's table ({preset}), ours beside the seed's")
+        st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
                    "ours are means over repeats, ± one standard deviation.")
         table = SEED_TABLES[preset](done)
@@ -119,7 +120,8 @@ def page() -> None:
         for record in done[:MAX_OVERLAID_RUNS]:
             row = store.get_run_series(session=db_session, run_id=record["run_id"])
             if row is not None:
-                series_by_label[f"#{record['run_id']} {record['backend']} {record['cell_label']}"] = row.series
+                label = chart_label(f"#{record['run_id']} {record['backend']} {record['cell_label']}")
+                series_by_label[label] = row.series
     charts = st.columns(2)
     charts[0].plotly_chart(overlaid_series_figure(series_by_label, "output_tok_per_s",
                                                   title="Output tokens/s over time"), key="compare_series")

@@ -1,0 +1,1 @@
+"""Page helpers: presentation only (tables, figures, forms, text)."""
