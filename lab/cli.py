@@ -111,6 +111,26 @@ def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def stop_own_services(manager: Any) -> None:
+    """Stop every service this process started, each on its own: one whose record cannot be
+    written (a full disk) must not leave the next one running. One line per failure."""
+    try:
+        with Session(manager.engine) as session:
+            names = [record.name for record in store.list_service_records(session=session)
+                     if record.owner_pid == manager.owner_pid]
+    except SQLAlchemyError as error:
+        print(f"error: cannot read the services' records ({str(getattr(error, 'orig', error)).splitlines()[0]})",
+              file=sys.stderr)
+        return
+    order = {"cache-proxy": 0, "redis": 1}  # dependants first
+    for name in sorted(names, key=lambda n: order.get(n, 9)):
+        try:
+            manager.stop(name)
+        except (SQLAlchemyError, OSError) as error:
+            detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+            print(f"error: {name} was stopped but its record could not be written ({detail})", file=sys.stderr)
+
+
 # runs ---------------------------------------------------------------------------------
 
 class WorkerUnusableError(RuntimeError):
@@ -184,7 +204,7 @@ def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0
                               + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
                               file=sys.stderr)
         finally:
-            worker.services.stop_all(only_own=True)
+            stop_own_services(worker.services)
             lock.release()
 
 
@@ -282,7 +302,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        worker.services.stop_all(only_own=True)
+        stop_own_services(worker.services)
     return 0
 
 

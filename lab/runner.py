@@ -80,6 +80,10 @@ def write_failure_message(error: BaseException) -> str | None:
 _unsaved_final_states: dict[int, dict[str, Any]] = {}
 
 
+def _is_out_of_space(problem: str) -> bool:
+    return "No space left" in problem or "disk is full" in problem or "Disk quota" in problem
+
+
 def save_pending_final_states(engine: Engine) -> list[int]:
     """Write the final states that could not be written earlier; returns the run ids written."""
     written = []
@@ -660,8 +664,13 @@ class RunExecutor:
         problem = ""
         for attempt, delay_s in enumerate((0.0, *FINAL_WRITE_RETRY_DELAYS_S)):
             time.sleep(delay_s)
+            if attempt == 2 and _is_out_of_space(problem) and (freed := self._free_run_folder_space()):
+                # A full disk would keep the run active for good: its raw k6 stream (already
+                # read into the figures) goes, so the final state fits.
+                values["reason"] = f"{values.get('reason') or status} ({freed} removed to free space for this record)"
+                bare["reason"] = values["reason"]
             # After two failures, the figures (the large part) may be what cannot be written.
-            attempt_values = values if attempt < 2 else {
+            attempt_values = values if attempt < 3 else {
                 **bare, "reason": f"{bare.get('reason') or status} (its figures could not be saved: {problem})"
             }
             try:
@@ -674,6 +683,19 @@ class RunExecutor:
         _unsaved_final_states[self.run_id] = attempt_values
         log.error("run %s ended %s but the database could not record it (%s); the worker tries again before "
                   "its next run", self.run_id, status, problem)
+
+    def _free_run_folder_space(self) -> str | None:
+        """Remove this run's largest regenerable files (k6's NDJSON, the request file); says which."""
+        removed = []
+        for name in ("k6.ndjson", "requests.json"):
+            path = self.run_dir / name
+            try:
+                if path.is_file() and path.stat().st_size:
+                    path.unlink()
+                    removed.append(name)
+            except OSError:
+                continue
+        return " and ".join(removed) or None
 
     def _partial_columns(
         self, spec: RunSpec | None, targets: RunTargets | None, before: dict, samples: list, loaded: bool

@@ -62,6 +62,32 @@ def test_a_disk_that_fills_up_mid_run_still_ends_the_run_with_its_reason(
     assert not [record for record in caplog.records if record.exc_info], [r.getMessage() for r in caplog.records]
 
 
+def test_a_data_folder_that_fills_up_database_included_still_records_the_final_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database shares the full disk: the final write frees the run's raw k6 stream."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(mount_point)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    lab = Lab(mount_point / "lab-data")
+    try:
+        with StubServer(port=free_port(), delay_s=0.01) as target:
+            [run_id] = lab.enqueue(stub_spec(target.url, duration_s=15, vus=8))
+            lab.worker.run_until_empty()
+        run = lab.run(run_id)
+        assert run.status == RunStatus.FAILED and run.finished_at is not None and run.progress is None
+        assert "No space left on device" in run.status_reason and "\n" not in run.status_reason
+        assert run.requests_ok, "the figures k6 had streamed are kept"
+        assert not [record for record in caplog.records if record.exc_info]
+    finally:
+        lab.close()
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
 def test_sigterm_mid_run_keeps_the_partial_figures_and_series(tmp_path: Path, stub) -> None:  # noqa: ANN001, F811
     data_dir = tmp_path / "lab-data"
     lab = Lab(data_dir)

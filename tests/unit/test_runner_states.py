@@ -131,7 +131,7 @@ def test_a_failing_final_write_is_retried_then_written_without_figures(
     status, reason = status_of(executor)
     assert status == RunStatus.DONE and "its figures could not be saved" in reason
     assert "database or disk is full" in reason
-    assert len(calls) == 3  # twice with the figures, then without
+    assert len(calls) == 4  # three times with the figures, then without
     with Session(executor.engine) as session:
         assert session.get(Run, executor.run_id).finished_at is not None
 
