@@ -119,10 +119,13 @@ class LabPidFile:
         return [process.pid for process in alive]
 
     def write(self, children: list[int]) -> None:
-        document = {
-            "owner": ProcessId.of(os.getpid()).__dict__,
-            "children": [ProcessId.of(pid).__dict__ for pid in children],
-        }
+        alive = []
+        for pid in children:
+            try:
+                alive.append(ProcessId.of(pid).__dict__)
+            except psutil.Error:  # a child that already exited has nothing to clear
+                continue
+        document = {"owner": ProcessId.of(os.getpid()).__dict__, "children": alive}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(document))
 

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
 from db import store
-from db.models import Experiment, Run, RunStatus
+from db.models import Run, RunStatus
 from pages.view.text import chart_label, plain
 from tests.ui.conftest import SeededLab
 from tests.ui.test_pages import APP, PAGES, open_page
