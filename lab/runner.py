@@ -862,6 +862,7 @@ class Worker:
         """Execute queued runs until stopped. Raises WorkerBusyError if another worker runs."""
         with WorkerLock(self.settings.data_dir):
             self.recover()
+            claim_problem: str | None = None
             while not self._stop.is_set():
                 if self._database and sqlite_file_identity(self.settings.resolved_database_url) != self._database:
                     # Its open connections would go on with the removed file while the CLI
@@ -872,9 +873,12 @@ class Worker:
                     )
                 try:
                     ran = self.run_one()
+                    claim_problem = None
                 except Exception as error:  # noqa: BLE001 (the worker must outlive any one run)
                     if problem := write_failure_message(error):
-                        log.error("the worker could not claim a run: %s; going on", problem)
+                        if problem != claim_problem:  # once, not every poll, while the disk stays full
+                            log.error("the worker could not claim a run: %s; going on", problem)
+                        claim_problem = problem
                     else:
                         log.exception("the worker hit an error between runs; going on")
                     ran = None

@@ -172,3 +172,28 @@ def test_a_database_error_during_the_load_still_ends_the_run(
     status, reason = status_of(executor)
     assert status == RunStatus.FAILED and "database or disk is full" in reason
     assert not no_tracebacks(caplog)
+
+
+def test_a_worker_that_cannot_claim_says_so_once_not_every_poll(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lab.runner import Worker
+
+    settings = Settings(data_dir=tmp_path, worker_poll_interval_s=0.01)
+    engine = make_engine(settings.resolved_database_url)
+    migrations.upgrade(engine)
+    worker = Worker(engine=engine, settings=settings)
+    calls = []
+
+    def full_disk() -> None:
+        calls.append(1)
+        if len(calls) == 5:
+            worker.stop()
+        raise OperationalError("UPDATE runs", {}, Exception("database or disk is full"))
+
+    worker.run_one = full_disk  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO):
+        worker.run_forever()
+    lines = [record.getMessage() for record in caplog.records if "could not claim" in record.getMessage()]
+    assert len(calls) == 5 and len(lines) == 1, lines
+    assert "database or disk is full" in lines[0] and not no_tracebacks(caplog)
