@@ -7,6 +7,7 @@ meaning is the same, the cache proxy exports ``lab_cache_*`` counters.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,10 +67,14 @@ def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> ScrapeResult:
             if response.status_code >= 400:
                 return ScrapeResult(None, f"GET /metrics answered HTTP {response.status_code}")
             body = bytearray()
+            # httpx's timeout is per read: a page that trickles in would never end without a total.
+            deadline = time.monotonic() + 2 * timeout_s
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > MAX_METRICS_BYTES:
                     return ScrapeResult(None, f"/metrics is larger than {MAX_METRICS_BYTES // (1024 * 1024)} MB")
+                if time.monotonic() > deadline:
+                    return ScrapeResult(None, f"/metrics took longer than {2 * timeout_s:g} s to read")
             encoding = response.encoding or "utf-8"
     except httpx.HTTPError as error:
         return ScrapeResult(None, f"/metrics did not answer ({type(error).__name__})")

@@ -160,3 +160,35 @@ def test_a_database_file_removed_under_an_idle_worker_ends_it_and_the_cli_with_o
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+def test_a_metrics_page_that_trickles_in_is_given_up_on_not_waited_for() -> None:
+    """A target that sends its page a few bytes at a time (each read within the timeout)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from lab.server_metrics import read_metrics
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            try:
+                for _ in range(200):
+                    self.wfile.write(b"vllm:x 1\n")
+                    self.wfile.flush()
+                    threading.Event().wait(0.05)
+            except OSError:
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = read_metrics(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=0.2)
+    finally:
+        server.shutdown()
+    assert result.snapshot is None and "took longer than" in result.problem

@@ -102,3 +102,4 @@ def test_html_json_and_garbage_are_refused(text: str) -> None:
 
 def test_non_finite_values_are_skipped() -> None:
     assert parse_metrics_text("vllm:a_total NaN\nvllm:b_total 1e400\nvllm:c_total 2\n") == {"vllm:c_total": 2.0}
+
