@@ -67,6 +67,11 @@ def test_sigkill_of_start_takes_its_children_and_a_second_start_works(tmp_path: 
     try:
         children = wait_until_serving(first, tmp_path, port)
         assert len(children) == 2
+        # A second start beside a running one says so and touches nothing.
+        beside = start_lab(tmp_path, free_port())
+        _, stderr = beside.communicate(timeout=60)
+        assert beside.returncode == 1 and f"the lab already runs (pid {first.pid})" in stderr
+        assert all(psutil.pid_exists(pid) for pid in children)
         first.kill()  # SIGKILL: none of the start process's own clean-up runs
         first.wait(timeout=10)
         assert all_gone(children, timeout_s=10), "the worker or Streamlit outlived a killed lab start"
