@@ -19,6 +19,7 @@ from pages.common import (
     engine,
     settings,
 )
+from pages.view.text import plain
 
 SERVICE_STATE_ICONS = {
     "running": ":green[:material/check_circle:]", "starting": ":orange[:material/pending:]",
@@ -48,7 +49,7 @@ def sidebar() -> None:
         left.metric("queued", queued)
         right.metric("running", running)
         if active_line:
-            st.caption(f":material/play_arrow: {active_line}")
+            st.caption(f":material/play_arrow: {plain(active_line)}")
         finished = ", ".join(f"{counts[s]} {s}" for s in RunStatus.FINAL if counts.get(s))
         st.caption(finished or "no finished runs yet")
         st.subheader("Services")
@@ -57,7 +58,7 @@ def sidebar() -> None:
             st.caption("none started yet; runs start what they need")
         for service in services:
             icon = SERVICE_STATE_ICONS.get(service["state"], ":material/radio_button_unchecked:")
-            st.caption(f"{icon} {service['name']}: {service['state']}")
+            st.caption(f"{icon} {plain(service['name'])}: {plain(service['state'])}")
 
 
 def sign_in_configured() -> bool:

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,6 +33,7 @@ from db.engine import get_engine
 from db.models import RunStatus
 from lab import experiments
 from lab.compare import run_record
+from lab.runner import WorkerUnusableError, stop_own_services, wait_for_runs
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
 
@@ -114,7 +116,6 @@ def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
 # runs ---------------------------------------------------------------------------------
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.runner import wait_for_runs
 
     try:
         overrides = [parse_set_option(option) for option in args.set or []]
@@ -136,7 +137,11 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if not args.json:
         note = f" ({spec.scale_note})" if spec.scale_note else ""
         print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
-    wait_for_runs(settings=settings, run_ids=run_ids)
+    try:
+        wait_for_runs(settings=settings, run_ids=run_ids)
+    except WorkerUnusableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
         records = [run_record(run) for run in runs]
@@ -175,7 +180,11 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
         missing = sorted(set(args.ids) - {r["run_id"] for r in records})
         print(f"error: no run with id {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
-    Path(args.csv).write_text(records_to_csv(records), encoding="utf-8")
+    try:
+        Path(args.csv).write_text(records_to_csv(records), encoding="utf-8")
+    except OSError as error:  # a folder, a missing or read-only folder, a full disk
+        print(f"error: cannot write {args.csv}: {error.strerror or error}", file=sys.stderr)
+        return 1
     print(f"{len(records)} runs written to {args.csv}", file=sys.stderr)
     return 0
 
@@ -188,7 +197,8 @@ def split_labels(text: str) -> list[str]:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.runner import Worker, WorkerBusyError
+    from lab.launcher import PARENT_PID_ENV, watch_parent
+    from lab.runner import DatabaseReplacedError, Worker, WorkerBusyError
     from lab.specs import check_worker_label
 
     try:
@@ -206,45 +216,105 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_now)
+    if parent := os.environ.get(PARENT_PID_ENV, "").strip():
+        watch_parent(int(parent))  # started by `lab start`: never outlive it
     print(f"worker {worker.name!r} labels [{', '.join(worker.labels)}]", file=sys.stderr)
     try:
         worker.run_forever()
-    except WorkerBusyError as error:
+    except (WorkerBusyError, DatabaseReplacedError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         pass
     finally:
-        worker.services.stop_all(only_own=True)
+        stop_own_services(worker.services)
     return 0
 
 
 def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
-    """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both."""
+    """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both.
+
+    Neither child outlives this process, even when it is killed (see lab/launcher.py).
+    """
+    from lab.launcher import PARENT_PID_ENV, LabPidFile, die_with_parent
+
+    pid_file = LabPidFile(settings.data_dir)
+    if (other := pid_file.running_owner()) is not None:
+        print(f"error: the lab already runs (pid {other}); stop it first", file=sys.stderr)
+        return 1
+    if stale := pid_file.clear_stale():
+        print(f"stopped what a killed lab left running (pids {', '.join(map(str, stale))})", file=sys.stderr)
     _engine(settings)  # create or upgrade the database before anything reads it
-    worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT)
+    me = os.getpid()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT,
+        env={**os.environ, PARENT_PID_ENV: str(me)}, preexec_fn=die_with_parent(me),
+    )
     streamlit_argv = [
         sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "streamlit_app.py"),
         "--server.address", settings.host, "--server.port", str(args.port), "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
     ]
-    print(f"Serving Lab on http://{settings.host}:{args.port}", file=sys.stderr)
+    streamlit: subprocess.Popen | None = None
     try:
-        return subprocess.call(streamlit_argv, cwd=PROJECT_ROOT)
+        streamlit = subprocess.Popen(streamlit_argv, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(me))
+        pid_file.write([worker.pid, streamlit.pid])
+        print(f"Serving Lab on http://{settings.host}:{args.port}", file=sys.stderr)
+        return streamlit.wait()
     except KeyboardInterrupt:
         return 0
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        for child in (streamlit, worker):
+            if child is not None and child.poll() is None:
+                child.terminate()
+        for child in (streamlit, worker):
+            if child is None:
+                continue
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        pid_file.remove()
 
 
 def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
     from lab.report import reproduce
 
+    # Checked before any run: an unwritable report folder found after an hour of runs loses the report.
+    output = Path(args.output)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"error: cannot use {output} for the report: {error.strerror or error}", file=sys.stderr)
+        return 1
+    if not os.access(output, os.W_OK):
+        print(f"error: cannot use {output} for the report: it is not writable", file=sys.stderr)
+        return 1
     return reproduce(settings=settings, quick=args.quick, repeats=args.repeats, output_dir=Path(args.output))
+
+
+# The largest id SQLite (and PostgreSQL's bigint) can hold.
+MAX_ID = 2**63 - 1
+
+
+def bounded_int(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a plain integer in [low, high]; anything else is a one-line usage error."""
+
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        digits = stripped.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()):  # ASCII only: int() also reads "٣" and "1_000"
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text[:40]!r}")
+        # Past 25 digits it is out of range anyway; int() of a huge string costs time.
+        if len(digits) > 25 or not low <= int(stripped) <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}, not {stripped[:25]}")
+        return int(stripped)
+
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+run_id_arg = bounded_int(1, MAX_ID, "a run id")
 
 
 def _raise_keyboard_interrupt(*_: object) -> None:
@@ -256,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     start = commands.add_parser("start", help="start the web lab and its worker")
-    start.add_argument("--port", type=int, default=int(os.environ.get("LAB_PORT", "8501")))
+    start.add_argument("--port", type=bounded_int(1, 65535, "a port"), default=os.environ.get("LAB_PORT", "8501"))
     worker = commands.add_parser("worker", help="run a queue worker (many may share one PostgreSQL queue)")
     worker.add_argument("--name", help="this worker's name on the queue (LAB_WORKER_NAME; the host's by default)")
     worker.add_argument(
@@ -275,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preset", required=True, help=f"one of: {', '.join(list_presets())}")
     run.add_argument("--quick", action="store_true", help="the preset's quick scale for a small CPU box")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting, e.g. load.duration_s=20")
-    run.add_argument("--repeats", type=int)
+    run.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"))
     run.add_argument("--tag")
     run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
     run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
@@ -285,15 +355,15 @@ def build_parser() -> argparse.ArgumentParser:
     runs_actions = runs.add_subparsers(dest="action", required=True)
     listing = runs_actions.add_parser("list")
     listing.add_argument("--json", action="store_true")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=bounded_int(1, 1_000_000, "a limit"), default=50)
     listing.set_defaults(ids=None)
     export = runs_actions.add_parser("export")
-    export.add_argument("ids", nargs="*", type=int)
+    export.add_argument("ids", nargs="*", type=run_id_arg)
     export.add_argument("--csv", required=True)
 
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")
-    reproduce.add_argument("--repeats", type=int, default=3)
+    reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
     reproduce.add_argument("--output", default=str(PROJECT_ROOT / "docs" / "reproduction"))
     return parser
 
@@ -314,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
         return 130
+    except WorkerUnusableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except (StorageError, SQLAlchemyError) as error:
         # A data folder that is a file or read-only, a locked or read-only database: one
         # line the user can act on, not a traceback.
@@ -323,4 +396,8 @@ def main(argv: list[str] | None = None) -> int:
             f"is a writable folder (LAB_DATA_DIR) and that the database is writable and not locked",
             file=sys.stderr,
         )
+        return 1
+    except OSError as error:  # a path given on the command line: a folder, missing, read-only, a full disk
+        where = f": {error.filename}" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}", file=sys.stderr)
         return 1

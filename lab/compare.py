@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import statistics
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -47,7 +48,9 @@ RECORD_FIELDS: tuple[str, ...] = (
     "random_seed", "tags", "created_at", "started_at", "finished_at", "worker_name", "hardware",
     *RESULT_FIELDS,
 )
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_STARTS = frozenset("=+-@")
+# Look-alikes NFKC leaves alone that some spreadsheets still read as a sign.
+FORMULA_LOOK_ALIKES = frozenset("\u2212\u2796\u2795\u2010\u2011\u2012\u2013\u2014\u2015")
 
 
 def run_record(run: Any) -> dict[str, Any]:
@@ -68,12 +71,33 @@ def run_record(run: Any) -> dict[str, Any]:
     return record
 
 
+def _is_blank_or_control(char: str) -> bool:
+    # Whitespace, line breaks, controls and invisible formatting (zero-width, BOM): a
+    # spreadsheet skips or keeps them, and the formula after them still runs.
+    return char.isspace() or unicodedata.category(char) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+
+
+def is_formula_like(text: str) -> bool:
+    """Whether a spreadsheet could read ``text`` as a formula: it starts with = + - @ after
+    any leading whitespace or control characters, counting compatibility forms (fullwidth
+    ＝, small ﹫, superscript ⁺: NFKC) and minus look-alikes; or it starts with tab/CR/LF."""
+    if text[:1] in ("\t", "\r", "\n"):
+        return True  # a leading tab or line break is itself a known injection vector
+    start = 0
+    while start < len(text) and _is_blank_or_control(text[start]):
+        start += 1
+    if start == len(text):
+        return False
+    first = text[start]
+    return unicodedata.normalize("NFKC", first)[:1] in FORMULA_STARTS or first in FORMULA_LOOK_ALIKES
+
+
 def neutralise_cell(value: Any) -> Any:
-    """Prefix text starting with = + - @ (or tab/CR) with a quote so spreadsheets do not run it.
+    """Prefix formula-like text (see ``is_formula_like``) with a quote so spreadsheets do not run it.
 
     Numbers are left alone: a negative number is data, not a formula.
     """
-    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+    if isinstance(value, str) and is_formula_like(value):
         return "'" + value
     return value
 

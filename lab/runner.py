@@ -8,6 +8,7 @@ Nothing here imports Streamlit: pages only read what is written to the database.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -26,6 +27,8 @@ from typing import Any
 import httpx
 import psutil
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
@@ -57,6 +60,60 @@ K6_CPU_WARNING_PERCENT = 80.0
 # Services a run survives losing: the cache proxy fails open without Redis (answers come
 # from the backend, store errors are counted), so the run goes on and says so.
 FAIL_OPEN_SERVICES = ("redis",)
+
+
+# errno values that mean "the data could not be written": disk full, quota, read-only, I/O.
+WRITE_FAILURE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM, errno.EFBIG})
+# Less free space than this where the run folder lives: k6's outputs were likely cut short.
+RUN_FOLDER_MIN_FREE_BYTES = 1024 * 1024
+# How often, and after how long, the final state of a run is written again when it fails.
+FINAL_WRITE_RETRY_DELAYS_S = (0.5, 2.0, 5.0)
+
+
+def write_failure_message(error: BaseException) -> str | None:
+    """One line for a failed write (disk full, read-only, I/O error, a database error);
+    None when ``error`` is something else."""
+    if isinstance(error, SQLAlchemyError):
+        detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+        return f"the database could not be written ({detail})"
+    if isinstance(error, OSError) and error.errno in WRITE_FAILURE_ERRNOS:
+        where = f": {error.filename}" if error.filename else ""
+        return f"could not write the run's data ({error.strerror or os.strerror(error.errno)}{where})"
+    return None
+
+
+# Final states no database write could record (the database itself failing): the worker
+# writes them before it claims another run, so a run is never left active for good.
+_unsaved_final_states: dict[int, dict[str, Any]] = {}
+
+
+def _is_out_of_space(problem: str) -> bool:
+    return "No space left" in problem or "disk is full" in problem or "Disk quota" in problem
+
+
+def save_pending_final_states(engine: Engine) -> list[int]:
+    """Write the final states that could not be written earlier; returns the run ids written."""
+    written = []
+    for run_id, values in list(_unsaved_final_states.items()):
+        try:
+            store.set_run_status(engine=engine, run_id=run_id, **values)
+        except SQLAlchemyError:
+            continue
+        del _unsaved_final_states[run_id]
+        written.append(run_id)
+    return written
+
+
+def sqlite_file_identity(database_url: str) -> tuple[int, int] | None:
+    """(device, inode) of a SQLite database file, or None (not SQLite, or the file is gone)."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    try:
+        stat = os.stat(url.database)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 class RunCancelled(Exception):
@@ -110,6 +167,8 @@ class RunExecutor:
         self.cache_errors = 0  # answers the proxy served without Redis (X-Cache: ERROR)
         # Server-side gauges sampled once a second during the load (running, waiting requests).
         self.server_samples: list[dict[str, float | None]] = []
+        # Why a service's /metrics could not be read (an external target may serve anything).
+        self.metrics_problems: dict[str, str] = {}
 
     # -- small helpers -----------------------------------------------------------------
     def _status(self, status: str, **values: Any) -> None:
@@ -218,9 +277,14 @@ class RunExecutor:
                 raise RunFailed(f"warm-up request failed: HTTP {response.status_code}: {response.text[:500]}")
 
     def scrape_all(self, targets: RunTargets) -> dict[str, server_metrics.Snapshot | None]:
-        snapshots: dict[str, server_metrics.Snapshot | None] = {"backend": server_metrics.scrape(targets.backend_url)}
-        if targets.proxy_url:
-            snapshots["cache_proxy"] = server_metrics.scrape(targets.proxy_url)
+        """Both ends' /metrics; one that cannot be read is None, and its reason is kept for a warning."""
+        urls = {"backend": targets.backend_url, **({"cache_proxy": targets.proxy_url} if targets.proxy_url else {})}
+        snapshots: dict[str, server_metrics.Snapshot | None] = {}
+        for name, url in urls.items():
+            result = server_metrics.read_metrics(url)
+            snapshots[name] = result.snapshot
+            if result.problem:
+                self.metrics_problems.setdefault(name, result.problem)
         return snapshots
 
     def _service_pids(self, targets: RunTargets) -> dict[str, int]:
@@ -460,11 +524,16 @@ class RunExecutor:
                     f"{columns.get('response_cache_store_errors') or 0} not stored); the figures mix "
                     "cached and uncached answers"
                 )
-                columns["load_generator_warning"] = "; ".join(filter(None, [columns.get("load_generator_warning"), note]))
+                self._add_warning(columns, note)
+            if disk_note := self._run_folder_full():
+                self._add_warning(columns, f"{disk_note}: the per-second series may be incomplete")
+            for name, problem in self.metrics_problems.items():
+                self._add_warning(columns, f"the {name.replace('_', ' ')}'s {problem}: its server-side figures are "
+                                           "missing, the client's (k6) are kept")
             if not columns.get("requests_ok"):
                 interrupted = columns.get("iterations_interrupted") or 0
-                self._status(
-                    RunStatus.FAILED, progress=None, **columns,
+                self._finish(
+                    RunStatus.FAILED, **columns,
                     reason=(
                         f"no request completed successfully ({columns.get('requests_failed') or 0} failed, "
                         f"{interrupted} still in flight at the end): lengthen the duration or the graceful stop, "
@@ -472,50 +541,159 @@ class RunExecutor:
                     ),
                 )
                 return RunStatus.FAILED
-            self._status(RunStatus.DONE, progress=None, **columns)
+            self._finish(RunStatus.DONE, **columns)
             return RunStatus.DONE
         except (RunCancelled, ServiceStartAborted):
-            self._keep_partial(spec, targets, before, samples, loaded)
-            self._status(RunStatus.CANCELLED, reason="cancelled by the user", progress=None)
+            self._finish(RunStatus.CANCELLED, reason="cancelled by the user",
+                         **self._partial_columns(spec, targets, before, samples, loaded))
             return RunStatus.CANCELLED
         except Exception as error:  # noqa: BLE001 (any failure ends the run with its reason)
-            log.exception("run %s failed", self.run_id)
-            self._keep_partial(spec, targets, before, samples, loaded)
-            message = str(error) or type(error).__name__
-            self._status(RunStatus.FAILED, reason=message[-4000:], progress=None)
+            problem = write_failure_message(error)
+            if disk_note := self._run_folder_full():
+                problem = f"{disk_note}: {problem or error}"
+            if problem or isinstance(error, (RunFailed, k6_results.K6ResultsError)):
+                # Expected failures (a full disk, a dead backend) are one line, not a traceback.
+                log.error("run %s failed: %s", self.run_id, (problem or str(error)).splitlines()[0])
+            else:
+                log.exception("run %s failed", self.run_id)
+            message = problem or str(error) or type(error).__name__
+            self._finish(RunStatus.FAILED, reason=message[-4000:],
+                         **self._partial_columns(spec, targets, before, samples, loaded))
             if targets is not None:
                 self._stop_dead_services(targets)
             return RunStatus.FAILED
         except BaseException:
-            # Ctrl-C or a stop signal: leave the run in a final state, never stuck "running".
-            self._status(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", progress=None)
+            # Ctrl-C or a stop signal: leave the run in a final state, never stuck "running",
+            # with what k6 had written by then.
+            try:
+                columns = self._partial_columns(spec, targets, before, samples, loaded)
+            except BaseException:  # noqa: BLE001 (a second stop signal: the state matters more)
+                columns = {}
+            self._finish(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", **columns)
             raise
         finally:
-            if self.k6 is not None and self.k6.is_running():
-                self.k6.cancel(grace_s=5)
+            self._stop_k6()
 
-    def _keep_partial(
+    def _stop_k6(self) -> None:
+        # SIGINT first: k6 still writes its summary, which the partial figures come from.
+        if self.k6 is not None and self.k6.is_running():
+            self.k6.cancel(grace_s=5)
+
+    @staticmethod
+    def _add_warning(columns: dict[str, Any], note: str) -> None:
+        columns["load_generator_warning"] = "; ".join(filter(None, [columns.get("load_generator_warning"), note]))
+
+    def _finish(self, status: str, *, reason: str | None = None, **columns: Any) -> None:
+        """Write the run's final state with its reason and figures. A failing write is tried
+        again, then without the figures (a smaller write), then left for the worker to write
+        before its next run: a run never stays active because a write failed."""
+        values: dict[str, Any] = {"status": status, "progress": None, "finished_at": store.utc_now(), **columns}
+        if reason is not None:
+            values["reason"] = reason
+        bare = {key: values[key] for key in ("status", "progress", "finished_at", "reason") if key in values}
+        problem = ""
+        for attempt, delay_s in enumerate((0.0, *FINAL_WRITE_RETRY_DELAYS_S)):
+            time.sleep(delay_s)
+            if attempt == 2 and _is_out_of_space(problem) and (freed := self._free_run_folder_space()):
+                # A full disk would keep the run active for good: its raw k6 stream (already
+                # read into the figures) goes, so the final state fits.
+                values["reason"] = f"{values.get('reason') or status} ({freed} removed to free space for this record)"
+                bare["reason"] = values["reason"]
+            # After two failures, the figures (the large part) may be what cannot be written.
+            attempt_values = values if attempt < 3 else {
+                **bare, "reason": f"{bare.get('reason') or status} (its figures could not be saved: {problem})"
+            }
+            try:
+                store.set_run_status(engine=self.engine, run_id=self.run_id, **attempt_values)
+                if attempt:
+                    log.warning("run %s: its final state was written after %d failed tries", self.run_id, attempt)
+                return
+            except Exception as error:  # noqa: BLE001 (a database error, or a figure it cannot store)
+                problem = write_failure_message(error) or f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        _unsaved_final_states[self.run_id] = attempt_values
+        log.error("run %s ended %s but the database could not record it (%s); the worker tries again before "
+                  "its next run", self.run_id, status, problem)
+
+    def _free_run_folder_space(self) -> str | None:
+        """Remove this run's largest regenerable files (k6's NDJSON, the request file); says which."""
+        removed = []
+        for name in ("k6.ndjson", "requests.json"):
+            path = self.run_dir / name
+            try:
+                if path.is_file() and path.stat().st_size:
+                    path.unlink()
+                    removed.append(name)
+            except OSError:
+                continue
+        return " and ".join(removed) or None
+
+    def _partial_columns(
         self, spec: RunSpec | None, targets: RunTargets | None, before: dict, samples: list, loaded: bool
-    ) -> None:
-        """Keep whatever k6 wrote before a failure or cancel (figures and series)."""
+    ) -> dict[str, Any]:
+        """Whatever k6 wrote before a failure, cancel or stop (figures; the series is stored too)."""
         if not loaded or targets is None or spec is None:
-            return
+            return {}
+        self._stop_k6()
         try:
-            columns = self.collect(spec, targets, before, samples, partial=True)
-            store.update_run(engine=self.engine, run_id=self.run_id, **columns)
-        except Exception:  # noqa: BLE001 (partial data is best effort; the failure reason matters more)
-            log.exception("could not keep partial data of run %s", self.run_id)
+            return self.collect(spec, targets, before, samples, partial=True)
+        except Exception as error:  # noqa: BLE001 (partial data is best effort; the failure reason matters more)
+            log.warning("run %s: partial figures not complete: %s", self.run_id,
+                        write_failure_message(error) or f"{type(error).__name__}: {error}")
+        # Nothing stored (a database error) or no readable summary (a full disk): the
+        # figures from whichever of k6's files can still be read, without writing anything.
+        try:
+            summary = k6_results.parse_summary(self.run_dir / "summary.json")
+            names = ("requests_ok", "requests_failed", "req_per_s", "output_tok_per_s", "input_tok_per_s",
+                     "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s",
+                     "latency_max_s", "iterations_completed", "iterations_interrupted")
+            return {name: summary.get(name) for name in names}
+        except Exception:  # noqa: BLE001 (no summary, or an empty or truncated one)
+            pass
+        try:
+            series = k6_results.stream_series(self.run_dir / "k6.ndjson")
+        except Exception:  # noqa: BLE001 (no stream either: nothing to keep)
+            return {}
+        totals = series.totals()
+        duration_s = len(series.time_s) * series.bucket_s or None
+        return {
+            "requests_ok": totals.get("requests_ok"), "requests_failed": totals.get("requests_failed"),
+            "req_per_s": (totals.get("requests_ok") or 0) / duration_s if duration_s else None,
+            "output_tok_per_s": (totals.get("output_tokens") or 0) / duration_s if duration_s else None,
+            "measured_duration_s": duration_s,
+            **{key: totals.get(key) for key in ("latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s",
+                                                "latency_p99_s", "latency_max_s")},
+        }
+
+    def _run_folder_full(self) -> str | None:
+        """A sentence when the disk holding the run folder is (nearly) full, else None."""
+        try:
+            stats = os.statvfs(self.run_dir)
+        except OSError:
+            return None
+        free_bytes = stats.f_bavail * stats.f_frsize
+        if free_bytes >= RUN_FOLDER_MIN_FREE_BYTES:
+            return None
+        return (f"the disk holding the run folder is full ({free_bytes // 1024} kB free, No space left on device): "
+                "k6 could not write all its results; free space and run again")
 
     def _stop_dead_services(self, targets: RunTargets) -> None:
         """After a failure, stop the services whose process died (and the cache proxy, cheap to
         restart) so the next run starts clean; the leftovers of a dead service go with it."""
         for name in targets.service_names:
-            if self.services.pid_of(name) is None or name in ("cache-proxy",):
-                self.services.stop(name)
+            try:
+                if self.services.pid_of(name) is None or name in ("cache-proxy",):
+                    self.services.stop(name)
+            except Exception as error:  # noqa: BLE001 (one service's record must not keep the others running)
+                log.error("run %s: could not stop %s: %s", self.run_id, name,
+                          write_failure_message(error) or f"{type(error).__name__}: {error}")
 
 
 class WorkerBusyError(RuntimeError):
     """Another worker already executes this lab's queue."""
+
+
+class DatabaseReplacedError(RuntimeError):
+    """The worker's SQLite file was removed or replaced under it."""
 
 
 class WorkerLock:
@@ -573,6 +751,8 @@ class Worker:
         self.hardware = worker_hardware()
         self.services = ServiceManager(engine=engine, settings=settings, owner_pid=os.getpid(), worker=self.name)
         self._stop = threading.Event()
+        # The SQLite file this worker's connections use (the engine has just opened it).
+        self._database = sqlite_file_identity(settings.resolved_database_url)
         self._heartbeat_stop = threading.Event()
         self._current_run_id: int | None = None
 
@@ -672,6 +852,7 @@ class Worker:
 
     def run_one(self) -> int | None:
         """Execute the next queued run this worker may take, if any; returns its id."""
+        save_pending_final_states(self.engine)
         run_id = store.claim_next_run(
             engine=self.engine, worker_name=self.name, labels=self.labels, hardware=self.hardware,
             worker_pid=os.getpid(),
@@ -689,11 +870,25 @@ class Worker:
         """Execute queued runs until stopped. Raises WorkerBusyError if another worker runs
         on this data folder, or a live one elsewhere has this worker's name."""
         with WorkerLock(self.settings.data_dir), self.serving():
+            claim_problem: str | None = None
             while not self._stop.is_set():
+                if self._database and sqlite_file_identity(self.settings.resolved_database_url) != self._database:
+                    # Its open connections would go on with the removed file while the CLI
+                    # and the pages use a new one: nothing queued there would ever run.
+                    raise DatabaseReplacedError(
+                        f"the database file {make_url(self.settings.resolved_database_url).database} was removed "
+                        "or replaced while the worker ran; start the lab again"
+                    )
                 try:
                     ran = self.run_one()
-                except Exception:  # noqa: BLE001 (the worker must outlive any one run)
-                    log.exception("the worker hit an error between runs; going on")
+                    claim_problem = None
+                except Exception as error:  # noqa: BLE001 (the worker must outlive any one run)
+                    if problem := write_failure_message(error):
+                        if problem != claim_problem:  # once, not every poll, while the disk stays full
+                            log.error("the worker could not claim a run: %s; going on", problem)
+                        claim_problem = problem
+                    else:
+                        log.exception("the worker hit an error between runs; going on")
                     ran = None
                 if ran is None:
                     self._stop.wait(self.settings.worker_poll_interval_s)
@@ -702,14 +897,60 @@ class Worker:
         self._stop.set()
 
 
+def stop_own_services(manager: ServiceManager) -> None:
+    """Stop every service this process started, each on its own: one whose record cannot be
+    written (a full disk) must not leave the next one running. One line per failure."""
+    try:
+        with Session(manager.engine) as session:
+            names = [record.name for record in store.list_service_records(session=session)
+                     if record.owner_pid == manager.owner_pid]
+    except SQLAlchemyError as error:
+        print(f"error: cannot read the services' records ({str(getattr(error, 'orig', error)).splitlines()[0]})",
+              file=sys.stderr)
+        return
+    order = {"cache-proxy": 0, "redis": 1}  # dependants first
+    for name in sorted(names, key=lambda n: order.get(n, 9)):
+        try:
+            manager.stop(name)
+        except (SQLAlchemyError, OSError) as error:
+            detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+            print(f"error: {name} was stopped but its record could not be written ({detail})", file=sys.stderr)
+
+
+
+class WorkerUnusableError(RuntimeError):
+    """The worker that holds the lock can never execute the queued runs."""
+
+
+def _worker_on_removed_database(settings: Settings) -> int | None:
+    """The pid of the lock-holding worker if it still uses a removed SQLite file (Linux /proc)."""
+    url = make_url(settings.resolved_database_url)
+    if url.get_backend_name() != "sqlite" or not url.database:
+        return None
+    try:
+        pid = int((settings.data_dir / "worker.lock").read_text().strip())
+        targets = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+    except (OSError, ValueError):
+        return None
+    removed = f"{Path(url.database).resolve()} (deleted)"
+    return pid if removed in targets else None
+
+
 def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0, quiet: bool = False) -> None:
     """Wait until every run of ``run_ids`` is final: execute the queue here (holding the worker
     lock) if no worker runs on this data folder; else (or for runs this machine may not take)
-    wait for the lab's workers, printing progress to stderr."""
+    wait for the lab's workers, printing progress to stderr.
+
+    Raises ``WorkerUnusableError`` when the waiting could never end (a database file
+    removed or replaced under the worker or this process).
+    """
     engine = get_engine(settings.resolved_database_url)
+    database = sqlite_file_identity(settings.resolved_database_url)
     lock = WorkerLock(settings.data_dir)
     last_line = ""
     while True:
+        if database and sqlite_file_identity(settings.resolved_database_url) != database:
+            raise WorkerUnusableError("the lab's database file was removed or replaced while waiting for the runs")
         with Session(engine) as session:
             runs = store.list_runs(session=session, run_ids=run_ids)
             if all(run.status in RunStatus.FINAL for run in runs):
@@ -718,7 +959,11 @@ def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0
         try:
             lock.acquire()
         except WorkerBusyError:
-            pass
+            if (pid := _worker_on_removed_database(settings)) is not None:
+                raise WorkerUnusableError(
+                    f"the lab's worker (pid {pid}) still uses a database file that was removed, so it never sees "
+                    "these runs: stop it or start the lab again, then run again"
+                ) from None
         else:
             worker = Worker(engine=engine, settings=settings)
             try:
@@ -727,7 +972,7 @@ def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0
             except WorkerBusyError:
                 pass  # a live worker elsewhere has this host's name: it takes them
             finally:
-                worker.services.stop_all(only_own=True)
+                stop_own_services(worker.services)
                 lock.release()
         if not ran_any:
             line = ", ".join(f"#{r.id} {r.status}" for r in runs)

@@ -6,6 +6,9 @@ meaning is the same, the cache proxy exports ``lab_cache_*`` counters.
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -15,6 +18,21 @@ Snapshot = dict[str, float]
 
 # Sample names (after prometheus_client's parsing) the lab keeps, summed over labels.
 KEPT_SAMPLE_PREFIXES = ("vllm:", "lab_cache_")
+# A /metrics page larger than this is not read (vLLM's is ~100 kB): an external target
+# could answer with anything, of any size.
+MAX_METRICS_BYTES = 8 * 1024 * 1024
+
+
+class MetricsUnreadable(ValueError):
+    """A /metrics answer that is not Prometheus text (HTML, JSON, garbage)."""
+
+
+@dataclass(frozen=True)
+class ScrapeResult:
+    """One scrape: the snapshot, or None and why not (``problem``, for the user)."""
+
+    snapshot: Snapshot | None
+    problem: str | None = None
 
 
 def parse_metrics_text(text: str) -> Snapshot:
@@ -22,25 +40,53 @@ def parse_metrics_text(text: str) -> Snapshot:
 
     Histogram buckets and ``_created`` timestamps are dropped; ``_sum`` and ``_count``
     are kept, so averages can be taken from deltas.
+    Raises ``MetricsUnreadable`` for text that is not Prometheus' format; non-finite
+    values (NaN, 1e400) are skipped so no figure becomes NaN.
     """
     snapshot: Snapshot = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            if not name.startswith(KEPT_SAMPLE_PREFIXES) or name.endswith(("_bucket", "_created")):
-                continue
-            snapshot[name] = snapshot.get(name, 0.0) + float(sample.value)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if not name.startswith(KEPT_SAMPLE_PREFIXES) or name.endswith(("_bucket", "_created")):
+                    continue
+                value = float(sample.value)
+                if math.isfinite(value):
+                    snapshot[name] = snapshot.get(name, 0.0) + value
+    except (ValueError, TypeError, IndexError, KeyError) as error:  # the parser's ways of refusing text
+        raise MetricsUnreadable(f"not Prometheus text ({str(error)[:120]})") from error
     return snapshot
 
 
-def scrape(base_url: str, *, timeout_s: float = 5.0) -> Snapshot | None:
-    """``GET base_url/metrics`` parsed; None when the service does not answer."""
+def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> ScrapeResult:
+    """``GET base_url/metrics`` parsed, never raising: an unreachable service, an error
+    status, a page too large or text that is not Prometheus' give no snapshot and a reason."""
+    url = f"{base_url.rstrip('/')}/metrics"
     try:
-        response = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
-        response.raise_for_status()
-    except httpx.HTTPError:
-        return None
-    return parse_metrics_text(response.text)
+        with httpx.stream("GET", url, timeout=timeout_s) as response:
+            if response.status_code >= 400:
+                return ScrapeResult(None, f"GET /metrics answered HTTP {response.status_code}")
+            body = bytearray()
+            # httpx's timeout is per read: a page that trickles in would never end without a total.
+            deadline = time.monotonic() + 2 * timeout_s
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > MAX_METRICS_BYTES:
+                    return ScrapeResult(None, f"/metrics is larger than {MAX_METRICS_BYTES // (1024 * 1024)} MB")
+                if time.monotonic() > deadline:
+                    return ScrapeResult(None, f"/metrics took longer than {2 * timeout_s:g} s to read")
+            encoding = response.encoding or "utf-8"
+    except httpx.HTTPError as error:
+        return ScrapeResult(None, f"/metrics did not answer ({type(error).__name__})")
+    try:
+        return ScrapeResult(parse_metrics_text(body.decode(encoding, errors="replace")))
+    except (MetricsUnreadable, LookupError) as error:  # LookupError: an unknown charset
+        return ScrapeResult(None, f"/metrics is {error}" if isinstance(error, MetricsUnreadable) else str(error))
+
+
+def scrape(base_url: str, *, timeout_s: float = 5.0) -> Snapshot | None:
+    """``GET base_url/metrics`` parsed; None when it cannot be read (see ``read_metrics``)."""
+    return read_metrics(base_url, timeout_s=timeout_s).snapshot
 
 
 def delta(before: Snapshot | None, after: Snapshot | None) -> Snapshot:

@@ -23,6 +23,7 @@ from pages.view.figures import (
 )
 from pages.view.tables import cost_table, generic_table, matching_seed_preset, ratios_rows
 from pages.common import NEW_EXPERIMENT_PAGE, session
+from pages.view.text import chart_label, plain
 
 RATIOS = {"seed-exp1": exp1_ratios, "seed-exp2": exp2_ratios, "seed-exp3": exp3_ratios}
 RECENT_RUNS_LISTED = 1000
@@ -79,7 +80,7 @@ def page() -> None:
 
     preset = matching_seed_preset(done, list(SEED_TABLES))
     if preset:
-        st.subheader(f"The seed's table ({preset}), ours beside the seed's")
+        st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
                    "ours are means over repeats, ± one standard deviation"
                    + (f", measured on {ran_on}." if ran_on else "."))
@@ -123,7 +124,8 @@ def page() -> None:
         for record in done[:MAX_OVERLAID_RUNS]:
             row = store.get_run_series(session=db_session, run_id=record["run_id"])
             if row is not None:
-                series_by_label[f"#{record['run_id']} {record['backend']} {record['cell_label']}"] = row.series
+                label = chart_label(f"#{record['run_id']} {record['backend']} {record['cell_label']}")
+                series_by_label[label] = row.series
     charts = st.columns(2)
     charts[0].plotly_chart(overlaid_series_figure(series_by_label, "output_tok_per_s",
                                                   title="Output tokens/s over time"), key="compare_series")

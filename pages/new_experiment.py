@@ -13,6 +13,7 @@ from lab.datasets import DatasetError, list_uploads, record_upload, save_upload
 from lab.specs import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
 from pages.view.grid_form import GridForm, check_grid_form
+from pages.view.text import plain, show_plain
 
 WORKLOADS = {
     "number-story": "number story (the seed's prompt, PROMPTS distinct numbers)",
@@ -35,7 +36,7 @@ def launch(spec: ExperimentSpec, tags: str) -> None:
 def field_error(errors: dict[str, str], name: str) -> None:
     """The validation message of one field, shown right under it."""
     if name in errors:
-        st.error(errors[name], icon="⚠️")
+        st.error(plain(errors[name]), icon="⚠️")
 
 
 def preset_section() -> None:
@@ -51,12 +52,12 @@ def preset_section() -> None:
     try:
         spec = load_preset(name, quick=quick, overrides=[("repeats", int(repeats))])
     except SpecError as error:
-        st.error(f"This preset cannot be used: {error}")
+        show_plain(f"This preset cannot be used: {error}", kind="error")
         return
-    st.markdown(f"**{spec.name}**")
-    st.caption(spec.description)
+    st.markdown(f"**{plain(spec.name)}**")
+    show_plain(spec.description, kind="caption")
     if spec.scale_note:
-        st.info(spec.scale_note)
+        show_plain(spec.scale_note, kind="info")
     cells = spec.expand()
     planned_s = sum(run_spec.load.planned_duration_s for _, _, run_spec in cells)
     st.caption(f"{len(cells)} runs, about {planned_s / 60:.0f} min of load plus service start-up.")
@@ -159,16 +160,16 @@ def upload_section() -> None:
             saved = save_upload(data=uploaded.getvalue(), original_name=uploaded.name, kind=kind,
                                 upload_dir=settings().uploads_dir, max_bytes=settings().upload_max_bytes)
         except DatasetError as error:
-            st.error(f"Not saved: {error}")
+            show_plain(f"Not saved: {error}", kind="error")
         else:
             record_upload(saved)
-            st.success(f"Saved {saved.original_name}: {saved.items:,} items, {saved.usable:,} usable. "
-                       "Choose it in the grid's workload field.")
+            show_plain(f"Saved {saved.original_name}: {saved.items:,} items, {saved.usable:,} usable. "
+                       "Choose it in the grid's workload field.", kind="success")
             for note in saved.notes:
-                st.info(note)
+                show_plain(note, kind="info")
     stored = list_uploads(settings().uploads_dir, kind)
     if stored:
-        st.caption("Stored: " + "; ".join(label for _, label in stored[:10]))
+        show_plain("Stored: " + "; ".join(label for _, label in stored[:10]), kind="caption")
 
 
 def reproduce_section() -> None:
@@ -208,7 +209,7 @@ def reproduce_section() -> None:
     if report:
         from pathlib import Path
 
-        st.success(f"Report written to {Path(report['README.md']).parent}")
+        show_plain(f"Report written to {Path(report['README.md']).parent}", kind="success")
         st.download_button("Download report.html", Path(report["report.html"]).read_bytes(),
                            file_name="report.html", mime="text/html", key="reproduce_html")
         st.download_button("Download README.md", Path(report["README.md"]).read_bytes(),

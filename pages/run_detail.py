@@ -13,15 +13,33 @@ from lab.specs import format_validation_error
 from pages.common import RUNS_PAGE, flash, session, show_flash
 from pages.view.figures import run_detail_figures
 from pages.view.tables import figures_summary, server_metrics_table, status_badge
+from pages.view.text import plain, show_plain
 
 RECENT_RUNS_LISTED = 500
+# The largest id the database can hold (SQLite's and PostgreSQL's 64-bit integers).
+MAX_RUN_ID = 2**63 - 1
+
+
+def run_id_from_link(values: list[str]) -> tuple[int | None, str | None]:
+    """The link's ``?run=`` as a run id, or None and a message saying why not (several
+    values, text, a sign, a fraction, a huge number; nothing when there is none)."""
+    if not values:
+        return None, None
+    if len(values) > 1:
+        return None, f"The link names {len(values)} runs; it should name one. Pick a run below."
+    text = values[0].strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or not 1 <= int(text) <= MAX_RUN_ID:
+        return None, f"“{text[:60]}” in the link is not a run id (a whole number from 1). Pick a run below."
+    return int(text), None
 
 
 def chosen_run_id(recent: list[tuple[int, str]]) -> int | None:
     """The run to show: the URL's ``?run=``, else the one last opened, else the newest."""
-    from_url = st.query_params.get("run")
-    if from_url and from_url.isdigit():
-        return int(from_url)
+    from_url, problem = run_id_from_link(st.query_params.get_all("run"))
+    if problem:
+        show_plain(problem, kind="warning")
+    if from_url is not None:
+        return from_url
     if "detail_run_id" in st.session_state:
         return int(st.session_state["detail_run_id"])
     return recent[0][0] if recent else None
@@ -57,12 +75,12 @@ def page() -> None:
 
     experiment = f" · experiment #{run.experiment_id} {run.experiment.name}" if run.experiment else ""
     st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
-    st.caption(f"{run.backend} · {run.model} · {run.workload} · {run.cell_label} · repeat {run.repeat_index}"
-               f"{experiment} · created {record['created_at']}")
+    show_plain(f"{run.backend} · {run.model} · {run.workload} · {run.cell_label} · repeat {run.repeat_index}"
+               f"{experiment} · created {record['created_at']}", kind="caption")
     if run.status_reason:
-        (st.error if run.status == RunStatus.FAILED else st.info)(run.status_reason)
+        show_plain(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
     if run.load_generator_warning:
-        st.warning(run.load_generator_warning)
+        show_plain(run.load_generator_warning, kind="warning")
     if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
         st.info("This run has not finished; follow it live on Runs.")
 
@@ -71,9 +89,10 @@ def page() -> None:
             with session() as db_session:
                 new_id = store.enqueue_run_again(session=db_session, run_id=run.id).id
         except LookupError as error:
-            st.error(f"Cannot run it again: {error}")
+            show_plain(f"Cannot run it again: {error}", kind="error")
         except ValidationError as error:
-            st.error(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}")
+            show_plain(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}",
+                       kind="error")
         else:
             flash("success", f"Run #{new_id} queued with the spec of run #{run.id}.")
             st.switch_page(RUNS_PAGE)
@@ -85,12 +104,12 @@ def page() -> None:
         for column, (label, value) in zip(columns, summary[start:start + 6]):
             column.metric(label, value)
     if run.count_check:
-        st.caption("Client/server counts: " + "; ".join(
+        show_plain("Client/server counts: " + "; ".join(
             f"{name.replace('_', ' ')}: client {check.get('client')}, server {check.get('server')}"
             + (f" (difference {check['difference_ratio'] * 100:+.1f}%)"
                if check.get("difference_ratio") is not None else "")
             for name, check in run.count_check.items() if isinstance(check, dict)
-        ))
+        ), kind="caption")
 
     st.markdown("#### Per second")
     series = series_row.series if series_row else None
@@ -113,7 +132,7 @@ def page() -> None:
         if not tails:
             st.caption("No log tails stored for this run.")
         for name, text in tails.items():
-            st.markdown(f"**{name}**")
+            st.markdown(f"**{plain(name)}**")
             st.code(text or "(empty)", language=None)
     with st.expander("Spec (replayable)"):
         st.json(run.spec, expanded=True)
@@ -124,7 +143,7 @@ def page() -> None:
             st.caption("Not captured yet.")
     if run.notes or run.tags:
         st.markdown("#### Tags and notes")
-        st.caption(f"tags: {run.tags or '–'}")
+        show_plain(f"tags: {run.tags or '–'}", kind="caption")
         if run.notes:
             st.text(run.notes)
 

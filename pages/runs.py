@@ -16,6 +16,7 @@ from lab.compare import run_record
 from lab.specs import BACKENDS, list_presets
 from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, open_run_detail, session, show_flash
 from pages.view.tables import SORTABLE_COLUMNS, format_progress, progress_fraction, runs_table, status_badge
+from pages.view.text import plain
 
 ALL = "all"
 
@@ -41,7 +42,7 @@ def live_view() -> None:
                 st.info(f"{queued} run{'s' if queued != 1 else ''} queued; waiting for the worker "
                         "(`python -m lab start` runs one beside the web lab).")
                 return
-            st.markdown(f"**Live: run #{run.id}** · {status_badge(run.status)} · {run.backend} · {run.cell_label}"
+            st.markdown(f"**Live: run #{run.id}** · {status_badge(run.status)} · {plain(run.backend)} · {plain(run.cell_label)}"
                         + (f" · {queued} more queued" if queued else ""))
             figures = format_progress(run.progress)
             if run.status == RunStatus.RUNNING:

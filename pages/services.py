@@ -17,6 +17,7 @@ from lab.cli import SERVICE_NAMES
 from lab.settings import PROJECT_ROOT
 from pages.common import engine, session, settings
 from pages.view.tables import uptime_text
+from pages.view.text import plain, show_plain
 
 START_HINTS = {
     "naive": "about 10 s",
@@ -70,9 +71,9 @@ def page() -> None:
     )
     st.dataframe(table, hide_index=True, width="stretch")
     for status in statuses:
-        with st.expander(f"{status['name']} · {status['state']}"):
+        with st.expander(plain(f"{status['name']} · {status['state']}")):
             if status["message"]:
-                st.caption(status["message"][-2000:])
+                show_plain(status["message"][-2000:], kind="caption")
             if status["state"] in ("running", "unhealthy", "starting") and st.button(
                 f"Stop {status['name']}", key=f"stop_{status['name']}", disabled=bool(active_text)
             ):

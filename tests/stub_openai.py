@@ -69,8 +69,12 @@ def build_app(
     healthy: bool = True,
     prompt_tokens: int = PROMPT_TOKENS,
     completion_tokens: int = COMPLETION_TOKENS,
+    metrics: tuple[int, str, bytes] | None = None,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """Build the stub ASGI app; the app's ``stats`` attribute holds its counters."""
+    """Build the stub ASGI app; the app's ``stats`` attribute holds its counters.
+
+    ``metrics`` is ``GET /metrics``'s (status, content type, body); without it, a 404.
+    """
     if cache_mode not in {"off", "hit", "miss", "by-body"}:
         raise ValueError(f"unknown cache_mode {cache_mode!r}")
     stats = StubStats()
@@ -155,6 +159,11 @@ def build_app(
             await respond(send, 200 if healthy else 503, {"status": "ok" if healthy else "unhealthy"})
         elif method == "GET" and path == "/v1/models":
             await respond(send, 200 if healthy else 503, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
+        elif method == "GET" and path == "/metrics" and metrics is not None:
+            status, content_type, body = metrics
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
         elif method == "GET" and path == "/stats":
             await respond(send, 200, stats.as_dict())
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -42,11 +43,17 @@ def open_page(page: str, **query: str) -> AppTest:
 
 
 def texts(app: AppTest) -> str:
-    """Every markdown, caption, alert and metric text on the page, joined."""
+    """Every markdown, caption, alert and metric text on the page, joined, as a user reads
+    it (Markdown's backslash escapes, which keep user text plain, removed)."""
     parts = [element.value for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader")
              for element in app.get(kind)]
     parts += [f"{metric.label}={metric.value}" for metric in app.metric]
-    return "\n".join(str(part) for part in parts)
+    return seen("\n".join(str(part) for part in parts))
+
+
+def seen(markdown: str) -> str:
+    """Markdown source as a user reads it: backslash escapes removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 def widget(elements, key: str):  # noqa: ANN001, ANN201
@@ -126,16 +133,16 @@ def test_grid_form_shows_validation_beside_the_field_and_queues_nothing(seed_lab
     before = len(runs_in_db(seed_lab))
     widget(app.button, "launch_grid").click().run()
     assert not app.exception
-    errors = [error.value for error in app.error]
+    errors = [seen(error.value) for error in app.error]
     assert "VUs must be whole numbers from 1 to 1024 (got 0)" in errors
     assert any(error.startswith("max tokens: Input should be greater than or equal to 1") for error in errors)
     assert "Fix the fields marked above, then launch again." in errors
     assert len(runs_in_db(seed_lab)) == before
     # Correcting the field clears its message.
     widget(app.text_input, "grid_vus").input("1, 8").run()
-    assert not any(error.startswith("VUs must") for error in (e.value for e in app.error))
+    assert not any(seen(error.value).startswith("VUs must") for error in app.error)
     widget(app.text_input, "grid_vus").input("two").run()
-    assert "'two' is not a number" in [error.value for error in app.error]
+    assert "'two' is not a number" in [seen(error.value) for error in app.error]
 
 
 def test_grid_form_launch_queues_one_run_per_cell(seed_lab: SeededLab) -> None:
@@ -159,13 +166,13 @@ def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLa
     uploader.set_value(("small.json", (FIXTURES / "sharegpt_small.json").read_bytes(), "application/json")).run()
     widget(app.button, "upload_save").click().run()
     assert not app.exception
-    assert any(message.value.startswith("Saved small.json:") for message in app.success)
+    assert any(seen(message.value).startswith("Saved small.json:") for message in app.success)
     stored = [p for p in (seed_lab.data_dir / "uploads").iterdir() if p.name.endswith(".json") and ".meta" not in p.name]
     assert len(stored) == 1 and stored[0].name != "small.json"
 
     app.get("file_uploader")[0].set_value(("bad.json", b"{not json", "application/json")).run()
     widget(app.button, "upload_save").click().run()
-    assert any(error.value.startswith("Not saved: bad.json") for error in app.error)
+    assert any(seen(error.value).startswith("Not saved: bad.json") for error in app.error)
 
 
 def test_runs_page_lists_runs_with_badges_and_sorts(seed_lab: SeededLab) -> None:

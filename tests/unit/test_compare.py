@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
+import unicodedata
+
+from hypothesis import given, settings, strategies as st
 
 from lab.compare import (
     cost_per_million_output_tokens,
@@ -14,6 +18,7 @@ from lab.compare import (
     exp3_table,
     format_seconds,
     mean_and_spread,
+    neutralise_cell,
     records_to_csv,
 )
 
@@ -84,3 +89,53 @@ def test_formatting_and_cost() -> None:
     # 3,600 tok/s for an hour is 12.96 M tokens; at 1.296 per hour that is 0.1 per million.
     assert round(cost_per_million_output_tokens(3600.0, 1.296), 6) == 0.1
     assert cost_per_million_output_tokens(0.0, 1.0) is None
+
+
+# -- CSV neutralisation as a property: any blank/control run, then any form of = + - @ -----
+_FORMULA_FORMS = sorted(
+    c for c in map(chr, range(sys.maxunicode + 1))
+    if unicodedata.normalize("NFKC", c)[:1] in "=+-@" and unicodedata.normalize("NFKC", c)
+)
+_BLANKS = [c for c in map(chr, range(0x3100)) if c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs")]
+_BLANKS += ["\u200b", "\ufeff", "\u2028", "\u3000"]
+
+
+@given(
+    blanks=st.lists(st.sampled_from(_BLANKS), max_size=6).map("".join),
+    sign=st.sampled_from(_FORMULA_FORMS + ["\u2212"]),
+    rest=st.text(max_size=30),
+)
+def test_formula_after_any_blank_or_control_prefix_is_neutralised(blanks: str, sign: str, rest: str) -> None:
+    value = blanks + sign + rest
+    assert neutralise_cell(value) == "'" + value
+    parsed = list(csv.DictReader(io.StringIO(records_to_csv([{"cell": value}]))))
+    assert parsed[0]["cell"].startswith("'")
+
+
+_SIGN_LOOK_ALIKES = "\u2212\u2796\u2795\u2010\u2011\u2012\u2013\u2014\u2015"
+
+
+@given(
+    first=st.characters(
+        blacklist_categories=("Cc", "Cf", "Cs", "Zs", "Zl", "Zp"),
+        blacklist_characters="".join(_FORMULA_FORMS) + _SIGN_LOOK_ALIKES,
+    ).filter(lambda c: not c.isspace()),
+    rest=st.text(max_size=30),
+)
+def test_text_without_a_formula_start_is_kept_as_is(first: str, rest: str) -> None:
+    # Ordinary text (letters, digits, quotes, CJK, emoji) is never changed, whatever follows.
+    assert neutralise_cell(first + rest) == first + rest
+
+
+@settings(max_examples=50)
+@given(st.floats(allow_nan=False) | st.integers())
+def test_numbers_are_never_quoted(number: float) -> None:
+    assert neutralise_cell(number) == number
+
+
+def test_named_formula_look_alikes() -> None:
+    for value in (" =1+1", "\n=cmd|' /C calc'!A0", "\t@SUM(A1)", "\r+1", "＝HYPERLINK(\"x\")", "＋1", "－1", "＠me",
+                  "\u200b=1", "\ufeff-1", "\u3000=1", "﹦1", "⁼1", "\u2212 1"):
+        assert neutralise_cell(value) == "'" + value, repr(value)
+    for value in ("hello", "1.5", "a=b", "", "   ", "'=already quoted"):
+        assert neutralise_cell(value) == value, repr(value)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
+from lab import runner as runner_module
 from lab.runner import RunExecutor, RunFailed
 from lab.settings import Settings
 from lab import experiments
@@ -81,3 +85,116 @@ def test_run_detail_charts_include_the_backends_running_requests() -> None:
               "server": {"t": [100.0, 101.0], "running_requests": [3.0, 8.0], "waiting_requests": [0.0, 2.0]}}
     titles = [figure.layout.title.text for figure in run_detail_figures(series)]
     assert "Requests running and waiting in the backend" in titles
+
+
+# -- write failures: a full disk or a failing database never leaves a run active ----------
+def no_tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.exc_info]
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, "No space left on device", "/data/runs/1/requests.json"),
+    OSError(errno.EROFS, "Read-only file system", "/data/runs/1"),
+    OSError(errno.EIO, "Input/output error"),
+    OperationalError("UPDATE runs", {}, Exception("database or disk is full")),
+])
+def test_a_write_failure_mid_run_fails_the_run_with_one_line(
+    executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    def broken(spec):  # noqa: ANN001, ANN202
+        raise error
+
+    monkeypatch.setattr(executor, "bring_up_services", broken)
+    with caplog.at_level(logging.INFO):
+        assert executor.execute() == RunStatus.FAILED
+    status, reason = status_of(executor)
+    assert status == RunStatus.FAILED
+    assert reason.startswith(("could not write the run's data", "the database could not be written")), reason
+    assert "\n" not in reason
+    assert not no_tracebacks(caplog)
+
+
+def test_a_failing_final_write_is_retried_then_written_without_figures(
+    executor: RunExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner_module, "FINAL_WRITE_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
+    real = store.set_run_status
+    calls: list[dict] = []
+
+    def fails_with_figures(**values):  # noqa: ANN003, ANN202
+        calls.append(values)
+        if "requests_ok" in values:
+            raise OperationalError("UPDATE runs", {}, Exception("database or disk is full"))
+        return real(**values)
+
+    monkeypatch.setattr(runner_module.store, "set_run_status", fails_with_figures)
+    executor._finish(RunStatus.DONE, requests_ok=12, latency_p95_s=0.5)
+    status, reason = status_of(executor)
+    assert status == RunStatus.DONE and "its figures could not be saved" in reason
+    assert "database or disk is full" in reason
+    assert len(calls) == 4  # three times with the figures, then without
+    with Session(executor.engine) as session:
+        assert session.get(Run, executor.run_id).finished_at is not None
+
+
+def test_a_final_state_no_write_could_record_is_written_before_the_next_run(
+    executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(runner_module, "FINAL_WRITE_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
+    real = store.set_run_status
+
+    def always_fails(**values):  # noqa: ANN003, ANN202
+        raise OperationalError("UPDATE runs", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(runner_module.store, "set_run_status", always_fails)
+    executor._finish(RunStatus.FAILED, reason="k6 was killed")
+    assert status_of(executor)[0] in RunStatus.ACTIVE  # nothing could be written yet
+    assert not no_tracebacks(caplog)
+    monkeypatch.setattr(runner_module.store, "set_run_status", real)
+    assert runner_module.save_pending_final_states(executor.engine) == [executor.run_id]
+    status, reason = status_of(executor)
+    assert status == RunStatus.FAILED and reason.startswith("k6 was killed")
+
+
+def test_a_database_error_during_the_load_still_ends_the_run(
+    executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The progress write fails (disk full) under load: the run ends failed, with its reason."""
+    from lab.runner import RunTargets
+
+    monkeypatch.setattr(executor, "bring_up_services", lambda spec: RunTargets("http://127.0.0.1:9", "http://127.0.0.1:9", None))
+    monkeypatch.setattr(executor, "warm_up", lambda *args: None)
+
+    def load(*args):  # noqa: ANN002, ANN202
+        raise OperationalError("UPDATE runs SET progress", {}, Exception("database or disk is full"))
+
+    monkeypatch.setattr(executor, "drive_load", load)
+    assert executor.execute() == RunStatus.FAILED
+    status, reason = status_of(executor)
+    assert status == RunStatus.FAILED and "database or disk is full" in reason
+    assert not no_tracebacks(caplog)
+
+
+def test_a_worker_that_cannot_claim_says_so_once_not_every_poll(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lab.runner import Worker
+
+    settings = Settings(data_dir=tmp_path, worker_poll_interval_s=0.01)
+    engine = make_engine(settings.resolved_database_url)
+    migrations.upgrade(engine)
+    worker = Worker(engine=engine, settings=settings)
+    calls = []
+
+    def full_disk() -> None:
+        calls.append(1)
+        if len(calls) == 5:
+            worker.stop()
+        raise OperationalError("UPDATE runs", {}, Exception("database or disk is full"))
+
+    worker.run_one = full_disk  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO):
+        worker.run_forever()
+    lines = [record.getMessage() for record in caplog.records if "could not claim" in record.getMessage()]
+    assert len(calls) == 5 and len(lines) == 1, lines
+    assert "database or disk is full" in lines[0] and not no_tracebacks(caplog)

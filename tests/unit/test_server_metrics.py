@@ -1,8 +1,18 @@
 """Parsing /metrics text (vLLM's names) and figures from before/after deltas."""
 
-import pytest
+import math
 
-from lab.server_metrics import backend_figures, cache_figures, count_check, delta, parse_metrics_text
+import pytest
+from hypothesis import given, strategies as st
+
+from lab.server_metrics import (
+    MetricsUnreadable,
+    backend_figures,
+    cache_figures,
+    count_check,
+    delta,
+    parse_metrics_text,
+)
 
 VLLM_BEFORE = """
 # HELP vllm:prefix_cache_queries_total Prefix cache queries
@@ -72,3 +82,24 @@ def test_every_answer_of_the_proxy_counts_for_the_client_check() -> None:
     assert figures["proxy_requests"] == 100
     assert figures["response_cache_hit_rate"] == 90 / 95
     assert figures["response_cache_errors"] == 2
+
+
+# -- text that is not Prometheus': never an exception out of a scrape, never a NaN figure --
+@given(st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("latin-1")))
+def test_any_text_parses_to_finite_figures_or_is_refused_cleanly(text: str) -> None:
+    try:
+        snapshot = parse_metrics_text(text)
+    except MetricsUnreadable:
+        return
+    assert all(isinstance(value, float) and math.isfinite(value) for value in snapshot.values())
+
+
+@pytest.mark.parametrize("text", ["<html><body>hi</body></html>", '{"a": 1}', "a b c", "vllm:x{"])
+def test_html_json_and_garbage_are_refused(text: str) -> None:
+    with pytest.raises(MetricsUnreadable, match="not Prometheus text"):
+        parse_metrics_text(text)
+
+
+def test_non_finite_values_are_skipped() -> None:
+    assert parse_metrics_text("vllm:a_total NaN\nvllm:b_total 1e400\nvllm:c_total 2\n") == {"vllm:c_total": 2.0}
+

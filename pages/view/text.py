@@ -1,0 +1,46 @@
+"""User text shown as plain text, never as Markdown or HTML.
+
+Anything a user or a process wrote (experiment names, tags, notes, model names, status
+reasons, warnings, service messages, log lines, upload names) can hold Markdown: an
+image that every viewer's browser would fetch, a link, a bare URL that becomes one, an
+emoji or colour directive, LaTeX. Pages put such text into Markdown-rendering elements
+(captions, alerts, labels) only through ``plain``; long or multi-line text goes to
+``show_plain`` (``st.text``, no Markdown at all).
+"""
+
+from __future__ import annotations
+
+import html
+import string
+from typing import Any
+
+import streamlit as st
+
+# CommonMark lets a backslash escape every ASCII punctuation character, and an escaped
+# character is literal text: no image, link, autolink (<...>, www., http://), emphasis,
+# code, HTML, heading, list, Streamlit directive (:red[...], :smile:) or LaTeX ($) is left.
+_ESCAPES = {ord(char): "\\" + char for char in string.punctuation}
+
+
+def plain(value: Any) -> str:
+    """``value`` as Markdown source that renders as exactly its text (line breaks kept)."""
+    text = "" if value is None else str(value)
+    escaped = text.translate(_ESCAPES)
+    # A line break stays one (two spaces before it), never a paragraph or a block.
+    return "  \n".join(escaped.splitlines()) if "\n" in escaped or "\r" in escaped else escaped
+
+
+def chart_label(value: Any) -> str:
+    """User text as a Plotly trace name or title: Plotly renders a few HTML tags (``<a href>``,
+    ``<b>``, ``<br>``) in them and shows entities as their characters."""
+    return html.escape("" if value is None else str(value), quote=False)
+
+
+def show_plain(value: Any, *, kind: str = "text") -> None:
+    """Show user text: ``kind`` ``text`` (st.text) or ``error``/``warning``/``info``/
+    ``success``/``caption`` (that element, its body escaped with ``plain``)."""
+    text = "" if value is None else str(value)
+    if kind == "text":
+        st.text(text)
+    else:
+        getattr(st, kind)(plain(text))
