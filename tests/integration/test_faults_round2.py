@@ -77,7 +77,7 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
     try:
         with StubServer(port=free_port(), delay_s=0.01) as target:
             [run_id] = lab.enqueue(stub_spec(target.url, duration_s=15, vus=8))
-            lab.worker.run_until_empty()
+            lab.run_queue()
         run = lab.run(run_id)
         assert run.status == RunStatus.FAILED and run.finished_at is not None and run.progress is None
         assert "No space left on device" in run.status_reason and "\n" not in run.status_reason
@@ -131,7 +131,7 @@ def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_clie
 ) -> None:
     with StubServer(port=free_port(), delay_s=0.05, metrics=NOT_PROMETHEUS[kind]) as target:
         [run_id] = lab.enqueue(stub_spec(target.url, duration_s=2, vus=1))
-        lab.worker.run_until_empty()
+        lab.run_queue()
     run = lab.run(run_id)
     assert run.status == RunStatus.DONE, run.status_reason
     assert run.requests_ok and run.req_per_s and run.latency_p95_s is not None
