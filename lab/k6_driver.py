@@ -81,11 +81,10 @@ def describe_exit_code(exit_code: int) -> str:
 
 
 def script_path(workload: str) -> Path:
-    """The k6 script of a workload kind (``number-story``; ``sharegpt-chat`` and ``custom`` replay a file)."""
-    scripts = {"number-story": "number_story.js", "sharegpt-chat": "chat_replay.js", "custom": "chat_replay.js"}
-    if workload not in scripts:
-        raise ValueError(f"unknown workload {workload!r} (known: {', '.join(sorted(scripts))})")
-    return K6_DIR / scripts[workload]
+    """The k6 script of a workload (from the workload registry; ValueError for an unknown one)."""
+    from lab.workloads import get_workload
+
+    return get_workload(workload).script_path
 
 
 def build_k6_command(

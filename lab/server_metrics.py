@@ -1,7 +1,8 @@
 """Scrape services' Prometheus ``/metrics`` and turn before/after snapshots into figures.
 
-All backends are read the same way: the naive server exports vLLM's names where the
-meaning is the same, the cache proxy exports ``lab_cache_*`` counters.
+Each backend names its samples in the registry (``lab/backends``: a
+:class:`~lab.backends.MetricNames`); a figure whose sample the backend does not export
+stays None (unknown), never zero. The cache proxy exports ``lab_cache_*`` counters.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from lab.backends import MetricNames
+
 Snapshot = dict[str, float]
 
-# Sample names (after prometheus_client's parsing) the lab keeps, summed over labels.
-KEPT_SAMPLE_PREFIXES = ("vllm:", "lab_cache_")
+CACHE_PROXY_PREFIXES = ("lab_cache_",)
 
 
-def parse_metrics_text(text: str) -> Snapshot:
-    """Sum every kept sample over its labels: ``{sample_name: total}``.
+def parse_metrics_text(text: str, prefixes: tuple[str, ...] = CACHE_PROXY_PREFIXES) -> Snapshot:
+    """Sum every sample whose name starts with one of ``prefixes`` over its labels:
+    ``{sample_name: total}``.
 
     Histogram buckets and ``_created`` timestamps are dropped; ``_sum`` and ``_count``
     are kept, so averages can be taken from deltas.
@@ -27,20 +30,25 @@ def parse_metrics_text(text: str) -> Snapshot:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
-            if not name.startswith(KEPT_SAMPLE_PREFIXES) or name.endswith(("_bucket", "_created")):
+            if not name.startswith(prefixes) or name.endswith(("_bucket", "_created")):
                 continue
             snapshot[name] = snapshot.get(name, 0.0) + float(sample.value)
     return snapshot
 
 
-def scrape(base_url: str, *, timeout_s: float = 5.0) -> Snapshot | None:
-    """``GET base_url/metrics`` parsed; None when the service does not answer."""
+def scrape(
+    base_url: str, *, prefixes: tuple[str, ...] = CACHE_PROXY_PREFIXES, timeout_s: float = 5.0
+) -> Snapshot | None:
+    """``GET base_url/metrics`` parsed; None when the service does not answer (or has no
+    metrics: no prefixes to keep, or a 404)."""
+    if not prefixes:
+        return None
     try:
         response = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout_s)
         response.raise_for_status()
     except httpx.HTTPError:
         return None
-    return parse_metrics_text(response.text)
+    return parse_metrics_text(response.text, prefixes)
 
 
 def delta(before: Snapshot | None, after: Snapshot | None) -> Snapshot:
@@ -58,26 +66,31 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def backend_figures(change: Snapshot) -> dict[str, Any]:
-    """Figures from a backend's metric deltas over a run (vLLM or the naive server)."""
+def _get(change: Snapshot, name: str | None) -> float | None:
+    return change.get(name) if name else None
+
+
+def backend_figures(change: Snapshot, names: MetricNames) -> dict[str, Any]:
+    """Figures from a backend's metric deltas over a run, read with its ``names``."""
     return {
-        "prefix_cache_hit_rate": _ratio(
-            change.get("vllm:prefix_cache_hits_total"), change.get("vllm:prefix_cache_queries_total")
-        ),
-        "server_ttft_avg_s": _ratio(
-            change.get("vllm:time_to_first_token_seconds_sum"), change.get("vllm:time_to_first_token_seconds_count")
-        ),
+        "prefix_cache_hit_rate": _ratio(_get(change, names.prefix_cache_hits), _get(change, names.prefix_cache_queries)),
+        "server_ttft_avg_s": _ratio(_get(change, names.ttft_sum), _get(change, names.ttft_count)),
         "server_time_per_output_token_avg_s": _ratio(
-            change.get("vllm:request_time_per_output_token_seconds_sum"),
-            change.get("vllm:request_time_per_output_token_seconds_count"),
+            _get(change, names.time_per_output_token_sum), _get(change, names.time_per_output_token_count)
         )
-        or _ratio(
-            change.get("vllm:inter_token_latency_seconds_sum"), change.get("vllm:inter_token_latency_seconds_count")
-        ),
-        "server_requests": change.get("vllm:request_success_total"),
-        "server_e2e_requests": change.get("vllm:e2e_request_latency_seconds_count"),
-        "server_output_tokens": change.get("vllm:generation_tokens_total"),
-        "server_prompt_tokens": change.get("vllm:prompt_tokens_total"),
+        or _ratio(_get(change, names.inter_token_latency_sum), _get(change, names.inter_token_latency_count)),
+        "server_requests": _get(change, names.requests_ok),
+        "server_e2e_requests": _get(change, names.e2e_requests),
+        "server_output_tokens": _get(change, names.output_tokens),
+        "server_prompt_tokens": _get(change, names.prompt_tokens),
+    }
+
+
+def gauges(snapshot: Snapshot, names: MetricNames) -> dict[str, float | None]:
+    """Requests running and waiting in the backend now (None where it does not say)."""
+    return {
+        "running_requests": _get(snapshot, names.running_requests),
+        "waiting_requests": _get(snapshot, names.waiting_requests),
     }
 
 

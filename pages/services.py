@@ -13,24 +13,27 @@ import pandas as pd
 import streamlit as st
 
 from db import store
-from lab.cli import SERVICE_NAMES
+from lab.backends import BACKENDS, managed_backend_names
 from lab.settings import PROJECT_ROOT
 from lab.ui_support import uptime_text
 from pages.common import engine, session, settings
 
-START_HINTS = {
-    "naive": "about 10 s",
-    "vllm": "about 1 min on a small CPU machine (several with compilation)",
+CACHE_SERVICE_HINTS = {
     "redis": "a second",
-    "cache-proxy": "starts vLLM and Redis too if they are not up",
+    "cache-proxy": "starts the default backend and Redis too if they are not up",
 }
+
+
+def start_hints() -> dict[str, str]:
+    """How long each service takes to start: the backends' own hints, then the cache's."""
+    return {**{name: BACKENDS[name].start_hint for name in managed_backend_names()}, **CACHE_SERVICE_HINTS}
 
 
 def manager():  # noqa: ANN201 (services.manager.ServiceManager)
     """The lab's service manager on the configured database."""
     from services.manager import ServiceManager
 
-    return ServiceManager(engine=engine(), settings=settings())
+    return ServiceManager(engine=engine(), logs_dir=settings().logs_dir)
 
 
 def start_in_background(name: str) -> None:
@@ -54,8 +57,9 @@ def page() -> None:
 
     with st.container(border=True):
         left, right = st.columns([2, 1])
-        name = left.selectbox("Start a service", SERVICE_NAMES, key="service_to_start",
-                              format_func=lambda n: f"{n} ({START_HINTS[n]})")
+        hints = start_hints()
+        name = left.selectbox("Start a service", list(hints), key="service_to_start",
+                              format_func=lambda n: f"{n} ({hints[n]})")
         right.write("")
         if right.button("Start", key="start_service", type="primary", disabled=bool(active_text)):
             start_in_background(name)

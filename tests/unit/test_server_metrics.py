@@ -2,6 +2,7 @@
 
 import pytest
 
+from lab.backends import VLLM_METRICS, MetricNames
 from lab.server_metrics import backend_figures, cache_figures, count_check, delta, parse_metrics_text
 
 VLLM_BEFORE = """
@@ -32,15 +33,15 @@ VLLM_AFTER = VLLM_BEFORE.replace("queries_total{engine=\"0\",model_name=\"m\"} 4
 
 
 def test_parse_sums_labels_and_drops_buckets_and_created() -> None:
-    snapshot = parse_metrics_text(VLLM_BEFORE)
+    snapshot = parse_metrics_text(VLLM_BEFORE, ("vllm:",))
     assert snapshot["vllm:request_success_total"] == 1.0
     assert snapshot["vllm:prefix_cache_queries_total"] == 40.0
     assert not any(name.endswith(("_bucket", "_created")) for name in snapshot)
 
 
 def test_backend_figures_from_deltas() -> None:
-    change = delta(parse_metrics_text(VLLM_BEFORE), parse_metrics_text(VLLM_AFTER))
-    figures = backend_figures(change)
+    change = delta(parse_metrics_text(VLLM_BEFORE, ("vllm:",)), parse_metrics_text(VLLM_AFTER, ("vllm:",)))
+    figures = backend_figures(change, VLLM_METRICS)
     assert figures["prefix_cache_hit_rate"] == 768 / 1000
     assert figures["server_ttft_avg_s"] == pytest.approx(0.2)
     assert figures["server_requests"] == 10
@@ -59,7 +60,7 @@ def test_cache_figures_and_count_check() -> None:
 
 def test_missing_scrape_gives_empty_delta() -> None:
     assert delta({"a": 1.0}, None) == {}
-    assert backend_figures({})["prefix_cache_hit_rate"] is None
+    assert backend_figures({}, VLLM_METRICS)["prefix_cache_hit_rate"] is None
 
 
 def test_no_baseline_gives_no_figures_rather_than_totals() -> None:
@@ -72,3 +73,12 @@ def test_every_answer_of_the_proxy_counts_for_the_client_check() -> None:
     assert figures["proxy_requests"] == 100
     assert figures["response_cache_hit_rate"] == 90 / 95
     assert figures["response_cache_errors"] == 2
+
+
+def test_a_backend_without_a_metric_leaves_its_figure_unknown_not_zero() -> None:
+    change = delta(parse_metrics_text(VLLM_BEFORE, ("vllm:",)), parse_metrics_text(VLLM_AFTER, ("vllm:",)))
+    figures = backend_figures(change, MetricNames())
+    assert all(value is None for value in figures.values())
+    partial = MetricNames(prefixes=("vllm:",), output_tokens="vllm:generation_tokens_total")
+    assert backend_figures(change, partial)["server_output_tokens"] == 1280
+    assert backend_figures(change, partial)["prefix_cache_hit_rate"] is None

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 from pydantic import ValidationError
 
+from lab.backends.vllm import VllmOptions
 from lab.specs import (
     ExperimentSpec,
     LoadSpec,
     RunSpec,
     SpecError,
-    VllmOptions,
     format_validation_error,
     list_presets,
     load_preset,

