@@ -9,6 +9,7 @@ unknown, and the lab's figures come from k6 (its answers carry ``usage``).
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -73,6 +74,10 @@ class LlamaCppBackend(Backend):
     readiness_timeout_s = 120.0
 
     def launch(self, *, model: str, options: LlamaCppOptions, settings: "Settings") -> Launch:
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ValueError(
+                "llama-cpp-python is not installed in the lab's environment (pip install 'llama-cpp-python[server]')"
+            )
         gguf = options.gguf_path or str(shipped_gguf())
         argv = [
             sys.executable, "-m", "llama_cpp.server",

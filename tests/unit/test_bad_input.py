@@ -9,6 +9,7 @@ Cases already covered elsewhere are listed in RELIABILITY.md, not repeated here.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import subprocess
 import sys
@@ -166,6 +167,8 @@ def test_every_http_service_binds_loopback(kind: str, tmp_path: Path) -> None:
 
     model = str(PROJECT_ROOT / "models")  # any existing folder passes name validation
     if kind in BACKENDS:
+        if kind == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
+            pytest.skip("llama-cpp-python is not installed")
         config = default_service_config(kind, model=model, settings=Settings())
     else:
         config = cache_proxy_config(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:2/0")
