@@ -29,6 +29,11 @@ def start_hints() -> dict[str, str]:
     return {**{name: BACKENDS[name].start_hint for name in managed_backend_names()}, **CACHE_SERVICE_HINTS}
 
 
+def service_kind(status: dict) -> str:
+    """What a service runs: the backend of a command service, else its kind (redis, cache-proxy)."""
+    return ((status.get("config") or {}).get("params") or {}).get("backend") or status["kind"]
+
+
 def manager():  # noqa: ANN201 (services.manager.ServiceManager)
     """The lab's service manager on the configured database."""
     from services.manager import ServiceManager
@@ -69,7 +74,7 @@ def page() -> None:
         st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
         return
     table = pd.DataFrame(
-        [{"service": s["name"], "kind": s["kind"], "state": s["state"], "URL": s["url"] or "–",
+        [{"service": s["name"], "kind": service_kind(s), "state": s["state"], "URL": s["url"] or "–",
           "PID": s["pid"], "uptime": uptime_text(s["started_at"])} for s in statuses]
     )
     st.dataframe(table, hide_index=True, width="stretch")
