@@ -198,14 +198,14 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(records, indent=2, default=str))
         return
-    header = f"{'id':>4} {'backend':<12} {'cell':<28} {'status':<11} {'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
+    header = f"{'id':>4} {'backend':<15} {'cell':<28} {'status':<11} {'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
     print(header)
     for r in records:
         def fmt(value: Any, spec: str) -> str:
             return format(value, spec) if isinstance(value, (int, float)) else "-"
 
         print(
-            f"{r['run_id']:>4} {r['backend']:<12} {r['cell_label'][:28]:<28} {r['status']:<11} "
+            f"{r['run_id']:>4} {r['backend']:<15} {r['cell_label'][:28]:<28} {r['status']:<11} "
             f"{fmt(r['req_per_s'], '8.2f')} {fmt(r['output_tok_per_s'], '9.1f')} {fmt(r['latency_avg_s'], '7.2f')} "
             f"{fmt(r['latency_p95_s'], '7.2f')} {fmt(r['requests_failed'], '5d')}"
         )
