@@ -30,13 +30,13 @@ LoadKind = Literal["constant-vus", "ramping-vus", "constant-arrival-rate"]
 MAX_VUS = 1024
 MAX_DURATION_S = 6 * 3600
 MAX_TOKENS_LIMIT = 32_768
+
+
 class SpecError(ValueError):
     """A spec value is invalid; the message names the field and says what is allowed."""
 
 
-def _validate_sections(
-    model: BaseModel, sections: dict[str, type[BaseModel]], what: str
-) -> None:
+def _validate_sections(model: BaseModel, sections: dict[str, type[BaseModel]], what: str) -> None:
     """Validate a model's extra keys as the registry's option sections (``{key: model}``)
     and add the missing ones with their defaults; any other extra key is an error."""
     extra = model.__pydantic_extra__ if model.__pydantic_extra__ is not None else {}
