@@ -32,7 +32,7 @@ def _services_state(database_url: str) -> list[dict]:
     """Services' states, checked at most every 5 s (each check probes /health)."""
     from services.manager import ServiceManager
 
-    return [status.to_dict() for status in ServiceManager(engine=engine(), settings=settings()).status()]
+    return [status.to_dict() for status in ServiceManager(engine=engine(), logs_dir=settings().logs_dir, worker=settings().worker_name).status()]
 
 
 def sidebar() -> None:

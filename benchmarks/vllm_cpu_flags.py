@@ -54,7 +54,7 @@ def main() -> None:
             print(f"{label}: {run.status} output {run.output_tok_per_s or 0:.1f} tok/s, "
                   f"{run.req_per_s or 0:.3f} req/s, avg {run.latency_avg_s or 0:.2f} s, "
                   f"k6 CPU {run.k6_cpu_percent_avg or 0:.0f}%", flush=True)
-    from services.catalog import best_vllm_dtype
+    from lab.backends.vllm import best_vllm_dtype
 
     default_label = f"{best_vllm_dtype()}, eager"
     default = results[default_label]

@@ -1,7 +1,7 @@
 """The headless CLI: ``python -m lab ...`` runs the same experiments as the web lab.
 
     python -m lab start                       the web lab and its worker (make run)
-    python -m lab services up [NAME ...]      naive, vllm, redis, cache-proxy
+    python -m lab services up [NAME ...]      a backend (naive, vllm, llamacpp...), redis, cache-proxy
     python -m lab services status [--json]
     python -m lab services down [NAME ...]
     python -m lab run --preset NAME [--quick] [--set key=value ...] [--json]
@@ -37,7 +37,14 @@ from lab.runner import WorkerUnusableError, stop_own_services, wait_for_runs
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
 
-SERVICE_NAMES = ("naive", "vllm", "redis", "cache-proxy")
+# The services `services up` starts: every backend the lab manages, then the cache's two.
+CACHE_SERVICE_NAMES = ("redis", "cache-proxy")
+
+
+def service_names() -> list[str]:
+    from lab.backends import managed_backend_names
+
+    return [*managed_backend_names(), *CACHE_SERVICE_NAMES]
 
 
 class StorageError(RuntimeError):
@@ -54,26 +61,33 @@ def _engine(settings: Settings):  # noqa: ANN202
 # services -----------------------------------------------------------------------------
 
 def services_up(names: list[str], settings: Settings) -> dict[str, str]:
-    """Start the named services (default: naive and vllm) with the default model."""
-    from services.catalog import cache_proxy_config, naive_config, redis_config, vllm_config
+    """Start the named services with the default model and each backend's default options.
+
+    Without names: every backend the lab manages. The cache proxy goes in front of the
+    backend named before it (the spec's default backend if none)."""
+    from lab.backends import default_service_config, managed_backend_names
+    from lab.specs import RunSpec
+    from services.catalog import cache_proxy_config, redis_config
     from services.manager import ServiceManager
 
-    manager = ServiceManager(engine=_engine(settings), settings=settings)
+    manager = ServiceManager(engine=_engine(settings), logs_dir=settings.logs_dir, worker=settings.worker_name)
     urls: dict[str, str] = {}
-    model = settings.default_model
-    for name in names or ["naive", "vllm"]:
-        if name == "naive":
-            urls[name] = manager.ensure("naive", naive_config(model=model))
-        elif name == "vllm":
-            urls[name] = manager.ensure("vllm", vllm_config(model=model))
-        elif name == "redis":
+
+    def backend_up(name: str) -> str:
+        return manager.ensure(name, default_service_config(name, model=settings.default_model, settings=settings))
+
+    upstream: str | None = None
+    for name in names or managed_backend_names():
+        if name == "redis":
             urls[name] = manager.ensure("redis", redis_config())
         elif name == "cache-proxy":
-            upstream = urls.get("vllm") or manager.ensure("vllm", vllm_config(model=model))
+            upstream = upstream or backend_up(RunSpec.model_fields["backend"].default)
             redis_url = urls.get("redis") or manager.ensure("redis", redis_config())
             urls[name] = manager.ensure("cache-proxy", cache_proxy_config(upstream_url=upstream, redis_url=redis_url))
+        elif name in managed_backend_names():
+            urls[name] = upstream = backend_up(name)
         else:
-            raise SystemExit(f"unknown service {name!r}; services: {', '.join(SERVICE_NAMES)}")
+            raise SystemExit(f"unknown service {name!r}; services: {', '.join(service_names())}")
     return urls
 
 
@@ -81,11 +95,11 @@ def cmd_services(args: argparse.Namespace, settings: Settings) -> int:
     from services.manager import ServiceManager
     from services.supervisor import ServiceStartError
 
-    unknown = [name for name in getattr(args, "names", []) if name not in SERVICE_NAMES]
+    unknown = [name for name in getattr(args, "names", []) if name not in service_names()]
     if unknown:
-        print(f"error: unknown service {', '.join(unknown)}; services: {', '.join(SERVICE_NAMES)}", file=sys.stderr)
+        print(f"error: unknown service {', '.join(unknown)}; services: {', '.join(service_names())}", file=sys.stderr)
         return 2
-    manager = ServiceManager(engine=_engine(settings), settings=settings)
+    manager = ServiceManager(engine=_engine(settings), logs_dir=settings.logs_dir, worker=settings.worker_name)
     if args.action == "up":
         try:
             urls = services_up(args.names, settings)
@@ -153,14 +167,14 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(records, indent=2, default=str))
         return
-    header = f"{'id':>4} {'backend':<12} {'cell':<28} {'status':<11} {'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
+    header = f"{'id':>4} {'backend':<15} {'cell':<28} {'status':<11} {'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
     print(header)
     for r in records:
         def fmt(value: Any, spec: str) -> str:
             return format(value, spec) if isinstance(value, (int, float)) else "-"
 
         print(
-            f"{r['run_id']:>4} {r['backend']:<12} {r['cell_label'][:28]:<28} {r['status']:<11} "
+            f"{r['run_id']:>4} {r['backend']:<15} {r['cell_label'][:28]:<28} {r['status']:<11} "
             f"{fmt(r['req_per_s'], '8.2f')} {fmt(r['output_tok_per_s'], '9.1f')} {fmt(r['latency_avg_s'], '7.2f')} "
             f"{fmt(r['latency_p95_s'], '7.2f')} {fmt(r['requests_failed'], '5d')}"
         )
@@ -337,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     services_actions = services.add_subparsers(dest="action", required=True)
     for action in ("up", "down"):
         sub = services_actions.add_parser(action)
-        sub.add_argument("names", nargs="*", metavar="NAME", help=f"any of: {', '.join(SERVICE_NAMES)}")
+        sub.add_argument("names", nargs="*", metavar="NAME", help=f"any of: {', '.join(service_names())}")
     status = services_actions.add_parser("status")
     status.add_argument("--json", action="store_true")
 

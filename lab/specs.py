@@ -17,27 +17,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from lab import backends, workloads
 from lab.settings import get_settings
+from lab.specs_base import StrictModel
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
-BackendKind = Literal["naive", "vllm", "vllm+cache", "naive+cache", "external", "external+cache"]
-BACKENDS: tuple[str, ...] = ("naive", "vllm", "vllm+cache", "naive+cache", "external", "external+cache")
-WorkloadKind = Literal["number-story", "sharegpt-chat", "custom"]
+# Every backend value a spec may take, from the registry (each kind, then each behind the
+# response cache). Computed at import for the pages' choices; validation asks the registry.
+BACKENDS: tuple[str, ...] = tuple(backends.spec_backend_names())
 LoadKind = Literal["constant-vus", "ramping-vus", "constant-arrival-rate"]
 
 MAX_VUS = 1024
 MAX_DURATION_S = 6 * 3600
 MAX_TOKENS_LIMIT = 32_768
-ALLOWED_EXTRA_VLLM_FLAGS = (
-    "--max-num-seqs",
-    "--max-num-batched-tokens",
-    "--block-size",
-    "--swap-space",
-    "--seed",
-    "--tensor-parallel-size",
-    "--trust-remote-code",
-)
 
 
 WORKER_LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -55,8 +48,17 @@ class SpecError(ValueError):
     """A spec value is invalid; the message names the field and says what is allowed."""
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+def _validate_sections(model: BaseModel, sections: dict[str, type[BaseModel]], what: str) -> None:
+    """Validate a model's extra keys as the registry's option sections (``{key: model}``)
+    and add the missing ones with their defaults; any other extra key is an error."""
+    extra = model.__pydantic_extra__ if model.__pydantic_extra__ is not None else {}
+    for key, value in list(extra.items()):
+        if key not in sections:
+            raise ValueError(f"unknown setting {key!r} (option sections of {what}: {', '.join(sections) or 'none'})")
+        if not isinstance(value, sections[key]):
+            extra[key] = sections[key].model_validate(value if value is not None else {})
+    for key, options_model in sections.items():
+        extra.setdefault(key, options_model())
 
 
 class Stage(StrictModel):
@@ -101,10 +103,15 @@ class LoadSpec(StrictModel):
         return self.vus
 
 
-class WorkloadSpec(StrictModel):
-    """What each request carries."""
+class WorkloadSpec(BaseModel):
+    """What each request carries. The fields below are those of the first workloads (kept
+    flat so stored specs load); newer workloads add an option section of their own
+    (``workload.synthetic``), declared in their module under ``lab/workloads``."""
 
-    kind: WorkloadKind = "number-story"
+    # Extra keys are allowed only as the registry's option sections (checked below).
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    kind: str = "number-story"
     prompts: int = Field(default=50, ge=1, le=10_000_000, description="number-story: distinct numbers")
     sessions: int = Field(default=1000, ge=1, le=100_000, description="sharegpt-chat: sessions to replay")
     max_turns: int = Field(default=5, ge=1, le=50, description="sharegpt-chat: user turns per session at most")
@@ -115,11 +122,22 @@ class WorkloadSpec(StrictModel):
     dataset_path: str | None = Field(default=None, description="uploaded ShareGPT file; the package's by default")
     requests_path: str | None = Field(default=None, description="custom: JSONL of chat requests")
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        workloads.get_workload(value)  # raises with the list of workloads
+        return value
+
     @model_validator(mode="after")
-    def _check_files(self) -> "WorkloadSpec":
-        if self.kind == "custom" and not self.requests_path:
-            raise ValueError("the custom workload needs a JSONL file of requests (requests_path)")
+    def _check_workload(self) -> "WorkloadSpec":
+        _validate_sections(self, workloads.options_sections(), "the workload")
+        workloads.get_workload(self.kind).check(self)
         return self
+
+    def options(self, kind: str | None = None) -> Any:
+        """The option section of workload ``kind`` (this spec's by default); None if it has none."""
+        section = workloads.get_workload(kind or self.kind).section
+        return (self.__pydantic_extra__ or {}).get(section) if section else None
 
 
 class CacheSpec(StrictModel):
@@ -130,39 +148,16 @@ class CacheSpec(StrictModel):
     single_flight: bool = True
 
 
-class VllmOptions(StrictModel):
-    """How the lab starts vLLM. Defaults are the best CPU configuration measured here."""
+class RunSpec(BaseModel):
+    """Everything one run needs; stored with the run so it can be replayed exactly.
 
-    # "best": bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16/AMX), else float32
-    # (measured: on an AVX2-only CPU bf16 falls back from oneDNN and is ~3x slower; on an
-    # AMX CPU bf16 is ~2x faster than float32). See BENCHMARKS.md.
-    dtype: Literal["best", "auto", "float32", "bfloat16", "float16"] = "best"
-    enforce_eager: bool = True
-    max_model_len: int = Field(default=4096, ge=128, le=1_048_576)
-    prefix_caching: bool = True
-    kv_cache_gib: int = Field(default=2, ge=1, le=1024, description="VLLM_CPU_KVCACHE_SPACE on CPU (whole GiB)")
-    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
-    extra_args: list[str] = Field(default_factory=list)
+    Each backend kind with options has a section named after it (``vllm``, ``naive``,
+    ``llamacpp``), declared by its module under ``lab/backends``."""
 
-    @field_validator("extra_args")
-    @classmethod
-    def _allow_listed(cls, value: list[str]) -> list[str]:
-        for arg in value:
-            if arg.startswith("-") and arg.split("=", 1)[0] not in ALLOWED_EXTRA_VLLM_FLAGS:
-                raise ValueError(f"vLLM flag {arg!r} is not allowed; allowed: {', '.join(ALLOWED_EXTRA_VLLM_FLAGS)}")
-            if any(ch in arg for ch in ";|&$`<>\n\0"):
-                raise ValueError(f"vLLM argument {arg!r} contains a forbidden character")
-        return value
+    # Extra keys are allowed only as the registry's option sections (checked below).
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
-
-class NaiveOptions(StrictModel):
-    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
-
-
-class RunSpec(StrictModel):
-    """Everything one run needs; stored with the run so it can be replayed exactly."""
-
-    backend: BackendKind = "vllm"
+    backend: str = "vllm"
     target_url: str | None = Field(default=None, description="external backends: base URL of the server")
     model: str = Field(default_factory=lambda: get_settings().default_model)
     served_model_name: str | None = None
@@ -175,8 +170,6 @@ class RunSpec(StrictModel):
     keep_caches_warm: bool = Field(default=False, description="skip flushing the response and prefix caches")
     random_seed: int = Field(default=1234, ge=0, le=2**31 - 1)
     cache: CacheSpec = Field(default_factory=CacheSpec)
-    vllm: VllmOptions = Field(default_factory=VllmOptions)
-    naive: NaiveOptions = Field(default_factory=NaiveOptions)
     # Placement on a shared queue: only a worker with every label (and, if set, this name) claims it.
     requires: list[str] = Field(default_factory=list, max_length=20, description="worker labels the run needs")
     worker: str | None = Field(default=None, max_length=100, description="pin the run to this worker name")
@@ -198,11 +191,18 @@ class RunSpec(StrictModel):
 
         return validate_model_name(value)
 
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        backends.get_backend(value)  # raises with the list of backends
+        return value
+
     @model_validator(mode="after")
     def _check_target(self) -> "RunSpec":
-        if self.backend.startswith("external"):
+        _validate_sections(self, backends.options_sections(), "a run")
+        if not self.backend_kind.managed:
             if not self.target_url:
-                raise ValueError("external backends need target_url (the server's base URL)")
+                raise ValueError(f"{self.base_backend} backends need target_url (the server's base URL)")
             from lab.validation import validate_target_url
 
             self.__dict__["target_url"] = validate_target_url(
@@ -212,12 +212,21 @@ class RunSpec(StrictModel):
 
     @property
     def uses_cache(self) -> bool:
-        return self.backend.endswith("+cache")
+        return self.backend.endswith(backends.CACHE_SUFFIX)
 
     @property
     def base_backend(self) -> str:
-        """The server behind any cache: naive, vllm or external."""
-        return self.backend.removesuffix("+cache")
+        """The server behind any cache: a registered kind."""
+        return self.backend.removesuffix(backends.CACHE_SUFFIX)
+
+    @property
+    def backend_kind(self) -> backends.Backend:
+        """The registry entry of the server behind any cache."""
+        return backends.get_backend(self.backend)
+
+    def backend_options(self) -> Any:
+        """The option section of this run's backend (None if the kind has no options)."""
+        return (self.__pydantic_extra__ or {}).get(self.base_backend)
 
 
 class ExperimentSpec(StrictModel):

@@ -6,41 +6,37 @@ starting or stopping one by hand.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pandas as pd
 import streamlit as st
 
 from db import store
-from lab.cli import SERVICE_NAMES
-from lab.settings import PROJECT_ROOT
+from lab.backends import BACKENDS, managed_backend_names
+from lab.launch import start_service_in_background
 from pages.common import engine, session, settings
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
 
-START_HINTS = {
-    "naive": "about 10 s",
-    "vllm": "about 1 min on a small CPU machine (several with compilation)",
+CACHE_SERVICE_HINTS = {
     "redis": "a second",
-    "cache-proxy": "starts vLLM and Redis too if they are not up",
+    "cache-proxy": "starts the default backend and Redis too if they are not up",
 }
+
+
+def start_hints() -> dict[str, str]:
+    """How long each service takes to start: the backends' own hints, then the cache's."""
+    return {**{name: BACKENDS[name].start_hint for name in managed_backend_names()}, **CACHE_SERVICE_HINTS}
+
+
+def service_kind(status: dict) -> str:
+    """What a service runs: the backend of a command service, else its kind (redis, cache-proxy)."""
+    return ((status.get("config") or {}).get("params") or {}).get("backend") or status["kind"]
 
 
 def manager():  # noqa: ANN201 (services.manager.ServiceManager)
     """The lab's service manager on the configured database."""
     from services.manager import ServiceManager
 
-    return ServiceManager(engine=engine(), settings=settings())
-
-
-def start_in_background(name: str) -> None:
-    """Start a service from a detached ``python -m lab services up NAME`` (a model can take
-    minutes to load; the page must not wait for it). Its state shows in the table."""
-    subprocess.Popen(
-        [sys.executable, "-m", "lab", "services", "up", name], cwd=PROJECT_ROOT, start_new_session=True,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    return ServiceManager(engine=engine(), logs_dir=settings().logs_dir, worker=settings().worker_name)
 
 
 def page() -> None:
@@ -55,18 +51,19 @@ def page() -> None:
 
     with st.container(border=True):
         left, right = st.columns([2, 1])
-        name = left.selectbox("Start a service", SERVICE_NAMES, key="service_to_start",
-                              format_func=lambda n: f"{n} ({START_HINTS[n]})")
+        hints = start_hints()
+        name = left.selectbox("Start a service", list(hints), key="service_to_start",
+                              format_func=lambda n: f"{n} ({hints[n]})")
         right.write("")
         if right.button("Start", key="start_service", type="primary", disabled=bool(active_text)):
-            start_in_background(name)
+            start_service_in_background(name)
             st.success(f"Starting {name} in the background: its state shows below (refresh the page).")
 
     if not statuses:
         st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
         return
     table = pd.DataFrame(
-        [{"service": s["name"], "kind": s["kind"], "state": s["state"], "URL": s["url"] or "–",
+        [{"service": s["name"], "kind": service_kind(s), "state": s["state"], "URL": s["url"] or "–",
           "PID": s["pid"], "uptime": uptime_text(s["started_at"])} for s in statuses]
     )
     st.dataframe(table, hide_index=True, width="stretch")

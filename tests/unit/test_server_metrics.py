@@ -5,6 +5,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
+from lab.backends import VLLM_METRICS, MetricNames
 from lab.server_metrics import (
     MetricsUnreadable,
     backend_figures,
@@ -42,15 +43,15 @@ VLLM_AFTER = VLLM_BEFORE.replace("queries_total{engine=\"0\",model_name=\"m\"} 4
 
 
 def test_parse_sums_labels_and_drops_buckets_and_created() -> None:
-    snapshot = parse_metrics_text(VLLM_BEFORE)
+    snapshot = parse_metrics_text(VLLM_BEFORE, ("vllm:",))
     assert snapshot["vllm:request_success_total"] == 1.0
     assert snapshot["vllm:prefix_cache_queries_total"] == 40.0
     assert not any(name.endswith(("_bucket", "_created")) for name in snapshot)
 
 
 def test_backend_figures_from_deltas() -> None:
-    change = delta(parse_metrics_text(VLLM_BEFORE), parse_metrics_text(VLLM_AFTER))
-    figures = backend_figures(change)
+    change = delta(parse_metrics_text(VLLM_BEFORE, ("vllm:",)), parse_metrics_text(VLLM_AFTER, ("vllm:",)))
+    figures = backend_figures(change, VLLM_METRICS)
     assert figures["prefix_cache_hit_rate"] == 768 / 1000
     assert figures["server_ttft_avg_s"] == pytest.approx(0.2)
     assert figures["server_requests"] == 10
@@ -69,7 +70,7 @@ def test_cache_figures_and_count_check() -> None:
 
 def test_missing_scrape_gives_empty_delta() -> None:
     assert delta({"a": 1.0}, None) == {}
-    assert backend_figures({})["prefix_cache_hit_rate"] is None
+    assert backend_figures({}, VLLM_METRICS)["prefix_cache_hit_rate"] is None
 
 
 def test_no_baseline_gives_no_figures_rather_than_totals() -> None:
@@ -88,7 +89,7 @@ def test_every_answer_of_the_proxy_counts_for_the_client_check() -> None:
 @given(st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("latin-1")))
 def test_any_text_parses_to_finite_figures_or_is_refused_cleanly(text: str) -> None:
     try:
-        snapshot = parse_metrics_text(text)
+        snapshot = parse_metrics_text(text, ("vllm:",))
     except MetricsUnreadable:
         return
     assert all(isinstance(value, float) and math.isfinite(value) for value in snapshot.values())
@@ -97,9 +98,16 @@ def test_any_text_parses_to_finite_figures_or_is_refused_cleanly(text: str) -> N
 @pytest.mark.parametrize("text", ["<html><body>hi</body></html>", '{"a": 1}', "a b c", "vllm:x{"])
 def test_html_json_and_garbage_are_refused(text: str) -> None:
     with pytest.raises(MetricsUnreadable, match="not Prometheus text"):
-        parse_metrics_text(text)
+        parse_metrics_text(text, ("vllm:",))
 
 
 def test_non_finite_values_are_skipped() -> None:
-    assert parse_metrics_text("vllm:a_total NaN\nvllm:b_total 1e400\nvllm:c_total 2\n") == {"vllm:c_total": 2.0}
+    assert parse_metrics_text("vllm:a_total NaN\nvllm:b_total 1e400\nvllm:c_total 2\n", ("vllm:",)) == {"vllm:c_total": 2.0}
 
+def test_a_backend_without_a_metric_leaves_its_figure_unknown_not_zero() -> None:
+    change = delta(parse_metrics_text(VLLM_BEFORE, ("vllm:",)), parse_metrics_text(VLLM_AFTER, ("vllm:",)))
+    figures = backend_figures(change, MetricNames())
+    assert all(value is None for value in figures.values())
+    partial = MetricNames(prefixes=("vllm:",), output_tokens="vllm:generation_tokens_total")
+    assert backend_figures(change, partial)["server_output_tokens"] == 1280
+    assert backend_figures(change, partial)["prefix_cache_hit_rate"] is None

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 from pydantic import ValidationError
 
+from lab.backends.vllm import VllmOptions
 from lab.specs import (
     ExperimentSpec,
     LoadSpec,
     RunSpec,
     SpecError,
-    VllmOptions,
     format_validation_error,
     list_presets,
     load_preset,
@@ -86,7 +86,7 @@ def test_bad_values_give_a_clear_message(key: str, value: object, message: str) 
 
 
 def test_unknown_preset() -> None:
-    with pytest.raises(SpecError, match="unknown preset 'nope'; presets: seed-exp1"):
+    with pytest.raises(SpecError, match="unknown preset 'nope'; presets: engines-cpu, seed-exp1"):
         load_preset("nope")
 
 

@@ -1,0 +1,201 @@
+"""The backend registry: one module per inference backend kind, looked up by name.
+
+A backend declares, in one class (see :class:`Backend`): its options model (the spec's
+section of the same name), how the lab launches it (argv, environment, readiness), the
+names of its Prometheus samples for the lab's figures, how its caches reset, how to ask
+for a fixed output length, its start hint and the packages a run records. Nothing
+outside this package names a backend kind. ``<kind>+cache`` puts the response cache in
+front of any kind: a composition, not a kind of its own.
+
+Register a kind with the decorator (GuideLLM's shape)::
+
+    @register
+    class MyBackend(Backend):
+        name = "mine"
+        ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import httpx
+from pydantic import BaseModel
+
+from services.catalog import ServiceConfig, command_config
+
+if TYPE_CHECKING:
+    from lab.settings import Settings
+
+CACHE_SUFFIX = "+cache"
+
+
+class UnknownBackendError(ValueError):
+    """A backend name no module registered."""
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """The backend's Prometheus sample names (summed over labels) for each figure the lab
+    reads; None where the backend does not export it (the figure then stays unknown)."""
+
+    prefixes: tuple[str, ...] = ()  # samples kept from /metrics
+    ttft_sum: str | None = None
+    ttft_count: str | None = None
+    time_per_output_token_sum: str | None = None
+    time_per_output_token_count: str | None = None
+    inter_token_latency_sum: str | None = None
+    inter_token_latency_count: str | None = None
+    prefix_cache_hits: str | None = None
+    prefix_cache_queries: str | None = None
+    running_requests: str | None = None
+    waiting_requests: str | None = None
+    requests_ok: str | None = None
+    e2e_requests: str | None = None
+    output_tokens: str | None = None
+    prompt_tokens: str | None = None
+
+
+# vLLM's names: vLLM exports them, the naive server exports them where the meaning is the
+# same, and most OpenAI-compatible servers of that family do too.
+VLLM_METRICS = MetricNames(
+    prefixes=("vllm:",),
+    ttft_sum="vllm:time_to_first_token_seconds_sum",
+    ttft_count="vllm:time_to_first_token_seconds_count",
+    time_per_output_token_sum="vllm:request_time_per_output_token_seconds_sum",
+    time_per_output_token_count="vllm:request_time_per_output_token_seconds_count",
+    inter_token_latency_sum="vllm:inter_token_latency_seconds_sum",
+    inter_token_latency_count="vllm:inter_token_latency_seconds_count",
+    prefix_cache_hits="vllm:prefix_cache_hits_total",
+    prefix_cache_queries="vllm:prefix_cache_queries_total",
+    running_requests="vllm:num_requests_running",
+    waiting_requests="vllm:num_requests_waiting",
+    requests_ok="vllm:request_success_total",
+    e2e_requests="vllm:e2e_request_latency_seconds_count",
+    output_tokens="vllm:generation_tokens_total",
+    prompt_tokens="vllm:prompt_tokens_total",
+)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start a backend's server: argv (``{host}``/``{port}`` filled in), environment,
+    the path that answers 200 once it is ready, and how long to wait for that."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    health_path: str = "/health"
+    readiness_timeout_s: float = 180.0
+
+
+class Backend:
+    """One inference backend kind. Subclass, set the class attributes, register."""
+
+    name: ClassVar[str]
+    label: ClassVar[str] = ""  # for people: "vLLM", "llama.cpp"
+    options_model: ClassVar[type[BaseModel] | None] = None
+    metrics: ClassVar[MetricNames] = MetricNames()
+    start_hint: ClassVar[str] = ""
+    packages: ClassVar[tuple[str, ...]] = ()
+    # False: the lab does not start it; runs name its URL (``target_url``).
+    managed: ClassVar[bool] = True
+    readiness_timeout_s: ClassVar[float] = 180.0
+
+    def launch(self, *, model: str, options: Any, settings: "Settings") -> Launch:
+        """The server's launch description for ``model`` (already validated) and ``options``."""
+        raise NotImplementedError(f"the {self.name} backend is not started by the lab")
+
+    def service_config(self, *, model: str, options: Any, settings: "Settings") -> ServiceConfig:
+        """What the service manager runs (a generic command service); ValueError with a clear
+        message for a rejected or missing model."""
+        from lab.validation import validate_model_name
+
+        launch = self.launch(model=validate_model_name(model), options=options, settings=settings)
+        timeout_s = settings.readiness_timeout_s.get(self.name, launch.readiness_timeout_s)
+        return command_config(
+            backend=self.name, argv=launch.argv, env=launch.env, health_path=launch.health_path,
+            readiness_timeout_s=timeout_s,
+        )
+
+    def reset_caches(self, base_url: str) -> str | None:
+        """Empty the server's own caches so a run starts cold; returns a warning or None.
+        Nothing to do by default."""
+        return None
+
+    def fixed_output_fields(self, max_tokens: int) -> dict[str, Any]:
+        """Request fields that make the answer exactly ``max_tokens`` long. The OpenAI
+        default: ``min_tokens`` with ``max_tokens`` (vLLM overrides with ``ignore_eos``)."""
+        return {"max_tokens": max_tokens, "min_tokens": max_tokens}
+
+    def default_options(self) -> BaseModel | None:
+        return self.options_model() if self.options_model is not None else None
+
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: add a backend kind to the registry (its ``name`` must be new)."""
+    name = cls.name
+    if not name or CACHE_SUFFIX in name or name in BACKENDS:
+        raise ValueError(f"cannot register backend {name!r}: empty, contains {CACHE_SUFFIX!r} or taken")
+    BACKENDS[name] = cls()
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a kind (tests that register a throwaway one clean up with this)."""
+    BACKENDS.pop(name, None)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend registered as ``name`` (``+cache`` stripped); UnknownBackendError if none."""
+    base = name.removesuffix(CACHE_SUFFIX)
+    try:
+        return BACKENDS[base]
+    except KeyError:
+        raise UnknownBackendError(
+            f"unknown backend {name!r}; backends: {', '.join(spec_backend_names())}"
+        ) from None
+
+
+def backend_names() -> list[str]:
+    """The registered kinds, in registration order."""
+    return list(BACKENDS)
+
+
+def managed_backend_names() -> list[str]:
+    """The kinds the lab starts itself (services it can bring up)."""
+    return [name for name, backend in BACKENDS.items() if backend.managed]
+
+
+def spec_backend_names() -> list[str]:
+    """Every value a spec's ``backend`` may take: each kind, then each kind behind the cache."""
+    return [*BACKENDS, *(f"{name}{CACHE_SUFFIX}" for name in BACKENDS)]
+
+
+def options_sections() -> dict[str, type[BaseModel]]:
+    """Spec option sections: ``{kind: options model}`` for the kinds that have options."""
+    return {name: backend.options_model for name, backend in BACKENDS.items() if backend.options_model is not None}
+
+
+def default_service_config(name: str, *, model: str, settings: "Settings") -> ServiceConfig:
+    """The service of backend ``name`` for ``model`` with the kind's default options."""
+    backend = get_backend(name)
+    return backend.service_config(model=model, options=backend.default_options(), settings=settings)
+
+
+def post_reset(url: str) -> str | None:
+    """POST ``url`` with no body; a warning on failure (a warm cache skews, it does not break, a run)."""
+    try:
+        response = httpx.post(url, timeout=30)
+    except httpx.HTTPError as error:
+        return f"could not reset the cache at {url}: {error}"
+    if response.status_code >= 400:
+        return f"could not reset the cache at {url}: HTTP {response.status_code}"
+    return None
+
+
+# The built-in kinds register themselves on import; their order is the order of the form.
+from lab.backends import naive, vllm, llamacpp, external  # noqa: E402,F401

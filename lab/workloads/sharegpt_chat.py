@@ -1,0 +1,37 @@
+"""ShareGPT chat replay: multi-turn sessions from the ShareGPT file (the package's or an upload)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lab import datasets
+from lab.workloads import Workload, register, write_sessions
+
+if TYPE_CHECKING:
+    from lab.backends import Backend
+    from lab.specs import RunSpec
+
+
+@lru_cache(maxsize=4)
+def conversations(path: str) -> tuple[datasets.Conversation, ...]:
+    # Reading the 125 MB ShareGPT file takes ~1-2 s; keep it for the worker's lifetime.
+    return tuple(datasets.iter_sharegpt_conversations(path))
+
+
+@register
+class SharegptChat(Workload):
+    name = "sharegpt-chat"
+    label = "ShareGPT chat replay"
+    script = "chat_replay.js"
+
+    def prepare(self, spec: "RunSpec", run_dir: Path, backend: "Backend") -> Path:
+        workload = spec.workload
+        source = workload.dataset_path or str(datasets.default_sharegpt_path())
+        sessions = datasets.build_chat_sessions(
+            conversations(source), sessions=workload.sessions, max_turns=workload.max_turns,
+            system_prompt=workload.system_prompt, seed=spec.random_seed,
+            max_session_chars=workload.max_session_chars,
+        )
+        return write_sessions(sessions, run_dir / "requests.json")
