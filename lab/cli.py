@@ -36,6 +36,7 @@ from lab.compare import run_record
 from lab.runner import WorkerUnusableError, stop_own_services, wait_for_runs
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
+from lab.validation import ModelNameError, check_model_on_machine
 
 SERVICE_NAMES = ("naive", "vllm", "redis", "cache-proxy")
 
@@ -126,7 +127,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         if args.worker:
             overrides.append(("worker", args.worker))
         spec = load_preset(args.preset, quick=args.quick, overrides=overrides)
-    except SpecError as error:
+        for model in {run_spec.model for _, _, run_spec in spec.expand() if run_spec.base_backend != "external"}:
+            check_model_on_machine(model)  # refused now, not a minute into the run
+    except (SpecError, ModelNameError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     engine = _engine(settings)
