@@ -29,7 +29,7 @@ SERVICE_STATE_ICONS = {
 def sidebar() -> None:
     """The queue, the active run's phase and the services' state, on every page; refreshed
     while a run is pending, from the same state the Runs page's live view reads."""
-    polling = live_poll_interval(live_state())
+    polling = live_poll_interval(live_state(fresh=True))
 
     @st.fragment(run_every=polling)
     def queue_and_services() -> None:

@@ -81,10 +81,16 @@ def flash(kind: str, text: str) -> None:
     st.session_state["flash"] = (kind, text, time.monotonic())
 
 
-def live_state() -> dict[str, Any]:
+def live_state(*, fresh: bool = False) -> dict[str, Any]:
     """The queue and the active run, read once for every live view of this rerun (panel,
     table, sidebar): ``queued``, ``active`` (runs starting to collecting), ``pending``,
-    ``finished`` (count per final status) and ``run`` (the active run as a dict, or None)."""
+    ``finished`` (count per final status) and ``run`` (the active run as a dict, or None).
+
+    ``fresh``: read the database now (a whole page run does, so a run queued a moment ago
+    switches the live views on); the views' refreshes then share that reading for a second.
+    """
+    if fresh:
+        _live_state.clear()
     return _live_state(settings().resolved_database_url)
 
 

@@ -53,7 +53,7 @@ def live_panel(state: dict) -> None:
 def runs_view(query: dict, sort_by: str, descending: bool) -> None:
     """The live panel, the alerts and the table, refreshed together while a run is pending
     (one fragment: panel, table and the sidebar's counts read the same state)."""
-    polling = live_poll_interval(live_state())
+    polling = live_poll_interval(live_state(fresh=True))
 
     @st.fragment(run_every=polling)
     def view() -> None:
