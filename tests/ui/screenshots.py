@@ -25,7 +25,7 @@ from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, wait_for_app
 
 PAGES = {"new-experiment": ("", "Launching queues runs"), "runs": ("runs", "Filters"),
          "run-detail": ("run_detail?run=1", "Per second"), "compare": ("compare", "Charts"),
-         "services": ("services", "Start a service")}
+         "services": ("services", "Start a service"), "run-detail-failed": ("run_detail?run=5", "Run #5")}
 
 
 def main(folder: str, suffix: str) -> None:
@@ -62,7 +62,7 @@ def main(folder: str, suffix: str) -> None:
                 for name, (path, text) in PAGES.items():
                     page.goto(f"{url}/{path}")
                     wait_for_app(page, text)
-                    page.wait_for_timeout(1500)
+                    page.wait_for_timeout(3000)
                     page.screenshot(path=str(out / f"{name}-{suffix}.png"), full_page=True)
                 browser.close()
         finally:
