@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from lab.compare import aggregate, cost_per_million_output_tokens, format_rate, format_seconds, format_share
-from pages.view.names import display_frame, display_name
+from pages.view.names import display_frame
 
 # One status vocabulary for the live panel, the Runs table and the sidebar: a run's
 # status, and while it loads its phase (load, then draining while in-flight requests finish).

@@ -65,7 +65,7 @@ def failure_headline(reason: str | None) -> str:
     return next((line for line in lines if not line.startswith(frames)), lines[-1])
 
 
-def show_failure(reason: str | None, *, kind: str = "error", key: str = "failure") -> None:
+def show_failure(reason: str | None, *, kind: str = "error") -> None:
     """A failure as its first meaningful line (plain text), and the whole text in an expander
     as code when there is more to it."""
     headline = failure_headline(reason)
