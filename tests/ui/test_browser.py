@@ -146,6 +146,7 @@ def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
             fill(page, "VUs (one or more, e.g. 1, 8, 32)", "1, 2")
             fill(page, "Duration per run (s)", "5")
             fill(page, "Max tokens per request", "16")
+            fill(page, "Graceful stop (s)", "120")  # a busy shared CPU can take a minute a request
             page.get_by_role("button", name="Launch grid").click()
             wait_for_app(page, "queued: 2 runs")
             assert page.url.rstrip("/").endswith("runs")
