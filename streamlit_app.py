@@ -6,19 +6,18 @@ Run it with ``python -m lab start`` (Streamlit plus the queue worker).
 from __future__ import annotations
 
 import streamlit as st
-from sqlalchemy.orm import Session
 
-from db import store
-from db.models import RunStatus
 from pages.common import (
     COMPARE_PAGE,
     NEW_EXPERIMENT_PAGE,
     RUN_DETAIL_PAGE,
     RUNS_PAGE,
     SERVICES_PAGE,
-    engine,
-    settings,
+    live_poll_interval,
+    live_state,
+    services_state,
 )
+from pages.view.tables import status_badge
 from pages.view.text import plain
 
 SERVICE_STATE_ICONS = {
@@ -27,38 +26,36 @@ SERVICE_STATE_ICONS = {
 }
 
 
-@st.cache_data(ttl=5, show_spinner=False)
-def _services_state(database_url: str) -> list[dict]:
-    """Services' states, checked at most every 5 s (each check probes /health)."""
-    from services.manager import ServiceManager
-
-    return [status.to_dict() for status in ServiceManager(engine=engine(), logs_dir=settings().logs_dir, worker=settings().worker_name).status()]
-
-
 def sidebar() -> None:
-    """The queue and the services' state, on every page."""
-    with Session(engine()) as session:
-        counts = store.queue_summary(session=session)
-        active = store.active_run(session=session)
-        active_line = f"#{active.id} {active.backend} {active.cell_label}: {active.status}" if active else None
-    with st.sidebar:
+    """The queue, the active run's phase and the services' state, on every page; refreshed
+    while a run is pending, from the same state the Runs page's live view reads."""
+    polling = live_poll_interval(live_state(fresh=True))
+
+    @st.fragment(run_every=polling)
+    def queue_and_services() -> None:
+        state = live_state()
+        if polling and not state["pending"]:
+            st.rerun()  # the last run just ended: stop polling
         st.subheader("Queue")
-        queued = counts.get(RunStatus.QUEUED, 0)
-        running = sum(counts.get(status, 0) for status in RunStatus.ACTIVE)
         left, right = st.columns(2)
-        left.metric("queued", queued)
-        right.metric("running", running)
-        if active_line:
-            st.caption(f":material/play_arrow: {plain(active_line)}")
-        finished = ", ".join(f"{counts[s]} {s}" for s in RunStatus.FINAL if counts.get(s))
+        left.metric("queued", state["queued"])
+        right.metric("running", state["active"])
+        run = state["run"]
+        if run:
+            st.caption(f":material/play_arrow: #{run['id']} {plain(run['backend'])} {plain(run['cell_label'])}: "
+                       f"{status_badge(run['status'], run['progress'])}")
+        finished = ", ".join(f"{count} {status}" for status, count in state["finished"].items())
         st.caption(finished or "no finished runs yet")
         st.subheader("Services")
-        services = _services_state(settings().resolved_database_url)
+        services = services_state()
         if not services:
             st.caption("none started yet; runs start what they need")
         for service in services:
             icon = SERVICE_STATE_ICONS.get(service["state"], ":material/radio_button_unchecked:")
             st.caption(f"{icon} {plain(service['name'])}: {plain(service['state'])}")
+
+    with st.sidebar:
+        queue_and_services()
 
 
 def sign_in_configured() -> bool:

@@ -36,6 +36,7 @@ from lab.compare import run_record
 from lab.runner import WorkerUnusableError, stop_own_services, wait_for_runs
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
+from lab.validation import ModelNameError, check_model_on_machine
 
 # The services `services up` starts: every backend the lab manages, then the cache's two.
 CACHE_SERVICE_NAMES = ("redis", "cache-proxy")
@@ -140,7 +141,9 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         if args.worker:
             overrides.append(("worker", args.worker))
         spec = load_preset(args.preset, quick=args.quick, overrides=overrides)
-    except SpecError as error:
+        for model in {run_spec.model for _, _, run_spec in spec.expand() if run_spec.backend_kind.managed}:
+            check_model_on_machine(model)  # refused now, not a minute into the run
+    except (SpecError, ModelNameError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     engine = _engine(settings)

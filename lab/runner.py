@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
-from lab import environment, k6_results, server_metrics
+from lab import environment, k6_results, live, server_metrics
 from lab.backends import Backend, get_backend, managed_backend_names
 from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.resources import ResourceSampler, summarise
@@ -285,24 +285,36 @@ class RunExecutor:
         started = time.monotonic()
         planned_s = spec.load.planned_duration_s
         self._status(RunStatus.RUNNING, load_started_at=store.utc_now())
+        load_started_epoch_s = time.time()
+        # k6's NDJSON read a little each second: the live charts and counts of workload
+        # requests only (k6's API counts its setup health check too).
+        tail = live.NdjsonTail(self.run_dir / "k6.ndjson")
         failure: str | None = None
         cancelled = False
         try:
             while self.k6.is_running():
                 progress = self.k6.progress()
                 elapsed_s = time.monotonic() - started
-                done = progress.requests_completed or 0
+                tail.read_new()
+                done, failed = tail.requests_ok_total, tail.requests_failed_total
+                draining = bool(planned_s) and elapsed_s >= planned_s
                 store.update_run(
                     engine=self.engine, run_id=self.run_id,
                     progress={
+                        # load, then draining: the graceful stop waits for the requests still in flight.
+                        "phase": "draining" if draining else "load",
+                        "in_flight": progress.vus,
                         "elapsed_s": round(elapsed_s, 1), "planned_s": planned_s,
+                        "graceful_stop_s": spec.load.graceful_stop_s,
                         "fraction": min(1.0, elapsed_s / planned_s) if planned_s else None,
-                        "requests_completed": progress.requests_completed,
-                        "requests_failed": progress.requests_failed,
+                        "requests_completed": done + failed,
+                        "requests_failed": failed,
                         # Successes per second, like the final figure (failures do not count).
-                        "req_per_s": round((done - (progress.requests_failed or 0)) / elapsed_s, 3)
-                        if elapsed_s > 0 else None,
+                        "req_per_s": round(done / elapsed_s, 3) if elapsed_s > 0 else None,
                         "vus": progress.vus, "output_tokens": progress.output_tokens,
+                        "live": live.live_progress(tail, origin_epoch_s=load_started_epoch_s,
+                                                   resource_samples=sampler.samples,
+                                                   server_samples=self.server_samples),
                     },
                 )
                 self._sample_server_gauges(spec.backend_kind, targets)
@@ -457,10 +469,15 @@ class RunExecutor:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             run_environment = environment.capture(model=spec.model, k6_version=k6_version())
             store.update_run(engine=self.engine, run_id=self.run_id, environment=run_environment)
+            backend_pid_before = self.services.pid_of(spec.base_backend)
+            startup_began = time.monotonic()
             targets = self.bring_up_services(spec)
+            # A fresh start's duration is what the next run of this configuration is told to expect.
+            startup = {"seconds": round(time.monotonic() - startup_began, 1),
+                       "fresh": self.services.pid_of(spec.base_backend) not in (None, backend_pid_before)}
             store.update_run(
                 engine=self.engine, run_id=self.run_id,
-                environment={**run_environment, "services": self.service_configs},
+                environment={**run_environment, "services": self.service_configs, "startup": startup},
             )
             self._check_cancel()
             requests_file = self.prepare_workload(spec)

@@ -12,6 +12,9 @@ will call, or a path on disk.
   allowed; no user:password part. Host names are resolved and every address checked.
 - :func:`safe_upload_name`: an uploaded file's original name, kept as metadata only: a
   plain file name, never a path.
+- :func:`check_model_on_machine`: at launch, refuse a Hub id that is neither a local
+  folder nor in the local Hugging Face cache while the machine is offline (it would fail
+  a minute later, after the server's download retries).
 """
 
 from __future__ import annotations
@@ -130,6 +133,56 @@ def validate_model_name(value: str) -> str:
         if ".." in part or "--" in part or part.endswith("."):
             raise ModelNameError(f"not a valid Hub id: {value!r} ('..', '--' and a trailing '.' are not allowed)")
     return value
+
+
+def machine_is_offline() -> bool:
+    """True when Hugging Face downloads cannot work: ``HF_HUB_OFFLINE`` is set, or the machine
+    has no default route (read from /proc, no network call)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    routes = ((Path("/proc/net/route"), "00000000"), (Path("/proc/net/ipv6_route"), "0" * 32 + " 00"))
+    readable = False
+    for path, default_prefix in routes:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()
+            if path.name == "route" and len(fields) > 1 and fields[1] == default_prefix:
+                return False
+            if path.name == "ipv6_route" and line.startswith(default_prefix) and not fields[-1] == "lo":
+                return False
+    return readable  # no default route anywhere; where /proc says nothing, assume online
+
+
+def in_hub_cache(model: str) -> bool:
+    """True when the local Hugging Face cache holds ``model``'s config (no network call)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cache_dir = os.environ.get("HF_HUB_CACHE") or None
+    try:
+        found = try_to_load_from_cache(model, "config.json", cache_dir=cache_dir)
+    except ValueError:  # not a valid repo id
+        return False
+    return isinstance(found, str)
+
+
+def check_model_on_machine(model: str, *, offline: bool | None = None) -> None:
+    """Refuse (:class:`ModelNameError`) a model that is neither a local folder nor in the local
+    Hugging Face cache while the machine is offline; anything else is accepted here."""
+    if Path(model).is_dir():
+        return
+    if not (machine_is_offline() if offline is None else offline):
+        return
+    if in_hub_cache(model):
+        return
+    raise ModelNameError(
+        f"model {model!r} is neither a local folder nor in the Hugging Face cache, and this machine is offline "
+        "(HF_HUB_OFFLINE is set or there is no network), so it cannot be downloaded: give a local model "
+        "folder, e.g. models/SmolLM2-135M-Instruct"
+    )
 
 
 # --------------------------------------------------------------------------- target URLs

@@ -3,6 +3,7 @@ figures beside ours, ratios, charts, cost per million output tokens and CSV down
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from db import store
@@ -21,8 +22,9 @@ from pages.view.figures import (
     overlaid_series_figure,
     throughput_vs_vus_figure,
 )
-from pages.view.tables import cost_table, generic_table, matching_seed_preset, ratios_rows
 from pages.common import NEW_EXPERIMENT_PAGE, session
+from pages.view.names import display_frame, human_headers
+from pages.view.tables import cost_table, experiments_spanned, generic_table, matching_seed_preset, plural, ratios_rows
 from pages.view.text import chart_label, plain
 
 RATIOS = {"seed-exp1": exp1_ratios, "seed-exp2": exp2_ratios, "seed-exp3": exp3_ratios}
@@ -68,7 +70,7 @@ def page() -> None:
         st.info("None of the chosen runs is done yet. Pick others, or wait for the queue (see Runs).")
         return
     if len(done) < len(records):
-        st.caption(f"{len(records) - len(done)} of the chosen runs are not done and are left out of the figures.")
+        st.caption(f"{plural(len(records) - len(done), 'chosen run')} not done: left out of the figures.")
     workers = sorted({record["worker_name"] for record in done if record["worker_name"]})
     if len(workers) > 1:
         worker = st.selectbox("Worker", ["all workers", *workers], key="compare_worker",
@@ -82,16 +84,23 @@ def page() -> None:
     if preset:
         st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
-                   "ours are means over repeats, ± one standard deviation"
-                   + (f", measured on {ran_on}." if ran_on else "."))
+                   f"ours are means over repeats, ± one standard deviation, of {plural(len(done), 'run')} "
+                   f"from experiment{'s' if len({r['experiment_id'] for r in done}) > 1 else ''} "
+                   f"{experiments_spanned(done)}"
+                   + (f", measured on {plain(ran_on)}." if ran_on else "."))
         table = SEED_TABLES[preset](done)
     else:
         st.subheader("Figures by backend and load")
-        st.caption("Means over repeats of done runs. No single seed preset matches the choice, so no seed figures.")
+        st.caption(f"Means over repeats of {plural(len(done), 'done run')} from experiments "
+                   f"{experiments_spanned(done)} (the experiments column says which each row spans). "
+                   "No single seed preset matches the choice, so no seed figures.")
         table = generic_table(done, price_per_hour=price_per_hour)
-    st.dataframe(table, hide_index=True, width="stretch")
-    table_csv = dataframe_to_csv(table)
-    raw_csv = records_to_csv(records)
+    st.dataframe(display_frame(table), hide_index=True, width="stretch")
+    human = st.toggle("Human column names in the CSV files", value=False, key="compare_csv_human",
+                      help="Off: machine names (output_tok_per_s) for scripts. Either way numbers keep full precision.")
+    table_csv = dataframe_to_csv(human_headers(table) if human else table)
+    raw_frame = pd.DataFrame(records)
+    raw_csv = dataframe_to_csv(human_headers(raw_frame)) if human else records_to_csv(records)
     # Kept for the page's tests, which cannot read a download's bytes.
     st.session_state["compare_table_csv"] = table_csv
     st.session_state["compare_raw_csv"] = raw_csv
@@ -105,14 +114,12 @@ def page() -> None:
     ratio_functions = [RATIOS[preset]] if preset else list(RATIOS.values())
     rows = [row for function in ratio_functions for row in ratios_rows(function(done)) if row["value"] is not None]
     if rows:
-        st.dataframe(rows, hide_index=True, column_config={"value": st.column_config.NumberColumn(format="%.3f")})
+        st.dataframe(display_frame(pd.DataFrame(rows)), hide_index=True)
     else:
         st.caption("No ratio applies: they need the backends they compare (e.g. vLLM and naive at the same VUs).")
 
     st.subheader("Cost per million output tokens")
-    st.dataframe(cost_table(done, price_per_hour), hide_index=True,
-                 column_config={"output tok/s": st.column_config.NumberColumn(format="%.1f"),
-                                "cost per 1M output tokens": st.column_config.NumberColumn(format="%.2f")})
+    st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True)
 
     st.subheader("Charts")
     charts = st.columns(2)
@@ -129,7 +136,9 @@ def page() -> None:
     charts = st.columns(2)
     charts[0].plotly_chart(overlaid_series_figure(series_by_label, "output_tok_per_s",
                                                   title="Output tokens/s over time"), key="compare_series")
-    charts[1].plotly_chart(hit_rates_figure(done), key="compare_hits")
+    hits = hit_rates_figure(done)
+    if hits is not None:  # no cache involved: no chart of nothing
+        charts[1].plotly_chart(hits, key="compare_hits")
     if len(done) > len(overlaid_ids):
         st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
 

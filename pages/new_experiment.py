@@ -119,6 +119,12 @@ def grid_section() -> None:
             field_error(errors, "rates_text")
         form.duration_s = float(st.number_input("Duration per run (s)", value=20.0, step=5.0, key="grid_duration"))
         field_error(errors, "duration_s")
+        form.graceful_stop_s = float(st.number_input(
+            "Graceful stop (s)", value=30.0, step=5.0, key="grid_graceful_stop",
+            help="After the load time, how long k6 waits for requests still in flight before cutting them "
+                 "(a slow backend at high load needs longer, or its last requests count as interrupted).",
+        ))
+        field_error(errors, "graceful_stop_s")
         form.repeats = int(st.number_input("Repeats per cell", value=1, step=1, key="grid_repeats"))
         field_error(errors, "repeats")
         form.cache_policy = st.selectbox(

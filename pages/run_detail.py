@@ -10,10 +10,12 @@ from db import store
 from db.models import RunStatus
 from lab.compare import run_record
 from lab.specs import format_validation_error
-from pages.common import RUNS_PAGE, flash, session, show_flash
+from pages.common import LIVE_POLL_INTERVAL_S, RUNS_PAGE, flash, session, show_flash, startup_facts, without_polling
 from pages.view.figures import run_detail_figures
-from pages.view.tables import figures_summary, server_metrics_table, status_badge
-from pages.view.text import plain, show_plain
+from pages.view.live import render_phase
+from pages.view.names import local_time
+from pages.view.tables import figures_summary, model_short_name, server_metrics_table, status_badge
+from pages.view.text import plain, show_failure, show_plain
 
 RECENT_RUNS_LISTED = 500
 # The largest id the database can hold (SQLite's and PostgreSQL's 64-bit integers).
@@ -45,11 +47,35 @@ def chosen_run_id(recent: list[tuple[int, str]]) -> int | None:
     return recent[0][0] if recent else None
 
 
+def live_run(run_id: int) -> None:
+    """A queued or running run, followed live: its phase, the start-up, the load's figures and
+    live charts; the page redraws in full once it has finished."""
+    @st.fragment(run_every=LIVE_POLL_INTERVAL_S)
+    def live() -> None:
+        with session() as db_session:
+            run = store.get_run(session=db_session, run_id=run_id)
+            state = None if run is None else {
+                "id": run.id, "status": run.status, "progress": run.progress, "backend": run.backend,
+                "cell_label": run.cell_label, "started_at": run.started_at.isoformat() if run.started_at else None,
+                "model": run.model, "spec": run.spec, "cancel_requested": run.cancel_requested,
+            }
+        if state is None or state["status"] not in (RunStatus.QUEUED, *RunStatus.ACTIVE):
+            st.rerun()  # finished (or deleted): show the whole page once, without polling
+        st.subheader(f"Run #{run_id} · {status_badge(state['status'], state['progress'])}")
+        if state["status"] == RunStatus.QUEUED:
+            st.info("Queued: it starts when the worker is free (see Runs for the queue).")
+            return
+        with st.container(border=True):
+            render_phase(state, startup=startup_facts(state) if state["status"] == RunStatus.STARTING else None)
+
+    live()
+
+
 def page() -> None:
     st.title("Run detail")
     show_flash()
     with session() as db_session:
-        recent = [(run.id, f"#{run.id} {run.backend} {run.cell_label} ({run.status})")
+        recent = [(run.id, f"#{run.id} {run.backend} {run.cell_label} ({status_badge(run.status, run.progress)})")
                   for run in store.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)]
     if not recent:
         st.info("No runs yet. Launch one on New experiment, then open it here from Runs.")
@@ -74,15 +100,20 @@ def page() -> None:
         return
 
     experiment = f" · experiment #{run.experiment_id} {run.experiment.name}" if run.experiment else ""
-    st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
-    show_plain(f"{run.backend} · {run.model} · {run.workload} · {run.cell_label} · repeat {run.repeat_index}"
-               f"{experiment} · created {record['created_at']}", kind="caption")
+    if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
+        live_run(run.id)
+    else:
+        st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
+    show_plain(f"{run.backend} · {model_short_name(run.model)} · {run.workload} · {run.cell_label} · "
+               f"repeat {run.repeat_index}{experiment} · created {local_time(run.created_at)}", kind="caption")
     if run.status_reason:
-        show_plain(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
+        show_failure(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
     if run.load_generator_warning:
         show_plain(run.load_generator_warning, kind="warning")
     if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
-        st.info("This run has not finished; follow it live on Runs.")
+        with st.expander("Spec (replayable)"):
+            st.json(run.spec, expanded=True)
+        return  # figures, charts and logs come once it has finished
 
     if st.button("Run again (same spec)", key="run_again"):
         try:
@@ -133,7 +164,7 @@ def page() -> None:
             st.caption("No log tails stored for this run.")
         for name, text in tails.items():
             st.markdown(f"**{plain(name)}**")
-            st.code(text or "(empty)", language=None)
+            st.code(without_polling(text) or "(empty: nothing but health and /metrics polling)", language=None)
     with st.expander("Spec (replayable)"):
         st.json(run.spec, expanded=True)
     with st.expander("Environment"):

@@ -14,57 +14,79 @@ from db import store
 from db.models import RunStatus
 from lab.compare import run_record
 from lab.specs import BACKENDS, list_presets
-from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, open_run_detail, session, show_flash
-from pages.view.tables import SORTABLE_COLUMNS, format_progress, progress_fraction, runs_table, status_badge
-from pages.view.text import plain
+from pages.common import (
+    NEW_EXPERIMENT_PAGE,
+    live_poll_interval,
+    live_state,
+    open_run_detail,
+    session,
+    show_flash,
+    startup_facts,
+)
+from pages.view.live import panel_heading, render_phase
+from pages.view.names import header
+from pages.view.tables import SORTABLE_COLUMNS, plural, runs_table, status_badge
 
 ALL = "all"
 
 
-def live_view() -> None:
-    """The active run's progress (and the queue), refreshed while anything is pending."""
-    with session() as db_session:
-        counts = store.queue_summary(session=db_session)
-    pending = counts.get(RunStatus.QUEUED, 0) + sum(counts.get(s, 0) for s in RunStatus.ACTIVE)
-    polling = LIVE_POLL_INTERVAL_S if pending else None
+def live_panel(state: dict) -> None:
+    """The active run's phase and figures (or the queue waiting for a worker)."""
+    run, queued = state["run"], state["queued"]
+    if run is None:
+        if queued:
+            with st.container(border=True):
+                st.info(f"{plural(queued, 'run')} queued; waiting for the worker "
+                        "(`python -m lab start` runs one beside the web lab).")
+        return
+    with st.container(border=True):
+        st.markdown(panel_heading(run, queued))
+        render_phase(run, startup=startup_facts(run) if run["status"] == RunStatus.STARTING else None)
+        if run["cancel_requested"]:
+            st.warning("Cancel requested; the worker is stopping the run.")
+        elif st.button("Cancel this run", key=f"cancel_live_{run['id']}"):
+            with session() as db_session:
+                store.request_cancel(session=db_session, run_id=run["id"])
+            st.warning("Cancel requested; the worker is stopping the run.")
+
+
+def runs_view(query: dict, sort_by: str, descending: bool) -> None:
+    """The live panel, the alerts and the table, refreshed together while a run is pending
+    (one fragment: panel, table and the sidebar's counts read the same state)."""
+    polling = live_poll_interval(live_state(fresh=True))
 
     @st.fragment(run_every=polling)
-    def live() -> None:
+    def view() -> None:
+        state = live_state()
+        if polling and not state["pending"]:
+            st.rerun()  # the last run just ended: redraw everything once and stop polling
+        show_flash()
+        live_panel(state)
         with session() as db_session:
-            run = store.active_run(session=db_session)
-            queued = store.queue_summary(session=db_session).get(RunStatus.QUEUED, 0)
-        if run is None and not queued:
-            if polling:
-                st.rerun()  # the last run just ended: refresh the table and stop polling
-            return
-        with st.container(border=True):
-            if run is None:
-                st.info(f"{queued} run{'s' if queued != 1 else ''} queued; waiting for the worker "
-                        "(`python -m lab start` runs one beside the web lab).")
-                return
-            st.markdown(f"**Live: run #{run.id}** · {status_badge(run.status)} · {plain(run.backend)} · {plain(run.cell_label)}"
-                        + (f" · {queued} more queued" if queued else ""))
-            figures = format_progress(run.progress)
-            if run.status == RunStatus.RUNNING:
-                st.progress(progress_fraction(run.progress),
-                            text=f"{figures['elapsed']} elapsed, {figures['remaining']} remaining")
+            runs = store.list_runs(session=db_session, **query)
+            records = [run_record(run) for run in runs]
+            progress_by_run = {run.id: run.progress for run in runs if run.status in RunStatus.ACTIVE}
+        if not records:
+            if any(value for key, value in query.items() if key != "limit"):
+                st.info("No run matches these filters. Widen them (open Filters above).")
             else:
-                st.caption({"starting": "starting the services it needs (a model takes seconds to minutes)",
-                            "warming": "sending warm-up requests",
-                            "parsing": "reading k6's results and the server metrics"}.get(run.status, run.status))
-            columns = st.columns(4)
-            columns[0].metric("req/s so far", figures["req/s"])
-            columns[1].metric("requests done", figures["requests"])
-            columns[2].metric("errors", figures["errors"])
-            columns[3].metric("VUs", figures["VUs"])
-            if run.cancel_requested:
-                st.warning("Cancel requested; the worker is stopping k6.")
-            elif st.button("Cancel this run", key=f"cancel_live_{run.id}"):
-                with session() as db_session:
-                    store.request_cancel(session=db_session, run_id=run.id)
-                st.warning("Cancel requested; the worker is stopping k6.")
+                st.info("No runs yet. Start from a seed preset on New experiment: the quick scale of "
+                        "seed-exp1 takes a few minutes on a small CPU machine.")
+                st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
+            return
+        table = runs_table(records, sort_by=sort_by, descending=descending, progress_by_run=progress_by_run)
+        st.caption(plural(len(table), "run")
+                   + (" (limit reached: narrow the filters)" if len(table) >= query["limit"] else ""))
+        event = st.dataframe(table, key="runs_table", on_select="rerun", selection_mode="multi-row",
+                             hide_index=True, width="stretch")
+        chosen = [int(table.iloc[row][header("run_id")]) for row in event.selection.rows if row < len(table)]
+        if chosen != st.session_state.get("runs_table_chosen", []):
+            # A selection made in the table drives the actions below it: redraw the whole page.
+            st.session_state["runs_table_chosen"] = chosen
+            st.session_state["runs_selected"] = chosen
+            st.rerun()
 
-    live()
+    view()
 
 
 def filters() -> dict:
@@ -112,7 +134,7 @@ def selection_actions(records: list[dict]) -> None:
     by_id = {record["run_id"]: record for record in records}
     selected = st.multiselect(
         "Selected runs", list(by_id), key="runs_selected",
-        format_func=lambda rid: f"#{rid} {by_id[rid]['backend']} {by_id[rid]['cell_label']} ({by_id[rid]['status']})",
+        format_func=lambda rid: f"#{rid} {by_id[rid]['backend']} {by_id[rid]['cell_label']} ({status_badge(by_id[rid]['status'])})",
         help="Select rows in the table or pick runs here.",
     )
     if not selected:
@@ -128,7 +150,7 @@ def selection_actions(records: list[dict]) -> None:
         with session() as db_session:
             for rid in cancellable:
                 store.request_cancel(session=db_session, run_id=rid)
-        st.session_state["runs_message"] = f"Cancel requested for {len(cancellable)} run(s)."
+        st.session_state["runs_message"] = f"Cancel requested for {plural(len(cancellable), 'run')}."
         st.rerun()
     deletable = [rid for rid in selected if by_id[rid]["status"] not in RunStatus.ACTIVE]
     if buttons[2].button("Delete…", key="delete_selected", disabled=not deletable,
@@ -136,15 +158,15 @@ def selection_actions(records: list[dict]) -> None:
         st.session_state["confirm_delete"] = deletable
     pending_delete = st.session_state.get("confirm_delete")
     if pending_delete:
-        st.warning(f"Delete {len(pending_delete)} run(s) and their series for good? "
+        st.warning(f"Delete {plural(len(pending_delete), 'run')} and their series for good? "
                    f"({', '.join('#' + str(r) for r in pending_delete[:20])})")
         yes, no = st.columns(2)
-        if yes.button(f"Yes, delete {len(pending_delete)} run(s)", type="primary", key="confirm_delete_yes"):
+        if yes.button(f"Yes, delete {plural(len(pending_delete), 'run')}", type="primary", key="confirm_delete_yes"):
             with session() as db_session:
                 deleted = store.delete_runs(session=db_session, run_ids=pending_delete)
             st.session_state.pop("confirm_delete", None)
             st.session_state.pop("runs_selected", None)
-            st.session_state["runs_message"] = f"Deleted {deleted} run(s)."
+            st.session_state["runs_message"] = f"Deleted {plural(deleted, 'run')}."
             st.rerun()
         if no.button("Keep them", key="confirm_delete_no"):
             st.session_state.pop("confirm_delete", None)
@@ -166,46 +188,18 @@ def selection_actions(records: list[dict]) -> None:
 
 def page() -> None:
     st.title("Runs")
-    show_flash()
     message = st.session_state.pop("runs_message", None)
     if message:
         st.success(message)
-    live_view()
-
     query = filters()
-    with session() as db_session:
-        runs = store.list_runs(session=db_session, **query)
-        records = [run_record(run) for run in runs]
-    if not records:
-        if any(value for key, value in query.items() if key != "limit"):
-            st.info("No run matches these filters. Widen them (open Filters above).")
-        else:
-            st.info("No runs yet. Start from a seed preset on New experiment: the quick scale of "
-                    "seed-exp1 takes a few minutes on a small CPU machine.")
-            st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
-        return
-
     sort_col, order_col = st.columns([3, 1])
     sort_label = sort_col.selectbox("Sort by", list(SORTABLE_COLUMNS), key="runs_sort")
     descending = order_col.toggle("Descending", value=True, key="runs_descending")
-    table = runs_table(records, sort_by=SORTABLE_COLUMNS[sort_label], descending=descending)
-    st.caption(f"{len(table)} runs" + (" (limit reached: narrow the filters)" if len(table) >= query["limit"] else ""))
-
-    def on_select() -> None:
-        rows = st.session_state["runs_table"]["selection"]["rows"]
-        st.session_state["runs_selected"] = [int(table.iloc[row]["run"]) for row in rows]
-
-    st.dataframe(
-        table, key="runs_table", on_select=on_select, selection_mode="multi-row", hide_index=True,
-        width="stretch",
-        column_config={
-            "req/s": st.column_config.NumberColumn(format="%.2f"),
-            "output tok/s": st.column_config.NumberColumn(format="%.1f"),
-            "avg latency (s)": st.column_config.NumberColumn(format="%.3f"),
-            "p95 latency (s)": st.column_config.NumberColumn(format="%.3f"),
-        },
-    )
-    selection_actions(records)
+    runs_view(query, SORTABLE_COLUMNS[sort_label], descending)
+    with session() as db_session:
+        records = [run_record(run) for run in store.list_runs(session=db_session, **query)]
+    if records:
+        selection_actions(records)
 
 
 page()

@@ -12,7 +12,8 @@ import streamlit as st
 from db import store
 from lab.backends import BACKENDS, managed_backend_names
 from lab.launch import start_service_in_background
-from pages.common import engine, session, settings
+from pages.common import engine, session, settings, without_polling
+from pages.view.names import display_frame
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
 
@@ -63,10 +64,10 @@ def page() -> None:
         st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
         return
     table = pd.DataFrame(
-        [{"service": s["name"], "kind": service_kind(s), "state": s["state"], "URL": s["url"] or "–",
-          "PID": s["pid"], "uptime": uptime_text(s["started_at"])} for s in statuses]
+        [{"service": s["name"], "kind": service_kind(s), "state": s["state"], "url": s["url"],
+          "pid": s["pid"], "uptime": uptime_text(s["started_at"])} for s in statuses]
     )
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(display_frame(table), hide_index=True, width="stretch")
     for status in statuses:
         with st.expander(plain(f"{status['name']} · {status['state']}")):
             if status["message"]:
@@ -76,7 +77,9 @@ def page() -> None:
             ):
                 manager().stop(status["name"])
                 st.rerun()
-            st.code(manager().log_tail(status["name"], max_lines=40) or "(empty log)", language=None)
+            # Health and /metrics polling fill a log; what the service said is what matters.
+            lines = without_polling(manager().log_tail(status["name"], max_lines=200)).splitlines()[-40:]
+            st.code("\n".join(lines) or "(empty log)", language=None)
 
 
 page()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import streamlit as st
 
 from lab.workers import worker_overview
 from pages.common import session, settings
+from pages.view.names import display_frame
 
 
 def page() -> None:
@@ -24,13 +26,8 @@ def page() -> None:
     alive = sum(row.state == "alive" for row in rows)
     st.caption(f"{alive} of {len(rows)} workers alive. A worker silent for more than {lease_s:g} s is lost: "
                "another worker marks its runs interrupted. Services run on each worker's own machine.")
-    st.dataframe(
-        [dataclasses.asdict(row) for row in rows], hide_index=True, width="stretch",
-        column_config={
-            "name": "worker", "heartbeat_age_s": st.column_config.NumberColumn("heartbeat age (s)", format="%.1f"),
-            "current_run": "current run", "services": "services on its machine",
-        },
-    )
+    st.dataframe(display_frame(pd.DataFrame([dataclasses.asdict(row) for row in rows])), hide_index=True,
+                 width="stretch")
     if st.button("Refresh", key="workers_refresh", icon=":material/refresh:"):
         st.rerun()
 

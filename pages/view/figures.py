@@ -8,6 +8,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from pages.view.names import header
+
 SERIES_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 def series_frame(series: dict[str, Any] | None) -> pd.DataFrame:
@@ -52,10 +54,11 @@ def line_figure(frame: pd.DataFrame, columns: Sequence[str], *, title: str, y_ti
             figure.add_trace(go.Scatter(
                 # Markers too when there are few points: a single point draws no line.
                 x=frame["time_s"], y=frame[column], mode="lines+markers" if len(frame) < 30 else "lines",
-                name=column,
+                name=header(column),
                 line={"color": SERIES_PALETTE[index % len(SERIES_PALETTE)]},
+                connectgaps=False,
             ))
-    figure.update_layout(title=title, xaxis_title="time (s)", yaxis_title=y_title, height=320,
+    figure.update_layout(title=title, xaxis_title=header("time_s"), yaxis_title=y_title, height=320,
                          margin={"l": 40, "r": 10, "t": 40, "b": 40}, legend={"orientation": "h"})
     return figure
 
@@ -66,17 +69,21 @@ def run_detail_figures(series: dict[str, Any] | None) -> list[go.Figure]:
     frame = series_frame(series)
     figures: list[go.Figure] = []
     if not frame.empty:
-        figures.append(line_figure(frame, ["output_tok_per_s", "req_per_s"], title="Throughput", y_title="per second"))
-        figures.append(line_figure(frame, ["latency_avg_s", "latency_p50_s", "latency_p95_s"],
-                                   title="Latency of requests finished each second", y_title="seconds"))
-        if "vus" in frame:
+        if has_data(frame, ["output_tok_per_s", "req_per_s"]):
+            figures.append(line_figure(frame, ["output_tok_per_s", "req_per_s"], title="Throughput",
+                                       y_title="per second"))
+        if has_data(frame, ["latency_avg_s", "latency_p50_s", "latency_p95_s"]):
+            figures.append(line_figure(frame, ["latency_avg_s", "latency_p50_s", "latency_p95_s"],
+                                       title="Latency of requests finished each second", y_title="seconds"))
+        if has_data(frame, ["vus"]):
             figures.append(line_figure(frame, ["vus"], title="Running virtual users (requests in flight)",
                                        y_title="VUs"))
         if "requests_failed" in frame and pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum():
             figures.append(line_figure(frame, ["requests_failed"], title="Failed requests", y_title="per second"))
     resources = resources_frame(series)
     if not resources.empty:
-        cpu = [c for c in resources.columns if c.endswith("_cpu_percent") and not c.startswith("gpu")]
+        cpu = [c for c in resources.columns if c.endswith("_cpu_percent") and not c.startswith("gpu")
+               and c not in ("host_cpu_percent", "steal_cpu_percent") and has_data(resources, [c])]
         rss = [c for c in resources.columns if c.endswith("_rss_mb")]
         gpu = [c for c in resources.columns if c.startswith("gpu_")]
         if cpu:
@@ -90,9 +97,44 @@ def run_detail_figures(series: dict[str, Any] | None) -> list[go.Figure]:
         if gpu_memory:
             figures.append(line_figure(resources, gpu_memory, title="GPU memory used", y_title="MiB"))
     server = resources_frame(series, "server")
-    if not server.empty:
+    if has_data(server, ["running_requests", "waiting_requests"]):
         figures.append(line_figure(server, [c for c in ("running_requests", "waiting_requests") if c in server],
                                    title="Requests running and waiting in the backend", y_title="requests"))
+    return figures
+
+
+def has_data(frame: pd.DataFrame, columns: Sequence[str]) -> bool:
+    """True when any of ``columns`` holds a number (a chart of nothing is left out)."""
+    return any(column in frame and pd.to_numeric(frame[column], errors="coerce").notna().any() for column in columns)
+
+
+LIVE_CHARTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    # (title, part of progress["live"], columns, y axis)
+    ("Output tokens per second", "k6", ("output_tok_per_s",), "tokens/s"),
+    ("Requests finished per second", "k6", ("req_per_s", "requests_failed"), "requests/s"),
+    ("Latency of requests finished each second", "k6", ("latency_avg_s", "latency_p95_s"), "seconds"),
+    ("Requests running and waiting in the backend", "server", ("running_requests", "waiting_requests"), "requests"),
+)
+
+
+def live_figures(live: dict[str, Any] | None) -> list[go.Figure]:
+    """The live charts of a run under load (``progress["live"]`` written by the runner), those
+    with data: throughput, requests, latency, the backend's queue, CPU of each process and the
+    host's other work."""
+    live = live or {}
+    figures: list[go.Figure] = []
+    for title, part, columns, y_title in LIVE_CHARTS:
+        frame = pd.DataFrame(live.get(part) or {})
+        present = [column for column in columns if has_data(frame, [column])]
+        if column_sum := [c for c in present if c == "requests_failed"]:
+            if not pd.to_numeric(frame[column_sum[0]], errors="coerce").fillna(0).sum():
+                present.remove("requests_failed")  # no failures: no line for them
+        if present:
+            figures.append(line_figure(frame, present, title=title, y_title=y_title))
+    cpu = pd.DataFrame(live.get("cpu") or {})
+    cpu_columns = [c for c in cpu.columns if c != "time_s" and has_data(cpu, [c])]
+    if cpu_columns:
+        figures.append(line_figure(cpu, cpu_columns, title="CPU", y_title="% of one core"))
     return figures
 
 
@@ -142,12 +184,14 @@ def overlaid_series_figure(series_by_label: dict[str, dict[str, Any]], column: s
         frame = series_frame(series)
         if column in frame:
             figure.add_trace(go.Scatter(x=frame["time_s"], y=frame[column], mode="lines", name=label))
-    figure.update_layout(title=title, xaxis_title="time (s)", height=360, margin={"l": 40, "r": 10, "t": 40, "b": 40})
+    figure.update_layout(title=title, xaxis_title=header("time_s"), yaxis_title=header(column), height=360,
+                         margin={"l": 40, "r": 10, "t": 40, "b": 40})
     return figure
 
 
-def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
-    """Mean prefix (vLLM KV) and response (Redis) cache hit rates per backend."""
+def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure | None:
+    """Mean prefix (vLLM KV) and response (Redis) cache hit rates per backend; None when no
+    run involved a cache (no chart of nothing)."""
     figure = go.Figure()
     frame = _done_frame(records)
     columns = {"prefix_cache_hit_rate": "vLLM prefix cache", "response_cache_hit_rate": "Redis response cache"}
@@ -157,6 +201,8 @@ def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
                 grouped = frame.groupby("backend")[column].mean().dropna()
                 if not grouped.empty:
                     figure.add_trace(go.Bar(x=list(grouped.index), y=[v * 100 for v in grouped.values], name=name))
+    if not figure.data:
+        return None
     figure.update_layout(title="Cache hit rates", yaxis_title="% of requests / prompt tokens", barmode="group",
                          height=360, margin={"l": 40, "r": 10, "t": 40, "b": 40})
     return figure

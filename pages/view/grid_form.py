@@ -17,6 +17,7 @@ from lab.specs import (
     WorkloadSpec,
     format_validation_error,
 )
+from lab.validation import ModelNameError, check_model_on_machine
 
 @dataclass
 class GridForm:
@@ -35,6 +36,7 @@ class GridForm:
     vus_text: str = "1"
     rates_text: str = "1"
     duration_s: float = 20.0
+    graceful_stop_s: float = 30.0
     max_tokens: int = 128
     repeats: int = 1
     cache_policy: str = "all"
@@ -88,6 +90,11 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
         message = _field_error(RunSpec, model=form.model.strip())
         if message:
             errors["model"] = message
+        elif not all(backend.startswith("external") for backend in form.backends):
+            try:  # the lab's own servers load it: it must be on this machine when offline
+                check_model_on_machine(form.model.strip())
+            except ModelNameError as error:
+                errors["model"] = str(error)
     else:
         errors["model"] = "enter a model folder or Hugging Face id"
 
@@ -114,6 +121,9 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
     message = _field_error(LoadSpec, duration_s=form.duration_s)
     if message:
         errors["duration_s"] = f"duration: {message}"
+    message = _field_error(LoadSpec, graceful_stop_s=form.graceful_stop_s)
+    if message:
+        errors["graceful_stop_s"] = f"graceful stop: {message}"
     message = _field_error(RunSpec, max_tokens=form.max_tokens)
     if message:
         errors["max_tokens"] = f"max tokens: {message}"
@@ -145,7 +155,8 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
             workload["dataset_path"] = form.dataset_path
     else:
         workload["requests_path"] = form.requests_path
-    load: dict[str, Any] = {"kind": form.load_kind, "duration_s": form.duration_s}
+    load: dict[str, Any] = {"kind": form.load_kind, "duration_s": form.duration_s,
+                            "graceful_stop_s": form.graceful_stop_s}
     if form.load_kind == "constant-arrival-rate":
         load["rate_per_s"] = grid_values["load.rate_per_s"][0]
     base: dict[str, Any] = {

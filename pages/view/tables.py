@@ -7,6 +7,7 @@ Numbers are formatted with :mod:`lab.compare`'s formatters (one way to write a f
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,41 +16,47 @@ from typing import Any
 import pandas as pd
 
 from lab.compare import aggregate, cost_per_million_output_tokens, format_rate, format_seconds, format_share
+from pages.view.names import display_frame
 
-# Status -> what the Runs table shows (an emoji reads as a badge in a data frame cell).
-STATUS_BADGES: dict[str, str] = {
-    "queued": "⏳ queued",
-    "starting": "🚀 starting",
-    "warming": "🔥 warming",
-    "running": "▶️ running",
-    "parsing": "🧮 parsing",
-    "done": "✅ done",
-    "failed": "❌ failed",
-    "cancelled": "⏹️ cancelled",
-    "interrupted": "⚠️ interrupted",
+# One status vocabulary for the live panel, the Runs table and the sidebar: a run's
+# status, and while it loads its phase (load, then draining while in-flight requests finish).
+STATUS_ICONS: dict[str, str] = {
+    "queued": "⏳", "starting": "🚀", "warming": "🔥", "running": "▶️", "parsing": "🧮",
+    "done": "✅", "failed": "❌", "cancelled": "⏹️", "interrupted": "⚠️",
 }
+STATUS_WORDS: dict[str, str] = {"warming": "warming up", "running": "load", "parsing": "collecting"}
 
-# Columns of the Runs table, in order; labels are what the user sees.
-RUNS_TABLE_COLUMNS: dict[str, str] = {
-    "run_id": "run",
-    "status_badge": "status",
-    "experiment": "experiment",
-    "cell_label": "cell",
-    "repeat_index": "repeat",
-    "backend": "backend",
-    "worker_name": "worker",
-    "model_name": "model",
-    "workload": "workload",
-    "vus": "VUs",
-    "duration_s": "duration (s)",
-    "req_per_s": "req/s",
-    "output_tok_per_s": "output tok/s",
-    "latency_avg_s": "avg latency (s)",
-    "latency_p95_s": "p95 latency (s)",
-    "requests_failed": "failed requests",
-    "tags": "tags",
-    "created_at": "created",
-}
+
+def phase_text(status: str, progress: dict[str, Any] | None = None) -> str:
+    """What a run is doing, in the words every view uses: queued, starting, warming up, load,
+    draining (N requests in flight), collecting, done, failed..."""
+    progress = progress or {}
+    if status == "running" and progress.get("phase") == "draining":
+        in_flight = progress.get("in_flight")
+        if in_flight is None:
+            return "draining"
+        return f"draining ({in_flight} request{'' if in_flight == 1 else 's'} in flight)"
+    return STATUS_WORDS.get(status, status)
+
+
+def status_badge(status: str, progress: dict[str, Any] | None = None) -> str:
+    """The badge text of a run status (its phase while it runs)."""
+    icon = STATUS_ICONS.get(status)
+    text = phase_text(status, progress)
+    return f"{icon} {text}" if icon else text
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 run"``, ``"2 runs"``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+# Columns of the Runs table, in order (machine names; headers come from pages.view.names).
+RUNS_TABLE_COLUMNS: tuple[str, ...] = (
+    "run_id", "status", "experiment", "cell_label", "repeat_index", "backend", "worker_name", "model", "workload",
+    "vus", "duration_s", "req_per_s", "output_tok_per_s", "latency_avg_s", "latency_p95_s", "requests_failed",
+    "tags", "created_at",
+)
 
 SORTABLE_COLUMNS: dict[str, str] = {
     "newest first": "run_id",
@@ -62,10 +69,6 @@ SORTABLE_COLUMNS: dict[str, str] = {
     "status": "status",
 }
 
-def status_badge(status: str) -> str:
-    """The badge text of a run status."""
-    return STATUS_BADGES.get(status, status)
-
 
 def model_short_name(model: str | None) -> str:
     """The last path part of a model folder or the HF id as given."""
@@ -74,20 +77,23 @@ def model_short_name(model: str | None) -> str:
     return Path(model).name if "/" in model and Path(model).is_absolute() else model
 
 
-def runs_table(records: Sequence[dict[str, Any]], *, sort_by: str = "run_id", descending: bool = True) -> pd.DataFrame:
-    """The Runs page table from run records (``lab.compare.run_record``), sorted.
+def runs_table(records: Sequence[dict[str, Any]], *, sort_by: str = "run_id", descending: bool = True,
+               progress_by_run: dict[int, dict[str, Any] | None] | None = None) -> pd.DataFrame:
+    """The Runs page table from run records (``lab.compare.run_record``), sorted, for display:
+    human headers, rounded figures, "–" for missing, local times, a running run's phase.
 
     Missing figures sort last whichever the direction.
     """
     frame = pd.DataFrame(list(records))
     if frame.empty:
-        return pd.DataFrame(columns=list(RUNS_TABLE_COLUMNS.values()))
-    frame["status_badge"] = frame["status"].map(status_badge)
-    frame["model_name"] = frame["model"].map(model_short_name)
+        return display_frame(pd.DataFrame(columns=list(RUNS_TABLE_COLUMNS)))
     if sort_by in frame.columns:
         frame = frame.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable")
-    frame = frame[list(RUNS_TABLE_COLUMNS)].rename(columns=RUNS_TABLE_COLUMNS)
-    return frame.reset_index(drop=True)
+    progress_by_run = progress_by_run or {}
+    frame["status"] = [status_badge(status, progress_by_run.get(run_id))
+                       for status, run_id in zip(frame["status"], frame["run_id"])]
+    frame["model"] = frame["model"].map(model_short_name)
+    return display_frame(frame[list(RUNS_TABLE_COLUMNS)])
 
 
 def format_progress(progress: dict[str, Any] | None) -> dict[str, str]:
@@ -133,7 +139,7 @@ def server_metrics_table(server_metrics: dict[str, Any] | None) -> pd.DataFrame:
                 "service": service, "metric": name, "before": start, "after": end,
                 "change": end - start if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None,
             })
-    return pd.DataFrame(rows, columns=["service", "metric", "before", "after", "change"])
+    return display_frame(pd.DataFrame(rows, columns=["service", "metric", "before", "after", "change"]))
 
 
 def figures_summary(record: dict[str, Any]) -> list[tuple[str, str]]:
@@ -179,15 +185,28 @@ def matching_seed_preset(records: Sequence[dict[str, Any]], seed_presets: Sequen
     return None
 
 
+def experiments_spanned(records: Sequence[dict[str, Any]]) -> str:
+    """``"#3"`` or ``"#3, #5"``: the experiments a set of runs comes from."""
+    ids = sorted({record.get("experiment_id") for record in records if record.get("experiment_id") is not None})
+    return ", ".join(f"#{experiment_id}" for experiment_id in ids) or "–"
+
+
 def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | None = None) -> pd.DataFrame:
-    """Done runs grouped by backend, workload and load, with means (and repeat count), plus cost."""
+    """Done runs grouped by backend, workload and load: means, run count, the experiments each
+    mean spans, and cost. Machine names and full precision (the CSV); show it with
+    :func:`pages.view.names.display_frame`."""
     rows = aggregate(records, GENERIC_KEYS, GENERIC_FIGURES)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
     frame = frame.drop(columns=[c for c in frame.columns if c.endswith("_sd")])
+    frame["experiments"] = [
+        experiments_spanned([r for r in records if r.get("status") == "done"
+                             and all(r.get(key) == row[key] for key in GENERIC_KEYS)])
+        for row in rows
+    ]
     if price_per_hour is not None:
-        frame["cost per 1M output tokens"] = [
+        frame["cost_per_million_output_tokens"] = [
             cost_per_million_output_tokens(value, price_per_hour) for value in frame["output_tok_per_s"]
         ]
     frame = frame.dropna(axis="columns", how="all")
@@ -196,26 +215,54 @@ def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | 
 
 
 def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.DataFrame:
-    """Per backend and VUs: mean output tok/s and what a million output tokens cost."""
+    """Per backend and VUs: mean output tok/s and what a million output tokens cost (machine names)."""
     rows = aggregate(records, ("backend", "vus"), ("output_tok_per_s",))
     frame = pd.DataFrame(
-        [{"backend": row["backend"], "VUs": row["vus"], "output tok/s": row["output_tok_per_s"],
-          "cost per 1M output tokens": cost_per_million_output_tokens(row["output_tok_per_s"], price_per_hour)}
+        [{"backend": row["backend"], "vus": row["vus"], "output_tok_per_s": row["output_tok_per_s"],
+          "cost_per_million_output_tokens": cost_per_million_output_tokens(row["output_tok_per_s"], price_per_hour)}
          for row in rows],
-        columns=["backend", "VUs", "output tok/s", "cost per 1M output tokens"],
+        columns=["backend", "vus", "output_tok_per_s", "cost_per_million_output_tokens"],
     )
-    return frame.sort_values(["backend", "VUs"], na_position="last").reset_index(drop=True)
+    return frame.sort_values(["backend", "vus"], na_position="last").reset_index(drop=True)
 
 
-def ratios_rows(ratios: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
-    """A nested ratio dict (``exp1_ratios`` etc.) flattened to ``{"ratio", "value"}`` rows."""
+# The seed's ratios in words; hit rates are shares, shown in the tables, not here.
+RATIO_LABELS: dict[str, str] = {
+    "vllm_over_naive_throughput": "vLLM over naive output tok/s",
+    "vllm_over_naive_req_per_s": "vLLM over naive req/s",
+    "cached_over_direct_req_per_s": "vLLM + Redis over vLLM req/s",
+    "max_latency_cached_over_direct": "vLLM + Redis over vLLM max latency",
+}
+_GROWTH = re.compile(r"^(?P<backend>.+?)_(?P<what>throughput|latency)_growth_(?P<low>\d+)_to_(?P<high>\d+)_vus$")
+
+
+def ratio_label(key: Any) -> str:
+    """A ratio key of ``lab.compare``'s ``exp*_ratios`` in words."""
+    text = str(key)
+    if text in RATIO_LABELS:
+        return RATIO_LABELS[text]
+    growth = _GROWTH.match(text)
+    if growth:
+        what = "output tok/s" if growth["what"] == "throughput" else "avg latency"
+        return f"{growth['backend']} {what} growth from {growth['low']} to {growth['high']} VUs"
+    return text.replace("_", " ")
+
+
+def ratios_rows(ratios: dict[str, Any], *, at: str = "") -> list[dict[str, Any]]:
+    """A nested ratio dict (``exp1_ratios`` etc.) as ``{"ratio", "value"}`` rows in words:
+    a ratio per VU count reads "... at 8 VUs", one per PROMPTS "... at PROMPTS=50"."""
     rows: list[dict[str, Any]] = []
     for key, value in ratios.items():
-        name = f"{prefix}{key}"
+        if str(key).endswith("hit_rate"):
+            continue  # a share, not a ratio
         if isinstance(value, dict):
-            rows.extend(ratios_rows(value, prefix=f"{name} · "))
+            if isinstance(key, int):  # exp2: a PROMPTS value, its ratios inside
+                rows.extend(ratios_rows(value, at=f"PROMPTS={key}"))
+            else:  # exp1: a ratio per VU count
+                rows.extend({"ratio": f"{ratio_label(key)} at {plural(int(vus), 'VU')}", "value": sub}
+                            for vus, sub in value.items())
         else:
-            rows.append({"ratio": name.replace("_", " "), "value": value})
+            rows.append({"ratio": ratio_label(key) + (f" at {at}" if at else ""), "value": value})
     return rows
 
 

@@ -11,6 +11,7 @@ emoji or colour directive, LaTeX. Pages put such text into Markdown-rendering el
 from __future__ import annotations
 
 import html
+import re
 import string
 from typing import Any
 
@@ -44,3 +45,31 @@ def show_plain(value: Any, *, kind: str = "text") -> None:
         st.text(text)
     else:
         getattr(st, kind)(plain(text))
+
+
+# A traceback's last line names the error ("httpx.ConnectError: ..."): the useful line.
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Failed|Interrupt|Cancelled)\b.*")
+
+
+def failure_headline(reason: str | None) -> str:
+    """The first meaningful line of a failure reason: a traceback's exception line, else
+    the first non-empty line that is not a traceback frame."""
+    lines = [line.strip() for line in (reason or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        exceptions = [line for line in lines if _EXCEPTION_LINE.match(line)]
+        if exceptions:
+            return exceptions[-1]
+    frames = ("Traceback (", "File \"", "^", "~")
+    return next((line for line in lines if not line.startswith(frames)), lines[-1])
+
+
+def show_failure(reason: str | None, *, kind: str = "error") -> None:
+    """A failure as its first meaningful line (plain text), and the whole text in an expander
+    as code when there is more to it."""
+    headline = failure_headline(reason)
+    show_plain(headline or "no reason recorded", kind=kind)
+    if reason and reason.strip() != headline:
+        with st.expander("Full message"):
+            st.code(reason, language=None)

@@ -241,3 +241,31 @@ def test_plain_upload_names_are_kept(name: str) -> None:
 def test_upload_names_that_could_be_paths_are_refused(name: str, message: str) -> None:
     with pytest.raises(UploadNameError, match=message):
         safe_upload_name(name)
+
+
+# --------------------------------------------------------------------------- model on this machine
+
+
+def test_an_offline_machine_refuses_a_hub_id_it_does_not_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.validation import ModelNameError, check_model_on_machine, machine_is_offline
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert machine_is_offline()
+    with pytest.raises(ModelNameError, match="neither a local folder nor in the Hugging Face cache"):
+        check_model_on_machine("nobody/not-here")
+    check_model_on_machine(str(tmp_path))  # a local folder is always fine
+    check_model_on_machine("nobody/not-here", offline=False)  # online: the server downloads it
+
+
+def test_an_offline_machine_accepts_a_hub_id_in_its_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.validation import check_model_on_machine
+
+    # The cache layout huggingface_hub reads: models--org--name/refs/main and a snapshot.
+    repo = tmp_path / "models--org--cached"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    check_model_on_machine("org/cached", offline=True)

@@ -1,0 +1,183 @@
+"""One display-name map: the human name, unit and rounding of every figure the pages show.
+
+Tables, chart legends and axes, and the CSV option for human headers all take their
+names from here, so ``output_tok_per_s`` reads "output tok/s" everywhere. A table shown
+to a person goes through :func:`display_frame`: human headers, numbers rounded, "–" for
+missing, timestamps in local time without microseconds. CSV downloads keep machine names
+and full precision unless the user asks for human headers (:func:`human_headers`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+
+MISSING = "–"
+
+
+@dataclass(frozen=True)
+class DisplayName:
+    """How one figure is shown: ``label`` (unit included when it has one), decimals, and a
+    scale (0.5 -> 50 % for shares)."""
+
+    label: str
+    unit: str = ""
+    decimals: int | None = None  # None: text or a whole number
+    scale: float = 1.0
+    thousands: bool = True  # False for identifiers (run 1234, PID 56789)
+
+    @property
+    def header(self) -> str:
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+
+def _seconds(label: str) -> DisplayName:
+    return DisplayName(label, "s", 3)
+
+
+def _share(label: str) -> DisplayName:
+    return DisplayName(label, "%", 1, 100.0)
+
+
+DISPLAY_NAMES: dict[str, DisplayName] = {
+    # identity and set-up
+    "run_id": DisplayName("run", thousands=False), "run": DisplayName("run", thousands=False),
+    "experiment_id": DisplayName("experiment #", thousands=False),
+    "experiment": DisplayName("experiment"), "experiments": DisplayName("experiments"),
+    "preset": DisplayName("preset"), "cell_label": DisplayName("cell"), "repeat_index": DisplayName("repeat"),
+    "status": DisplayName("status"), "status_reason": DisplayName("reason"), "backend": DisplayName("backend"),
+    "model": DisplayName("model"), "workload": DisplayName("workload"), "load_kind": DisplayName("load"),
+    "vus": DisplayName("VUs"), "arrival_rate_per_s": DisplayName("arrival rate", "req/s", 2),
+    "prompts": DisplayName("PROMPTS"), "duration_s": DisplayName("duration", "s", 0),
+    "max_tokens": DisplayName("max tokens"), "random_seed": DisplayName("seed", thousands=False), "tags": DisplayName("tags"),
+    "created_at": DisplayName("created"), "started_at": DisplayName("started"),
+    "finished_at": DisplayName("finished"), "worker_name": DisplayName("worker"), "hardware": DisplayName("hardware"),
+    "n": DisplayName("runs"),
+    # results
+    "requests_ok": DisplayName("requests ok"), "requests_failed": DisplayName("failed requests"),
+    "req_per_s": DisplayName("req/s", "", 2), "output_tok_per_s": DisplayName("output tok/s", "", 1),
+    "input_tok_per_s": DisplayName("input tok/s", "", 1),
+    "latency_avg_s": _seconds("avg latency"), "latency_p50_s": _seconds("p50 latency"),
+    "latency_p90_s": _seconds("p90 latency"), "latency_p95_s": _seconds("p95 latency"),
+    "latency_p99_s": _seconds("p99 latency"), "latency_max_s": _seconds("max latency"),
+    "iterations_completed": DisplayName("iterations done"),
+    "iterations_interrupted": DisplayName("iterations cut by the stop"),
+    "iterations_dropped": DisplayName("iterations dropped"), "measured_duration_s": DisplayName("measured", "s", 1),
+    "prefix_cache_hit_rate": _share("vLLM prefix cache hit"), "response_cache_hit_rate": _share("Redis cache hit"),
+    "response_cache_hits": DisplayName("Redis cache hits"),
+    "response_cache_store_errors": DisplayName("cache store errors"),
+    "server_ttft_avg_s": _seconds("server TTFT avg"),
+    "server_time_per_output_token_avg_s": _seconds("server time per output token"),
+    "k6_cpu_percent_avg": DisplayName("k6 CPU avg", "% of a core", 1),
+    "backend_cpu_percent_avg": DisplayName("backend CPU avg", "% of a core", 1),
+    "backend_rss_max_mb": DisplayName("backend memory max", "MiB", 0),
+    "gpu_utilization_avg_percent": DisplayName("GPU use avg", "%", 1),
+    "load_generator_warning": DisplayName("load generator warning"),
+    # measurement (issue 13), capacity (issue 15)
+    "ttft_avg_s": _seconds("TTFT avg"), "ttft_p50_s": _seconds("TTFT p50"), "ttft_p95_s": _seconds("TTFT p95"),
+    "ttft_p99_s": _seconds("TTFT p99"), "tpot_avg_s": _seconds("time per output token avg"),
+    "tpot_p95_s": _seconds("time per output token p95"),
+    "other_cpu_percent_avg": DisplayName("other processes' CPU avg", "% of a core", 1),
+    "measurement_warnings": DisplayName("measurement warnings"),
+    "steady_output_tok_per_s": DisplayName("steady output tok/s", "", 1),
+    "steady_req_per_s": DisplayName("steady req/s", "", 2), "goodput_req_per_s": DisplayName("goodput", "req/s", 2),
+    "slo_attainment": _share("SLO attainment"),
+    # per-second series (charts)
+    "time_s": DisplayName("time since the load started", "s", 0),
+    "running_requests": DisplayName("running in the backend"), "waiting_requests": DisplayName("waiting in the backend"),
+    "other_cpu_percent": DisplayName("other processes", "% of a core", 1),
+    "requests_in_flight": DisplayName("requests in flight"),
+    # services, workers, server metrics, ratios, cost
+    "service": DisplayName("service"), "kind": DisplayName("kind"), "state": DisplayName("state"),
+    "url": DisplayName("URL"), "pid": DisplayName("PID", thousands=False), "uptime": DisplayName("uptime"),
+    "metric": DisplayName("metric"), "before": DisplayName("before", "", 3), "after": DisplayName("after", "", 3),
+    "change": DisplayName("change", "", 3), "ratio": DisplayName("ratio"), "value": DisplayName("value", "", 2),
+    "cost_per_million_output_tokens": DisplayName("cost per 1M output tokens", "", 2),
+    "name": DisplayName("worker"), "labels": DisplayName("labels"), "heartbeat_age_s": DisplayName("heartbeat age", "s", 1),
+    "current_run": DisplayName("current run", thousands=False), "services": DisplayName("services on its machine"),
+}
+
+# Per-process series named after the process (``naive_cpu_percent``, ``vllm_rss_mb``).
+_PER_PROCESS = (
+    (re.compile(r"^(?P<who>.+)_cpu_percent$"), lambda who: DisplayName(f"{who} CPU", "% of a core", 1)),
+    (re.compile(r"^(?P<who>.+)_rss_mb$"), lambda who: DisplayName(f"{who} memory", "MiB", 0)),
+    (re.compile(r"^(?P<who>.+)_sd$"), lambda who: DisplayName(f"± sd of {display_name(who).label}", display_name(who).unit,
+                                                             display_name(who).decimals, display_name(who).scale)),
+)
+
+
+def display_name(name: str) -> DisplayName:
+    """The display entry of a machine name; unknown names read with spaces for underscores."""
+    if name in DISPLAY_NAMES:
+        return DISPLAY_NAMES[name]
+    for pattern, build in _PER_PROCESS:
+        match = pattern.match(name)
+        if match:
+            return build(match["who"])
+    return DisplayName(name.replace("_", " "))
+
+
+def header(name: str) -> str:
+    """The column header, legend or axis title of a machine name, unit included."""
+    return display_name(name).header
+
+
+def is_missing(value: Any) -> bool:
+    if value is None or value is pd.NaT:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def local_time(value: Any) -> str:
+    """An ISO timestamp or datetime as local ``YYYY-MM-DD HH:MM:SS``; "–" when missing."""
+    if is_missing(value) or value == "":
+        return MISSING
+    try:
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)  # the database stores UTC
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_value(name: str, value: Any) -> str:
+    """One cell for display: rounded as the name says, "–" when missing, local time for ``*_at``."""
+    if name.endswith("_at"):
+        return local_time(value)
+    if is_missing(value):
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        entry = display_name(name)
+        number = float(value) * entry.scale
+        if math.isinf(number):
+            return "∞"
+        decimals = entry.decimals
+        if decimals is None:
+            decimals = 0 if float(number).is_integer() else 2
+        return f"{number:,.{decimals}f}" if entry.thousands else f"{number:.{decimals}f}"
+    return str(value)
+
+
+def display_frame(frame: pd.DataFrame, *, keep_headers: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``frame`` as shown to a person: human headers, every cell a rounded display string."""
+    shown = pd.DataFrame({
+        (name if name in keep_headers else header(name)): [format_value(name, value) for value in frame[name]]
+        for name in frame.columns
+    }, index=frame.index)
+    return shown.reset_index(drop=True)
+
+
+def human_headers(frame: pd.DataFrame) -> pd.DataFrame:
+    """The same values (full precision) under human headers, for a CSV a person reads."""
+    return frame.rename(columns={name: header(name) for name in frame.columns})
