@@ -12,14 +12,11 @@ from lab import experiments
 from lab.datasets import DatasetError, list_uploads, record_upload, save_upload
 from lab.specs import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
-from pages.view.grid_form import GridForm, check_grid_form
+from lab.workloads import WORKLOADS as REGISTERED_WORKLOADS
+from pages.view.grid_form import GridForm, check_grid_form, is_external
 from pages.view.text import plain, show_plain
 
-WORKLOADS = {
-    "number-story": "number story (the seed's prompt, PROMPTS distinct numbers)",
-    "sharegpt-chat": "multi-turn chat (ShareGPT sessions)",
-    "custom": "custom requests (your JSONL)",
-}
+WORKLOADS = {name: workload.label or name for name, workload in REGISTERED_WORKLOADS.items()}
 LOAD_KINDS = {"constant-vus": "constant VUs (closed loop)", "constant-arrival-rate": "arrival rate (open loop)"}
 
 
@@ -76,7 +73,7 @@ def grid_section() -> None:
     field_error(errors, "name")
     form.backends = st.multiselect("Backends", BACKENDS, default=["naive"], key="grid_backends")
     field_error(errors, "backends")
-    if any(backend.startswith("external") for backend in form.backends):
+    if any(is_external(backend) for backend in form.backends):
         form.target_url = st.text_input("Target URL (external server)", key="grid_target_url",
                                         placeholder="http://127.0.0.1:8000")
         field_error(errors, "target_url")
@@ -99,6 +96,16 @@ def grid_section() -> None:
                 "ShareGPT file", options, key="grid_dataset",
                 format_func=lambda path: "the bundled ShareGPT file" if path is None else labels[path],
             )
+        elif form.workload == "synthetic":
+            form.synthetic_prompts = int(st.number_input("Distinct prompts", value=100, step=1, key="grid_syn_prompts"))
+            form.input_tokens_mean = int(st.number_input("Prompt tokens (mean, chat template included)", value=512,
+                                                         step=16, key="grid_syn_mean"))
+            form.input_tokens_spread = int(st.number_input("Prompt tokens (standard deviation)", value=0, step=8,
+                                                           key="grid_syn_spread"))
+            form.shared_prefix_tokens = int(st.number_input("Shared prefix tokens (every prompt starts alike)",
+                                                            value=0, step=16, key="grid_syn_prefix"))
+            form.fixed_output = st.checkbox("Every answer exactly max tokens long", value=True, key="grid_syn_fixed")
+            field_error(errors, "synthetic")
         else:
             uploads = list_uploads(settings().uploads_dir, "jsonl")
             labels = dict(uploads)

@@ -17,7 +17,9 @@ from lab.specs import (
     WorkloadSpec,
     format_validation_error,
 )
+from lab.backends import get_backend
 from lab.validation import ModelNameError, check_model_on_machine
+from lab.workloads.synthetic import SyntheticOptions
 
 @dataclass
 class GridForm:
@@ -32,6 +34,12 @@ class GridForm:
     sessions: int = 100
     dataset_path: str | None = None
     requests_path: str | None = None
+    # The synthetic workload (workload.synthetic): prompt length in tokens and a shared prefix.
+    synthetic_prompts: int = 100
+    input_tokens_mean: int = 512
+    input_tokens_spread: int = 0
+    shared_prefix_tokens: int = 0
+    fixed_output: bool = True
     load_kind: str = "constant-vus"
     vus_text: str = "1"
     rates_text: str = "1"
@@ -73,6 +81,14 @@ def _field_error(schema: type[BaseModel], /, **values: Any) -> str | None:
     return None
 
 
+def is_external(backend: str) -> bool:
+    """A backend the lab does not start (a server given by URL), with or without the cache."""
+    try:
+        return not get_backend(backend).managed
+    except ValueError:
+        return False
+
+
 def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, str]]:
     """Validate the grid form field by field and build its ExperimentSpec.
 
@@ -84,13 +100,13 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
         errors["name"] = "give the experiment a name"
     if not form.backends:
         errors["backends"] = "choose at least one backend"
-    if any(backend.startswith("external") for backend in form.backends) and not form.target_url.strip():
+    if any(is_external(backend) for backend in form.backends) and not form.target_url.strip():
         errors["target_url"] = "external backends need the server's base URL, e.g. http://127.0.0.1:8000"
     if form.model.strip():
         message = _field_error(RunSpec, model=form.model.strip())
         if message:
             errors["model"] = message
-        elif not all(backend.startswith("external") for backend in form.backends):
+        elif not all(is_external(backend) for backend in form.backends):
             try:  # the lab's own servers load it: it must be on this machine when offline
                 check_model_on_machine(form.model.strip())
             except ModelNameError as error:
@@ -138,6 +154,11 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
         message = _field_error(WorkloadSpec, sessions=form.sessions)
         if message:
             errors["sessions"] = f"sessions: {message}"
+    if form.workload == "synthetic":
+        try:
+            SyntheticOptions.model_validate(synthetic_section(form))
+        except ValidationError as error:
+            errors["synthetic"] = f"synthetic prompts: {format_validation_error(error)}"
     if form.workload == "custom" and not form.requests_path:
         errors["requests_path"] = "the custom workload needs a JSONL file of requests: upload one below"
     message = _field_error(CacheSpec, policy=form.cache_policy)
@@ -153,6 +174,8 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
         workload["sessions"] = form.sessions
         if form.dataset_path:
             workload["dataset_path"] = form.dataset_path
+    elif form.workload == "synthetic":
+        workload["synthetic"] = synthetic_section(form)
     else:
         workload["requests_path"] = form.requests_path
     load: dict[str, Any] = {"kind": form.load_kind, "duration_s": form.duration_s,
@@ -186,3 +209,14 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
     except ValueError as error:  # a grid cell that is invalid as a whole
         return None, {"form": str(error)}
     return spec, {}
+
+
+def synthetic_section(form: GridForm) -> dict[str, Any]:
+    """The ``workload.synthetic`` section the form's synthetic fields describe."""
+    return {
+        "prompts": form.synthetic_prompts,
+        "input_tokens_mean": form.input_tokens_mean,
+        "input_tokens_spread": form.input_tokens_spread,
+        "shared_prefix_tokens": form.shared_prefix_tokens,
+        "fixed_output": form.fixed_output,
+    }
