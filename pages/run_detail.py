@@ -74,6 +74,8 @@ def page() -> None:
         return
 
     experiment = f" · experiment #{run.experiment_id} {run.experiment.name}" if run.experiment else ""
+    if run.experiment and run.experiment.wall_time_ratio:
+        experiment += f" (wall time {run.experiment.wall_time_ratio:.2f}x its measured seconds)"
     st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
     show_plain(f"{run.backend} · {run.model} · {run.workload} · {run.cell_label} · repeat {run.repeat_index}"
                f"{experiment} · created {record['created_at']}", kind="caption")
