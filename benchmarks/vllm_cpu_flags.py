@@ -24,13 +24,11 @@ CONFIGS: dict[str, dict[str, object]] = {
     "before: auto bind, block 128, eager": {"vllm.threads_bind": "auto", "vllm.block_size": 128},
     "bind 0-1, block 128, eager": {"vllm.threads_bind": "0-1", "vllm.block_size": 128},
     "nobind, block 128, eager": {"vllm.threads_bind": "nobind", "vllm.block_size": 128},
-    "auto bind, block 32, eager": {"vllm.threads_bind": "auto", "vllm.block_size": 32},
-    "bind 0-1, block 32, eager": {"vllm.threads_bind": "0-1", "vllm.block_size": 32},
-    "bind 0-1, block 32, compiled": {"vllm.threads_bind": "0-1", "vllm.block_size": 32, "vllm.enforce_eager": False},
-    "bind 0-1, block 32, max-num-seqs 8": {
-        "vllm.threads_bind": "0-1", "vllm.block_size": 32, "vllm.extra_args": ["--max-num-seqs", "8"],
+    "auto bind, block 32, eager (the lab's best)": {"vllm.threads_bind": "auto", "vllm.block_size": 32},
+    "auto bind, block 32, compiled": {"vllm.threads_bind": "auto", "vllm.block_size": 32, "vllm.enforce_eager": False},
+    "auto bind, block 32, max-num-seqs 8": {
+        "vllm.threads_bind": "auto", "vllm.block_size": 32, "vllm.extra_args": ["--max-num-seqs", "8"],
     },
-    "float32, auto bind, block 32": {"vllm.dtype": "float32", "vllm.threads_bind": "auto", "vllm.block_size": 32},
 }
 # SmolLM2-135M: 134.5 M parameters read once per decoded token (bf16: 2 bytes each).
 WEIGHT_BYTES_PER_TOKEN = 134.5e6 * 2
