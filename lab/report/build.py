@@ -308,4 +308,6 @@ def reproduce(
         price_per_hour=price_per_hour,
     )
     print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
+    if overhead := overhead_sentence(experiments_meta):
+        print(overhead, file=sys.stderr)
     return 0 if all_done else 1
