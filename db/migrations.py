@@ -57,9 +57,15 @@ def _workers(connection: Connection) -> None:
             connection.execute(ServiceRecord.__table__.insert(), [{**row, "worker": host} for row in rows])
 
 
+def _experiment_wall_time_ratio(connection: Connection) -> None:
+    """Lab overhead: each experiment's wall time over its measured seconds."""
+    _add_column(connection, "experiments", "wall_time_ratio")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
+    _experiment_wall_time_ratio,  # 2 -> 3
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

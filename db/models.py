@@ -46,6 +46,8 @@ class Experiment(Base):
     scale: Mapped[str] = mapped_column(String(20), default="full")
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
+    # (first run started -> last run finished) / sum of the runs' measured seconds: the lab's overhead.
+    wall_time_ratio: Mapped[float | None] = mapped_column(Float)
     runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
 
 

@@ -3,13 +3,77 @@ the store keeps (``db`` knows nothing of specs; this is where specs meet the que
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db import store
-from db.models import Experiment
+from db.models import Experiment, Run, RunStatus
 from lab.specs import ExperimentSpec, RunSpec
+
+
+def service_group(spec: RunSpec) -> str:
+    """What decides whether the backend must restart between two runs: its kind, model and
+    options (the cache in front is cheap to start and does not count)."""
+    options = spec.backend_options()
+    if hasattr(options, "model_dump"):
+        options = options.model_dump(mode="json")
+    return json.dumps([spec.base_backend, spec.model, options], sort_keys=True, default=str)
+
+
+def order_by_backend(cells: list[tuple[str, int, RunSpec]], *, first_group: str | None = None
+                     ) -> list[tuple[str, int, RunSpec]]:
+    """The grid's cells grouped so each backend configuration starts once (the queue claims
+    oldest first), keeping the grid's order inside a group (repeats of a cell stay together).
+    ``first_group`` (the backend the queue ends with) goes first: it is still loaded then."""
+    groups: dict[str, list[tuple[str, int, RunSpec]]] = {}
+    for cell in cells:
+        groups.setdefault(service_group(cell[2]), []).append(cell)
+    order = sorted(groups, key=lambda group: group != first_group)  # stable: first appearance otherwise
+    return [cell for group in order for cell in groups[group]]
+
+
+def last_queued_group(session: Session) -> str | None:
+    """The service group of the newest queued run, or None when the queue is empty."""
+    spec = session.scalars(
+        select(Run.spec).where(Run.status == RunStatus.QUEUED).order_by(Run.id.desc()).limit(1)
+    ).first()
+    if spec is None:
+        return None
+    try:
+        return service_group(RunSpec.model_validate(spec))
+    except ValueError:  # a spec no longer valid: it fails on its own when claimed
+        return None
+
+
+def wall_and_measured_s(runs: list[Run]) -> tuple[float, float] | None:
+    """(first run started -> last run finished, sum of the seconds k6 measured) in seconds;
+    None until a run has measured something."""
+    measured_s = sum(run.measured_duration_s or 0 for run in runs)
+    starts = [run.started_at for run in runs if run.started_at]
+    ends = [run.finished_at for run in runs if run.finished_at]
+    if not measured_s or not starts or not ends:
+        return None
+    return (max(ends) - min(starts)).total_seconds(), measured_s
+
+
+def wall_time_ratio(runs: list[Run]) -> float | None:
+    """Wall time over measured seconds: the lab's own overhead (starting services, warm-up,
+    parsing) on top of the load; 1.0 would be none."""
+    figures = wall_and_measured_s(runs)
+    return figures[0] / figures[1] if figures else None
+
+
+def record_wall_time_ratio(*, session: Session, experiment_id: int | None) -> float | None:
+    """Store the experiment's wall-time ratio as it stands now (called after each run). Commits."""
+    experiment = session.get(Experiment, experiment_id) if experiment_id is not None else None
+    if experiment is None:
+        return None
+    experiment.wall_time_ratio = wall_time_ratio(list(experiment.runs))
+    session.commit()
+    return experiment.wall_time_ratio
 
 
 def run_columns(spec: RunSpec) -> dict[str, Any]:
@@ -32,9 +96,10 @@ def run_columns(spec: RunSpec) -> dict[str, Any]:
 
 
 def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = "") -> Experiment:
-    """Store an experiment and queue one run per grid cell and repeat. Commits."""
+    """Store an experiment and queue one run per grid cell and repeat, grouped by backend
+    configuration so each starts once (see ``order_by_backend``). Commits."""
     runs = []
-    for cell_label, repeat_index, run_spec in spec.expand():
+    for cell_label, repeat_index, run_spec in order_by_backend(spec.expand(), first_group=last_queued_group(session)):
         # Repeats get distinct seeds so they are independent samples, each replayable.
         seed = (run_spec.random_seed + repeat_index) % 2**31
         run_spec = RunSpec.model_validate({**run_spec.model_dump(), "random_seed": seed})

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
-from lab import environment, k6_results, live, server_metrics
+from lab import environment, experiments, k6_results, live, server_metrics
 from lab.backends import Backend, get_backend, managed_backend_names
 from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.resources import ResourceSampler, summarise
@@ -174,6 +174,8 @@ class RunExecutor:
             backend_url, backend_service = str(spec.target_url).rstrip("/"), None
         else:
             # One accelerator (or two CPU cores): by default never measure with another backend loaded.
+            # Stopped only here, when this run needs another one: the backend a run leaves stays
+            # warm for the next cell with its configuration (the queue is grouped by backend).
             if self.settings.stop_idle_backends:
                 for other in managed_backend_names():
                     if other != base:
@@ -843,7 +845,17 @@ class Worker:
             RunExecutor(engine=self.engine, settings=self.settings, services=self.services, run_id=run_id).execute()
         finally:
             self._current_run_id = None
+        self._record_wall_time_ratio(run_id)
         return run_id
+
+    def _record_wall_time_ratio(self, run_id: int) -> None:
+        """Update the run's experiment's wall-time ratio (the lab's overhead so far)."""
+        try:
+            with Session(self.engine) as session:
+                run = store.get_run(session=session, run_id=run_id)
+                experiments.record_wall_time_ratio(session=session, experiment_id=run.experiment_id if run else None)
+        except SQLAlchemyError as error:  # a figure about the lab itself: never worth failing the worker
+            log.warning("could not store the wall-time ratio: %s", write_failure_message(error))
 
     def run_forever(self) -> None:
         """Execute queued runs until stopped. Raises WorkerBusyError if another worker runs

@@ -100,6 +100,8 @@ def page() -> None:
         return
 
     experiment = f" · experiment #{run.experiment_id} {run.experiment.name}" if run.experiment else ""
+    if run.experiment and run.experiment.wall_time_ratio:
+        experiment += f" (wall time {run.experiment.wall_time_ratio:.2f}x its measured seconds)"
     if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
         live_run(run.id)
     else:

@@ -38,6 +38,29 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+# vLLM-CPU's attention takes KV blocks in multiples of 32 tokens ("No common block size for 16").
+CPU_BLOCK_SIZE_MULTIPLE = 32
+
+
+def best_block_size() -> int | None:
+    """32 on CPU (the smallest the CPU attention accepts: a short shared prefix fills a block and
+    is cached, see BENCHMARKS.md); None on a GPU, where vLLM's own default is kept."""
+    return None if gpu_available() else CPU_BLOCK_SIZE_MULTIPLE
+
+
+def best_threads_bind() -> str:
+    """VLLM_CPU_OMP_THREADS_BIND as measured fastest here (BENCHMARKS.md, "vLLM-CPU flags")."""
+    return BEST_THREADS_BIND
+
+
+# "best", "auto", "nobind" or CPU lists per rank ("0-1", "0,2-3|4-7").
+CPU_LIST_PATTERN = r"^(best|auto|nobind|\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*)$"
+# Measured on the 2-core machine (BENCHMARKS.md): see best_threads_bind.
+BEST_THREADS_BIND = "auto"
+# VLLM_CPU_KVCACHE_SPACE: ample for SmolLM2-135M at 4,096 tokens x 32+ sequences, small beside RAM.
+BEST_KV_CACHE_GIB = 2
+
+
 def best_vllm_dtype() -> str:
     """The fastest vLLM dtype on this host, as measured (see BENCHMARKS.md)."""
     if gpu_available():
@@ -55,9 +78,54 @@ class VllmOptions(StrictModel):
     enforce_eager: bool = True
     max_model_len: int = Field(default=4096, ge=128, le=1_048_576)
     prefix_caching: bool = True
-    kv_cache_gib: int = Field(default=2, ge=1, le=1024, description="VLLM_CPU_KVCACHE_SPACE on CPU (whole GiB)")
+    kv_cache_gib: int | Literal["best"] = Field(
+        default="best", description="VLLM_CPU_KVCACHE_SPACE on CPU (whole GiB); best: 2"
+    )
+    # VLLM_CPU_OMP_THREADS_BIND: "auto" (vLLM's: one core left to the scheduler/API process),
+    # "nobind" (OpenMP's own), or a CPU list such as "0-1"; best: the fastest measured here.
+    threads_bind: str = Field(default="best", pattern=CPU_LIST_PATTERN)
+    reserved_cpus: int | Literal["best"] = Field(
+        default="best", description="VLLM_CPU_NUM_OF_RESERVED_CPU; best: vLLM's own choice"
+    )
+    # KV-cache block size in tokens; best: 32 on CPU, vLLM's own default on a GPU.
+    block_size: int | Literal["best"] = "best"
     gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
     extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("kv_cache_gib", "reserved_cpus")
+    @classmethod
+    def _whole_gib_or_count(cls, value: int | str, info: Any) -> int | str:
+        low = 1 if info.field_name == "kv_cache_gib" else 0
+        if value != "best" and not low <= int(value) <= 1024:
+            raise ValueError(f"must be 'best' or a whole number from {low} to 1024")
+        return value
+
+    @field_validator("block_size")
+    @classmethod
+    def _block_size_the_cpu_accepts(cls, value: int | str) -> int | str:
+        if value == "best":
+            return value
+        if value < 1:
+            raise ValueError("must be 'best' or a positive number of tokens")
+        if not gpu_available() and value % CPU_BLOCK_SIZE_MULTIPLE:
+            raise ValueError(
+                f"vLLM-CPU accepts only multiples of {CPU_BLOCK_SIZE_MULTIPLE} tokens (got {value}); 'best' is 32"
+            )
+        return value
+
+    def resolved_block_size(self) -> int | None:
+        """The block size to pass (None: vLLM's own default)."""
+        return best_block_size() if self.block_size == "best" else int(self.block_size)
+
+    def cpu_environment(self) -> dict[str, str]:
+        """The VLLM_CPU_* variables these options set (CPU only), 'best' resolved."""
+        env = {
+            "VLLM_CPU_KVCACHE_SPACE": str(BEST_KV_CACHE_GIB if self.kv_cache_gib == "best" else int(self.kv_cache_gib)),
+            "VLLM_CPU_OMP_THREADS_BIND": best_threads_bind() if self.threads_bind == "best" else self.threads_bind,
+        }
+        if self.reserved_cpus != "best":
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(int(self.reserved_cpus))
+        return env
 
     @field_validator("extra_args")
     @classmethod
@@ -100,7 +168,10 @@ class VllmBackend(Backend):
         if gpu_available():
             argv += ["--gpu-memory-utilization", str(options.gpu_memory_utilization)]
         else:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(int(options.kv_cache_gib))
+            env.update(options.cpu_environment())
+        if (block_size := options.resolved_block_size()) is not None:
+            argv += ["--block-size", str(block_size)]
+        # Last: an allowed extra flag (e.g. --block-size) overrides the option before it.
         argv += list(options.extra_args)
         return Launch(argv=argv, env=env, readiness_timeout_s=self.readiness_timeout_s)
 

@@ -85,6 +85,7 @@ def build_blocks(
         ("h", 2, "Scaling"),
         ("p", f"The seed: {SEED_SCALE}. Here:"),
         ("table", scaling_table(experiments_meta)),
+        *([("p", overhead)] if (overhead := overhead_sentence(experiments_meta)) else []),
         ("p", "Figures are means over repeats, ± the sample standard deviation where there are at least two. "
               "Failed requests are summed over repeats."),
         ("h", 2, "Claim by claim"),
@@ -127,6 +128,17 @@ def build_blocks(
         blocks.append(("p", f"PNG copies of the charts could not be written ({png_note}); report.html has them."))
     blocks.append(("p", "Every run's figures: runs.csv. Interactive charts: report.html (self-contained)."))
     return blocks
+
+
+def overhead_sentence(experiments_meta: dict[str, dict[str, Any]]) -> str | None:
+    """The lab's own overhead over the whole reproduction: wall time over measured seconds."""
+    wall_s = sum(meta.get("wall_s") or 0 for meta in experiments_meta.values())
+    measured_s = sum(meta.get("measured_s") or 0 for meta in experiments_meta.values())
+    if not wall_s or not measured_s:
+        return None
+    return (f"Wall time {wall_s:.0f} s for {measured_s:.0f} s of measured load (k6's test durations, drain "
+            f"included): a wall-time ratio of {wall_s / measured_s:.2f} (the rest is the lab starting "
+            "services, warming up and parsing).")
 
 
 def write_report(
@@ -243,6 +255,7 @@ def report_from_experiments(
 
     from db import store
     from db.engine import get_engine
+    from lab import experiments
 
     engine = get_engine(settings.resolved_database_url)
     records_by_preset: dict[str, list[dict[str, Any]]] = {}
@@ -251,6 +264,8 @@ def report_from_experiments(
         for preset, meta in experiments_meta.items():
             runs = store.list_runs(session=session, experiment_ids=meta["ids"], newest_first=False)
             records_by_preset[preset] = [compare.run_record(run) for run in runs]
+            if figures := experiments.wall_and_measured_s(runs):
+                meta["wall_s"], meta["measured_s"] = figures
             if not environment:
                 environment = next((dict(run.environment) for run in runs if run.environment), {})
     if not environment:
@@ -293,4 +308,6 @@ def reproduce(
         price_per_hour=price_per_hour,
     )
     print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
+    if overhead := overhead_sentence(experiments_meta):
+        print(overhead, file=sys.stderr)
     return 0 if all_done else 1

@@ -186,6 +186,8 @@ def scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFrame:
             "VUs": ", ".join(str(v) for v in meta.get("vus", [])) or "–",
             "repeats per cell": meta.get("repeats", "–"),
             "lab experiment ids": ", ".join(f"#{i}" for i in meta.get("ids", [])) or "–",
+            "wall time / measured": f"{meta['wall_s'] / meta['measured_s']:.2f}"
+            if meta.get("wall_s") and meta.get("measured_s") else "–",
             "how it differs from the seed": meta.get("scale_note") or "the seed's set-up",
         })
     return pd.DataFrame(rows)
