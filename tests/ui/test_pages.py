@@ -357,3 +357,17 @@ def test_runs_and_compare_filter_by_worker_and_say_where_the_seed_figures_ran(se
     assert "measured on gpu-box: NVIDIA H200 (139.8 GiB)" in texts(app)
     widget(app.selectbox, "compare_worker").set_value("cpu-box").run()
     assert not app.exception and "measured on" not in texts(app)
+
+
+def test_run_detail_shows_client_vs_server_ttft_of_a_streamed_run(seed_lab: SeededLab) -> None:
+    run_id = seed_lab.done_run_ids[0]
+    store.update_run(engine=seed_lab.engine, run_id=run_id, ttft_avg_s=0.25, ttft_p95_s=0.4, tpot_avg_s=0.05,
+                     tpot_p95_s=0.07, server_ttft_avg_s=0.2, ttft_hit_p95_s=0.012, ttft_miss_p95_s=0.5,
+                     unstreamed_answers=0)
+    shown = texts(open_page(PAGES["Run detail"], run=str(run_id)))
+    assert "Client TTFT (time to first byte of a streamed answer): avg 250 ms, p95 400 ms" in shown
+    assert "server TTFT avg 200 ms (client − server: +50 ms)" in shown
+    assert "cache HIT TTFT p95 12 ms, MISS p95 500 ms" in shown
+    store.update_run(engine=seed_lab.engine, run_id=run_id, unstreamed_answers=3)
+    shown = texts(open_page(PAGES["Run detail"], run=str(run_id)))
+    assert "3 answers were not streamed (one JSON body)" in shown
