@@ -296,6 +296,9 @@ function sendChat(body, streamAsked, tags) {
   if (usage) {
     metrics.inputTokens.add(usage.prompt_tokens || 0, tags);
     metrics.outputTokens.add(usage.completion_tokens || 0, tags);
+  } else if (streamed) {
+    // A stream without a usage chunk (llama-cpp-python's server): one chunk per token.
+    metrics.outputTokens.add(contentChunks, tags);
   }
   if (streamAsked) {
     const timingTags = cache === "HIT" || cache === "MISS" ? { ...tags, cache } : tags;

@@ -45,3 +45,32 @@ class HeadersWithFirstChunk:
             await send(message)
 
         await self.app(scope, receive, send_with_first_chunk)
+
+
+def run_llama_cpp_server(argv: list[str]) -> None:
+    """``python -m llama_cpp.server ARGS`` with its app behind :class:`HeadersWithFirstChunk`
+    (llama-cpp-python's server takes no middleware option; its ``__main__`` imports
+    ``create_app`` by name, so the wrapped factory must be in place before it runs)."""
+    import runpy
+    import sys
+
+    import llama_cpp.server.app as llama_app
+
+    create_app = llama_app.create_app
+
+    def create_wrapped_app(*args: Any, **kwargs: Any) -> Any:
+        app = create_app(*args, **kwargs)
+        app.add_middleware(HeadersWithFirstChunk)
+        return app
+
+    llama_app.create_app = create_wrapped_app
+    sys.argv = ["llama_cpp.server", *argv]
+    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] != ["llama_cpp.server"]:
+        raise SystemExit("usage: python -m services.first_chunk llama_cpp.server [its arguments]")
+    run_llama_cpp_server(sys.argv[2:])

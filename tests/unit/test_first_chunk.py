@@ -67,3 +67,15 @@ def test_vllm_is_launched_with_the_middleware() -> None:
     launch = backend.launch(model="m", options=backend.default_options(), settings=get_settings())
     index = launch.argv.index("--middleware")
     assert launch.argv[index + 1] == "services.first_chunk.HeadersWithFirstChunk"
+
+
+def test_llamacpp_is_launched_behind_the_middleware(tmp_path: Any) -> None:
+    backend = get_backend("llamacpp")
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    options = backend.options_model(gguf_path=str(gguf))
+    try:
+        launch = backend.launch(model="m", options=options, settings=get_settings())
+    except ValueError:  # llama-cpp-python not installed here
+        return
+    assert launch.argv[1:4] == ["-m", "services.first_chunk", "llama_cpp.server"]
