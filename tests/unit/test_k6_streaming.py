@@ -91,3 +91,32 @@ def test_one_request_s_points_share_tags_and_request_id() -> None:
         assert points["lab_ttft"]["value"] == pytest.approx(points["http_req_waiting"]["value"])
         assert points["lab_ttft"]["tags"]["lab_request"] == points["http_req_duration"]["tags"]["lab_request"] == "chat"
         assert points["lab_ttft"]["tags"]["cache"] in ("HIT", "MISS")
+
+
+def test_the_csv_export_carries_every_streaming_column() -> None:
+    from lab.compare import RECORD_FIELDS
+
+    assert set(STREAM_KEYS) <= set(RECORD_FIELDS)
+
+
+def test_a_database_from_before_gets_the_streaming_columns_and_keeps_its_runs(tmp_path: Path) -> None:
+    from sqlalchemy import inspect, text
+
+    from db import migrations
+    from db.engine import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    migrations.upgrade(engine)
+    version = migrations.MIGRATIONS.index(migrations._client_streaming_latency)
+    with engine.begin() as connection:  # back to the schema before this migration
+        for column in migrations.STREAMING_COLUMNS:
+            connection.execute(text(f"ALTER TABLE runs DROP COLUMN {column}"))
+        connection.execute(text("INSERT INTO runs (spec, backend, model, workload, load_kind, duration_s, max_tokens, "
+                                "random_seed, cell_label, repeat_index, tags, notes, status, cancel_requested, created_at) VALUES "
+                                "('{}', 'vllm', 'm', 'number-story', 'constant-vus', 1, 1, 1, '', 0, '', '', 'done', 0, '2026-01-01 00:00:00')"))
+        connection.execute(text("UPDATE schema_version SET version = :v"), {"v": version})
+    assert migrations.upgrade(engine) == version
+    with engine.connect() as connection:
+        columns = {column["name"] for column in inspect(connection).get_columns("runs")}
+        assert set(migrations.STREAMING_COLUMNS) <= columns
+        assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == 1
