@@ -562,3 +562,62 @@ def _series_from_buckets(
         samples_read=samples_read,
         **series,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Per-request figures (for SLOs): k6/lib.js puts the metadata ``lab_request_id`` on every
+# sample of one request, so its points can be joined.
+
+_REQUEST_POINT_METRICS = {"http_req_duration", "lab_ttft", "lab_tpot"}
+
+
+@dataclass(frozen=True)
+class RequestFigures:
+    """One workload request: success, end-to-end latency, and (streamed) TTFT and TPOT, seconds."""
+
+    request_id: str
+    ok: bool
+    latency_s: float | None
+    ttft_s: float | None
+    tpot_s: float | None
+    cache: str | None  # "HIT" / "MISS" when a response cache answered
+
+
+def request_figures(path: Path | str) -> list[RequestFigures]:
+    """Every workload request of a k6 NDJSON file, in the order its latency was recorded
+    (samples without ``lab_request_id``, from scripts before it existed, are skipped)."""
+    path = Path(path)
+    if not path.exists():
+        raise K6ResultsError(f"k6 NDJSON {path} does not exist")
+    joined: dict[str, dict[str, Any]] = {}
+    for chunk in _iter_chunks(path):
+        for line in chunk.splitlines():
+            if b'"lab_request_id"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a killed k6
+            metric = record.get("metric")
+            data = record.get("data") or {}
+            tags = data.get("tags") or {}
+            if metric not in _REQUEST_POINT_METRICS or tags.get(CHAT_TAG) != CHAT_TAG_VALUE:
+                continue
+            request = joined.setdefault(data["metadata"]["lab_request_id"], {})
+            request[metric] = float(data["value"]) / 1000.0
+            if metric == "http_req_duration":
+                request["ok"] = tags.get("expected_response") == "true"
+            elif "cache" in tags:
+                request["cache"] = tags["cache"]
+    return [
+        RequestFigures(
+            request_id=request_id,
+            ok=bool(request.get("ok")),
+            latency_s=request.get("http_req_duration"),
+            ttft_s=request.get("lab_ttft"),
+            tpot_s=request.get("lab_tpot"),
+            cache=request.get("cache"),
+        )
+        for request_id, request in joined.items()
+        if "http_req_duration" in request
+    ]

@@ -120,3 +120,17 @@ def test_a_database_from_before_gets_the_streaming_columns_and_keeps_its_runs(tm
         columns = {column["name"] for column in inspect(connection).get_columns("runs")}
         assert set(migrations.STREAMING_COLUMNS) <= columns
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == 1
+
+
+def test_per_request_figures_join_one_request_s_points() -> None:
+    from lab.k6_results import request_figures
+
+    requests = request_figures(FIXTURES / "stream.ndjson")
+    assert len(requests) == COUNTS["stream"]["completions_total"]
+    assert all(request.ok for request in requests)
+    assert all(request.ttft_s is not None and request.ttft_s <= request.latency_s for request in requests)
+    assert sum(request.cache == "HIT" for request in requests) == COUNTS["stream"]["cache_hits"]
+    summary = parse_summary(FIXTURES / "stream_summary.json")
+    assert sum(r.ttft_s for r in requests) / len(requests) == pytest.approx(summary["ttft_avg_s"])
+    unstreamed = request_figures(FIXTURES / "unstreamed.ndjson")
+    assert all(r.tpot_s is None and r.ttft_s == pytest.approx(r.latency_s) for r in unstreamed)
