@@ -152,12 +152,14 @@ def test_grid_form_launch_queues_one_run_per_cell(seed_lab: SeededLab) -> None:
     widget(app.number_input, "grid_duration").set_value(5.0).run()
     widget(app.number_input, "grid_max_tokens").set_value(16).run()
     widget(app.text_input, "grid_name").input("ui grid").run()
+    widget(app.checkbox, "grid_stream").check().run()
     widget(app.button, "launch_grid").click().run()
     assert not app.exception
     assert [heading.value for heading in app.title] == ["Runs"]
     new = [run for run in runs_in_db(seed_lab) if run.experiment and run.experiment.name == "ui grid"]
     assert sorted(run.vus for run in new) == [1, 2]
     assert all(run.max_tokens == 16 and run.duration_s == 5.0 and run.backend == "naive" for run in new)
+    assert all(run.spec["workload"]["stream"] is True for run in new)
 
 
 def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLab) -> None:
