@@ -62,10 +62,24 @@ def _experiment_wall_time_ratio(connection: Connection) -> None:
     _add_column(connection, "experiments", "wall_time_ratio")
 
 
+STREAMING_COLUMNS = (
+    "ttft_avg_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_avg_s", "tpot_p95_s",
+    "ttft_hit_avg_s", "ttft_hit_p95_s", "ttft_miss_avg_s", "ttft_miss_p95_s", "tpot_hit_avg_s",
+    "tpot_miss_avg_s", "unstreamed_answers",
+)
+
+
+def _client_streaming_latency(connection: Connection) -> None:
+    """Client-side TTFT/TPOT of streamed runs, split by response-cache HIT/MISS."""
+    for column_name in STREAMING_COLUMNS:
+        _add_column(connection, Run.__tablename__, column_name)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
     _experiment_wall_time_ratio,  # 2 -> 3
+    _client_streaming_latency,  # 3 -> 4
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

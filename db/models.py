@@ -75,6 +75,24 @@ class RunResultColumns:
     iterations_interrupted: Mapped[int | None] = mapped_column(Integer)
     iterations_dropped: Mapped[int | None] = mapped_column(Integer)
     measured_duration_s: Mapped[float | None] = mapped_column(Float)
+    # Client-side streaming latency (streamed runs only, from k6/lib.js's lab_ttft/lab_tpot):
+    # TTFT is the time to first byte, sent with the first token's chunk; TPOT per request is
+    # (duration - TTFT) / (tokens - 1). *_hit/*_miss: split by the response cache's X-Cache.
+    ttft_avg_s: Mapped[float | None] = mapped_column(Float)
+    ttft_p50_s: Mapped[float | None] = mapped_column(Float)
+    ttft_p95_s: Mapped[float | None] = mapped_column(Float)
+    ttft_p99_s: Mapped[float | None] = mapped_column(Float)
+    tpot_avg_s: Mapped[float | None] = mapped_column(Float)
+    tpot_p95_s: Mapped[float | None] = mapped_column(Float)
+    ttft_hit_avg_s: Mapped[float | None] = mapped_column(Float)
+    ttft_hit_p95_s: Mapped[float | None] = mapped_column(Float)
+    ttft_miss_avg_s: Mapped[float | None] = mapped_column(Float)
+    ttft_miss_p95_s: Mapped[float | None] = mapped_column(Float)
+    tpot_hit_avg_s: Mapped[float | None] = mapped_column(Float)
+    tpot_miss_avg_s: Mapped[float | None] = mapped_column(Float)
+    # Answers that came back as one body although a stream was asked for (their TTFT is
+    # the time to the whole body): a run with any is not a streamed measurement.
+    unstreamed_answers: Mapped[int | None] = mapped_column(Integer)
     # Figures (server side, from /metrics deltas).
     prefix_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
     response_cache_hit_rate: Mapped[float | None] = mapped_column(Float)

@@ -8,7 +8,17 @@
 //   LOAD_KIND: constant-vus (VUS, DURATION) | ramping-vus (STAGES JSON, START_VUS)
 //              | constant-arrival-rate (RATE per TIME_UNIT ("1s"), DURATION, PRE_ALLOCATED_VUS, MAX_VUS),
 //   GRACEFUL_STOP ("30s"), GRACEFUL_RAMP_DOWN ("30s"), REQUEST_TIMEOUT ("600s"),
-//   SUMMARY_PATH (where handleSummary writes the JSON summary).
+//   SUMMARY_PATH (where handleSummary writes the JSON summary),
+//   STREAM ("1": ask for streamed answers with `stream_options.include_usage`).
+//
+// Streamed answers: client TTFT is k6's http_req_waiting (time to first byte; the lab's
+// servers and vLLM send their headers with the first token's chunk) and time per output
+// token is (duration - waiting) / (tokens - 1); both are Trends in ms (lab_ttft, lab_tpot)
+// tagged like the request plus `cache` (HIT/MISS) when a response cache answered. An answer
+// that comes back as one JSON body although a stream was asked for counts in
+// lab_unstreamed_answers and its lab_ttft is the time to the whole body (no lab_tpot).
+// Every sample of one request carries the metadata `lab_request_id` (NDJSON only: metadata
+// never splits k6's time series, so it costs no memory per request).
 //
 // Custom metrics carry the prefix `lab_`. Latency stays k6's http_req_duration (ms);
 // the thresholds below only exist so that the end-of-test summary carries the
@@ -16,7 +26,7 @@
 
 import http from "k6/http";
 import exec from "k6/execution";
-import { Counter, Rate } from "k6/metrics";
+import { Counter, Rate, Trend } from "k6/metrics";
 
 function envString(name, fallback) {
   const value = __ENV[name];
@@ -47,6 +57,7 @@ export const config = {
   topP: envFloat("TOP_P", undefined),
   seedBase: envInt("SEED_BASE", envInt("SEED", 1)),
   requestTimeout: envString("REQUEST_TIMEOUT", "600s"),
+  stream: envString("STREAM", "0") === "1",
   summaryPath: envString("SUMMARY_PATH", "summary.json"),
 };
 
@@ -64,6 +75,9 @@ export const metrics = {
   requestsStarted: new Counter("lab_requests_started"),
   // Counted when an iteration starts: started minus `iterations` = interrupted iterations.
   iterationsStarted: new Counter("lab_iterations_started"),
+  ttft: new Trend("lab_ttft", true),
+  tpot: new Trend("lab_tpot", true),
+  unstreamedAnswers: new Counter("lab_unstreamed_answers"),
 };
 
 // Only 2xx counts as a success (k6's default also accepts 3xx).
@@ -121,6 +135,11 @@ export function buildOptions() {
       [`http_req_duration{${CHAT_TAG}:chat,expected_response:false}`]: ["max>=0"],
       [`http_reqs{${CHAT_TAG}:chat}`]: ["count>=0"],
       [`http_req_failed{${CHAT_TAG}:chat}`]: ["rate>=0"],
+      // Sub-metrics by response-cache outcome (empty when no cache answered).
+      "lab_ttft{cache:HIT}": ["max>=0"],
+      "lab_ttft{cache:MISS}": ["max>=0"],
+      "lab_tpot{cache:HIT}": ["max>=0"],
+      "lab_tpot{cache:MISS}": ["max>=0"],
     },
     setupTimeout: "120s",
     teardownTimeout: "60s",
@@ -170,6 +189,10 @@ export function checkHealth() {
 export function chatBody(messagesOrRequest) {
   const request = Array.isArray(messagesOrRequest) ? { messages: messagesOrRequest } : { ...messagesOrRequest };
   const body = { model: config.model, messages: request.messages, max_tokens: config.maxTokens };
+  if (config.stream) {
+    body.stream = true;
+    body.stream_options = { include_usage: true };
+  }
   if (config.temperature !== undefined) body.temperature = config.temperature;
   if (config.topP !== undefined) body.top_p = config.topP;
   for (const key of Object.keys(request)) {
@@ -179,12 +202,63 @@ export function chatBody(messagesOrRequest) {
 }
 
 /**
- * POST one chat completion; record tokens, cache hits and failures.
- * Returns the parsed response JSON, or null on failure.
+ * An OpenAI SSE body assembled: `{ choices: [{ message, finish_reason }], usage }`, the
+ * number of chunks that carried content, and whether it ended with `[DONE]`.
+ */
+export function parseSse(text) {
+  let content = "";
+  let finishReason = null;
+  let usage = null;
+  let contentChunks = 0;
+  let done = false;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("data:")) continue;
+    const data = line.slice(5).trim();
+    if (data === "[DONE]") {
+      done = true;
+      continue;
+    }
+    let event;
+    try {
+      event = JSON.parse(data);
+    } catch (error) {
+      continue;
+    }
+    if (event.error) return null;
+    if (event.usage) usage = event.usage;
+    const choice = event.choices && event.choices[0];
+    if (!choice) continue;
+    const piece = choice.delta && choice.delta.content;
+    if (piece) {
+      content += piece;
+      contentChunks += 1;
+    }
+    if (choice.finish_reason) finishReason = choice.finish_reason;
+  }
+  const answer = { choices: [{ message: { role: "assistant", content }, finish_reason: finishReason }], usage };
+  return { answer, contentChunks, done };
+}
+
+let requestSerial = 0;
+
+/**
+ * POST one chat completion; record tokens, cache hits, failures and (streamed) TTFT/TPOT.
+ * Returns the parsed response JSON (a streamed one assembled), or null on failure.
  */
 export function postChat(messagesOrRequest, extraTags = {}) {
   const tags = { ...extraTags, [CHAT_TAG]: "chat" };
-  const body = JSON.stringify(chatBody(messagesOrRequest));
+  const request = chatBody(messagesOrRequest);
+  const body = JSON.stringify(request);
+  requestSerial += 1;
+  exec.vu.metrics.metadata.lab_request_id = `${exec.vu.idInTest}-${requestSerial}`;
+  try {
+    return sendChat(body, request.stream === true, tags);
+  } finally {
+    delete exec.vu.metrics.metadata.lab_request_id;
+  }
+}
+
+function sendChat(body, streamAsked, tags) {
   metrics.requestsStarted.add(1, tags);
   const response = http.post(`${config.target}/v1/chat/completions`, body, {
     headers: { "Content-Type": "application/json" },
@@ -192,22 +266,52 @@ export function postChat(messagesOrRequest, extraTags = {}) {
     tags,
   });
   const cacheHeader = response.headers["X-Cache"];
-  if (cacheHeader !== undefined) metrics.cacheHits.add(cacheHeader.toUpperCase() === "HIT", tags);
+  const cache = cacheHeader === undefined ? undefined : cacheHeader.toUpperCase();
+  if (cache !== undefined) metrics.cacheHits.add(cache === "HIT", tags);
   if (response.status !== 200) {
     metrics.requestFailures.add(1, tags);
     return null;
   }
+  const contentType = String(response.headers["Content-Type"] || "");
+  const streamed = contentType.startsWith("text/event-stream");
   let parsed;
-  try {
-    parsed = response.json();
-  } catch (error) {
-    metrics.requestFailures.add(1, tags);
-    return null;
+  let contentChunks = 0;
+  if (streamed) {
+    const sse = parseSse(String(response.body || ""));
+    if (sse === null || !sse.done) {
+      metrics.requestFailures.add(1, tags);
+      return null;
+    }
+    parsed = sse.answer;
+    contentChunks = sse.contentChunks;
+  } else {
+    try {
+      parsed = response.json();
+    } catch (error) {
+      metrics.requestFailures.add(1, tags);
+      return null;
+    }
   }
   const usage = parsed && parsed.usage;
   if (usage) {
     metrics.inputTokens.add(usage.prompt_tokens || 0, tags);
     metrics.outputTokens.add(usage.completion_tokens || 0, tags);
+  } else if (streamed) {
+    // A stream without a usage chunk (llama-cpp-python's server): one chunk per token.
+    metrics.outputTokens.add(contentChunks, tags);
+  }
+  if (streamAsked) {
+    const timingTags = cache === "HIT" || cache === "MISS" ? { ...tags, cache } : tags;
+    const { duration, waiting } = response.timings;
+    if (streamed) {
+      metrics.ttft.add(waiting, timingTags);
+      const tokens = usage && usage.completion_tokens ? usage.completion_tokens : contentChunks;
+      if (tokens > 1) metrics.tpot.add((duration - waiting) / (tokens - 1), timingTags);
+    } else {
+      // Asked for a stream, got one body: its first token is only visible with the last.
+      metrics.ttft.add(duration, timingTags);
+      metrics.unstreamedAnswers.add(1, tags);
+    }
   }
   return parsed;
 }

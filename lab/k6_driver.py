@@ -112,6 +112,7 @@ def k6_environment(spec: RunSpec, *, target_url: str, requests_file: Path | None
         "GRACEFUL_STOP": f"{load.graceful_stop_s:g}s",
         "GRACEFUL_RAMP_DOWN": f"{load.graceful_stop_s:g}s",
         "REQUEST_TIMEOUT": "900s",
+        "STREAM": "1" if spec.workload.stream else "0",
         **get_workload(spec.workload.kind).k6_env(spec),
     }
     if spec.temperature is not None:

@@ -21,11 +21,12 @@ layout is checked on the first chunk that holds samples).
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import json
 import math
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,7 +39,7 @@ CHUNK_BYTES = 8 * 1024 * 1024
 # The metrics the per-second series needs, in the order of the regex alternation.
 # (Input tokens and cache hits are run totals in the summary; each extra metric here costs
 # one more sample line per request to decode, so the series keeps to what it plots.)
-_STREAM_METRICS = ("http_req_duration", "lab_output_tokens", "vus")
+_STREAM_METRICS = ("http_req_duration", "lab_output_tokens", "vus", "lab_ttft", "lab_tpot", "lab_unstreamed_answers")
 _POINT_RE = re.compile(
     rb'\{"metric":"(' + b"|".join(name.encode() for name in _STREAM_METRICS) + rb')","type":"Point",'
     rb'"data":\{"time":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)",'
@@ -176,7 +177,9 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
     ``iterations_started``, ``iterations_interrupted``, ``iterations_dropped``,
     ``cache_hits``, ``cache_lookups``, ``response_cache_hit_rate`` (None when no response
     carried ``X-Cache``), ``vus_max``, ``data_received_bytes``, ``data_sent_bytes``,
-    ``measured_duration_s``, ``latency_source`` (which k6 metric the latency came from).
+    ``measured_duration_s``, ``latency_source`` (which k6 metric the latency came from),
+    and the client-side streaming figures of :func:`streaming_figures` (``ttft_*_s``,
+    ``tpot_*_s``, ``unstreamed_answers``).
     Keys named like :data:`lab.results.RESULT_FIELDS` are the run's results.
     """
     data = load_summary(path)
@@ -216,6 +219,7 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
 
     vus_max = _metric_values(metrics, "vus_max")
     return {
+        **streaming_figures(metrics),
         "requests_ok": requests_ok,
         "requests_failed": requests_failed,
         "requests_total": requests_total,
@@ -249,6 +253,57 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
     }
 
 
+# Client-side streaming figures: k6/lib.js records, for streamed answers only, lab_ttft
+# (time to first byte, ms) and lab_tpot ((duration - ttfb) / (tokens - 1), ms), tagged
+# `cache:HIT|MISS` when a response cache answered; lab_unstreamed_answers counts answers
+# that came back as one body although a stream was asked for (their lab_ttft is the time
+# to the whole body).
+STREAM_TRENDS = {"ttft": "lab_ttft", "tpot": "lab_tpot"}
+# Result key suffix -> k6 summary statistic.
+_STREAM_STATS = {"avg": "avg", "p50": "med", "p95": "p(95)", "p99": "p(99)"}
+_STREAM_FIGURES = {
+    "ttft": ("avg", "p50", "p95", "p99"),
+    "tpot": ("avg", "p95"),
+    "ttft_hit": ("avg", "p95"),
+    "ttft_miss": ("avg", "p95"),
+    "tpot_hit": ("avg",),
+    "tpot_miss": ("avg",),
+}
+
+
+def _stream_metric_name(figure: str) -> str:
+    """``ttft_hit`` -> ``lab_ttft{cache:HIT}``."""
+    trend, _, cache = figure.partition("_")
+    name = STREAM_TRENDS[trend]
+    return f"{name}{{cache:{cache.upper()}}}" if cache else name
+
+
+def streaming_figures(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``ttft_avg_s``... ``tpot_miss_avg_s`` and ``unstreamed_answers`` from a summary's
+    metrics; None where no streamed answer was timed (a trend k6 declared but never fed)."""
+    figures: dict[str, Any] = {}
+    for figure, stats in _STREAM_FIGURES.items():
+        values = _metric_values(metrics, _stream_metric_name(figure))
+        timed = bool(values) and _count(values) > 0
+        for stat in stats:
+            figures[f"{figure}_{stat}_s"] = _ms_to_s(values, _STREAM_STATS[stat]) if timed else None
+    # 0 when every timed answer streamed; None when no answer was timed (a stream was not asked for).
+    unstreamed = _count(_metric_values(metrics, "lab_unstreamed_answers"))
+    figures["unstreamed_answers"] = unstreamed if unstreamed or figures["ttft_avg_s"] is not None else None
+    return figures
+
+
+def streaming_figures_from_ms(trends_ms: dict[str, list[float]], unstreamed: int) -> dict[str, Any]:
+    """The same figures from per-request values in ms, keyed ``ttft``, ``ttft_hit``... (the NDJSON)."""
+    figures: dict[str, Any] = {}
+    for figure, stats in _STREAM_FIGURES.items():
+        latency = asdict(LatencyStats.from_ms(list(trends_ms.get(figure, []))))
+        for stat in stats:
+            figures[f"{figure}_{stat}_s"] = latency[f"{stat}_s"]
+    figures["unstreamed_answers"] = unstreamed if unstreamed or figures["ttft_avg_s"] is not None else None
+    return figures
+
+
 # ---------------------------------------------------------------------------------------
 # The NDJSON stream.
 
@@ -277,6 +332,9 @@ class PerSecondSeries:
     requests_failed_total: int
     output_tokens_total: int
     samples_read: int
+    # Per-request client TTFT/TPOT in ms, keyed ``ttft``, ``tpot``, ``ttft_hit``... (streamed runs).
+    stream_trends_ms: dict[str, list[float]] = field(default_factory=dict)
+    unstreamed_answers: int = 0
 
     COLUMNS: ClassVar[tuple[str, ...]] = ("time_s", "requests_ok", "requests_failed", "output_tokens", "latency_avg_s", "latency_p50_s",
                "latency_p95_s", "vus")
@@ -311,6 +369,7 @@ class PerSecondSeries:
             "req_per_s": self.requests_ok_total / duration_s if duration_s else None,
             "output_tok_per_s": self.output_tokens_total / duration_s if duration_s else None,
             "measured_duration_s": duration_s,
+            **streaming_figures_from_ms(self.stream_trends_ms, self.unstreamed_answers),
         }
 
 
@@ -410,6 +469,9 @@ def stream_series(path: Path | str, *, bucket_s: float = 1.0) -> PerSecondSeries
     epoch_bases: dict[tuple[bytes, bytes], int] = {}
     seen: set[int] = set()
     samples_read = 0
+    stream_metrics = {b"lab_ttft": "ttft", b"lab_tpot": "tpot", b"lab_unstreamed_answers": ""}
+    stream_trends_ms: dict[str, list[float]] = {}
+    unstreamed = 0
     fast_path: bool | None = None
     chat_tag, success_tag = _CHAT_TAG_BYTES, _SUCCESS_TAG_BYTES
     for chunk in _iter_chunks(path):
@@ -431,6 +493,16 @@ def stream_series(path: Path | str, *, bucket_s: float = 1.0) -> PerSecondSeries
                 continue
             if chat_tag not in tags:
                 continue  # the health check in setup(), or a foreign request
+            if metric in stream_metrics:
+                if metric == b"lab_unstreamed_answers":
+                    unstreamed += int(float(value))
+                    continue
+                trend = stream_metrics[metric]
+                stream_trends_ms.setdefault(trend, []).append(float(value))
+                for cache_tag, suffix in ((b'"cache":"HIT"', "_hit"), (b'"cache":"MISS"', "_miss")):
+                    if cache_tag in tags:
+                        stream_trends_ms.setdefault(trend + suffix, []).append(float(value))
+                continue
             if metric == b"http_req_duration":
                 if success_tag in tags:
                     bucket = latencies_ms.get(index)
@@ -442,9 +514,10 @@ def stream_series(path: Path | str, *, bucket_s: float = 1.0) -> PerSecondSeries
             else:  # lab_output_tokens
                 output_tokens[index] = output_tokens.get(index, 0.0) + float(value)
     seen.update(latencies_ms, failures, output_tokens)
-    return _series_from_buckets(
+    series = _series_from_buckets(
         seen, latencies_ms, failures, output_tokens, vus, bucket_s=bucket_s, samples_read=samples_read
     )
+    return dataclasses.replace(series, stream_trends_ms=stream_trends_ms, unstreamed_answers=unstreamed)
 
 
 def _series_from_buckets(
@@ -489,3 +562,62 @@ def _series_from_buckets(
         samples_read=samples_read,
         **series,
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Per-request figures (for SLOs): k6/lib.js puts the metadata ``lab_request_id`` on every
+# sample of one request, so its points can be joined.
+
+_REQUEST_POINT_METRICS = {"http_req_duration", "lab_ttft", "lab_tpot"}
+
+
+@dataclass(frozen=True)
+class RequestFigures:
+    """One workload request: success, end-to-end latency, and (streamed) TTFT and TPOT, seconds."""
+
+    request_id: str
+    ok: bool
+    latency_s: float | None
+    ttft_s: float | None
+    tpot_s: float | None
+    cache: str | None  # "HIT" / "MISS" when a response cache answered
+
+
+def request_figures(path: Path | str) -> list[RequestFigures]:
+    """Every workload request of a k6 NDJSON file, in the order its latency was recorded
+    (samples without ``lab_request_id``, from scripts before it existed, are skipped)."""
+    path = Path(path)
+    if not path.exists():
+        raise K6ResultsError(f"k6 NDJSON {path} does not exist")
+    joined: dict[str, dict[str, Any]] = {}
+    for chunk in _iter_chunks(path):
+        for line in chunk.splitlines():
+            if b'"lab_request_id"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a killed k6
+            metric = record.get("metric")
+            data = record.get("data") or {}
+            tags = data.get("tags") or {}
+            if metric not in _REQUEST_POINT_METRICS or tags.get(CHAT_TAG) != CHAT_TAG_VALUE:
+                continue
+            request = joined.setdefault(data["metadata"]["lab_request_id"], {})
+            request[metric] = float(data["value"]) / 1000.0
+            if metric == "http_req_duration":
+                request["ok"] = tags.get("expected_response") == "true"
+            elif "cache" in tags:
+                request["cache"] = tags["cache"]
+    return [
+        RequestFigures(
+            request_id=request_id,
+            ok=bool(request.get("ok")),
+            latency_s=request.get("http_req_duration"),
+            ttft_s=request.get("lab_ttft"),
+            tpot_s=request.get("lab_tpot"),
+            cache=request.get("cache"),
+        )
+        for request_id, request in joined.items()
+        if "http_req_duration" in request
+    ]

@@ -121,6 +121,7 @@ class WorkloadSpec(BaseModel):
     system_prompt: str | None = Field(default="You are a helpful assistant.", max_length=20_000)
     dataset_path: str | None = Field(default=None, description="uploaded ShareGPT file; the package's by default")
     requests_path: str | None = Field(default=None, description="custom: JSONL of chat requests")
+    stream: bool = Field(default=False, description="ask for streamed answers (client TTFT and TPOT per request)")
 
     @field_validator("kind")
     @classmethod

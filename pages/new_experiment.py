@@ -115,6 +115,7 @@ def grid_section() -> None:
             field_error(errors, "requests_path")
         form.max_tokens = int(st.number_input("Max tokens per request", value=128, step=1, key="grid_max_tokens"))
         field_error(errors, "max_tokens")
+        form.stream = st.checkbox("Stream answers (client TTFT and time per output token)", key="grid_stream")
     with right:
         form.load_kind = st.radio("Load", list(LOAD_KINDS), format_func=LOAD_KINDS.get, key="grid_load_kind",
                                   horizontal=True)

@@ -71,6 +71,29 @@ def live_run(run_id: int) -> None:
     live()
 
 
+def _ms(value_s: float | None) -> str:
+    return "–" if value_s is None else f"{value_s * 1000:,.0f} ms"
+
+
+def streaming_latency_text(run: object) -> tuple[str, str] | None:
+    """Client vs server TTFT of a streamed run as (kind, text); None when no TTFT was timed."""
+    client_s = getattr(run, "ttft_avg_s", None)
+    unstreamed = getattr(run, "unstreamed_answers", None) or 0
+    if client_s is None:
+        return None
+    server_s = getattr(run, "server_ttft_avg_s", None)
+    text = (f"Client TTFT (time to first byte of a streamed answer): avg {_ms(client_s)}, "
+            f"p95 {_ms(run.ttft_p95_s)}; TPOT avg {_ms(run.tpot_avg_s)}, p95 {_ms(run.tpot_p95_s)}")
+    if server_s is not None:
+        text += f" · server TTFT avg {_ms(server_s)} (client − server: {(client_s - server_s) * 1000:+,.0f} ms)"
+    if run.ttft_hit_p95_s is not None or run.ttft_miss_p95_s is not None:
+        text += f" · cache HIT TTFT p95 {_ms(run.ttft_hit_p95_s)}, MISS p95 {_ms(run.ttft_miss_p95_s)}"
+    if unstreamed:
+        return "warning", (f"{unstreamed} answers were not streamed (one JSON body): their TTFT is the time to the "
+                           f"whole answer. " + text)
+    return "caption", text
+
+
 def page() -> None:
     st.title("Run detail")
     show_flash()
@@ -136,6 +159,9 @@ def page() -> None:
         columns = st.columns(6)
         for column, (label, value) in zip(columns, summary[start:start + 6]):
             column.metric(label, value)
+    streaming = streaming_latency_text(run)
+    if streaming is not None:
+        show_plain(streaming[1], kind=streaming[0])
     if run.count_check:
         show_plain("Client/server counts: " + "; ".join(
             f"{name.replace('_', ' ')}: client {check.get('client')}, server {check.get('server')}"

@@ -1261,18 +1261,26 @@ class CacheProxy:
         # uvicorn drops writes after a client disconnect silently: watch for it.
         disconnect_watch = asyncio.ensure_future(receive())
         upstream_complete = False
+        # The headers leave with the first chunk: an upstream that sends its headers before
+        # its first token (vLLM, llama.cpp) would otherwise hide its TTFT from the client.
+        start: dict[str, Any] | None = {"type": "http.response.start", "status": response.status_code, "headers": headers}
         try:
-            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
             try:
                 async for chunk in response.aiter_bytes():
                     if record:
                         chunks.append(chunk)
+                    if start is not None:
+                        await send(start)
+                        start = None
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if disconnect_watch.done():
                         break
                 else:
                     upstream_complete = True
             except httpx.HTTPError as error:
+                if start is not None:  # nothing sent yet: the client gets a clean 502/504
+                    await _send_upstream_error(send, error, x_cache)
+                    return None
                 raise UpstreamStreamBroken(f"upstream stream broke: {error!r}") from error
             finally:
                 await response.aclose()
@@ -1290,6 +1298,8 @@ class CacheProxy:
                     shareable = is_cacheable_json_answer(response.status_code, whole)
             if shareable and store_key is not None:
                 await self._store(store_key, _SSE if is_sse else _JSON, whole)
+            if start is not None:  # an empty answer
+                await send(start)
             await send({"type": "http.response.body", "body": b""})
             return UpstreamAnswer(response.status_code, _SSE if is_sse else content_type, whole) if shareable else None
         finally:

@@ -40,6 +40,7 @@ from starlette.types import Receive, Scope, Send
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from services.first_chunk import HeadersWithFirstChunk
 from services.openai_protocol import (
     DEFAULT_MAX_TOKENS,
     SSE_DONE,
@@ -625,13 +626,17 @@ def _stream_chunks(
         ).to_sse()
 
     async def body() -> AsyncIterator[str]:
+        # The role chunk goes out with the first token's chunk, never before it: a
+        # client's time to first byte is then its time to first token.
+        role = chunk(DeltaMessage(role="assistant", content=""))
         try:
-            yield chunk(DeltaMessage(role="assistant", content=""))
             async for event in job.events():
                 if isinstance(event, TextDelta):
-                    yield chunk(DeltaMessage(content=event.text))
+                    yield role + chunk(DeltaMessage(content=event.text))
+                    role = ""
                     continue
-                yield chunk(DeltaMessage(), event.finish_reason)
+                yield role + chunk(DeltaMessage(), event.finish_reason)
+                role = ""
                 if include_usage:
                     yield ChatCompletionChunk(
                         id=completion_id,
@@ -676,6 +681,7 @@ def build_app(
             engine.close()
 
     app = FastAPI(title="Serving Lab naive Transformers server", lifespan=lifespan)
+    app.add_middleware(HeadersWithFirstChunk)  # headers leave with the first token's chunk
     app.state.engine = engine
 
     @app.exception_handler(OpenAIError)

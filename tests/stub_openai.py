@@ -9,6 +9,9 @@ Options: a delay per completion (``delay_s``), an ``X-Cache`` header (``cache_mo
 ``off`` sends none, ``hit``/``miss`` always send that value, ``by-body`` answers ``MISS``
 the first time a request body is seen and ``HIT`` afterwards), an HTTP status to answer
 every n-th completion with (``fail_every``), and a health status (``healthy``).
+A request with ``"stream": true`` gets an SSE answer (unless ``streams=False``: one JSON
+body, like a server that ignores ``stream``): one chunk per completion token,
+``token_delay_s`` apart (none on a HIT), then the usage chunk and ``[DONE]``.
 
 Run alone with ``python -m tests.stub_openai --host 127.0.0.1 --port N [--delay-s 0.05]``.
 """
@@ -70,6 +73,8 @@ def build_app(
     prompt_tokens: int = PROMPT_TOKENS,
     completion_tokens: int = COMPLETION_TOKENS,
     metrics: tuple[int, str, bytes] | None = None,
+    streams: bool = True,
+    token_delay_s: float = 0.0,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """Build the stub ASGI app; the app's ``stats`` attribute holds its counters.
 
@@ -121,6 +126,10 @@ def build_app(
         stats.completions_ok += 1
         stats.prompt_tokens_total += prompt_tokens
         stats.completion_tokens_total += completion_tokens
+        if streams and _asks_stream(body):
+            hit = bool(headers) and headers[0][1] == b"HIT"
+            await stream(send, number, model, headers, 0.0 if hit else token_delay_s)
+            return
         await respond(
             send,
             200,
@@ -140,6 +149,24 @@ def build_app(
             },
             headers,
         )
+
+    async def stream(send: Send, number: int, model: str, headers: list[tuple[bytes, bytes]], gap_s: float) -> None:
+        def event(payload: dict[str, Any]) -> bytes:
+            base = {"id": f"chatcmpl-stub-{number}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+            return b"data: " + json.dumps({**base, **payload}).encode() + b"\n\n"
+
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), *headers]})
+        for index in range(completion_tokens):
+            if index and gap_s > 0:
+                await asyncio.sleep(gap_s)
+            delta = {"content": "t "} if index else {"role": "assistant", "content": "t "}
+            finish = "length" if index == completion_tokens - 1 else None
+            chunk = event({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens}
+        await send({"type": "http.response.body", "body": event({"choices": [], "usage": usage}) + b"data: [DONE]\n\n"})
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -171,6 +198,13 @@ def build_app(
 
     app.stats = stats  # type: ignore[attr-defined]
     return app
+
+
+def _asks_stream(body: bytes) -> bool:
+    try:
+        return json.loads(body).get("stream") is True
+    except (ValueError, AttributeError):
+        return False
 
 
 class StubServer:

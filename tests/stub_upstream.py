@@ -10,6 +10,8 @@ fields, so a misbehaving request has the same cache key as a normal one):
 - ``x-stub-break-stream: 1`` (stream) send a few chunks, then drop the connection
 - ``x-stub-no-done: 1``      (stream) end cleanly but without ``data: [DONE]``
 - ``x-stub-chunk-delay-s: F`` (stream) wait F seconds between chunks
+- ``x-stub-first-chunk-delay-s: F`` (stream) send the headers at once, the first chunk F
+  seconds later (as vLLM does while its first token is computed)
 - ``x-stub-response-header: Name: value`` add that header to the answer (``Retry-After``,
   ``Cache-Control: no-store``, ``Set-Cookie``, ...)
 
@@ -145,10 +147,13 @@ async def _answer(request: Request) -> Response:
         stream_options = body.get("stream_options")
         include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
         chunk_delay_s = _header_number(headers, "x-stub-chunk-delay-s", 0)
+        first_chunk_delay_s = _header_number(headers, "x-stub-first-chunk-delay-s", 0)
         break_stream = headers.get("x-stub-break-stream") == "1"
         send_done = headers.get("x-stub-no-done") != "1"
 
         async def events() -> AsyncIterator[bytes]:
+            if first_chunk_delay_s:
+                await asyncio.sleep(first_chunk_delay_s)
             for index, word in enumerate(words):
                 piece = word if index == 0 else " " + word
                 choice: dict[str, Any] = (

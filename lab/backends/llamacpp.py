@@ -88,7 +88,8 @@ class LlamaCppBackend(Backend):
             )
         gguf = options.gguf_path or str(shipped_gguf())
         argv = [
-            sys.executable, "-m", "llama_cpp.server",
+            # Through services.first_chunk: headers leave with the first token's chunk.
+            sys.executable, "-m", "services.first_chunk", "llama_cpp.server",
             "--model", gguf,
             # Requests name the spec's model; the alias makes the server answer to it.
             "--model_alias", model,

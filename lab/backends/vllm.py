@@ -158,6 +158,9 @@ class VllmBackend(Backend):
             "--dtype", best_vllm_dtype() if options.dtype == "best" else options.dtype,
             "--max-model-len", str(options.max_model_len),
             "--disable-uvicorn-access-log",
+            # Headers leave with the first chunk, so a client's time to first byte is its
+            # time to first token (vLLM sends them before the first token otherwise).
+            "--middleware", "services.first_chunk.HeadersWithFirstChunk",
         ]
         if options.enforce_eager:
             argv.append("--enforce-eager")

@@ -46,6 +46,7 @@ class GridForm:
     duration_s: float = 20.0
     graceful_stop_s: float = 30.0
     max_tokens: int = 128
+    stream: bool = False
     repeats: int = 1
     cache_policy: str = "all"
 
@@ -167,7 +168,7 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
     if errors:
         return None, errors
 
-    workload: dict[str, Any] = {"kind": form.workload}
+    workload: dict[str, Any] = {"kind": form.workload, "stream": form.stream}
     if form.workload == "number-story":
         workload["prompts"] = form.prompts
     elif form.workload == "sharegpt-chat":

@@ -152,12 +152,14 @@ def test_grid_form_launch_queues_one_run_per_cell(seed_lab: SeededLab) -> None:
     widget(app.number_input, "grid_duration").set_value(5.0).run()
     widget(app.number_input, "grid_max_tokens").set_value(16).run()
     widget(app.text_input, "grid_name").input("ui grid").run()
+    widget(app.checkbox, "grid_stream").check().run()
     widget(app.button, "launch_grid").click().run()
     assert not app.exception
     assert [heading.value for heading in app.title] == ["Runs"]
     new = [run for run in runs_in_db(seed_lab) if run.experiment and run.experiment.name == "ui grid"]
     assert sorted(run.vus for run in new) == [1, 2]
     assert all(run.max_tokens == 16 and run.duration_s == 5.0 and run.backend == "naive" for run in new)
+    assert all(run.spec["workload"]["stream"] is True for run in new)
 
 
 def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLab) -> None:
@@ -357,3 +359,17 @@ def test_runs_and_compare_filter_by_worker_and_say_where_the_seed_figures_ran(se
     assert "measured on gpu-box: NVIDIA H200 (139.8 GiB)" in texts(app)
     widget(app.selectbox, "compare_worker").set_value("cpu-box").run()
     assert not app.exception and "measured on" not in texts(app)
+
+
+def test_run_detail_shows_client_vs_server_ttft_of_a_streamed_run(seed_lab: SeededLab) -> None:
+    run_id = seed_lab.done_run_ids[0]
+    store.update_run(engine=seed_lab.engine, run_id=run_id, ttft_avg_s=0.25, ttft_p95_s=0.4, tpot_avg_s=0.05,
+                     tpot_p95_s=0.07, server_ttft_avg_s=0.2, ttft_hit_p95_s=0.012, ttft_miss_p95_s=0.5,
+                     unstreamed_answers=0)
+    shown = texts(open_page(PAGES["Run detail"], run=str(run_id)))
+    assert "Client TTFT (time to first byte of a streamed answer): avg 250 ms, p95 400 ms" in shown
+    assert "server TTFT avg 200 ms (client − server: +50 ms)" in shown
+    assert "cache HIT TTFT p95 12 ms, MISS p95 500 ms" in shown
+    store.update_run(engine=seed_lab.engine, run_id=run_id, unstreamed_answers=3)
+    shown = texts(open_page(PAGES["Run detail"], run=str(run_id)))
+    assert "3 answers were not streamed (one JSON body)" in shown

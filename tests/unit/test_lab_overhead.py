@@ -93,17 +93,21 @@ def test_the_worker_stores_the_ratio_on_the_experiment(engine) -> None:  # noqa:
         assert session.get(Experiment, experiment_id).wall_time_ratio == pytest.approx(1.5)
 
 
+# The schema version just before the wall-time column existed (later migrations may follow).
+BEFORE_WALL_TIME = migrations.MIGRATIONS.index(migrations._experiment_wall_time_ratio)
+
+
 def test_the_migration_adds_the_column_and_keeps_experiments(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
     migrations.upgrade(engine)
     with engine.begin() as connection:  # a database from before: no column, version one less
         connection.execute(text("ALTER TABLE experiments DROP COLUMN wall_time_ratio"))
-        connection.execute(text("UPDATE schema_version SET version = :v"), {"v": migrations.LATEST_VERSION - 1})
+        connection.execute(text("UPDATE schema_version SET version = :v"), {"v": BEFORE_WALL_TIME})
     with Session(engine) as session:
         session.execute(text("INSERT INTO experiments (name, scale, spec, created_at) VALUES ('old', 'full', '{}', "
                              "'2026-11-29 00:00:00')"))
         session.commit()
-    assert migrations.upgrade(engine) == migrations.LATEST_VERSION - 1
+    assert migrations.upgrade(engine) == BEFORE_WALL_TIME
     with engine.connect() as connection:
         assert "wall_time_ratio" in {c["name"] for c in inspect(connection).get_columns("experiments")}
         assert connection.execute(text("SELECT count(*) FROM experiments")).scalar() == 1
