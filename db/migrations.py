@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
-from db.models import Base, Run, RunClaim, ServiceRecord, WorkerRecord
+from db.models import Base, Experiment, Run, RunClaim, RunRequests, ServiceRecord, WorkerRecord
 
 
 def _create_schema(connection: Connection) -> None:
@@ -57,9 +57,18 @@ def _workers(connection: Connection) -> None:
             connection.execute(ServiceRecord.__table__.insert(), [{**row, "worker": host} for row in rows])
 
 
+def _capacity(connection: Connection) -> None:
+    """Capacity and SLOs: per-request figures, goodput and attainment, a search's state."""
+    for column_name in ("goodput_req_per_s", "slo_attainment", "slo_evaluated"):
+        _add_column(connection, Run.__tablename__, column_name)
+    _add_column(connection, Experiment.__tablename__, "capacity")
+    RunRequests.__table__.create(connection, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
+    _capacity,  # 2 -> 3
 ]
 
 LATEST_VERSION = len(MIGRATIONS)
