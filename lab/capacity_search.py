@@ -12,6 +12,9 @@ search state is written on the experiment (``Experiment.capacity``) so pages sho
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -25,8 +28,9 @@ from db.models import RunStatus
 from lab import backends, request_figures
 from lab.capacity import CapacityError, CapacityResult, ProbeResult, SearchBounds, conservative_pass, search_capacity
 from lab.experiments import run_columns
-from lab.slo import Slo, SloError, SloEvaluation, check_slo_applies, parse_slo
-from lab.specs import ExperimentSpec, RunSpec, format_validation_error, set_dotted_lenient
+from lab.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
+from lab.settings import PROJECT_ROOT
+from lab.specs import PRESETS_DIR, ExperimentSpec, RunSpec, SpecError, format_validation_error, set_dotted_lenient
 from lab.specs_base import StrictModel
 
 
@@ -263,20 +267,27 @@ def measure_probe(
         run_ids = store.add_experiment_runs(session=session, experiment_id=experiment_id, runs=runs, tags=tags)
     wait(run_ids)
     evaluations: list[SloEvaluation] = []
+    notes: list[str] = []
     throughputs: list[float | None] = []
     with Session(engine) as session:
         for run in store.list_runs(session=session, run_ids=run_ids, newest_first=False):
-            if run.status != RunStatus.DONE:
-                reason = (run.status_reason or "").splitlines()[0] if run.status_reason else "no reason given"
+            reason = (run.status_reason or "").splitlines()[0] if run.status_reason else "no reason given"
+            if run.status != RunStatus.DONE and (run.load_started_at is None or run.status == RunStatus.CANCELLED):
+                # It never measured (a backend that would not start) or was stopped: no verdict on the load.
                 raise ProbeAborted(f"probe run #{run.id} at {plan.dimension.label(load)} ended {run.status}: {reason}")
             try:
                 evaluation = request_figures.evaluate_run(session=session, run_id=run.id, slo=slo)
-            except request_figures.RequestFiguresMissing as error:
-                raise ProbeAborted(str(error)) from None
+            except request_figures.RequestFiguresMissing:
+                # The load ran but no request finished in time (too slow for the probe): the SLO is broken.
+                evaluation = evaluate(slo, RequestFigures(), duration_s=None)
+            if run.status != RunStatus.DONE:
+                notes.append(f"run #{run.id} {run.status}: {reason}")
             request_figures.save_evaluation(engine=engine, run_id=run.id, evaluation=evaluation)
             evaluations.append(evaluation)
             throughputs.append(run.req_per_s)
     passed, figure_s, note = decide_probe(slo, evaluations)
+    passed = passed and not notes
+    note = "; ".join([note, *notes]) if notes else note
     return ProbeResult(
         load=load, passed=passed, throughput=_mean(throughputs), slo_figure_s=figure_s,
         goodput_req_per_s=_mean([e.goodput_req_per_s for e in evaluations]), run_ids=tuple(run_ids), note=note,
@@ -287,3 +298,55 @@ __all__ = [
     "CapacityError", "CapacityPlan", "LOAD_DIMENSIONS", "ProbeAborted", "SloError", "check_plan",
     "create_experiment", "decide_probe", "measure_probe", "run_search",
 ]
+
+
+CAPACITY_PRESETS_DIR = PRESETS_DIR / "capacity"
+
+
+def list_capacity_presets() -> list[str]:
+    return sorted(path.stem for path in CAPACITY_PRESETS_DIR.glob("*.json"))
+
+
+def load_capacity_preset(name: str, *, quick: bool = False) -> CapacityPlan:
+    """A capacity preset (``lab/presets/capacity/NAME.json``), at full or quick scale."""
+    if name not in list_capacity_presets():
+        raise SpecError(f"unknown capacity preset {name!r}; capacity presets: {', '.join(list_capacity_presets())}")
+    raw = json.loads((CAPACITY_PRESETS_DIR / f"{name}.json").read_text())
+    quick_section = raw.pop("quick", None) or {}
+    raw.pop("description", None)
+    data: dict[str, Any] = {**raw, "preset": name}
+    if quick and quick_section:
+        for key, value in quick_section.get("set", {}).items():
+            set_dotted_lenient(data.setdefault("base", {}), key, value)
+        for key in ("min_load", "max_load", "max_probes", "probe_s", "repeats"):
+            if key in quick_section:
+                data[key] = quick_section[key]
+        data["scale"] = "quick"
+    try:
+        return CapacityPlan.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(format_validation_error(error)) from error
+
+
+def capacity_preset_note(name: str, *, quick: bool) -> tuple[str, str]:
+    """(description, scale note) of a capacity preset, for pages and the report."""
+    raw = json.loads((CAPACITY_PRESETS_DIR / f"{name}.json").read_text())
+    return raw.get("description", ""), (raw.get("quick", {}).get("how", "") if quick else "")
+
+
+def start_search_in_background(experiment_id: int) -> int:
+    """Run a stored search detached (``python -m lab capacity --experiment ID``); returns its pid.
+
+    It queues the probes one by one; the lab's worker executes them (or it does, if none runs)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lab", "capacity", "--experiment", str(experiment_id)], cwd=PROJECT_ROOT,
+        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return process.pid
+
+
+def stored_plan(*, session: Session, experiment_id: int) -> CapacityPlan:
+    experiment = store.get_experiment(session=session, experiment_id=experiment_id)
+    if experiment is None or not experiment.capacity:
+        raise LookupError(f"experiment {experiment_id} is not a capacity search")
+    return CapacityPlan.model_validate(experiment.capacity["plan"])

@@ -295,9 +295,26 @@ def cmd_capacity(args: argparse.Namespace, settings: Settings) -> int:
     from lab.slo import SloError
     from lab.specs import format_validation_error
 
+    from lab.capacity_search import load_capacity_preset, stored_plan
+
+    experiment_id: int | None = args.experiment
     try:
-        plan = capacity_plan(args)
+        if experiment_id is not None:
+            with Session(_engine(settings)) as session:
+                plan = stored_plan(session=session, experiment_id=experiment_id)
+        elif args.preset_name:
+            plan = load_capacity_preset(args.preset_name, quick=args.quick)
+            given = {"min_load": args.min, "max_load": args.max, "max_probes": args.max_probes,
+                     "probe_s": args.probe_s, "repeats": args.repeats if args.repeats != 1 else None}
+            plan = plan.model_validate({**plan.model_dump(), **{k: v for k, v in given.items() if v is not None}})
+        elif not args.backend or not args.slo:
+            raise SpecError("give --backend and --slo (or --preset NAME)")
+        else:
+            plan = capacity_plan(args)
         check_plan(plan)
+    except LookupError as error:
+        print(f"error: {str(error).strip(chr(39))}", file=sys.stderr)
+        return 2
     except (SpecError, CapacityError, SloError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -305,8 +322,9 @@ def cmd_capacity(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {format_validation_error(error)}", file=sys.stderr)
         return 2
     engine = _engine(settings)
-    with Session(engine) as session:
-        experiment_id = create_experiment(session=session, plan=plan, tags=args.tag or "")
+    if experiment_id is None:
+        with Session(engine) as session:
+            experiment_id = create_experiment(session=session, plan=plan, tags=args.tag or "")
     print(f"experiment #{experiment_id}: {plan.name}: capacity search, probes of {plan.probe_s:g} s, "
           f"at most {plan.max_probes} per backend", file=sys.stderr)
 
@@ -535,9 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
     slo_eval.add_argument("--json", action="store_true")
 
     capacity = commands.add_parser("capacity", help="find each backend's capacity under an SLO")
-    capacity.add_argument("--backend", action="append", required=True, help="a backend (repeatable)")
-    capacity.add_argument("--slo", action="append", required=True, metavar="LIMIT",
-                          help="e.g. latency_p95_s=10 (repeatable)")
+    capacity.add_argument("--backend", action="append", help="a backend (repeatable)")
+    capacity.add_argument("--slo", action="append", metavar="LIMIT", help="e.g. latency_p95_s=10 (repeatable)")
+    capacity.add_argument("--preset", dest="preset_name", help="a capacity preset, e.g. capacity-seed")
+    capacity.add_argument("--experiment", type=bounded_int(1, MAX_ID, "an experiment id"),
+                          help="run a search stored by the web lab")
     capacity.add_argument("--by", choices=("vus", "rate"), default="vus", help="constant VUs or arrival rate")
     capacity.add_argument("--min", type=float, help="the smallest load probed")
     capacity.add_argument("--max", type=float, help="the largest load probed")
@@ -550,7 +570,6 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_argument("--tag")
     capacity.add_argument("--quick", action="store_true", help="short probes and bounds for a small CPU box")
     capacity.add_argument("--json", action="store_true")
-    capacity.set_defaults(preset_name=None)
 
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")

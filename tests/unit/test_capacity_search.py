@@ -150,6 +150,21 @@ def test_a_failed_probe_run_stops_that_backend_with_its_reason(engine) -> None: 
     assert entry["state"] == "failed" and "backend never ready" in entry["stop_reason"]
 
 
+def test_a_probe_whose_load_ran_but_no_request_finished_fails_the_slo(engine) -> None:  # noqa: ANN001
+    plan = external_plan(max_probes=3)
+    with Session(engine) as session:
+        experiment_id = create_experiment(session=session, plan=plan)
+
+    def wait(run_ids: list[int]) -> None:
+        for run_id in run_ids:
+            store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.FAILED, load_started_at=store.utc_now(),
+                                 reason="no request completed successfully (0 failed, 1 still in flight at the end)")
+
+    entry = run_search(engine=engine, experiment_id=experiment_id, plan=plan, wait=wait)["backends"]["external"]
+    assert entry["state"] == "done" and entry["capacity_load"] is None
+    assert "still in flight" in entry["probes"][0]["note"] and not entry["probes"][0]["passed"]
+
+
 def test_slo_evaluation_of_a_stored_run_matches_hand_computed_goodput(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
         experiment_id = create_experiment(session=session, plan=external_plan())
@@ -214,10 +229,13 @@ def test_per_request_samples_from_k6_ndjson(tmp_path: Path) -> None:
         (["--backend", "naive", "--slo", "latency_p95=10"], "is not understood"),
         (["--backend", "external"], "need --target-url"),
         (["--backend", "naive", "--min", "1.5"], "VU bounds must be whole numbers"),
+        (["--preset", "capacity-seed", "--max-probes", "0"], "the probe budget must be at least 1"),
+        (["--preset", "nope"], "unknown capacity preset 'nope'"),
+        ([], "give --backend and --slo"),
     ],
 )
 def test_bad_capacity_input_is_refused_at_launch_with_one_line(argv, message, capsys, tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    if "--slo" not in argv:
+    if "--slo" not in argv and "--preset" not in argv and argv:
         argv = [*argv, "--slo", "latency_p95_s=10"]
     assert cli.main(["capacity", *argv, "--quick"]) == 2
     err = capsys.readouterr().err.strip()
