@@ -83,6 +83,10 @@ def page() -> None:
         show_plain(run.load_generator_warning, kind="warning")
     if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
         st.info("This run has not finished; follow it live on Runs.")
+    if run.experiment is not None and run.experiment.capacity:
+        from pages.view.capacity import capacity_search_panel
+
+        capacity_search_panel(run.experiment.id, key="detail_capacity")
 
     if st.button("Run again (same spec)", key="run_again"):
         try:

@@ -9,6 +9,7 @@ the report both draw from here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -125,3 +126,46 @@ def capacity_blocks(state: dict[str, Any], experiment_id: int, scale_note: str =
         ("chart", SEARCH_STEM, "The probes of the search"),
     ]
     return blocks
+
+
+CAPACITY_PRESET = "capacity-seed"
+
+
+@dataclass(frozen=True)
+class CapacitySection:
+    """A capacity search as the report shows it: its stored state and its probe runs' records."""
+
+    experiment_id: int
+    state: dict[str, Any]
+    records: list[dict[str, Any]]
+    scale_note: str = ""
+
+    @property
+    def slo_figure(self) -> str:
+        return self.state.get("slo_figure") or "latency_p95_s"
+
+    def charts(self) -> dict[str, Any]:
+        return {
+            PARETO_STEM: pareto_figure(self.records, self.slo_figure, self.state.get("slo_threshold_s")),
+            SEARCH_STEM: search_figure(self.state),
+        }
+
+    def blocks(self) -> list[tuple]:
+        return capacity_blocks(self.state, self.experiment_id, self.scale_note)
+
+
+def latest_capacity_section(*, session: Any, preset: str = CAPACITY_PRESET) -> CapacitySection | None:
+    """The newest stored search of ``preset`` (None when there is none)."""
+    from sqlalchemy import select
+
+    from db import store
+    from db.models import Experiment
+    from lab.compare import run_record
+
+    experiment = session.scalar(select(Experiment).where(Experiment.preset == preset, Experiment.capacity.is_not(None))
+                                .order_by(Experiment.id.desc()).limit(1))
+    if experiment is None:
+        return None
+    runs = store.list_runs(session=session, experiment_ids=[experiment.id], newest_first=False)
+    scale_note = "quick scale" if experiment.scale == "quick" else ""
+    return CapacitySection(experiment.id, dict(experiment.capacity), [run_record(run) for run in runs], scale_note)
