@@ -271,3 +271,35 @@ def test_runs_slo_cli_evaluates_a_stored_run(engine, capsys, monkeypatch) -> Non
 def test_bounds_error_type() -> None:
     with pytest.raises(CapacityError):
         check_plan(external_plan(min_load=0))
+
+
+def test_the_report_section_shows_the_three_capacities_and_the_pareto_chart(tmp_path: Path) -> None:
+    from datetime import datetime, timezone
+
+    from lab.report import write_report
+    from lab.report.capacity import SECTION_TITLE, CapacitySection, pareto_points
+
+    def record(run_id: int, backend: str, vus: int, p95: float, rate: float) -> dict:
+        return {"run_id": run_id, "backend": backend, "vus": vus, "load_kind": "constant-vus", "status": "done",
+                "latency_p95_s": p95, "req_per_s": rate}
+
+    records = [record(1, "naive", 1, 12.0, 0.1), record(2, "vllm", 1, 6.0, 0.2), record(3, "vllm", 2, 7.0, 0.35),
+               record(4, "vllm+cache", 16, 0.1, 300.0), record(5, "vllm", 2, 9.0, 0.25)]
+    state = {"plan": {"slo": ["latency_p95_s<=10"]}, "unit": "VUs", "slo_figure": "latency_p95_s",
+             "slo_threshold_s": 10.0, "state": "done", "backends": {
+                 "naive": {"state": "done", "capacity_load": None, "probes": [{"load": 1, "passed": False,
+                           "slo_figure_s": 12.0}], "stop_reason": "the minimum load 1 already broke the SLO"},
+                 "vllm": {"state": "done", "capacity_load": 2, "goodput_req_per_s": 0.3, "bounding_run_ids": [3, 5],
+                          "probes": [], "stop_reason": "probe budget spent"},
+                 "vllm+cache": {"state": "done", "capacity_load": 16, "goodput_req_per_s": 300.0, "probes": [],
+                                "stop_reason": "the maximum load 16 met the SLO"}}}
+    # Repeats at one load are averaged into one point of the backend's curve.
+    assert pareto_points(records)["vllm"][1] == {"load": 2.0, "latency_p95_s": 8.0, "req_per_s": 0.3, "runs": [3, 5]}
+    written = write_report(records_by_preset={}, experiments_meta={}, environment={}, output_dir=tmp_path,
+                           generated_at=datetime(2026, 12, 1, tzinfo=timezone.utc), write_png=False,
+                           capacity=CapacitySection(7, state, records))
+    markdown = written["README.md"].read_text()
+    section = markdown[markdown.index(SECTION_TITLE):]
+    assert "none (the smallest load broke the SLO)" in section and "| vllm | 2 | 0.3 |" in section
+    assert "| vllm+cache | 16 | 300 |" in section and "#3, #5" in section
+    assert "Throughput against latency_p95_s" in written["report.html"].read_text()
