@@ -244,6 +244,12 @@ def run_search(
             result = search_capacity(probe, plan.bounds())
         except ProbeAborted as error:
             entry.update(state="failed", capacity_load=None, stop_reason=str(error))
+        except BaseException:
+            # Stopped (Ctrl-C, a signal, a lost database): the stored state says so, never "running".
+            entry.update(state="interrupted", stop_reason="the search was stopped")
+            state["state"] = "interrupted"
+            save()
+            raise
         else:
             state["backends"][backend] = _result_state(result)
         save()
@@ -257,6 +263,7 @@ def measure_probe(
     wait: Callable[[list[int]], None], tags: str = "",
 ) -> ProbeResult:
     """Queue ``plan.repeats`` runs of ``backend`` at ``load``, wait, evaluate, decide."""
+    load = int(load) if plan.dimension.integer else float(load)
     spec = plan.probe_spec(backend, load)
     label = f"{backend} {plan.by}={load:g}"
     runs = []

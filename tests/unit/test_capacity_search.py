@@ -165,6 +165,21 @@ def test_a_probe_whose_load_ran_but_no_request_finished_fails_the_slo(engine) ->
     assert "still in flight" in entry["probes"][0]["note"] and not entry["probes"][0]["passed"]
 
 
+def test_a_stopped_search_is_stored_as_interrupted(engine) -> None:  # noqa: ANN001
+    plan = external_plan()
+    with Session(engine) as session:
+        experiment_id = create_experiment(session=session, plan=plan)
+
+    def wait(run_ids: list[int]) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_search(engine=engine, experiment_id=experiment_id, plan=plan, wait=wait)
+    with Session(engine) as session:
+        state = store.get_experiment(session=session, experiment_id=experiment_id).capacity
+    assert state["state"] == "interrupted" and state["backends"]["external"]["state"] == "interrupted"
+
+
 def test_slo_evaluation_of_a_stored_run_matches_hand_computed_goodput(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
         experiment_id = create_experiment(session=session, plan=external_plan())
