@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -104,6 +105,11 @@ class CapacityPlan(StrictModel):
         data = copy.deepcopy(self.base.model_dump())
         data["backend"] = backend
         set_dotted_lenient(data, "load.duration_s", self.probe_s)
+        # In-flight requests get at least the latency limit to finish: a probe too short to
+        # see a request that meets the SLO must not count it as broken.
+        latency_limits = [limit.threshold_s for limit in self.parsed_slo().limits if limit.figure == "latency"]
+        graceful_s = float(data["load"].get("graceful_stop_s", 30))
+        data["load"]["graceful_stop_s"] = max([graceful_s, *(math.ceil(t) for t in latency_limits)])
         self.dimension.apply(data, load)
         return RunSpec.model_validate(data)
 

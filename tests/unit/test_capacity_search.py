@@ -165,6 +165,13 @@ def test_a_probe_whose_load_ran_but_no_request_finished_fails_the_slo(engine) ->
     assert "still in flight" in entry["probes"][0]["note"] and not entry["probes"][0]["passed"]
 
 
+def test_probes_let_in_flight_requests_finish_within_the_latency_limit() -> None:
+    plan = external_plan(slo=["latency_p95_s<=45", "failure_rate<=0.01"], base={
+        "backend": "external", "target_url": "http://127.0.0.1:9", "load": {"graceful_stop_s": 15}})
+    spec = plan.probe_spec("external", 3)
+    assert spec.load.graceful_stop_s == 45 and spec.load.vus == 3 and spec.load.duration_s == 30
+
+
 def test_a_stopped_search_is_stored_as_interrupted(engine) -> None:  # noqa: ANN001
     plan = external_plan()
     with Session(engine) as session:
