@@ -325,3 +325,28 @@ def test_the_report_section_shows_the_three_capacities_and_the_pareto_chart(tmp_
     assert "none (the smallest load broke the SLO)" in section and "| vllm | 2 | 0.3 |" in section
     assert "| vllm+cache | 16 | 300 |" in section and "#3, #5" in section
     assert "Throughput against latency_p95_s" in written["report.html"].read_text()
+
+
+def test_a_search_stored_by_the_pages_runs_from_the_cli(engine, capsys, monkeypatch) -> None:  # noqa: ANN001
+    model = QueueModel(engine)
+    plan = external_plan(max_load=4, max_probes=3)
+    with Session(engine) as session:
+        experiment_id = create_experiment(session=session, plan=plan)
+
+    class Waiter:
+        def __init__(self, **_: object) -> None:
+            self.wait = model.wait
+
+        def __enter__(self) -> "Waiter":
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+    monkeypatch.setattr(cli, "_engine", lambda settings: engine)
+    monkeypatch.setattr(cli, "RunWaiter", Waiter)
+    assert cli.main(["capacity", "--experiment", str(experiment_id), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["experiment_id"] == experiment_id and result["backends"]["external"]["capacity_load"] == 4
+    assert cli.main(["capacity", "--experiment", str(experiment_id + 1)]) == 2
+    assert "is not a capacity search" in capsys.readouterr().err
