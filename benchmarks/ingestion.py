@@ -5,7 +5,8 @@ k6 v1.1.0 writes for the lab's scripts: the lines of one request are taken from 
 committed fixture ``tests/fixtures/k6/number_story.ndjson`` (cut from a real run) and
 repeated with new times and values (18 sample lines per request, 5% failures, X-Cache
 on successes, ``vus``/``vus_max`` once a second). Then, in a fresh child process, it
-times ``stream_series`` + ``parse_summary`` and reads the child's peak RSS
+times ``stream_series`` + ``parse_summary`` (then the per-request pass that keeps every
+request's figures for SLOs, ``stream_request_samples`` + ``encode``) and reads the child's peak RSS
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).
 
 Target: <= 10 s and <= 300 MB peak. Usage:
@@ -124,14 +125,19 @@ def generate(path: Path, *, requests: int, rate_per_s: float, seed: int = 1) -> 
 
 _CHILD = r"""
 import json, resource, sys, time
-from lab.k6_results import parse_summary, stream_series
+from lab.k6_results import parse_summary, stream_request_samples, stream_series
+from lab.request_figures import encode
 started = time.perf_counter()
 series = stream_series(sys.argv[1])
 streamed = time.perf_counter()
 figures = parse_summary(sys.argv[2])
 finished = time.perf_counter()
+per_request = encode(stream_request_samples(sys.argv[1]))
+per_request_done = time.perf_counter()
 print(json.dumps({
     "stream_s": streamed - started, "summary_s": finished - streamed, "total_s": finished - started,
+    "per_request_s": per_request_done - finished, "per_request_requests": per_request["requests"],
+    "per_request_stored_bytes": sum(len(per_request[k] or b"") for k in ("latency_s", "ok", "ttft_s", "tpot_s")),
     "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     "buckets": len(series), "requests_ok": series.requests_ok_total, "requests_failed": series.requests_failed_total,
     "latency_p95_s": series.latency.p95_s, "samples_read": series.samples_read,
@@ -168,11 +174,15 @@ def main() -> None:
         figures = measure(path, FIXTURE_SUMMARY)
         assert figures["requests_ok"] == made["requests_ok"], (figures, made)
         assert figures["requests_failed"] == made["requests_failed"], (figures, made)
+    assert figures["per_request_requests"] == made["requests_ok"] + made["requests_failed"], figures
     verdict = "PASS" if figures["total_s"] <= 10 and figures["peak_rss_mb"] <= 300 else "FAIL"
     print(f"stream_series {figures['stream_s']:.2f} s + parse_summary {figures['summary_s'] * 1000:.1f} ms = "
           f"{figures['total_s']:.2f} s; peak RSS {figures['peak_rss_mb']:.0f} MB "
           f"(interpreter + imports alone {figures['interpreter_rss_mb']:.0f} MB); {figures['buckets']} buckets; "
           f"latency p95 {figures['latency_p95_s'] * 1000:.1f} ms; target <= 10 s and <= 300 MB: {verdict}")
+    print(f"per-request figures (a pass of their own, for SLOs): {figures['per_request_s']:.2f} s, "
+          f"{figures['per_request_requests']:,} requests stored in {figures['per_request_stored_bytes'] / 1e6:.2f} MB "
+          f"(peak RSS above covers both passes)")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
-from db.models import Base, Run, RunClaim, ServiceRecord, WorkerRecord
+from db.models import Base, Experiment, Run, RunClaim, RunRequests, ServiceRecord, WorkerRecord
 
 
 def _create_schema(connection: Connection) -> None:
@@ -75,11 +75,20 @@ def _client_streaming_latency(connection: Connection) -> None:
         _add_column(connection, Run.__tablename__, column_name)
 
 
+def _capacity(connection: Connection) -> None:
+    """Capacity and SLOs: per-request figures, goodput and attainment, a search's state."""
+    for column_name in ("goodput_req_per_s", "slo_attainment", "slo_evaluated"):
+        _add_column(connection, Run.__tablename__, column_name)
+    _add_column(connection, Experiment.__tablename__, "capacity")
+    RunRequests.__table__.create(connection, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
     _experiment_wall_time_ratio,  # 2 -> 3
     _client_streaming_latency,  # 3 -> 4
+    _capacity,  # 4 -> 5
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -48,6 +48,8 @@ class Experiment(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
     # (first run started -> last run finished) / sum of the runs' measured seconds: the lab's overhead.
     wall_time_ratio: Mapped[float | None] = mapped_column(Float)
+    # A capacity search's plan, live state and result per backend (None for a grid experiment).
+    capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
 
 
@@ -106,6 +108,11 @@ class RunResultColumns:
     backend_rss_max_mb: Mapped[float | None] = mapped_column(Float)
     gpu_utilization_avg_percent: Mapped[float | None] = mapped_column(Float)
     load_generator_warning: Mapped[str | None] = mapped_column(Text)
+    # Against an SLO (set when a run is evaluated, e.g. as a capacity probe): requests per second
+    # that met every per-request limit, their share of all requests, and the SLO used.
+    goodput_req_per_s: Mapped[float | None] = mapped_column(Float)
+    slo_attainment: Mapped[float | None] = mapped_column(Float)
+    slo_evaluated: Mapped[str | None] = mapped_column(Text)
 
 
 class Run(RunResultColumns, Base):
@@ -179,6 +186,24 @@ class RunSeries(Base):
     service_log_tails: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     run: Mapped[Run] = relationship(back_populates="series")
+
+
+class RunRequests(Base):
+    """Per-request figures of one run, kept compactly so any SLO can be evaluated later.
+
+    Each figure is a zlib-compressed little-endian float32 array (seconds; NaN where a
+    request has no such figure), aligned by request; ``ok`` is one byte per request.
+    """
+
+    __tablename__ = "run_requests"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    requests: Mapped[int] = mapped_column(Integer)
+    encoding: Mapped[str] = mapped_column(String(50))
+    latency_s: Mapped[bytes] = mapped_column(LargeBinary)
+    ok: Mapped[bytes] = mapped_column(LargeBinary)
+    ttft_s: Mapped[bytes | None] = mapped_column(LargeBinary)
+    tpot_s: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class WorkerRecord(Base):

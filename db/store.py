@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from db.models import Experiment, Run, RunClaim, RunSeries, RunStatus, ServiceRecord, WorkerRecord, utc_now
+from db.models import Experiment, Run, RunClaim, RunRequests, RunSeries, RunStatus, ServiceRecord, WorkerRecord, utc_now
 
 
 def enqueue_experiment(
@@ -150,6 +150,43 @@ def save_run_series(
         session.commit()
 
 
+def save_run_requests(*, engine: Engine, run_id: int, **values: Any) -> None:
+    """Store (or replace) a run's per-request figures (the columns of ``RunRequests``)."""
+    with Session(engine) as session:
+        row = session.get(RunRequests, run_id)
+        if row is None:
+            session.add(RunRequests(run_id=run_id, **values))
+        else:
+            for name, value in values.items():
+                setattr(row, name, value)
+        session.commit()
+
+
+def get_run_requests(*, session: Session, run_id: int) -> RunRequests | None:
+    return session.get(RunRequests, run_id)
+
+
+def add_experiment_runs(
+    *, session: Session, experiment_id: int, runs: Sequence[dict[str, Any]], tags: str = ""
+) -> list[int]:
+    """Queue more runs in an existing experiment (a capacity search adds its probes one by one). Commits."""
+    rows = [Run(experiment_id=experiment_id, tags=tags, **columns) for columns in runs]
+    session.add_all(rows)
+    session.commit()
+    return [row.id for row in rows]
+
+
+def get_experiment(*, session: Session, experiment_id: int) -> Experiment | None:
+    return session.get(Experiment, experiment_id)
+
+
+def set_experiment_capacity(*, engine: Engine, experiment_id: int, capacity: dict[str, Any]) -> None:
+    """Write a capacity search's state (plan, probes, results) in its own short transaction."""
+    with Session(engine) as session:
+        session.execute(update(Experiment).where(Experiment.id == experiment_id).values(capacity=capacity))
+        session.commit()
+
+
 def request_cancel(*, session: Session, run_id: int) -> str:
     """Cancel a run: a queued one at once, an active one through its worker. Returns the new state."""
     run = session.get(Run, run_id)
@@ -261,6 +298,7 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     """Delete finished or queued runs (never an active one). Returns how many."""
     ids = list(session.scalars(select(Run.id).where(Run.id.in_(list(run_ids)), Run.status.not_in(RunStatus.ACTIVE))))
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
+    session.execute(delete(RunRequests).where(RunRequests.run_id.in_(ids)))
     deleted = session.execute(delete(Run).where(Run.id.in_(ids))).rowcount
     session.commit()
     return int(deleted or 0)

@@ -7,6 +7,8 @@
     python -m lab run --preset NAME [--quick] [--set key=value ...] [--json]
     python -m lab runs list [--json] [--limit N]
     python -m lab runs export [ID ...] --csv FILE
+    python -m lab runs slo ID --slo latency_p95_s=10 [--json]   evaluate a stored run against an SLO
+    python -m lab capacity --backend naive --backend vllm --slo latency_p95_s=10 [--by vus|rate] [--quick] [--json]
     python -m lab reproduce [--quick] [--repeats N]
     python -m lab worker [--name N] [--labels gpu,h100]   a queue worker alone
     python -m lab run ... [--requires gpu] [--worker N]   place the runs on a shared queue
@@ -33,7 +35,7 @@ from db.engine import get_engine
 from db.models import RunStatus
 from lab import experiments
 from lab.compare import run_record
-from lab.runner import WorkerUnusableError, stop_own_services, wait_for_runs
+from lab.runner import RunWaiter, WorkerUnusableError, stop_own_services, wait_for_runs
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs import SpecError, list_presets, load_preset, parse_set_option
 from lab.validation import ModelNameError, check_model_on_machine
@@ -186,6 +188,8 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     from lab.compare import records_to_csv
 
+    if args.action == "slo":
+        return cmd_runs_slo(args, settings)
     engine = _engine(settings)
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=args.ids or None, limit=getattr(args, "limit", None))
@@ -204,6 +208,173 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     print(f"{len(records)} runs written to {args.csv}", file=sys.stderr)
     return 0
+
+
+def cmd_runs_slo(args: argparse.Namespace, settings: Settings) -> int:
+    """Evaluate one stored run against an SLO from its per-request figures."""
+    from lab import request_figures
+    from lab.slo import SloError, parse_slo
+
+    try:
+        slo = parse_slo(args.slo)
+    except SloError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    engine = _engine(settings)
+    with Session(engine) as session:
+        try:
+            evaluation = request_figures.evaluate_run(session=session, run_id=args.id, slo=slo)
+        except (LookupError, request_figures.RequestFiguresMissing) as error:
+            print(f"error: {str(error).strip(chr(39))}", file=sys.stderr)
+            return 2
+    if args.save:
+        request_figures.save_evaluation(engine=engine, run_id=args.id, evaluation=evaluation)
+    result = {
+        "run_id": args.id, "slo": str(slo), "passed": evaluation.passed, "reason": evaluation.reason,
+        "requests_total": evaluation.requests_total, "requests_good": evaluation.requests_good,
+        "goodput_req_per_s": evaluation.goodput_req_per_s, "slo_attainment": evaluation.attainment,
+        "failure_rate": evaluation.failure_rate,
+        "limits": {o.limit.name: o.value_s for o in evaluation.limits},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    goodput = "-" if evaluation.goodput_req_per_s is None else f"{evaluation.goodput_req_per_s:.3f}"
+    attainment = "-" if evaluation.attainment is None else f"{evaluation.attainment:.1%}"
+    print(f"run #{args.id} against {slo}: {'PASS' if evaluation.passed else 'FAIL'} ({evaluation.reason}); "
+          f"goodput {goodput} req/s, attainment {attainment} ({evaluation.requests_good}/{evaluation.requests_total})")
+    return 0
+
+
+# Capacity search defaults: (full, quick). The quick scale fits a 2-core box in minutes.
+CAPACITY_DEFAULTS = {
+    "full": {"max_probes": 8, "probe_s": 60.0, "max_vus": 64, "max_rate": 32.0},
+    "quick": {"max_probes": 6, "probe_s": 20.0, "max_vus": 16, "max_rate": 8.0},
+}
+
+
+def capacity_plan(args: argparse.Namespace) -> Any:
+    """The CapacityPlan of ``python -m lab capacity`` arguments (validated by ``check_plan``)."""
+    from lab.capacity_search import CapacityPlan
+    from lab.specs import RunSpec, set_dotted_lenient
+
+    scale = "quick" if args.quick else "full"
+    defaults = CAPACITY_DEFAULTS[scale]
+    base: dict[str, Any] = {"workload": {"kind": "number-story", "prompts": 50}, "max_tokens": 128}
+    if args.quick:
+        base["load"] = {"graceful_stop_s": 15}
+    if args.target_url:
+        base["target_url"] = args.target_url
+    for option in args.set or []:
+        key, value = parse_set_option(option)
+        set_dotted_lenient(base, key, value)
+    if not args.target_url and any(not _is_managed(name) for name in args.backend):
+        raise SpecError("external backends need --target-url (the server's base URL)")
+    return CapacityPlan(
+        name=args.name or f"Capacity: {', '.join(args.backend)} under {', '.join(args.slo)}",
+        backends=args.backend, base=RunSpec.model_validate({**base, "backend": args.backend[0]}), slo=args.slo,
+        by=args.by, min_load=args.min, max_load=args.max if args.max is not None else (
+            defaults["max_vus"] if args.by == "vus" else defaults["max_rate"]),
+        max_probes=args.max_probes if args.max_probes is not None else defaults["max_probes"],
+        probe_s=args.probe_s or defaults["probe_s"], repeats=args.repeats, scale=scale, preset=args.preset_name,
+    )
+
+
+def _is_managed(name: str) -> bool:
+    from lab.backends import get_backend
+
+    try:
+        return get_backend(name).managed
+    except (KeyError, ValueError):
+        return True  # unknown: check_plan names it
+
+
+def cmd_capacity(args: argparse.Namespace, settings: Settings) -> int:
+    """Search each backend's capacity under an SLO; every probe is a run of one experiment."""
+    from pydantic import ValidationError
+
+    from lab.capacity import CapacityError
+    from lab.capacity_search import check_plan, create_experiment, run_search
+    from lab.slo import SloError
+    from lab.specs import format_validation_error
+
+    from lab.capacity_search import load_capacity_preset, stored_plan
+
+    experiment_id: int | None = args.experiment
+    try:
+        if experiment_id is not None:
+            with Session(_engine(settings)) as session:
+                plan = stored_plan(session=session, experiment_id=experiment_id)
+        elif args.preset_name:
+            plan = load_capacity_preset(args.preset_name, quick=args.quick)
+            given = {"min_load": args.min, "max_load": args.max, "max_probes": args.max_probes,
+                     "probe_s": args.probe_s, "repeats": args.repeats if args.repeats != 1 else None}
+            plan = plan.model_validate({**plan.model_dump(), **{k: v for k, v in given.items() if v is not None}})
+        elif not args.backend or not args.slo:
+            raise SpecError("give --backend and --slo (or --preset NAME)")
+        else:
+            plan = capacity_plan(args)
+        check_plan(plan)
+    except LookupError as error:
+        print(f"error: {str(error).strip(chr(39))}", file=sys.stderr)
+        return 2
+    except (SpecError, CapacityError, SloError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ValidationError as error:
+        print(f"error: {format_validation_error(error)}", file=sys.stderr)
+        return 2
+    engine = _engine(settings)
+    if experiment_id is None:
+        with Session(engine) as session:
+            experiment_id = create_experiment(session=session, plan=plan, tags=args.tag or "")
+    print(f"experiment #{experiment_id}: {plan.name}: capacity search, probes of {plan.probe_s:g} s, "
+          f"at most {plan.max_probes} per backend", file=sys.stderr)
+
+    def on_probe(backend: str, probe: Any) -> None:
+        print(f"{backend} at {plan.dimension.label(probe.load)}: {'pass' if probe.passed else 'FAIL'} "
+              f"({probe.note}) runs {', '.join(f'#{i}' for i in probe.run_ids)}", file=sys.stderr)
+
+    with RunWaiter(settings=settings) as waiter:
+        state = run_search(engine=engine, experiment_id=experiment_id, plan=plan, wait=waiter.wait,
+                           tags=args.tag or "", on_probe=on_probe)
+    result = capacity_result(experiment_id, plan, state)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_capacity(result)
+    return 0 if all(entry["state"] == "done" for entry in state["backends"].values()) else 1
+
+
+def capacity_result(experiment_id: int, plan: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """The machine-readable answer: per backend its capacity, goodput and probe runs."""
+    backends_out = {}
+    for name, entry in state["backends"].items():
+        backends_out[name] = {
+            "capacity_load": entry.get("capacity_load"),
+            "goodput_req_per_s": entry.get("goodput_req_per_s"),
+            "stop_reason": entry.get("stop_reason"),
+            "saturated": entry.get("saturated", False),
+            "lowest_failing_load": entry.get("lowest_failing_load"),
+            "bounding_run_ids": entry.get("bounding_run_ids", []),
+            "probes": [
+                {key: probe[key] for key in ("load", "passed", "throughput", "slo_figure_s", "goodput_req_per_s",
+                                             "run_ids", "note")}
+                for probe in entry.get("probes", [])
+            ],
+        }
+    return {"experiment_id": experiment_id, "slo": str(plan.parsed_slo()), "by": plan.by, "unit": plan.dimension.unit,
+            "backends": backends_out}
+
+
+def print_capacity(result: dict[str, Any]) -> None:
+    print(f"capacity under {result['slo']} (load in {result['unit']}), experiment #{result['experiment_id']}")
+    print(f"{'backend':<15} {'capacity':>9} {'goodput req/s':>13} {'probes':>6}  bounding runs / why it stopped")
+    for name, entry in result["backends"].items():
+        capacity = "-" if entry["capacity_load"] is None else f"{entry['capacity_load']:g}"
+        goodput = "-" if entry["goodput_req_per_s"] is None else f"{entry['goodput_req_per_s']:.3f}"
+        runs = ", ".join(f"#{i}" for i in entry["bounding_run_ids"]) or "-"
+        print(f"{name:<15} {capacity:>9} {goodput:>13} {len(entry['probes']):>6}  {runs}; {entry['stop_reason']}")
 
 
 # the lab ------------------------------------------------------------------------------
@@ -377,6 +548,31 @@ def build_parser() -> argparse.ArgumentParser:
     export = runs_actions.add_parser("export")
     export.add_argument("ids", nargs="*", type=run_id_arg)
     export.add_argument("--csv", required=True)
+    slo_eval = runs_actions.add_parser("slo", help="evaluate a stored run against an SLO")
+    slo_eval.add_argument("id", type=run_id_arg)
+    slo_eval.add_argument("--slo", action="append", required=True, metavar="LIMIT",
+                          help="e.g. latency_p95_s=10, ttft_p99_s=1, failure_rate=0.01 (repeatable)")
+    slo_eval.add_argument("--save", action="store_true", help="store goodput and attainment on the run")
+    slo_eval.add_argument("--json", action="store_true")
+
+    capacity = commands.add_parser("capacity", help="find each backend's capacity under an SLO")
+    capacity.add_argument("--backend", action="append", help="a backend (repeatable)")
+    capacity.add_argument("--slo", action="append", metavar="LIMIT", help="e.g. latency_p95_s=10 (repeatable)")
+    capacity.add_argument("--preset", dest="preset_name", help="a capacity preset, e.g. capacity-seed")
+    capacity.add_argument("--experiment", type=bounded_int(1, MAX_ID, "an experiment id"),
+                          help="run a search stored by the web lab")
+    capacity.add_argument("--by", choices=("vus", "rate"), default="vus", help="constant VUs or arrival rate")
+    capacity.add_argument("--min", type=float, help="the smallest load probed")
+    capacity.add_argument("--max", type=float, help="the largest load probed")
+    capacity.add_argument("--max-probes", type=int, help="probe budget per backend")
+    capacity.add_argument("--probe-s", type=float, help="seconds of load per probe")
+    capacity.add_argument("--repeats", type=bounded_int(1, 20, "repeats"), default=1)
+    capacity.add_argument("--target-url", help="external backends: the server's base URL")
+    capacity.add_argument("--set", action="append", metavar="KEY=VALUE", help="a run setting, e.g. max_tokens=64")
+    capacity.add_argument("--name")
+    capacity.add_argument("--tag")
+    capacity.add_argument("--quick", action="store_true", help="short probes and bounds for a small CPU box")
+    capacity.add_argument("--json", action="store_true")
 
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")
@@ -392,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "services": cmd_services, "run": cmd_run, "runs": cmd_runs, "worker": cmd_worker,
         "start": cmd_start, "reproduce": cmd_reproduce,
+        "capacity": cmd_capacity,
     }
     # A stop signal (kill, timeout, a CI cancel) ends like Ctrl-C: the active run is left
     # interrupted, its k6 stopped and the services this process started are stopped.

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import re
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -565,59 +566,75 @@ def _series_from_buckets(
 
 
 # ---------------------------------------------------------------------------------------
-# Per-request figures (for SLOs): k6/lib.js puts the metadata ``lab_request_id`` on every
-# sample of one request, so its points can be joined.
+# Per-request figures (for SLO evaluation after the fact), in a pass of their own.
 
-_REQUEST_POINT_METRICS = {"http_req_duration", "lab_ttft", "lab_tpot"}
-
-
-@dataclass(frozen=True)
-class RequestFigures:
-    """One workload request: success, end-to-end latency, and (streamed) TTFT and TPOT, seconds."""
-
-    request_id: str
-    ok: bool
-    latency_s: float | None
-    ttft_s: float | None
-    tpot_s: float | None
-    cache: str | None  # "HIT" / "MISS" when a response cache answered
+# k6 Trend metrics with one point per workload request; values in milliseconds. lab_ttft and
+# lab_tpot exist only for streamed runs (k6/lib.js adds them when the answer is streamed).
+_REQUEST_METRICS = ("http_req_duration", "lab_ttft", "lab_tpot")
+_REQUEST_POINT_RE = re.compile(
+    rb'\{"metric":"(' + b"|".join(name.encode() for name in _REQUEST_METRICS) + rb')","type":"Point",'
+    rb'"data":\{"time":"[^"]*","value":([^,]+),"tags":\{([^}]*)\}'
+)
+_REQUEST_MARKERS = tuple(f'{{"metric":"{name}","type":"Point"'.encode() for name in _REQUEST_METRICS)
 
 
-def request_figures(path: Path | str) -> list[RequestFigures]:
-    """Every workload request of a k6 NDJSON file, in the order its latency was recorded
-    (samples without ``lab_request_id``, from scripts before it existed, are skipped)."""
+@dataclass
+class RequestSamples:
+    """Per-request figures of one run in compact arrays (float32 seconds, one byte per ok flag).
+
+    ``latency_s`` and ``ok`` hold every workload request in the order k6 wrote them (a failed
+    request's latency is kept but never judged). ``ttft_s``/``tpot_s`` hold one value per
+    successful streamed request, in the order written; empty when the run was not streamed.
+    """
+
+    latency_s: "array[float]"
+    ok: bytearray
+    ttft_s: "array[float]"
+    tpot_s: "array[float]"
+
+    def __len__(self) -> int:
+        return len(self.ok)
+
+
+def _request_points(chunk: bytes) -> list[tuple[bytes, bytes, bytes]]:
+    """(metric, value, tags) of the per-request metrics; ``json.loads`` per line when the
+    fast regex misses any such sample line of the chunk."""
+    points = _REQUEST_POINT_RE.findall(chunk)
+    if len(points) == sum(chunk.count(marker) for marker in _REQUEST_MARKERS):
+        return points
+    points = []
+    for line in chunk.splitlines():
+        if b'"Point"' not in line:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a killed k6
+        if record.get("type") != "Point" or record.get("metric") not in _REQUEST_METRICS:
+            continue
+        sample = record["data"]
+        tags = json.dumps(sample.get("tags") or {}, separators=(",", ":"), sort_keys=True)[1:-1]
+        points.append((record["metric"].encode(), repr(float(sample["value"])).encode(), tags.encode()))
+    return points
+
+
+def stream_request_samples(path: Path | str) -> RequestSamples:
+    """Read every workload request's latency, success and (streamed runs) TTFT/TPOT from a
+    k6 NDJSON, chunk by chunk; memory is about 13 bytes per request beyond the chunk."""
     path = Path(path)
     if not path.exists():
         raise K6ResultsError(f"k6 NDJSON {path} does not exist")
-    joined: dict[str, dict[str, Any]] = {}
+    samples = RequestSamples(array("f"), bytearray(), array("f"), array("f"))
+    chat_tag, success_tag = _CHAT_TAG_BYTES, _SUCCESS_TAG_BYTES
     for chunk in _iter_chunks(path):
-        for line in chunk.splitlines():
-            if b'"lab_request_id"' not in line:
+        for metric, value, tags in _request_points(chunk):
+            if chat_tag not in tags:
                 continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a killed k6
-            metric = record.get("metric")
-            data = record.get("data") or {}
-            tags = data.get("tags") or {}
-            if metric not in _REQUEST_POINT_METRICS or tags.get(CHAT_TAG) != CHAT_TAG_VALUE:
-                continue
-            request = joined.setdefault(data["metadata"]["lab_request_id"], {})
-            request[metric] = float(data["value"]) / 1000.0
-            if metric == "http_req_duration":
-                request["ok"] = tags.get("expected_response") == "true"
-            elif "cache" in tags:
-                request["cache"] = tags["cache"]
-    return [
-        RequestFigures(
-            request_id=request_id,
-            ok=bool(request.get("ok")),
-            latency_s=request.get("http_req_duration"),
-            ttft_s=request.get("lab_ttft"),
-            tpot_s=request.get("lab_tpot"),
-            cache=request.get("cache"),
-        )
-        for request_id, request in joined.items()
-        if "http_req_duration" in request
-    ]
+            if metric == b"http_req_duration":
+                samples.latency_s.append(float(value) / 1000.0)
+                samples.ok.append(1 if success_tag in tags else 0)
+            elif metric == b"lab_ttft":
+                samples.ttft_s.append(float(value) / 1000.0)
+            else:
+                samples.tpot_s.append(float(value) / 1000.0)
+    return samples

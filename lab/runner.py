@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
-from lab import environment, experiments, k6_results, live, server_metrics
+from lab import environment, experiments, k6_results, live, request_figures, server_metrics
 from lab.backends import Backend, get_backend, managed_backend_names
 from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.resources import ResourceSampler, summarise
@@ -391,6 +391,10 @@ class RunExecutor:
             }
         log_tails = {name: self.services.log_tail(name, 30) for name in targets.service_names}
         store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
+        if ndjson_path.is_file():
+            # Every request's figures, so any SLO can be evaluated on this run later.
+            samples_per_request = k6_results.stream_request_samples(ndjson_path)
+            store.save_run_requests(engine=self.engine, run_id=self.run_id, **request_figures.encode(samples_per_request))
 
         after = self.scrape_all(spec, targets) if not partial else {}
         backend_change = server_metrics.delta(before.get("backend"), after.get("backend"))
@@ -935,42 +939,83 @@ def wait_for_runs(*, settings: Settings, run_ids: list[int], poll_s: float = 2.0
     Raises ``WorkerUnusableError`` when the waiting could never end (a database file
     removed or replaced under the worker or this process).
     """
-    engine = get_engine(settings.resolved_database_url)
-    database = sqlite_file_identity(settings.resolved_database_url)
-    lock = WorkerLock(settings.data_dir)
-    last_line = ""
-    while True:
-        if database and sqlite_file_identity(settings.resolved_database_url) != database:
-            raise WorkerUnusableError("the lab's database file was removed or replaced while waiting for the runs")
-        with Session(engine) as session:
-            runs = store.list_runs(session=session, run_ids=run_ids)
-            if all(run.status in RunStatus.FINAL for run in runs):
-                return
-        ran_any = False
+    with RunWaiter(settings=settings, poll_s=poll_s, quiet=quiet) as waiter:
+        waiter.wait(run_ids)
+
+
+class RunWaiter:
+    """``wait_for_runs`` over several batches: between two ``wait`` calls the worker this
+    process runs keeps its lock and the services it started (a capacity search queues its
+    probes one at a time and must not restart vLLM for each). ``close`` stops them."""
+
+    def __init__(self, *, settings: Settings, poll_s: float = 2.0, quiet: bool = False) -> None:
+        self.settings, self.poll_s, self.quiet = settings, poll_s, quiet
+        self.engine = get_engine(settings.resolved_database_url)
+        self._database = sqlite_file_identity(settings.resolved_database_url)
+        self._lock = WorkerLock(settings.data_dir)
+        self._worker: Worker | None = None
+        self._serving: Any = None
+
+    def __enter__(self) -> "RunWaiter":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _open_worker(self) -> bool:
+        """Become this data folder's worker; False when another one is."""
         try:
-            lock.acquire()
+            self._lock.acquire()
         except WorkerBusyError:
-            if (pid := _worker_on_removed_database(settings)) is not None:
+            if (pid := _worker_on_removed_database(self.settings)) is not None:
                 raise WorkerUnusableError(
                     f"the lab's worker (pid {pid}) still uses a database file that was removed, so it never sees "
                     "these runs: stop it or start the lab again, then run again"
                 ) from None
-        else:
-            worker = Worker(engine=engine, settings=settings)
-            try:
-                with worker.serving():
-                    ran_any = _run_pending(worker=worker, engine=engine, run_ids=run_ids, quiet=quiet)
-            except WorkerBusyError:
-                pass  # a live worker elsewhere has this host's name: it takes them
-            finally:
-                stop_own_services(worker.services)
-                lock.release()
-        if not ran_any:
-            line = ", ".join(f"#{r.id} {r.status}" for r in runs)
-            if line != last_line and not quiet:
-                print(f"waiting for the lab's workers: {line}", file=sys.stderr)
-                last_line = line
-            time.sleep(poll_s)
+            return False
+        worker = Worker(engine=self.engine, settings=self.settings)
+        serving = worker.serving()
+        try:
+            serving.__enter__()
+        except WorkerBusyError:  # a live worker elsewhere has this host's name: it takes them
+            self._lock.release()
+            return False
+        self._worker, self._serving = worker, serving
+        return True
+
+    def close(self) -> None:
+        """Stop the services this process's worker started and give the lock back."""
+        if self._worker is None:
+            return
+        worker, serving = self._worker, self._serving
+        self._worker = self._serving = None
+        try:
+            serving.__exit__(None, None, None)
+        finally:
+            stop_own_services(worker.services)
+            self._lock.release()
+
+    def wait(self, run_ids: list[int]) -> None:
+        last_line = ""
+        while True:
+            if self._database and sqlite_file_identity(self.settings.resolved_database_url) != self._database:
+                raise WorkerUnusableError("the lab's database file was removed or replaced while waiting for the runs")
+            with Session(self.engine) as session:
+                runs = store.list_runs(session=session, run_ids=run_ids)
+                if all(run.status in RunStatus.FINAL for run in runs):
+                    return
+            ran_any = False
+            if self._worker is not None or self._open_worker():
+                assert self._worker is not None
+                ran_any = _run_pending(worker=self._worker, engine=self.engine, run_ids=run_ids, quiet=self.quiet)
+                if not ran_any:
+                    self.close()  # runs for other workers: do not hold the lock while they run
+            if not ran_any:
+                line = ", ".join(f"#{r.id} {r.status}" for r in runs)
+                if line != last_line and not self.quiet:
+                    print(f"waiting for the lab's workers: {line}", file=sys.stderr)
+                    last_line = line
+                time.sleep(self.poll_s)
 
 
 def _run_pending(*, worker: "Worker", engine: Engine, run_ids: list[int], quiet: bool) -> bool:

@@ -142,5 +142,10 @@ def page() -> None:
     if len(done) > len(overlaid_ids):
         st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
 
+    st.subheader("Throughput against latency (Pareto)")
+    from pages.view.capacity import pareto_block
+
+    pareto_block(done, key="compare_pareto")
+
 
 page()

@@ -234,8 +234,8 @@ def page() -> None:
     st.title("New experiment")
     show_flash()
     st.caption("Launching queues runs; the lab's worker executes them one at a time and you follow them on Runs.")
-    preset_tab, grid_tab, upload_tab, reproduce_tab = st.tabs(
-        ["From a seed preset", "Build a grid", "Upload a dataset", "Reproduce the seed"]
+    preset_tab, grid_tab, upload_tab, reproduce_tab, capacity_tab = st.tabs(
+        ["From a seed preset", "Build a grid", "Upload a dataset", "Reproduce the seed", "Find capacity"]
     )
     with preset_tab:
         preset_section()
@@ -245,6 +245,10 @@ def page() -> None:
         upload_section()
     with reproduce_tab:
         reproduce_section()
+    with capacity_tab:
+        from pages.view.capacity import find_capacity_section
+
+        find_capacity_section()
 
 
 page()

@@ -135,6 +135,10 @@ def page() -> None:
         show_failure(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
     if run.load_generator_warning:
         show_plain(run.load_generator_warning, kind="warning")
+    if run.experiment is not None and run.experiment.capacity:
+        from pages.view.capacity import capacity_search_panel
+
+        capacity_search_panel(run.experiment.id, key="detail_capacity")
     if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
         with st.expander("Spec (replayable)"):
             st.json(run.spec, expanded=True)

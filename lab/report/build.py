@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from lab import compare
+from lab.report.capacity import CapacitySection, latest_capacity_section
 from lab.report.charts import build_charts, write_pngs
 from lab.report.claims import VERDICT_RULES, VERDICTS, done_runs, evaluate_claims
 from lab.report.render import Block, render_html, render_markdown
@@ -67,6 +68,7 @@ def build_blocks(
     verdicts: list[dict[str, Any]],
     png_note: str | None,
     price_per_hour: float | None,
+    capacity: CapacitySection | None = None,
 ) -> list[Block]:
     """The report as blocks (see ``render_markdown`` and ``render_html``)."""
     counts = {v: sum(1 for item in verdicts if item["verdict"] == v) for v in VERDICTS}
@@ -121,6 +123,8 @@ def build_blocks(
                         + (f"{price_per_hour:g} per hour was used." if price_per_hour is not None
                            else "none was given, so it is left out.")))
     blocks.append(("table", open_questions_table(records_by_preset, price_per_hour=price_per_hour)))
+    if capacity is not None:
+        blocks.extend(capacity.blocks())
     blocks.append(("h", 2, "Failed runs and warnings"))
     problems = problem_rows(records_by_preset)
     blocks.append(("table", pd.DataFrame(problems)) if problems else ("p", "None: every run finished done."))
@@ -151,6 +155,7 @@ def write_report(
     price_per_hour: float | None = None,
     command: str = REPORT_COMMAND,
     write_png: bool = True,
+    capacity: CapacitySection | None = None,
 ) -> dict[str, Path]:
     """Write README.md, report.html, runs.csv and charts/*.png under ``output_dir``; their paths.
 
@@ -162,10 +167,12 @@ def write_report(
     output_dir.mkdir(parents=True, exist_ok=True)
     verdicts = evaluate_claims(records_by_preset)
     charts = build_charts(records_by_preset)
+    if capacity is not None:
+        charts.update(capacity.charts())
     png_paths, png_note = write_pngs(charts, output_dir / "charts") if write_png else ({}, None)
     blocks = build_blocks(records_by_preset=records_by_preset, experiments_meta=experiments_meta,
                           environment=environment, generated_at=generated_at, command=command, verdicts=verdicts,
-                          png_note=png_note, price_per_hour=price_per_hour)
+                          png_note=png_note, price_per_hour=price_per_hour, capacity=capacity)
     written: dict[str, Path] = {}
     markdown_path = output_dir / "README.md"
     markdown_path.write_text(render_markdown(blocks, png_paths=png_paths, output_dir=output_dir), encoding="utf-8")
@@ -268,6 +275,7 @@ def report_from_experiments(
                 meta["wall_s"], meta["measured_s"] = figures
             if not environment:
                 environment = next((dict(run.environment) for run in runs if run.environment), {})
+        capacity = latest_capacity_section(session=session)
     if not environment:
         from lab import environment as lab_environment
         from lab.k6_driver import k6_version
@@ -277,7 +285,7 @@ def report_from_experiments(
     written = write_report(records_by_preset=records_by_preset, experiments_meta=meta_without_run_ids,
                            environment=environment, output_dir=Path(output_dir),
                            generated_at=datetime.now().astimezone(), price_per_hour=price_per_hour,
-                           command=command)
+                           command=command, capacity=capacity)
     all_records = [r for records in records_by_preset.values() for r in records]
     return written, bool(all_records) and all(r.get("status") == "done" for r in all_records)
 

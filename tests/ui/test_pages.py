@@ -262,7 +262,7 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     cost = app.dataframe[2].value
     naive_1 = cost[(cost["backend"] == "naive") & (cost["VUs"] == "1")]["cost per 1M output tokens"].iloc[0]
     assert naive_1 == f"{1.0 / (22.7 * 3600) * 1e6:,.2f}"
-    assert len(app.get("plotly_chart")) == 4
+    assert len(app.get("plotly_chart")) == 5  # throughput, latency, series, hit rates, Pareto
     assert [button.label for button in app.get("download_button")] == [
         "Download this table (CSV)", "Download raw per-run data (CSV)"]
 

@@ -1,0 +1,140 @@
+"""Capacity pages' blocks: the "Find capacity" form, a search shown live, the Pareto chart.
+
+Presentation and input only: the plan, its checks and the search live in
+``lab.capacity_search``; the charts in ``lab.report.capacity``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+from pydantic import ValidationError
+
+from db import store
+from lab.backends import get_backend
+from lab.capacity import CapacityError
+from lab.capacity_search import (
+    LOAD_DIMENSIONS,
+    CapacityPlan,
+    capacity_preset_note,
+    check_plan,
+    create_experiment,
+    list_capacity_presets,
+    load_capacity_preset,
+    start_search_in_background,
+)
+from lab.report.capacity import capacity_table, pareto_figure, search_figure
+from lab.slo import SloError
+from lab.specs import BACKENDS, RunSpec, SpecError, format_validation_error
+from pages.common import RUNS_PAGE, flash, session, settings
+from pages.view.text import plain, show_plain
+
+LIVE_REFRESH_S = 5.0
+
+
+def _plan_from_form() -> CapacityPlan | None:
+    """Build the plan from the form's widgets; shows the one-line reason when it cannot."""
+    presets = ["(none: set it up below)", *list_capacity_presets()]
+    preset = st.selectbox("Capacity preset", presets, key="capacity_preset")
+    quick = st.toggle("Quick scale (short probes for a small CPU machine)", value=True, key="capacity_quick")
+    try:
+        if preset in list_capacity_presets():
+            description, note = capacity_preset_note(preset, quick=quick)
+            show_plain(description, kind="caption")
+            if note:
+                show_plain(note, kind="info")
+            return load_capacity_preset(preset, quick=quick)
+        backends = st.multiselect("Backends", BACKENDS, default=["naive", "vllm"], key="capacity_backends")
+        target_url = None
+        if any(not get_backend(name).managed for name in backends):
+            target_url = st.text_input("Target URL (external server)", key="capacity_target_url") or None
+        slo_text = st.text_input("SLO (comma separated)", value="latency_p95_s<=10", key="capacity_slo",
+                                 help="Limits on per-request figures: latency_p95_s<=10, ttft_p99_s<=1 "
+                                      "(streamed runs), failure_rate<=0.01")
+        by = st.radio("Load dimension", list(LOAD_DIMENSIONS), horizontal=True, key="capacity_by",
+                      format_func=lambda name: f"{LOAD_DIMENSIONS[name].load_kind} ({LOAD_DIMENSIONS[name].unit})")
+        dimension = LOAD_DIMENSIONS[by]
+        columns = st.columns(5)
+        min_load = columns[0].number_input("Smallest load", value=float(dimension.default_min), key="capacity_min")
+        max_load = columns[1].number_input("Largest load", value=16.0 if quick else float(dimension.default_max),
+                                           key="capacity_max")
+        max_probes = columns[2].number_input("Probes per backend", value=6 if quick else 8, step=1,
+                                             key="capacity_probes")
+        probe_s = columns[3].number_input("Seconds per probe", value=20.0 if quick else 60.0, key="capacity_probe_s")
+        repeats = columns[4].number_input("Repeats per probe", min_value=1, max_value=20, value=1,
+                                          key="capacity_repeats")
+        base: dict[str, Any] = {"backend": backends[0] if backends else "naive",
+                                "workload": {"kind": "number-story", "prompts": 50}, "max_tokens": 128,
+                                "target_url": target_url}
+        if quick:
+            base["load"] = {"graceful_stop_s": 15}
+        if not backends:
+            raise CapacityError("choose at least one backend")
+        return CapacityPlan(
+            name=f"Capacity: {', '.join(backends)} under {slo_text}", backends=backends,
+            base=RunSpec.model_validate(base), slo=[slo_text], by=by, min_load=min_load, max_load=max_load,
+            max_probes=int(max_probes), probe_s=probe_s, repeats=int(repeats), scale="quick" if quick else "full",
+        )
+    except (SpecError, CapacityError, SloError) as error:
+        show_plain(f"This search cannot run: {error}", kind="error")
+    except ValidationError as error:
+        show_plain(f"This search cannot run: {format_validation_error(error)}", kind="error")
+    return None
+
+
+def find_capacity_section() -> None:
+    """The "Find capacity" tab: per backend, the largest load that meets an SLO."""
+    st.write("Finds, per backend, the largest load that meets an SLO: the load grows geometrically until the "
+             "SLO fails or the backend saturates, then bisects. Every probe is a run of one experiment; "
+             "follow the search on Run detail.")
+    plan = _plan_from_form()
+    if plan is None:
+        return
+    try:
+        check_plan(plan)
+    except (CapacityError, SloError) as error:
+        show_plain(f"This search cannot run: {error}", kind="error")
+        return
+    st.caption(f"At most {plan.max_probes * plan.repeats * len(plan.backends)} runs of {plan.probe_s:g} s "
+               f"plus service start-up; SLO {plain(str(plan.parsed_slo()))}.")
+    if st.button("Find capacity", type="primary", key="capacity_launch"):
+        with session() as db_session:
+            experiment_id = create_experiment(session=db_session, plan=plan)
+        start_search_in_background(experiment_id)
+        flash("success", f"Capacity search #{experiment_id} started: it queues one probe at a time.")
+        st.switch_page(RUNS_PAGE)
+
+
+def _search_state(experiment_id: int) -> dict[str, Any] | None:
+    with session() as db_session:
+        experiment = store.get_experiment(session=db_session, experiment_id=experiment_id)
+        return dict(experiment.capacity) if experiment is not None and experiment.capacity else None
+
+
+def _render_search(experiment_id: int, key: str) -> None:
+    state = _search_state(experiment_id)
+    if state is None:
+        return
+    st.markdown(f"#### Capacity search #{experiment_id} ({plain(state.get('state', ''))})")
+    st.plotly_chart(search_figure(state), key=f"{key}_search")
+    st.dataframe(capacity_table(state), hide_index=True, width="stretch")
+
+
+def capacity_search_panel(experiment_id: int, key: str) -> None:
+    """A search as it stands: each probe a point (pass/fail), the limit as a line, results so
+    far; redrawn every few seconds while the search runs."""
+    state = _search_state(experiment_id)
+    if state is None:
+        return
+    if state.get("state") == "done":
+        _render_search(experiment_id, key)
+        return
+    st.fragment(lambda: _render_search(experiment_id, key), run_every=LIVE_REFRESH_S)()
+
+
+def pareto_block(records: list[dict[str, Any]], key: str) -> None:
+    """Throughput against an SLO latency figure, one curve per backend across its loads."""
+    figures = ["latency_p95_s", "latency_p99_s", "latency_p50_s", "latency_avg_s", "latency_max_s"]
+    figure = st.selectbox("SLO latency figure", figures, key=f"{key}_figure")
+    st.plotly_chart(pareto_figure(records, figure), key=f"{key}_chart")
