@@ -79,8 +79,8 @@ def page() -> None:
                f"{experiment} · created {record['created_at']}", kind="caption")
     if run.status_reason:
         show_plain(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
-    if run.load_generator_warning:
-        show_plain(run.load_generator_warning, kind="warning")
+    if run.measurement_warnings:
+        show_plain(run.measurement_warnings, kind="warning")
     if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):
         st.info("This run has not finished; follow it live on Runs.")
 

@@ -149,8 +149,8 @@ def problem_rows(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dic
             problem = None
             if r.get("status") != "done":
                 problem = (r.get("status_reason") or "no reason recorded").strip().splitlines()[0][:300]
-            elif r.get("load_generator_warning"):
-                problem = "warning: " + str(r["load_generator_warning"])[:300]
+            elif r.get("measurement_warnings"):
+                problem = "warning: " + str(r["measurement_warnings"])[:300]
             if problem:
                 rows.append({"run": r.get("run_id"), "experiment": preset, "server": r.get("backend"),
                              "cell": r.get("cell_label"), "repeat": r.get("repeat_index"),
