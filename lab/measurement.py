@@ -43,7 +43,7 @@ def measurement_warnings(
     if (k6_cpu_percent_avg or 0) > K6_CPU_WARNING_PERCENT:
         warnings.append(
             f"k6 used {k6_cpu_percent_avg:.0f}% of a core on average: the load generator may have limited the "
-            "load; compare with care"
+            "load, compare with care"
         )
     if iterations_dropped:
         warnings.append(f"{iterations_dropped} iterations were dropped (arrival rate not reached)")
@@ -62,7 +62,7 @@ def measurement_warnings(
     if latency_avg_s and load_duration_s and load_duration_s < MIN_LATENCIES_PER_RUN * latency_avg_s:
         warnings.append(
             f"the load lasted {load_duration_s:g} s, less than {MIN_LATENCIES_PER_RUN:g} times the mean latency "
-            f"({latency_avg_s:.2f} s): where the last requests end moves req/s and tok/s; prefer the steady figures "
+            f"({latency_avg_s:.2f} s): where the last requests end moves req/s and tok/s, prefer the steady figures "
             "or a longer run"
         )
     return warnings

@@ -8,12 +8,14 @@ import streamlit as st
 from db import store
 from lab.compare import (
     SEED_TABLES,
+    cell_comparisons,
     dataframe_to_csv,
     exp1_ratios,
     exp2_ratios,
     exp3_ratios,
     records_to_csv,
     run_record,
+    split_warned,
 )
 from pages.view.figures import (
     hit_rates_figure,
@@ -74,6 +76,18 @@ def page() -> None:
         worker = st.selectbox("Worker", ["all workers", *workers], key="compare_worker",
                               help="The runs came from several machines: compare one machine's at a time.")
         done = done if worker == "all workers" else [record for record in done if record["worker_name"] == worker]
+    clean, warned = split_warned(done)
+    include_warned = st.toggle("Include runs with measurement warnings", value=False, key="compare_include_warned",
+                               help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run "
+                                    "too short for its latency: left out of the means by default.")
+    if warned:
+        st.caption(f"{len(warned)} run(s) with measurement warnings "
+                   + ("included in the means." if include_warned else "left out of the means."))
+    if not include_warned:
+        done = clean
+        if not done:
+            st.info("Every chosen run carries a measurement warning: turn on the toggle above to see them.")
+            return
     ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
     price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
                                      key="compare_price", help="What an hour of this hardware costs you.")
@@ -82,7 +96,8 @@ def page() -> None:
     if preset:
         st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
-                   "ours are means over repeats, ± one standard deviation"
+                   "ours are means over repeats with their 95% confidence interval [low, high]; throughput is k6's "
+                   "(whole test, drain included, like the seed's), steady throughput the load window only"
                    + (f", measured on {ran_on}." if ran_on else "."))
         table = SEED_TABLES[preset](done)
     else:
@@ -108,6 +123,13 @@ def page() -> None:
         st.dataframe(rows, hide_index=True, column_config={"value": st.column_config.NumberColumn(format="%.3f")})
     else:
         st.caption("No ratio applies: they need the backends they compare (e.g. vLLM and naive at the same VUs).")
+    significance = [row for figure in ("output_tok_per_s", "req_per_s")
+                    for row in cell_comparisons(done, ("backend", "vus", "prompts"), figure)]
+    if significance:
+        st.caption("Cells that differ in one setting: the ratio of their means and Welch's t-test on the repeats "
+                   "(significant at p < 0.05; under 3 repeats a side, n too small).")
+        st.dataframe(significance, hide_index=True,
+                     column_config={"ratio": st.column_config.NumberColumn(format="%.3f")})
 
     st.subheader("Cost per million output tokens")
     st.dataframe(cost_table(done, price_per_hour), hide_index=True,

@@ -115,7 +115,7 @@ def build_blocks(
             blocks.append(("chart", stem, title))
     blocks.append(("h", 2, "What the original left open"))
     blocks.append(("p", "Server-side time to first token and time per output token (from the backend's "
-                        "/metrics), resource use sampled while the load ran, and failures, per cell, ± sd over "
+                        "/metrics), resource use sampled while the load ran, and failures, per cell, mean [95% CI] over "
                         "repeats. Cost per token needs a price per hour: "
                         + (f"{price_per_hour:g} per hour was used." if price_per_hour is not None
                            else "none was given, so it is left out.")))

@@ -47,6 +47,7 @@ RUNS_TABLE_COLUMNS: dict[str, str] = {
     "latency_avg_s": "avg latency (s)",
     "latency_p95_s": "p95 latency (s)",
     "requests_failed": "failed requests",
+    "measurement_warnings": "warnings",
     "tags": "tags",
     "created_at": "created",
 }
@@ -159,13 +160,17 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str]]:
         ("backend CPU avg", with_unit(record.get("backend_cpu_percent_avg"), "%")),
         ("backend RSS max", with_unit(record.get("backend_rss_max_mb"), " MiB")),
         ("k6 CPU avg", with_unit(record.get("k6_cpu_percent_avg"), "%")),
+        ("other processes' CPU avg", with_unit(record.get("other_cpu_percent_avg"), "%")),
+        (f"steady output tok/s ({record.get('steady_source') or 'n/a'})",
+         format_rate(record.get("steady_output_tok_per_s"), 1)),
+        ("steady req/s", format_rate(record.get("steady_req_per_s"))),
     ]
 
 
 # -- compare -----------------------------------------------------------------------------
 
 GENERIC_KEYS = ("backend", "workload", "vus", "arrival_rate_per_s", "prompts", "max_tokens")
-GENERIC_FIGURES = ("req_per_s", "output_tok_per_s", "latency_avg_s", "latency_p50_s", "latency_p95_s",
+GENERIC_FIGURES = ("req_per_s", "output_tok_per_s", "steady_output_tok_per_s", "latency_avg_s", "latency_p50_s", "latency_p95_s",
                    "latency_p99_s", "latency_max_s", "prefix_cache_hit_rate", "response_cache_hit_rate")
 
 
@@ -185,7 +190,6 @@ def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | 
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    frame = frame.drop(columns=[c for c in frame.columns if c.endswith("_sd")])
     if price_per_hour is not None:
         frame["cost per 1M output tokens"] = [
             cost_per_million_output_tokens(value, price_per_hour) for value in frame["output_tok_per_s"]
