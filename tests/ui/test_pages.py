@@ -257,7 +257,9 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert list(table["throughput (tok/s)"]) == ["22.7", "17.0", "20.1", "62.0"]
     ratios = app.dataframe[1].value
     assert pytest.approx(dict(zip(ratios["ratio"], ratios["value"])).get("vllm over naive throughput · 8")) == 62.0 / 20.1
-    cost = app.dataframe[2].value
+    significance = app.dataframe[2].value
+    assert set(significance["significance"]) == {"n too small (n=1 vs 1; needs 3 each)"}
+    cost = app.dataframe[3].value
     naive_1 = cost[(cost["backend"] == "naive") & (cost["VUs"] == 1)]["cost per 1M output tokens"].iloc[0]
     assert naive_1 == pytest.approx(1.0 / (22.7 * 3600) * 1e6)
     assert len(app.get("plotly_chart")) == 4
@@ -272,7 +274,7 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert "'" + FORMULA_TAG in tags and FORMULA_TAG not in tags
 
     widget(app.number_input, "compare_price").set_value(2.0).run()
-    cost = app.dataframe[2].value
+    cost = app.dataframe[3].value
     assert cost["cost per 1M output tokens"].iloc[0] == pytest.approx(2.0 / (22.7 * 3600) * 1e6)
 
 
