@@ -85,8 +85,10 @@ def build_blocks(
         ("h", 2, "Scaling"),
         ("p", f"The seed: {SEED_SCALE}. Here:"),
         ("table", scaling_table(experiments_meta)),
-        ("p", "Figures are means over repeats, ± the sample standard deviation where there are at least two. "
-              "Failed requests are summed over repeats."),
+        ("p", "Figures are means over repeats with their 95% confidence interval [low, high] (Student's t, "
+              "n-1 degrees of freedom) where there are at least two. Throughput is k6's (everything completed "
+              "over the whole test, drain included, like the seed's); steady throughput counts the load window "
+              "only. Failed requests are summed over repeats."),
         ("h", 2, "Claim by claim"),
         ("table", pd.DataFrame([{
             "claim (seed)": v["claim"], "figure": v["figure"], "seed": v["seed_text"], "ours": v["ours_text"],
