@@ -24,7 +24,8 @@ BUSY_LOOP = "while True:\n    pass\n"
 
 
 def start_busy_loops_when_loaded(engine, run_id: int, *, after_s: float, count: int,  # noqa: ANN001
-                                 started: list[subprocess.Popen], stop: threading.Event) -> None:
+                                 started: list[subprocess.Popen], started_at: list[float],
+                                 stop: threading.Event) -> None:
     """Once the run is loading, wait ``after_s`` then start ``count`` busy loops."""
     from db import store
     from db.models import RunStatus
@@ -41,6 +42,18 @@ def start_busy_loops_when_loaded(engine, run_id: int, *, after_s: float, count: 
     if stop.wait(after_s):
         return
     started.extend(subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(count))
+    started_at.append(time.time())
+
+
+def other_cpu_before_after(series: dict, at_epoch_s: float | None) -> tuple[float | None, float | None]:
+    """Mean other-process CPU (% of a core) of the stored per-second series before and after ``at_epoch_s``."""
+    resources = series.get("resources") or {}
+    pairs = [(t, v) for t, v in zip(resources.get("t") or [], resources.get("other_cpu_percent") or [])][1:]
+    if at_epoch_s is None:
+        at_epoch_s = float("inf")
+    before = [v for t, v in pairs if v is not None and t < at_epoch_s]
+    after = [v for t, v in pairs if v is not None and t >= at_epoch_s]
+    return (sum(before) / len(before) if before else None, sum(after) / len(after) if after else None)
 
 
 def main() -> None:
@@ -71,9 +84,11 @@ def main() -> None:
                 [run] = experiments.enqueue_experiment(session=session, spec=spec).runs
                 run_id = run.id
             loops: list[subprocess.Popen] = []
+            loops_started_at: list[float] = []
             stop = threading.Event()
             starter = threading.Thread(target=start_busy_loops_when_loaded, args=(engine, run_id), kwargs={
-                "after_s": args.busy_after_s, "count": busy_loops, "started": loops, "stop": stop}, daemon=True)
+                "after_s": args.busy_after_s, "count": busy_loops, "started": loops, "started_at": loops_started_at,
+                "stop": stop}, daemon=True)
             if busy_loops:
                 starter.start()
             try:
@@ -85,20 +100,24 @@ def main() -> None:
                     loop.wait()
             with Session(engine) as session:
                 run = store.get_run(session=session, run_id=run_id)
-                rows.append((label, run.status, run.other_cpu_percent_avg, run.steal_cpu_percent_avg,
+                series = store.get_run_series(session=session, run_id=run_id)
+                split_at = loops_started_at[0] if loops_started_at else (
+                    run.load_started_at.timestamp() + args.busy_after_s if run.load_started_at else None)
+                before, after = other_cpu_before_after(series.series if series else {}, split_at)
+                rows.append((label, run.status, run.other_cpu_percent_avg, before, after, run.steal_cpu_percent_avg,
                              run.output_tok_per_s, run.steady_output_tok_per_s, run.measurement_warnings))
                 print(f"{label}: run #{run_id} {run.status}, other CPU {run.other_cpu_percent_avg or 0:.0f}% "
                       f"of a core, warnings: {run.measurement_warnings}", flush=True)
     finally:
         worker.services.stop_all()
     print(f"\nthreshold: {settings.contention_warning_cpu_percent:g}% of a core")
-    print("| run | other processes' CPU (% of a core, avg) | steal (%) | output tok/s (k6) | steady output tok/s "
-          "| contention warning |")
-    print("|---|---|---|---|---|---|")
-    for label, status, other, steal, tok, steady, warnings in rows:
+    print(f"| run | other processes' CPU (% of a core, avg) | before / after {args.busy_after_s:g} s | steal (%) "
+          "| output tok/s (k6) | steady output tok/s | contention warning |")
+    print("|---|---|---|---|---|---|---|")
+    for label, status, other, before, after, steal, tok, steady, warnings in rows:
         warned = "yes" if warnings and "other processes used" in warnings else "no"
-        print(f"| {label} ({status}) | {other or 0:.0f} | {steal if steal is not None else '–'} | {tok or 0:.1f} "
-              f"| {steady or 0:.1f} | {warned} |")
+        print(f"| {label} ({status}) | {other or 0:.0f} | {before or 0:.0f} / {after or 0:.0f} "
+              f"| {steal if steal is not None else '–'} | {tok or 0:.1f} | {steady or 0:.1f} | {warned} |")
 
 
 if __name__ == "__main__":
