@@ -412,7 +412,7 @@ class RunExecutor:
                 )
         if samples:
             results = results.updated(self._resource_figures(samples, targets))
-        results = results.updated(self._steady_figures(spec, series_doc, figures, backend))
+        results = results.updated(self._steady_figures(spec, targets, series_doc, figures, backend))
         results = results.updated({"measurement_warnings": join_warnings(*measurement_warnings(
             k6_cpu_percent_avg=results.k6_cpu_percent_avg, iterations_dropped=results.iterations_dropped,
             other_cpu_percent_avg=results.other_cpu_percent_avg,
@@ -440,15 +440,18 @@ class RunExecutor:
         figures["steal_cpu_percent_avg"] = host["steal_cpu_percent_avg"]
         return figures
 
+    @staticmethod
     def _steady_figures(
-        self, spec: RunSpec, series_doc: dict[str, Any], figures: dict[str, Any], backend: dict[str, Any]
+        spec: RunSpec, targets: RunTargets, series_doc: dict[str, Any], figures: dict[str, Any],
+        backend: dict[str, Any],
     ) -> dict[str, Any]:
-        """Steady-state throughput in the load window: the backend's counters, else k6's series."""
-        server = series_doc.get("server") or {}
+        """Steady-state throughput in the load window: the backend's counters, else k6's series
+        (always k6's behind the response cache: the backend sees only the misses)."""
+        server = (series_doc.get("server") or {}) if not targets.proxy_url else {}
         client_start = series_doc.get("start_epoch_s")
         bucket_s = float(series_doc.get("bucket_s") or 1.0)
         load_start = (server.get("t") or [None])[0] or client_start
-        if backend.get("server_output_tokens") and backend.get("server_e2e_requests"):
+        if server and backend.get("server_output_tokens") and backend.get("server_e2e_requests"):
             tokens_per_request = backend["server_output_tokens"] / backend["server_e2e_requests"]
         elif figures.get("output_tokens") and figures.get("requests_ok"):
             tokens_per_request = figures["output_tokens"] / figures["requests_ok"]

@@ -215,3 +215,27 @@ def test_the_resolved_thread_count_is_in_the_servers_argv() -> None:
     assert argv[argv.index("--torch-threads") + 1].isdigit()
     assert "--torch-threads" not in NaiveBackend().launch(
         model="m", options=NaiveOptions(torch_threads="torch"), settings=settings).argv
+
+
+# -- the runner's choice of source ----------------------------------------------------------
+
+def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
+    from lab.runner import RunExecutor, RunTargets
+    from lab.specs import RunSpec
+
+    spec = RunSpec.model_validate({"backend": "external", "target_url": "http://127.0.0.1:9", "model": "m",
+                                   "load": {"vus": 1, "duration_s": 10}})
+    series_doc = {
+        "server": {"t": [100.0 + t for t in range(12)], "output_tokens": [10.0 * t for t in range(12)],
+                   "requests": [float(t) for t in range(12)]},
+        "start_epoch_s": 100.0, "bucket_s": 1.0, "time_s": [float(t) for t in range(11)],
+        "requests_ok": [2] * 11, "output_tokens": [40] * 11,
+    }
+    figures = {"output_tokens": 440, "requests_ok": 22}
+    backend = {"server_output_tokens": 110.0, "server_e2e_requests": 11.0}
+    direct = RunExecutor._steady_figures(spec, RunTargets("u", "u", None), series_doc, figures, backend)
+    assert direct["steady_source"] == STEADY_FROM_SERVER and direct["steady_output_tok_per_s"] == pytest.approx(10.0)
+    cached = RunExecutor._steady_figures(spec, RunTargets("p", "u", None, proxy_url="p"), series_doc, figures, backend)
+    assert cached["steady_source"] == STEADY_FROM_CLIENT
+    assert cached["steady_output_tok_per_s"] == pytest.approx(40.0)
+    assert cached["steady_req_per_s"] == pytest.approx(2.0)
