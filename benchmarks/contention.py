@@ -101,6 +101,10 @@ def main() -> None:
             with Session(engine) as session:
                 run = store.get_run(session=session, run_id=run_id)
                 series = store.get_run_series(session=session, run_id=run_id)
+                if busy_loops:
+                    print(f"  {len(loops)} busy loops started "
+                          f"{loops_started_at[0] - run.load_started_at.timestamp():.1f} s into the load" if loops
+                          else "  the busy loops never started", flush=True)
                 split_at = loops_started_at[0] if loops_started_at else (
                     run.load_started_at.timestamp() + args.busy_after_s if run.load_started_at else None)
                 before, after = other_cpu_before_after(series.series if series else {}, split_at)
