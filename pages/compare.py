@@ -82,12 +82,11 @@ def page() -> None:
                                     "too short for its latency: left out of the means by default.")
     if warned:
         st.caption(f"{len(warned)} run(s) with measurement warnings "
-                   + ("included in the means." if include_warned else "left out of the means."))
-    if not include_warned:
+                   + ("included in the means." if include_warned or not clean else "left out of the means."))
+    if not include_warned and clean:
         done = clean
-        if not done:
-            st.info("Every chosen run carries a measurement warning: turn on the toggle above to see them.")
-            return
+    elif warned and not include_warned:
+        st.warning("Every chosen run carries a measurement warning (see Run detail): shown anyway, read with care.")
     ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
     price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
                                      key="compare_price", help="What an hour of this hardware costs you.")

@@ -278,6 +278,18 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert cost["cost per 1M output tokens"].iloc[0] == pytest.approx(2.0 / (22.7 * 3600) * 1e6)
 
 
+def test_compare_leaves_warned_runs_out_of_the_means_unless_asked(seed_lab: SeededLab) -> None:
+    with Session(seed_lab.engine) as session:
+        session.get(Run, seed_lab.done_run_ids[0]).measurement_warnings = "other processes used 150% of a core"
+        session.commit()
+    app = open_page(PAGES["Compare"])
+    assert "1 run(s) with measurement warnings left out of the means." in texts(app)
+    assert len(app.dataframe[0].value) == 3
+    widget(app.toggle, "compare_include_warned").set_value(True).run()
+    assert "1 run(s) with measurement warnings included in the means." in texts(app)
+    assert len(app.dataframe[0].value) == 4
+
+
 def test_compare_individual_runs_without_a_preset_table(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["Compare"])
     widget(app.radio, "compare_mode").set_value("individual runs").run()
