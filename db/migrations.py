@@ -83,12 +83,25 @@ def _capacity(connection: Connection) -> None:
     RunRequests.__table__.create(connection, checkfirst=True)
 
 
+def _measurement(connection: Connection) -> None:
+    """Trustworthy measurement: contention and steady-state columns; ``load_generator_warning``
+    becomes ``measurement_warnings`` (its text copied over, then the old column dropped)."""
+    for column_name in ("other_cpu_percent_avg", "steal_cpu_percent_avg", "steady_output_tok_per_s",
+                        "steady_req_per_s", "steady_source", "measurement_warnings"):
+        _add_column(connection, Run.__tablename__, column_name)
+    if _has_column(connection, Run.__tablename__, "load_generator_warning"):
+        connection.execute(text("UPDATE runs SET measurement_warnings = load_generator_warning "
+                                "WHERE load_generator_warning IS NOT NULL"))
+        connection.execute(text("ALTER TABLE runs DROP COLUMN load_generator_warning"))
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
     _experiment_wall_time_ratio,  # 2 -> 3
     _client_streaming_latency,  # 3 -> 4
     _capacity,  # 4 -> 5
+    _measurement,  # 5 -> 6
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

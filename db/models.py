@@ -107,12 +107,22 @@ class RunResultColumns:
     backend_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
     backend_rss_max_mb: Mapped[float | None] = mapped_column(Float)
     gpu_utilization_avg_percent: Mapped[float | None] = mapped_column(Float)
-    load_generator_warning: Mapped[str | None] = mapped_column(Text)
     # Against an SLO (set when a run is evaluated, e.g. as a capacity probe): requests per second
     # that met every per-request limit, their share of all requests, and the SLO used.
     goodput_req_per_s: Mapped[float | None] = mapped_column(Float)
     slo_attainment: Mapped[float | None] = mapped_column(Float)
     slo_evaluated: Mapped[str | None] = mapped_column(Text)
+    # Host contention: CPU used by processes that are not the run's (% of one core), and steal.
+    other_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
+    steal_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
+    # Steady state: inside the load window only (no warm-up, no drain); the source says
+    # whose counters they come from ("server counters" or "client series").
+    steady_output_tok_per_s: Mapped[float | None] = mapped_column(Float)
+    steady_req_per_s: Mapped[float | None] = mapped_column(Float)
+    steady_source: Mapped[str | None] = mapped_column(String(50))
+    # Every reason to read the figures with care (k6 CPU, dropped iterations, contention,
+    # count-check mismatch, a run too short for its latency...), "; "-separated.
+    measurement_warnings: Mapped[str | None] = mapped_column(Text)
 
 
 class Run(RunResultColumns, Base):

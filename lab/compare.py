@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from lab.results import RESULT_FIELDS
+from lab.statistics import mean_interval, welch_test
 from lab.workers import hardware_summary
 
 # The seed's published figures (../shared/reference/seed-experiments.md), latencies in seconds.
@@ -131,23 +132,64 @@ def mean_and_spread(values: Iterable[Any]) -> tuple[float | None, float | None, 
     return statistics.fmean(numbers), spread, len(numbers)
 
 
-def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: Sequence[str]) -> list[dict[str, Any]]:
-    """Group done runs by ``keys``; per figure the mean, ``<figure>_sd`` and the repeat count ``n``."""
+def _done_groups(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[tuple, list[dict[str, Any]]]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for record in records:
-        if record.get("status") != "done":
-            continue
-        groups.setdefault(tuple(record.get(key) for key in keys), []).append(record)
+        if record.get("status") == "done":
+            groups.setdefault(tuple(record.get(key) for key in keys), []).append(record)
+    return groups
+
+
+def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: Sequence[str]) -> list[dict[str, Any]]:
+    """Group done runs by ``keys``; per figure the mean with its 95% confidence interval
+    (``<figure>_ci95_low`` / ``_ci95_high``, None under two repeats) and the repeat count ``n``."""
     rows = []
-    for group_key, members in groups.items():
+    for group_key, members in _done_groups(records, keys).items():
         row: dict[str, Any] = dict(zip(keys, group_key))
         row["n"] = len(members)
         row["requests_failed"] = sum(int(m.get("requests_failed") or 0) for m in members)
         for figure in figures:
-            mean, spread, _ = mean_and_spread(m.get(figure) for m in members)
-            row[figure] = mean
-            row[f"{figure}_sd"] = spread
+            interval = mean_interval(m.get(figure) for m in members)
+            row[figure] = interval.mean
+            row[f"{figure}_ci95_low"] = interval.ci95_low
+            row[f"{figure}_ci95_high"] = interval.ci95_high
         rows.append(row)
+    return rows
+
+
+def split_warned(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(runs without a measurement warning, runs with one): means leave the second out by default."""
+    kept = [r for r in records if not r.get("measurement_warnings")]
+    return kept, [r for r in records if r.get("measurement_warnings")]
+
+
+def cell_comparisons(
+    records: Sequence[dict[str, Any]], keys: Sequence[str], figure: str
+) -> list[dict[str, Any]]:
+    """Every pair of cells (done runs grouped by ``keys``) that differ in one key only: the
+    ratio of their ``figure`` means and whether it is significant (Welch's t-test on the
+    repeats, p < 0.05; "n too small" under 3 repeats a side)."""
+    groups = _done_groups(records, keys)
+    rows = []
+    cells = sorted(groups, key=lambda k: tuple(str(v) for v in k))
+    for index, first in enumerate(cells):
+        for second in cells[index + 1:]:
+            differing = [i for i, (a, b) in enumerate(zip(first, second)) if a != b]
+            if len(differing) != 1:
+                continue
+            first_values = [m.get(figure) for m in groups[first]]
+            second_values = [m.get(figure) for m in groups[second]]
+            first_mean, second_mean = mean_interval(first_values).mean, mean_interval(second_values).mean
+            if first_mean is None or second_mean is None:
+                continue
+            same = ", ".join(f"{keys[i]} {first[i]}" for i in range(len(keys)) if i not in differing and first[i] is not None)
+            key = keys[differing[0]]
+            rows.append({
+                "figure": figure, "cell": f"{key} {second[differing[0]]} over {key} {first[differing[0]]}"
+                + (f" ({same})" if same else ""),
+                "ratio": _ratio(second_mean, first_mean),
+                "significance": welch_test(second_values, first_values).verdict,
+            })
     return rows
 
 
@@ -179,27 +221,29 @@ def format_share(value: float | None) -> str:
     return f"{value * 100:.1f}%"
 
 
-def with_spread(row: dict[str, Any], figure: str, formatter) -> str:  # noqa: ANN001
-    """A figure of an aggregated row, formatted, with "± sd" when there are repeats."""
+def with_interval(row: dict[str, Any], figure: str, formatter) -> str:  # noqa: ANN001
+    """A figure of an aggregated row, formatted, with its 95% CI "[low, high]" when there are repeats."""
     text = formatter(row.get(figure))
-    spread = row.get(f"{figure}_sd")
-    if spread is not None and row.get(figure) is not None:
-        text += f" ± {formatter(spread)}"
+    low, high = row.get(f"{figure}_ci95_low"), row.get(f"{figure}_ci95_high")
+    if low is not None and high is not None and row.get(figure) is not None:
+        text += f" [{formatter(low)}, {formatter(high)}]"
     return text
 
 
 def exp1_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Experiment 1 with the seed's columns, ours beside the seed's (``seed ...`` columns)."""
-    figures = ("output_tok_per_s", "req_per_s", "latency_avg_s", "latency_p95_s")
+    figures = ("output_tok_per_s", "req_per_s", "latency_avg_s", "latency_p95_s", "steady_output_tok_per_s")
     rows = []
     for row in sorted(aggregate(records, ("vus", "backend"), figures), key=lambda r: (r["vus"] or 0, r["backend"])):
         seed = _seed_lookup(SEED_EXP1, {"vus": row["vus"], "backend": row["backend"]}) or {}
         rows.append({
             "VUs": row["vus"], "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
-            "throughput (tok/s)": with_spread(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
-            "req/s": with_spread(row, "req_per_s", format_rate),
-            "avg latency": with_spread(row, "latency_avg_s", format_seconds),
-            "p95 latency": with_spread(row, "latency_p95_s", format_seconds),
+            "throughput (tok/s)": with_interval(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
+            "req/s": with_interval(row, "req_per_s", format_rate),
+            "avg latency": with_interval(row, "latency_avg_s", format_seconds),
+            "p95 latency": with_interval(row, "latency_p95_s", format_seconds),
+            # The seed's throughput is k6's (whole test, drain included); this one, the load window only.
+            "steady throughput (tok/s)": with_interval(row, "steady_output_tok_per_s", lambda v: format_rate(v, 1)),
             "repeats": row["n"], "failed requests": row["requests_failed"],
             "seed throughput (tok/s)": format_rate(seed.get("output_tok_per_s"), 1),
             "seed req/s": format_rate(seed.get("req_per_s")),
@@ -217,10 +261,10 @@ def exp2_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         seed = _seed_lookup(SEED_EXP2, {"prompts": row["prompts"], "backend": row["backend"]}) or {}
         rows.append({
             "PROMPTS": row["prompts"], "set-up": set_up.get(row["backend"], row["backend"]),
-            "req/s": with_spread(row, "req_per_s", format_rate),
-            "avg latency": with_spread(row, "latency_avg_s", format_seconds),
-            "p95 latency": with_spread(row, "latency_p95_s", format_seconds),
-            "max latency": with_spread(row, "latency_max_s", format_seconds),
+            "req/s": with_interval(row, "req_per_s", format_rate),
+            "avg latency": with_interval(row, "latency_avg_s", format_seconds),
+            "p95 latency": with_interval(row, "latency_p95_s", format_seconds),
+            "max latency": with_interval(row, "latency_max_s", format_seconds),
             "cache hit rate": format_share(row.get("response_cache_hit_rate")),
             "repeats": row["n"], "failed requests": row["requests_failed"],
             "seed req/s": format_rate(seed.get("req_per_s")),
@@ -240,11 +284,11 @@ def exp3_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
         seed = _seed_lookup(SEED_EXP3, {"backend": row["backend"]}) or {}
         rows.append({
             "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
-            "req/s": with_spread(row, "req_per_s", format_rate),
-            "output tok/s": with_spread(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
-            "input tok/s": with_spread(row, "input_tok_per_s", lambda v: format_rate(v, 1)),
-            "avg latency": with_spread(row, "latency_avg_s", format_seconds),
-            "p95 latency": with_spread(row, "latency_p95_s", format_seconds),
+            "req/s": with_interval(row, "req_per_s", format_rate),
+            "output tok/s": with_interval(row, "output_tok_per_s", lambda v: format_rate(v, 1)),
+            "input tok/s": with_interval(row, "input_tok_per_s", lambda v: format_rate(v, 1)),
+            "avg latency": with_interval(row, "latency_avg_s", format_seconds),
+            "p95 latency": with_interval(row, "latency_p95_s", format_seconds),
             "vLLM prefix hit": format_share(row.get("prefix_cache_hit_rate")) if row["backend"] != "naive" else "–",
             "Redis hit": format_share(row.get("response_cache_hit_rate")) if row["backend"].endswith("+cache") else "–",
             "repeats": row["n"], "failed requests": row["requests_failed"],

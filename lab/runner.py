@@ -37,7 +37,8 @@ from db.models import RunStatus
 from lab import environment, experiments, k6_results, live, request_figures, server_metrics
 from lab.backends import Backend, get_backend, managed_backend_names
 from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
-from lab.resources import ResourceSampler, summarise
+from lab.measurement import join_warnings, measurement_warnings, steady_throughput
+from lab.resources import ResourceSampler, summarise, summarise_host
 from lab.results import RunResults
 from lab.settings import Settings
 from lab.specs import RunSpec, format_validation_error
@@ -49,8 +50,6 @@ from services.supervisor import ServiceStartAborted, stop_process_tree
 
 log = logging.getLogger("lab.runner")
 
-# k6 using more than this share of a core on average may have limited the load it applied.
-K6_CPU_WARNING_PERCENT = 80.0
 # Services a run survives losing: the cache proxy fails open without Redis (answers come
 # from the backend, store errors are counted), so the run goes on and says so.
 FAIL_OPEN_SERVICES = ("redis",)
@@ -150,7 +149,8 @@ class RunExecutor:
         self.service_configs: dict[str, dict[str, Any]] = {}
         self.lost_services: list[str] = []  # fail-open services that died during the load
         self.cache_errors = 0  # answers the proxy served without Redis (X-Cache: ERROR)
-        # Server-side gauges sampled once a second during the load (running, waiting requests).
+        # Server-side gauges and counters sampled once a second during the load (running and
+        # waiting requests; output tokens and completed requests so far, for the steady rates).
         self.server_samples: list[dict[str, float | None]] = []
         # Why a service's /metrics could not be read (an external target may serve anything).
         self.metrics_problems: dict[str, str] = {}
@@ -346,11 +346,15 @@ class RunExecutor:
         return exit_code, samples
 
     def _sample_server_gauges(self, backend: Backend, targets: RunTargets) -> None:
-        """Requests running and waiting in the backend now (if it exports them)."""
+        """Requests running and waiting in the backend now, and its token and request counters
+        (those it exports)."""
         snapshot = server_metrics.scrape(targets.backend_url, prefixes=backend.metrics.prefixes, timeout_s=2.0)
         if snapshot is None:
             return
-        self.server_samples.append({"t": time.time(), **server_metrics.gauges(snapshot, backend.metrics)})
+        self.server_samples.append({
+            "t": time.time(), **server_metrics.gauges(snapshot, backend.metrics),
+            **server_metrics.counters(snapshot, backend.metrics),
+        })
 
     def collect(
         self,
@@ -380,6 +384,7 @@ class RunExecutor:
                 if isinstance(getattr(series, item.name), list)
             }
             series_doc["start_epoch_s"] = series.start_epoch_s
+            series_doc["bucket_s"] = series.bucket_s
             if not figures:  # no summary (k6 killed): figures from the stream
                 results = RunResults.from_figures(series.figures())
         # Resource samples joined on the same clock as k6's series.
@@ -387,7 +392,8 @@ class RunExecutor:
             series_doc["resources"] = {key: [s.get(key) for s in samples] for key in samples[-1]}
         if self.server_samples:
             series_doc["server"] = {
-                key: [s.get(key) for s in self.server_samples] for key in ("t", "running_requests", "waiting_requests")
+                key: [s.get(key) for s in self.server_samples]
+                for key in ("t", "running_requests", "waiting_requests", "output_tokens", "requests")
             }
         log_tails = {name: self.services.log_tail(name, 30) for name in targets.service_names}
         store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
@@ -423,7 +429,14 @@ class RunExecutor:
                     client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"]
                 )
         if samples:
-            results = results.updated(self._resource_figures(samples, targets, results))
+            results = results.updated(self._resource_figures(samples, targets))
+        results = results.updated(self._steady_figures(spec, targets, series_doc, figures, backend))
+        results = results.updated({"measurement_warnings": join_warnings(*measurement_warnings(
+            k6_cpu_percent_avg=results.k6_cpu_percent_avg, iterations_dropped=results.iterations_dropped,
+            other_cpu_percent_avg=results.other_cpu_percent_avg,
+            contention_threshold_percent=self.settings.contention_warning_cpu_percent,
+            count_check=checks, latency_avg_s=results.latency_avg_s, load_duration_s=spec.load.planned_duration_s,
+        ))})
         return {
             **results.as_columns(),
             "count_check": checks,
@@ -431,26 +444,50 @@ class RunExecutor:
         }
 
     @staticmethod
-    def _resource_figures(samples: list[dict], targets: RunTargets, results: RunResults) -> dict[str, Any]:
-        """Resource use while the load ran, and a warning when k6 itself may have limited the load."""
-        k6_usage = summarise(samples, "k6")
-        figures: dict[str, Any] = {"k6_cpu_percent_avg": k6_usage["cpu_percent_avg"]}
+    def _resource_figures(samples: list[dict], targets: RunTargets) -> dict[str, Any]:
+        """Resource use while the load ran: k6, the backend, the GPU and the rest of the machine."""
+        figures: dict[str, Any] = {"k6_cpu_percent_avg": summarise(samples, "k6")["cpu_percent_avg"]}
         if targets.backend_service:
             backend_usage = summarise(samples, targets.backend_service)
             figures["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
             figures["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
         gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
         figures["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
-        warnings = []
-        if (k6_usage["cpu_percent_avg"] or 0) > K6_CPU_WARNING_PERCENT:
-            warnings.append(
-                f"k6 used {k6_usage['cpu_percent_avg']:.0f}% of a core on average: the load generator may "
-                "have limited the load; compare with care"
-            )
-        if results.iterations_dropped:
-            warnings.append(f"{results.iterations_dropped} iterations were dropped (arrival rate not reached)")
-        figures["load_generator_warning"] = "; ".join(warnings) or None
+        host = summarise_host(samples)
+        figures["other_cpu_percent_avg"] = host["other_cpu_percent_avg"]
+        figures["steal_cpu_percent_avg"] = host["steal_cpu_percent_avg"]
         return figures
+
+    @staticmethod
+    def _steady_figures(
+        spec: RunSpec, targets: RunTargets, series_doc: dict[str, Any], figures: dict[str, Any],
+        backend: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Steady-state throughput in the load window: the backend's counters, else k6's series
+        (always k6's behind the response cache: the backend sees only the misses)."""
+        server = (series_doc.get("server") or {}) if not targets.proxy_url else {}
+        client_start = series_doc.get("start_epoch_s")
+        bucket_s = float(series_doc.get("bucket_s") or 1.0)
+        load_start = (server.get("t") or [None])[0] or client_start
+        if server and backend.get("server_output_tokens") and backend.get("server_e2e_requests"):
+            tokens_per_request = backend["server_output_tokens"] / backend["server_e2e_requests"]
+        elif figures.get("output_tokens") and figures.get("requests_ok"):
+            tokens_per_request = figures["output_tokens"] / figures["requests_ok"]
+        else:
+            tokens_per_request = None
+        steady = steady_throughput(
+            load_start_epoch_s=load_start, load_duration_s=spec.load.planned_duration_s,
+            server_times_epoch_s=server.get("t") or (),
+            server_output_tokens=server.get("output_tokens") or (),
+            server_requests=server.get("requests") or (),
+            # A bucket's completions are counted at its end.
+            client_times_epoch_s=[client_start + t + bucket_s for t in series_doc.get("time_s") or ()]
+            if client_start is not None else (),
+            client_output_tokens=series_doc.get("output_tokens") or (),
+            client_requests_ok=series_doc.get("requests_ok") or (),
+            tokens_per_request=tokens_per_request,
+        )
+        return steady.as_figures()
 
     # -- the whole run -----------------------------------------------------------------
     def execute(self) -> str:
@@ -564,7 +601,7 @@ class RunExecutor:
 
     @staticmethod
     def _add_warning(columns: dict[str, Any], note: str) -> None:
-        columns["load_generator_warning"] = "; ".join(filter(None, [columns.get("load_generator_warning"), note]))
+        columns["measurement_warnings"] = join_warnings(columns.get("measurement_warnings"), note)
 
     def _finish(self, status: str, *, reason: str | None = None, **columns: Any) -> None:
         """Write the run's final state with its reason and figures. A failing write is tried

@@ -53,6 +53,10 @@ class Settings(BaseSettings):
         default=True,
         description="stop the inference backend a run does not use (one accelerator, or few CPU cores)",
     )
+    contention_warning_cpu_percent: float = Field(
+        default=25.0, ge=0,
+        description="warn on a run during which other processes used more than this share of a core (%) on average",
+    )
 
     @property
     def resolved_database_url(self) -> str:

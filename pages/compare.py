@@ -9,12 +9,14 @@ import streamlit as st
 from db import store
 from lab.compare import (
     SEED_TABLES,
+    cell_comparisons,
     dataframe_to_csv,
     exp1_ratios,
     exp2_ratios,
     exp3_ratios,
     records_to_csv,
     run_record,
+    split_warned,
 )
 from pages.view.figures import (
     hit_rates_figure,
@@ -76,6 +78,17 @@ def page() -> None:
         worker = st.selectbox("Worker", ["all workers", *workers], key="compare_worker",
                               help="The runs came from several machines: compare one machine's at a time.")
         done = done if worker == "all workers" else [record for record in done if record["worker_name"] == worker]
+    clean, warned = split_warned(done)
+    include_warned = st.toggle("Include runs with measurement warnings", value=False, key="compare_include_warned",
+                               help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run "
+                                    "too short for its latency: left out of the means by default.")
+    if warned:
+        st.caption(f"{len(warned)} run(s) with measurement warnings "
+                   + ("included in the means." if include_warned or not clean else "left out of the means."))
+    if not include_warned and clean:
+        done = clean
+    elif warned and not include_warned:
+        st.warning("Every chosen run carries a measurement warning (see Run detail): shown anyway, read with care.")
     ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
     price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
                                      key="compare_price", help="What an hour of this hardware costs you.")
@@ -84,9 +97,10 @@ def page() -> None:
     if preset:
         st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
-                   f"ours are means over repeats, ± one standard deviation, of {plural(len(done), 'run')} "
-                   f"from experiment{'s' if len({r['experiment_id'] for r in done}) > 1 else ''} "
-                   f"{experiments_spanned(done)}"
+                   "ours are means over repeats with their 95% confidence interval [low, high], of "
+                   f"{plural(len(done), 'run')} from experiment{'s' if len({r['experiment_id'] for r in done}) > 1 else ''} "
+                   f"{experiments_spanned(done)}; throughput is k6's (whole test, drain included, like the seed's), "
+                   "steady throughput the load window only"
                    + (f", measured on {plain(ran_on)}." if ran_on else "."))
         table = SEED_TABLES[preset](done)
     else:
@@ -117,6 +131,12 @@ def page() -> None:
         st.dataframe(display_frame(pd.DataFrame(rows)), hide_index=True)
     else:
         st.caption("No ratio applies: they need the backends they compare (e.g. vLLM and naive at the same VUs).")
+    significance = [row for figure in ("output_tok_per_s", "req_per_s")
+                    for row in cell_comparisons(done, ("backend", "vus", "prompts"), figure)]
+    if significance:
+        st.caption("Cells that differ in one setting: the ratio of their means and Welch's t-test on the repeats "
+                   "(significant at p < 0.05; under 3 repeats a side, n too small).")
+        st.dataframe(display_frame(pd.DataFrame(significance)), hide_index=True)
 
     st.subheader("Cost per million output tokens")
     st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True)

@@ -133,8 +133,8 @@ def page() -> None:
                f"repeat {run.repeat_index}{experiment} · created {local_time(run.created_at)}", kind="caption")
     if run.status_reason:
         show_failure(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
-    if run.load_generator_warning:
-        show_plain(run.load_generator_warning, kind="warning")
+    if run.measurement_warnings:
+        show_plain(run.measurement_warnings, kind="warning")
     if run.experiment is not None and run.experiment.capacity:
         from pages.view.capacity import capacity_search_panel
 

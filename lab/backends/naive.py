@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, PositiveInt
 
 from lab.backends import VLLM_METRICS, Backend, Launch, MetricNames, register
 from lab.specs_base import StrictModel
@@ -12,8 +15,32 @@ if TYPE_CHECKING:
     from lab.settings import Settings
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def best_torch_threads(cores: int) -> int:
+    """torch intra-op threads that leave one core to k6, the proxy and the lab (see
+    BENCHMARKS.md, "naive server threads"): one fewer than the cores, at least one."""
+    return max(1, cores - 1)
+
+
 class NaiveOptions(StrictModel):
     dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
+    # "best": derived from the cores (best_torch_threads); "torch": torch's own choice; or a count.
+    torch_threads: Literal["best", "torch"] | PositiveInt = Field(default="best")
+
+    def resolved_torch_threads(self, cores: int) -> int | None:
+        """The thread count passed to the server; None leaves it to torch."""
+        if self.torch_threads == "torch":
+            return None
+        if self.torch_threads == "best":
+            return best_torch_threads(cores)
+        return self.torch_threads
 
 
 @register
@@ -33,6 +60,9 @@ class NaiveBackend(Backend):
             "--model", model, "--dtype", options.dtype,
             "--host", "{host}", "--port", "{port}",
         ]
+        # The resolved count lands in the argv, which the run's environment records.
+        if (threads := options.resolved_torch_threads(usable_cores())) is not None:
+            argv += ["--torch-threads", str(threads)]
         return Launch(argv=argv, readiness_timeout_s=self.readiness_timeout_s)
 
     def fixed_output_fields(self, max_tokens: int) -> dict[str, object]:

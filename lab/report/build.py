@@ -88,8 +88,10 @@ def build_blocks(
         ("p", f"The seed: {SEED_SCALE}. Here:"),
         ("table", scaling_table(experiments_meta)),
         *([("p", overhead)] if (overhead := overhead_sentence(experiments_meta)) else []),
-        ("p", "Figures are means over repeats, ± the sample standard deviation where there are at least two. "
-              "Failed requests are summed over repeats."),
+        ("p", "Figures are means over repeats with their 95% confidence interval [low, high] (Student's t, "
+              "n-1 degrees of freedom) where there are at least two. Throughput is k6's (everything completed "
+              "over the whole test, drain included, like the seed's); steady throughput counts the load window "
+              "only. Failed requests are summed over repeats."),
         ("h", 2, "Claim by claim"),
         ("table", pd.DataFrame([{
             "claim (seed)": v["claim"], "figure": v["figure"], "seed": v["seed_text"], "ours": v["ours_text"],
@@ -118,7 +120,7 @@ def build_blocks(
             blocks.append(("chart", stem, title))
     blocks.append(("h", 2, "What the original left open"))
     blocks.append(("p", "Server-side time to first token and time per output token (from the backend's "
-                        "/metrics), resource use sampled while the load ran, and failures, per cell, ± sd over "
+                        "/metrics), resource use sampled while the load ran, and failures, per cell, mean [95% CI] over "
                         "repeats. Cost per token needs a price per hour: "
                         + (f"{price_per_hour:g} per hour was used." if price_per_hour is not None
                            else "none was given, so it is left out.")))

@@ -1,4 +1,4 @@
-"""The report's charts (Plotly: ours, mean ± sd, beside the seed's) and their PNG copies."""
+"""The report's charts (Plotly: ours, mean and 95% CI, beside the seed's) and their PNG copies."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ def _bar(frame_rows: list[dict[str, Any]], *, title: str, x_title: str, y_title:
 
     fig = go.Figure()
     for series in frame_rows:
-        # The same colour for a server, ours solid and the seed's hatched; error bars (sd) on ours only.
+        # The same colour for a server, ours solid and the seed's hatched; error bars (95% CI) on ours only.
         server = series["name"].rsplit(" (", 1)[0]
         fig.add_trace(go.Bar(
             name=series["name"], x=[str(x) for x in series["x"]], y=series["y"],
-            error_y=dict(type="data", array=series["sd"], visible=True) if series.get("sd") else None,
+            error_y=dict(type="data", array=series["ci95_half"], visible=True) if series.get("ci95_half") else None,
             marker_color=CHART_COLOURS.get(server),
             marker_pattern_shape="/" if series.get("seed") else "",
         ))
@@ -46,11 +46,17 @@ def _series(rows: list[dict[str, Any]], *, x_key: str, figure: str, backend: str
     if not picked:
         return None
     return {"name": name, "x": [r.get(x_key) for r in picked], "y": [r[figure] for r in picked],
-            "sd": [r.get(f"{figure}_sd") or 0 for r in picked] if not seed else None, "seed": seed}
+            "ci95_half": [_half_width(r, figure) for r in picked] if not seed else None, "seed": seed}
+
+
+def _half_width(row: dict[str, Any], figure: str) -> float:
+    """Half the 95% CI of an aggregated row's figure (0 without repeats)."""
+    high = row.get(f"{figure}_ci95_high")
+    return high - row[figure] if high is not None and row.get(figure) is not None else 0.0
 
 
 def build_charts(records_by_preset: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """The report's Plotly figures, ours (mean ± sd) beside the seed's, keyed by file stem."""
+    """The report's Plotly figures, ours (mean, 95% CI) beside the seed's, keyed by file stem."""
     charts: dict[str, Any] = {}
     exp1 = records_by_preset.get("seed-exp1", [])
     if done_runs(exp1):
@@ -88,7 +94,7 @@ def build_charts(records_by_preset: dict[str, list[dict[str, Any]]]) -> dict[str
                            if r["backend"] in order else 9)
         series = [
             {"name": "ours", "x": [SEED_SERVER_NAMES.get(r["backend"], r["backend"]) for r in ours_rows],
-             "y": [r["req_per_s"] for r in ours_rows], "sd": [r.get("req_per_s_sd") or 0 for r in ours_rows]},
+             "y": [r["req_per_s"] for r in ours_rows], "ci95_half": [_half_width(r, "req_per_s") for r in ours_rows]},
             {"name": "seed", "x": [SEED_SERVER_NAMES[r["backend"]] for r in SEED_EXP3],
              "y": [r["req_per_s"] for r in SEED_EXP3], "seed": True},
         ]

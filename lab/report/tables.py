@@ -51,7 +51,7 @@ def seed_table(preset: str) -> pd.DataFrame:
 
 
 def our_table(preset: str, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Our table for ``preset``: the seed's columns (mean ± sd over repeats), repeats and failed requests."""
+    """Our table for ``preset``: the seed's columns (mean [95% CI] over repeats), repeats and failed requests."""
     frame = compare.SEED_TABLES[preset](records)
     return frame[[column for column in frame.columns if not column.startswith("seed ")]]
 
@@ -116,13 +116,15 @@ OPEN_FIGURES: tuple[tuple[str, str, Callable[[float | None], str]], ...] = (
     ("backend_rss_max_mb", "backend RSS (max MiB)", lambda v: format_rate(v, 0)),
     ("k6_cpu_percent_avg", "k6 CPU % of a core (avg)", lambda v: format_rate(v, 0)),
     ("gpu_utilization_avg_percent", "GPU utilisation % (avg)", lambda v: format_rate(v, 0)),
+    ("other_cpu_percent_avg", "other processes' CPU % of a core (avg)", lambda v: format_rate(v, 0)),
+    ("steady_output_tok_per_s", "steady output tok/s (load window)", lambda v: format_rate(v, 1)),
 )
 
 
 def open_questions_table(
     records_by_preset: dict[str, list[dict[str, Any]]], *, price_per_hour: float | None = None
 ) -> pd.DataFrame:
-    """Per cell: server-side TTFT and time per output token, resource use, failures, spread (± sd)."""
+    """Per cell: server-side TTFT and time per output token, resource use, failures, mean [95% CI]."""
     rows = []
     figures = [name for name, _, _ in OPEN_FIGURES] + ["output_tok_per_s"]
     for preset, records in records_by_preset.items():
@@ -131,7 +133,7 @@ def open_questions_table(
             cell = {"experiment": preset, "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
                     "VUs": row["vus"], "PROMPTS": row["prompts"] if row["prompts"] is not None else "–"}
             for name, label, formatter in OPEN_FIGURES:
-                cell[label] = compare.with_spread(row, name, formatter)
+                cell[label] = compare.with_interval(row, name, formatter)
             if price_per_hour is not None:
                 cost = compare.cost_per_million_output_tokens(row.get("output_tok_per_s"), price_per_hour)
                 cell[f"cost per 1M output tokens (at {price_per_hour:g}/h)"] = format_rate(cost)
@@ -149,8 +151,8 @@ def problem_rows(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dic
             problem = None
             if r.get("status") != "done":
                 problem = (r.get("status_reason") or "no reason recorded").strip().splitlines()[0][:300]
-            elif r.get("load_generator_warning"):
-                problem = "warning: " + str(r["load_generator_warning"])[:300]
+            elif r.get("measurement_warnings"):
+                problem = "warning: " + str(r["measurement_warnings"])[:300]
             if problem:
                 rows.append({"run": r.get("run_id"), "experiment": preset, "server": r.get("backend"),
                              "cell": r.get("cell_label"), "repeat": r.get("repeat_index"),

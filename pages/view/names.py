@@ -77,7 +77,6 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "backend_cpu_percent_avg": DisplayName("backend CPU avg", "% of a core", 1),
     "backend_rss_max_mb": DisplayName("backend memory max", "MiB", 0),
     "gpu_utilization_avg_percent": DisplayName("GPU use avg", "%", 1),
-    "load_generator_warning": DisplayName("load generator warning"),
     # measurement (issue 13), capacity (issue 15)
     "ttft_avg_s": _seconds("TTFT avg"), "ttft_p50_s": _seconds("TTFT p50"), "ttft_p95_s": _seconds("TTFT p95"),
     "ttft_p99_s": _seconds("TTFT p99"), "tpot_avg_s": _seconds("time per output token avg"),

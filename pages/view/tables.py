@@ -55,7 +55,7 @@ def plural(count: int, noun: str) -> str:
 RUNS_TABLE_COLUMNS: tuple[str, ...] = (
     "run_id", "status", "experiment", "cell_label", "repeat_index", "backend", "worker_name", "model", "workload",
     "vus", "duration_s", "req_per_s", "output_tok_per_s", "latency_avg_s", "latency_p95_s", "requests_failed",
-    "tags", "created_at",
+    "measurement_warnings", "tags", "created_at",
 )
 
 SORTABLE_COLUMNS: dict[str, str] = {
@@ -165,13 +165,17 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str]]:
         ("backend CPU avg", with_unit(record.get("backend_cpu_percent_avg"), "%")),
         ("backend RSS max", with_unit(record.get("backend_rss_max_mb"), " MiB")),
         ("k6 CPU avg", with_unit(record.get("k6_cpu_percent_avg"), "%")),
+        ("other processes' CPU avg", with_unit(record.get("other_cpu_percent_avg"), "%")),
+        (f"steady output tok/s ({record.get('steady_source') or 'n/a'})",
+         format_rate(record.get("steady_output_tok_per_s"), 1)),
+        ("steady req/s", format_rate(record.get("steady_req_per_s"))),
     ]
 
 
 # -- compare -----------------------------------------------------------------------------
 
 GENERIC_KEYS = ("backend", "workload", "vus", "arrival_rate_per_s", "prompts", "max_tokens")
-GENERIC_FIGURES = ("req_per_s", "output_tok_per_s", "latency_avg_s", "latency_p50_s", "latency_p95_s",
+GENERIC_FIGURES = ("req_per_s", "output_tok_per_s", "steady_output_tok_per_s", "latency_avg_s", "latency_p50_s", "latency_p95_s",
                    "latency_p99_s", "latency_max_s", "prefix_cache_hit_rate", "response_cache_hit_rate")
 
 
@@ -199,7 +203,6 @@ def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | 
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    frame = frame.drop(columns=[c for c in frame.columns if c.endswith("_sd")])
     frame["experiments"] = [
         experiments_spanned([r for r in records if r.get("status") == "done"
                              and all(r.get(key) == row[key] for key in GENERIC_KEYS)])

@@ -227,7 +227,7 @@ def test_redis_killed_mid_run_the_proxy_fails_open_and_the_run_completes(lab: La
     assert run.status == RunStatus.DONE, run.status_reason
     assert run.requests_failed == 0 and run.requests_ok > 10  # every request was answered (fail open)
     assert run.response_cache_store_errors and run.response_cache_store_errors > 0  # counted
-    assert "redis stopped during the run" in (run.load_generator_warning or "")  # shown on the run page
+    assert "redis stopped during the run" in (run.measurement_warnings or "")  # shown on the run page
     assert lab.integrity() == "ok"
 
 

@@ -136,8 +136,8 @@ def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_clie
     assert run.status == RunStatus.DONE, run.status_reason
     assert run.requests_ok and run.req_per_s and run.latency_p95_s is not None
     if kind != "non-finite":
-        assert "/metrics" in (run.load_generator_warning or ""), run.load_generator_warning
-        assert "client's (k6) are kept" in run.load_generator_warning
+        assert "/metrics" in (run.measurement_warnings or ""), run.measurement_warnings
+        assert "client's (k6) are kept" in run.measurement_warnings
 
 
 def test_a_database_file_removed_under_an_idle_worker_ends_it_and_the_cli_with_one_line(tmp_path: Path) -> None:

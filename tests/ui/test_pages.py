@@ -259,7 +259,9 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert list(table["throughput (tok/s)"]) == ["22.7", "17.0", "20.1", "62.0"]
     ratios = app.dataframe[1].value
     assert dict(zip(ratios["ratio"], ratios["value"]))["vLLM over naive output tok/s at 8 VUs"] == f"{62.0 / 20.1:.2f}"
-    cost = app.dataframe[2].value
+    significance = app.dataframe[2].value
+    assert set(significance["significance"]) == {"n too small (n=1 vs 1; needs 3 each)"}
+    cost = app.dataframe[3].value
     naive_1 = cost[(cost["backend"] == "naive") & (cost["VUs"] == "1")]["cost per 1M output tokens"].iloc[0]
     assert naive_1 == f"{1.0 / (22.7 * 3600) * 1e6:,.2f}"
     assert len(app.get("plotly_chart")) == 5  # throughput, latency, series, hit rates, Pareto
@@ -274,8 +276,20 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert "'" + FORMULA_TAG in tags and FORMULA_TAG not in tags
 
     widget(app.number_input, "compare_price").set_value(2.0).run()
-    cost = app.dataframe[2].value
+    cost = app.dataframe[3].value
     assert cost["cost per 1M output tokens"].iloc[0] == f"{2.0 / (22.7 * 3600) * 1e6:,.2f}"
+
+
+def test_compare_leaves_warned_runs_out_of_the_means_unless_asked(seed_lab: SeededLab) -> None:
+    with Session(seed_lab.engine) as session:
+        session.get(Run, seed_lab.done_run_ids[0]).measurement_warnings = "other processes used 150% of a core"
+        session.commit()
+    app = open_page(PAGES["Compare"])
+    assert "1 run(s) with measurement warnings left out of the means." in texts(app)
+    assert len(app.dataframe[0].value) == 3
+    widget(app.toggle, "compare_include_warned").set_value(True).run()
+    assert "1 run(s) with measurement warnings included in the means." in texts(app)
+    assert len(app.dataframe[0].value) == 4
 
 
 def test_compare_individual_runs_without_a_preset_table(seed_lab: SeededLab) -> None:

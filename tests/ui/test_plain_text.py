@@ -45,7 +45,7 @@ def hostile(seed_lab: SeededLab) -> SeededLab:
     with Session(seed_lab.engine) as session:
         run = session.get(Run, run_id)
         run.experiment.name = PAYLOAD
-        run.load_generator_warning = PAYLOAD
+        run.measurement_warnings = PAYLOAD
         session.commit()
     with Session(seed_lab.engine) as session:
         store.set_run_notes(session=session, run_id=run_id, tags=PAYLOAD, notes=PAYLOAD)

@@ -53,11 +53,11 @@ def test_stored_results_come_back_in_the_record_and_the_csv(tmp_path: Path) -> N
     migrations.upgrade(engine)
     with Session(engine) as session:
         run_id = experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True)).runs[0].id
-    results = RunResults(requests_ok=7, req_per_s=1.5, latency_p95_s=0.25, load_generator_warning="=note")
+    results = RunResults(requests_ok=7, req_per_s=1.5, latency_p95_s=0.25, measurement_warnings="=note")
     store.set_run_status(engine=engine, run_id=run_id, status="done", **results.as_columns())
     with Session(engine) as session:
         record = run_record(store.get_run(session=session, run_id=run_id))
     assert {name: record[name] for name in RESULT_FIELDS} == results.as_columns()
     row = next(csv.DictReader(io.StringIO(records_to_csv([record]))))
-    assert (row["requests_ok"], row["latency_p95_s"], row["load_generator_warning"]) == ("7", "0.25", "'=note")
+    assert (row["requests_ok"], row["latency_p95_s"], row["measurement_warnings"]) == ("7", "0.25", "'=note")
     assert json.loads(json.dumps(record, default=str))["req_per_s"] == 1.5

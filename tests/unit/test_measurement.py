@@ -1,0 +1,241 @@
+"""Trustworthy measurement: warnings, steady-state window maths, CI columns, significance labels,
+the load_generator_warning -> measurement_warnings upgrade and the naive server's threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scipy import stats as scipy_stats
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from db import migrations
+from db.engine import make_engine
+from db.models import Run
+from lab import experiments
+from lab.backends import VLLM_METRICS
+from lab.backends.naive import NaiveBackend, NaiveOptions, best_torch_threads
+from lab.compare import aggregate, cell_comparisons, records_to_csv, split_warned
+from lab.measurement import (
+    STEADY_FROM_CLIENT,
+    STEADY_FROM_SERVER,
+    join_warnings,
+    measurement_warnings,
+    steady_rate,
+    steady_throughput,
+)
+from lab.server_metrics import counters
+from lab.settings import Settings
+from lab.specs import load_preset
+
+
+# -- warnings ---------------------------------------------------------------------------------
+
+def test_a_clean_run_has_no_warning() -> None:
+    assert measurement_warnings(k6_cpu_percent_avg=20, iterations_dropped=0, other_cpu_percent_avg=10,
+                                count_check={"requests": {"client": 100, "server": 101, "difference_ratio": 0.01}},
+                                latency_avg_s=1.0, load_duration_s=60) == []
+    assert join_warnings() is None
+
+
+def test_contention_warns_above_the_threshold_setting() -> None:
+    [warning] = measurement_warnings(other_cpu_percent_avg=30)
+    assert "other processes used 30% of a core" in warning
+    assert measurement_warnings(other_cpu_percent_avg=30, contention_threshold_percent=50) == []
+    assert Settings().contention_warning_cpu_percent == 25.0
+
+
+def test_each_reason_gives_its_own_sentence() -> None:
+    warnings = measurement_warnings(
+        k6_cpu_percent_avg=95, iterations_dropped=3, other_cpu_percent_avg=80,
+        count_check={"output_tokens": {"client": 1000, "server": 950, "difference_ratio": -0.05}},
+        latency_avg_s=8.0, load_duration_s=30,
+    )
+    assert len(warnings) == 5
+    assert "k6 used 95%" in warnings[0] and "3 iterations were dropped" in warnings[1]
+    assert "client and server output tokens differ by -5.0%" in warnings[3]
+    assert "less than 10 times the mean latency" in warnings[4]
+    assert join_warnings(*warnings).count("; ") == 4
+
+
+def test_a_count_mismatch_of_two_percent_or_less_is_no_warning() -> None:
+    check = {"requests": {"client": 100, "server": 102, "difference_ratio": 0.02}}
+    assert measurement_warnings(count_check=check) == []
+
+
+# -- steady window ----------------------------------------------------------------------------
+
+def test_steady_rate_of_a_lock_step_counter_is_event_to_event() -> None:
+    # 8 requests complete together every 8 s from t=8; the window ends at 30 s, the drain
+    # brings a last batch at 32 s that must not count.
+    times = list(range(0, 40))
+    counts = [8 * (t // 8) for t in times]
+    assert steady_rate(times, counts, start_s=0, end_s=30) == pytest.approx(1.0)
+    # k6's convention would give 32 requests over the 34 s test, drain included.
+    assert 32 / 34 != pytest.approx(1.0, rel=0.05)
+
+
+def test_steady_rate_of_a_smooth_counter_and_its_edge_cases() -> None:
+    times = [100.0 + t for t in range(11)]
+    tokens = [50.0 * t for t in range(11)]
+    assert steady_rate(times, tokens, start_s=100, end_s=110) == pytest.approx(50.0)
+    assert steady_rate(times, [0.0] * 11, start_s=100, end_s=110) is None  # never moved
+    assert steady_rate(times, [5.0, 10.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 0.5],
+                       start_s=100, end_s=101.5) is None  # fewer than two moves inside
+    assert steady_rate([1.0, 2.0, 3.0], [10.0, 20.0, 5.0], start_s=0, end_s=5) is None  # went backwards
+
+
+def test_steady_throughput_prefers_the_server_counters_and_derives_req_per_s_from_tokens() -> None:
+    times = [1000.0 + t for t in range(70)]
+    tokens = [min(t, 60) * 128.0 for t in range(70)]  # 128 tok/s during the 60 s window, then nothing
+    steady = steady_throughput(
+        load_start_epoch_s=1000.0, load_duration_s=60, server_times_epoch_s=times, server_output_tokens=tokens,
+        server_requests=[float(t // 8) for t in range(70)], client_times_epoch_s=times,
+        client_output_tokens=[1.0] * 70, client_requests_ok=[1.0] * 70, tokens_per_request=128.0,
+    )
+    assert steady.source == STEADY_FROM_SERVER
+    assert steady.output_tok_per_s == pytest.approx(128.0)
+    assert steady.req_per_s == pytest.approx(1.0)
+    assert steady.as_figures()["steady_source"] == "server counters"
+
+
+def test_steady_throughput_falls_back_to_the_clients_series() -> None:
+    times = [2000.0 + t + 1 for t in range(30)]  # bucket ends
+    per_bucket_requests = [1 if t % 5 == 4 else 0 for t in range(30)]
+    steady = steady_throughput(
+        load_start_epoch_s=2000.0, load_duration_s=30, client_times_epoch_s=times,
+        client_output_tokens=[r * 100 for r in per_bucket_requests], client_requests_ok=per_bucket_requests,
+        tokens_per_request=100.0,
+    )
+    assert steady.source == STEADY_FROM_CLIENT
+    assert steady.req_per_s == pytest.approx(0.2)
+    assert steady.output_tok_per_s == pytest.approx(20.0)
+    assert steady_throughput(load_start_epoch_s=None, load_duration_s=30).as_figures() == {
+        "steady_output_tok_per_s": None, "steady_req_per_s": None, "steady_source": None}
+
+
+def test_a_server_without_a_token_counter_gives_tokens_from_its_request_rate() -> None:
+    times = [float(t) for t in range(21)]
+    steady = steady_throughput(load_start_epoch_s=0.0, load_duration_s=20, server_times_epoch_s=times,
+                               server_output_tokens=[None] * 21, server_requests=[float(t // 5) for t in range(21)],
+                               tokens_per_request=128.0)
+    assert steady.source == STEADY_FROM_SERVER
+    assert steady.req_per_s == pytest.approx(0.2)
+    assert steady.output_tok_per_s == pytest.approx(25.6)
+
+
+def test_counters_read_the_backends_names() -> None:
+    snapshot = {"vllm:generation_tokens_total": 640.0, "vllm:e2e_request_latency_seconds_count": 5.0}
+    assert counters(snapshot, VLLM_METRICS) == {"output_tokens": 640.0, "requests": 5.0}
+
+
+# -- confidence intervals and significance --------------------------------------------------
+
+def _record(backend: str, vus: int, value: float, **extra: object) -> dict:
+    return {"status": "done", "backend": backend, "vus": vus, "prompts": 50, "output_tok_per_s": value,
+            "requests_failed": 0, **extra}
+
+
+def test_aggregate_gives_the_mean_and_scipys_95_percent_interval() -> None:
+    values = [20.0, 22.0, 21.0, 25.0]
+    [row] = aggregate([_record("naive", 1, v) for v in values], ("backend", "vus"), ("output_tok_per_s",))
+    low, high = scipy_stats.t.interval(0.95, df=3, loc=22.0, scale=scipy_stats.sem(values))
+    assert row["output_tok_per_s"] == pytest.approx(22.0)
+    assert (row["output_tok_per_s_ci95_low"], row["output_tok_per_s_ci95_high"]) == (pytest.approx(low), pytest.approx(high))
+    header = records_to_csv([row]).splitlines()[0].split(",")
+    mean_at = header.index("output_tok_per_s")
+    assert header[mean_at + 1:mean_at + 3] == ["output_tok_per_s_ci95_low", "output_tok_per_s_ci95_high"]
+    [single] = aggregate([_record("naive", 1, 20.0)], ("backend",), ("output_tok_per_s",))
+    assert single["output_tok_per_s_ci95_low"] is None
+
+
+def test_cell_comparisons_label_significance_and_small_samples() -> None:
+    records = ([_record("naive", 8, v) for v in (20.0, 21.0, 22.0)]
+               + [_record("vllm", 8, v) for v in (120.0, 121.0, 119.0)]
+               + [_record("vllm", 1, v) for v in (100.0, 104.0)])
+    rows = {row["cell"]: row for row in cell_comparisons(records, ("backend", "vus"), "output_tok_per_s")}
+    vllm_over_naive = rows["backend vllm over backend naive (vus 8)"]
+    assert vllm_over_naive["ratio"] == pytest.approx(120.0 / 21.0)
+    expected_p = scipy_stats.ttest_ind([120.0, 121.0, 119.0], [20.0, 21.0, 22.0], equal_var=False).pvalue
+    assert vllm_over_naive["significance"] == f"significant (p={expected_p:.3g})"
+    assert rows["vus 8 over vus 1 (backend vllm)"]["significance"].startswith("n too small")
+    assert not any("naive" in cell and "vus 1" in cell for cell in rows)  # differs in two keys: no pair
+
+
+def test_similar_cells_are_not_significant() -> None:
+    records = [_record("a", 1, v) for v in (20.0, 25.0, 22.0)] + [_record("b", 1, v) for v in (21.0, 24.0, 23.0)]
+    [row] = cell_comparisons(records, ("backend", "vus"), "output_tok_per_s")
+    assert row["significance"].startswith("not significant")
+
+
+def test_split_warned_leaves_warned_runs_out() -> None:
+    kept, warned = split_warned([_record("a", 1, 1.0), _record("a", 1, 2.0, measurement_warnings="busy machine")])
+    assert [r["output_tok_per_s"] for r in kept] == [1.0] and len(warned) == 1
+
+
+# -- schema upgrade ---------------------------------------------------------------------------
+
+MEASUREMENT_COLUMNS = ("other_cpu_percent_avg", "steal_cpu_percent_avg", "steady_output_tok_per_s",
+                       "steady_req_per_s", "steady_source", "measurement_warnings")
+
+
+def test_upgrade_copies_load_generator_warning_into_measurement_warnings(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
+    migrations.upgrade(engine)
+    with Session(engine) as session:
+        experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True))
+    with engine.begin() as connection:  # back to version 2: the old column, none of the new ones
+        connection.execute(text("ALTER TABLE runs ADD COLUMN load_generator_warning TEXT"))
+        for column in MEASUREMENT_COLUMNS:
+            connection.execute(text(f"ALTER TABLE runs DROP COLUMN {column}"))
+        connection.execute(text("UPDATE runs SET load_generator_warning = 'k6 used 95% of a core' WHERE id = 1"))
+        connection.execute(text("UPDATE schema_version SET version = 2"))
+    assert migrations.upgrade(engine) == 2
+    with Session(engine) as session:
+        runs = session.query(Run).order_by(Run.id).all()
+        assert len(runs) == 4
+        assert runs[0].measurement_warnings == "k6 used 95% of a core"
+        assert runs[1].measurement_warnings is None and runs[0].other_cpu_percent_avg is None
+
+
+# -- naive server threads ---------------------------------------------------------------------
+
+def test_torch_threads_best_leaves_a_core_and_torch_leaves_it_to_torch() -> None:
+    assert [best_torch_threads(cores) for cores in (1, 2, 4, 16)] == [1, 1, 3, 15]
+    assert NaiveOptions(torch_threads="torch").resolved_torch_threads(8) is None
+    assert NaiveOptions(torch_threads=3).resolved_torch_threads(8) == 3
+    with pytest.raises(ValueError):
+        NaiveOptions(torch_threads=0)
+
+
+def test_the_resolved_thread_count_is_in_the_servers_argv() -> None:
+    settings = Settings()
+    argv = NaiveBackend().launch(model="m", options=NaiveOptions(), settings=settings).argv
+    assert argv[argv.index("--torch-threads") + 1].isdigit()
+    assert "--torch-threads" not in NaiveBackend().launch(
+        model="m", options=NaiveOptions(torch_threads="torch"), settings=settings).argv
+
+
+# -- the runner's choice of source ----------------------------------------------------------
+
+def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
+    from lab.runner import RunExecutor, RunTargets
+    from lab.specs import RunSpec
+
+    spec = RunSpec.model_validate({"backend": "external", "target_url": "http://127.0.0.1:9", "model": "m",
+                                   "load": {"vus": 1, "duration_s": 10}})
+    series_doc = {
+        "server": {"t": [100.0 + t for t in range(12)], "output_tokens": [10.0 * t for t in range(12)],
+                   "requests": [float(t) for t in range(12)]},
+        "start_epoch_s": 100.0, "bucket_s": 1.0, "time_s": [float(t) for t in range(11)],
+        "requests_ok": [2] * 11, "output_tokens": [40] * 11,
+    }
+    figures = {"output_tokens": 440, "requests_ok": 22}
+    backend = {"server_output_tokens": 110.0, "server_e2e_requests": 11.0}
+    direct = RunExecutor._steady_figures(spec, RunTargets("u", "u", None), series_doc, figures, backend)
+    assert direct["steady_source"] == STEADY_FROM_SERVER and direct["steady_output_tok_per_s"] == pytest.approx(10.0)
+    cached = RunExecutor._steady_figures(spec, RunTargets("p", "u", None, proxy_url="p"), series_doc, figures, backend)
+    assert cached["steady_source"] == STEADY_FROM_CLIENT
+    assert cached["steady_output_tok_per_s"] == pytest.approx(40.0)
+    assert cached["steady_req_per_s"] == pytest.approx(2.0)
