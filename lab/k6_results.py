@@ -26,7 +26,7 @@ import json
 import math
 import re
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -409,9 +409,9 @@ _Point = tuple[bytes, bytes, "bytes | None", bytes, bytes, bytes]
 _TIME_RE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 
-def _json_points(chunk: bytes) -> list[_Point]:
-    """Slow path: the same tuples as the regex, from ``json.loads`` per line."""
-    points: list[_Point] = []
+def _json_samples(chunk: bytes, metrics: Collection[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(metric, sample data) of every whole Point line of ``metrics`` in ``chunk``, by
+    ``json.loads`` (the slow path behind the regexes)."""
     for line in chunk.splitlines():
         if b'"Point"' not in line:
             continue
@@ -419,15 +419,20 @@ def _json_points(chunk: bytes) -> list[_Point]:
             record = json.loads(line)
         except ValueError:
             continue  # a line cut short by a killed k6
-        if record.get("type") != "Point" or record.get("metric") not in _STREAM_METRICS:
-            continue
-        sample = record["data"]
+        if record.get("type") == "Point" and record.get("metric") in metrics:
+            yield record["metric"], record["data"]
+
+
+def _json_points(chunk: bytes) -> list[_Point]:
+    """Slow path: the same tuples as the regex, from ``json.loads`` per line."""
+    points: list[_Point] = []
+    for metric, sample in _json_samples(chunk, _STREAM_METRICS):
         match = _TIME_RE.match(sample["time"])
         if match is None:
             continue
         tags = json.dumps(sample.get("tags") or {}, separators=(",", ":"), sort_keys=True)[1:-1]
         points.append((
-            record["metric"].encode(),
+            metric.encode(),
             match.group(1).encode(),
             match.group(2).encode() if match.group(2) else None,
             match.group(3).encode(),
@@ -603,18 +608,9 @@ def _request_points(chunk: bytes) -> list[tuple[bytes, bytes, bytes]]:
     if len(points) == sum(chunk.count(marker) for marker in _REQUEST_MARKERS):
         return points
     points = []
-    for line in chunk.splitlines():
-        if b'"Point"' not in line:
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a killed k6
-        if record.get("type") != "Point" or record.get("metric") not in _REQUEST_METRICS:
-            continue
-        sample = record["data"]
+    for metric, sample in _json_samples(chunk, _REQUEST_METRICS):
         tags = json.dumps(sample.get("tags") or {}, separators=(",", ":"), sort_keys=True)[1:-1]
-        points.append((record["metric"].encode(), repr(float(sample["value"])).encode(), tags.encode()))
+        points.append((metric.encode(), repr(float(sample["value"])).encode(), tags.encode()))
     return points
 
 
