@@ -120,7 +120,7 @@ def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_
     for name in ("naive", "vllm"):
         url = status[name]["url"]
         assert url.startswith("http://127.0.0.1:") and status[name]["started_at"]
-        model = status[name]["config"]["params"]["model"]
+        model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]  # the name it serves
         before = httpx.get(f"{url}/metrics").text
         answer = httpx.post(f"{url}/v1/chat/completions", json={"model": model, "messages": STORY, "max_tokens": 48},
                             timeout=300).json()

@@ -53,7 +53,8 @@ def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_e
     from tests.unit.test_workers import version_1_metadata
 
     with postgres_engine.begin() as connection:  # back to version 1: the v1 tables, empty
-        for table in ("run_claims", "workers", "run_series", "runs", "experiments", "services", "schema_version"):
+        for table in ("run_claims", "workers", "run_series", "run_requests", "runs", "experiments", "services",
+                      "schema_version"):
             connection.execute(text(f"DROP TABLE {table}"))
         old = version_1_metadata()
         old.create_all(connection)
