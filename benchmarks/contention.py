@@ -41,7 +41,9 @@ def start_busy_loops_when_loaded(engine, run_id: int, *, after_s: float, count: 
         time.sleep(0.2)
     if stop.wait(after_s):
         return
-    started.extend(subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(count))
+    # Each in its own session, like other people's jobs: with the kernel's autogroup
+    # scheduling, loops sharing this script's session would share one group's CPU share.
+    started.extend(subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True) for _ in range(count))
     started_at.append(time.time())
 
 
