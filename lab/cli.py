@@ -9,7 +9,7 @@
     python -m lab runs export [ID ...] --csv FILE
     python -m lab runs slo ID --slo latency_p95_s=10 [--json]   evaluate a stored run against an SLO
     python -m lab capacity --backend naive --backend vllm --slo latency_p95_s=10 [--by vus|rate] [--quick] [--json]
-    python -m lab reproduce [--quick] [--repeats N]
+    python -m lab reproduce [--quick] [--repeats N] [--report-only]
     python -m lab worker [--name N] [--labels gpu,h100]   a queue worker alone
     python -m lab run ... [--requires gpu] [--worker N]   place the runs on a shared queue
 """
@@ -164,8 +164,25 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
         records = [run_record(run) for run in runs]
+        run_specs = [run.spec for run in runs]
     print_records(records, as_json=args.json)
+    if not args.json:
+        print_grid_ratios(records, run_specs, list(spec.grid))
     return 0 if all(r["status"] == RunStatus.DONE for r in records) else 1
+
+
+def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
+    """Cells that differ in one grid setting, as ratios of their mean req/s and output tok/s."""
+    from lab.compare import grid_comparisons
+
+    lines = []
+    for figure, label in (("req_per_s", "req/s"), ("output_tok_per_s", "output tok/s")):
+        for row in grid_comparisons(records, run_specs, axes, figure):
+            if row["ratio"] is not None:
+                lines.append(f"  {label}: {row['cell']}: {row['ratio']:,.2f}x ({row['significance']})")
+    if lines:
+        print("ratios of means over repeats, cells differing in one setting:")
+        print("\n".join(lines))
 
 
 def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
@@ -466,10 +483,10 @@ def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.report import reproduce
+    from lab.report import QUICK_REPORT_DIR, REPORT_DIR, report_only, reproduce
 
     # Checked before any run: an unwritable report folder found after an hour of runs loses the report.
-    output = Path(args.output)
+    output = Path(args.output) if args.output else (QUICK_REPORT_DIR if args.quick else REPORT_DIR)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -478,7 +495,9 @@ def cmd_reproduce(args: argparse.Namespace, settings: Settings) -> int:
     if not os.access(output, os.W_OK):
         print(f"error: cannot use {output} for the report: it is not writable", file=sys.stderr)
         return 1
-    return reproduce(settings=settings, quick=args.quick, repeats=args.repeats, output_dir=Path(args.output))
+    if args.report_only:
+        return report_only(settings=settings, quick=args.quick, output_dir=output)
+    return reproduce(settings=settings, quick=args.quick, repeats=args.repeats, output_dir=output)
 
 
 # The largest id SQLite (and PostgreSQL's bigint) can hold.
@@ -577,7 +596,10 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")
     reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
-    reproduce.add_argument("--output", default=str(PROJECT_ROOT / "docs" / "reproduction"))
+    reproduce.add_argument("--output", default=None,
+                           help="report folder (default docs/reproduction, docs/reproduction/quick with --quick)")
+    reproduce.add_argument("--report-only", action="store_true",
+                           help="write the report again from the newest stored reproduction of that scale")
     return parser
 
 

@@ -193,6 +193,28 @@ def cell_comparisons(
     return rows
 
 
+def grid_comparisons(
+    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any]], axes: Sequence[str], figure: str
+) -> list[dict[str, Any]]:
+    """:func:`cell_comparisons` over an experiment's grid axes (dotted spec paths such as
+    ``workload.prompts``), read from each run's stored spec (``specs``, beside ``records``)."""
+    if not axes:
+        return []
+
+    def axis_value(spec: dict[str, Any], path: str) -> Any:
+        node: Any = spec
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        return node if isinstance(node, (str, int, float, bool)) or node is None else str(node)
+
+    keyed = [{**record, **{f"axis:{path}": axis_value(spec, path) for path in axes}}
+             for record, spec in zip(records, specs)]
+    rows = cell_comparisons(keyed, [f"axis:{path}" for path in axes], figure)
+    for row in rows:
+        row["cell"] = row["cell"].replace("axis:", "")
+    return rows
+
+
 def _seed_lookup(seed_rows: list[dict[str, Any]], match: dict[str, Any]) -> dict[str, Any] | None:
     return next((row for row in seed_rows if all(row.get(k) == v for k, v in match.items())), None)
 

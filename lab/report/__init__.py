@@ -2,15 +2,18 @@
 
 from lab.report.build import (
     PRESETS,
+    QUICK_REPORT_DIR,
     REPORT_COMMAND,
+    REPORT_DIR,
     enqueue_reproduction,
     latest_reproduction,
     report_from_experiments,
+    report_only,
     reproduce,
     write_report,
 )
 
 __all__ = [
-    "PRESETS", "REPORT_COMMAND", "enqueue_reproduction", "latest_reproduction", "report_from_experiments",
-    "reproduce", "write_report",
+    "PRESETS", "QUICK_REPORT_DIR", "REPORT_COMMAND", "REPORT_DIR", "enqueue_reproduction", "latest_reproduction",
+    "report_from_experiments", "report_only", "reproduce", "write_report",
 ]

@@ -28,7 +28,8 @@ import pandas as pd
 from lab import compare
 from lab.report.capacity import CapacitySection, latest_capacity_section
 from lab.report.charts import build_charts, write_pngs
-from lab.report.claims import VERDICT_RULES, VERDICTS, done_runs, evaluate_claims
+from lab.report.claims import NOT_HELD_HARDWARE, VERDICT_RULES, VERDICTS, done_runs, evaluate_claims
+from lab.report.publish import published_environment, published_record, scrub_record
 from lab.report.render import Block, render_html, render_markdown
 from lab.report.tables import (
     environment_table,
@@ -39,9 +40,12 @@ from lab.report.tables import (
     scaling_table,
     seed_table,
 )
+from services.processes import PROJECT_ROOT
 
 PRESETS: tuple[str, ...] = ("seed-exp1", "seed-exp2", "seed-exp3")
-REPORT_COMMAND = "python -m lab reproduce --quick"
+REPORT_COMMAND = "python -m lab reproduce"
+REPORT_DIR = PROJECT_ROOT / "docs" / "reproduction"
+QUICK_REPORT_DIR = REPORT_DIR / "quick"
 SEED_HARDWARE = "one RTX 4060 (8 GB VRAM), 32 GB RAM, WSL2 Ubuntu; Qwen3-0.6B bf16; vLLM 0.31.0"
 SEED_SCALE = "60 s per cell, constant VUs (1, 8, 32 in experiment 1; 32 in experiments 2 and 3), one run per cell"
 
@@ -75,8 +79,11 @@ def build_blocks(
     all_records = [r for records in records_by_preset.values() for r in records]
     done_count = len(done_runs(all_records))
     scales = sorted({meta.get("scale", "full") for meta in experiments_meta.values()}) or ["full"]
+    quick = "quick" in scales
     blocks: list[Block] = [
-        ("h", 1, "Reproducing the seed's experiments"),
+        ("h", 1, "Reproducing the seed's experiments" + (": quick scale" if quick else "")),
+        *([("p", "**Quick scale, not the seed's.** Each cell is shorter (and some lighter) than the seed's; the "
+                 "Scaling table says how each differs. The seed-scale report is one folder up.")] if quick else []),
         ("p", f"Generated {generated_at.isoformat(timespec='seconds')} by `{command}` "
               f"(scale: {', '.join(scales)}). {done_count} of {len(all_records)} runs finished. "
               "This is a record of one measurement: regenerate it when the lab changes."),
@@ -100,6 +107,10 @@ def build_blocks(
         ("p", "Rules (in code: lab/report/claims.py VERDICT_RULES):"),
         ("list", [f"{name}: {rule['text']}" for name, rule in VERDICT_RULES.items()
                   if any(v["rule"] == name for v in verdicts)]),
+        ("p", f"Every \"why\" is computed from these runs' figures and the environment. \"{NOT_HELD_HARDWARE}\" "
+              "means the figure did not hold and a measured resource of this machine bounds it (named with its "
+              "figure): other hardware, such as the seed's GPU, would change it. \"did not hold\" has no such "
+              "bound: the claim itself is in question here."),
     ]
     for preset in PRESETS:
         if preset not in records_by_preset and preset not in experiments_meta:
@@ -167,7 +178,10 @@ def write_report(
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    verdicts = evaluate_claims(records_by_preset)
+    # Published: no machine's folder, the model by name (see lab.report.publish).
+    environment = published_environment(environment)
+    records_by_preset = {preset: [scrub_record(r) for r in records] for preset, records in records_by_preset.items()}
+    verdicts = evaluate_claims(records_by_preset, environment)
     charts = build_charts(records_by_preset)
     if capacity is not None:
         charts.update(capacity.charts())
@@ -230,8 +244,10 @@ def enqueue_reproduction(
     return experiments_meta
 
 
-def latest_reproduction(*, settings: Any, presets: Sequence[str] = PRESETS) -> dict[str, dict[str, Any]]:
-    """The newest experiment of each seed preset (its meta), for a report from the web lab."""
+def latest_reproduction(
+    *, settings: Any, presets: Sequence[str] = PRESETS, scale: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """The newest experiment of each seed preset (its meta), of ``scale`` ("full"/"quick") if given."""
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
@@ -243,11 +259,13 @@ def latest_reproduction(*, settings: Any, presets: Sequence[str] = PRESETS) -> d
     found: dict[str, dict[str, Any]] = {}
     with Session(engine) as session:
         for preset in presets:
-            experiment = session.scalar(
-                select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc()).limit(1)
-            )
-            if experiment is not None:
-                found[preset] = _meta_from_spec(ExperimentSpec.model_validate(experiment.spec), experiment.id)
+            for experiment in session.scalars(
+                select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc())
+            ):
+                spec = ExperimentSpec.model_validate(experiment.spec)
+                if scale is None or spec.scale == scale:
+                    found[preset] = _meta_from_spec(spec, experiment.id)
+                    break
     return found
 
 
@@ -272,7 +290,7 @@ def report_from_experiments(
     with Session(engine) as session:
         for preset, meta in experiments_meta.items():
             runs = store.list_runs(session=session, experiment_ids=meta["ids"], newest_first=False)
-            records_by_preset[preset] = [compare.run_record(run) for run in runs]
+            records_by_preset[preset] = [published_record(run) for run in runs]
             if figures := experiments.wall_and_measured_s(runs):
                 meta["wall_s"], meta["measured_s"] = figures
             if not environment:
@@ -312,7 +330,7 @@ def reproduce(
         print(f"experiment #{meta['ids'][0]}: {meta['name']}: {len(meta['run_ids'])} runs queued"
               + (f" ({meta['scale_note']})" if meta["scale_note"] else ""), file=sys.stderr)
     runner.wait_for_runs(settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]])
-    command = "python -m lab reproduce" + (" --quick" if quick else "") + (f" --repeats {repeats}" if repeats else "")
+    command = reproduction_command(quick=quick, repeats=repeats)
     written, all_done = report_from_experiments(
         settings=settings, experiments_meta=experiments_meta, output_dir=output_dir, command=command,
         price_per_hour=price_per_hour,
@@ -320,4 +338,27 @@ def reproduce(
     print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
     if overhead := overhead_sentence(experiments_meta):
         print(overhead, file=sys.stderr)
+    return 0 if all_done else 1
+
+
+def reproduction_command(*, quick: bool, repeats: int | None) -> str:
+    return "python -m lab reproduce" + (" --quick" if quick else "") + (f" --repeats {repeats}" if repeats else "")
+
+
+def report_only(*, settings: Any, quick: bool, output_dir: Path) -> int:
+    """Write the report again from the newest stored reproduction of that scale (no runs).
+
+    0 if every run is done, 1 if some are not, 2 if nothing of that scale is stored."""
+    scale = "quick" if quick else "full"
+    experiments_meta = latest_reproduction(settings=settings, scale=scale)
+    if not experiments_meta:
+        print(f"error: no {scale}-scale reproduction is stored: run python -m lab reproduce"
+              + (" --quick" if quick else "") + " first", file=sys.stderr)
+        return 2
+    repeats = max((meta.get("repeats") or 1) for meta in experiments_meta.values())
+    written, all_done = report_from_experiments(
+        settings=settings, experiments_meta=experiments_meta, output_dir=output_dir,
+        command=reproduction_command(quick=quick, repeats=repeats),
+    )
+    print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
     return 0 if all_done else 1

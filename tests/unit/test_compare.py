@@ -7,6 +7,7 @@ import io
 import sys
 import unicodedata
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from lab.compare import (
@@ -139,3 +140,20 @@ def test_named_formula_look_alikes() -> None:
         assert neutralise_cell(value) == "'" + value, repr(value)
     for value in ("hello", "1.5", "a=b", "", "   ", "'=already quoted"):
         assert neutralise_cell(value) == value, repr(value)
+
+
+def test_grid_comparisons_read_the_axes_from_each_runs_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.cli import print_grid_ratios
+    from lab.compare import grid_comparisons
+
+    records = [{"status": "done", "req_per_s": rate, "output_tok_per_s": None} for rate in (2.4, 3300.0, 2.3, 5.0)]
+    specs = [{"backend": backend, "workload": {"prompts": prompts}}
+             for backend, prompts in (("vllm", 50), ("vllm+cache", 50), ("vllm", 1000), ("vllm+cache", 1000))]
+    rows = {row["cell"]: row["ratio"] for row in grid_comparisons(records, specs, ["backend", "workload.prompts"],
+                                                                   "req_per_s")}
+    assert rows["backend vllm+cache over backend vllm (workload.prompts 50)"] == pytest.approx(1375.0)
+    assert rows["backend vllm+cache over backend vllm (workload.prompts 1000)"] == pytest.approx(5.0 / 2.3)
+    assert grid_comparisons(records, specs, [], "req_per_s") == []
+    print_grid_ratios(records, specs, ["backend", "workload.prompts"])
+    printed = capsys.readouterr().out
+    assert "req/s: backend vllm+cache over backend vllm (workload.prompts 50): 1,375.00x" in printed

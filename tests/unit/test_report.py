@@ -13,7 +13,16 @@ import pytest
 
 from lab.compare import RECORD_FIELDS
 from lab.report import write_report
-from lab.report.claims import HELD, NOT_HELD, NOT_MEASURED, PARTLY, VERDICT_RULES, evaluate_claims, judge
+from lab.report.claims import (
+    HELD,
+    NOT_HELD,
+    NOT_HELD_HARDWARE,
+    NOT_MEASURED,
+    PARTLY,
+    VERDICT_RULES,
+    evaluate_claims,
+    judge,
+)
 from lab.report.tables import seed_table
 
 GENERATED_AT = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -50,9 +59,11 @@ def cpu_like_records() -> dict[str, list[dict[str, Any]]]:
                    latency_avg_s=30.0 * jitter, latency_p95_s=41.0, requests_failed=1),
             record("seed-exp1", "vllm", vus=1, repeat=repeat, output_tok_per_s=15.0 * jitter, req_per_s=0.12,
                    latency_avg_s=8.5 * jitter, latency_p95_s=9.0, prefix_cache_hit_rate=0.0,
-                   server_ttft_avg_s=0.2, server_time_per_output_token_avg_s=0.065),
+                   server_ttft_avg_s=0.2, server_time_per_output_token_avg_s=0.065, input_tok_per_s=4.8,
+                   vllm_block_size=128),
             record("seed-exp1", "vllm", vus=8, repeat=repeat, output_tok_per_s=62.0 * jitter, req_per_s=0.48,
-                   latency_avg_s=16.6 * jitter, latency_p95_s=18.0, prefix_cache_hit_rate=0.0),
+                   latency_avg_s=16.6 * jitter, latency_p95_s=18.0, prefix_cache_hit_rate=0.0,
+                   input_tok_per_s=19.2, vllm_block_size=128),
         ]
     exp2 = [
         record("seed-exp2", "vllm", prompts=50, vus=8, req_per_s=0.5, latency_avg_s=16.0, latency_p95_s=18.0,
@@ -89,6 +100,11 @@ def verdict_of(verdicts: list[dict[str, Any]], key: str) -> dict[str, Any]:
     ("factor", 2.6, 5.15, HELD),       # within a factor of 2
     ("factor", 2.0, 5.15, PARTLY),     # faster, but more than 2x off
     ("factor", 0.66, 5.15, NOT_HELD),  # slower: the opposite direction
+    ("factor", 400.0, 102.6, PARTLY),  # the same way, more than 2x off
+    ("gain", 400.0, 102.6, HELD),  # a larger gain holds a claimed gain
+    ("gain", 51.3, 102.6, HELD),
+    ("gain", 3.0, 102.6, PARTLY),
+    ("gain", 1.05, 102.6, NOT_HELD),
     ("factor", None, 5.15, NOT_MEASURED),
     ("steady", 1.3, 1.28, HELD),
     ("steady", 3.0, 1.28, PARTLY),
@@ -112,23 +128,70 @@ def test_every_rule_states_itself() -> None:
 
 
 def test_claims_get_verdicts_from_our_figures() -> None:
-    verdicts = evaluate_claims(cpu_like_records())
+    verdicts = evaluate_claims(cpu_like_records(), ENVIRONMENT)
     speedup = verdict_of(verdicts, "exp1-speedup-1vu")
-    assert speedup["verdict"] == NOT_HELD
+    # Slower here, with no GPU in the environment: the hardware bounds it.
+    assert speedup["verdict"] == NOT_HELD_HARDWARE and speedup["bound"].startswith("no GPU")
     assert speedup["ours_text"] == "0.66x" and speedup["seed_text"] == "5.15x"
-    assert "CUDA graphs" in speedup["reason"]
+    assert "CUDA graphs" in speedup["reason"] and "15.0 output tok/s" in speedup["reason"]
     naive_growth = verdict_of(verdicts, "exp1-naive-latency-growth")
     # 1 to 8 VUs here, compared with the seed's own 1-to-8 figure (31.08 / 4.73 = 6.57x).
     assert naive_growth["verdict"] == HELD and naive_growth["seed_text"] == "6.57x"
     prefix = verdict_of(verdicts, "exp1-prefix-cache")
-    assert prefix["verdict"] == NOT_HELD and "128-token" in prefix["reason"]
+    # 4.8 / 0.12 = 40 prompt tokens, block size 128: no block is full (a configuration, not the hardware).
+    assert prefix["verdict"] == NOT_HELD and prefix["bound"] is None
+    assert "40 tokens" in prefix["reason"] and "block size was 128" in prefix["reason"]
+    assert "no block is full" in prefix["reason"]
     cache_speedup = verdict_of(verdicts, "exp2-cache-speedup-50")
-    # 400x against the seed's ~103x: the same way, but more than a factor of 2 off.
-    assert cache_speedup["verdict"] == PARTLY and "3.9 times the seed's" in cache_speedup["reason"]
+    # 400x against the seed's ~103x: a larger gain holds the claim.
+    assert cache_speedup["verdict"] == HELD and "3.9 times the seed's" in cache_speedup["reason"]
     assert verdict_of(verdicts, "exp2-cache-speedup-1000")["verdict"] == NOT_MEASURED  # its cached run failed
     assert verdict_of(verdicts, "exp2-max-latency-50")["verdict"] == HELD
     for key in ("exp3-vllm-over-naive", "exp3-prefix-hit", "exp3-response-cache-rare", "exp3-response-cache-cheap"):
         assert verdict_of(verdicts, key)["verdict"] == NOT_MEASURED
+
+
+def _exp2(direct_req_per_s: float, cached_req_per_s: float, hit_rate: float, duration_s: float = 60.0,
+          prompts: int = 1000) -> dict[str, list[dict[str, Any]]]:
+    return {"seed-exp2": [
+        record("seed-exp2", "vllm", prompts=prompts, vus=32, duration_s=duration_s, req_per_s=direct_req_per_s,
+               latency_max_s=13.0),
+        record("seed-exp2", "vllm+cache", prompts=prompts, vus=32, duration_s=duration_s,
+               req_per_s=cached_req_per_s, latency_max_s=12.0, response_cache_hit_rate=hit_rate),
+    ]}
+
+
+@pytest.mark.parametrize(("direct", "fill_s", "stored_share"), [(2.4, "417 s", "14%"), (5.0, "200 s", "30%")])
+def test_cache_reasons_are_computed_from_the_runs(direct: float, fill_s: str, stored_share: str) -> None:
+    verdicts = evaluate_claims(_exp2(direct, direct * 1.1, 0.1), ENVIRONMENT)
+    hit = verdict_of(verdicts, "exp2-hit-rate-1000")
+    assert hit["verdict"] == NOT_HELD_HARDWARE
+    assert f"{direct:.2f} req/s" in hit["reason"] and f"at least {fill_s}" in hit["reason"]
+    assert f"at most {stored_share} of the prompts" in hit["reason"]
+    assert "the seed's GPU 27.1 req/s" in hit["bound"]
+
+
+def test_a_cache_run_long_enough_to_store_every_prompt_says_so() -> None:
+    verdicts = evaluate_claims(_exp2(2.4, 3300.0, 0.999, prompts=50), ENVIRONMENT)
+    speedup = verdict_of(verdicts, "exp2-cache-speedup-50")
+    assert speedup["verdict"] == HELD and speedup["bound"] is None
+    assert "all were stored after about 21 s" in speedup["reason"]
+
+
+def test_saturated_cores_bound_vllm_scaling_and_unknown_hardware_bounds_nothing() -> None:
+    records = {"seed-exp1": [
+        record("seed-exp1", "vllm", vus=1, output_tok_per_s=22.0, latency_avg_s=5.8, backend_cpu_percent_avg=100.0,
+               k6_cpu_percent_avg=1.0, server_time_per_output_token_avg_s=0.045),
+        record("seed-exp1", "vllm", vus=32, output_tok_per_s=150.0, latency_avg_s=27.0,
+               backend_cpu_percent_avg=185.0, k6_cpu_percent_avg=5.0, other_cpu_percent_avg=2.0,
+               server_time_per_output_token_avg_s=0.21),
+    ]}
+    growth = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp1-vllm-latency-growth")
+    assert growth["verdict"] == NOT_HELD_HARDWARE
+    assert "CPU: 96% of the 2 cores were busy at 32 VUs" in growth["bound"]
+    assert "from 45 ms to 210 ms (4.7x)" in growth["reason"]
+    # Without an environment nothing is known about the hardware: a plain "did not hold".
+    assert verdict_of(evaluate_claims(records), "exp1-vllm-latency-growth")["verdict"] == NOT_HELD
 
 
 # -- the written report -------------------------------------------------------------------------
@@ -166,6 +229,7 @@ def test_markdown_states_environment_scale_spread_and_verdicts(report: dict[str,
     assert "22.7 [8.3, 37.1]" in markdown
     assert "At 1 VU vLLM is ~5x faster" in markdown
     assert re.search(r"\| did not hold \|", markdown) and re.search(r"\| held \|", markdown)
+    assert re.search(r"\| did not hold here \(hardware\) \|", markdown)
     assert re.search(r"\| not measured \|", markdown)
     assert "within a factor of 2" in markdown  # the rule is stated
 
@@ -202,6 +266,37 @@ def test_csv_holds_every_run(report: dict[str, Path]) -> None:
     rows = list(csv.DictReader(io.StringIO(report["runs.csv"].read_text())))
     assert len(rows) == 8 + 4
     assert [row["status"] for row in rows].count("failed") == 1
+
+
+def test_published_files_name_no_machine_folder(tmp_path: Path) -> None:
+    from lab.report.publish import scrub_paths
+    from services.processes import PROJECT_ROOT
+
+    records = cpu_like_records()
+    model_path = str(PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct")
+    for rows in records.values():
+        for row in rows:
+            row["model"] = model_path
+    records["seed-exp2"][-1]["status_reason"] = f"see {PROJECT_ROOT}/data/logs/vllm.log and {Path.home()}/x"
+    written = write_report(records_by_preset=records, experiments_meta=META,
+                           environment={**ENVIRONMENT, "model": model_path}, output_dir=tmp_path,
+                           generated_at=GENERATED_AT, write_png=False)
+    for name in ("README.md", "report.html", "runs.csv"):
+        text = written[name].read_text()
+        assert str(PROJECT_ROOT) not in text and str(Path.home()) + "/" not in text, name
+        assert "SmolLM2-135M-Instruct" in text, name
+    assert scrub_paths(f"{PROJECT_ROOT}/data/lab.db") == "<lab>/data/lab.db"
+
+
+def test_block_size_is_read_from_the_recorded_command_line() -> None:
+    from lab.report.publish import model_label, vllm_block_size
+
+    assert vllm_block_size({"services": {"vllm": {"argv": ["vllm", "serve", "m", "--block-size", "32"]}}}) == 32
+    assert vllm_block_size({"services": {"vllm": {"argv": ["--block-size", "32", "--block-size=64"]}}}) == 64
+    assert vllm_block_size({"services": {"naive": {"argv": []}}}) is None and vllm_block_size(None) is None
+    assert model_label("/somewhere/models/SmolLM2-135M-Instruct", "ab" * 32) == \
+        "SmolLM2-135M-Instruct (config sha256 abababababab)"
+    assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def test_report_without_pngs_still_writes_markdown_and_html(tmp_path: Path) -> None:
@@ -246,10 +341,11 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
     exit_code = reproduce(settings=settings, quick=True, repeats=2, output_dir=tmp_path / "out",
                           presets=("seed-exp1", "seed-exp2"))
     assert exit_code == 1
-    assert len(seen) == 2 * 2 * 2 + 2 * 2 * 2  # exp1 quick: 2 backends x VUs 1, 8; exp2: 2 x 2 prompts; 2 repeats
+    assert len(seen) == 2 * 3 * 2 + 2 * 2 * 2  # exp1 quick: 2 backends x VUs 1, 8, 32; exp2: 2 x 2 prompts; 2 repeats
     markdown = (tmp_path / "out" / "README.md").read_text()
     assert "`python -m lab reproduce --quick --repeats 2`" in markdown
     assert "proxy did not start" in markdown.split("## Failed runs and warnings", 1)[1]
     assert "AMD EPYC 7B13" in markdown  # the environment the runs recorded
-    assert "20 s per cell instead of 60 s" in markdown  # the preset's scale note
+    assert "30 s per cell instead of 60 s" in markdown  # the preset's scale note
+    assert "Quick scale, not the seed's" in markdown
     assert "## Experiment 2" in markdown and "## Experiment 3" not in markdown  # only the presets asked for
