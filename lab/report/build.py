@@ -132,7 +132,9 @@ def build_blocks(
     blocks.append(("h", 2, "What the original left open"))
     blocks.append(("p", "Server-side time to first token and time per output token (from the backend's "
                         "/metrics), resource use sampled while the load ran, and failures, per cell, mean [95% CI] over "
-                        "repeats. Cost per token needs a price per hour: "
+                        "repeats. Client-side TTFT and time per output token need streamed requests (`workload.stream`); "
+                        "the seed's were not streamed, so they show only for cells that streamed. "
+                        "Cost per token needs a price per hour: "
                         + (f"{price_per_hour:g} per hour was used." if price_per_hour is not None
                            else "none was given, so it is left out.")))
     blocks.append(("table", open_questions_table(records_by_preset, price_per_hour=price_per_hour)))

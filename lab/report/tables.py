@@ -119,6 +119,11 @@ OPEN_FIGURES: tuple[tuple[str, str, Callable[[float | None], str]], ...] = (
     ("other_cpu_percent_avg", "other processes' CPU % of a core (avg)", lambda v: format_rate(v, 0)),
     ("steady_output_tok_per_s", "steady output tok/s (load window)", lambda v: format_rate(v, 1)),
 )
+# Client-side streaming latency: shown only where some run streamed (the seed's requests do not).
+STREAMED_FIGURES: tuple[tuple[str, str, Callable[[float | None], str]], ...] = (
+    ("ttft_p95_s", "client TTFT p95 (streamed)", format_seconds),
+    ("tpot_avg_s", "client time per output token (streamed, avg)", format_seconds),
+)
 
 
 def open_questions_table(
@@ -126,13 +131,16 @@ def open_questions_table(
 ) -> pd.DataFrame:
     """Per cell: server-side TTFT and time per output token, resource use, failures, mean [95% CI]."""
     rows = []
-    figures = [name for name, _, _ in OPEN_FIGURES] + ["output_tok_per_s"]
+    streamed = [figure for figure in STREAMED_FIGURES
+                if any(r.get(figure[0]) is not None for records in records_by_preset.values() for r in records)]
+    shown = (*OPEN_FIGURES, *streamed)
+    figures = [name for name, _, _ in shown] + ["output_tok_per_s"]
     for preset, records in records_by_preset.items():
         for row in sorted(aggregate(records, ("backend", "vus", "prompts", "workload"), figures),
                           key=lambda r: (str(r["backend"]), r["vus"] or 0, r["prompts"] or 0)):
             cell = {"experiment": preset, "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
                     "VUs": row["vus"], "PROMPTS": row["prompts"] if row["prompts"] is not None else "–"}
-            for name, label, formatter in OPEN_FIGURES:
+            for name, label, formatter in shown:
                 cell[label] = compare.with_interval(row, name, formatter)
             if price_per_hour is not None:
                 cost = compare.cost_per_million_output_tokens(row.get("output_tok_per_s"), price_per_hour)

@@ -349,3 +349,13 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
     assert "30 s per cell instead of 60 s" in markdown  # the preset's scale note
     assert "Quick scale, not the seed's" in markdown
     assert "## Experiment 2" in markdown and "## Experiment 3" not in markdown  # only the presets asked for
+
+
+def test_client_streaming_latency_shows_only_where_a_run_streamed() -> None:
+    from lab.report.tables import open_questions_table
+
+    records = cpu_like_records()
+    assert "client TTFT p95 (streamed)" not in open_questions_table(records).columns
+    records["seed-exp1"][0]["ttft_p95_s"] = 0.049
+    table = open_questions_table(records)
+    assert "client TTFT p95 (streamed)" in table.columns and "49.0 ms" in table["client TTFT p95 (streamed)"].tolist()
