@@ -180,9 +180,9 @@ class Evidence:
         other = self.mean("other_cpu_percent_avg", **match) or 0.0
         return (sum(u or 0.0 for u in used) + other) / (self.cores * 100)
 
-    def hardware(self) -> str:
-        cores = f"{self.cores} cores" if self.cores else "cores unknown"
-        return f"{self.gpu or 'no GPU'}; {self.environment.get('cpu_model') or 'CPU unknown'}, {cores}"
+    def cpu(self) -> str:
+        cores = f"{self.cores} cores" if self.cores else "an unknown number of cores"
+        return f"{cores} of {self.environment.get('cpu_model') or 'an unknown CPU'}"
 
 
 @dataclass(frozen=True)
@@ -290,7 +290,7 @@ def _cpu_bound(evidence: Evidence, what: str, **match: Any) -> str | None:
 def _no_gpu_bound(evidence: Evidence) -> str | None:
     if evidence.gpu or "gpu_model" not in evidence.environment:  # a GPU, or nothing known
         return None
-    return f"no GPU ({evidence.hardware()}): the model runs on the CPU cores"
+    return f"no GPU: the model runs on {evidence.cpu()}"
 
 
 def _join_bounds(*bounds: str | None) -> str | None:
@@ -441,11 +441,11 @@ def _explain_exp3_speedup(evidence: Evidence) -> Reason:
 def _explain_exp3_prefix(evidence: Evidence) -> Reason:
     tokens = _prompt_tokens(evidence, backend="vllm")
     block = _block_size(evidence)
-    sessions = evidence.records[0].get("prompts") if evidence.records else None
     requests = evidence.mean("requests_ok", backend="vllm")
-    text = (f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}; {_num(requests, 0)} requests "
-            f"per run replayed turns of {sessions or '?'} sessions, and a turn reuses the blocks of the turns before "
-            "it only when it runs after them")
+    text = (f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}, over {_num(requests, 0)} "
+            "requests a run: a turn reuses the full blocks of the system prompt and of its session's earlier turns, "
+            "so the share grows with the turns replayed per session and shrinks with the part of each prompt "
+            "that is new or in a partly filled block")
     return Reason(text)
 
 
@@ -515,6 +515,8 @@ def _how_far(measurement: Measurement, unit: str) -> str:
     if unit != "x" or not measurement.ours or not measurement.seed:
         return ""
     times = measurement.ours / measurement.seed
+    if 0.5 <= times < 2:
+        return f" ({times:.2f} times the seed's)"
     return f" ({times:.1f} times the seed's)" if times >= 1 else f" (1/{1 / times:.1f} of the seed's)"
 
 
