@@ -13,8 +13,6 @@ import argparse
 import os
 import tempfile
 
-from sqlalchemy.orm import Session
-
 SETTINGS = {"lab default (best)": "best", "torch's default": "torch"}
 
 
@@ -37,11 +35,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     args = parser.parse_args()
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-threads-"))
-    from db import store
     from db.engine import get_engine
-    from lab import experiments
     from lab.backends.naive import best_torch_threads, usable_cores
-    from lab.runner import Worker
+    from benchmarks.lab_runs import run_experiment
     from lab.settings import get_settings
     from lab.specs import load_preset
 
@@ -54,20 +50,13 @@ def main() -> None:
             ("grid.backend", ["naive"]), ("grid.load.vus", [1]), ("load.duration_s", args.duration_s),
             ("max_tokens", args.max_tokens), ("repeats", args.repeats), ("naive.torch_threads", threads),
         ])
-        with Session(engine) as session:
-            run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-        worker = Worker(engine=engine, settings=settings)
-        for _ in run_ids:
-            worker.run_one()
-        worker.services.stop_all()
-        with Session(engine) as session:
-            runs = [store.get_run(session=session, run_id=run_id) for run_id in run_ids]
-            for run in runs:
-                print(f"  {label} #{run.id}: {run.status} {run.output_tok_per_s or 0:.2f} tok/s, steady "
-                      f"{run.steady_output_tok_per_s or 0:.2f} ({run.steady_source}), other CPU "
-                      f"{run.other_cpu_percent_avg or 0:.0f}%, warnings: {run.measurement_warnings}", flush=True)
-            rows.append((label, [r.output_tok_per_s for r in runs], [r.steady_output_tok_per_s for r in runs],
-                         [r.other_cpu_percent_avg for r in runs]))
+        runs = run_experiment(engine=engine, settings=settings, spec=spec)
+        for run in runs:
+            print(f"  {label} #{run.id}: {run.status} {run.output_tok_per_s or 0:.2f} tok/s, steady "
+                  f"{run.steady_output_tok_per_s or 0:.2f} ({run.steady_source}), other CPU "
+                  f"{run.other_cpu_percent_avg or 0:.0f}%, warnings: {run.measurement_warnings}", flush=True)
+        rows.append((label, [r.output_tok_per_s for r in runs], [r.steady_output_tok_per_s for r in runs],
+                     [r.other_cpu_percent_avg for r in runs]))
     print("\n| torch threads | output tok/s (k6), mean [95% CI] | steady output tok/s, mean [95% CI] "
           "| other processes' CPU (% of a core) |")
     print("|---|---|---|---|")

@@ -17,8 +17,6 @@ import os
 import tempfile
 from datetime import datetime
 
-from sqlalchemy.orm import Session
-
 # Each configuration: spec overrides (the vllm section's options). The first is the baseline.
 CONFIGS: dict[str, dict[str, object]] = {
     "before: auto bind, block 128, eager": {"vllm.threads_bind": "auto", "vllm.block_size": 128},
@@ -43,10 +41,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", help="configuration labels to run (default: all)")
     args = parser.parse_args()
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-vllm-"))
-    from db import store
     from db.engine import get_engine
-    from lab import experiments
-    from lab.runner import Worker
+    from benchmarks.lab_runs import run_experiment
     from lab.settings import get_settings
     from lab.specs import load_preset
 
@@ -61,25 +57,17 @@ def main() -> None:
             ("grid.backend", ["vllm"]), ("grid.load.vus", args.vus), ("load.duration_s", args.duration_s),
             *overrides.items(),
         ])
-        with Session(engine) as session:
-            run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-        worker = Worker(engine=engine, settings=settings)
-        for _ in run_ids:
-            worker.run_one()
-        worker.services.stop_all()
-        with Session(engine) as session:
-            for index, run_id in enumerate(run_ids):
-                run = store.get_run(session=session, run_id=run_id)
-                rows[(label, run.vus)] = run
-                if index == 0:  # the first run paid the start (eager or compiled)
-                    start_up_s[label] = (
-                        (run.load_started_at - run.started_at).total_seconds()
-                        if run.load_started_at and run.started_at else None
-                    )
-                print(f"{label} @ {run.vus} VUs: {run.status} {run.status_reason or ''} output "
-                      f"{run.output_tok_per_s or 0:.1f} tok/s, TTFT {run.server_ttft_avg_s or 0:.3f} s, "
-                      f"TPOT {run.server_time_per_output_token_avg_s or 0:.4f} s, prefix hits "
-                      f"{run.prefix_cache_hit_rate or 0:.0%}, load avg {os.getloadavg()[0]:.1f}", flush=True)
+        for index, run in enumerate(run_experiment(engine=engine, settings=settings, spec=spec)):
+            rows[(label, run.vus)] = run
+            if index == 0:  # the first run paid the start (eager or compiled)
+                start_up_s[label] = (
+                    (run.load_started_at - run.started_at).total_seconds()
+                    if run.load_started_at and run.started_at else None
+                )
+            print(f"{label} @ {run.vus} VUs: {run.status} {run.status_reason or ''} output "
+                  f"{run.output_tok_per_s or 0:.1f} tok/s, TTFT {run.server_ttft_avg_s or 0:.3f} s, "
+                  f"TPOT {run.server_time_per_output_token_avg_s or 0:.4f} s, prefix hits "
+                  f"{run.prefix_cache_hit_rate or 0:.0%}, load avg {os.getloadavg()[0]:.1f}", flush=True)
     baseline = next(iter(configs))
     print("\n| configuration | start-up s | " + " | ".join(
         f"{v} VU tok/s | {v} VU TTFT s | {v} VU prefix hits" for v in args.vus) + " | vs first |")
