@@ -399,6 +399,10 @@ class GenerationJob:
         metrics.record_success(finish_reason)
         yield Finished(finish_reason, prepared.prompt_tokens, completion_tokens)
 
+    def cancel(self) -> None:
+        """Stop generating at the next token (the client has gone); :meth:`aclose` still follows."""
+        self._cancel.set()
+
     async def aclose(self) -> None:
         """Stop generating (if still running), wait for the thread, release the lock. Idempotent."""
         if self._closed:
@@ -577,6 +581,28 @@ class _JobStreamingResponse(StreamingResponse):
             await self._on_close()
 
 
+async def _until_disconnected(request: Request) -> None:
+    """Returns once the client has gone: the body is read, so the next message is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _start_unless_gone(engine: "NaiveEngine", prepared: PreparedRequest, gone: asyncio.Task) -> GenerationJob | None:
+    """Wait for the generation lock, or for the client to leave first (then None: a request k6
+    abandoned at the end of a test must not hold the server for a whole generation)."""
+    starting = asyncio.ensure_future(engine.start(prepared))
+    await asyncio.wait({starting, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done():
+        return starting.result()
+    starting.cancel()
+    try:
+        job = await starting
+    except asyncio.CancelledError:
+        return None
+    await job.aclose()  # the lock came just as the client left
+    return None
+
+
 async def _read_body_limited(request: Request, max_body_bytes: int) -> bytes:
     """The request body, or a 413 as soon as it (or its Content-Length) exceeds the limit."""
     too_large = OpenAIError(
@@ -739,9 +765,13 @@ def build_app(
         prepared = await asyncio.to_thread(engine.prepare, chat_request, arrival_s)
         completion_id = new_completion_id()
         created = int(time.time())
-        job = await engine.start(prepared)
-
+        gone = asyncio.create_task(_until_disconnected(request))
+        job = await _start_unless_gone(engine, prepared, gone)
+        if job is None:
+            return Response(status_code=499)  # nginx's "client closed request": nobody reads it
         if chat_request.stream:
+            # The streaming response watches for the disconnect itself (one reader of receive()).
+            gone.cancel()
             return _JobStreamingResponse(
                 _stream_chunks(
                     job,
@@ -755,6 +785,7 @@ def build_app(
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
 
+        gone.add_done_callback(lambda _: job.cancel())
         try:
             pieces: list[str] = []
             finished: Finished | None = None
@@ -767,6 +798,7 @@ def build_app(
             raise OpenAIError(500, str(error), error_type="server_error") from error
         finally:
             await job.aclose()
+            gone.cancel()
         assert finished is not None  # events() always ends with Finished unless it raised
         response = ChatCompletionResponse(
             id=completion_id,

@@ -374,6 +374,73 @@ def test_one_request_generates_at_a_time_and_others_wait(client: TestClient) -> 
     assert client.get("/health").status_code == 200
 
 
+def _post_then_leave(client: TestClient, body: dict[str, Any], leave: threading.Event) -> list[dict[str, Any]]:
+    """POST at the ASGI level; the client disconnects once ``leave`` is set. The messages sent back."""
+    sent: list[dict[str, Any]] = []
+    payload = json.dumps(body).encode()
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+    }
+
+    async def call() -> None:
+        import anyio
+
+        messages = [{"type": "http.request", "body": payload, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop(0)
+            while not leave.is_set():
+                await anyio.sleep(0.01)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await client.app(scope, receive, send)
+
+    client.portal.call(call)
+    return sent
+
+
+def test_a_queued_request_whose_client_left_never_generates(client: TestClient) -> None:
+    before = metric_samples(client)
+    lock = client.app.state.engine._lock
+    client.portal.call(lock.acquire)  # a generation in progress, as far as the queue can tell
+    leave = threading.Event()
+    body = {"model": SERVED_NAME, "messages": PROMPT, "max_tokens": 50, "temperature": 0}
+    results: list[list[dict[str, Any]]] = []
+    sender = threading.Thread(target=lambda: results.append(_post_then_leave(client, body, leave)))
+    sender.start()
+    deadline_s = time.monotonic() + 30
+    while metric_samples(client)["vllm:num_requests_waiting{}"] < 1 and time.monotonic() < deadline_s:
+        time.sleep(0.01)
+    leave.set()  # k6's graceful stop ended the test: the queued request's client is gone
+    sender.join(timeout=30)
+    client.portal.call(lock.release)
+    assert not sender.is_alive()
+    [start] = [message for message in results[0] if message["type"] == "http.response.start"]
+    assert start["status"] == 499
+    after = metric_samples(client)
+    assert after["vllm:generation_tokens_total{}"] == before["vllm:generation_tokens_total{}"]
+    assert after["vllm:num_requests_waiting{}"] == 0 and after["vllm:num_requests_running{}"] == 0
+    assert chat(client, max_tokens=2, temperature=0).status_code == 200  # the lock is free again
+
+
+def test_a_running_generation_stops_when_its_client_leaves(client: TestClient) -> None:
+    before = metric_samples(client)
+    leave = threading.Event()
+    leave.set()  # gone right after sending the body
+    body = {"model": SERVED_NAME, "messages": PROMPT, "max_tokens": 400, "temperature": 0}
+    _post_then_leave(client, body, leave)
+    generated = metric_samples(client)["vllm:generation_tokens_total{}"] - before["vllm:generation_tokens_total{}"]
+    assert generated < 400
+    assert chat(client, max_tokens=2, temperature=0).status_code == 200
+
+
 # ---------------------------------------------------------------- detokenizer
 
 
