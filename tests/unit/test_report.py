@@ -359,3 +359,38 @@ def test_client_streaming_latency_shows_only_where_a_run_streamed() -> None:
     records["seed-exp1"][0]["ttft_p95_s"] = 0.049
     table = open_questions_table(records)
     assert "client TTFT p95 (streamed)" in table.columns and "49.0 ms" in table["client TTFT p95 (streamed)"].tolist()
+
+
+def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy.orm import Session
+
+    import lab.runner
+    from db import store
+    from db.engine import get_engine
+    from lab.report import report_only, reproduce
+    from lab.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "data")
+    assert report_only(settings=settings, quick=False, output_dir=tmp_path / "full") == 2
+    assert "no full-scale reproduction is stored" in capsys.readouterr().err
+
+    def run_queue(*, settings: Settings, run_ids: list[int], **_: Any) -> None:
+        engine = get_engine(settings.resolved_database_url)
+        with Session(engine) as session:
+            runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
+        for run in runs:
+            store.set_run_status(engine=engine, run_id=run.id, status="done", req_per_s=2.0, output_tok_per_s=20.0,
+                                 latency_avg_s=5.0, latency_max_s=7.0, requests_failed=0,
+                                 environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}})
+
+    monkeypatch.setattr(lab.runner, "wait_for_runs", run_queue)
+    assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "first",
+                     presets=("seed-exp2",)) == 0
+    assert report_only(settings=settings, quick=False, output_dir=tmp_path / "full") == 2  # only a quick one
+    assert report_only(settings=settings, quick=True, output_dir=tmp_path / "again") == 0
+    markdown = (tmp_path / "again" / "README.md").read_text()
+    assert "`python -m lab reproduce --quick --repeats 1`" in markdown and "Quick scale, not the seed's" in markdown
+    assert "/work/" not in (tmp_path / "again" / "runs.csv").read_text()
+    assert "SmolLM2-135M-Instruct (config sha256 abababababab)" in (tmp_path / "again" / "runs.csv").read_text()
