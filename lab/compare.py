@@ -148,6 +148,8 @@ def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: S
         row: dict[str, Any] = dict(zip(keys, group_key))
         row["n"] = len(members)
         row["requests_failed"] = sum(int(m.get("requests_failed") or 0) for m in members)
+        # Still in flight when the graceful stop ended the test: neither done nor failed.
+        row["requests_interrupted"] = sum(int(m.get("iterations_interrupted") or 0) for m in members)
         for figure in figures:
             interval = mean_interval(m.get(figure) for m in members)
             row[figure] = interval.mean
@@ -267,6 +269,7 @@ def exp1_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
             # The seed's throughput is k6's (whole test, drain included); this one, the load window only.
             "steady throughput (tok/s)": with_interval(row, "steady_output_tok_per_s", lambda v: format_rate(v, 1)),
             "repeats": row["n"], "failed requests": row["requests_failed"],
+            "interrupted at the end": row["requests_interrupted"],
             "seed throughput (tok/s)": format_rate(seed.get("output_tok_per_s"), 1),
             "seed req/s": format_rate(seed.get("req_per_s")),
             "seed avg latency": format_seconds(seed.get("latency_avg_s")),
@@ -289,6 +292,7 @@ def exp2_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
             "max latency": with_interval(row, "latency_max_s", format_seconds),
             "cache hit rate": format_share(row.get("response_cache_hit_rate")),
             "repeats": row["n"], "failed requests": row["requests_failed"],
+            "interrupted at the end": row["requests_interrupted"],
             "seed req/s": format_rate(seed.get("req_per_s")),
             "seed avg latency": format_seconds(seed.get("latency_avg_s")),
             "seed p95 latency": format_seconds(seed.get("latency_p95_s")),
@@ -314,6 +318,7 @@ def exp3_table(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
             "vLLM prefix hit": format_share(row.get("prefix_cache_hit_rate")) if row["backend"] != "naive" else "–",
             "Redis hit": format_share(row.get("response_cache_hit_rate")) if row["backend"].endswith("+cache") else "–",
             "repeats": row["n"], "failed requests": row["requests_failed"],
+            "interrupted at the end": row["requests_interrupted"],
             "seed req/s": format_rate(seed.get("req_per_s")),
             "seed output tok/s": format_rate(seed.get("output_tok_per_s"), 0),
             "seed input tok/s": format_rate(seed.get("input_tok_per_s"), 0),
