@@ -393,10 +393,14 @@ class GenerationJob:
         finish_reason: FinishReason = (
             "length" if hit_max_tokens and not ended_on_eos and not detokenizer.stopped else "stop"
         )
-        metrics.e2e_request_latency_s.observe(time.perf_counter() - prepared.arrival_s)
-        if first_token_s is not None and previous_token_s is not None and completion_tokens > 1:
-            metrics.time_per_output_token_s.observe((previous_token_s - first_token_s) / (completion_tokens - 1))
-        metrics.record_success(finish_reason)
+        if self._cancel.is_set() and not detokenizer.stopped and not hit_max_tokens and not ended_on_eos:
+            metrics.record_success("abort")  # the client left (vLLM's label); not a finished answer's figures
+        else:
+            metrics.e2e_request_latency_s.observe(time.perf_counter() - prepared.arrival_s)
+            if first_token_s is not None and previous_token_s is not None and completion_tokens > 1:
+                metrics.time_per_output_token_s.observe(
+                    (previous_token_s - first_token_s) / (completion_tokens - 1))
+            metrics.record_success(finish_reason)
         yield Finished(finish_reason, prepared.prompt_tokens, completion_tokens)
 
     def cancel(self) -> None:
@@ -591,16 +595,27 @@ async def _start_unless_gone(engine: "NaiveEngine", prepared: PreparedRequest, g
     """Wait for the generation lock, or for the client to leave first (then None: a request k6
     abandoned at the end of a test must not hold the server for a whole generation)."""
     starting = asyncio.ensure_future(engine.start(prepared))
-    await asyncio.wait({starting, gone}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        await asyncio.wait({starting, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the handler itself was cancelled (shutdown): hold no lock, leave no task
+        gone.cancel()
+        await _close_unless_started(starting)
+        raise
     if starting.done():
         return starting.result()
+    await _close_unless_started(starting)
+    engine.metrics.record_success("abort")  # counted like vLLM's aborted requests
+    return None
+
+
+async def _close_unless_started(starting: asyncio.Future) -> None:
+    """Cancel a pending ``engine.start``; if it got the lock meanwhile, close that job."""
     starting.cancel()
     try:
         job = await starting
-    except asyncio.CancelledError:
-        return None
-    await job.aclose()  # the lock came just as the client left
-    return None
+    except BaseException:  # cancelled while waiting for the lock: nothing to close
+        return
+    await job.aclose()
 
 
 async def _read_body_limited(request: Request, max_body_bytes: int) -> bytes:
@@ -766,8 +781,13 @@ def build_app(
         completion_id = new_completion_id()
         created = int(time.time())
         gone = asyncio.create_task(_until_disconnected(request))
-        job = await _start_unless_gone(engine, prepared, gone)
+        try:
+            job = await _start_unless_gone(engine, prepared, gone)
+        except BaseException:
+            gone.cancel()
+            raise
         if job is None:
+            gone.cancel()
             return Response(status_code=499)  # nginx's "client closed request": nobody reads it
         if chat_request.stream:
             # The streaming response watches for the disconnect itself (one reader of receive()).

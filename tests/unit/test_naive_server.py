@@ -427,6 +427,8 @@ def test_a_queued_request_whose_client_left_never_generates(client: TestClient) 
     after = metric_samples(client)
     assert after["vllm:generation_tokens_total{}"] == before["vllm:generation_tokens_total{}"]
     assert after["vllm:num_requests_waiting{}"] == 0 and after["vllm:num_requests_running{}"] == 0
+    aborted = "vllm:request_success_total{finished_reason=abort}"
+    assert after[aborted] - before.get(aborted, 0.0) == 1
     assert chat(client, max_tokens=2, temperature=0).status_code == 200  # the lock is free again
 
 
@@ -436,8 +438,11 @@ def test_a_running_generation_stops_when_its_client_leaves(client: TestClient) -
     leave.set()  # gone right after sending the body
     body = {"model": SERVED_NAME, "messages": PROMPT, "max_tokens": 400, "temperature": 0}
     _post_then_leave(client, body, leave)
-    generated = metric_samples(client)["vllm:generation_tokens_total{}"] - before["vllm:generation_tokens_total{}"]
+    after = metric_samples(client)
+    generated = after["vllm:generation_tokens_total{}"] - before["vllm:generation_tokens_total{}"]
     assert generated < 400
+    successes = {name: after[name] - before.get(name, 0.0) for name in after if "request_success_total" in name}
+    assert sum(successes.values()) == 1 and successes.get("vllm:request_success_total{finished_reason=abort}") == 1
     assert chat(client, max_tokens=2, temperature=0).status_code == 200
 
 
