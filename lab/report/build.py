@@ -29,7 +29,7 @@ from lab import compare
 from lab.report.capacity import CapacitySection, latest_capacity_section
 from lab.report.charts import build_charts, write_pngs
 from lab.report.claims import NOT_HELD_HARDWARE, VERDICT_RULES, VERDICTS, done_runs, evaluate_claims
-from lab.report.publish import published_environment, published_record, scrub_record
+from lab.report.publish import published_environment, published_record, scrub_paths, scrub_record
 from lab.report.render import Block, render_html, render_markdown
 from lab.report.tables import (
     environment_table,
@@ -144,7 +144,8 @@ def build_blocks(
     problems = problem_rows(records_by_preset)
     blocks.append(("table", pd.DataFrame(problems)) if problems else ("p", "None: every run finished done."))
     if png_note:
-        blocks.append(("p", f"PNG copies of the charts could not be written ({png_note}); report.html has them."))
+        blocks.append(("p", f"PNG copies of the charts could not be written ({scrub_paths(png_note)}); "
+                            "report.html has them."))
     blocks.append(("p", "Every run's figures: runs.csv. Interactive charts: report.html (self-contained)."))
     return blocks
 

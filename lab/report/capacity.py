@@ -160,7 +160,7 @@ def latest_capacity_section(*, session: Any, preset: str = CAPACITY_PRESET) -> C
 
     from db import store
     from db.models import Experiment
-    from lab.compare import run_record
+    from lab.report.publish import published_record, scrub_tree
 
     experiment = session.scalar(select(Experiment).where(Experiment.preset == preset, Experiment.capacity.is_not(None))
                                 .order_by(Experiment.id.desc()).limit(1))
@@ -168,4 +168,5 @@ def latest_capacity_section(*, session: Any, preset: str = CAPACITY_PRESET) -> C
         return None
     runs = store.list_runs(session=session, experiment_ids=[experiment.id], newest_first=False)
     scale_note = "quick scale" if experiment.scale == "quick" else ""
-    return CapacitySection(experiment.id, dict(experiment.capacity), [run_record(run) for run in runs], scale_note)
+    return CapacitySection(experiment.id, scrub_tree(dict(experiment.capacity)), [published_record(run) for run in runs],
+                           scale_note)

@@ -1,8 +1,9 @@
 """What a published report may say about a run: no machine's paths, the model by name and hash.
 
 Reports, runs.csv and the HTML are committed and shared, so a local folder (a home, a
-checkout, the lab's data folder) never appears in them: the model is named by its folder's
-name and its config.json hash, and any other text has those folders replaced by a label.
+checkout, the lab's data folder, a model folder) never appears in them: the model is named by
+its folder's name and its config.json hash, the lab's own folders by a label, and any other
+absolute path by its last part.
 """
 
 from __future__ import annotations
@@ -14,10 +15,24 @@ from typing import Any
 from lab import compare
 from services.processes import PROJECT_ROOT
 
-# Longest first, so a checkout inside the home folder is named as the checkout.
-_FOLDER_LABELS: tuple[tuple[str, str], ...] = tuple(sorted(
-    ((str(PROJECT_ROOT), "<lab>"), (str(Path.home()), "~")), key=lambda pair: -len(pair[0])
-))
+# Any other absolute path of two or more parts (not inside a URL or a relative path): its last part is kept.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~<>-])/(?:[^\s/'\"()<>|,;]+/)+([^\s/'\"()<>|,;]*)")
+
+
+def _folder_labels() -> list[tuple[str, str]]:
+    """Known folders and their labels, longest first (a checkout inside the home is the checkout)."""
+    from lab.settings import get_settings
+
+    labels = [(str(PROJECT_ROOT), "<lab>")]
+    try:
+        labels.append((str(get_settings().data_dir.resolve()), "<data>"))
+    except Exception:  # settings that do not load are reported elsewhere; the paths below still go
+        pass
+    try:
+        labels.append((str(Path.home()), "~"))
+    except RuntimeError:  # no HOME and no passwd entry (a container's --user)
+        pass
+    return sorted(((folder, label) for folder, label in labels if folder not in ("", "/")), key=lambda p: -len(p[0]))
 # "--block-size 32" or "--block-size=32" in a recorded vLLM command line.
 _BLOCK_SIZE = re.compile(r"^--block-size(?:=(\d+))?$")
 
@@ -31,11 +46,22 @@ def model_label(model: str | None, config_sha256: str | None = None) -> str:
 
 
 def scrub_paths(text: str) -> str:
-    """``text`` with the lab's folder and the home folder replaced by labels."""
-    for folder, label in _FOLDER_LABELS:
-        if folder and folder != "/":
-            text = text.replace(folder, label)
-    return text
+    """``text`` with the lab's, the data and the home folder replaced by labels, and any other
+    absolute path cut to ``.../<its last part>``."""
+    for folder, label in _folder_labels():
+        text = text.replace(folder, label)
+    return _ABSOLUTE_PATH.sub(lambda match: ".../" + match.group(1), text)
+
+
+def scrub_tree(value: Any) -> Any:
+    """:func:`scrub_paths` on every string inside dicts, lists and tuples."""
+    if isinstance(value, str):
+        return scrub_paths(value)
+    if isinstance(value, dict):
+        return {key: scrub_tree(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(scrub_tree(item) for item in value)
+    return value
 
 
 def vllm_block_size(environment: dict[str, Any] | None) -> int | None:

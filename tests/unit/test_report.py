@@ -286,7 +286,10 @@ def test_published_files_name_no_machine_folder(tmp_path: Path) -> None:
         text = written[name].read_text()
         assert str(PROJECT_ROOT) not in text and str(Path.home()) + "/" not in text, name
         assert "SmolLM2-135M-Instruct" in text, name
-    assert scrub_paths(f"{PROJECT_ROOT}/data/lab.db") == "<lab>/data/lab.db"
+    assert scrub_paths(f"{PROJECT_ROOT}/k6/lib.js") == "<lab>/k6/lib.js"
+    # Any other absolute path keeps its last part only; URLs, ratios and relative paths stay.
+    assert scrub_paths("no /models/SmolLM2-135M-Instruct at /srv/x/vllm.log") == "no .../SmolLM2-135M-Instruct at .../vllm.log"
+    assert scrub_paths("http://127.0.0.1:8000/v1/models 1/836 k6/lib.js") == "http://127.0.0.1:8000/v1/models 1/836 k6/lib.js"
 
 
 def test_block_size_is_read_from_the_recorded_command_line() -> None:
