@@ -19,6 +19,7 @@ The profiler itself slows each operator a little: read the shares, not the absol
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 import os
@@ -72,12 +73,20 @@ def top_level(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def within(events: list[dict[str, Any]], spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The events that start inside one of ``spans`` on the same thread."""
-    spans_by_thread: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-    for span in spans:
-        spans_by_thread[(span.get("pid"), span.get("tid"))].append((span["ts"], span["ts"] + span["dur"]))
-    return [e for e in events if any(start <= e["ts"] < end
-                                     for start, end in spans_by_thread.get((e.get("pid"), e.get("tid")), []))]
+    """The events that start inside one of ``spans`` (which do not overlap) on the same thread."""
+    starts: dict[Any, list[float]] = defaultdict(list)
+    ends: dict[Any, list[float]] = defaultdict(list)
+    for span in sorted(spans, key=lambda e: e["ts"]):
+        thread = (span.get("pid"), span.get("tid"))
+        starts[thread].append(span["ts"])
+        ends[thread].append(span["ts"] + span["dur"])
+    inside = []
+    for event in events:
+        thread = (event.get("pid"), event.get("tid"))
+        index = bisect.bisect_right(starts.get(thread, []), event["ts"]) - 1
+        if index >= 0 and event["ts"] < ends[thread][index]:
+            inside.append(event)
+    return inside
 
 
 def breakdown(events: list[dict[str, Any]], tokens: int) -> list[tuple[str, float]]:
@@ -102,7 +111,7 @@ def breakdown(events: list[dict[str, Any]], tokens: int) -> list[tuple[str, floa
     rows.append(("forward, between operators (Python, dispatch)",
                  max(0.0, forward_total - sum(by_group.values())) / 1000 / tokens))
     if steps:
-        rows.append(("whole engine step (" + steps[0]["name"] + ")", sum(s["dur"] for s in steps) / 1000 / tokens))
+        rows.append(("model execution (vLLM's execute_* scopes)", sum(s["dur"] for s in steps) / 1000 / tokens))
     top_ops: dict[str, float] = defaultdict(float)
     for op in outer_ops:
         top_ops[op["name"]] += op["dur"]
@@ -113,7 +122,7 @@ def breakdown(events: list[dict[str, Any]], tokens: int) -> list[tuple[str, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=3, choices=range(1, 101), metavar="1-100")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--compiled", action="store_true", help="torch.compile instead of eager")
     args = parser.parse_args()
@@ -154,12 +163,17 @@ def main() -> None:
                 tokens += answer.raise_for_status().json()["usage"]["completion_tokens"]
             wall_s = time.monotonic() - began
             client.post("/stop_profile").raise_for_status()
-        deadline = time.monotonic() + 120
+        # The trace is written after /stop_profile returns: wait until its size stops changing.
+        deadline = time.monotonic() + 180
         traces: list[Path] = []
-        while time.monotonic() < deadline and not traces:
-            time.sleep(2)
-            traces = sorted(p for p in trace_dir.rglob("*.json*") if p.stat().st_size > 0)
-        time.sleep(3)  # the writer may still be flushing the file
+        sizes: dict[Path, int] = {}
+        while time.monotonic() < deadline:
+            time.sleep(3)
+            current = {p: p.stat().st_size for p in trace_dir.rglob("*.json*")}
+            if current and current == sizes and all(current.values()):
+                traces = sorted(current)
+                break
+            sizes = current
     finally:
         manager.stop_all()
     if not traces:

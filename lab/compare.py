@@ -173,7 +173,8 @@ def cell_comparisons(
     repeats, p < 0.05; "n too small" under 3 repeats a side)."""
     groups = _done_groups(records, keys)
     rows = []
-    cells = sorted(groups, key=lambda k: tuple(str(v) for v in k))
+    # Numbers in numeric order (8 VUs before 32), so a ratio reads "higher over lower".
+    cells = sorted(groups, key=lambda k: tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in k))
     for index, first in enumerate(cells):
         for second in cells[index + 1:]:
             differing = [i for i, (a, b) in enumerate(zip(first, second)) if a != b]

@@ -262,13 +262,16 @@ def latest_reproduction(
     found: dict[str, dict[str, Any]] = {}
     with Session(engine) as session:
         for preset in presets:
-            for experiment in session.scalars(
-                select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc())
-            ):
-                spec = ExperimentSpec.model_validate(experiment.spec)
-                if scale is None or spec.scale == scale:
-                    found[preset] = _meta_from_spec(spec, experiment.id)
-                    break
+            query = select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc())
+            if scale is not None:
+                query = query.where(Experiment.scale == scale)
+            for experiment in session.scalars(query):
+                try:
+                    spec = ExperimentSpec.model_validate(experiment.spec)
+                except ValueError:  # stored by an older lab whose spec no longer validates: skipped
+                    continue
+                found[preset] = _meta_from_spec(spec, experiment.id)
+                break
     return found
 
 
@@ -277,10 +280,17 @@ def report_from_experiments(
     settings: Any,
     experiments_meta: dict[str, dict[str, Any]],
     output_dir: Path,
-    command: str = REPORT_COMMAND,
+    command: str | None = None,
     price_per_hour: float | None = None,
 ) -> tuple[dict[str, Path], bool]:
-    """Write the report from stored experiments; returns (files written, every run done)."""
+    """Write the report from stored experiments; returns (files written, every run done).
+
+    ``command`` (what produced the runs) defaults to the reproduce command of their scale and repeats."""
+    if command is None:
+        command = reproduction_command(
+            quick=any(meta.get("scale") == "quick" for meta in experiments_meta.values()),
+            repeats=max((meta.get("repeats") or 1 for meta in experiments_meta.values()), default=None),
+        )
     from sqlalchemy.orm import Session
 
     from db import store
@@ -358,10 +368,7 @@ def report_only(*, settings: Any, quick: bool, output_dir: Path) -> int:
         print(f"error: no {scale}-scale reproduction is stored: run python -m lab reproduce"
               + (" --quick" if quick else "") + " first", file=sys.stderr)
         return 2
-    repeats = max((meta.get("repeats") or 1) for meta in experiments_meta.values())
-    written, all_done = report_from_experiments(
-        settings=settings, experiments_meta=experiments_meta, output_dir=output_dir,
-        command=reproduction_command(quick=quick, repeats=repeats),
-    )
+    written, all_done = report_from_experiments(settings=settings, experiments_meta=experiments_meta,
+                                                output_dir=output_dir)
     print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
     return 0 if all_done else 1

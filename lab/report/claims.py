@@ -301,7 +301,7 @@ def _join_bounds(*bounds: str | None) -> str | None:
 def _tpot_change(evidence: Evidence, backend: str, low: int, high: int) -> str:
     tpot_low = evidence.mean("server_time_per_output_token_avg_s", backend=backend, vus=low)
     tpot_high = evidence.mean("server_time_per_output_token_avg_s", backend=backend, vus=high)
-    if tpot_low is None or tpot_high is None:
+    if not tpot_low or tpot_high is None:
         return ""
     return (f"; the server's time per output token went from {tpot_low * 1000:.0f} ms to {tpot_high * 1000:.0f} ms "
             f"({tpot_high / tpot_low:.1f}x): each step decodes more sequences on the same cores")
@@ -348,8 +348,11 @@ def _explain_naive_growth(evidence: Evidence) -> Reason:
     lat_high = evidence.mean("latency_avg_s", backend="naive", vus=high)
     test_s = evidence.mean("measured_duration_s", backend="naive", vus=high)
     interrupted = evidence.mean("iterations_interrupted", backend="naive", vus=high)
-    text = (f"the naive server answers one request at a time: {_num(lat_low, 1)} s per request at {low} VU, so at "
-            f"{high} VUs a request can queue behind {high - 1} others (about {_num((lat_low or 0) * (high - 1), 0)} s)")
+    # Serial: at N VUs a request waits for the N-1 before it, so latency / N is one generation.
+    service_s = lat_low / low if lat_low is not None else None
+    text = (f"the naive server answers one request at a time: about {_num(service_s, 1)} s a generation (at {low} "
+            f"VUs), so at {high} VUs a request can queue behind {high - 1} others (about "
+            f"{_num((service_s or 0) * (high - 1), 0)} s)")
     if test_s is not None:
         text += (f"; the test lasted {_num(test_s, 0)} s, which caps the latency of the requests that completed "
                  f"({_num(lat_high, 1)} s on average)")
@@ -359,7 +362,7 @@ def _explain_naive_growth(evidence: Evidence) -> Reason:
 
 
 def _block_size(evidence: Evidence) -> int | None:
-    sizes = {r.get("vllm_block_size") for r in done_runs(evidence.records) if r.get("backend", "").startswith("vllm")}
+    sizes = {r.get("vllm_block_size") for r in done_runs(evidence.records) if str(r.get("backend")).startswith("vllm")}
     sizes.discard(None)
     return sizes.pop() if len(sizes) == 1 else None
 
@@ -401,6 +404,7 @@ def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
         hit = evidence.mean("response_cache_hit_rate", backend="vllm+cache", prompts=prompts)
         if direct is None or fill_s is None or run_s is None:
             return Reason("the direct or the cached run is missing")
+        # A hit costs milliseconds, so the misses set the pace: each distinct prompt misses once.
         text = (f"every distinct prompt misses once at the backend's speed: direct vLLM served {direct:.2f} req/s, so "
                 f"storing {prompts:,} prompts takes at least {fill_s:,.0f} s; the run lasted {run_s:.0f} s")
         bound = None
@@ -412,8 +416,8 @@ def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
                      f"VUs against the seed's GPU {seed_direct:g} req/s (which stores them in "
                      f"{prompts / seed_direct:.0f} s)" if seed_direct else f"generation speed: {direct:.2f} req/s direct")
         else:
-            text += (f", so all were stored after about {fill_s:.0f} s and the rest of the run was hits "
-                     f"({format_share(hit)} measured): {_num(cached, 0)} req/s cached")
+            text += (f", so all could be stored after about {fill_s:.0f} s, leaving the rest of the run to hits: "
+                     f"{format_share(hit)} of requests hit, {_num(cached, 0)} req/s cached")
         return Reason(text, bound)
     return explain
 
