@@ -30,7 +30,7 @@ def postgres_engine(postgres_database_url: str):  # noqa: ANN201
 
 
 def test_queue_and_figures_on_postgresql(postgres_engine) -> None:  # noqa: ANN001
-    spec = load_preset("seed-exp1", quick=True)
+    spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1, 8])])
     with Session(postgres_engine) as session:
         ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec, tags="pg").runs]
     first = store.claim_next_run(engine=postgres_engine, worker_pid=os.getpid())
@@ -69,7 +69,7 @@ def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_e
         assert (run.req_per_s, run.worker_name) == (2.5, None)
         [service] = store.list_service_records(session=session)
         assert (service.name, service.state) == ("naive", "stopped") and service.worker
-    spec = load_preset("seed-exp1", quick=True)
+    spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1, 8])])
     with Session(postgres_engine) as session:
         experiments.enqueue_experiment(session=session, spec=spec)
     assert store.claim_next_run(engine=postgres_engine, worker_name="box-a", labels=["cpu"]) is not None

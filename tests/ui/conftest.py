@@ -72,7 +72,7 @@ def fake_series(seconds: int, output_tok_per_s: float, vus: int) -> dict[str, An
 
 def seed_database(engine: Engine) -> SeededLab:
     """Fill ``engine``'s database through db.store, then set figures with the ORM."""
-    spec = load_preset("seed-exp1", quick=True)
+    spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1, 8])])
     with Session(engine, expire_on_commit=False) as session:
         experiment = experiments.enqueue_experiment(session=session, spec=spec, tags="ui-test")
         experiment_id = experiment.id

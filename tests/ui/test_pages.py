@@ -94,16 +94,17 @@ def test_empty_lab_tells_what_to_do_next(empty_lab) -> None:  # noqa: ANN001
 def test_launching_a_preset_queues_its_runs_and_goes_to_runs(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["New experiment"])
     widget(app.selectbox, "preset_name").select("seed-exp1").run()
-    assert "quick scale: 20 s per cell" in texts(app)
+    assert "quick scale: 30 s per cell" in texts(app)
     before = len(runs_in_db(seed_lab))
     widget(app.button, "launch_preset").click().run()
     assert not app.exception
     assert [heading.value for heading in app.title] == ["Runs"]
     runs = runs_in_db(seed_lab)
     new = [run for run in runs if run.status == RunStatus.QUEUED][: len(runs) - before]
-    assert len(runs) - before == 4
-    assert sorted((run.backend, run.vus) for run in new) == [("naive", 1), ("naive", 8), ("vllm", 1), ("vllm", 8)]
-    assert "4 runs" in texts(app) and "queued" in texts(app)
+    assert len(runs) - before == 6
+    assert sorted((run.backend, run.vus) for run in new) == [
+        ("naive", 1), ("naive", 8), ("naive", 32), ("vllm", 1), ("vllm", 8), ("vllm", 32)]
+    assert "6 runs" in texts(app) and "queued" in texts(app)
     # Something is queued: the live view says so.
     assert "waiting for the worker" in texts(app)
 
@@ -122,7 +123,7 @@ def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: 
     widget(app.number_input, "reproduce_repeats").set_value(1).run()
     widget(app.button, "reproduce_queue").click().run()
     assert not app.exception
-    assert len(runs_in_db(seed_lab)) - before == 4 + 4 + 3  # quick exp1, exp2, exp3 cells
+    assert len(runs_in_db(seed_lab)) - before == 6 + 4 + 3  # quick exp1, exp2, exp3 cells
     assert [heading.value for heading in app.title] == ["Runs"]
 
 

@@ -51,8 +51,12 @@ def test_seed_exp2_and_exp3_settings() -> None:
 def test_quick_scale_shortens_and_says_how() -> None:
     quick = load_preset("seed-exp1", quick=True)
     assert quick.scale == "quick"
-    assert "20 s" in quick.scale_note
-    assert all(run.load.duration_s == 20 for _, _, run in quick.expand())
+    assert "30 s per cell instead of 60 s" in quick.scale_note
+    assert all(run.load.duration_s == 30 for _, _, run in quick.expand())
+    # The quick scale keeps each experiment's phenomenon: 32 VUs where the seed used them.
+    assert {run.load.peak_vus for _, _, run in quick.expand()} == {1, 8, 32}
+    for preset in ("seed-exp2", "seed-exp3"):
+        assert {run.load.peak_vus for _, _, run in load_preset(preset, quick=True).expand()} == {32}
 
 
 def test_overrides_apply_to_base_grid_and_repeats() -> None:

@@ -26,7 +26,8 @@ def engine(tmp_path: Path):  # noqa: ANN201
 
 
 def quick_exp1():  # noqa: ANN201
-    return load_preset("seed-exp1", quick=True, overrides=[("repeats", 2)])
+    # Two VU counts, so 2 backends x 2 VUs x 2 repeats = 8 runs.
+    return load_preset("seed-exp1", quick=True, overrides=[("repeats", 2), ("grid.load.vus", [1, 8])])
 
 
 def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # noqa: ANN001
@@ -38,7 +39,7 @@ def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # 
         # Repeats are independent samples with distinct, stored seeds.
         seeds = {(run.cell_label, run.random_seed) for run in runs}
         assert len(seeds) == len(runs)
-        assert runs[0].spec["load"]["duration_s"] == 20 and runs[0].vus == 1 and runs[0].tags == "smoke"
+        assert runs[0].spec["load"]["duration_s"] == 30 and runs[0].vus == 1 and runs[0].tags == "smoke"
 
 
 def test_claim_is_fifo_and_exclusive(engine) -> None:  # noqa: ANN001
