@@ -351,7 +351,7 @@ def _explain_naive_growth(evidence: Evidence) -> Reason:
     # Serial: at N VUs a request waits for the N-1 before it, so latency / N is one generation.
     service_s = lat_low / low if lat_low is not None else None
     text = (f"the naive server answers one request at a time: about {_num(service_s, 1)} s a generation (at {low} "
-            f"VUs), so at {high} VUs a request can queue behind {high - 1} others (about "
+            f"VU{'s' if low != 1 else ''}), so at {high} VUs a request can queue behind {high - 1} others (about "
             f"{_num((service_s or 0) * (high - 1), 0)} s)")
     if test_s is not None:
         text += (f"; the test lasted {_num(test_s, 0)} s, which caps the latency of the requests that completed "
@@ -446,11 +446,25 @@ def _explain_exp3_prefix(evidence: Evidence) -> Reason:
     tokens = _prompt_tokens(evidence, backend="vllm")
     block = _block_size(evidence)
     requests = evidence.mean("requests_ok", backend="vllm")
-    text = (f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}, over {_num(requests, 0)} "
-            "requests a run: a turn reuses the full blocks of the system prompt and of its session's earlier turns, "
-            "so the share grows with the turns replayed per session and shrinks with the part of each prompt "
-            "that is new or in a partly filled block")
-    return Reason(text)
+    vus = evidence.mean("vus", backend="vllm")
+    run_s = evidence.mean("duration_s", backend="vllm")
+    text = (f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}; a turn reuses the full "
+            "blocks of the system prompt and of its session's earlier turns, so the share grows with the turns each "
+            "session reaches within the run")
+    if not requests or not vus or not run_s:
+        return Reason(text)
+    turns_per_vu = requests / vus
+    seed_rate = compare.mean_of(as_records(SEED_EXP3), "req_per_s", backend="vllm")
+    seed_turns_per_vu = seed_rate * run_s / vus if seed_rate else None
+    text += f": each of the {vus:.0f} VUs completed {turns_per_vu:.1f} turns here"
+    bound = None
+    if seed_turns_per_vu:
+        text += f", about {seed_turns_per_vu:.0f} at the seed's {seed_rate:g} req/s"
+        if turns_per_vu < seed_turns_per_vu / 2:
+            bound = (f"generation speed: {evidence.mean('req_per_s', backend='vllm'):.2f} req/s at {vus:.0f} VUs "
+                     f"against the seed's GPU {seed_rate:g} req/s, so the later turns of a session, which reuse the "
+                     "most, are rarely reached in a run")
+    return Reason(text, bound)
 
 
 def _explain_rare(evidence: Evidence) -> Reason:

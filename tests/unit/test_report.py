@@ -398,3 +398,15 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
     assert "`python -m lab reproduce --quick --repeats 1`" in markdown and "Quick scale, not the seed's" in markdown
     assert "/work/" not in (tmp_path / "again" / "runs.csv").read_text()
     assert "SmolLM2-135M-Instruct (config sha256 abababababab)" in (tmp_path / "again" / "runs.csv").read_text()
+
+
+def test_chat_prefix_hits_bounded_by_the_turns_a_run_reaches() -> None:
+    records = {"seed-exp3": [
+        record("seed-exp3", "vllm", vus=32, duration_s=60, req_per_s=1.15, requests_ok=104, input_tok_per_s=320.0,
+               prefix_cache_hit_rate=0.317, vllm_block_size=32),
+        record("seed-exp3", "naive", vus=32, duration_s=60, req_per_s=0.05),
+    ]}
+    prefix = verdict_of(evidence := evaluate_claims(records, ENVIRONMENT), "exp3-prefix-hit")
+    assert prefix["verdict"] == NOT_HELD_HARDWARE and "1.15 req/s at 32 VUs" in prefix["bound"]
+    assert "completed 3.2 turns here, about 22 at the seed's 11.8 req/s" in prefix["reason"]
+    assert verdict_of(evidence, "exp3-vllm-over-naive")["verdict"] == HELD
