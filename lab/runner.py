@@ -240,6 +240,41 @@ class RunExecutor:
             if response.status_code != 200:
                 raise RunFailed(f"warm-up request failed: HTTP {response.status_code}: {response.text[:500]}")
 
+    def fill_cache(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> None:
+        """Run the workload unmeasured through the cache until it has stored every distinct
+        request (``cache.fill_first_up_to``), so the measured load sees the hit path's steady state."""
+        wanted = get_workload(spec.workload.kind).distinct_requests(spec) or 0
+        env = k6_environment(spec, target_url=targets.target_url, requests_file=requests_file)
+        # The same requests from the same VUs, for as long as filling may take.
+        env.update(LOAD_KIND="constant-vus", VUS=str(spec.load.peak_vus), DURATION=f"{spec.cache.fill_timeout_s:g}s")
+        fill_dir = self.run_dir / "fill"
+        k6 = K6Process(script=script_path(spec.workload.kind), env=env, summary_path=fill_dir / "summary.json",
+                       ndjson_path=fill_dir / "k6.ndjson", log_path=fill_dir / "k6.log")
+        stored_before = self._cache_stores(targets)
+        began = time.monotonic()
+        stored = 0
+        k6.start()
+        try:
+            while k6.is_running() and stored < wanted:
+                self._check_cancel()
+                time.sleep(1)
+                stored = self._cache_stores(targets) - stored_before
+        finally:
+            if k6.is_running():
+                k6.cancel(grace_s=30)
+            shutil.rmtree(fill_dir, ignore_errors=True)  # unmeasured: nothing of it is kept
+        if stored < wanted:
+            raise RunFailed(f"the response cache stored {stored:.0f} of {wanted} distinct requests in "
+                            f"{time.monotonic() - began:.0f} s (cache.fill_timeout_s {spec.cache.fill_timeout_s:g})")
+        log.info("run %s: cache filled with %d distinct requests in %.0f s", self.run_id, wanted,
+                 time.monotonic() - began)
+
+    @staticmethod
+    def _cache_stores(targets: RunTargets) -> float:
+        """The proxy's count of answers stored so far."""
+        snapshot = server_metrics.scrape(targets.proxy_url or "") or {}
+        return float(snapshot.get("lab_cache_stores_total") or 0.0)
+
     def scrape_all(self, spec: RunSpec, targets: RunTargets) -> dict[str, server_metrics.Snapshot | None]:
         """Both ends' /metrics; one that cannot be read is None, and its reason is kept for a warning."""
         sources = {"backend": (targets.backend_url, spec.backend_kind.metrics.prefixes)}
@@ -539,6 +574,8 @@ class RunExecutor:
             self.warm_up(spec, targets, requests_file)
             self.reset_caches(spec, targets)
             self._check_cancel()
+            if spec.fills_cache_first:
+                self.fill_cache(spec, targets, requests_file)
             before = self.scrape_all(spec, targets)
             loaded = True
             exit_code, samples = self.drive_load(spec, targets, requests_file)

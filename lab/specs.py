@@ -147,6 +147,16 @@ class CacheSpec(StrictModel):
     policy: Literal["all", "deterministic"] = "all"
     ttl_s: int | None = Field(default=None, ge=1, le=30 * 86400)
     single_flight: bool = True
+    # Measure the hit path in its steady state: the same load runs first, unmeasured, until the
+    # cache has stored every distinct request of the workload, then the measured load starts.
+    # Only for workloads with at most this many distinct requests (0: never), so one grid can
+    # fill 50 prompts first and still start 1,000 prompts cold.
+    fill_first_up_to: int = Field(default=0, ge=0, le=100_000,
+                                  description="fill the cache first when there are at most this many distinct requests")
+    fill_timeout_s: float = Field(default=600, ge=1, le=7200, description="longest wait for the cache to fill")
+
+    def fills_first(self, distinct_requests: int | None) -> bool:
+        return distinct_requests is not None and 0 < distinct_requests <= self.fill_first_up_to
 
 
 class RunSpec(BaseModel):
@@ -209,7 +219,20 @@ class RunSpec(BaseModel):
             self.__dict__["target_url"] = validate_target_url(
                 self.target_url, allowed_hosts=get_settings().allowed_target_hosts
             )
+        if self.uses_cache and self.cache.fill_first_up_to:
+            from lab.workloads import get_workload
+
+            if get_workload(self.workload.kind).distinct_requests(self) is None:
+                raise ValueError(f"cache.fill_first_up_to needs a workload with a known set of distinct requests; "
+                                 f"{self.workload.kind} has none")
         return self
+
+    @property
+    def fills_cache_first(self) -> bool:
+        """Whether the runner fills the response cache before the measured load."""
+        from lab.workloads import get_workload
+
+        return self.uses_cache and self.cache.fills_first(get_workload(self.workload.kind).distinct_requests(self))
 
     @property
     def uses_cache(self) -> bool:

@@ -404,6 +404,13 @@ def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
         hit = evidence.mean("response_cache_hit_rate", backend="vllm+cache", prompts=prompts)
         if direct is None or fill_s is None or run_s is None:
             return Reason("the direct or the cached run is missing")
+        filled = [r for r in done_runs(evidence.records)
+                  if r.get("backend") == "vllm+cache" and r.get("prompts") == prompts and r.get("cache_filled_first")]
+        if filled:
+            return Reason(f"the cache was filled with all {prompts:,} prompts before the measured {run_s:.0f} s "
+                          f"(unmeasured: at the {direct:.2f} req/s direct vLLM served, storing them takes at least "
+                          f"{fill_s:,.0f} s), so the window measured the hit path: {format_share(hit)} of requests "
+                          f"hit, {_num(cached, 0)} req/s cached")
         # A hit costs milliseconds, so the misses set the pace: each distinct prompt misses once.
         text = (f"every distinct prompt misses once at the backend's speed: direct vLLM served {direct:.2f} req/s, so "
                 f"storing {prompts:,} prompts takes at least {fill_s:,.0f} s; the run lasted {run_s:.0f} s")

@@ -90,7 +90,17 @@ def published_record(run: Any) -> dict[str, Any]:
     environment = run.environment or {}
     record["model"] = model_label(record.get("model"), environment.get("config_sha256"))
     record["vllm_block_size"] = vllm_block_size(environment)
+    record["cache_filled_first"] = _filled_first(run.spec)
     return scrub_record(record)
+
+
+def _filled_first(spec: dict[str, Any] | None) -> bool:
+    from lab.specs import RunSpec
+
+    try:
+        return RunSpec.model_validate(spec or {}).fills_cache_first
+    except ValueError:  # a spec an older lab stored that no longer validates
+        return False
 
 
 def published_environment(environment: dict[str, Any]) -> dict[str, Any]:

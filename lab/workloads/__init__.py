@@ -60,6 +60,10 @@ class Workload:
         """Settings of this workload's k6 script beyond the common ones (see k6/lib.js)."""
         return {}
 
+    def distinct_requests(self, spec: "RunSpec") -> int | None:
+        """How many different requests the script can send (None: not a fixed, known set)."""
+        return None
+
     @property
     def script_path(self) -> Path:
         return K6_DIR / self.script

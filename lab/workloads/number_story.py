@@ -25,3 +25,6 @@ class NumberStory(Workload):
 
     def k6_env(self, spec: "RunSpec") -> dict[str, str]:
         return {"PROMPTS": str(spec.workload.prompts)}
+
+    def distinct_requests(self, spec: "RunSpec") -> int | None:
+        return spec.workload.prompts

@@ -154,3 +154,6 @@ class Synthetic(Workload):
             "prompt_tokens_max": max(lengths), "tokenizer": tokenizer_path(spec, options),
         }))
         return write_sessions(sessions, run_dir / "requests.json")
+
+    def distinct_requests(self, spec: "RunSpec") -> int | None:
+        return spec.workload.options().prompts

@@ -54,6 +54,17 @@ def test_quick_experiment_2_cache_hits_and_beats_direct(lab_engine, lab_settings
     assert abs(check["difference_ratio"]) <= 0.02, check
 
 
+def test_filling_the_cache_first_measures_only_hits(lab_engine, lab_settings, vllm_service) -> None:  # noqa: ANN001
+    spec = load_preset("seed-exp2", quick=True, overrides=[
+        ("load.duration_s", 5), ("load.vus", 4), ("max_tokens", 16), ("grid.workload.prompts", [5]),
+        ("grid.backend", ["vllm+cache"]), ("cache.fill_first_up_to", 5),
+    ])
+    [cached] = run_experiment(lab_engine, lab_settings, spec)
+    assert_done([cached])
+    # The fill ran before the measured window: every measured request was a hit.
+    assert cached["response_cache_hit_rate"] == 1.0 and cached["requests_ok"] > 20
+
+
 def test_quick_experiment_1_stores_complete_runs_for_both_backends(lab_engine, lab_settings, vllm_service, naive_service) -> None:  # noqa: ANN001
     spec = load_preset("seed-exp1", quick=True, overrides=[
         ("load.duration_s", 6), ("max_tokens", 24), ("grid.load.vus", [1, 2]),

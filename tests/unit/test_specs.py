@@ -176,3 +176,17 @@ def test_repeat_seeds_stay_in_range() -> None:
     with Session(engine) as session:
         seeds = [run.random_seed for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
     assert seeds == [2**31 - 1, 0]
+
+
+def test_filling_the_cache_first_applies_up_to_its_limit_and_needs_a_known_set_of_requests() -> None:
+    def spec(**fields: Any) -> RunSpec:
+        return RunSpec.model_validate({"backend": "vllm+cache", "cache": {"fill_first_up_to": 100}, **fields})
+
+    assert spec(workload={"kind": "number-story", "prompts": 50}).fills_cache_first
+    assert not spec(workload={"kind": "number-story", "prompts": 1000}).fills_cache_first  # starts cold
+    assert not RunSpec.model_validate({"backend": "vllm", "cache": {"fill_first_up_to": 100}}).fills_cache_first
+    with pytest.raises(ValueError, match="fill_first_up_to needs a workload with a known set"):
+        spec(workload={"kind": "sharegpt-chat"})
+    quick = load_preset("seed-exp2", quick=True)
+    filled = {(run.backend, run.workload.prompts) for _, _, run in quick.expand() if run.fills_cache_first}
+    assert filled == {("vllm+cache", 50)}
