@@ -410,3 +410,14 @@ def test_chat_prefix_hits_bounded_by_the_turns_a_run_reaches() -> None:
     assert prefix["verdict"] == NOT_HELD_HARDWARE and "1.15 req/s at 32 VUs" in prefix["bound"]
     assert "completed 3.2 turns here, about 22 at the seed's 11.8 req/s" in prefix["reason"]
     assert verdict_of(evidence, "exp3-vllm-over-naive")["verdict"] == HELD
+
+
+def test_a_cache_filled_before_the_window_leaves_the_miss_claims_unmeasured() -> None:
+    records = _exp2(0.95, 3440.0, 1.0, duration_s=30, prompts=50)
+    for row in records["seed-exp2"]:
+        row["cache_filled_first"] = row["backend"] == "vllm+cache"
+    verdicts = evaluate_claims(records, ENVIRONMENT)
+    speedup = verdict_of(verdicts, "exp2-cache-speedup-50")
+    assert speedup["verdict"] == HELD and "filled with all 50 prompts before the measured 30 s" in speedup["reason"]
+    max_latency = verdict_of(verdicts, "exp2-max-latency-50")
+    assert max_latency["verdict"] == NOT_MEASURED and "held no miss" in max_latency["reason"]
