@@ -407,18 +407,19 @@ def test_two_launches_at_once_are_both_queued_and_run_one_after_the_other(lab: L
 
     with WorkerLock(lab.settings.data_dir):
         lab.start_worker()  # the lock holder's worker thread executes the queue
-        # A second worker (another lab process) is refused while this one holds the lock.
-        second = cli("worker", env={"LAB_DATA_DIR": str(lab.settings.data_dir)})
-        assert second.returncode == 1 and "another lab worker holds" in second.stderr
-        with pytest.raises(WorkerBusyError):
-            WorkerLock(lab.settings.data_dir).acquire()
-        # Two viewers of the live run: two sessions see the same run and its progress.
+        # Two viewers of the live run: two sessions see the same run and its progress
+        # (first: a 3 s run can end while a second `python -m lab` process starts on a slow host).
         live = lab.wait_for(min(launched), is_running)
         with Session(lab.engine) as viewer_a, Session(lab.engine) as viewer_b:
             seen_a = store.active_run(session=viewer_a)
             seen_b = store.active_run(session=viewer_b)
             assert seen_a is not None and seen_b is not None and seen_a.id == seen_b.id == live.id
             assert seen_a.progress["requests_completed"] and seen_b.progress["requests_completed"]
+        # A second worker (another lab process) is refused while this one holds the lock.
+        second = cli("worker", env={"LAB_DATA_DIR": str(lab.settings.data_dir)})
+        assert second.returncode == 1 and "another lab worker holds" in second.stderr
+        with pytest.raises(WorkerBusyError):
+            WorkerLock(lab.settings.data_dir).acquire()
         most_k6_at_once = 0
         while any(lab.run(run_id).status not in RunStatus.FINAL for run_id in launched):
             most_k6_at_once = max(most_k6_at_once, len(k6_processes(lab.settings.runs_dir)))
