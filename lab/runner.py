@@ -455,25 +455,21 @@ class RunExecutor:
             )
         if not targets.proxy_url:
             # Through the cache most answers never reach the backend: tokens only compare direct.
+            # Requests still in flight at the graceful stop were (partly) served but never counted by
+            # k6: the server may count up to this many tokens more for each without anything wrong.
+            interrupted = figures.get("requests_interrupted") or 0
+            completed = figures.get("requests_total") or 0
+            mean_prompt_tokens = (figures.get("input_tokens") or 0) / completed if completed else 0
             if backend["server_output_tokens"] is not None:
                 checks["output_tokens"] = server_metrics.count_check(
-                    client_count=figures.get("output_tokens"), server_count=backend["server_output_tokens"]
+                    client_count=figures.get("output_tokens"), server_count=backend["server_output_tokens"],
+                    in_flight_allowance=interrupted * spec.max_tokens,
                 )
             if backend["server_prompt_tokens"] is not None:
                 checks["input_tokens"] = server_metrics.count_check(
-                    client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"]
+                    client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"],
+                    in_flight_allowance=interrupted * mean_prompt_tokens * 2,
                 )
-            # Requests still in flight at the graceful stop were (partly) served but never counted by
-            # k6: the server may count up to this many tokens more without anything being wrong.
-            interrupted = figures.get("requests_interrupted") or 0
-            completed = figures.get("requests_total") or 0
-            per_request = {
-                "output_tokens": spec.max_tokens,
-                "input_tokens": (figures.get("input_tokens") or 0) / completed * 2 if completed else None,
-            }
-            for name, tokens in per_request.items():
-                if name in checks and interrupted and tokens:
-                    checks[name]["in_flight_allowance"] = interrupted * tokens
         if samples:
             results = results.updated(self._resource_figures(samples, targets))
         results = results.updated(self._steady_figures(spec, targets, series_doc, figures, backend))

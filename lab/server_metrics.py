@@ -171,14 +171,18 @@ def cache_figures(change: Snapshot) -> dict[str, Any]:
     }
 
 
-def count_check(*, client_count: float | None, server_count: float | None) -> dict[str, Any]:
-    """Client (k6) against server counts: both, the difference and its share of the client's."""
-    if client_count is None or server_count is None:
-        return {"client": client_count, "server": server_count, "difference": None, "difference_ratio": None}
-    difference = server_count - client_count
-    return {
-        "client": client_count,
-        "server": server_count,
-        "difference": difference,
-        "difference_ratio": difference / client_count if client_count else None,
-    }
+def count_check(
+    *, client_count: float | None, server_count: float | None, in_flight_allowance: float | None = None
+) -> dict[str, Any]:
+    """Client (k6) against server counts: both, the difference and its share of the client's.
+
+    ``in_flight_allowance``: how much more the server may count for requests still in flight
+    when k6 stopped (served, never counted by k6), kept with the check when there is any."""
+    check: dict[str, Any] = {"client": client_count, "server": server_count, "difference": None,
+                             "difference_ratio": None}
+    if client_count is not None and server_count is not None:
+        difference = server_count - client_count
+        check.update(difference=difference, difference_ratio=difference / client_count if client_count else None)
+    if in_flight_allowance:
+        check["in_flight_allowance"] = in_flight_allowance
+    return check

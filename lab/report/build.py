@@ -365,8 +365,8 @@ def report_only(*, settings: Any, quick: bool, output_dir: Path) -> int:
     scale = "quick" if quick else "full"
     experiments_meta = latest_reproduction(settings=settings, scale=scale)
     if not experiments_meta:
-        print(f"error: no {scale}-scale reproduction is stored: run python -m lab reproduce"
-              + (" --quick" if quick else "") + " first", file=sys.stderr)
+        print(f"error: no {scale}-scale reproduction is stored: run {reproduction_command(quick=quick, repeats=None)} "
+              "first", file=sys.stderr)
         return 2
     written, all_done = report_from_experiments(settings=settings, experiments_meta=experiments_meta,
                                                 output_dir=output_dir)

@@ -260,13 +260,18 @@ def _cache_hit_rate(prompts: int) -> Callable[[list[dict[str, Any]]], Measuremen
     return measure
 
 
+def _cache_filled_first(records: Sequence[dict[str, Any]], prompts: int) -> bool:
+    """Whether the cached cell with ``prompts`` filled its cache before the measured window."""
+    return any(r.get("cache_filled_first") for r in done_runs(records)
+               if r.get("backend") == "vllm+cache" and r.get("prompts") == prompts)
+
+
 def _max_latency(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
     def measure(records: list[dict[str, Any]]) -> Measurement:
         ours = exp2_ratios(records).get(prompts, {}).get("max_latency_cached_over_direct")
         seed = exp2_ratios(as_records(SEED_EXP2))[prompts]["max_latency_cached_over_direct"]
         figure = f"max latency cached over direct, {prompts} prompts"
-        if any(r.get("cache_filled_first") for r in done_runs(records)
-               if r.get("backend") == "vllm+cache" and r.get("prompts") == prompts):
+        if _cache_filled_first(records, prompts):
             return Measurement(None, seed, figure, "the cache was filled before the measured window, so the window "
                                                    "held no miss: this claim is about the misses")
         return Measurement(ours, seed, figure)
@@ -299,9 +304,11 @@ def _no_gpu_bound(evidence: Evidence) -> str | None:
     return f"no GPU: the model runs on {evidence.cpu()}"
 
 
-def _join_bounds(*bounds: str | None) -> str | None:
-    found = [b for b in bounds if b]
-    return "; ".join(found) if found else None
+def _saturation_bound(evidence: Evidence, what: str, **match: Any) -> str | None:
+    """The CPU bound while ``match`` ran, with the missing GPU beside it when there is none."""
+    cpu = _cpu_bound(evidence, what, **match)
+    no_gpu = _no_gpu_bound(evidence)
+    return f"{cpu}; {no_gpu}" if cpu and no_gpu else cpu
 
 
 def _tpot_change(evidence: Evidence, backend: str, low: int, high: int) -> str:
@@ -317,12 +324,11 @@ def _explain_speedup_1vu(evidence: Evidence) -> Reason:
     vllm = evidence.mean("output_tok_per_s", backend="vllm", vus=1)
     naive = evidence.mean("output_tok_per_s", backend="naive", vus=1)
     text = f"at 1 VU vLLM produced {_num(vllm)} output tok/s and the naive server {_num(naive)}"
-    bound = None
-    if _no_gpu_bound(evidence):
+    bound = _no_gpu_bound(evidence)
+    if bound:
         cpu = evidence.mean("backend_cpu_percent_avg", backend="vllm", vus=1)
         text += (f"; the seed's mechanism (CUDA graphs cutting kernel-launch overhead) exists only on a GPU, "
                  f"and here vLLM's engine decoded on the CPU at {_num(cpu, 0)}% of one core")
-        bound = _no_gpu_bound(evidence)
     return Reason(text, bound)
 
 
@@ -338,9 +344,8 @@ def _explain_vllm_growth(evidence: Evidence) -> Reason:
     text = (f"from {low} to {high} VUs vLLM went from {_num(tok_low)} to {_num(tok_high)} output tok/s and its "
             f"average latency from {_num(lat_low, 2)} s to {_num(lat_high, 2)} s"
             + _tpot_change(evidence, "vllm", low, high))
-    bound = _cpu_bound(evidence, f"at {high} VUs", backend="vllm", vus=high)
+    bound = _saturation_bound(evidence, f"at {high} VUs", backend="vllm", vus=high)
     if bound:
-        bound = _join_bounds(bound, _no_gpu_bound(evidence))
         text += "; batching cannot add throughput once the cores are saturated"
     return Reason(text, bound)
 
@@ -410,9 +415,7 @@ def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
         hit = evidence.mean("response_cache_hit_rate", backend="vllm+cache", prompts=prompts)
         if direct is None or fill_s is None or run_s is None:
             return Reason("the direct or the cached run is missing")
-        filled = [r for r in done_runs(evidence.records)
-                  if r.get("backend") == "vllm+cache" and r.get("prompts") == prompts and r.get("cache_filled_first")]
-        if filled:
+        if _cache_filled_first(evidence.records, prompts):
             return Reason(f"the cache was filled with all {prompts:,} prompts before the measured {run_s:.0f} s "
                           f"(unmeasured: at the {direct:.2f} req/s direct vLLM served, storing them takes at least "
                           f"{fill_s:,.0f} s), so the window measured the hit path: {format_share(hit)} of requests "
@@ -449,10 +452,7 @@ def _explain_exp3_speedup(evidence: Evidence) -> Reason:
     naive = evidence.mean("req_per_s", backend="naive")
     vus = evidence.mean("vus", backend="vllm")
     text = f"at {_num(vus, 0)} VUs vLLM served {_num(vllm, 2)} req/s and the naive server {_num(naive, 2)}"
-    bound = _cpu_bound(evidence, "under vLLM", backend="vllm")
-    if bound:
-        bound = _join_bounds(bound, _no_gpu_bound(evidence))
-    return Reason(text, bound)
+    return Reason(text, _saturation_bound(evidence, "under vLLM", backend="vllm"))
 
 
 def _explain_exp3_prefix(evidence: Evidence) -> Reason:

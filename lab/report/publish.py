@@ -9,6 +9,7 @@ absolute path by its last part.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +20,31 @@ from services.processes import PROJECT_ROOT
 _ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~<>-])/(?:[^\s/'\"()<>|,;]+/)+([^\s/'\"()<>|,;]*)")
 
 
-def _folder_labels() -> list[tuple[str, str]]:
+def _folder_labels() -> tuple[tuple[str, str], ...]:
     """Known folders and their labels, longest first (a checkout inside the home is the checkout)."""
     from lab.settings import get_settings
 
-    labels = [(str(PROJECT_ROOT), "<lab>")]
     try:
-        labels.append((str(get_settings().data_dir.resolve()), "<data>"))
+        data_dir: Path | None = get_settings().data_dir
     except Exception:  # settings that do not load are reported elsewhere; the paths below still go
-        pass
+        data_dir = None
+    return _labels_for(data_dir)
+
+
+@lru_cache(maxsize=8)
+def _labels_for(data_dir: Path | None) -> tuple[tuple[str, str], ...]:
+    # Cached per data folder: every string of every published record passes through here.
+    labels = [(str(PROJECT_ROOT), "<lab>")]
+    if data_dir is not None:
+        labels.append((str(data_dir.resolve()), "<data>"))
     try:
         labels.append((str(Path.home()), "~"))
     except RuntimeError:  # no HOME and no passwd entry (a container's --user)
         pass
-    return sorted(((folder, label) for folder, label in labels if folder not in ("", "/")), key=lambda p: -len(p[0]))
+    return tuple(sorted(((folder, label) for folder, label in labels if folder not in ("", "/")),
+                        key=lambda pair: -len(pair[0])))
+
+
 # "--block-size 32" or "--block-size=32" in a recorded vLLM command line.
 _BLOCK_SIZE = re.compile(r"^--block-size(?:=(\d+))?$")
 
@@ -78,7 +90,7 @@ def vllm_block_size(environment: dict[str, Any] | None) -> int | None:
 
 def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
     """A run record fit to publish: the model by name, no folder in any text."""
-    published = {key: scrub_paths(value) if isinstance(value, str) else value for key, value in record.items()}
+    published = scrub_tree(record)
     published["model"] = model_label(record.get("model")) if record.get("model") else record.get("model")
     return published
 
@@ -107,4 +119,4 @@ def published_environment(environment: dict[str, Any]) -> dict[str, Any]:
     """The environment table's source, fit to publish (the services' command lines left out)."""
     published = {key: value for key, value in environment.items() if key not in ("services", "startup")}
     published["model"] = model_label(environment.get("model"))
-    return {key: scrub_paths(value) if isinstance(value, str) else value for key, value in published.items()}
+    return scrub_tree(published)

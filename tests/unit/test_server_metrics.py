@@ -111,3 +111,8 @@ def test_a_backend_without_a_metric_leaves_its_figure_unknown_not_zero() -> None
     partial = MetricNames(prefixes=("vllm:",), output_tokens="vllm:generation_tokens_total")
     assert backend_figures(change, partial)["server_output_tokens"] == 1280
     assert backend_figures(change, partial)["prefix_cache_hit_rate"] is None
+
+
+def test_count_check_keeps_an_allowance_for_requests_in_flight_only_when_there_is_one() -> None:
+    assert count_check(client_count=1000, server_count=1120, in_flight_allowance=512)["in_flight_allowance"] == 512
+    assert "in_flight_allowance" not in count_check(client_count=1000, server_count=1120, in_flight_allowance=0)
