@@ -68,10 +68,10 @@ def main() -> None:
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-contention-"))
     from db import store
     from db.engine import get_engine
-    from lab import experiments
-    from lab.runner import Worker
+    from lab.execution import experiments
+    from lab.execution.runner import Worker
     from lab.settings import get_settings
-    from lab.specs import load_preset
+    from lab.specs.schema import load_preset
 
     settings = get_settings()
     engine = get_engine(settings.resolved_database_url)

@@ -26,11 +26,11 @@ def main() -> None:
     from sqlalchemy.orm import Session
 
     from db import store
-    from lab import experiments
+    from lab.execution import experiments
     from db.engine import get_engine
-    from lab.runner import Worker
+    from lab.execution.runner import Worker
     from lab.settings import PROJECT_ROOT, get_settings
-    from lab.specs import ExperimentSpec, RunSpec
+    from lab.specs.schema import ExperimentSpec, RunSpec
     from services.supervisor import ManagedService
 
     settings = get_settings()

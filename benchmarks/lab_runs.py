@@ -11,8 +11,8 @@ def run_experiment(*, engine: Any, settings: Any, spec: Any) -> list[Any]:
     """Queue ``spec``, run each of its runs with a fresh worker, stop the services it started,
     and return the finished runs (detached ORM objects, in queue order)."""
     from db import store
-    from lab import experiments
-    from lab.runner import Worker
+    from lab.execution import experiments
+    from lab.execution.runner import Worker
 
     with Session(engine) as session:
         run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]

@@ -17,7 +17,7 @@ SETTINGS = {"lab default (best)": "best", "torch's default": "torch"}
 
 
 def describe(values: list) -> str:  # noqa: ANN001
-    from lab.statistics import mean_interval
+    from lab.analysis.statistics import mean_interval
 
     interval = mean_interval(values)
     if interval.mean is None:
@@ -39,7 +39,7 @@ def main() -> None:
     from lab.backends.naive import best_torch_threads, usable_cores
     from benchmarks.lab_runs import run_experiment
     from lab.settings import get_settings
-    from lab.specs import load_preset
+    from lab.specs.schema import load_preset
 
     settings = get_settings()
     engine = get_engine(settings.resolved_database_url)

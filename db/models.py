@@ -56,7 +56,7 @@ class Experiment(Base):
 class RunResultColumns:
     """A run's results: one nullable column each, units in the names; None means not measured.
 
-    This is THE list of a run's figures: ``lab.results.RunResults`` (what the parser and the
+    This is THE list of a run's figures: ``lab.measurement.results.RunResults`` (what the parser and the
     metrics code fill), the CSV export and the Compare records derive from it. A new figure
     is one line here and a migration that adds its column (db/migrations.py), nothing else.
     """
@@ -225,7 +225,7 @@ class WorkerRecord(Base):
     host: Mapped[str] = mapped_column(String(200))
     pid: Mapped[int | None] = mapped_column(Integer)
     labels: Mapped[list[str]] = mapped_column(JSON, default=list)
-    # CPU model, cores, memory, GPUs (name, memory), lab version: see lab/workers.py.
+    # CPU model, cores, memory, GPUs (name, memory), lab version: see lab/execution/worker_identity.py.
     hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(20), default="running")  # running | stopped
     current_run_id: Mapped[int | None] = mapped_column(Integer)

@@ -1,4 +1,4 @@
-"""``python -m lab``: the lab's command line (see lab/cli.py)."""
+"""``python -m lab``: the lab's command line (see lab/cli/__init__.py)."""
 
 import sys
 

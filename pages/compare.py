@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from db import store
-from lab.compare import (
+from lab.analysis.compare import (
     SEED_TABLES,
     cell_comparisons,
     dataframe_to_csv,
@@ -163,7 +163,7 @@ def page() -> None:
         st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
 
     st.subheader("Throughput against latency (Pareto)")
-    from pages.view.capacity import pareto_block
+    from pages.view.capacity_form import pareto_block
 
     pareto_block(done, key="compare_pareto")
 

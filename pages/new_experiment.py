@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from lab import experiments
-from lab.datasets import DatasetError, list_uploads, record_upload, save_upload
-from lab.specs import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
+from lab.execution import experiments
+from lab.workloads.datasets import DatasetError, list_uploads, record_upload, save_upload
+from lab.specs.schema import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
 from lab.workloads import WORKLOADS as REGISTERED_WORKLOADS
 from pages.view.grid_form import GridForm, check_grid_form, is_external
@@ -40,7 +40,7 @@ def preset_section() -> None:
     """Pick one of the seed's presets, at full or quick scale."""
     presets = list_presets()
     if not presets:
-        st.warning("No presets found in lab/presets/.")
+        st.warning("No presets found in lab/specs/presets/.")
         return
     name = st.selectbox("Preset", presets, key="preset_name")
     quick = st.toggle("Quick scale (shorter cells for a small CPU machine)", value=True, key="preset_quick")
@@ -246,7 +246,7 @@ def page() -> None:
     with reproduce_tab:
         reproduce_section()
     with capacity_tab:
-        from pages.view.capacity import find_capacity_section
+        from pages.view.capacity_form import find_capacity_section
 
         find_capacity_section()
 

@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from db import store
 from db.models import RunStatus
-from lab.compare import run_record
-from lab.specs import format_validation_error
+from lab.analysis.compare import run_record
+from lab.specs.schema import format_validation_error
 from pages.common import LIVE_POLL_INTERVAL_S, RUNS_PAGE, flash, session, show_flash, startup_facts, without_polling
 from pages.view.figures import run_detail_figures
 from pages.view.live import render_phase
@@ -136,7 +136,7 @@ def page() -> None:
     if run.measurement_warnings:
         show_plain(run.measurement_warnings, kind="warning")
     if run.experiment is not None and run.experiment.capacity:
-        from pages.view.capacity import capacity_search_panel
+        from pages.view.capacity_form import capacity_search_panel
 
         capacity_search_panel(run.experiment.id, key="detail_capacity")
     if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE):

@@ -12,8 +12,8 @@ import streamlit as st
 
 from db import store
 from db.models import RunStatus
-from lab.compare import run_record
-from lab.specs import BACKENDS, list_presets
+from lab.analysis.compare import run_record
+from lab.specs.schema import BACKENDS, list_presets
 from pages.common import (
     NEW_EXPERIMENT_PAGE,
     live_poll_interval,

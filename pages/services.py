@@ -11,7 +11,7 @@ import streamlit as st
 
 from db import store
 from lab.backends import BACKENDS, managed_backend_names
-from lab.launch import start_service_in_background
+from lab.execution.detached import start_service_in_background
 from pages.common import engine, session, settings, without_polling
 from pages.view.names import display_frame
 from pages.view.tables import uptime_text

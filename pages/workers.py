@@ -8,7 +8,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from lab.workers import worker_overview
+from lab.execution.worker_identity import worker_overview
 from pages.common import session, settings
 from pages.view.names import display_frame
 

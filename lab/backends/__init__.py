@@ -109,7 +109,7 @@ class Backend:
     def service_config(self, *, model: str, options: Any, settings: "Settings") -> ServiceConfig:
         """What the service manager runs (a generic command service); ValueError with a clear
         message for a rejected or missing model."""
-        from lab.validation import validate_model_name
+        from lab.specs.validation import validate_model_name
 
         launch = self.launch(model=validate_model_name(model), options=options, settings=settings)
         timeout_s = settings.readiness_timeout_s.get(self.name, launch.readiness_timeout_s)

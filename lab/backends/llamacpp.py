@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, field_validator
 
 from lab.backends import Backend, Launch, MetricNames, register
-from lab.specs_base import StrictModel
+from lab.specs.base import StrictModel
 
 if TYPE_CHECKING:
     from lab.settings import Settings

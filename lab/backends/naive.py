@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, PositiveInt
 
 from lab.backends import VLLM_METRICS, Backend, Launch, MetricNames, register
-from lab.specs_base import StrictModel
+from lab.specs.base import StrictModel
 
 if TYPE_CHECKING:
     from lab.settings import Settings

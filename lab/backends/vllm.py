@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from lab.backends import VLLM_METRICS, Backend, Launch, post_reset, register
-from lab.specs_base import StrictModel
+from lab.specs.base import StrictModel
 
 if TYPE_CHECKING:
     from lab.settings import Settings

@@ -1,7 +1,7 @@
 """The reproduction report: run the seed's three experiments and say, claim by claim,
 whether the seed's conclusions hold on the hardware at hand.
 
-``reproduce`` queues the seed presets, runs them (through :func:`lab.runner.wait_for_runs`)
+``reproduce`` queues the seed presets, runs them (through :func:`lab.execution.runner.wait_for_runs`)
 and calls ``write_report``, which writes under ``docs/reproduction/``:
 
 - ``README.md``: Markdown for reading on GitHub (charts as PNG copies),
@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from lab import compare
-from lab.report.capacity import CapacitySection, latest_capacity_section
+from lab.analysis import compare
+from lab.report.capacity_section import CapacitySection, latest_capacity_section
 from lab.report.charts import build_charts, write_pngs
 from lab.report.claims import NOT_HELD_HARDWARE, VERDICT_RULES, VERDICTS, done_runs, evaluate_claims
 from lab.report.publish import published_environment, published_record, scrub_paths, scrub_record
@@ -175,7 +175,7 @@ def write_report(
 ) -> dict[str, Path]:
     """Write README.md, report.html, runs.csv and charts/*.png under ``output_dir``; their paths.
 
-    ``records_by_preset`` maps a seed preset to its runs as :func:`lab.compare.run_record`
+    ``records_by_preset`` maps a seed preset to its runs as :func:`lab.analysis.compare.run_record`
     dicts; ``experiments_meta`` maps it to ``name, scale, scale_note, ids`` (and optionally
     ``duration_s, vus, repeats``).
     """
@@ -232,8 +232,8 @@ def enqueue_reproduction(
     from sqlalchemy.orm import Session
 
     from db.engine import get_engine
-    from lab import experiments
-    from lab.specs import load_preset
+    from lab.execution import experiments
+    from lab.specs.schema import load_preset
 
     engine = get_engine(settings.resolved_database_url)
     overrides = [("repeats", repeats)] if repeats else []
@@ -256,7 +256,7 @@ def latest_reproduction(
 
     from db.engine import get_engine
     from db.models import Experiment
-    from lab.specs import ExperimentSpec
+    from lab.specs.schema import ExperimentSpec
 
     engine = get_engine(settings.resolved_database_url)
     found: dict[str, dict[str, Any]] = {}
@@ -295,7 +295,7 @@ def report_from_experiments(
 
     from db import store
     from db.engine import get_engine
-    from lab import experiments
+    from lab.execution import experiments
 
     engine = get_engine(settings.resolved_database_url)
     records_by_preset: dict[str, list[dict[str, Any]]] = {}
@@ -310,8 +310,8 @@ def report_from_experiments(
                 environment = next((dict(run.environment) for run in runs if run.environment), {})
         capacity = latest_capacity_section(session=session)
     if not environment:
-        from lab import environment as lab_environment
-        from lab.k6_driver import k6_version
+        from lab.measurement import environment as lab_environment
+        from lab.execution.k6_driver import k6_version
 
         environment = lab_environment.capture(model=settings.default_model, k6_version=k6_version())
     meta_without_run_ids = {p: {k: v for k, v in m.items() if k != "run_ids"} for p, m in experiments_meta.items()}
@@ -336,7 +336,7 @@ def reproduce(
 
     The report is written either way; failed runs are listed in it.
     """
-    from lab import runner
+    from lab.execution import runner
 
     experiments_meta = enqueue_reproduction(settings=settings, quick=quick, repeats=repeats, presets=presets)
     for preset, meta in experiments_meta.items():

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lab.compare import SEED_EXP1, SEED_EXP2, SEED_EXP3, SEED_SERVER_NAMES, aggregate
+from lab.analysis.compare import SEED_EXP1, SEED_EXP2, SEED_EXP3, SEED_SERVER_NAMES, aggregate
 from lab.report.claims import as_records, done_runs
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Claims and verdicts: the seed's conclusions, claim by claim, judged by rules that are data.
 
 The verdict rules (``VERDICT_RULES``) and the claims (``CLAIMS``) are data, so the report
-prints exactly the rule each verdict used. Figures and ratios come from :mod:`lab.compare`.
+prints exactly the rule each verdict used. Figures and ratios come from :mod:`lab.analysis.compare`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab import compare
-from lab.compare import (
+from lab.analysis import compare
+from lab.analysis.compare import (
     SEED_EXP1,
     SEED_EXP2,
     SEED_EXP3,

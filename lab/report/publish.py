@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lab import compare
+from lab.analysis import compare
 from services.processes import PROJECT_ROOT
 
 # Any other absolute path of two or more parts (not inside a URL or a relative path): its last part is kept.
@@ -96,7 +96,7 @@ def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def published_record(run: Any) -> dict[str, Any]:
-    """A run as :func:`lab.compare.run_record`, fit to publish (the model by name and config hash),
+    """A run as :func:`lab.analysis.compare.run_record`, fit to publish (the model by name and config hash),
     with the vLLM block size it ran with."""
     record = compare.run_record(run)
     environment = run.environment or {}
@@ -107,7 +107,7 @@ def published_record(run: Any) -> dict[str, Any]:
 
 
 def _filled_first(spec: dict[str, Any] | None) -> bool:
-    from lab.specs import RunSpec
+    from lab.specs.schema import RunSpec
 
     try:
         return RunSpec.model_validate(spec or {}).fills_cache_first

@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from lab import compare
-from lab.compare import (
+from lab.analysis import compare
+from lab.analysis.compare import (
     SEED_EXP1,
     SEED_EXP2,
     SEED_EXP3,

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs import RunSpec, WorkloadSpec
+    from lab.specs.schema import RunSpec, WorkloadSpec
 
 K6_DIR = Path(__file__).resolve().parent.parent.parent / "k6"
 
@@ -99,7 +99,7 @@ def options_sections() -> dict[str, type[BaseModel]]:
 def write_sessions(sessions: list[Any], path: Path) -> Path:
     if not sessions:
         raise WorkloadError("the workload has no usable sessions: check the dataset and the turn/size limits")
-    from lab import datasets
+    from lab.workloads import datasets
 
     return datasets.write_requests_file(sessions, path)
 

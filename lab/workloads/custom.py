@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lab import datasets
+from lab.workloads import datasets
 from lab.workloads import Workload, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs import RunSpec, WorkloadSpec
+    from lab.specs.schema import RunSpec, WorkloadSpec
 
 
 @register

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from lab.workloads import Messages, Workload, register
 
 if TYPE_CHECKING:
-    from lab.specs import RunSpec
+    from lab.specs.schema import RunSpec
 
 NUMBER_STORY_PROMPT = "Write a short story about the number {n}."
 

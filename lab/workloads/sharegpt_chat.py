@@ -6,12 +6,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lab import datasets
+from lab.workloads import datasets
 from lab.workloads import Workload, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs import RunSpec
+    from lab.specs.schema import RunSpec
 
 
 @lru_cache(maxsize=4)

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
-from lab.specs_base import StrictModel
+from lab.specs.base import StrictModel
 from lab.workloads import Messages, Workload, WorkloadError, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs import RunSpec
+    from lab.specs.schema import RunSpec
 
 WORD_RE = re.compile(r" [a-z]{2,12}")
 MARKER = "\u2063SYNTHETIC\u2063"

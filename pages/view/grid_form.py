@@ -1,5 +1,5 @@
 """The New experiment grid form: what it collects and its field-by-field check into an
-:class:`~lab.specs.ExperimentSpec` (messages keyed by field, shown beside each field)."""
+:class:`~lab.specs.schema.ExperimentSpec` (messages keyed by field, shown beside each field)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from lab.specs import (
+from lab.specs.schema import (
     MAX_VUS,
     CacheSpec,
     ExperimentSpec,
@@ -18,7 +18,7 @@ from lab.specs import (
     format_validation_error,
 )
 from lab.backends import get_backend
-from lab.validation import ModelNameError, check_model_on_machine
+from lab.specs.validation import ModelNameError, check_model_on_machine
 from lab.workloads.synthetic import SyntheticOptions
 
 @dataclass

@@ -1,7 +1,7 @@
 """Tables and display text of the pages: the Runs table, status badges, live progress,
 a run's headline figures, server metrics, the generic Compare tables, uptime.
 
-Numbers are formatted with :mod:`lab.compare`'s formatters (one way to write a figure).
+Numbers are formatted with :mod:`lab.analysis.compare`'s formatters (one way to write a figure).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from lab.compare import aggregate, cost_per_million_output_tokens, format_rate, format_seconds, format_share
+from lab.analysis.compare import aggregate, cost_per_million_output_tokens, format_rate, format_seconds, format_share
 from pages.view.names import display_frame
 
 # One status vocabulary for the live panel, the Runs table and the sidebar: a run's
@@ -79,7 +79,7 @@ def model_short_name(model: str | None) -> str:
 
 def runs_table(records: Sequence[dict[str, Any]], *, sort_by: str = "run_id", descending: bool = True,
                progress_by_run: dict[int, dict[str, Any] | None] | None = None) -> pd.DataFrame:
-    """The Runs page table from run records (``lab.compare.run_record``), sorted, for display:
+    """The Runs page table from run records (``lab.analysis.compare.run_record``), sorted, for display:
     human headers, rounded figures, "–" for missing, local times, a running run's phase.
 
     Missing figures sort last whichever the direction.
@@ -240,7 +240,7 @@ _GROWTH = re.compile(r"^(?P<backend>.+?)_(?P<what>throughput|latency)_growth_(?P
 
 
 def ratio_label(key: Any) -> str:
-    """A ratio key of ``lab.compare``'s ``exp*_ratios`` in words."""
+    """A ratio key of ``lab.analysis.compare``'s ``exp*_ratios`` in words."""
     text = str(key)
     if text in RATIO_LABELS:
         return RATIO_LABELS[text]

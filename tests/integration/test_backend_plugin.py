@@ -16,7 +16,7 @@ from db import store
 from db.engine import get_engine
 from lab import cli
 from lab.backends import Backend, Launch, MetricNames, get_backend, register, unregister
-from lab.compare import exp1_table, records_to_csv, run_record
+from lab.analysis.compare import exp1_table, records_to_csv, run_record
 from lab.settings import get_settings
 
 pytestmark = pytest.mark.integration

@@ -29,10 +29,10 @@ from db import store
 from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import Run, RunStatus
-from lab import experiments
-from lab.runner import Worker, WorkerBusyError, WorkerLock
+from lab.execution import experiments
+from lab.execution.runner import Worker, WorkerBusyError, WorkerLock
 from lab.settings import Settings
-from lab.specs import ExperimentSpec, RunSpec
+from lab.specs.schema import ExperimentSpec, RunSpec
 from services.manager import ServiceManager
 from services.supervisor import ManagedService
 from tests.conftest import DEFAULT_MODEL, PROJECT_ROOT

@@ -167,7 +167,7 @@ def test_a_metrics_page_that_trickles_in_is_given_up_on_not_waited_for() -> None
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from lab.server_metrics import read_metrics
+    from lab.measurement.server_metrics import read_metrics
 
     class Trickle(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lab.launcher import LabPidFile, ProcessId
+from lab.cli.start_guard import LabPidFile, ProcessId
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration

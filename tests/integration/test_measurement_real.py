@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.measurement import STEADY_FROM_CLIENT
+from lab.measurement.checks import STEADY_FROM_CLIENT
 from lab.settings import Settings
 from tests.integration.test_faults import Lab, stub, stub_spec  # noqa: F401 (stub is a fixture)
 

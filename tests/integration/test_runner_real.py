@@ -8,10 +8,10 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab import experiments
-from lab.compare import exp1_table, exp2_ratios, run_record
-from lab.runner import Worker
-from lab.specs import load_preset
+from lab.execution import experiments
+from lab.analysis.compare import exp1_table, exp2_ratios, run_record
+from lab.execution.runner import Worker
+from lab.specs.schema import load_preset
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 

@@ -21,12 +21,12 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db import store
-from lab import experiments
+from lab.execution import experiments
 from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import RunStatus
 from lab.settings import PROJECT_ROOT
-from lab.specs import ExperimentSpec, RunSpec
+from lab.specs.schema import ExperimentSpec, RunSpec
 from services.supervisor import find_free_port
 from tests.stub_openai import StubServer
 

@@ -130,7 +130,7 @@ def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_
         text, usage = stream_text(url, model)
         assert len(text.split()) >= 5 and usage and usage["completion_tokens"] > 0
         after = httpx.get(f"{url}/metrics").text
-        from lab.server_metrics import parse_metrics_text
+        from lab.measurement.server_metrics import parse_metrics_text
 
         moved = (parse_metrics_text(after, ("vllm:",))["vllm:generation_tokens_total"]
                  - parse_metrics_text(before, ("vllm:",))["vllm:generation_tokens_total"])

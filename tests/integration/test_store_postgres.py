@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import RunStatus
-from lab import experiments
-from lab.specs import load_preset
+from lab.execution import experiments
+from lab.specs.schema import load_preset
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from db.models import RunStatus
-from lab.specs import load_preset
+from lab.specs.schema import load_preset
 from services.supervisor import find_free_port
 from tests.integration.test_runner_real import run_experiment
 from tests.stub_openai import StubServer

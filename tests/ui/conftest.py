@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import Run, RunStatus
-from lab import experiments
+from lab.execution import experiments
 from lab.settings import get_settings
-from lab.specs import load_preset
+from lab.specs.schema import load_preset
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

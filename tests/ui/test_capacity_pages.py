@@ -14,7 +14,7 @@ from tests.ui.test_pages import PAGES, open_page, texts, widget
 def test_find_capacity_refuses_impossible_bounds_and_launches_a_search(
     seed_lab: SeededLab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pages.view.capacity as capacity_view
+    import pages.view.capacity_form as capacity_view
 
     started: list[int] = []
     monkeypatch.setattr(capacity_view, "start_search_in_background", started.append)
@@ -34,8 +34,8 @@ def test_find_capacity_refuses_impossible_bounds_and_launches_a_search(
 
 
 def test_run_detail_shows_the_search_and_compare_the_pareto_chart(seed_lab: SeededLab) -> None:
-    from lab.capacity_search import CapacityPlan, create_experiment
-    from lab.experiments import run_columns
+    from lab.execution.capacity_plan import CapacityPlan, create_experiment
+    from lab.execution.experiments import run_columns
 
     plan = CapacityPlan.model_validate({"backends": ["naive"], "slo": ["latency_p95_s<=10"], "max_load": 8})
     with Session(seed_lab.engine) as session:

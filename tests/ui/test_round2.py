@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Run, RunStatus
-from lab.compare import RECORD_FIELDS
+from lab.analysis.compare import RECORD_FIELDS
 from lab.settings import get_settings
 from pages.view.names import DISPLAY_NAMES
 from tests.ui.conftest import SeededLab

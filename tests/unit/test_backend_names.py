@@ -15,7 +15,7 @@ SCANNED = ("lab", "services", "db", "pages")
 # Tables that set our figures beside the seed's published ones: the seed's rows are keyed
 # by its backend names, which are data there, not a dispatch on kinds.
 # The seed's published tables name the seed's three set-ups; only these modules rebuild them.
-SEED_COMPARISON_MODULES = {"lab/compare.py", "lab/report/tables.py", "lab/report/claims.py"}
+SEED_COMPARISON_MODULES = {"lab/analysis/compare.py", "lab/report/tables.py", "lab/report/claims.py"}
 
 
 def python_files(*folders: str) -> list[Path]:

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.datasets import DatasetError
-from lab.runner import RunExecutor
+from lab.workloads.datasets import DatasetError
+from lab.execution.runner import RunExecutor
 from lab.settings import PROJECT_ROOT, Settings, get_settings
-from lab.specs import RunSpec
+from lab.specs.schema import RunSpec
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"
 EXTERNAL = ["--set", 'grid.backend=["external"]', "--set", "backend=external"]
@@ -144,7 +144,7 @@ def test_a_bad_dataset_fails_before_any_load_and_writes_no_request_file(
 
 
 def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_path: Path) -> None:
-    from lab.runner import RunFailed
+    from lab.execution.runner import RunFailed
     from lab.workloads.sharegpt_chat import conversations as _conversations
 
     spec = RunSpec(backend="external", target_url="http://127.0.0.1:9", model="stub",

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from lab.capacity import CapacityError, ProbeResult, SearchBounds, conservative_pass, search_capacity
+from lab.analysis.capacity_search import CapacityError, ProbeResult, SearchBounds, conservative_pass, search_capacity
 
 
 def monotone_backend(capacity: float, seconds_per_load: float = 1.0, limit_s: float = 10.0):

@@ -14,11 +14,12 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import RunStatus
-from lab import cli, request_figures
-from lab.capacity import CapacityError
-from lab.capacity_search import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
-from lab.k6_results import RequestSamples, stream_request_samples
-from lab.slo import SloError, evaluate, parse_slo
+from lab.measurement import request_figures
+from lab import cli
+from lab.analysis.capacity_search import CapacityError
+from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
+from lab.measurement.k6_results import RequestSamples, stream_request_samples
+from lab.analysis.slo import SloError, evaluate, parse_slo
 
 FIXTURE_NDJSON = Path(__file__).resolve().parent.parent / "fixtures" / "k6" / "number_story.ndjson"
 
@@ -299,7 +300,7 @@ def test_the_report_section_shows_the_three_capacities_and_the_pareto_chart(tmp_
     from datetime import datetime, timezone
 
     from lab.report import write_report
-    from lab.report.capacity import SECTION_TITLE, CapacitySection, pareto_points
+    from lab.report.capacity_section import SECTION_TITLE, CapacitySection, pareto_points
 
     def record(run_id: int, backend: str, vus: int, p95: float, rate: float) -> dict:
         return {"run_id": run_id, "backend": backend, "vus": vus, "load_kind": "constant-vus", "status": "done",

@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lab.compare import (
+from lab.analysis.compare import (
     cost_per_million_output_tokens,
     exp1_ratios,
     exp1_table,
@@ -144,7 +144,7 @@ def test_named_formula_look_alikes() -> None:
 
 def test_grid_comparisons_read_the_axes_from_each_runs_spec(capsys: pytest.CaptureFixture[str]) -> None:
     from lab.cli import print_grid_ratios
-    from lab.compare import grid_comparisons
+    from lab.analysis.compare import grid_comparisons
 
     records = [{"status": "done", "req_per_s": rate, "output_tok_per_s": None} for rate in (2.4, 3300.0, 2.3, 5.0)]
     specs = [{"backend": backend, "workload": {"prompts": prompts}}

@@ -1,4 +1,4 @@
-"""Tests of lab.datasets: ShareGPT streaming, chat sessions, custom JSONL, request files, uploads."""
+"""Tests of lab.workloads.datasets: ShareGPT streaming, chat sessions, custom JSONL, request files, uploads."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import datasets
-from lab.datasets import (
+from lab.workloads import datasets
+from lab.workloads.datasets import (
     Conversation,
     DatasetError,
     ShareGPTReadStats,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.k6_results import parse_summary, stream_series, streaming_figures
-from lab.results import RESULT_FIELDS, RunResults
+from lab.measurement.k6_results import parse_summary, stream_series, streaming_figures
+from lab.measurement.results import RESULT_FIELDS, RunResults
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "k6"
 COUNTS = json.loads((FIXTURES / "stream_counts.json").read_text())
@@ -94,7 +94,7 @@ def test_one_request_s_points_share_tags_and_request_id() -> None:
 
 
 def test_the_csv_export_carries_every_streaming_column() -> None:
-    from lab.compare import RECORD_FIELDS
+    from lab.analysis.compare import RECORD_FIELDS
 
     assert set(STREAM_KEYS) <= set(RECORD_FIELDS)
 
@@ -123,7 +123,7 @@ def test_a_database_from_before_gets_the_streaming_columns_and_keeps_its_runs(tm
 
 
 def test_per_request_figures_of_a_streamed_run() -> None:
-    from lab.k6_results import stream_request_samples
+    from lab.measurement.k6_results import stream_request_samples
 
     requests = stream_request_samples(FIXTURES / "stream.ndjson")
     assert len(requests) == COUNTS["stream"]["completions_total"]

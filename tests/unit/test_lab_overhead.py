@@ -14,13 +14,13 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import Experiment, Run
-from lab import experiments
+from lab.execution import experiments
 from lab.backends import vllm as vllm_backend
 from lab.backends.vllm import VllmBackend, VllmOptions
 from lab.report.build import overhead_sentence
 from lab.report.tables import scaling_table
 from lab.settings import Settings
-from lab.specs import ExperimentSpec, load_preset
+from lab.specs.schema import ExperimentSpec, load_preset
 
 
 @pytest.fixture()

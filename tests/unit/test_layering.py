@@ -71,7 +71,7 @@ def test_pages_never_import_the_cli() -> None:
 
 
 def test_the_k6_driver_does_not_depend_on_the_service_supervisor() -> None:
-    assert not any(m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "k6_driver.py"))
+    assert not any(m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "execution" / "k6_driver.py"))
 
 
 def test_lab_has_no_import_cycle() -> None:

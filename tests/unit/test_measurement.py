@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 from db import migrations
 from db.engine import make_engine
 from db.models import Run
-from lab import experiments
+from lab.execution import experiments
 from lab.backends import VLLM_METRICS
 from lab.backends.naive import NaiveBackend, NaiveOptions, best_torch_threads
-from lab.compare import aggregate, cell_comparisons, records_to_csv, split_warned
-from lab.measurement import (
+from lab.analysis.compare import aggregate, cell_comparisons, records_to_csv, split_warned
+from lab.measurement.checks import (
     STEADY_FROM_CLIENT,
     STEADY_FROM_SERVER,
     join_warnings,
@@ -25,9 +25,9 @@ from lab.measurement import (
     steady_rate,
     steady_throughput,
 )
-from lab.server_metrics import counters
+from lab.measurement.server_metrics import counters
 from lab.settings import Settings
-from lab.specs import load_preset
+from lab.specs.schema import load_preset
 
 
 # -- warnings ---------------------------------------------------------------------------------
@@ -220,8 +220,8 @@ def test_the_resolved_thread_count_is_in_the_servers_argv() -> None:
 # -- the runner's choice of source ----------------------------------------------------------
 
 def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
-    from lab.runner import RunExecutor, RunTargets
-    from lab.specs import RunSpec
+    from lab.execution.runner import RunExecutor, RunTargets
+    from lab.specs.schema import RunSpec
 
     spec = RunSpec.model_validate({"backend": "external", "target_url": "http://127.0.0.1:9", "model": "m",
                                    "load": {"vus": 1, "duration_s": 10}})

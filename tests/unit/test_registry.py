@@ -9,10 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lab import backends, environment, workloads
+from lab.measurement import environment
+from lab import backends, workloads
 from lab.backends import Backend, MetricNames, UnknownBackendError, get_backend, register, unregister
 from lab.settings import Settings
-from lab.specs import RunSpec, SpecError, WorkloadSpec, load_preset
+from lab.specs.schema import RunSpec, SpecError, WorkloadSpec, load_preset
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lab.compare import RECORD_FIELDS
+from lab.analysis.compare import RECORD_FIELDS
 from lab.report import write_report
 from lab.report.claims import (
     HELD,
@@ -37,7 +37,7 @@ _next_id = iter(range(1, 10_000))
 
 
 def record(preset: str, backend: str, *, repeat: int = 0, status: str = "done", **figures: Any) -> dict[str, Any]:
-    """A dict shaped like lab.compare.run_record's output."""
+    """A dict shaped like lab.analysis.compare.run_record's output."""
     row: dict[str, Any] = {name: None for name in RECORD_FIELDS}
     cell = f"backend={backend}" + (f" vus={figures['vus']}" if "vus" in figures else "") + (
         f" prompts={figures['prompts']}" if "prompts" in figures else "")
@@ -319,7 +319,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.runner
+    import lab.execution.runner
     from db import store
     from db.engine import get_engine
     from lab.report import reproduce
@@ -341,7 +341,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
                                      output_tok_per_s=20.0, latency_avg_s=5.0, latency_p95_s=6.0,
                                      latency_max_s=7.0, requests_failed=0, environment=ENVIRONMENT)
 
-    monkeypatch.setattr(lab.runner, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.execution.runner, "wait_for_runs", run_queue)
     exit_code = reproduce(settings=settings, quick=True, repeats=2, output_dir=tmp_path / "out",
                           presets=("seed-exp1", "seed-exp2"))
     assert exit_code == 1
@@ -370,7 +370,7 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.runner
+    import lab.execution.runner
     from db import store
     from db.engine import get_engine
     from lab.report import report_only, reproduce
@@ -389,7 +389,7 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
                                  latency_avg_s=5.0, latency_max_s=7.0, requests_failed=0,
                                  environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}})
 
-    monkeypatch.setattr(lab.runner, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.execution.runner, "wait_for_runs", run_queue)
     assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "first",
                      presets=("seed-exp2",)) == 0
     assert report_only(settings=settings, quick=False, output_dir=tmp_path / "full") == 2  # only a quick one

@@ -4,7 +4,7 @@ from collections import namedtuple
 
 import pytest
 
-from lab.resources import host_cpu_shares, summarise_host
+from lab.measurement.resources import host_cpu_shares, summarise_host
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
 

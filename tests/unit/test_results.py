@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import RESULT_COLUMNS, Run
-from lab import experiments
-from lab.compare import RECORD_FIELDS, records_to_csv, run_record
-from lab.k6_results import parse_summary, stream_series
-from lab.results import RESULT_FIELDS, RunResults
-from lab.specs import load_preset
+from lab.execution import experiments
+from lab.analysis.compare import RECORD_FIELDS, records_to_csv, run_record
+from lab.measurement.k6_results import parse_summary, stream_series
+from lab.measurement.results import RESULT_FIELDS, RunResults
+from lab.specs.schema import load_preset
 
 K6_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k6"
 

@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
-from lab import runner as runner_module
-from lab.runner import RunExecutor, RunFailed
+from lab.execution import runner as runner_module
+from lab.execution.runner import RunExecutor, RunFailed
 from lab.settings import Settings
-from lab import experiments
-from lab.specs import load_preset
+from lab.execution import experiments
+from lab.specs.schema import load_preset
 from services.manager import ServiceManager
 
 
@@ -70,7 +70,7 @@ def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecu
 
 
 def test_arrival_rates_become_whole_iterations_per_unit() -> None:
-    from lab.k6_driver import k6_rate
+    from lab.execution.k6_driver import k6_rate
 
     assert k6_rate(5.0) == (5, "1s")
     assert k6_rate(0.5) == (30, "1m")
@@ -160,7 +160,7 @@ def test_a_database_error_during_the_load_still_ends_the_run(
     executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The progress write fails (disk full) under load: the run ends failed, with its reason."""
-    from lab.runner import RunTargets
+    from lab.execution.runner import RunTargets
 
     monkeypatch.setattr(executor, "bring_up_services", lambda spec: RunTargets("http://127.0.0.1:9", "http://127.0.0.1:9", None))
     monkeypatch.setattr(executor, "warm_up", lambda *args: None)
@@ -178,7 +178,7 @@ def test_a_database_error_during_the_load_still_ends_the_run(
 def test_a_worker_that_cannot_claim_says_so_once_not_every_poll(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from lab.runner import Worker
+    from lab.execution.runner import Worker
 
     settings = Settings(data_dir=tmp_path, worker_poll_interval_s=0.01)
     engine = make_engine(settings.resolved_database_url)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from lab.backends import VLLM_METRICS, MetricNames
-from lab.server_metrics import (
+from lab.measurement.server_metrics import (
     MetricsUnreadable,
     backend_figures,
     cache_figures,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.slo import Limit, RequestFigures, SloError, check_slo_applies, evaluate, parse_slo
+from lab.analysis.slo import Limit, RequestFigures, SloError, check_slo_applies, evaluate, parse_slo
 
 
 def test_parse_limits_and_failure_rate():

@@ -7,7 +7,7 @@ from hypothesis import given, settings as hypothesis_settings, strategies as st
 from pydantic import ValidationError
 
 from lab.backends.vllm import VllmOptions
-from lab.specs import (
+from lab.specs.schema import (
     ExperimentSpec,
     LoadSpec,
     RunSpec,
@@ -166,7 +166,7 @@ def test_repeat_seeds_stay_in_range() -> None:
 
     from db import migrations
     from db.engine import make_engine
-    from lab import experiments
+    from lab.execution import experiments
     import tempfile
 
     engine = make_engine(f"sqlite:///{Path(tempfile.mkdtemp()) / 'x.db'}")

@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy import stats
 
-from lab.statistics import finite_numbers, mean_interval, welch_test
+from lab.analysis.statistics import finite_numbers, mean_interval, welch_test
 
 
 def test_interval_matches_scipy_t_interval():

@@ -12,13 +12,13 @@ from sqlalchemy import Column, MetaData, Table, text, update
 from sqlalchemy.orm import Session
 
 from db import migrations, store
-from lab import experiments
+from lab.execution import experiments
 from db.engine import make_engine
 from db.models import Base, Run, RunStatus, WorkerRecord
-from lab.runner import Worker, WorkerBusyError
+from lab.execution.runner import Worker, WorkerBusyError
 from lab.settings import Settings
-from lab.specs import SpecError, load_preset
-from lab.workers import hardware_summary
+from lab.specs.schema import SpecError, load_preset
+from lab.execution.worker_identity import hardware_summary
 
 HARDWARE = {"cpu_model": "Xeon", "cpu_cores": 2, "memory_gib": 8.0, "gpus": [], "lab_version": "test"}
 

@@ -2,7 +2,7 @@
 
 The field list is the store's (``db.models.RunResultColumns``, the lowest layer, which
 imports nothing from here): :class:`RunResults` is derived from it, so the parser and the
-metrics code fill, the store writes and the CSV exports (``lab.compare.RECORD_FIELDS``)
+metrics code fill, the store writes and the CSV exports (``lab.analysis.compare.RECORD_FIELDS``)
 exactly the same figures. Adding a figure is a line in ``RunResultColumns`` and a
 migration for its column; nothing here changes.
 

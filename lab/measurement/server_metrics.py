@@ -144,7 +144,7 @@ def gauges(snapshot: Snapshot, names: MetricNames) -> dict[str, float | None]:
 
 def counters(snapshot: Snapshot, names: MetricNames) -> dict[str, float | None]:
     """The backend's cumulative output-token and completed-request counters now (None where
-    it has none): sampled each second, they give the steady-state rates (lab.measurement)."""
+    it has none): sampled each second, they give the steady-state rates (lab.measurement.checks)."""
     return {
         "output_tokens": _get(snapshot, names.output_tokens),
         "requests": _get(snapshot, names.e2e_requests) if names.e2e_requests else _get(snapshot, names.requests_ok),

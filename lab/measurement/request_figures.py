@@ -1,8 +1,8 @@
 """Per-request figures of a run, stored compactly, and SLO evaluation of stored runs.
 
-``encode`` packs :class:`lab.k6_results.RequestSamples` into the store's ``RunRequests``
+``encode`` packs :class:`lab.measurement.k6_results.RequestSamples` into the store's ``RunRequests``
 columns (zlib-compressed float32, about 2-4 bytes a request); ``decode`` gives back the
-:class:`lab.slo.RequestFigures` that :func:`lab.slo.evaluate` judges. Streamed runs carry
+:class:`lab.analysis.slo.RequestFigures` that :func:`lab.analysis.slo.evaluate` judges. Streamed runs carry
 TTFT and TPOT per successful request; k6 writes no request id, so they are aligned with the
 successes in the order k6 wrote them (exact percentiles per figure; the per-request join
 for goodput is exact when every VU's points arrive in order, as k6 writes them).
@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Run
-from lab.k6_results import RequestSamples
-from lab.slo import RequestFigures, Slo, SloEvaluation, evaluate
+from lab.measurement.k6_results import RequestSamples
+from lab.analysis.slo import RequestFigures, Slo, SloEvaluation, evaluate
 
 ENCODING = "zlib-float32-le-v1"
 

@@ -1,7 +1,7 @@
 """Capacity pages' blocks: the "Find capacity" form, a search shown live, the Pareto chart.
 
 Presentation and input only: the plan, its checks and the search live in
-``lab.capacity_search``; the charts in ``lab.report.capacity``.
+``lab.execution.capacity_plan``; the charts in ``lab.report.capacity_section``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from db import store
 from lab.backends import get_backend
-from lab.capacity import CapacityError
-from lab.capacity_search import (
+from lab.analysis.capacity_search import CapacityError
+from lab.execution.capacity_plan import (
     LOAD_DIMENSIONS,
     CapacityPlan,
     capacity_preset_note,
@@ -24,9 +24,9 @@ from lab.capacity_search import (
     load_capacity_preset,
     start_search_in_background,
 )
-from lab.report.capacity import capacity_table, pareto_figure, search_figure
-from lab.slo import SloError
-from lab.specs import BACKENDS, RunSpec, SpecError, format_validation_error
+from lab.report.capacity_section import capacity_table, pareto_figure, search_figure
+from lab.analysis.slo import SloError
+from lab.specs.schema import BACKENDS, RunSpec, SpecError, format_validation_error
 from pages.common import RUNS_PAGE, flash, session, settings
 from pages.view.text import plain, show_plain
 

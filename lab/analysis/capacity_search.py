@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from lab.statistics import mean_interval
+from lab.analysis.statistics import mean_interval
 
 # Throughput must grow by at least this share between two passing loads, or the backend is
 # saturated (more load only queues) while the SLO figure grows.

@@ -2,10 +2,10 @@
 
 A :class:`CapacityPlan` (backends, a base run spec, an SLO, a load dimension, bounds, a
 budget) is checked at launch (:func:`check_plan`: one clear line for bad input), stored as
-an experiment, then :func:`run_search` drives :func:`lab.capacity.search_capacity` per
+an experiment, then :func:`run_search` drives :func:`lab.analysis.capacity_search.search_capacity` per
 backend: each probe queues ``repeats`` runs in the SAME experiment, waits for them (the
 caller's ``wait``), evaluates them against the SLO from their stored per-request figures
-and decides pass/fail with :func:`lab.capacity.conservative_pass`. After every probe the
+and decides pass/fail with :func:`lab.analysis.capacity_search.conservative_pass`. After every probe the
 search state is written on the experiment (``Experiment.capacity``) so pages show it live.
 """
 
@@ -26,13 +26,14 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab import backends, request_figures
-from lab.capacity import CapacityError, CapacityResult, ProbeResult, SearchBounds, conservative_pass, search_capacity
-from lab.experiments import run_columns
-from lab.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
+from lab.measurement import request_figures
+from lab import backends
+from lab.analysis.capacity_search import CapacityError, CapacityResult, ProbeResult, SearchBounds, conservative_pass, search_capacity
+from lab.execution.experiments import run_columns
+from lab.analysis.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
 from lab.settings import PROJECT_ROOT
-from lab.specs import PRESETS_DIR, ExperimentSpec, RunSpec, SpecError, format_validation_error, set_dotted_lenient
-from lab.specs_base import StrictModel
+from lab.specs.schema import PRESETS_DIR, ExperimentSpec, RunSpec, SpecError, format_validation_error, set_dotted_lenient
+from lab.specs.base import StrictModel
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ def list_capacity_presets() -> list[str]:
 
 
 def load_capacity_preset(name: str, *, quick: bool = False) -> CapacityPlan:
-    """A capacity preset (``lab/presets/capacity/NAME.json``), at full or quick scale."""
+    """A capacity preset (``lab/specs/presets/capacity/NAME.json``), at full or quick scale."""
     if name not in list_capacity_presets():
         raise SpecError(f"unknown capacity preset {name!r}; capacity presets: {', '.join(list_capacity_presets())}")
     raw = json.loads((CAPACITY_PRESETS_DIR / f"{name}.json").read_text())

@@ -181,7 +181,7 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
     ``measured_duration_s``, ``latency_source`` (which k6 metric the latency came from),
     and the client-side streaming figures of :func:`streaming_figures` (``ttft_*_s``,
     ``tpot_*_s``, ``unstreamed_answers``).
-    Keys named like :data:`lab.results.RESULT_FIELDS` are the run's results.
+    Keys named like :data:`lab.measurement.results.RESULT_FIELDS` are the run's results.
     """
     data = load_summary(path)
     metrics: dict[str, Any] = data["metrics"]
@@ -360,7 +360,7 @@ class PerSecondSeries:
 
     def figures(self) -> dict[str, Any]:
         """The run's results from the stream alone (when k6 wrote no summary), named like
-        :data:`lab.results.RESULT_FIELDS`: counts, rates over the buckets' span, latencies."""
+        :data:`lab.measurement.results.RESULT_FIELDS`: counts, rates over the buckets' span, latencies."""
         totals = self.totals()
         duration_s = len(self.time_s) * self.bucket_s or None
         return {

@@ -33,12 +33,12 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
-from lab import experiments
-from lab.compare import run_record
-from lab.runner import RunWaiter, WorkerUnusableError, stop_own_services, wait_for_runs
+from lab.execution import experiments
+from lab.analysis.compare import run_record
+from lab.execution.runner import RunWaiter, WorkerUnusableError, stop_own_services, wait_for_runs
 from lab.settings import PROJECT_ROOT, Settings, get_settings
-from lab.specs import SpecError, list_presets, load_preset, parse_set_option
-from lab.validation import ModelNameError, check_model_on_machine
+from lab.specs.schema import SpecError, list_presets, load_preset, parse_set_option
+from lab.specs.validation import ModelNameError, check_model_on_machine
 
 # The services `services up` starts: every backend the lab manages, then the cache's two.
 CACHE_SERVICE_NAMES = ("redis", "cache-proxy")
@@ -69,7 +69,7 @@ def services_up(names: list[str], settings: Settings) -> dict[str, str]:
     Without names: every backend the lab manages. The cache proxy goes in front of the
     backend named before it (the spec's default backend if none)."""
     from lab.backends import default_service_config, managed_backend_names
-    from lab.specs import RunSpec
+    from lab.specs.schema import RunSpec
     from services.catalog import cache_proxy_config, redis_config
     from services.manager import ServiceManager
 
@@ -173,7 +173,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 
 def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
     """Cells that differ in one grid setting, as ratios of their mean req/s and output tok/s."""
-    from lab.compare import grid_comparisons
+    from lab.analysis.compare import grid_comparisons
 
     lines = []
     for figure, label in (("req_per_s", "req/s"), ("output_tok_per_s", "output tok/s")):
@@ -203,7 +203,7 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.compare import records_to_csv
+    from lab.analysis.compare import records_to_csv
 
     if args.action == "slo":
         return cmd_runs_slo(args, settings)
@@ -229,8 +229,8 @@ def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_runs_slo(args: argparse.Namespace, settings: Settings) -> int:
     """Evaluate one stored run against an SLO from its per-request figures."""
-    from lab import request_figures
-    from lab.slo import SloError, parse_slo
+    from lab.measurement import request_figures
+    from lab.analysis.slo import SloError, parse_slo
 
     try:
         slo = parse_slo(args.slo)
@@ -272,8 +272,8 @@ CAPACITY_DEFAULTS = {
 
 def capacity_plan(args: argparse.Namespace) -> Any:
     """The CapacityPlan of ``python -m lab capacity`` arguments (validated by ``check_plan``)."""
-    from lab.capacity_search import CapacityPlan
-    from lab.specs import RunSpec, set_dotted_lenient
+    from lab.execution.capacity_plan import CapacityPlan
+    from lab.specs.schema import RunSpec, set_dotted_lenient
 
     scale = "quick" if args.quick else "full"
     defaults = CAPACITY_DEFAULTS[scale]
@@ -310,12 +310,12 @@ def cmd_capacity(args: argparse.Namespace, settings: Settings) -> int:
     """Search each backend's capacity under an SLO; every probe is a run of one experiment."""
     from pydantic import ValidationError
 
-    from lab.capacity import CapacityError
-    from lab.capacity_search import check_plan, create_experiment, run_search
-    from lab.slo import SloError
-    from lab.specs import format_validation_error
+    from lab.analysis.capacity_search import CapacityError
+    from lab.execution.capacity_plan import check_plan, create_experiment, run_search
+    from lab.analysis.slo import SloError
+    from lab.specs.schema import format_validation_error
 
-    from lab.capacity_search import load_capacity_preset, stored_plan
+    from lab.execution.capacity_plan import load_capacity_preset, stored_plan
 
     experiment_id: int | None = args.experiment
     try:
@@ -402,9 +402,9 @@ def split_labels(text: str) -> list[str]:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.launcher import PARENT_PID_ENV, watch_parent
-    from lab.runner import DatabaseReplacedError, Worker, WorkerBusyError
-    from lab.specs import check_worker_label
+    from lab.cli.start_guard import PARENT_PID_ENV, watch_parent
+    from lab.execution.runner import DatabaseReplacedError, Worker, WorkerBusyError
+    from lab.specs.schema import check_worker_label
 
     try:
         name = check_worker_label(args.name) if args.name else None
@@ -439,9 +439,9 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
     """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both.
 
-    Neither child outlives this process, even when it is killed (see lab/launcher.py).
+    Neither child outlives this process, even when it is killed (see lab/cli/start_guard.py).
     """
-    from lab.launcher import PARENT_PID_ENV, LabPidFile, die_with_parent
+    from lab.cli.start_guard import PARENT_PID_ENV, LabPidFile, die_with_parent
 
     pid_file = LabPidFile(settings.data_dir)
     if (other := pid_file.running_owner()) is not None:

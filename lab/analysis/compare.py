@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from lab.results import RESULT_FIELDS
-from lab.statistics import mean_interval, welch_test
-from lab.workers import hardware_summary
+from lab.measurement.results import RESULT_FIELDS
+from lab.analysis.statistics import mean_interval, welch_test
+from lab.execution.worker_identity import hardware_summary
 
 # The seed's published figures (../shared/reference/seed-experiments.md), latencies in seconds.
 SEED_EXP1 = [
@@ -42,7 +42,7 @@ SEED_EXP3 = [
 ]
 SEED_SERVER_NAMES = {"naive": "Transformers", "vllm": "vLLM", "vllm+cache": "vLLM + Redis"}
 
-# A run as a record: who and what it was, then its results (one field list: lab.results).
+# A run as a record: who and what it was, then its results (one field list: lab.measurement.results).
 RECORD_FIELDS: tuple[str, ...] = (
     "run_id", "experiment_id", "experiment", "preset", "cell_label", "repeat_index", "status", "status_reason",
     "backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts", "duration_s", "max_tokens",

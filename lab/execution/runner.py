@@ -34,21 +34,26 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import RunStatus
-from lab import environment, experiments, k6_results, live, request_figures, server_metrics
+from lab.measurement import environment
+from lab.execution import experiments
+from lab.measurement import k6_results
+from lab.measurement import live
+from lab.measurement import request_figures
+from lab.measurement import server_metrics
 from lab.backends import Backend, get_backend, managed_backend_names
-from lab.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
-from lab.measurement import join_warnings, measurement_warnings, steady_throughput
-from lab.resources import ResourceSampler, summarise, summarise_host
-from lab.results import RunResults
+from lab.execution.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
+from lab.measurement.checks import join_warnings, measurement_warnings, steady_throughput
+from lab.measurement.resources import ResourceSampler, summarise, summarise_host
+from lab.measurement.results import RunResults
 from lab.settings import Settings
-from lab.specs import RunSpec, format_validation_error
-from lab.workers import worker_hardware
+from lab.specs.schema import RunSpec, format_validation_error
+from lab.execution.worker_identity import worker_hardware
 from lab.workloads import WorkloadError, get_workload
 from services.catalog import cache_proxy_config, redis_config
 from services.manager import ServiceManager
 from services.supervisor import ServiceStartAborted, stop_process_tree
 
-log = logging.getLogger("lab.runner")
+log = logging.getLogger("lab.execution.runner")
 
 # Services a run survives losing: the cache proxy fails open without Redis (answers come
 # from the backend, store errors are counted), so the run goes on and says so.

@@ -15,7 +15,7 @@ import psutil
 
 # The lab's own packages; each backend adds its own (lab/backends).
 LAB_PACKAGES = ("redis", "httpx", "streamlit", "k6")
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def packages() -> tuple[str, ...]:

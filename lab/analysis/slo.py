@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from lab.k6_results import percentile
+from lab.measurement.k6_results import percentile
 
 # Per-request figures an SLO may limit, with what a reader is told they are.
 PER_REQUEST_FIGURES = {

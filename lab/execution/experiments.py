@@ -1,4 +1,4 @@
-"""Queue experiments: a validated :class:`~lab.specs.ExperimentSpec` becomes the plain rows
+"""Queue experiments: a validated :class:`~lab.specs.schema.ExperimentSpec` becomes the plain rows
 the store keeps (``db`` knows nothing of specs; this is where specs meet the queue)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Experiment, Run, RunStatus
-from lab.specs import ExperimentSpec, RunSpec
+from lab.specs.schema import ExperimentSpec, RunSpec
 
 
 def service_group(spec: RunSpec) -> str:

@@ -1,7 +1,7 @@
 """The base of every spec model: unknown fields are errors, assignments are validated.
 
 Its own module so that the backend and workload registries, which declare option models,
-and :mod:`lab.specs`, which collects them, import it without a cycle."""
+and :mod:`lab.specs.schema`, which collects them, import it without a cycle."""
 
 from __future__ import annotations
 

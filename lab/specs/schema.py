@@ -3,7 +3,7 @@
 A :class:`RunSpec` says everything needed to execute and replay one run: backend,
 model, workload, load, sampling and seed. An :class:`ExperimentSpec` is a named grid
 over a base run spec (for example backend x VUs) with repeats; ``expand`` turns it into
-the list of runs the queue receives. Presets live as JSON in ``lab/presets/``.
+the list of runs the queue receives. Presets live as JSON in ``lab/specs/presets/``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lab import backends, workloads
 from lab.settings import get_settings
-from lab.specs_base import StrictModel
+from lab.specs.base import StrictModel
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -198,7 +198,7 @@ class RunSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _valid_model(cls, value: str) -> str:
-        from lab.validation import validate_model_name
+        from lab.specs.validation import validate_model_name
 
         return validate_model_name(value)
 
@@ -214,7 +214,7 @@ class RunSpec(BaseModel):
         if not self.backend_kind.managed:
             if not self.target_url:
                 raise ValueError(f"{self.base_backend} backends need target_url (the server's base URL)")
-            from lab.validation import validate_target_url
+            from lab.specs.validation import validate_target_url
 
             self.__dict__["target_url"] = validate_target_url(
                 self.target_url, allowed_hosts=get_settings().allowed_target_hosts
@@ -329,7 +329,7 @@ def parse_set_option(option: str) -> tuple[str, Any]:
 
 
 def list_presets() -> list[str]:
-    """Names of the presets shipped in ``lab/presets``."""
+    """Names of the presets shipped in ``lab/specs/presets``."""
     return sorted(path.stem for path in PRESETS_DIR.glob("*.json"))
 
 

@@ -1,0 +1,1 @@
+"""What the figures mean: statistics, comparisons between runs, SLOs, the capacity search."""
