@@ -94,3 +94,94 @@ def welch_test(first: Iterable[object], second: Iterable[object], *, alpha: floa
     p_value = float(result.pvalue)
     significant = p_value < alpha
     return Significance(p_value, significant, f"{'significant' if significant else 'not significant'} (p={p_value:.3g})")
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """A ratio of two positive figures with its 95% interval, computed on a log scale so its
+    bounds are positive; ``method`` says how (see :func:`ratio_interval`)."""
+
+    ratio: float | None
+    ci95_low: float | None
+    ci95_high: float | None
+    n_numerator: int
+    n_denominator: int
+    method: str
+
+    def excludes(self, value: float) -> bool:
+        """Whether the whole interval lies on one side of ``value`` (False without an interval)."""
+        if self.ci95_low is None or self.ci95_high is None:
+            return False
+        return self.ci95_low > value or self.ci95_high < value
+
+    def widened(self, factor: float) -> "RatioInterval":
+        """The interval stretched by a multiplicative ``factor`` (>= 1) at both ends: a drift the
+        machine showed between identical cells is an uncertainty the repeats did not see."""
+        if self.ci95_low is None or self.ci95_high is None or factor <= 1:
+            return self
+        return RatioInterval(self.ratio, self.ci95_low / factor, self.ci95_high * factor, self.n_numerator,
+                             self.n_denominator, f"{self.method}, widened x{factor:.3g} for drift")
+
+
+PAIRED_LOG = "paired by round, t interval of the per-round log ratios"
+UNPAIRED_LOG = "log of the ratio of means, delta method with Welch's degrees of freedom"
+
+
+def _log_mean_variance(numbers: list[float]) -> float:
+    """Variance of log(mean) by the delta method: var(mean) / mean^2."""
+    return statistics.variance(numbers) / len(numbers) / statistics.fmean(numbers) ** 2
+
+
+def ratio_interval(
+    numerator: Iterable[object],
+    denominator: Iterable[object],
+    *,
+    paired: bool = False,
+    confidence: float = CONFIDENCE_LEVEL,
+) -> RatioInterval:
+    """The ratio of two positive figures (numerator over denominator) with its interval.
+
+    ``paired``: the i-th values of both sides were measured in the same round (interleaved
+    trials), so a drift of the machine between rounds cancels in each per-round ratio; the
+    interval is Student's t on the log ratios (the point is their geometric mean). Unpaired:
+    the ratio of the arithmetic means, its interval exp(log ratio +- t * se) with se from the
+    delta method and Welch-Satterthwaite degrees of freedom. Either way no bound is negative.
+    Under two values a side (or any value <= 0) the interval is None.
+    """
+    a, b = finite_numbers(numerator), finite_numbers(denominator)
+    method = PAIRED_LOG if paired else UNPAIRED_LOG
+    if not a or not b or statistics.fmean(b) <= 0 or statistics.fmean(a) <= 0:
+        return RatioInterval(None, None, None, len(a), len(b), method)
+    if paired and len(a) == len(b) and min(a) > 0 and min(b) > 0:
+        logs = [math.log(x / y) for x, y in zip(a, b)]
+        center = statistics.fmean(logs)
+        if len(logs) < 2:
+            return RatioInterval(math.exp(center), None, None, len(a), len(b), method)
+        half = float(scipy_stats.t.ppf((1 + confidence) / 2, df=len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+        return RatioInterval(math.exp(center), math.exp(center - half), math.exp(center + half), len(a), len(b), method)
+    method = UNPAIRED_LOG
+    ratio = statistics.fmean(a) / statistics.fmean(b)
+    if min(len(a), len(b)) < 2:
+        return RatioInterval(ratio, None, None, len(a), len(b), method)
+    var_a, var_b = _log_mean_variance(a), _log_mean_variance(b)
+    total = var_a + var_b
+    if total == 0:
+        return RatioInterval(ratio, ratio, ratio, len(a), len(b), method)
+    # Welch-Satterthwaite degrees of freedom for the two log-mean variances.
+    df = total**2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, df=df)) * math.sqrt(total)
+    return RatioInterval(ratio, ratio * math.exp(-half), ratio * math.exp(half), len(a), len(b), method)
+
+
+def positive_mean_interval(values: Iterable[object], *, confidence: float = CONFIDENCE_LEVEL) -> MeanInterval:
+    """The mean of a quantity that cannot be negative (a rate, a duration, a share), with an
+    interval on the log scale (delta method, Student's t with n-1 degrees of freedom): close
+    to the t interval when the spread is small, never below zero when it is large."""
+    numbers = finite_numbers(values)
+    if not numbers or min(numbers) < 0:
+        return mean_interval(numbers, confidence=confidence)
+    mean = statistics.fmean(numbers)
+    if len(numbers) < 2 or mean == 0:
+        return MeanInterval(mean, None if len(numbers) < 2 else 0.0, None if len(numbers) < 2 else 0.0, len(numbers))
+    half = float(scipy_stats.t.ppf((1 + confidence) / 2, df=len(numbers) - 1)) * math.sqrt(_log_mean_variance(numbers))
+    return MeanInterval(mean, mean * math.exp(-half), mean * math.exp(half), len(numbers))

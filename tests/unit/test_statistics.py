@@ -55,3 +55,69 @@ def test_welch_says_n_too_small_under_three_repeats():
 def test_welch_constant_samples():
     assert welch_test([2, 2, 2], [2, 2, 2]).significant is False
     assert welch_test([2, 2, 2], [3, 3, 3]).significant is True
+
+
+def _coverage(draw, true_ratio: float, *, paired: bool, trials: int = 2000) -> float:
+    from lab.analysis.statistics import ratio_interval
+
+    inside = 0
+    for _ in range(trials):
+        a, b = draw()
+        interval = ratio_interval(a, b, paired=paired)
+        inside += interval.ci95_low <= true_ratio <= interval.ci95_high
+    return inside / trials
+
+
+def test_unpaired_ratio_interval_covers_the_true_ratio_about_95_percent():
+    import random
+
+    rng = random.Random(7)
+    # Repeats with a 10% coefficient of variation, three and five a side, true ratio 2.5.
+    for n in (3, 5):
+        coverage = _coverage(lambda: ([rng.gauss(25, 2.5) for _ in range(n)], [rng.gauss(10, 1.0) for _ in range(n)]),
+                             2.5, paired=False)
+        assert 0.92 <= coverage <= 0.98, (n, coverage)
+
+
+def test_paired_ratio_interval_covers_the_true_ratio_despite_drift_between_rounds():
+    import random
+
+    rng = random.Random(11)
+
+    def draw():
+        # Each round the machine runs at a different speed (up to 2x) that hits both cells alike.
+        speeds = [rng.uniform(0.5, 1.0) for _ in range(3)]
+        a = [speed * 30 * math.exp(rng.gauss(0, 0.05)) for speed in speeds]
+        b = [speed * 10 * math.exp(rng.gauss(0, 0.05)) for speed in speeds]
+        return a, b
+
+    assert 0.93 <= _coverage(draw, 3.0, paired=True) <= 0.97
+
+
+def test_ratio_intervals_are_positive_and_say_their_method():
+    from lab.analysis.statistics import PAIRED_LOG, UNPAIRED_LOG, ratio_interval
+
+    wide = ratio_interval([1.0, 40.0, 3.0], [2.0, 2.1, 1.9])
+    assert wide.ci95_low > 0 and wide.ci95_high > wide.ratio > wide.ci95_low
+    assert wide.method == UNPAIRED_LOG
+    paired = ratio_interval([2.0, 4.0, 3.0], [1.0, 2.0, 1.5], paired=True)
+    assert paired.ratio == pytest.approx(2.0) and paired.ci95_low == pytest.approx(2.0)
+    assert paired.method == PAIRED_LOG
+    assert ratio_interval([1.0], [2.0]).ci95_low is None
+    assert ratio_interval([1.0, 2.0], [0.0, 0.0]).ratio is None
+    assert wide.excludes(0.01) and not wide.excludes(wide.ratio)
+    widened = paired.widened(1.2)
+    assert widened.ci95_low == pytest.approx(2.0 / 1.2) and widened.ci95_high == pytest.approx(2.4)
+
+
+def test_positive_mean_interval_never_goes_below_zero():
+    from lab.analysis.statistics import positive_mean_interval
+
+    skewed = [0.5, 0.6, 35.0]  # a linear t interval would reach far below zero
+    assert mean_interval(skewed).ci95_low < 0
+    interval = positive_mean_interval(skewed)
+    assert interval.mean == pytest.approx(mean_interval(skewed).mean)
+    assert 0 < interval.ci95_low < interval.mean < interval.ci95_high
+    # A small spread gives nearly the Student-t interval.
+    tight = [21.9, 22.4, 22.1, 23.0]
+    assert positive_mean_interval(tight).ci95_low == pytest.approx(mean_interval(tight).ci95_low, rel=0.01)
