@@ -7,6 +7,7 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,18 +56,51 @@ def gpu_model() -> str | None:
         return None
 
 
-def git_commit() -> str | None:
+@dataclass(frozen=True)
+class Provenance:
+    """Which code measured: the lab's commit, whether tracked files differed from it, and a
+    hash of that difference (two dirty runs with the same hash ran the same code)."""
+
+    commit: str | None
+    dirty: bool
+    diff_sha256: str | None
+
+    @property
+    def label(self) -> str | None:
+        """The commit, with ``-dirty`` when the tree differed (the form stored before provenance)."""
+        return None if self.commit is None else self.commit + ("-dirty" if self.dirty else "")
+
+
+def _git(*argv: str) -> str:
+    return subprocess.run(["git", *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10,
+                          check=True).stdout
+
+
+def provenance() -> Provenance:
+    """The checkout's commit and whether its files differ from it: changed tracked files, and
+    new files git does not ignore (ignored ones, such as run data, models and virtual
+    environments, are not code)."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True,
-            text=True, timeout=5,
-        ).stdout.strip()
-        return out + ("-dirty" if dirty else "")
+        commit = _git("rev-parse", "HEAD").strip()
+        diff = _git("diff", "HEAD", "--binary")
+        new_files = _git("ls-files", "--others", "--exclude-standard", "-z").split("\0")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return Provenance(None, False, None)
+    digest = hashlib.sha256(diff.encode())
+    for name in sorted(filter(None, new_files)):
+        digest.update(name.encode() + b"\0")
+        try:
+            digest.update((PROJECT_ROOT / name).read_bytes())
+        except OSError:
+            pass
+    if not diff and not any(new_files):
+        return Provenance(commit, False, None)
+    return Provenance(commit, True, digest.hexdigest())
+
+
+def git_commit() -> str | None:
+    """The commit, with ``-dirty`` when tracked files differ from it."""
+    return provenance().label
 
 
 def model_identity(model: str) -> dict[str, Any]:
@@ -93,4 +127,8 @@ def _static_environment() -> dict[str, Any]:
 
 def capture(*, model: str, k6_version: str | None = None) -> dict[str, Any]:
     """Everything needed to judge whether two runs are comparable."""
-    return {**_static_environment(), **model_identity(model), "k6_version": k6_version, "lab_git_commit": git_commit()}
+    code = provenance()
+    return {
+        **_static_environment(), **model_identity(model), "k6_version": k6_version,
+        "lab_git_commit": code.label, "lab_git_dirty": code.dirty, "lab_git_diff_sha256": code.diff_sha256,
+    }

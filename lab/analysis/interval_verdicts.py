@@ -1,0 +1,47 @@
+"""A verdict for a figure known only within an interval.
+
+A rule judges one value (held, partly, did not hold ...). A measured figure is an interval,
+so its verdict is the rule's verdict only where the rule gives the same answer over the whole
+interval; where the interval spans a threshold, the honest answer is "inconclusive". The
+rules are piecewise (bands and thresholds, on a ratio or a share), so judging the interval's
+ends and a dense set of points between them finds every verdict it spans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+INCONCLUSIVE = "inconclusive"
+# Points judged inside an interval, spaced evenly on a log scale for positive intervals.
+_POINTS = 400
+
+
+def _points(low: float, high: float) -> list[float]:
+    if low > 0:
+        step = (math.log(high) - math.log(low)) / _POINTS
+        return [math.exp(math.log(low) + i * step) for i in range(_POINTS + 1)]
+    step = (high - low) / _POINTS
+    return [low + i * step for i in range(_POINTS + 1)]
+
+
+def verdicts_over(judge: Callable[[float], str], low: float, high: float) -> list[str]:
+    """Every verdict ``judge`` gives somewhere in [low, high], in the order met from low up."""
+    seen: list[str] = []
+    for value in _points(low, high):
+        verdict = judge(value)
+        if verdict not in seen:
+            seen.append(verdict)
+    return seen
+
+
+def interval_verdict(judge: Callable[[float], str], point: float | None, low: float | None,
+                     high: float | None) -> str:
+    """``judge(point)`` when the interval is unknown (one repeat); otherwise the one verdict
+    the whole interval gets, or :data:`INCONCLUSIVE` when it spans more than one."""
+    if point is None:
+        return judge(float("nan"))
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return judge(point)
+    verdicts = verdicts_over(judge, min(low, point), max(high, point))
+    return verdicts[0] if len(verdicts) == 1 else INCONCLUSIVE

@@ -1,0 +1,75 @@
+"""How fast the machine was around a run: a short fixed CPU kernel timed before and after.
+
+The same configuration measured twice an hour apart can differ 2-3x here while nothing else
+runs (the host, not the lab, moved). A fixed amount of work (single-threaded float32 matrix
+products, the operation that dominates a small model's decode on CPU, and a Python loop, the
+per-step overhead of a serving engine) timed just before and just after each run gives each
+run a figure of the machine's speed. Over an experiment, :func:`speed_indices` turns those
+into a ``machine_speed_index``: 1.0 at the experiment's median, 0.8 for a run measured on a
+machine 20% slower.
+
+The kernel runs in a child process with one BLAS/OpenMP thread, so it neither disturbs the
+worker's threads nor depends on how many cores the BLAS library would take.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Mapping
+
+# A run whose machine speed is further than this from the experiment's median is named in the
+# verdicts that use it.
+OFF_MEDIAN_TOLERANCE = 0.10
+KERNEL_TIMEOUT_S = 60.0
+
+# About a second on a quiet core of the project's machine. Fixed work, never fixed time: the
+# seconds it takes are the figure.
+_KERNEL = """
+import time, numpy
+a = numpy.random.default_rng(0).standard_normal((256, 256), dtype=numpy.float32)
+start = time.perf_counter()
+for _ in range(600):
+    b = a @ a
+total = 0
+for i in range(3_000_000):
+    total += i & 7
+print(time.perf_counter() - start)
+"""
+
+_ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def calibration_s() -> float | None:
+    """Seconds the fixed kernel took now (None if it could not run: the run goes on without it)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _KERNEL], capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S,
+            env={**os.environ, **_ONE_THREAD}, check=True,
+        )
+        return float(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def run_calibration_s(before_s: float | None, after_s: float | None) -> float | None:
+    """A run's kernel time: the mean of before and after, or whichever exists."""
+    values = [value for value in (before_s, after_s) if value]
+    return statistics.fmean(values) if values else None
+
+
+def speed_indices(calibration_by_run: Mapping[int, float | None]) -> dict[int, float | None]:
+    """Each run's machine speed relative to the median run of the set (1.0 = the median;
+    above 1 faster, below slower); None where a run has no calibration."""
+    measured = [value for value in calibration_by_run.values() if value]
+    if not measured:
+        return {run_id: None for run_id in calibration_by_run}
+    median_s = statistics.median(measured)
+    return {run_id: (median_s / value if value else None) for run_id, value in calibration_by_run.items()}
+
+
+def off_median(index: float | None, *, tolerance: float = OFF_MEDIAN_TOLERANCE) -> bool:
+    """Whether a run's machine speed index is more than ``tolerance`` from the median."""
+    return index is not None and abs(index - 1.0) > tolerance
