@@ -37,20 +37,28 @@ def measurement_warnings(
     count_check: Mapping[str, Mapping[str, Any]] | None = None,
     latency_avg_s: float | None = None,
     load_duration_s: float | None = None,
+    steady_figures_available: bool = False,
 ) -> list[str]:
-    """One sentence per reason to read the run's figures with care (empty: none)."""
+    """One sentence per reason to read the run's figures with care, each saying what to do
+    (empty: none).
+
+    A run shorter than :data:`MIN_LATENCIES_PER_RUN` mean latencies is warned only when it
+    has no steady-state figures: those count inside the load window and do not depend on
+    where the last requests end, so a seed-length run that has them is no reason for care."""
     warnings = []
     if (k6_cpu_percent_avg or 0) > K6_CPU_WARNING_PERCENT:
         warnings.append(
             f"k6 used {k6_cpu_percent_avg:.0f}% of a core on average: the load generator may have limited the "
-            "load, compare with care"
+            "load, so give k6 more CPU (fewer other processes) or lower the load, and compare with care"
         )
     if iterations_dropped:
-        warnings.append(f"{iterations_dropped} iterations were dropped (arrival rate not reached)")
+        warnings.append(f"{iterations_dropped} iterations were dropped (arrival rate not reached): raise "
+                        "load.max_vus or lower the rate")
     if other_cpu_percent_avg is not None and other_cpu_percent_avg > contention_threshold_percent:
         warnings.append(
             f"other processes used {other_cpu_percent_avg:.0f}% of a core on average (threshold "
-            f"{contention_threshold_percent:g}%): the machine was shared, the figures may be low"
+            f"{contention_threshold_percent:g}%): the machine was shared, the figures may be low, so rerun it on a "
+            "quiet machine"
         )
     for what, check in (count_check or {}).items():
         ratio = check.get("difference_ratio")
@@ -60,9 +68,11 @@ def measurement_warnings(
         if ratio is not None and abs(ratio) > COUNT_MISMATCH_WARNING_RATIO:
             warnings.append(
                 f"client and server {what.replace('_', ' ')} differ by {ratio * 100:+.1f}% "
-                f"(client {check.get('client'):g}, server {check.get('server'):g})"
+                f"(client {check.get('client'):g}, server {check.get('server'):g}): one side missed requests, so read "
+                "the service log for errors"
             )
-    if latency_avg_s and load_duration_s and load_duration_s < MIN_LATENCIES_PER_RUN * latency_avg_s:
+    if (not steady_figures_available and latency_avg_s and load_duration_s
+            and load_duration_s < MIN_LATENCIES_PER_RUN * latency_avg_s):
         warnings.append(
             f"the load lasted {load_duration_s:g} s, less than {MIN_LATENCIES_PER_RUN:g} times the mean latency "
             f"({latency_avg_s:.2f} s): where the last requests end moves req/s and tok/s, prefer the steady figures "

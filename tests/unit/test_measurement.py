@@ -59,6 +59,25 @@ def test_each_reason_gives_its_own_sentence() -> None:
     assert join_warnings(*warnings).count("; ") == 4
 
 
+def test_a_short_run_with_steady_figures_is_no_warning() -> None:
+    assert measurement_warnings(latency_avg_s=8.0, load_duration_s=60, steady_figures_available=True) == []
+    [warning] = measurement_warnings(latency_avg_s=8.0, load_duration_s=60)
+    assert "less than 10 times the mean latency" in warning and "prefer the steady figures" in warning
+
+
+def test_every_warning_says_what_to_do() -> None:
+    warnings = measurement_warnings(
+        k6_cpu_percent_avg=95, iterations_dropped=3, other_cpu_percent_avg=80,
+        count_check={"requests": {"client": 100, "server": 90, "difference": -10, "difference_ratio": -0.1}},
+        latency_avg_s=8.0, load_duration_s=30,
+    )
+    actions = ("give k6 more CPU", "raise load.max_vus", "rerun it on a quiet machine", "read the service log",
+               "or a longer run")
+    assert len(warnings) == len(actions)
+    for warning, action in zip(warnings, actions):
+        assert action in warning, warning
+
+
 def test_a_count_mismatch_of_two_percent_or_less_is_no_warning() -> None:
     check = {"requests": {"client": 100, "server": 102, "difference_ratio": 0.02}}
     assert measurement_warnings(count_check=check) == []
