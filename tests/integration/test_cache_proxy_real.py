@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.cache_proxy import summarize_sse
+from services.cache_proxy.policy import summarize_sse
 from services.redis_server import redis_ping, redis_server_argv
 from services.supervisor import ManagedService, find_free_port
 
@@ -257,7 +257,7 @@ def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: Man
 def _redis_command(host: str, port: int, *parts: bytes) -> bytes:
     import socket
 
-    from services.cache_proxy import encode_command
+    from services.cache_proxy.resp import encode_command
 
     with socket.create_connection((host, port), timeout=2) as sock:
         sock.sendall(encode_command(*parts))

@@ -370,7 +370,7 @@ def _metric(proxy: ManagedService, name: str) -> float:
 
 
 def _redis(redis_service, *parts: bytes) -> bytes:  # noqa: ANN001
-    from services.cache_proxy import encode_command
+    from services.cache_proxy.resp import encode_command
 
     with socket.create_connection((redis_service.host, int(redis_service.port)), timeout=2) as sock:
         sock.sendall(encode_command(*parts))
@@ -402,7 +402,7 @@ def _warm_local(client: httpx.Client, proxy: ManagedService, body: dict) -> byte
 
 
 def _key_of(proxy: ManagedService, upstream: ManagedService, body: dict) -> bytes:
-    from services.cache_key import cache_key, normalize_upstream_identity
+    from services.cache_proxy.keys import cache_key, normalize_upstream_identity
 
     return cache_key(upstream_identity=normalize_upstream_identity(upstream.url), path=CHAT_PATH, body=body,
                      namespace=proxy.namespace).encode()  # type: ignore[attr-defined]
