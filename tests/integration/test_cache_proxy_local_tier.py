@@ -6,7 +6,6 @@ empties when Redis goes and works again once it returns.
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from services.supervisor import ManagedService
 from tests.integration.test_cache_proxy_hostile_inputs import _proxy, log_dir, open_stub  # noqa: F401 (fixtures)
-from tests.integration.test_cache_proxy_real import CHAT_PATH, chat, start_proxy
+from tests.integration.test_cache_proxy_real import CHAT_PATH, chat, redis_command, start_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +32,7 @@ def _metric(proxy: ManagedService, name: str) -> float:
 
 
 def _redis(redis_service, *parts: bytes) -> bytes:  # noqa: ANN001
-    from services.cache_proxy.resp import encode_command
-
-    with socket.create_connection((redis_service.host, int(redis_service.port)), timeout=2) as sock:
-        sock.sendall(encode_command(*parts))
-        return sock.recv(4096)
+    return redis_command(redis_service.host, int(redis_service.port), *parts)
 
 
 @pytest.fixture(scope="module")
