@@ -98,7 +98,7 @@ def compare_local_tiers(host: str, port: int, *, keys: int = 50, lookups: int = 
     import redis
     from redis.cache import CacheConfig
 
-    from services.cache_proxy import PipelinedRedis
+    from services.cache_proxy.resp import PipelinedRedis
 
     value = b"j" + b"x" * 1000
     names = [f"bench-tier:{index}" for index in range(keys)]
@@ -122,7 +122,7 @@ def compare_local_tiers(host: str, port: int, *, keys: int = 50, lookups: int = 
     client.close()
 
     async def local_tier() -> float:
-        from services.cache_proxy import LocalTier
+        from services.cache_proxy.local_tier import LocalTier
 
         tier = LocalTier(max_entries=keys * 2, max_bytes=64 * 1024 * 1024)
         pipelined = PipelinedRedis(f"redis://{host}:{port}/0", timeout_s=1.0, local_tier=tier)

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.processes import PROJECT_ROOT
 from services.redis_server import redis_ping_probe, redis_server_argv
 from services.supervisor import ManagedService
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # "command": any server the caller describes (the lab's inference backends); Redis and the
 # cache proxy are the services this package itself provides.

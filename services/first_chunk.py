@@ -8,11 +8,16 @@ token. Holding ``http.response.start`` until the first non-empty body message ma
 first byte arrive with the first chunk; a whole (non-streamed) answer is unaffected, as
 its body follows its headers at once.
 
-vLLM loads it with ``--middleware services.first_chunk.HeadersWithFirstChunk``.
+vLLM loads it with ``--middleware services.first_chunk.HeadersWithFirstChunk``; a server
+without such an option runs as ``python -m services.first_chunk MODULE MODULE.app:factory
+ARGS`` (:func:`run_module_behind_middleware`).
 """
 
 from __future__ import annotations
 
+import importlib
+import runpy
+import sys
 from typing import Any
 
 Scope = dict[str, Any]
@@ -47,30 +52,32 @@ class HeadersWithFirstChunk:
         await self.app(scope, receive, send_with_first_chunk)
 
 
-def run_llama_cpp_server(argv: list[str]) -> None:
-    """``python -m llama_cpp.server ARGS`` with its app behind :class:`HeadersWithFirstChunk`
-    (llama-cpp-python's server takes no middleware option; its ``__main__`` imports
-    ``create_app`` by name, so the wrapped factory must be in place before it runs)."""
-    import runpy
-    import sys
+def run_module_behind_middleware(module: str, app_factory: str, argv: list[str]) -> None:
+    """``python -m MODULE ARGV`` with the app its factory builds behind
+    :class:`HeadersWithFirstChunk`.
 
-    import llama_cpp.server.app as llama_app
-
-    create_app = llama_app.create_app
+    For a server that takes no middleware option (llama-cpp-python's): ``app_factory``
+    (``package.module:function``) is replaced by a wrapper before ``MODULE`` runs, so its
+    ``__main__`` builds the wrapped app. The caller names both (``lab/backends``); this
+    package knows no backend.
+    """
+    factory_module_name, _, factory_name = app_factory.partition(":")
+    if not factory_name:
+        raise ValueError(f"app factory must be 'package.module:function', not {app_factory!r}")
+    factory_module = importlib.import_module(factory_module_name)
+    create_app = getattr(factory_module, factory_name)
 
     def create_wrapped_app(*args: Any, **kwargs: Any) -> Any:
         app = create_app(*args, **kwargs)
         app.add_middleware(HeadersWithFirstChunk)
         return app
 
-    llama_app.create_app = create_wrapped_app
-    sys.argv = ["llama_cpp.server", *argv]
-    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+    setattr(factory_module, factory_name, create_wrapped_app)
+    sys.argv = [module, *argv]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:2] != ["llama_cpp.server"]:
-        raise SystemExit("usage: python -m services.first_chunk llama_cpp.server [its arguments]")
-    run_llama_cpp_server(sys.argv[2:])
+    if len(sys.argv) < 3:
+        raise SystemExit("usage: python -m services.first_chunk MODULE PACKAGE.MODULE:APP_FACTORY [its arguments]")
+    run_module_behind_middleware(sys.argv[1], sys.argv[2], sys.argv[3:])

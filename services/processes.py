@@ -1,5 +1,6 @@
-"""Process helpers shared by the service supervisor and the k6 driver: the checkout's
-root, free loopback ports, a log file's tail and stopping a process tree.
+"""Process helpers shared by the service supervisor, the k6 driver and the lab's CLI: the
+checkout's root, free loopback ports, a log file's tail, starting a detached command and
+stopping processes (TERM, wait, KILL).
 
 Nothing here knows about services or k6: it is the neutral ground both stand on.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -88,17 +91,35 @@ def stop_process_tree(pid: int, *, grace_s: float = 10.0, process_group_id: int 
         # The leader is gone: what is left of its group is found by group id, so the
         # grace period below still applies to it.
         processes = [p for p in psutil.process_iter() if _group_of(p.pid) == group]
+    stop_processes(processes, grace_s=grace_s, process_group_id=group)
+
+
+def stop_processes(
+    processes: Sequence[psutil.Process], *, grace_s: float, process_group_id: int | None = None
+) -> None:
+    """TERM ``processes`` (and their group, if given), wait up to ``grace_s`` for them to
+    exit, then KILL the ones left. Processes already gone are skipped."""
     for process in processes:
         try:
             process.terminate()
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             pass
-    _signal_group(group, signal.SIGTERM)
+    _signal_group(process_group_id, signal.SIGTERM)
     _, alive = psutil.wait_procs(processes, timeout=grace_s)
     for process in alive:
         try:
             process.kill()
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             pass
-    _signal_group(group, signal.SIGKILL)
+    _signal_group(process_group_id, signal.SIGKILL)
     psutil.wait_procs(alive, timeout=5)
+
+
+def start_detached(argv: Sequence[str], *, cwd: Path = PROJECT_ROOT) -> int:
+    """Start ``argv`` in its own session, detached from our terminal and output, so it
+    outlives its starter (a Streamlit rerun); returns its pid. Nobody waits for it."""
+    process = subprocess.Popen(
+        list(argv), cwd=cwd, start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return process.pid

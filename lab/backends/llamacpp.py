@@ -88,8 +88,9 @@ class LlamaCppBackend(Backend):
             )
         gguf = options.gguf_path or str(shipped_gguf())
         argv = [
-            # Through services.first_chunk: headers leave with the first token's chunk.
-            sys.executable, "-m", "services.first_chunk", "llama_cpp.server",
+            # Through services.first_chunk, around the server's app factory: headers leave
+            # with the first token's chunk (the server takes no middleware option).
+            sys.executable, "-m", "services.first_chunk", "llama_cpp.server", "llama_cpp.server.app:create_app",
             "--model", gguf,
             # Requests name the spec's model; the alias makes the server answer to it.
             "--model_alias", model,

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from services.processes import stop_processes
+
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 PARENT_PID_ENV = "LAB_PARENT_PID"
 PID_FILE_NAME = "lab-start.json"
@@ -104,17 +106,7 @@ class LabPidFile:
         if owner is None or owner.process() is not None:
             return []
         alive = [process for child in children if (process := child.process()) is not None]
-        for process in alive:
-            try:
-                process.terminate()  # the worker stops its services on SIGTERM
-            except psutil.Error:
-                pass
-        _, still_alive = psutil.wait_procs(alive, timeout=grace_s)
-        for process in still_alive:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
+        stop_processes(alive, grace_s=grace_s)  # the worker stops its services on SIGTERM
         self.remove()
         return [process.pid for process in alive]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,9 +30,9 @@ from lab import backends
 from lab.analysis.capacity_search import CapacityError, CapacityResult, ProbeResult, SearchBounds, conservative_pass, search_capacity
 from lab.execution.experiments import run_columns
 from lab.analysis.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
-from lab.settings import PROJECT_ROOT
 from lab.specs.schema import PRESETS_DIR, ExperimentSpec, RunSpec, SpecError, format_validation_error, set_dotted_lenient
 from lab.specs.base import StrictModel
+from services.processes import start_detached
 
 
 @dataclass(frozen=True)
@@ -351,11 +350,7 @@ def start_search_in_background(experiment_id: int) -> int:
     """Run a stored search detached (``python -m lab capacity --experiment ID``); returns its pid.
 
     It queues the probes one by one; the lab's worker executes them (or it does, if none runs)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lab", "capacity", "--experiment", str(experiment_id)], cwd=PROJECT_ROOT,
-        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    return process.pid
+    return start_detached([sys.executable, "-m", "lab", "capacity", "--experiment", str(experiment_id)])
 
 
 def stored_plan(*, session: Session, experiment_id: int) -> CapacityPlan:

@@ -8,16 +8,11 @@ and never imports the CLI.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
-from services.processes import PROJECT_ROOT
+from services.processes import start_detached
 
 
 def start_service_in_background(name: str) -> int:
     """Start ``python -m lab services up NAME`` detached; returns its pid."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lab", "services", "up", name], cwd=PROJECT_ROOT, start_new_session=True,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    return process.pid
+    return start_detached([sys.executable, "-m", "lab", "services", "up", name])

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.cache_proxy import summarize_sse
+from services.cache_proxy.policy import summarize_sse
 from services.redis_server import redis_ping, redis_server_argv
 from services.supervisor import ManagedService, find_free_port
 
@@ -233,7 +233,7 @@ def test_single_flight_makes_one_upstream_call_for_20_identical_misses(
 def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: ManagedService) -> None:
     host, port = redis_service.host, int(redis_service.port or 0)
     foreign_key = f"someone-else:{uuid.uuid4()}"
-    _redis_command(host, port, b"SET", foreign_key.encode(), b"keep me")
+    redis_command(host, port, b"SET", foreign_key.encode(), b"keep me")
     with httpx.Client(base_url=stub_proxy.url, timeout=30) as client:
         body = chat(f"flush {uuid.uuid4()}")
         client.post(CHAT_PATH, json=body)
@@ -251,13 +251,14 @@ def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: Man
         flushed = client.post("/cache/flush")
         assert flushed.status_code == 200 and flushed.json()["deleted"] >= 1
         assert client.post(CHAT_PATH, json=body).headers["x-cache"] == "MISS"
-    assert _redis_command(host, port, b"GET", foreign_key.encode()).endswith(b"keep me\r\n")
+    assert redis_command(host, port, b"GET", foreign_key.encode()).endswith(b"keep me\r\n")
 
 
-def _redis_command(host: str, port: int, *parts: bytes) -> bytes:
+def redis_command(host: str, port: int, *parts: bytes) -> bytes:
+    """Send one command to Redis on a raw socket; its raw RESP reply."""
     import socket
 
-    from services.cache_proxy import encode_command
+    from services.cache_proxy.resp import encode_command
 
     with socket.create_connection((host, port), timeout=2) as sock:
         sock.sendall(encode_command(*parts))

@@ -16,15 +16,10 @@ import psutil
 import pytest
 
 from lab.cli.start_guard import LabPidFile, ProcessId
+from services.processes import find_free_port
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_lab(data_dir: Path, port: int) -> subprocess.Popen:
@@ -60,7 +55,7 @@ def all_gone(pids: list[int], timeout_s: float) -> bool:
 
 
 def test_sigkill_of_start_takes_its_children_and_a_second_start_works(tmp_path: Path) -> None:
-    port = free_port()
+    port = find_free_port()
     first = start_lab(tmp_path, port)
     second = None
     children: list[int] = []
@@ -68,7 +63,7 @@ def test_sigkill_of_start_takes_its_children_and_a_second_start_works(tmp_path: 
         children = wait_until_serving(first, tmp_path, port)
         assert len(children) == 2
         # A second start beside a running one says so and touches nothing.
-        beside = start_lab(tmp_path, free_port())
+        beside = start_lab(tmp_path, find_free_port())
         _, stderr = beside.communicate(timeout=60)
         assert beside.returncode == 1 and f"the lab already runs (pid {first.pid})" in stderr
         assert all(psutil.pid_exists(pid) for pid in children)

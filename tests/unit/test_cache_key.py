@@ -1,4 +1,4 @@
-"""Unit tests of the canonical cache key (services/cache_key.py)."""
+"""Unit tests of the canonical cache key (services/cache_proxy/keys.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import pytest
 
-from services.cache_key import (
+from services.cache_proxy.keys import (
     KEY_FORMAT_VERSION,
     MAX_KEYABLE_NESTING_DEPTH,
     UnkeyableBody,

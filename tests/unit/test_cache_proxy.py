@@ -1,4 +1,4 @@
-"""Unit tests of the cache proxy's pure decisions (services/cache_proxy.py).
+"""Unit tests of the cache proxy's pure decisions (services/cache_proxy/).
 
 The proxy's behaviour against real Redis and real upstreams is in
 tests/integration/test_cache_proxy_real.py.
@@ -10,23 +10,20 @@ import json
 
 import pytest
 
-from services.cache_proxy import (
+from services.cache_proxy.app import build_app
+from services.cache_proxy.circuit_breaker import CircuitBreaker
+from services.cache_proxy.cli import parse_args
+from services.cache_proxy.local_tier import LocalTier
+from services.cache_proxy.policy import (
     CacheMode,
-    CircuitBreaker,
-    LocalTier,
-    RedisUnavailable,
-    _Incomplete,
-    _parse_resp,
-    build_app,
     decide_cache_mode,
-    encode_command,
     is_cacheable_json_answer,
-    parse_args,
     parse_cache_control,
     request_cache_control,
     response_allows_storing,
     summarize_sse,
 )
+from services.cache_proxy.resp import RedisUnavailable, _Incomplete, _parse_resp, encode_command
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

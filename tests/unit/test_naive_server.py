@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from services.naive_server import IncrementalDetokenizer, build_app
+from services.naive_server.app import build_app
+from services.naive_server.detokenizer import IncrementalDetokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"

@@ -16,19 +16,12 @@ from pathlib import Path
 import pytest
 
 from db.models import RunStatus
+from services.processes import find_free_port
 from tests.conftest import PROJECT_ROOT
 from tests.integration.test_faults import Lab, is_running, lab, stub, stub_spec  # noqa: F401 (fixtures)
 from tests.stub_openai import StubServer
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture()
@@ -75,7 +68,7 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     lab = Lab(mount_point / "lab-data")
     try:
-        with StubServer(port=free_port(), delay_s=0.01) as target:
+        with StubServer(port=find_free_port(), delay_s=0.01) as target:
             [run_id] = lab.enqueue(stub_spec(target.url, duration_s=15, vus=8))
             lab.run_queue()
         run = lab.run(run_id)
@@ -129,7 +122,7 @@ NOT_PROMETHEUS = {
 def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_client_figures(
     lab: Lab, kind: str  # noqa: F811
 ) -> None:
-    with StubServer(port=free_port(), delay_s=0.05, metrics=NOT_PROMETHEUS[kind]) as target:
+    with StubServer(port=find_free_port(), delay_s=0.05, metrics=NOT_PROMETHEUS[kind]) as target:
         [run_id] = lab.enqueue(stub_spec(target.url, duration_s=2, vus=1))
         lab.run_queue()
     run = lab.run(run_id)

@@ -1,0 +1,64 @@
+"""Redis response cache in front of any OpenAI-compatible upstream.
+
+The seed's experiment 2 put a FastAPI proxy keyed on ``sha256(raw body)`` in front of
+vLLM. This is that proxy made correct and fast:
+
+- **Key**: :func:`services.cache_proxy.keys.cache_key` (canonical JSON of upstream, path and every
+  answer-changing field), so key-order and whitespace variants share an entry and
+  different models or upstreams never do.
+- **Policy**: ``all`` caches every successful answer (the seed's behaviour, used by the
+  seed-reproduction presets); ``deterministic`` only temperature-0 or seeded, ``n == 1``
+  requests (a missing temperature is 1.0 on vLLM and the naive server: not cached). Per
+  request ``Cache-Control: no-cache`` refreshes, ``no-store`` bypasses (every
+  ``Cache-Control`` line is read). Every proxied response carries
+  ``X-Cache: HIT|MISS|BYPASS|ERROR``.
+- **Credentials** (``--credentials``): a request carrying credentials (Authorization,
+  cookies, api-key headers, a query string;
+  :func:`services.cache_proxy.keys.is_credential_header`) bypasses the cache by default, or
+  is cached per credential: an HMAC of its credentials with a per-proxy secret joins the
+  key and so the single-flight group. One credential's answer is never served to another
+  (RFC 9111, section 3.5).
+- **Never cached**: non-2xx answers, answers without choices, streams cut off by the
+  client or the upstream, answers the upstream marked ``Cache-Control: no-store`` or
+  ``private`` or that set a cookie, and bodies that cannot be keyed
+  (not a JSON object, NaN, overflowing numbers, lone surrogates, repeated keys, deep
+  nesting: passed through as BYPASS). A ``length`` finish is complete and cached.
+- **Streaming**: a miss is passed through as it arrives and stored (raw SSE bytes) only
+  once ``data: [DONE]`` arrived; a hit replays those bytes as ``text/event-stream``.
+- **Single-flight** (switchable): concurrent identical misses make one upstream call; only
+  a successful, storable answer is shared, followers of a failed leader ask the upstream.
+- **Fail-open**: Redis calls have a short timeout and no retries; a circuit breaker
+  stops asking a failing Redis for a few seconds, then lets one trial through. Meanwhile
+  requests go straight upstream with ``X-Cache: ERROR``; the cache never causes a 5xx.
+- ``GET /metrics`` (own prometheus registry), ``GET /health`` (upstream and Redis
+  reachability), ``POST /cache/flush`` (SCAN + UNLINK of this namespace only); every other
+  path is passed through uncached.
+
+- **Local tier** (:class:`~services.cache_proxy.local_tier.LocalTier`, on by default,
+  bounded in entries and bytes): hits are answered from process memory, kept coherent by
+  Redis's client tracking (an entry is dropped when Redis says its key was overwritten,
+  deleted, expired, evicted or flushed) and by the TTL read with each value. Off while
+  that is not guaranteed.
+
+Speed: it is a raw ASGI app (no framework routing or middleware) and talks to Redis over
+one shared, pipelined RESP connection (:class:`~services.cache_proxy.resp.PipelinedRedis`):
+on a hit the request body is parsed once, hashed once, one ``GET`` is written and the stored bytes are sent as they
+came from Redis. A pipelined connection needs no pool checkout per call and lets Redis
+answer many concurrent GETs per read; a timed-out call leaves its reply slot in the queue,
+so replies stay matched in order. Repeated request bodies are memoised (bounded) by their
+bytes, so a repeated hit neither parses nor hashes again. One shared
+``httpx.AsyncClient`` serves all upstream calls.
+Both are opened in the ASGI lifespan (or lazily on the first request when the host skips
+the lifespan, as ``httpx.ASGITransport`` does).
+
+Standalone::
+
+    python -m services.cache_proxy --upstream URL --redis-url URL --port N \\
+        [--policy all|deterministic] [--credentials bypass|per-credential] [--ttl-s N] \\
+        [--no-single-flight] [--namespace NAME]
+
+Modules: ``policy`` (what is looked up, stored, bypassed), ``keys`` (the canonical key),
+``resp`` (the pipelined Redis client), ``local_tier``, ``circuit_breaker``, ``metrics``,
+``responses`` (ASGI plumbing), ``app`` (:class:`~services.cache_proxy.app.CacheProxy`,
+``build_app``), ``cli`` (``parse_args``, ``main``).
+"""

@@ -1,0 +1,61 @@
+"""``python -m services.cache_proxy``: the standalone proxy's command line, served by uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+
+import services.cache_proxy
+from services.cache_proxy.app import build_app
+from services.cache_proxy.policy import CREDENTIAL_MODES, CREDENTIAL_MODES_HELP, POLICIES
+
+
+def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
+    """Command-line arguments of the standalone proxy."""
+    parser = argparse.ArgumentParser(
+        prog="python -m services.cache_proxy", description=(services.cache_proxy.__doc__ or "").split("\n")[0],
+        epilog="Credentials: " + CREDENTIAL_MODES_HELP,
+    )
+    parser.add_argument("--upstream", required=True, help="base URL of an OpenAI-compatible server")
+    parser.add_argument("--redis-url", required=True, help="redis://host:port/db")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--policy", choices=POLICIES, default="all",
+        help="all: cache every successful answer; deterministic: only requests with temperature 0 or an integer "
+             "seed, and n 1 (a missing temperature means 1.0, sampled, on vLLM and the naive server: not cached)",
+    )
+    parser.add_argument("--credentials", choices=CREDENTIAL_MODES, default="bypass",
+                        help="requests carrying credentials: bypass the cache (default) or cache per credential")
+    parser.add_argument(
+        "--credential-secret-file", type=argparse.FileType("rb"), default=None,
+        help="file holding the HMAC secret of per-credential keys (default: random per start; proxies sharing "
+             "one Redis share per-credential entries only with the same secret)",
+    )
+    parser.add_argument("--ttl-s", type=int, default=None)
+    parser.add_argument("--namespace", default="lab")
+    parser.add_argument("--no-single-flight", action="store_true")
+    parser.add_argument("--redis-timeout-s", type=float, default=0.05)
+    parser.add_argument("--upstream-timeout-s", type=float, default=600.0)
+    parser.add_argument("--upstream-identity", default=None, help="key identity of the upstream (default: its URL)")
+    parser.add_argument("--local-tier-entries", type=int, default=4096,
+                        help="entries of the in-process tier kept coherent by Redis invalidations (0: off)")
+    parser.add_argument("--local-tier-max-bytes", type=int, default=64 * 1024 * 1024,
+                        help="bytes of stored answers the in-process tier may hold")
+    return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """Serve the proxy with uvicorn on ``--host:--port``."""
+    import uvicorn
+
+    args = parse_args(argv)
+    app = build_app(
+        upstream_url=args.upstream, redis_url=args.redis_url, policy=args.policy, credentials=args.credentials,
+        credential_secret=args.credential_secret_file.read().strip() if args.credential_secret_file else None,
+        ttl_s=args.ttl_s,
+        namespace=args.namespace, single_flight=not args.no_single_flight, redis_timeout_s=args.redis_timeout_s,
+        upstream_timeout_s=args.upstream_timeout_s, upstream_identity=args.upstream_identity,
+        local_tier_entries=args.local_tier_entries, local_tier_max_bytes=args.local_tier_max_bytes,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")

@@ -1,0 +1,26 @@
+"""The settings of one proxy instance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """Settings of one proxy instance (see :func:`build_app`)."""
+
+    upstream_url: str
+    redis_url: str
+    policy: str = "all"
+    credentials: str = "bypass"
+    credential_secret: bytes | None = None
+    ttl_s: int | None = None
+    namespace: str = "lab"
+    single_flight: bool = True
+    redis_timeout_s: float = 0.05
+    upstream_timeout_s: float = 600.0
+    breaker_failure_threshold: int = 3
+    breaker_open_s: float = 2.0
+    upstream_identity: str | None = None
+    local_tier_entries: int = 4096
+    local_tier_max_bytes: int = 64 * 1024 * 1024
