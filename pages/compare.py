@@ -7,17 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from db import store
-from lab.analysis.compare import (
-    SEED_TABLES,
-    cell_comparisons,
-    dataframe_to_csv,
-    exp1_ratios,
-    exp2_ratios,
-    exp3_ratios,
-    records_to_csv,
-    run_record,
-    split_warned,
-)
+from lab.analysis.compare import cell_comparisons, experiments_spanned, generic_table, run_record, split_warned
+from lab.analysis.cost import cost_table
+from lab.analysis.safe_csv import dataframe_to_csv, records_to_csv
+from lab.analysis.seed import SEED_EXPERIMENTS, matching_seed_preset, seed_ratios
 from pages.view.figures import (
     hit_rates_figure,
     latency_vs_vus_figure,
@@ -26,10 +19,9 @@ from pages.view.figures import (
 )
 from pages.common import NEW_EXPERIMENT_PAGE, session
 from pages.view.names import display_frame, human_headers
-from pages.view.tables import cost_table, experiments_spanned, generic_table, matching_seed_preset, plural, ratios_rows
+from pages.view.tables import plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
 
-RATIOS = {"seed-exp1": exp1_ratios, "seed-exp2": exp2_ratios, "seed-exp3": exp3_ratios}
 RECENT_RUNS_LISTED = 1000
 MAX_OVERLAID_RUNS = 12
 
@@ -93,7 +85,7 @@ def page() -> None:
     price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
                                      key="compare_price", help="What an hour of this hardware costs you.")
 
-    preset = matching_seed_preset(done, list(SEED_TABLES))
+    preset = matching_seed_preset(done)
     if preset:
         st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
@@ -102,7 +94,7 @@ def page() -> None:
                    f"{experiments_spanned(done)}; throughput is k6's (whole test, drain included, like the seed's), "
                    "steady throughput the load window only"
                    + (f", measured on {plain(ran_on)}." if ran_on else "."))
-        table = SEED_TABLES[preset](done)
+        table = seed_comparison_table(preset, done)
     else:
         st.subheader("Figures by backend and load")
         st.caption(f"Means over repeats of {plural(len(done), 'done run')} from experiments "
@@ -125,8 +117,8 @@ def page() -> None:
                           key="download_raw", on_click="ignore")
 
     st.subheader("Ratios")
-    ratio_functions = [RATIOS[preset]] if preset else list(RATIOS.values())
-    rows = [row for function in ratio_functions for row in ratios_rows(function(done)) if row["value"] is not None]
+    presets = [preset] if preset else list(SEED_EXPERIMENTS)
+    rows = [row for name in presets for row in ratios_rows(seed_ratios(name, done)) if row["value"] is not None]
     if rows:
         st.dataframe(display_frame(pd.DataFrame(rows)), hide_index=True)
     else:

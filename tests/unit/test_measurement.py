@@ -16,7 +16,9 @@ from db.models import Run
 from lab.execution import experiments
 from lab.backends import VLLM_METRICS
 from lab.backends.naive import NaiveBackend, NaiveOptions, best_torch_threads
-from lab.analysis.compare import aggregate, cell_comparisons, records_to_csv, split_warned
+from lab.analysis.aggregation import aggregate
+from lab.analysis.compare import cell_comparisons, split_warned
+from lab.analysis.safe_csv import records_to_csv
 from lab.measurement.checks import (
     STEADY_FROM_CLIENT,
     STEADY_FROM_SERVER,
