@@ -3,15 +3,13 @@ the load_generator_warning -> measurement_warnings upgrade and the naive server'
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from scipy import stats as scipy_stats
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from db import migrations
-from db.engine import make_engine
 from db.models import Run
 from lab.execution import experiments
 from lab.backends import VLLM_METRICS
@@ -182,9 +180,7 @@ MEASUREMENT_COLUMNS = ("other_cpu_percent_avg", "steal_cpu_percent_avg", "steady
                        "steady_req_per_s", "steady_source", "measurement_warnings")
 
 
-def test_upgrade_copies_load_generator_warning_into_measurement_warnings(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
-    migrations.upgrade(engine)
+def test_upgrade_copies_load_generator_warning_into_measurement_warnings(engine: Engine) -> None:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True))
     with engine.begin() as connection:  # back to version 2: the old column, none of the new ones
