@@ -7,17 +7,10 @@ import pandas as pd
 import streamlit as st
 
 from db import store
-from lab.analysis.compare import (
-    SEED_TABLES,
-    cell_comparisons,
-    dataframe_to_csv,
-    exp1_ratios,
-    exp2_ratios,
-    exp3_ratios,
-    records_to_csv,
-    run_record,
-    split_warned,
-)
+from lab.analysis.compare import cell_comparisons, experiments_spanned, generic_table, run_record, split_warned
+from lab.analysis.cost import cost_table
+from lab.analysis.safe_csv import dataframe_to_csv, records_to_csv
+from lab.analysis.seed import SEED_EXPERIMENTS, matching_seed_preset, seed_ratios
 from pages.view.figures import (
     hit_rates_figure,
     latency_vs_vus_figure,
@@ -26,10 +19,9 @@ from pages.view.figures import (
 )
 from pages.common import NEW_EXPERIMENT_PAGE, session
 from pages.view.names import display_frame, human_headers
-from pages.view.tables import cost_table, experiments_spanned, generic_table, matching_seed_preset, plural, ratios_rows
+from pages.view.tables import plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
 
-RATIOS = {"seed-exp1": exp1_ratios, "seed-exp2": exp2_ratios, "seed-exp3": exp3_ratios}
 RECENT_RUNS_LISTED = 1000
 MAX_OVERLAID_RUNS = 12
 
@@ -57,20 +49,13 @@ def choose_records() -> list[dict]:
         return [run_record(run) for run in runs]
 
 
-def page() -> None:
-    st.title("Compare")
-    with session() as db_session:
-        has_runs = bool(store.list_runs(session=db_session, statuses=["done"], limit=1))
-    if not has_runs:
-        st.info("Nothing to compare yet: no run has finished. Launch a seed preset on New experiment "
-                "(the quick scale takes minutes), then come back.")
-        st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
-        return
-    records = choose_records()
+def runs_to_average(records: list[dict]) -> list[dict] | None:
+    """The done runs the means use: one worker's if asked, without warned runs unless asked;
+    None (after saying why) when none of the chosen runs is done."""
     done = [record for record in records if record["status"] == "done"]
     if not done:
         st.info("None of the chosen runs is done yet. Pick others, or wait for the queue (see Runs).")
-        return
+        return None
     if len(done) < len(records):
         st.caption(f"{plural(len(records) - len(done), 'chosen run')} not done: left out of the figures.")
     workers = sorted({record["worker_name"] for record in done if record["worker_name"]})
@@ -86,23 +71,25 @@ def page() -> None:
         st.caption(f"{len(warned)} run(s) with measurement warnings "
                    + ("included in the means." if include_warned or not clean else "left out of the means."))
     if not include_warned and clean:
-        done = clean
-    elif warned and not include_warned:
+        return clean
+    if warned and not include_warned:
         st.warning("Every chosen run carries a measurement warning (see Run detail): shown anyway, read with care.")
-    ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
-    price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
-                                     key="compare_price", help="What an hour of this hardware costs you.")
+    return done
 
-    preset = matching_seed_preset(done, list(SEED_TABLES))
+
+def main_table(done: list[dict], preset: str | None, price_per_hour: float) -> pd.DataFrame:
+    """Show the seed's table of ``preset`` (ours beside the seed's) or, without one, the generic table."""
     if preset:
+        ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
+        several = len({r["experiment_id"] for r in done}) > 1
         st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
         st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
                    "ours are means over repeats with their 95% confidence interval [low, high], of "
-                   f"{plural(len(done), 'run')} from experiment{'s' if len({r['experiment_id'] for r in done}) > 1 else ''} "
+                   f"{plural(len(done), 'run')} from experiment{'s' if several else ''} "
                    f"{experiments_spanned(done)}; throughput is k6's (whole test, drain included, like the seed's), "
                    "steady throughput the load window only"
                    + (f", measured on {plain(ran_on)}." if ran_on else "."))
-        table = SEED_TABLES[preset](done)
+        table = seed_comparison_table(preset, done)
     else:
         st.subheader("Figures by backend and load")
         st.caption(f"Means over repeats of {plural(len(done), 'done run')} from experiments "
@@ -110,6 +97,11 @@ def page() -> None:
                    "No single seed preset matches the choice, so no seed figures.")
         table = generic_table(done, price_per_hour=price_per_hour)
     st.dataframe(display_frame(table), hide_index=True, width="stretch")
+    return table
+
+
+def downloads(table: pd.DataFrame, records: list[dict]) -> None:
+    """The shown table and the raw per-run records as CSV, machine or human column names."""
     human = st.toggle("Human column names in the CSV files", value=False, key="compare_csv_human",
                       help="Off: machine names (output_tok_per_s) for scripts. Either way numbers keep full precision.")
     table_csv = dataframe_to_csv(human_headers(table) if human else table)
@@ -124,9 +116,12 @@ def page() -> None:
     right.download_button("Download raw per-run data (CSV)", raw_csv, file_name="runs.csv", mime="text/csv",
                           key="download_raw", on_click="ignore")
 
+
+def ratios_section(done: list[dict], preset: str | None) -> None:
+    """The seed's ratios (of ``preset``, or of every seed experiment) and the one-setting comparisons."""
     st.subheader("Ratios")
-    ratio_functions = [RATIOS[preset]] if preset else list(RATIOS.values())
-    rows = [row for function in ratio_functions for row in ratios_rows(function(done)) if row["value"] is not None]
+    presets = [preset] if preset else list(SEED_EXPERIMENTS)
+    rows = [row for name in presets for row in ratios_rows(seed_ratios(name, done)) if row["value"] is not None]
     if rows:
         st.dataframe(display_frame(pd.DataFrame(rows)), hide_index=True)
     else:
@@ -138,9 +133,9 @@ def page() -> None:
                    "(significant at p < 0.05; under 3 repeats a side, n too small).")
         st.dataframe(display_frame(pd.DataFrame(significance)), hide_index=True)
 
-    st.subheader("Cost per million output tokens")
-    st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True)
 
+def charts_section(done: list[dict]) -> None:
+    """Throughput and latency by VUs, the first runs' output tok/s over time, cache hit rates."""
     st.subheader("Charts")
     charts = st.columns(2)
     charts[0].plotly_chart(throughput_vs_vus_figure(done), key="compare_throughput")
@@ -162,6 +157,29 @@ def page() -> None:
     if len(done) > len(overlaid_ids):
         st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
 
+
+def page() -> None:
+    st.title("Compare")
+    with session() as db_session:
+        has_runs = bool(store.list_runs(session=db_session, statuses=["done"], limit=1))
+    if not has_runs:
+        st.info("Nothing to compare yet: no run has finished. Launch a seed preset on New experiment "
+                "(the quick scale takes minutes), then come back.")
+        st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
+        return
+    records = choose_records()
+    done = runs_to_average(records)
+    if done is None:
+        return
+    price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
+                                     key="compare_price", help="What an hour of this hardware costs you.")
+    preset = matching_seed_preset(done)
+    table = main_table(done, preset, price_per_hour)
+    downloads(table, records)
+    ratios_section(done, preset)
+    st.subheader("Cost per million output tokens")
+    st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True)
+    charts_section(done)
     st.subheader("Throughput against latency (Pareto)")
     from pages.view.capacity_form import pareto_block
 

@@ -18,6 +18,7 @@ Register a kind with the decorator (GuideLLM's shape)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
@@ -29,6 +30,16 @@ if TYPE_CHECKING:
     from lab.settings import Settings
 
 CACHE_SUFFIX = "+cache"
+
+
+class SeedSetup(Enum):
+    """The seed's three set-ups (../shared/reference/seed-experiments.md), by the seed's own
+    names. A kind says which one it reproduces (``seed_setup``; behind the response cache,
+    ``seed_cached_setup``), so the seed's tables map onto our runs without naming a kind."""
+
+    NAIVE = "naive"  # Transformers + FastAPI, one request at a time
+    VLLM = "vllm"
+    VLLM_CACHE = "vllm+cache"  # vLLM behind the Redis response cache
 
 
 class UnknownBackendError(ValueError):
@@ -101,6 +112,9 @@ class Backend:
     # False: the lab does not start it; runs name its URL (``target_url``).
     managed: ClassVar[bool] = True
     readiness_timeout_s: ClassVar[float] = 180.0
+    # The seed's set-up this kind reproduces, alone and behind the response cache (None: none).
+    seed_setup: ClassVar[SeedSetup | None] = None
+    seed_cached_setup: ClassVar[SeedSetup | None] = None
 
     def launch(self, *, model: str, options: Any, settings: "Settings") -> Launch:
         """The server's launch description for ``model`` (already validated) and ``options``."""
@@ -173,6 +187,29 @@ def managed_backend_names() -> list[str]:
 def spec_backend_names() -> list[str]:
     """Every value a spec's ``backend`` may take: each kind, then each kind behind the cache."""
     return [*BACKENDS, *(f"{name}{CACHE_SUFFIX}" for name in BACKENDS)]
+
+
+def behind_cache(name: str) -> bool:
+    """Whether a spec backend is a kind behind the response cache (``<kind>+cache``)."""
+    return name.endswith(CACHE_SUFFIX)
+
+
+def seed_setup_of(name: str | None) -> SeedSetup | None:
+    """The seed's set-up that spec backend ``name`` reproduces; None for one the seed did not run."""
+    kind = BACKENDS.get(name.removesuffix(CACHE_SUFFIX)) if name else None
+    if kind is None:
+        return None
+    return kind.seed_cached_setup if behind_cache(name) else kind.seed_setup
+
+
+def seed_setup_backend(setup: SeedSetup) -> str:
+    """The spec backend that reproduces the seed's ``setup`` (a kind, or a kind behind the cache)."""
+    for name, kind in BACKENDS.items():
+        if kind.seed_setup is setup:
+            return name
+        if kind.seed_cached_setup is setup:
+            return f"{name}{CACHE_SUFFIX}"
+    raise LookupError(f"no registered backend reproduces the seed's {setup.value!r} set-up")
 
 
 def options_sections() -> dict[str, type[BaseModel]]:

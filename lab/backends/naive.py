@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, PositiveInt
 
-from lab.backends import VLLM_METRICS, Backend, Launch, MetricNames, register
+from lab.backends import VLLM_METRICS, Backend, Launch, MetricNames, SeedSetup, register
 from lab.specs.base import StrictModel
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class NaiveOptions(StrictModel):
 class NaiveBackend(Backend):
     name = "naive"
     label = "Transformers (naive)"
+    seed_setup = SeedSetup.NAIVE
     options_model = NaiveOptions
     # The naive server exports vLLM's names where the meaning is the same (no prefix cache).
     metrics = MetricNames(**{**VLLM_METRICS.__dict__, "prefix_cache_hits": None, "prefix_cache_queries": None})

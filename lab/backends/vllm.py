@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from lab.backends import VLLM_METRICS, Backend, Launch, post_reset, register
+from lab.backends import VLLM_METRICS, Backend, Launch, SeedSetup, post_reset, register
 from lab.specs.base import StrictModel
 
 if TYPE_CHECKING:
@@ -142,6 +142,8 @@ class VllmOptions(StrictModel):
 class VllmBackend(Backend):
     name = "vllm"
     label = "vLLM"
+    seed_setup = SeedSetup.VLLM
+    seed_cached_setup = SeedSetup.VLLM_CACHE
     options_model = VllmOptions
     metrics = VLLM_METRICS
     start_hint = "about 1 min on a small CPU machine (several with compilation)"

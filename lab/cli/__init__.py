@@ -203,7 +203,7 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
 
 
 def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    from lab.analysis.compare import records_to_csv
+    from lab.analysis.safe_csv import records_to_csv
 
     if args.action == "slo":
         return cmd_runs_slo(args, settings)

@@ -25,10 +25,12 @@ from typing import Any
 
 import pandas as pd
 
-from lab.analysis import compare
+from lab.analysis.aggregation import done_runs
+from lab.analysis.compare import RECORD_FIELDS
+from lab.analysis.safe_csv import records_to_csv
 from lab.report.capacity_section import CapacitySection, latest_capacity_section
 from lab.report.charts import build_charts, write_pngs
-from lab.report.claims import NOT_HELD_HARDWARE, VERDICT_RULES, VERDICTS, done_runs, evaluate_claims
+from lab.report.claims import evaluate_claims
 from lab.report.publish import published_environment, published_record, scrub_paths, scrub_record
 from lab.report.render import Block, render_html, render_markdown
 from lab.report.tables import (
@@ -40,6 +42,7 @@ from lab.report.tables import (
     scaling_table,
     seed_table,
 )
+from lab.report.verdicts import NOT_HELD_HARDWARE, VERDICT_RULES, VERDICTS
 from services.processes import PROJECT_ROOT
 
 PRESETS: tuple[str, ...] = ("seed-exp1", "seed-exp2", "seed-exp3")
@@ -202,7 +205,7 @@ def write_report(
     written["report.html"] = html_path
     csv_path = output_dir / "runs.csv"
     all_records = [r for records in records_by_preset.values() for r in records]
-    csv_path.write_text(compare.records_to_csv(all_records, compare.RECORD_FIELDS), encoding="utf-8")
+    csv_path.write_text(records_to_csv(all_records, RECORD_FIELDS), encoding="utf-8")
     written["runs.csv"] = csv_path
     for stem, path in png_paths.items():
         written[f"charts/{stem}.png"] = path

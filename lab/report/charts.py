@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lab.analysis.compare import SEED_EXP1, SEED_EXP2, SEED_EXP3, SEED_SERVER_NAMES, aggregate
-from lab.report.claims import as_records, done_runs
+from lab.analysis.aggregation import aggregate, done_runs
+from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES
+from lab.backends import SeedSetup, seed_setup_backend, seed_setup_of
 
 logger = logging.getLogger(__name__)
 
@@ -55,52 +56,64 @@ def _half_width(row: dict[str, Any], figure: str) -> float:
     return high - row[figure] if high is not None and row.get(figure) is not None else 0.0
 
 
+def _setup_series(rows: list[dict[str, Any]], *, x_key: str, figure: str, names: dict[SeedSetup, str],
+                  seed: bool = False) -> list[dict[str, Any]]:
+    """One series per seed set-up in ``names`` (ours, or with ``seed`` the seed's), named after it."""
+    whose = "seed" if seed else "ours"
+    series = [_series(rows, x_key=x_key, figure=figure, backend=seed_setup_backend(setup), name=f"{name} ({whose})",
+                      seed=seed) for setup, name in names.items()]
+    return [s for s in series if s]
+
+
 def build_charts(records_by_preset: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The report's Plotly figures, ours (mean, 95% CI) beside the seed's, keyed by file stem."""
     charts: dict[str, Any] = {}
     exp1 = records_by_preset.get("seed-exp1", [])
     if done_runs(exp1):
         ours = aggregate(exp1, ("vus", "backend"), ("output_tok_per_s", "latency_avg_s"))
-        seed = as_records(SEED_EXP1)
+        seed = SEED_EXPERIMENTS["seed-exp1"].records()
+        names = {SeedSetup.NAIVE: "Transformers", SeedSetup.VLLM: "vLLM"}
         for figure, stem, title, axis in (
             ("output_tok_per_s", "exp1_throughput", "Experiment 1: output throughput by VUs", "output tok/s (log)"),
             ("latency_avg_s", "exp1_latency", "Experiment 1: average latency by VUs", "seconds (log)"),
         ):
-            series = [
-                _series(ours, x_key="vus", figure=figure, backend="naive", name="Transformers (ours)"),
-                _series(ours, x_key="vus", figure=figure, backend="vllm", name="vLLM (ours)"),
-                _series(seed, x_key="vus", figure=figure, backend="naive", name="Transformers (seed)", seed=True),
-                _series(seed, x_key="vus", figure=figure, backend="vllm", name="vLLM (seed)", seed=True),
-            ]
-            charts[stem] = _bar([s for s in series if s], title=title, x_title="VUs", y_title=axis, log_y=True)
+            series = [*_setup_series(ours, x_key="vus", figure=figure, names=names),
+                      *_setup_series(seed, x_key="vus", figure=figure, names=names, seed=True)]
+            charts[stem] = _bar(series, title=title, x_title="VUs", y_title=axis, log_y=True)
     exp2 = records_by_preset.get("seed-exp2", [])
     if done_runs(exp2):
         ours = aggregate(exp2, ("prompts", "backend"), ("req_per_s",))
-        seed = as_records(SEED_EXP2)
-        series = [
-            _series(ours, x_key="prompts", figure="req_per_s", backend="vllm", name="vLLM direct (ours)"),
-            _series(ours, x_key="prompts", figure="req_per_s", backend="vllm+cache", name="vLLM + Redis (ours)"),
-            _series(seed, x_key="prompts", figure="req_per_s", backend="vllm", name="vLLM direct (seed)", seed=True),
-            _series(seed, x_key="prompts", figure="req_per_s", backend="vllm+cache", name="vLLM + Redis (seed)",
-                    seed=True),
-        ]
-        charts["exp2_req_per_s"] = _bar([s for s in series if s], title="Experiment 2: req/s with and without the cache",
+        seed = SEED_EXPERIMENTS["seed-exp2"].records()
+        names = {SeedSetup.VLLM: "vLLM direct", SeedSetup.VLLM_CACHE: "vLLM + Redis"}
+        series = [*_setup_series(ours, x_key="prompts", figure="req_per_s", names=names),
+                  *_setup_series(seed, x_key="prompts", figure="req_per_s", names=names, seed=True)]
+        charts["exp2_req_per_s"] = _bar(series, title="Experiment 2: req/s with and without the cache",
                                         x_title="PROMPTS", y_title="req/s (log)", log_y=True)
     exp3 = records_by_preset.get("seed-exp3", [])
     if done_runs(exp3):
-        ours = aggregate(exp3, ("backend",), ("req_per_s",))
-        order = ["naive", "vllm", "vllm+cache"]
-        ours_rows = sorted((r for r in ours if r["req_per_s"] is not None), key=lambda r: order.index(r["backend"])
-                           if r["backend"] in order else 9)
-        series = [
-            {"name": "ours", "x": [SEED_SERVER_NAMES.get(r["backend"], r["backend"]) for r in ours_rows],
-             "y": [r["req_per_s"] for r in ours_rows], "ci95_half": [_half_width(r, "req_per_s") for r in ours_rows]},
-            {"name": "seed", "x": [SEED_SERVER_NAMES[r["backend"]] for r in SEED_EXP3],
-             "y": [r["req_per_s"] for r in SEED_EXP3], "seed": True},
-        ]
-        charts["exp3_req_per_s"] = _bar(series, title="Experiment 3: multi-turn chat req/s", x_title="server",
-                                        y_title="req/s (log)", log_y=True)
+        charts["exp3_req_per_s"] = _exp3_chart(exp3)
     return charts
+
+
+def _exp3_chart(records: list[dict[str, Any]]):  # noqa: ANN202
+    """Experiment 3's req/s per server, ours in the seed's set-up order (others after), beside the seed's."""
+    order = list(SeedSetup)
+
+    def position(row: dict[str, Any]) -> int:
+        setup = seed_setup_of(row["backend"])
+        return order.index(setup) if setup else len(order)
+
+    ours_rows = sorted((r for r in aggregate(records, ("backend",), ("req_per_s",)) if r["req_per_s"] is not None),
+                       key=position)
+    published = SEED_EXPERIMENTS["seed-exp3"].published
+    series = [
+        {"name": "ours", "x": [SERVER_NAMES.get(seed_setup_of(r["backend"]), r["backend"]) for r in ours_rows],
+         "y": [r["req_per_s"] for r in ours_rows], "ci95_half": [_half_width(r, "req_per_s") for r in ours_rows]},
+        {"name": "seed", "x": [SERVER_NAMES[row.setup] for row in published],
+         "y": [row.req_per_s for row in published], "seed": True},
+    ]
+    return _bar(series, title="Experiment 3: multi-turn chat req/s", x_title="server", y_title="req/s (log)",
+                log_y=True)
 
 
 def write_pngs(charts: dict[str, Any], folder: Path) -> tuple[dict[str, Path], str | None]:

@@ -1,135 +1,43 @@
 """Claims and verdicts: the seed's conclusions, claim by claim, judged by rules that are data.
 
-The verdict rules (``VERDICT_RULES``) and the claims (``CLAIMS``) are data, so the report
-prints exactly the rule each verdict used. Figures and ratios come from :mod:`lab.analysis.compare`.
+The verdict rules (:mod:`lab.report.verdicts`) and the claims (``CLAIMS``) are data, so the report
+prints exactly the rule each verdict used. Figures and ratios come from :mod:`lab.analysis.seed`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.analysis import compare
-from lab.analysis.compare import (
-    SEED_EXP1,
-    SEED_EXP2,
-    SEED_EXP3,
-    SEED_SERVER_NAMES,
+from lab.analysis.aggregation import done_runs, vus_range
+from lab.analysis.seed import (
+    SEED_EXPERIMENTS,
+    SERVER_NAMES,
     exp1_ratios,
     exp2_ratios,
     exp3_ratios,
-    format_share,
+    seed_growth,
+    setup_mean,
+)
+from lab.backends import SeedSetup, seed_setup_of
+from lab.report.formatting import format_ratio, format_share
+from lab.report.verdicts import (  # noqa: F401 (re-exported: the verdicts belong with the claims they judge)
+    HELD,
+    NOT_HELD,
+    NOT_HELD_HARDWARE,
+    NOT_MEASURED,
+    PARTLY,
+    VERDICT_RULES,
+    VERDICTS,
+    judge,
 )
 
-# The seed states experiment 2's hit rate only for 1,000 prompts ("hit rate 98%").
-SEED_EXP2_HIT_RATE: dict[int, float] = {1000: 0.98}
+_NAIVE, _VLLM, _CACHED = SeedSetup.NAIVE, SeedSetup.VLLM, SeedSetup.VLLM_CACHE
 # The VUs behind the seed's experiments 2 and 3 (not stated by the seed; its direct rows match 32).
 SEED_VUS_BY_PRESET: dict[str, int] = {"seed-exp2": 32, "seed-exp3": 32}
-
-
-HELD, NOT_HELD, PARTLY, NOT_MEASURED = "held", "did not hold", "partly", "not measured"
-# Did not hold, and a measured resource of this machine bounds the figure (a GPU would change it).
-NOT_HELD_HARDWARE = "did not hold here (hardware)"
-VERDICTS: tuple[str, ...] = (HELD, PARTLY, NOT_HELD_HARDWARE, NOT_HELD, NOT_MEASURED)
 # A machine this busy (backend, k6 and everything else, over all its cores) has no compute left to give.
 SATURATED_SHARE = 0.85
-
-# The rules, as data. Each verdict names its rule; the report prints these parameters.
-VERDICT_RULES: dict[str, dict[str, Any]] = {
-    # A claimed factor ("~5x faster", "grows ~25x").
-    "factor": {
-        "held_within_factor": 2.0,  # ours between seed/2 and seed*2
-        "direction_margin": 0.10,  # "same direction": ours above 1.1 where the seed's is above 1 (below 0.9 if below)
-        "text": "held if ours is within a factor of 2 of the seed's figure; partly if it points the same way "
-                "(above 1.1 where the seed's is above 1) but is further off; did not hold otherwise",
-    },
-    # A claimed gain ("~5x faster", "~100x more req/s"): a stronger gain holds the claim too.
-    "gain": {
-        "held_at_least_fraction": 0.5,  # ours at least half the seed's
-        "direction_margin": 0.10,
-        "text": "held if ours is at least half the seed's figure (a larger gain holds the claim too); partly if "
-                "it is still a gain (above 1.1); did not hold otherwise",
-    },
-    # A claimed near-constant ("latency grows only 1.2x", "max latency unchanged").
-    "steady": {
-        "held_within_factor": 1.5,
-        "partly_within_factor": 3.0,
-        "text": "held if ours is within a factor of 1.5 of the seed's figure; partly within a factor of 3; "
-                "did not hold otherwise",
-    },
-    # A claimed share ("hit rate 98%", "prefix cache hits 82%").
-    "share": {
-        "held_within_points": 0.10,
-        "partly_at_least_fraction": 0.5,
-        "text": "held if ours is within 10 percentage points of the seed's; partly if at least half of it; "
-                "did not hold otherwise",
-    },
-    # "Prefix caching reuses the shared prompt prefix" (hit rates "very high").
-    "high_share": {
-        "held_at_least": 0.5,
-        "partly_at_least": 0.1,
-        "text": "held if ours is at least 50%; partly if at least 10%; did not hold otherwise",
-    },
-    # "Almost never hits".
-    "rare": {
-        "held_at_most": 0.05,
-        "partly_at_most": 0.20,
-        "text": "held if ours is at most 5%; partly if at most 20%; did not hold otherwise",
-    },
-    # "Costs almost nothing": cached over direct throughput.
-    "cheap": {
-        "held_at_least": 0.90,
-        "partly_at_least": 0.75,
-        "text": "held if the cached set-up keeps at least 90% of the direct req/s; partly at least 75%; "
-                "did not hold otherwise",
-    },
-}
-
-
-def judge(rule: str, ours: float | None, seed: float | None) -> str:
-    """The verdict of one figure under ``VERDICT_RULES[rule]``; ``not measured`` when a figure is missing."""
-    params = VERDICT_RULES[rule]
-    if ours is None or (isinstance(ours, float) and math.isnan(ours)):
-        return NOT_MEASURED
-    if rule == "factor":
-        if seed is None or seed <= 0 or ours <= 0:
-            return NOT_MEASURED if seed is None else NOT_HELD
-        factor = params["held_within_factor"]
-        if seed / factor <= ours <= seed * factor:
-            return HELD
-        margin = params["direction_margin"]
-        same_way = ours > 1 + margin if seed > 1 else ours < 1 - margin
-        return PARTLY if same_way else NOT_HELD
-    if rule == "gain":
-        if seed is None or seed <= 0 or ours <= 0:
-            return NOT_MEASURED if seed is None else NOT_HELD
-        if ours >= seed * params["held_at_least_fraction"]:
-            return HELD
-        return PARTLY if ours > 1 + params["direction_margin"] else NOT_HELD
-    if rule == "steady":
-        if seed is None or seed <= 0 or ours <= 0:
-            return NOT_MEASURED if seed is None else NOT_HELD
-        off_by = max(ours / seed, seed / ours)
-        if off_by <= params["held_within_factor"]:
-            return HELD
-        return PARTLY if off_by <= params["partly_within_factor"] else NOT_HELD
-    if rule == "share":
-        if seed is None:
-            return NOT_MEASURED
-        if abs(ours - seed) <= params["held_within_points"]:
-            return HELD
-        return PARTLY if ours >= seed * params["partly_at_least_fraction"] else NOT_HELD
-    if rule in ("high_share", "cheap"):
-        if ours >= params["held_at_least"]:
-            return HELD
-        return PARTLY if ours >= params["partly_at_least"] else NOT_HELD
-    if rule == "rare":
-        if ours <= params["held_at_most"]:
-            return HELD
-        return PARTLY if ours <= params["partly_at_most"] else NOT_HELD
-    raise ValueError(f"unknown verdict rule {rule!r}")
 
 
 @dataclass(frozen=True)
@@ -162,8 +70,9 @@ class Evidence:
     records: list[dict[str, Any]]
     environment: dict[str, Any]
 
-    def mean(self, figure: str, **match: Any) -> float | None:
-        return compare.mean_of(self.records, figure, **match)
+    def mean(self, figure: str, setup: SeedSetup, **match: Any) -> float | None:
+        """Mean ``figure`` of the runs of the backend reproducing the seed's ``setup`` that match ``match``."""
+        return setup_mean(self.records, figure, setup, **match)
 
     @property
     def cores(self) -> int | None:
@@ -195,92 +104,84 @@ class Reason:
     bound: str | None = None
 
 
-def as_records(seed_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**row, "status": "done"} for row in seed_rows]
+def _seed_records(preset: str) -> list[dict[str, Any]]:
+    return SEED_EXPERIMENTS[preset].records()
 
 
-def done_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("status") == "done"]
+def _growth(setup: SeedSetup, figure: str) -> Callable[[list[dict[str, Any]]], Measurement]:
+    what = "output tok/s" if figure == "output_tok_per_s" else "avg latency"
 
-
-def vus_range(records: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
-    vus = sorted({r["vus"] for r in done_runs(records) if r.get("vus") is not None})
-    return (vus[0], vus[-1]) if len(vus) >= 2 else None
-
-
-def seed_exp1_over(low: int, high: int) -> list[dict[str, Any]]:
-    """The seed's experiment 1 rows at ``low`` and ``high`` VUs, or 1 and 32 if it has no such rows."""
-    seed_vus = {row["vus"] for row in SEED_EXP1}
-    if low not in seed_vus or high not in seed_vus:
-        low, high = 1, 32
-    return [row for row in as_records(SEED_EXP1) if row["vus"] in (low, high)]
-
-
-def _growth(backend: str, figure: str) -> Callable[[list[dict[str, Any]]], Measurement]:
     def measure(records: list[dict[str, Any]]) -> Measurement:
         span = vus_range(records)
-        what = "output tok/s" if figure == "throughput" else "avg latency"
         if span is None:
-            return Measurement(None, None, f"{backend} {what}, highest over lowest VUs")
+            return Measurement(None, None, f"{setup.value} {what}, highest over lowest VUs")
         low, high = span
-        ours = exp1_ratios(records).get(f"{backend}_{figure}_growth_{low}_to_{high}_vus")
-        seed_rows = seed_exp1_over(low, high)
-        seed_low, seed_high = min(r["vus"] for r in seed_rows), max(r["vus"] for r in seed_rows)
-        seed = exp1_ratios(seed_rows).get(f"{backend}_{figure}_growth_{seed_low}_to_{seed_high}_vus")
-        return Measurement(ours, seed, f"{SEED_SERVER_NAMES[backend]} {what} at {high} VUs over {low} VU "
-                                       f"(seed: {seed_high} over {seed_low})")
+        ours = exp1_ratios(records).growth_of(setup, figure)
+        seed = seed_growth(setup, figure, low, high)
+        return Measurement(ours.value if ours else None, seed.value,
+                           f"{SERVER_NAMES[setup]} {what} at {high} VUs over {low} VU "
+                           f"(seed: {seed.high_vus} over {seed.low_vus})")
     return measure
 
 
 def _speedup_at_1_vu(records: list[dict[str, Any]]) -> Measurement:
     return Measurement(
-        exp1_ratios(records)["vllm_over_naive_throughput"].get(1),
-        exp1_ratios(as_records(SEED_EXP1))["vllm_over_naive_throughput"][1],
+        exp1_ratios(records).speedup_at(1),
+        exp1_ratios(_seed_records("seed-exp1")).speedup_at(1),
         "vLLM over naive output tok/s at 1 VU",
     )
 
 
 def _prefix_hit_exp1(records: list[dict[str, Any]]) -> Measurement:
-    ours = compare.mean_of(records, "prefix_cache_hit_rate", backend="vllm")
+    ours = exp1_ratios(records).prefix_cache_hit_rate.value
     return Measurement(ours, None, "vLLM prefix-cache hit rate, number-story prompt (seed: 'very high', not stated)")
 
 
-def _cache_speedup(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _exp2_value(records: Sequence[dict[str, Any]], prompts: int, pick: Callable[[Any], float | None]) -> float | None:
+    at_prompts = exp2_ratios(records).get(prompts)
+    return pick(at_prompts) if at_prompts else None
+
+
+def _exp2(prompts: int, pick: Callable[[Any], float | None],
+          figure: str) -> Callable[[list[dict[str, Any]]], Measurement]:
     def measure(records: list[dict[str, Any]]) -> Measurement:
-        ours = exp2_ratios(records).get(prompts, {}).get("cached_over_direct_req_per_s")
-        seed = exp2_ratios(as_records(SEED_EXP2))[prompts]["cached_over_direct_req_per_s"]
-        return Measurement(ours, seed, f"cached over direct req/s, {prompts} prompts")
+        return Measurement(_exp2_value(records, prompts, pick), _exp2_value(_seed_records("seed-exp2"), prompts, pick),
+                           figure)
     return measure
+
+
+def _cache_speedup(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
+    return _exp2(prompts, lambda ratios: ratios.cached_over_direct.value,
+                 f"cached over direct req/s, {prompts} prompts")
 
 
 def _cache_hit_rate(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
-    def measure(records: list[dict[str, Any]]) -> Measurement:
-        ours = exp2_ratios(records).get(prompts, {}).get("cache_hit_rate")
-        return Measurement(ours, SEED_EXP2_HIT_RATE.get(prompts), f"response-cache hit rate, {prompts} prompts")
-    return measure
+    return _exp2(prompts, lambda ratios: ratios.hit_rate.value, f"response-cache hit rate, {prompts} prompts")
 
 
 def _cache_filled_first(records: Sequence[dict[str, Any]], prompts: int) -> bool:
     """Whether the cached cell with ``prompts`` filled its cache before the measured window."""
     return any(r.get("cache_filled_first") for r in done_runs(records)
-               if r.get("backend") == "vllm+cache" and r.get("prompts") == prompts)
+               if seed_setup_of(r.get("backend")) is _CACHED and r.get("prompts") == prompts)
 
 
 def _max_latency(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
+    measure_ratio = _exp2(prompts, lambda ratios: ratios.max_latency_cached_over_direct.value,
+                          f"max latency cached over direct, {prompts} prompts")
+
     def measure(records: list[dict[str, Any]]) -> Measurement:
-        ours = exp2_ratios(records).get(prompts, {}).get("max_latency_cached_over_direct")
-        seed = exp2_ratios(as_records(SEED_EXP2))[prompts]["max_latency_cached_over_direct"]
-        figure = f"max latency cached over direct, {prompts} prompts"
+        measurement = measure_ratio(records)
         if _cache_filled_first(records, prompts):
-            return Measurement(None, seed, figure, "the cache was filled before the measured window, so the window "
-                                                   "held no miss: this claim is about the misses")
-        return Measurement(ours, seed, figure)
+            return Measurement(None, measurement.seed, measurement.figure,
+                               "the cache was filled before the measured window, so the window "
+                               "held no miss: this claim is about the misses")
+        return measurement
     return measure
 
 
-def _exp3(figure: str, label: str) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _exp3(pick: Callable[[Any], float | None], label: str) -> Callable[[list[dict[str, Any]]], Measurement]:
     def measure(records: list[dict[str, Any]]) -> Measurement:
-        return Measurement(exp3_ratios(records)[figure], exp3_ratios(as_records(SEED_EXP3))[figure], label)
+        return Measurement(pick(exp3_ratios(records)), pick(exp3_ratios(_seed_records("seed-exp3"))), label)
     return measure
 
 
@@ -311,9 +212,9 @@ def _saturation_bound(evidence: Evidence, what: str, **match: Any) -> str | None
     return f"{cpu}; {no_gpu}" if cpu and no_gpu else cpu
 
 
-def _tpot_change(evidence: Evidence, backend: str, low: int, high: int) -> str:
-    tpot_low = evidence.mean("server_time_per_output_token_avg_s", backend=backend, vus=low)
-    tpot_high = evidence.mean("server_time_per_output_token_avg_s", backend=backend, vus=high)
+def _tpot_change(evidence: Evidence, setup: SeedSetup, low: int, high: int) -> str:
+    tpot_low = evidence.mean("server_time_per_output_token_avg_s", setup, vus=low)
+    tpot_high = evidence.mean("server_time_per_output_token_avg_s", setup, vus=high)
     if not tpot_low or tpot_high is None:
         return ""
     return (f"; the server's time per output token went from {tpot_low * 1000:.0f} ms to {tpot_high * 1000:.0f} ms "
@@ -321,12 +222,12 @@ def _tpot_change(evidence: Evidence, backend: str, low: int, high: int) -> str:
 
 
 def _explain_speedup_1vu(evidence: Evidence) -> Reason:
-    vllm = evidence.mean("output_tok_per_s", backend="vllm", vus=1)
-    naive = evidence.mean("output_tok_per_s", backend="naive", vus=1)
+    vllm = evidence.mean("output_tok_per_s", setup=_VLLM, vus=1)
+    naive = evidence.mean("output_tok_per_s", setup=_NAIVE, vus=1)
     text = f"at 1 VU vLLM produced {_num(vllm)} output tok/s and the naive server {_num(naive)}"
     bound = _no_gpu_bound(evidence)
     if bound:
-        cpu = evidence.mean("backend_cpu_percent_avg", backend="vllm", vus=1)
+        cpu = evidence.mean("backend_cpu_percent_avg", setup=_VLLM, vus=1)
         text += (f"; the seed's mechanism (CUDA graphs cutting kernel-launch overhead) exists only on a GPU, "
                  f"and here vLLM's engine decoded on the CPU at {_num(cpu, 0)}% of one core")
     return Reason(text, bound)
@@ -337,14 +238,14 @@ def _explain_vllm_growth(evidence: Evidence) -> Reason:
     if span is None:
         return Reason("fewer than two VU counts were measured")
     low, high = span
-    tok_low = evidence.mean("output_tok_per_s", backend="vllm", vus=low)
-    tok_high = evidence.mean("output_tok_per_s", backend="vllm", vus=high)
-    lat_low = evidence.mean("latency_avg_s", backend="vllm", vus=low)
-    lat_high = evidence.mean("latency_avg_s", backend="vllm", vus=high)
+    tok_low = evidence.mean("output_tok_per_s", setup=_VLLM, vus=low)
+    tok_high = evidence.mean("output_tok_per_s", setup=_VLLM, vus=high)
+    lat_low = evidence.mean("latency_avg_s", setup=_VLLM, vus=low)
+    lat_high = evidence.mean("latency_avg_s", setup=_VLLM, vus=high)
     text = (f"from {low} to {high} VUs vLLM went from {_num(tok_low)} to {_num(tok_high)} output tok/s and its "
             f"average latency from {_num(lat_low, 2)} s to {_num(lat_high, 2)} s"
-            + _tpot_change(evidence, "vllm", low, high))
-    bound = _saturation_bound(evidence, f"at {high} VUs", backend="vllm", vus=high)
+            + _tpot_change(evidence, _VLLM, low, high))
+    bound = _saturation_bound(evidence, f"at {high} VUs", setup=_VLLM, vus=high)
     if bound:
         text += "; batching cannot add throughput once the cores are saturated"
     return Reason(text, bound)
@@ -355,10 +256,10 @@ def _explain_naive_growth(evidence: Evidence) -> Reason:
     if span is None:
         return Reason("fewer than two VU counts were measured")
     low, high = span
-    lat_low = evidence.mean("latency_avg_s", backend="naive", vus=low)
-    lat_high = evidence.mean("latency_avg_s", backend="naive", vus=high)
-    test_s = evidence.mean("measured_duration_s", backend="naive", vus=high)
-    interrupted = evidence.mean("iterations_interrupted", backend="naive", vus=high)
+    lat_low = evidence.mean("latency_avg_s", setup=_NAIVE, vus=low)
+    lat_high = evidence.mean("latency_avg_s", setup=_NAIVE, vus=high)
+    test_s = evidence.mean("measured_duration_s", setup=_NAIVE, vus=high)
+    interrupted = evidence.mean("iterations_interrupted", setup=_NAIVE, vus=high)
     # Serial: at N VUs a request waits for the N-1 before it, so latency / N is one generation.
     service_s = lat_low / low if lat_low is not None else None
     text = (f"the naive server answers one request at a time: about {_num(service_s, 1)} s a generation (at {low} "
@@ -373,7 +274,8 @@ def _explain_naive_growth(evidence: Evidence) -> Reason:
 
 
 def _block_size(evidence: Evidence) -> int | None:
-    sizes = {r.get("vllm_block_size") for r in done_runs(evidence.records) if str(r.get("backend")).startswith("vllm")}
+    sizes = {r.get("vllm_block_size") for r in done_runs(evidence.records)
+             if seed_setup_of(r.get("backend")) in (_VLLM, _CACHED)}
     sizes.discard(None)
     return sizes.pop() if len(sizes) == 1 else None
 
@@ -385,9 +287,9 @@ def _prompt_tokens(evidence: Evidence, **match: Any) -> float | None:
 
 
 def _explain_prefix(evidence: Evidence) -> Reason:
-    tokens = _prompt_tokens(evidence, backend="vllm")
+    tokens = _prompt_tokens(evidence, setup=_VLLM)
     block = _block_size(evidence)
-    hit = evidence.mean("prefix_cache_hit_rate", backend="vllm")
+    hit = evidence.mean("prefix_cache_hit_rate", setup=_VLLM)
     if tokens is None:
         return Reason("the prompt length was not measured")
     text = f"prompts averaged {tokens:,.0f} tokens (after the chat template)"
@@ -403,16 +305,16 @@ def _explain_prefix(evidence: Evidence) -> Reason:
 
 def _fill(evidence: Evidence, prompts: int) -> tuple[float | None, float | None, float | None]:
     """Direct req/s, seconds to store every distinct prompt at that rate, and the run's seconds."""
-    direct = evidence.mean("req_per_s", backend="vllm", prompts=prompts)
-    run_s = evidence.mean("duration_s", backend="vllm+cache", prompts=prompts)
+    direct = evidence.mean("req_per_s", setup=_VLLM, prompts=prompts)
+    run_s = evidence.mean("duration_s", setup=_CACHED, prompts=prompts)
     return direct, prompts / direct if direct else None, run_s
 
 
 def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
     def explain(evidence: Evidence) -> Reason:
         direct, fill_s, run_s = _fill(evidence, prompts)
-        cached = evidence.mean("req_per_s", backend="vllm+cache", prompts=prompts)
-        hit = evidence.mean("response_cache_hit_rate", backend="vllm+cache", prompts=prompts)
+        cached = evidence.mean("req_per_s", setup=_CACHED, prompts=prompts)
+        hit = evidence.mean("response_cache_hit_rate", setup=_CACHED, prompts=prompts)
         if direct is None or fill_s is None or run_s is None:
             return Reason("the direct or the cached run is missing")
         if _cache_filled_first(evidence.records, prompts):
@@ -427,8 +329,8 @@ def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
         if fill_s > run_s:
             text += (f", so at most {run_s / fill_s:.0%} of the prompts were stored by its end "
                      f"(hit rate measured: {format_share(hit)})")
-            seed_direct = compare.mean_of(as_records(SEED_EXP2), "req_per_s", backend="vllm", prompts=prompts)
-            bound = (f"generation speed: {direct:.2f} req/s direct at {_num(evidence.mean('vus', backend='vllm'), 0)} "
+            seed_direct = setup_mean(_seed_records("seed-exp2"), "req_per_s", _VLLM, prompts=prompts)
+            bound = (f"generation speed: {direct:.2f} req/s direct at {_num(evidence.mean('vus', setup=_VLLM), 0)} "
                      f"VUs against the seed's GPU {seed_direct:g} req/s (which stores them in "
                      f"{prompts / seed_direct:.0f} s)" if seed_direct else f"generation speed: {direct:.2f} req/s direct")
         else:
@@ -440,58 +342,58 @@ def _explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
 
 def _explain_max_latency(prompts: int) -> Callable[[Evidence], Reason]:
     def explain(evidence: Evidence) -> Reason:
-        cached = evidence.mean("latency_max_s", backend="vllm+cache", prompts=prompts)
-        direct = evidence.mean("latency_max_s", backend="vllm", prompts=prompts)
+        cached = evidence.mean("latency_max_s", setup=_CACHED, prompts=prompts)
+        direct = evidence.mean("latency_max_s", setup=_VLLM, prompts=prompts)
         return Reason(f"the slowest request took {_num(cached, 2)} s through the cache and {_num(direct, 2)} s "
                       "direct: a miss is a full generation at the same concurrency either way")
     return explain
 
 
 def _explain_exp3_speedup(evidence: Evidence) -> Reason:
-    vllm = evidence.mean("req_per_s", backend="vllm")
-    naive = evidence.mean("req_per_s", backend="naive")
-    vus = evidence.mean("vus", backend="vllm")
+    vllm = evidence.mean("req_per_s", setup=_VLLM)
+    naive = evidence.mean("req_per_s", setup=_NAIVE)
+    vus = evidence.mean("vus", setup=_VLLM)
     text = f"at {_num(vus, 0)} VUs vLLM served {_num(vllm, 2)} req/s and the naive server {_num(naive, 2)}"
-    return Reason(text, _saturation_bound(evidence, "under vLLM", backend="vllm"))
+    return Reason(text, _saturation_bound(evidence, "under vLLM", setup=_VLLM))
 
 
 def _explain_exp3_prefix(evidence: Evidence) -> Reason:
-    tokens = _prompt_tokens(evidence, backend="vllm")
+    tokens = _prompt_tokens(evidence, setup=_VLLM)
     block = _block_size(evidence)
-    requests = evidence.mean("requests_ok", backend="vllm")
-    vus = evidence.mean("vus", backend="vllm")
-    run_s = evidence.mean("duration_s", backend="vllm")
+    requests = evidence.mean("requests_ok", setup=_VLLM)
+    vus = evidence.mean("vus", setup=_VLLM)
+    run_s = evidence.mean("duration_s", setup=_VLLM)
     text = (f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}; a turn reuses the full "
             "blocks of the system prompt and of its session's earlier turns, so the share grows with the turns each "
             "session reaches within the run")
     if not requests or not vus or not run_s:
         return Reason(text)
     turns_per_vu = requests / vus
-    seed_rate = compare.mean_of(as_records(SEED_EXP3), "req_per_s", backend="vllm")
+    seed_rate = setup_mean(_seed_records("seed-exp3"), "req_per_s", _VLLM)
     seed_turns_per_vu = seed_rate * run_s / vus if seed_rate else None
     text += f": each of the {vus:.0f} VUs completed {turns_per_vu:.1f} turns here"
     bound = None
     if seed_turns_per_vu:
         text += f", about {seed_turns_per_vu:.0f} at the seed's {seed_rate:g} req/s"
         if turns_per_vu < seed_turns_per_vu / 2:
-            bound = (f"generation speed: {evidence.mean('req_per_s', backend='vllm'):.2f} req/s at {vus:.0f} VUs "
+            bound = (f"generation speed: {evidence.mean('req_per_s', setup=_VLLM):.2f} req/s at {vus:.0f} VUs "
                      f"against the seed's GPU {seed_rate:g} req/s, so the later turns of a session, which reuse the "
                      "most, are rarely reached in a run")
     return Reason(text, bound)
 
 
 def _explain_rare(evidence: Evidence) -> Reason:
-    hits = evidence.mean("response_cache_hits", backend="vllm+cache")
-    requests = evidence.mean("requests_ok", backend="vllm+cache")
+    hits = evidence.mean("response_cache_hits", setup=_CACHED)
+    requests = evidence.mean("requests_ok", setup=_CACHED)
     return Reason(f"{_num(hits, 0)} hits in {_num(requests, 0)} requests per run: a chat request carries its whole "
                   "conversation, so it repeats only when a session is replayed from the start")
 
 
 def _explain_cheap(evidence: Evidence) -> Reason:
-    cached = evidence.mean("req_per_s", backend="vllm+cache")
-    direct = evidence.mean("req_per_s", backend="vllm")
+    cached = evidence.mean("req_per_s", setup=_CACHED)
+    direct = evidence.mean("req_per_s", setup=_VLLM)
     text = f"{_num(cached, 2)} req/s through the proxy against {_num(direct, 2)} direct"
-    return Reason(text, _cpu_bound(evidence, "through the proxy", backend="vllm+cache"))
+    return Reason(text, _cpu_bound(evidence, "through the proxy", setup=_CACHED))
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -499,12 +401,12 @@ CLAIMS: tuple[Claim, ...] = (
           "gain", "x", _speedup_at_1_vu, _explain_speedup_1vu),
     Claim("exp1-vllm-throughput-growth", "seed-exp1",
           "From 1 to 32 VUs vLLM's throughput grows ~25x (continuous batching)...",
-          "gain", "x", _growth("vllm", "throughput"), _explain_vllm_growth),
+          "gain", "x", _growth(_VLLM, "output_tok_per_s"), _explain_vllm_growth),
     Claim("exp1-vllm-latency-growth", "seed-exp1", "...while its latency grows only 1.2x.",
-          "steady", "x", _growth("vllm", "latency"), _explain_vllm_growth),
+          "steady", "x", _growth(_VLLM, "latency_avg_s"), _explain_vllm_growth),
     Claim("exp1-naive-latency-growth", "seed-exp1",
           "The naive server serialises requests, so its latency grows ~10x.",
-          "factor", "x", _growth("naive", "latency"), _explain_naive_growth),
+          "factor", "x", _growth(_NAIVE, "latency_avg_s"), _explain_naive_growth),
     Claim("exp1-prefix-cache", "seed-exp1",
           "Prefix caching (PagedAttention KV cache) reuses the shared prompt prefix.",
           "high_share", "share", _prefix_hit_exp1, _explain_prefix),
@@ -519,26 +421,21 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("exp2-max-latency-1000", "seed-exp2", "Max latency is unchanged: misses still cost a full generation (1000 prompts).",
           "steady", "x", _max_latency(1000), _explain_max_latency(1000)),
     Claim("exp3-vllm-over-naive", "seed-exp3", "In multi-turn chat vLLM is ~40x the naive server.",
-          "gain", "x", _exp3("vllm_over_naive_req_per_s", "vLLM over naive req/s, multi-turn chat"),
+          "gain", "x", _exp3(lambda ratios: ratios.vllm_over_naive.value, "vLLM over naive req/s, multi-turn chat"),
           _explain_exp3_speedup),
     Claim("exp3-prefix-hit", "seed-exp3", "The KV prefix cache still hits 82%.",
-          "share", "share", _exp3("vllm_prefix_cache_hit_rate", "vLLM prefix-cache hit rate, multi-turn chat"),
+          "share", "share", _exp3(lambda ratios: ratios.prefix_cache_hit_rate.value,
+                                     "vLLM prefix-cache hit rate, multi-turn chat"),
           _explain_exp3_prefix),
     Claim("exp3-response-cache-rare", "seed-exp3", "The response cache almost never hits in chat (1 of 836)...",
-          "rare", "share", _exp3("response_cache_hit_rate", "response-cache hit rate, multi-turn chat"),
+          "rare", "share", _exp3(lambda ratios: ratios.response_cache_hit_rate.value,
+                                    "response-cache hit rate, multi-turn chat"),
           _explain_rare),
     Claim("exp3-response-cache-cheap", "seed-exp3", "...yet costs almost nothing.",
-          "cheap", "x", _exp3("cached_over_direct_req_per_s", "vLLM + Redis over vLLM req/s, multi-turn chat"),
+          "cheap", "x", _exp3(lambda ratios: ratios.cached_over_direct.value,
+                                  "vLLM + Redis over vLLM req/s, multi-turn chat"),
           _explain_cheap),
 )
-
-
-def format_value(value: float | None, unit: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if unit == "share":
-        return format_share(value)
-    return f"{value:,.1f}x" if value >= 10 else f"{value:.2f}x"
 
 
 def _how_far(measurement: Measurement, unit: str) -> str:
@@ -572,8 +469,8 @@ def evaluate_claims(
         records = records_by_preset.get(claim.preset, [])
         measurement = claim.measure(records)
         verdict = judge(claim.rule, measurement.ours, measurement.seed)
-        ours_text = format_value(measurement.ours, claim.unit)
-        seed_text = format_value(measurement.seed, claim.unit) if measurement.seed is not None else "not stated"
+        ours_text = format_ratio(measurement.ours, claim.unit)
+        seed_text = format_ratio(measurement.seed, claim.unit) if measurement.seed is not None else "not stated"
         bound = None
         if verdict == NOT_MEASURED:
             reason = measurement.why_not_measured or (

@@ -8,105 +8,74 @@ from typing import Any
 
 import pandas as pd
 
-from lab.analysis import compare
-from lab.analysis.compare import (
-    SEED_EXP1,
-    SEED_EXP2,
-    SEED_EXP3,
-    SEED_SERVER_NAMES,
-    aggregate,
-    exp1_ratios,
-    exp2_ratios,
-    exp3_ratios,
-    format_rate,
-    format_seconds,
-    format_share,
-)
-from lab.report.claims import SEED_EXP2_HIT_RATE, as_records, format_value, seed_exp1_over, vus_range
+from lab.analysis.aggregation import aggregate, vus_range
+from lab.analysis.cost import cost_per_million_output_tokens
+from lab.analysis.seed import SERVER_NAMES, SEED_EXPERIMENTS, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
+from lab.backends import SeedSetup, seed_setup_of
+from lab.report.formatting import format_rate, format_ratio, format_seconds, format_share, with_interval
+from lab.report.seed_tables import our_table, seed_table
 
-def seed_table(preset: str) -> pd.DataFrame:
-    """The seed's published table, with the seed's columns."""
-    if preset == "seed-exp1":
-        return pd.DataFrame([{
-            "VUs": r["vus"], "server": SEED_SERVER_NAMES[r["backend"]],
-            "throughput (tok/s)": format_rate(r["output_tok_per_s"], 1), "req/s": format_rate(r["req_per_s"]),
-            "avg latency": format_seconds(r["latency_avg_s"]), "p95 latency": format_seconds(r["latency_p95_s"]),
-        } for r in SEED_EXP1])
-    if preset == "seed-exp2":
-        set_up = {"vllm": "vLLM direct", "vllm+cache": "vLLM + Redis"}
-        return pd.DataFrame([{
-            "PROMPTS": r["prompts"], "set-up": set_up[r["backend"]], "req/s": format_rate(r["req_per_s"]),
-            "avg latency": format_seconds(r["latency_avg_s"]), "p95 latency": format_seconds(r["latency_p95_s"]),
-            "max latency": format_seconds(r["latency_max_s"]),
-        } for r in SEED_EXP2])
-    if preset == "seed-exp3":
-        return pd.DataFrame([{
-            "server": SEED_SERVER_NAMES[r["backend"]], "req/s": format_rate(r["req_per_s"]),
-            "output tok/s": format_rate(r["output_tok_per_s"], 0), "input tok/s": format_rate(r["input_tok_per_s"], 0),
-            "avg latency": format_seconds(r["latency_avg_s"]), "p95 latency": format_seconds(r["latency_p95_s"]),
-            "vLLM prefix hit": format_share(r["prefix_cache_hit_rate"]),
-            "Redis hit": "1/836" if r["backend"] == "vllm+cache" else "–",
-        } for r in SEED_EXP3])
-    raise ValueError(f"no seed table for {preset!r}")
+__all__ = ["environment_table", "open_questions_table", "our_table", "problem_rows", "ratio_rows", "scaling_table",
+           "seed_table"]
 
 
-def our_table(preset: str, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Our table for ``preset``: the seed's columns (mean [95% CI] over repeats), repeats and failed requests."""
-    frame = compare.SEED_TABLES[preset](records)
-    return frame[[column for column in frame.columns if not column.startswith("seed ")]]
+def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    ours, seed = exp1_ratios(records), exp1_ratios(SEED_EXPERIMENTS["seed-exp1"].records())
+    rows = []
+    for vus in sorted({r.vus for r in ours.speedups} | {r.vus for r in seed.speedups}):
+        rows.append({"figure": f"vLLM over naive output tok/s at {vus} VU{'s' if vus != 1 else ''}",
+                     "ours": format_ratio(ours.speedup_at(vus), "x"), "seed": format_ratio(seed.speedup_at(vus), "x")})
+    low, high = vus_range(records) or (1, 32)
+    for setup in (SeedSetup.VLLM, SeedSetup.NAIVE):
+        for figure, what in (("output_tok_per_s", "output tok/s"), ("latency_avg_s", "avg latency")):
+            mine, theirs = ours.growth_of(setup, figure), seed_growth(setup, figure, low, high)
+            span = (theirs.low_vus, theirs.high_vus)
+            rows.append({
+                "figure": f"{SERVER_NAMES[setup]} {what} growth, {low} to {high} VUs"
+                          + (f" (seed: {span[0]} to {span[1]})" if span != (low, high) else ""),
+                "ours": format_ratio(mine.value if mine else None, "x"), "seed": format_ratio(theirs.value, "x"),
+            })
+    rows.append({"figure": "vLLM prefix-cache hit rate", "ours": format_share(ours.prefix_cache_hit_rate.value),
+                 "seed": "not stated ('very high')"})
+    return rows
+
+
+def _exp2_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    ours, seed = exp2_ratios(records), exp2_ratios(SEED_EXPERIMENTS["seed-exp2"].records())
+    rows = []
+    for prompts in sorted(set(ours) | set(seed)):
+        mine, theirs = ours.get(prompts), seed.get(prompts)
+        pairs = (("cached over direct req/s", "x", lambda r: r.cached_over_direct.value),
+                 ("response-cache hit rate", "share", lambda r: r.hit_rate.value),
+                 ("max latency cached over direct", "x", lambda r: r.max_latency_cached_over_direct.value))
+        for label, unit, value in pairs:
+            seed_value = value(theirs) if theirs else None
+            # The seed states its hit rate for 1,000 prompts only; a missing ratio is "–" as everywhere.
+            seed_text = "not stated" if unit == "share" and seed_value is None else format_ratio(seed_value, unit)
+            rows.append({"figure": f"{label}, {prompts} prompts",
+                         "ours": format_ratio(value(mine) if mine else None, unit), "seed": seed_text})
+    return rows
+
+
+def _exp3_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    ours, seed = exp3_ratios(records), exp3_ratios(SEED_EXPERIMENTS["seed-exp3"].records())
+    return [
+        {"figure": label, "ours": format_ratio(value(ours), unit), "seed": format_ratio(value(seed), unit)}
+        for label, unit, value in (
+            ("vLLM over naive req/s", "x", lambda r: r.vllm_over_naive.value),
+            ("vLLM prefix-cache hit rate", "share", lambda r: r.prefix_cache_hit_rate.value),
+            ("response-cache (Redis) hit rate", "share", lambda r: r.response_cache_hit_rate.value),
+            ("vLLM + Redis over vLLM req/s", "x", lambda r: r.cached_over_direct.value),
+        )
+    ]
+
+
+_RATIO_ROWS = {"seed-exp1": _exp1_ratio_rows, "seed-exp2": _exp2_ratio_rows, "seed-exp3": _exp3_ratio_rows}
 
 
 def ratio_rows(preset: str, records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     """The ratios the seed drew its conclusions from, ours beside the seed's."""
-    rows: list[dict[str, str]] = []
-    if preset == "seed-exp1":
-        ours, seed = exp1_ratios(records), exp1_ratios(as_records(SEED_EXP1))
-        vus_values = sorted(set(ours["vllm_over_naive_throughput"]) | set(seed["vllm_over_naive_throughput"]))
-        for vus in vus_values:
-            rows.append({"figure": f"vLLM over naive output tok/s at {vus} VU{'s' if vus != 1 else ''}",
-                         "ours": format_value(ours["vllm_over_naive_throughput"].get(vus), "x"),
-                         "seed": format_value(seed["vllm_over_naive_throughput"].get(vus), "x")})
-        span = vus_range(records)
-        low, high = span if span else (1, 32)
-        seed_rows = seed_exp1_over(low, high)
-        seed_span = exp1_ratios(seed_rows)
-        seed_low, seed_high = min(r["vus"] for r in seed_rows), max(r["vus"] for r in seed_rows)
-        for backend in ("vllm", "naive"):
-            for figure, what in (("throughput", "output tok/s"), ("latency", "avg latency")):
-                rows.append({
-                    "figure": f"{SEED_SERVER_NAMES[backend]} {what} growth, {low} to {high} VUs"
-                              + (f" (seed: {seed_low} to {seed_high})" if (seed_low, seed_high) != (low, high) else ""),
-                    "ours": format_value(ours.get(f"{backend}_{figure}_growth_{low}_to_{high}_vus"), "x"),
-                    "seed": format_value(seed_span.get(f"{backend}_{figure}_growth_{seed_low}_to_{seed_high}_vus"), "x"),
-                })
-        rows.append({"figure": "vLLM prefix-cache hit rate",
-                     "ours": format_share(compare.mean_of(records, "prefix_cache_hit_rate", backend="vllm")),
-                     "seed": "not stated ('very high')"})
-    elif preset == "seed-exp2":
-        ours, seed = exp2_ratios(records), exp2_ratios(as_records(SEED_EXP2))
-        for prompts in sorted(set(ours) | set(seed)):
-            mine, theirs = ours.get(prompts, {}), seed.get(prompts, {})
-            rows.append({"figure": f"cached over direct req/s, {prompts} prompts",
-                         "ours": format_value(mine.get("cached_over_direct_req_per_s"), "x"),
-                         "seed": format_value(theirs.get("cached_over_direct_req_per_s"), "x")})
-            rows.append({"figure": f"response-cache hit rate, {prompts} prompts",
-                         "ours": format_share(mine.get("cache_hit_rate")),
-                         "seed": format_share(SEED_EXP2_HIT_RATE.get(prompts)) if prompts in SEED_EXP2_HIT_RATE
-                         else "not stated"})
-            rows.append({"figure": f"max latency cached over direct, {prompts} prompts",
-                         "ours": format_value(mine.get("max_latency_cached_over_direct"), "x"),
-                         "seed": format_value(theirs.get("max_latency_cached_over_direct"), "x")})
-    elif preset == "seed-exp3":
-        ours, seed = exp3_ratios(records), exp3_ratios(as_records(SEED_EXP3))
-        for key, label, unit in (
-            ("vllm_over_naive_req_per_s", "vLLM over naive req/s", "x"),
-            ("vllm_prefix_cache_hit_rate", "vLLM prefix-cache hit rate", "share"),
-            ("response_cache_hit_rate", "response-cache (Redis) hit rate", "share"),
-            ("cached_over_direct_req_per_s", "vLLM + Redis over vLLM req/s", "x"),
-        ):
-            rows.append({"figure": label, "ours": format_value(ours.get(key), unit),
-                         "seed": format_value(seed.get(key), unit)})
-    return rows
+    return _RATIO_ROWS[preset](records) if preset in _RATIO_ROWS else []
 
 
 OPEN_FIGURES: tuple[tuple[str, str, Callable[[float | None], str]], ...] = (
@@ -138,12 +107,12 @@ def open_questions_table(
     for preset, records in records_by_preset.items():
         for row in sorted(aggregate(records, ("backend", "vus", "prompts", "workload"), figures),
                           key=lambda r: (str(r["backend"]), r["vus"] or 0, r["prompts"] or 0)):
-            cell = {"experiment": preset, "server": SEED_SERVER_NAMES.get(row["backend"], row["backend"]),
+            cell = {"experiment": preset, "server": SERVER_NAMES.get(seed_setup_of(row["backend"]), row["backend"]),
                     "VUs": row["vus"], "PROMPTS": row["prompts"] if row["prompts"] is not None else "–"}
             for name, label, formatter in shown:
-                cell[label] = compare.with_interval(row, name, formatter)
+                cell[label] = with_interval(row, name, formatter)
             if price_per_hour is not None:
-                cost = compare.cost_per_million_output_tokens(row.get("output_tok_per_s"), price_per_hour)
+                cost = cost_per_million_output_tokens(row.get("output_tok_per_s"), price_per_hour)
                 cell[f"cost per 1M output tokens (at {price_per_hour:g}/h)"] = format_rate(cost)
             cell["repeats"] = row["n"]
             cell["failed requests"] = row["requests_failed"]

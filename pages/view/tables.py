@@ -1,13 +1,13 @@
 """Tables and display text of the pages: the Runs table, status badges, live progress,
-a run's headline figures, server metrics, the generic Compare tables, uptime.
+a run's headline figures, server metrics, the seed's table and ratios on Compare, uptime.
 
-Numbers are formatted with :mod:`lab.analysis.compare`'s formatters (one way to write a figure).
+Numbers are written with :mod:`lab.report.formatting` (one way to write a figure); the figures
+themselves come from the domain (:mod:`lab.analysis`), computed once for the pages and the report.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,8 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from lab.analysis.compare import aggregate, cost_per_million_output_tokens, format_rate, format_seconds, format_share
-from pages.view.names import display_frame
+from lab.analysis.seed import GrowthRatio, Ratio, seed_table_rows
+from lab.backends import SeedSetup, seed_setup_backend
+from lab.report.formatting import format_rate, format_seconds, format_share
+from lab.report.seed_tables import our_cells, seed_cells
+from pages.view.names import display_frame, display_name
 
 # One status vocabulary for the live panel, the Runs table and the sidebar: a run's
 # status, and while it loads its phase (load, then draining while in-flight requests finish).
@@ -174,99 +177,37 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str]]:
 
 # -- compare -----------------------------------------------------------------------------
 
-GENERIC_KEYS = ("backend", "workload", "vus", "arrival_rate_per_s", "prompts", "max_tokens")
-GENERIC_FIGURES = ("req_per_s", "output_tok_per_s", "steady_output_tok_per_s", "latency_avg_s", "latency_p50_s", "latency_p95_s",
-                   "latency_p99_s", "latency_max_s", "prefix_cache_hit_rate", "response_cache_hit_rate")
+def seed_comparison_table(preset: str, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The seed's table of ``preset`` with ours (mean [95% CI] over repeats) and the seed's
+    published figures beside them (``seed ...`` columns)."""
+    return pd.DataFrame([
+        {**our_cells(preset, row), **{f"seed {column}": text for column, text in seed_cells(preset, row.seed).items()}}
+        for row in seed_table_rows(preset, records)
+    ])
 
 
-def matching_seed_preset(records: Sequence[dict[str, Any]], seed_presets: Sequence[str]) -> str | None:
-    """The seed preset all ``records`` come from, if exactly one (so its seed table applies)."""
-    presets = {record.get("preset") for record in records}
-    if len(presets) == 1:
-        preset = presets.pop()
-        if preset in seed_presets:
-            return preset
-    return None
-
-
-def experiments_spanned(records: Sequence[dict[str, Any]]) -> str:
-    """``"#3"`` or ``"#3, #5"``: the experiments a set of runs comes from."""
-    ids = sorted({record.get("experiment_id") for record in records if record.get("experiment_id") is not None})
-    return ", ".join(f"#{experiment_id}" for experiment_id in ids) or "–"
-
-
-def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | None = None) -> pd.DataFrame:
-    """Done runs grouped by backend, workload and load: means, run count, the experiments each
-    mean spans, and cost. Machine names and full precision (the CSV); show it with
-    :func:`pages.view.names.display_frame`."""
-    rows = aggregate(records, GENERIC_KEYS, GENERIC_FIGURES)
-    frame = pd.DataFrame(rows)
-    if frame.empty:
-        return frame
-    frame["experiments"] = [
-        experiments_spanned([r for r in records if r.get("status") == "done"
-                             and all(r.get(key) == row[key] for key in GENERIC_KEYS)])
-        for row in rows
-    ]
-    if price_per_hour is not None:
-        frame["cost_per_million_output_tokens"] = [
-            cost_per_million_output_tokens(value, price_per_hour) for value in frame["output_tok_per_s"]
-        ]
-    frame = frame.dropna(axis="columns", how="all")
-    sort_keys = [key for key in ("backend", "vus", "prompts") if key in frame]
-    return frame.sort_values(sort_keys, na_position="last").reset_index(drop=True)
-
-
-def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.DataFrame:
-    """Per backend and VUs: mean output tok/s and what a million output tokens cost (machine names)."""
-    rows = aggregate(records, ("backend", "vus"), ("output_tok_per_s",))
-    frame = pd.DataFrame(
-        [{"backend": row["backend"], "vus": row["vus"], "output_tok_per_s": row["output_tok_per_s"],
-          "cost_per_million_output_tokens": cost_per_million_output_tokens(row["output_tok_per_s"], price_per_hour)}
-         for row in rows],
-        columns=["backend", "vus", "output_tok_per_s", "cost_per_million_output_tokens"],
-    )
-    return frame.sort_values(["backend", "vus"], na_position="last").reset_index(drop=True)
-
-
-# The seed's ratios in words; hit rates are shares, shown in the tables, not here.
-RATIO_LABELS: dict[str, str] = {
-    "vllm_over_naive_throughput": "vLLM over naive output tok/s",
-    "vllm_over_naive_req_per_s": "vLLM over naive req/s",
-    "cached_over_direct_req_per_s": "vLLM + Redis over vLLM req/s",
-    "max_latency_cached_over_direct": "vLLM + Redis over vLLM max latency",
+# How a ratio's words name the seed's set-ups.
+SETUP_WORDS: dict[SeedSetup, str] = {
+    SeedSetup.NAIVE: "naive", SeedSetup.VLLM: "vLLM", SeedSetup.VLLM_CACHE: "vLLM + Redis",
 }
-_GROWTH = re.compile(r"^(?P<backend>.+?)_(?P<what>throughput|latency)_growth_(?P<low>\d+)_to_(?P<high>\d+)_vus$")
 
 
-def ratio_label(key: Any) -> str:
-    """A ratio key of ``lab.analysis.compare``'s ``exp*_ratios`` in words."""
-    text = str(key)
-    if text in RATIO_LABELS:
-        return RATIO_LABELS[text]
-    growth = _GROWTH.match(text)
-    if growth:
-        what = "output tok/s" if growth["what"] == "throughput" else "avg latency"
-        return f"{growth['backend']} {what} growth from {growth['low']} to {growth['high']} VUs"
-    return text.replace("_", " ")
+def ratio_label(ratio: Ratio) -> str:
+    """A seed ratio in words: "vLLM over naive output tok/s at 8 VUs", "vllm avg latency growth from 1 to 32 VUs"."""
+    what = display_name(ratio.figure).label
+    if isinstance(ratio, GrowthRatio):
+        return f"{seed_setup_backend(ratio.setup)} {what} growth from {ratio.low_vus} to {ratio.high_vus} VUs"
+    text = f"{SETUP_WORDS[ratio.numerator]} over {SETUP_WORDS[ratio.denominator]} {what}"
+    if ratio.vus is not None:
+        text += f" at {plural(ratio.vus, 'VU')}"
+    if ratio.prompts is not None:
+        text += f" at PROMPTS={ratio.prompts}"
+    return text
 
 
-def ratios_rows(ratios: dict[str, Any], *, at: str = "") -> list[dict[str, Any]]:
-    """A nested ratio dict (``exp1_ratios`` etc.) as ``{"ratio", "value"}`` rows in words:
-    a ratio per VU count reads "... at 8 VUs", one per PROMPTS "... at PROMPTS=50"."""
-    rows: list[dict[str, Any]] = []
-    for key, value in ratios.items():
-        if str(key).endswith("hit_rate"):
-            continue  # a share, not a ratio
-        if isinstance(value, dict):
-            if isinstance(key, int):  # exp2: a PROMPTS value, its ratios inside
-                rows.extend(ratios_rows(value, at=f"PROMPTS={key}"))
-            else:  # exp1: a ratio per VU count
-                rows.extend({"ratio": f"{ratio_label(key)} at {plural(int(vus), 'VU')}", "value": sub}
-                            for vus, sub in value.items())
-        else:
-            rows.append({"ratio": ratio_label(key) + (f" at {at}" if at else ""), "value": value})
-    return rows
+def ratios_rows(ratios: Sequence[Ratio]) -> list[dict[str, Any]]:
+    """Seed ratios as ``{"ratio", "value"}`` rows in words."""
+    return [{"ratio": ratio_label(ratio), "value": ratio.value} for ratio in ratios]
 
 
 def uptime_text(started_at: str | None, now: datetime | None = None) -> str:

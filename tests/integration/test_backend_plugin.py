@@ -16,7 +16,9 @@ from db import store
 from db.engine import get_engine
 from lab import cli
 from lab.backends import Backend, Launch, MetricNames, get_backend, register, unregister
-from lab.analysis.compare import exp1_table, records_to_csv, run_record
+from lab.analysis.compare import run_record
+from lab.analysis.safe_csv import records_to_csv
+from lab.report.seed_tables import our_table
 from lab.settings import get_settings
 
 pytestmark = pytest.mark.integration
@@ -79,7 +81,7 @@ def test_a_kind_registered_in_a_test_runs_through_the_cli_the_runner_and_compare
         assert environment["services"][KIND]["backend"] == KIND
         assert "uvicorn" in environment["packages"]
 
-    table = exp1_table(records)
+    table = our_table("seed-exp1", records)
     assert list(table["server"]) == [KIND, KIND] and list(table["VUs"]) == [1, 2]
     assert KIND in records_to_csv(records)
 

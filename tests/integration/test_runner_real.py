@@ -9,7 +9,9 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab.execution import experiments
-from lab.analysis.compare import exp1_table, exp2_ratios, run_record
+from lab.analysis.compare import run_record
+from lab.analysis.seed import exp2_ratios
+from lab.report.seed_tables import our_table
 from lab.execution.runner import Worker
 from lab.specs.schema import load_preset
 
@@ -48,7 +50,7 @@ def test_quick_experiment_2_cache_hits_and_beats_direct(lab_engine, lab_settings
     assert cached["response_cache_hit_rate"] > 0.90
     assert cached["req_per_s"] > 10 * direct["req_per_s"]
     assert cached["response_cache_store_errors"] == 0
-    assert exp2_ratios(records)[5]["cached_over_direct_req_per_s"] > 10
+    assert exp2_ratios(records)[5].cached_over_direct.value > 10
     # Client and server agree: every request k6 counted reached the proxy.
     check = cached["count_check"]["requests"]
     assert abs(check["difference_ratio"]) <= 0.02, check
@@ -91,7 +93,7 @@ def test_quick_experiment_1_stores_complete_runs_for_both_backends(lab_engine, l
         run = store.get_run(session=session, run_id=vllm_run["run_id"])
         assert run.environment["cpu_count"] and run.environment["k6_version"].startswith("k6 v")
         assert run.environment["config_sha256"] and run.environment["packages"]["torch"]
-    assert len(exp1_table(records)) == 4
+    assert len(our_table("seed-exp1", records)) == 4
 
 
 def test_a_run_against_a_dead_external_target_fails_with_a_reason(lab_engine, lab_settings) -> None:  # noqa: ANN001

@@ -1,5 +1,7 @@
-"""The code's shape, checked with ``ast``: backend kinds are named only in the registry
-(``lab/backends``), and the lower layers (``db/``, ``services/``) import nothing from ``lab/``."""
+"""The code's shape, checked with ``ast``: backend kinds are named only in their registry
+(``lab/backends``) and workloads only in theirs (``lab/workloads``): no comparison with a name,
+no loop over a literal list of names elsewhere. The lower layers (``db/``, ``services/``)
+import nothing from ``lab/``."""
 
 from __future__ import annotations
 
@@ -9,13 +11,10 @@ from pathlib import Path
 import pytest
 
 from lab.backends import spec_backend_names
+from lab.workloads import workload_names
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("lab", "services", "db", "pages")
-# Tables that set our figures beside the seed's published ones: the seed's rows are keyed
-# by its backend names, which are data there, not a dispatch on kinds.
-# The seed's published tables name the seed's three set-ups; only these modules rebuild them.
-SEED_COMPARISON_MODULES = {"lab/analysis/compare.py", "lab/report/tables.py", "lab/report/claims.py"}
 
 
 def python_files(*folders: str) -> list[Path]:
@@ -26,41 +25,84 @@ def relative(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
-def backend_name_comparisons(tree: ast.AST, names: set[str]) -> list[int]:
-    """Lines of ``x == "<name>"``, ``x != "<name>"`` and ``x in ("<name>", ...)`` on backend names."""
+def _names_in(node: ast.AST, names: set[str]) -> bool:
+    """Whether ``node`` is one of ``names`` or a literal tuple/list/set holding one."""
+    elements = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return any(isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in names for e in elements)
+
+
+def name_comparisons(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of ``x == "<name>"``, ``x != "<name>"`` and ``x in ("<name>", ...)`` on ``names``."""
     lines = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
         for op, right in zip(node.ops, node.comparators):
-            operands = [node.left, right]
             if isinstance(op, (ast.Eq, ast.NotEq)):
-                constants = [o.value for o in operands if isinstance(o, ast.Constant)]
+                found = any(isinstance(o, ast.Constant) and _names_in(o, names) for o in (node.left, right))
             elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
-                constants = [e.value for e in right.elts if isinstance(e, ast.Constant)]
+                found = _names_in(right, names)
             else:
                 continue
-            if any(isinstance(value, str) and value in names for value in constants):
+            if found:
                 lines.append(node.lineno)
     return lines
 
 
-def test_no_comparison_on_a_backend_name_outside_the_registry() -> None:
-    names = set(spec_backend_names())
+def name_iterations(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of ``for x in ("<name>", ...)`` and comprehensions over a literal collection of ``names``."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _names_in_collection(node.iter, names):
+            lines.append(node.iter.lineno)
+    return lines
+
+
+def _names_in_collection(node: ast.AST, names: set[str]) -> bool:
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and _names_in(node, names)
+
+
+def names_outside(registry: str, names: set[str]) -> dict[str, list[int]]:
+    """Per module outside ``registry``: the lines that compare with or loop over ``names``."""
     found = {}
     for path in python_files(*SCANNED):
         name = relative(path)
-        if name.startswith("lab/backends/") or name in SEED_COMPARISON_MODULES:
+        if name.startswith(registry):
             continue
-        lines = backend_name_comparisons(ast.parse(path.read_text(), name), names)
+        tree = ast.parse(path.read_text(), name)
+        lines = sorted(name_comparisons(tree, names) + name_iterations(tree, names))
         if lines:
             found[name] = lines
-    assert not found, f"backend names compared outside lab/backends (look the kind up in the registry): {found}"
+    return found
+
+
+def test_no_backend_name_compared_or_iterated_outside_the_registry() -> None:
+    found = names_outside("lab/backends/", set(spec_backend_names()))
+    assert not found, f"backend names compared or iterated outside lab/backends (ask the registry): {found}"
+
+
+def test_no_workload_name_compared_or_iterated_outside_the_registry() -> None:
+    found = names_outside("lab/workloads/", set(workload_names()))
+    assert not found, f"workload names compared or iterated outside lab/workloads (ask the registry): {found}"
 
 
 def test_the_check_finds_a_comparison_it_must_find() -> None:
     tree = ast.parse('if kind == "vllm":\n    pass\nif base in ("naive", "x"):\n    pass\nif k != "redis":\n    pass\n')
-    assert backend_name_comparisons(tree, {"vllm", "naive"}) == [1, 3]
+    assert name_comparisons(tree, {"vllm", "naive"}) == [1, 3]
+
+
+def test_the_check_finds_a_loop_over_names_it_must_find() -> None:
+    tree = ast.parse('for kind in ("naive", "vllm"):\n    pass\nrows = [f(k) for k in ["x", "vllm+cache"]]\n'
+                     'for kind in ("redis", "x"):\n    pass\nfor name in names:\n    pass\n'
+                     'found = {k for k in {"llamacpp"}}\n')
+    assert name_iterations(tree, {"naive", "vllm", "vllm+cache", "llamacpp"}) == [1, 3, 8]
+
+
+def test_the_check_finds_a_workload_name_it_must_find() -> None:
+    names = set(workload_names())
+    assert {"number-story", "sharegpt-chat"} <= names
+    tree = ast.parse('if spec.workload == "sharegpt-chat":\n    pass\nfor w in ("number-story", "custom"):\n    pass\n')
+    assert name_comparisons(tree, names) == [1] and name_iterations(tree, names) == [3]
 
 
 def imports_from_lab(path: Path) -> list[str]:

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from db import migrations, store
-from db.engine import make_engine
+from db import store
 from db.models import RunStatus
 from lab.measurement import request_figures
 from lab import cli
@@ -22,13 +21,6 @@ from lab.measurement.k6_results import RequestSamples, stream_request_samples
 from lab.analysis.slo import SloError, evaluate, parse_slo
 
 FIXTURE_NDJSON = Path(__file__).resolve().parent.parent / "fixtures" / "k6" / "number_story.ndjson"
-
-
-@pytest.fixture()
-def engine(tmp_path: Path):  # noqa: ANN201
-    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
-    migrations.upgrade(engine)
-    return engine
 
 
 def samples(latencies_s: list[float], ok: list[bool] | None = None, ttft_s: list[float] | None = None) -> RequestSamples:

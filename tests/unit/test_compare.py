@@ -10,18 +10,13 @@ import unicodedata
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lab.analysis.compare import (
-    cost_per_million_output_tokens,
-    exp1_ratios,
-    exp1_table,
-    exp2_ratios,
-    exp2_table,
-    exp3_table,
-    format_seconds,
-    mean_and_spread,
-    neutralise_cell,
-    records_to_csv,
-)
+from lab.analysis.aggregation import mean_and_spread
+from lab.analysis.cost import cost_per_million_output_tokens
+from lab.analysis.safe_csv import neutralise_cell, records_to_csv
+from lab.analysis.seed import exp1_ratios, exp2_ratios
+from lab.backends import SeedSetup
+from lab.report.formatting import format_seconds
+from pages.view.tables import seed_comparison_table
 
 
 def record(**values):  # noqa: ANN003, ANN201
@@ -40,7 +35,7 @@ EXP1 = [
 
 
 def test_exp1_table_has_the_seeds_columns_and_figures_beside() -> None:
-    table = exp1_table(EXP1)
+    table = seed_comparison_table("seed-exp1", EXP1)
     for column in ("VUs", "server", "throughput (tok/s)", "req/s", "avg latency", "p95 latency"):
         assert column in table.columns
     naive_1 = table[(table["VUs"] == 1) & (table["server"] == "Transformers")].iloc[0]
@@ -53,9 +48,11 @@ def test_exp1_table_has_the_seeds_columns_and_figures_beside() -> None:
 
 def test_exp1_ratios() -> None:
     ratios = exp1_ratios(EXP1)
-    assert round(ratios["vllm_over_naive_throughput"][1], 3) == round(15 / 21, 3)
-    assert round(ratios["vllm_throughput_growth_1_to_8_vus"], 2) == 4.0
-    assert round(ratios["naive_latency_growth_1_to_8_vus"], 2) == round(45 / 5.9, 2)
+    assert round(ratios.speedup_at(1), 3) == round(15 / 21, 3)
+    vllm_growth = ratios.growth_of(SeedSetup.VLLM, "output_tok_per_s")
+    assert (vllm_growth.low_vus, vllm_growth.high_vus) == (1, 8) and round(vllm_growth.value, 2) == 4.0
+    naive_growth = ratios.growth_of(SeedSetup.NAIVE, "latency_avg_s")
+    assert (naive_growth.low_vus, naive_growth.high_vus) == (1, 8) and round(naive_growth.value, 2) == round(45 / 5.9, 2)
 
 
 def test_exp2_and_exp3_tables() -> None:
@@ -64,12 +61,12 @@ def test_exp2_and_exp3_tables() -> None:
         record(backend="vllm+cache", prompts=50, req_per_s=500.0, latency_avg_s=0.01, latency_p95_s=0.02,
                latency_max_s=5.1, response_cache_hit_rate=0.99),
     ]
-    table = exp2_table(records)
+    table = seed_comparison_table("seed-exp2", records)
     assert list(table["set-up"]) == ["vLLM direct", "vLLM + Redis"]
     assert table.iloc[1]["seed req/s"] == "2,811.00"
     assert table.iloc[1]["cache hit rate"] == "99.0%"
-    assert exp2_ratios(records)[50]["cached_over_direct_req_per_s"] == 250.0
-    chat = exp3_table([record(backend="vllm", req_per_s=1.0, prefix_cache_hit_rate=0.7)])
+    assert exp2_ratios(records)[50].cached_over_direct.value == 250.0
+    chat = seed_comparison_table("seed-exp3", [record(backend="vllm", req_per_s=1.0, prefix_cache_hit_rate=0.7)])
     assert chat.iloc[0]["vLLM prefix hit"] == "70.0%" and chat.iloc[0]["seed vLLM prefix hit"] == "82.1%"
 
 

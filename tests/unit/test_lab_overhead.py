@@ -23,13 +23,6 @@ from lab.settings import Settings
 from lab.specs.schema import ExperimentSpec, load_preset
 
 
-@pytest.fixture()
-def engine(tmp_path: Path):  # noqa: ANN201
-    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
-    migrations.upgrade(engine)
-    return engine
-
-
 def interleaved_grid(repeats: int = 2) -> ExperimentSpec:
     """VUs outermost, backend inner: expanded as is, the backends would alternate."""
     return ExperimentSpec.model_validate({

@@ -3,20 +3,20 @@ the load_generator_warning -> measurement_warnings upgrade and the naive server'
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from scipy import stats as scipy_stats
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from db import migrations
-from db.engine import make_engine
 from db.models import Run
 from lab.execution import experiments
 from lab.backends import VLLM_METRICS
 from lab.backends.naive import NaiveBackend, NaiveOptions, best_torch_threads
-from lab.analysis.compare import aggregate, cell_comparisons, records_to_csv, split_warned
+from lab.analysis.aggregation import aggregate
+from lab.analysis.compare import cell_comparisons, split_warned
+from lab.analysis.safe_csv import records_to_csv
 from lab.measurement.checks import (
     STEADY_FROM_CLIENT,
     STEADY_FROM_SERVER,
@@ -199,9 +199,7 @@ MEASUREMENT_COLUMNS = ("other_cpu_percent_avg", "steal_cpu_percent_avg", "steady
                        "steady_req_per_s", "steady_source", "measurement_warnings")
 
 
-def test_upgrade_copies_load_generator_warning_into_measurement_warnings(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
-    migrations.upgrade(engine)
+def test_upgrade_copies_load_generator_warning_into_measurement_warnings(engine: Engine) -> None:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True))
     with engine.begin() as connection:  # back to version 2: the old column, none of the new ones

@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from db import migrations, store
-from db.engine import make_engine
+from db import store
 from db.models import RESULT_COLUMNS, Run
 from lab.execution import experiments
-from lab.analysis.compare import RECORD_FIELDS, records_to_csv, run_record
+from lab.analysis.compare import RECORD_FIELDS, run_record
+from lab.analysis.safe_csv import records_to_csv
 from lab.measurement.k6_results import parse_summary, stream_series
 from lab.measurement.results import RESULT_FIELDS, RunResults
 from lab.specs.schema import load_preset
@@ -48,9 +49,7 @@ def test_the_k6_parser_names_its_figures_like_the_results() -> None:
     assert stream.output_tok_per_s == pytest.approx(stream.measured_duration_s and 1536 / stream.measured_duration_s)
 
 
-def test_stored_results_come_back_in_the_record_and_the_csv(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
-    migrations.upgrade(engine)
+def test_stored_results_come_back_in_the_record_and_the_csv(engine: Engine) -> None:
     with Session(engine) as session:
         run_id = experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True)).runs[0].id
     results = RunResults(requests_ok=7, req_per_s=1.5, latency_p95_s=0.25, measurement_warnings="=note")

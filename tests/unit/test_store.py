@@ -18,13 +18,6 @@ from lab.execution import experiments
 from lab.specs.schema import load_preset
 
 
-@pytest.fixture()
-def engine(tmp_path: Path):  # noqa: ANN201
-    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
-    migrations.upgrade(engine)
-    return engine
-
-
 def quick_exp1():  # noqa: ANN201
     # Two VU counts, so 2 backends x 2 VUs x 2 repeats = 8 runs.
     return load_preset("seed-exp1", quick=True, overrides=[("repeats", 2), ("grid.load.vus", [1, 8])])

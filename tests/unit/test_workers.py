@@ -23,13 +23,6 @@ from lab.execution.worker_identity import hardware_summary
 HARDWARE = {"cpu_model": "Xeon", "cpu_cores": 2, "memory_gib": 8.0, "gpus": [], "lab_version": "test"}
 
 
-@pytest.fixture()
-def engine(tmp_path: Path):  # noqa: ANN201
-    engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
-    migrations.upgrade(engine)
-    return engine
-
-
 def enqueue(engine, **overrides) -> list[int]:  # noqa: ANN001
     spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1]), ("grid.backend", ["naive"]),
                                                            ("repeats", 1), *overrides.items()])

@@ -1,0 +1,69 @@
+"""Runs grouped into cells: means with their 95% confidence intervals, repeat counts, and the
+ratio of two means. Records are :func:`lab.analysis.compare.run_record` dicts; only done runs count."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lab.analysis.statistics import finite_numbers, mean_interval
+
+def done_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of runs that finished ``done``."""
+    return [record for record in records if record.get("status") == "done"]
+
+
+def vus_range(records: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+    """The lowest and highest VU count of the done runs; None under two VU counts."""
+    vus = sorted({r["vus"] for r in done_runs(records) if r.get("vus") is not None})
+    return (vus[0], vus[-1]) if len(vus) >= 2 else None
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``; None when either is unknown or the denominator is 0."""
+    return numerator / denominator if numerator is not None and denominator else None
+
+
+def mean_and_spread(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
+    """Mean, sample standard deviation (None for fewer than 2) and count of the numbers."""
+    numbers = finite_numbers(values)
+    if not numbers:
+        return None, None, 0
+    spread = statistics.stdev(numbers) if len(numbers) > 1 else None
+    return statistics.fmean(numbers), spread, len(numbers)
+
+
+def mean_of(records: Sequence[dict[str, Any]], figure: str, **match: Any) -> float | None:
+    """Mean of ``figure`` over done runs matching every ``key=value`` in ``match``."""
+    mean, _, _ = mean_and_spread(
+        r.get(figure) for r in done_runs(records) if all(r.get(k) == v for k, v in match.items())
+    )
+    return mean
+
+
+def done_groups(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[tuple, list[dict[str, Any]]]:
+    """Done runs grouped by their values of ``keys``, in the order the groups first appear."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for record in done_runs(records):
+        groups.setdefault(tuple(record.get(key) for key in keys), []).append(record)
+    return groups
+
+
+def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: Sequence[str]) -> list[dict[str, Any]]:
+    """Group done runs by ``keys``; per figure the mean with its 95% confidence interval
+    (``<figure>_ci95_low`` / ``_ci95_high``, None under two repeats) and the repeat count ``n``."""
+    rows = []
+    for group_key, members in done_groups(records, keys).items():
+        row: dict[str, Any] = dict(zip(keys, group_key))
+        row["n"] = len(members)
+        row["requests_failed"] = sum(int(m.get("requests_failed") or 0) for m in members)
+        # Still in flight when the graceful stop ended the test: neither done nor failed.
+        row["requests_interrupted"] = sum(int(m.get("iterations_interrupted") or 0) for m in members)
+        for figure in figures:
+            interval = mean_interval(m.get(figure) for m in members)
+            row[figure] = interval.mean
+            row[f"{figure}_ci95_low"] = interval.ci95_low
+            row[f"{figure}_ci95_high"] = interval.ci95_high
+        rows.append(row)
+    return rows

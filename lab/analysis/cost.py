@@ -1,0 +1,29 @@
+"""Cost: what a million output tokens cost at a machine's price per hour and a throughput, per cell."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from lab.analysis.aggregation import aggregate
+
+
+def cost_per_million_output_tokens(output_tok_per_s: float | None, price_per_hour: float) -> float | None:
+    """What a million output tokens cost at ``price_per_hour`` for the machine, at this throughput."""
+    if not output_tok_per_s or output_tok_per_s <= 0:
+        return None
+    return price_per_hour / (output_tok_per_s * 3600) * 1_000_000
+
+
+def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.DataFrame:
+    """Per backend and VUs: mean output tok/s and what a million output tokens cost (machine names)."""
+    rows = aggregate(records, ("backend", "vus"), ("output_tok_per_s",))
+    frame = pd.DataFrame(
+        [{"backend": row["backend"], "vus": row["vus"], "output_tok_per_s": row["output_tok_per_s"],
+          "cost_per_million_output_tokens": cost_per_million_output_tokens(row["output_tok_per_s"], price_per_hour)}
+         for row in rows],
+        columns=["backend", "vus", "output_tok_per_s", "cost_per_million_output_tokens"],
+    )
+    return frame.sort_values(["backend", "vus"], na_position="last").reset_index(drop=True)

@@ -1,0 +1,59 @@
+"""How a figure is written, the seed's way: seconds as '11.3 ms' / '4.73 s' / '1m21s', rates
+with thousands separators, shares as percentages, ratios as '5.15x', and a mean with its 95%
+confidence interval. One way to write a figure for the report and the pages alike."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+MISSING = "–"
+
+
+def _missing(value: float | None) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def format_seconds(value: float | None) -> str:
+    """Seconds as the seed wrote them: '11.3 ms', '4.73 s', '1m21s'."""
+    if _missing(value):
+        return MISSING
+    if value < 1:
+        return f"{value * 1000:.1f} ms"
+    if value < 60:
+        return f"{value:.2f} s"
+    minutes, seconds = divmod(value, 60)
+    return f"{int(minutes)}m{seconds:02.0f}s"
+
+
+def format_rate(value: float | None, digits: int = 2) -> str:
+    """A rate (or a count) with thousands separators and ``digits`` decimals."""
+    if _missing(value):
+        return MISSING
+    return f"{value:,.{digits}f}"
+
+
+def format_share(value: float | None) -> str:
+    """A share (0.5) as a percentage ('50.0%')."""
+    if _missing(value):
+        return MISSING
+    return f"{value * 100:.1f}%"
+
+
+def format_ratio(value: float | None, unit: str) -> str:
+    """A ratio ('5.15x', '102.6x') or, with ``unit="share"``, a share."""
+    if _missing(value):
+        return MISSING
+    if unit == "share":
+        return format_share(value)
+    return f"{value:,.1f}x" if value >= 10 else f"{value:.2f}x"
+
+
+def with_interval(row: dict[str, Any], figure: str, formatter: Callable[[float | None], str]) -> str:
+    """A figure of an aggregated row, formatted, with its 95% CI "[low, high]" when there are repeats."""
+    text = formatter(row.get(figure))
+    low, high = row.get(f"{figure}_ci95_low"), row.get(f"{figure}_ci95_high")
+    if low is not None and high is not None and row.get(figure) is not None:
+        text += f" [{formatter(low)}, {formatter(high)}]"
+    return text

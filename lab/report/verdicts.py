@@ -1,0 +1,107 @@
+"""Verdicts: the rules that judge our figure against the seed's, as data, so the report prints
+exactly the rule each verdict used (see :mod:`lab.report.claims` for the claims they judge)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+HELD, NOT_HELD, PARTLY, NOT_MEASURED = "held", "did not hold", "partly", "not measured"
+# Did not hold, and a measured resource of this machine bounds the figure (a GPU would change it).
+NOT_HELD_HARDWARE = "did not hold here (hardware)"
+VERDICTS: tuple[str, ...] = (HELD, PARTLY, NOT_HELD_HARDWARE, NOT_HELD, NOT_MEASURED)
+
+# The rules, as data. Each verdict names its rule; the report prints these parameters.
+VERDICT_RULES: dict[str, dict[str, Any]] = {
+    # A claimed factor ("~5x faster", "grows ~25x").
+    "factor": {
+        "held_within_factor": 2.0,  # ours between seed/2 and seed*2
+        "direction_margin": 0.10,  # "same direction": ours above 1.1 where the seed's is above 1 (below 0.9 if below)
+        "text": "held if ours is within a factor of 2 of the seed's figure; partly if it points the same way "
+                "(above 1.1 where the seed's is above 1) but is further off; did not hold otherwise",
+    },
+    # A claimed gain ("~5x faster", "~100x more req/s"): a stronger gain holds the claim too.
+    "gain": {
+        "held_at_least_fraction": 0.5,  # ours at least half the seed's
+        "direction_margin": 0.10,
+        "text": "held if ours is at least half the seed's figure (a larger gain holds the claim too); partly if "
+                "it is still a gain (above 1.1); did not hold otherwise",
+    },
+    # A claimed near-constant ("latency grows only 1.2x", "max latency unchanged").
+    "steady": {
+        "held_within_factor": 1.5,
+        "partly_within_factor": 3.0,
+        "text": "held if ours is within a factor of 1.5 of the seed's figure; partly within a factor of 3; "
+                "did not hold otherwise",
+    },
+    # A claimed share ("hit rate 98%", "prefix cache hits 82%").
+    "share": {
+        "held_within_points": 0.10,
+        "partly_at_least_fraction": 0.5,
+        "text": "held if ours is within 10 percentage points of the seed's; partly if at least half of it; "
+                "did not hold otherwise",
+    },
+    # "Prefix caching reuses the shared prompt prefix" (hit rates "very high").
+    "high_share": {
+        "held_at_least": 0.5,
+        "partly_at_least": 0.1,
+        "text": "held if ours is at least 50%; partly if at least 10%; did not hold otherwise",
+    },
+    # "Almost never hits".
+    "rare": {
+        "held_at_most": 0.05,
+        "partly_at_most": 0.20,
+        "text": "held if ours is at most 5%; partly if at most 20%; did not hold otherwise",
+    },
+    # "Costs almost nothing": cached over direct throughput.
+    "cheap": {
+        "held_at_least": 0.90,
+        "partly_at_least": 0.75,
+        "text": "held if the cached set-up keeps at least 90% of the direct req/s; partly at least 75%; "
+                "did not hold otherwise",
+    },
+}
+
+
+def judge(rule: str, ours: float | None, seed: float | None) -> str:
+    """The verdict of one figure under ``VERDICT_RULES[rule]``; ``not measured`` when a figure is missing."""
+    params = VERDICT_RULES[rule]
+    if ours is None or (isinstance(ours, float) and math.isnan(ours)):
+        return NOT_MEASURED
+    if rule == "factor":
+        if seed is None or seed <= 0 or ours <= 0:
+            return NOT_MEASURED if seed is None else NOT_HELD
+        factor = params["held_within_factor"]
+        if seed / factor <= ours <= seed * factor:
+            return HELD
+        margin = params["direction_margin"]
+        same_way = ours > 1 + margin if seed > 1 else ours < 1 - margin
+        return PARTLY if same_way else NOT_HELD
+    if rule == "gain":
+        if seed is None or seed <= 0 or ours <= 0:
+            return NOT_MEASURED if seed is None else NOT_HELD
+        if ours >= seed * params["held_at_least_fraction"]:
+            return HELD
+        return PARTLY if ours > 1 + params["direction_margin"] else NOT_HELD
+    if rule == "steady":
+        if seed is None or seed <= 0 or ours <= 0:
+            return NOT_MEASURED if seed is None else NOT_HELD
+        off_by = max(ours / seed, seed / ours)
+        if off_by <= params["held_within_factor"]:
+            return HELD
+        return PARTLY if off_by <= params["partly_within_factor"] else NOT_HELD
+    if rule == "share":
+        if seed is None:
+            return NOT_MEASURED
+        if abs(ours - seed) <= params["held_within_points"]:
+            return HELD
+        return PARTLY if ours >= seed * params["partly_at_least_fraction"] else NOT_HELD
+    if rule in ("high_share", "cheap"):
+        if ours >= params["held_at_least"]:
+            return HELD
+        return PARTLY if ours >= params["partly_at_least"] else NOT_HELD
+    if rule == "rare":
+        if ours <= params["held_at_most"]:
+            return HELD
+        return PARTLY if ours <= params["partly_at_most"] else NOT_HELD
+    raise ValueError(f"unknown verdict rule {rule!r}")
