@@ -7,7 +7,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lab.analysis.statistics import finite_numbers, mean_interval
+from lab.analysis.statistics import RatioInterval, finite_numbers, positive_mean_interval, ratio_interval
+
 
 def done_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records of runs that finished ``done``."""
@@ -52,7 +53,8 @@ def done_groups(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[
 
 def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: Sequence[str]) -> list[dict[str, Any]]:
     """Group done runs by ``keys``; per figure the mean with its 95% confidence interval
-    (``<figure>_ci95_low`` / ``_ci95_high``, None under two repeats) and the repeat count ``n``."""
+    (``<figure>_ci95_low`` / ``_ci95_high``, None under two repeats; on a log scale where no value
+    is negative, see :func:`~lab.analysis.statistics.positive_mean_interval`) and the repeat count ``n``."""
     rows = []
     for group_key, members in done_groups(records, keys).items():
         row: dict[str, Any] = dict(zip(keys, group_key))
@@ -61,9 +63,42 @@ def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: S
         # Still in flight when the graceful stop ended the test: neither done nor failed.
         row["requests_interrupted"] = sum(int(m.get("iterations_interrupted") or 0) for m in members)
         for figure in figures:
-            interval = mean_interval(m.get(figure) for m in members)
+            # Figures that cannot be negative get an interval that cannot be either.
+            interval = positive_mean_interval(m.get(figure) for m in members)
             row[figure] = interval.mean
             row[f"{figure}_ci95_low"] = interval.ci95_low
             row[f"{figure}_ci95_high"] = interval.ci95_high
         rows.append(row)
     return rows
+
+
+def _by_round(records: Sequence[dict[str, Any]], figure: str) -> dict[tuple, float]:
+    """The finite values of ``figure`` of the done runs among ``records``, keyed by their round
+    (experiment and repeat index)."""
+    values = {}
+    for record in done_runs(records):
+        value = finite_numbers([record.get(figure)])
+        if value:
+            values[(record.get("experiment_id"), record.get("repeat_index"))] = value[0]
+    return values
+
+
+def ratio_of_runs(figure: str, numerator_runs: Sequence[dict[str, Any]],
+                  denominator_runs: Sequence[dict[str, Any]]) -> RatioInterval:
+    """The ratio of ``figure`` between two sets of runs, with its 95% interval. Paired by round
+    when both sides ran the same rounds of one experiment (each round's two runs saw the same
+    machine; with blocks the pairing is arbitrary but still valid), unpaired otherwise."""
+    top, bottom = _by_round(numerator_runs, figure), _by_round(denominator_runs, figure)
+    paired = len(top) >= 2 and top.keys() == bottom.keys() and len({key[0] for key in top}) == 1
+    if paired:
+        rounds = sorted(top, key=str)
+        return ratio_interval([top[r] for r in rounds], [bottom[r] for r in rounds], paired=True)
+    return ratio_interval(list(top.values()), list(bottom.values()))
+
+
+def ratio_between(records: Sequence[dict[str, Any]], figure: str, numerator: dict[str, Any],
+                  denominator: dict[str, Any]) -> RatioInterval:
+    """:func:`ratio_of_runs` between the runs matching ``numerator`` and those matching ``denominator``."""
+    def matching(match: dict[str, Any]) -> list[dict[str, Any]]:
+        return [r for r in records if all(r.get(k) == v for k, v in match.items())]
+    return ratio_of_runs(figure, matching(numerator), matching(denominator))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from lab.analysis.aggregation import aggregate, done_groups, ratio
+from lab.analysis.aggregation import aggregate, done_groups, ratio, ratio_of_runs
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.statistics import mean_interval, welch_test
 from lab.execution.worker_identity import hardware_summary
@@ -60,8 +60,10 @@ def cell_comparisons(
     records: Sequence[dict[str, Any]], keys: Sequence[str], figure: str
 ) -> list[dict[str, Any]]:
     """Every pair of cells (done runs grouped by ``keys``) that differ in one key only: the
-    ratio of their ``figure`` means and whether it is significant (Welch's t-test on the
-    repeats, p < 0.05; "n too small" under 3 repeats a side)."""
+    ratio of their ``figure`` means, its 95% interval (log scale, paired by round within one
+    experiment: see :func:`~lab.analysis.aggregation.ratio_of_runs`; None under two repeats) and
+    whether it is significant (Welch's t-test on the repeats, p < 0.05; "n too small" under 3
+    repeats a side)."""
     groups = done_groups(records, keys)
     rows = []
     # Numbers in numeric order (8 VUs before 32), so a ratio reads "higher over lower".
@@ -78,10 +80,13 @@ def cell_comparisons(
                 continue
             same = ", ".join(f"{keys[i]} {first[i]}" for i in range(len(keys)) if i not in differing and first[i] is not None)
             key = keys[differing[0]]
+            interval = ratio_of_runs(figure, groups[second], groups[first])
             rows.append({
                 "figure": figure, "cell": f"{key} {second[differing[0]]} over {key} {first[differing[0]]}"
                 + (f" ({same})" if same else ""),
                 "ratio": ratio(second_mean, first_mean),
+                "ratio_ci95_low": interval.ci95_low, "ratio_ci95_high": interval.ci95_high,
+                "interval_method": interval.method if interval.ci95_low is not None else None,
                 "significance": welch_test(second_values, first_values).verdict,
             })
     return rows

