@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Experiment, Run, RunStatus
 from lab.specs.schema import ExperimentSpec, RunSpec
+from lab.workloads import get_workload
 
 
 def service_group(spec: RunSpec) -> str:
@@ -86,7 +87,7 @@ def run_columns(spec: RunSpec) -> dict[str, Any]:
         "load_kind": spec.load.kind,
         "vus": spec.load.peak_vus if spec.load.kind != "constant-arrival-rate" else None,
         "arrival_rate_per_s": spec.load.rate_per_s if spec.load.kind == "constant-arrival-rate" else None,
-        "prompts": spec.workload.prompts if spec.workload.kind == "number-story" else None,
+        "prompts": get_workload(spec.workload.kind).prompts_column(spec),
         "duration_s": spec.load.planned_duration_s,
         "max_tokens": spec.max_tokens,
         "random_seed": spec.random_seed,
