@@ -6,7 +6,8 @@ from __future__ import annotations
 import streamlit as st
 from pydantic import ValidationError
 
-from db import store
+from lab import history
+from lab.execution import experiments
 from db.models import RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import format_validation_error
@@ -53,7 +54,7 @@ def live_run(run_id: int) -> None:
     @st.fragment(run_every=LIVE_POLL_INTERVAL_S)
     def live() -> None:
         with session() as db_session:
-            run = store.get_run(session=db_session, run_id=run_id)
+            run = history.get_run(session=db_session, run_id=run_id)
             state = None if run is None else {
                 "id": run.id, "status": run.status, "progress": run.progress, "backend": run.backend,
                 "cell_label": run.cell_label, "started_at": run.started_at.isoformat() if run.started_at else None,
@@ -99,7 +100,7 @@ def page() -> None:
     show_flash()
     with session() as db_session:
         recent = [(run.id, f"#{run.id} {run.backend} {run.cell_label} ({status_badge(run.status, run.progress)})")
-                  for run in store.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)]
+                  for run in history.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)]
     if not recent:
         st.info("No runs yet. Launch one on New experiment, then open it here from Runs.")
         return
@@ -115,8 +116,8 @@ def page() -> None:
         st.query_params["run"] = str(run_id)
 
     with session() as db_session:
-        run = store.get_run(session=db_session, run_id=run_id)
-        series_row = store.get_run_series(session=db_session, run_id=run_id) if run else None
+        run = history.get_run(session=db_session, run_id=run_id)
+        series_row = history.get_run_series(session=db_session, run_id=run_id) if run else None
         record = run_record(run) if run else None
     if run is None:
         st.error(f"Run #{run_id} does not exist (deleted?). Pick another above.")
@@ -147,7 +148,7 @@ def page() -> None:
     if st.button("Run again (same spec)", key="run_again"):
         try:
             with session() as db_session:
-                new_id = store.enqueue_run_again(session=db_session, run_id=run.id).id
+                new_id = experiments.enqueue_run_again(session=db_session, run_id=run.id).id
         except LookupError as error:
             show_plain(f"Cannot run it again: {error}", kind="error")
         except ValidationError as error:

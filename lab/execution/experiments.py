@@ -1,5 +1,6 @@
 """Queue experiments: a validated :class:`~lab.specs.schema.ExperimentSpec` becomes the plain rows
-the store keeps (``db`` knows nothing of specs; this is where specs meet the queue)."""
+the store keeps (``db`` knows nothing of specs; this is where specs meet the queue). The
+pages' queue actions (cancel, delete, notes, run again) are reached here too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Experiment, Run, RunStatus
+# Queue actions the pages take on stored runs: db.store's own, reached through the domain.
+from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401
 from lab.specs.schema import ExperimentSpec, RunSpec
 from lab.workloads import get_workload
 
