@@ -137,6 +137,11 @@ def register(cls: type[Workload]) -> type[Workload]:
     return cls
 
 
+def unregister(name: str) -> None:
+    """Remove a workload (tests that register a throwaway one clean up with this)."""
+    WORKLOADS.pop(name, None)
+
+
 def get_workload(name: str) -> Workload:
     try:
         return WORKLOADS[name]
