@@ -15,10 +15,11 @@ import streamlit as st
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store
-from db.engine import get_engine
-from db.models import RunStatus
+from lab import history
+from lab.backends import CACHE_SUFFIX
+from lab.context import LabContext
 from lab.settings import Settings, get_settings
+from services.manager import ServiceManager
 
 NEW_EXPERIMENT_PAGE = "pages/new_experiment.py"
 RUNS_PAGE = "pages/runs.py"
@@ -40,14 +41,24 @@ def settings() -> Settings:
 
 
 @st.cache_resource(show_spinner=False)
-def _engine_for(database_url: str) -> Engine:
-    # One engine per URL for the whole server: engines are thread-safe and pool connections.
-    return get_engine(database_url)
+def _context_for(database_url: str) -> LabContext:
+    # One context (so one engine) per URL for the whole server: engines are thread-safe and pool connections.
+    return LabContext(settings=settings())
+
+
+def context() -> LabContext:
+    """The process-wide lab context of the configured database."""
+    return _context_for(settings().resolved_database_url)
 
 
 def engine() -> Engine:
     """The process-wide engine of the configured database (schema created or upgraded)."""
-    return _engine_for(settings().resolved_database_url)
+    return context().engine
+
+
+def service_manager() -> ServiceManager:
+    """This machine's service manager (the lab's records of this worker)."""
+    return context().service_manager()
 
 
 @contextmanager
@@ -98,18 +109,7 @@ def live_state(*, fresh: bool = False) -> dict[str, Any]:
 def _live_state(database_url: str) -> dict[str, Any]:
     # Cached for a second: the page's fragment and the sidebar's read the same state.
     with session() as db_session:
-        counts = store.queue_summary(session=db_session)
-        run = store.active_run(session=db_session)
-        active = None if run is None else {
-            "id": run.id, "status": run.status, "progress": run.progress, "backend": run.backend,
-            "cell_label": run.cell_label, "experiment_id": run.experiment_id, "spec": run.spec,
-            "model": run.model, "started_at": run.started_at.isoformat() if run.started_at else None,
-            "cancel_requested": run.cancel_requested, "environment": run.environment,
-        }
-    queued = counts.get(RunStatus.QUEUED, 0)
-    running = sum(counts.get(status, 0) for status in RunStatus.ACTIVE)
-    return {"queued": queued, "active": running, "pending": bool(queued or running), "run": active,
-            "finished": {status: counts[status] for status in RunStatus.FINAL if counts.get(status)}}
+        return history.live_state(session=db_session)
 
 
 def live_poll_interval(state: dict[str, Any]) -> float | None:
@@ -124,9 +124,7 @@ def services_state() -> list[dict]:
 
 @st.cache_data(ttl=2.0, show_spinner=False)
 def _services_state(database_url: str) -> list[dict]:
-    from services.manager import ServiceManager
-
-    return [status.to_dict() for status in ServiceManager(engine=engine(), logs_dir=settings().logs_dir, worker=settings().worker_name).status()]
+    return [status.to_dict() for status in service_manager().status()]
 
 
 def without_polling(log_text: str | None) -> str:
@@ -137,9 +135,7 @@ def without_polling(log_text: str | None) -> str:
 
 def service_last_line(name: str) -> str | None:
     """The last line of a service's log that is not polling noise."""
-    from services.manager import ServiceManager
-
-    tail = ServiceManager(engine=engine(), logs_dir=settings().logs_dir, worker=settings().worker_name).log_tail(name, max_lines=80)
+    tail = service_manager().log_tail(name, max_lines=80)
     lines = [line for line in without_polling(tail).splitlines() if line.strip()]
     return lines[-1] if lines else None
 
@@ -148,21 +144,9 @@ def service_last_line(name: str) -> str | None:
 def expected_start_s(database_url: str, backend: str, model: str, options_json: str) -> float | None:
     """How long the last fresh start of the same configuration (backend, model, its options)
     took, from the run environments; None when it never started fresh before."""
-    options = json.loads(options_json)
     with session() as db_session:
-        runs = store.list_runs(session=db_session, backends=[backend], statuses=[RunStatus.DONE], limit=200)
-        for run in runs:
-            startup = (run.environment or {}).get("startup") or {}
-            if (startup.get("fresh") and run.model == model and startup.get("seconds") is not None
-                    and start_options(run.spec) == options):
-                return float(startup["seconds"])
-    return None
-
-
-def start_options(spec: dict[str, Any] | None) -> dict[str, Any]:
-    """What of a run spec decides how its services start (besides backend and model)."""
-    spec = spec or {}
-    return {key: spec.get(key) for key in ("naive", "vllm", "cache") if key in spec}
+        return history.last_fresh_start_s(session=db_session, backend=backend, model=model,
+                                          options=json.loads(options_json))
 
 
 def startup_facts(run: dict) -> dict:
@@ -171,7 +155,7 @@ def startup_facts(run: dict) -> dict:
     service = starting[0] if starting else None
     return {
         "service": service,
-        "last_line": service_last_line(service or run["backend"].split("+")[0]),
+        "last_line": service_last_line(service or run["backend"].removesuffix(CACHE_SUFFIX)),
         "expected_s": expected_start_s(settings().resolved_database_url, run["backend"], run["model"],
-                                       json.dumps(start_options(run["spec"]), sort_keys=True)),
+                                       json.dumps(history.start_options(run["spec"]), sort_keys=True)),
     }

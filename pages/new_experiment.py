@@ -10,14 +10,10 @@ import streamlit as st
 
 from lab.execution import experiments
 from lab.workloads.datasets import DatasetError, list_uploads, record_upload, save_upload
-from lab.specs.schema import BACKENDS, ExperimentSpec, SpecError, list_presets, load_preset
+from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
-from lab.workloads import WORKLOADS as REGISTERED_WORKLOADS
-from pages.view.grid_form import GridForm, check_grid_form, is_external
+from pages.view.grid_form import checked_launch, field_error, grid_form_fields
 from pages.view.text import plain, show_plain
-
-WORKLOADS = {name: workload.label or name for name, workload in REGISTERED_WORKLOADS.items()}
-LOAD_KINDS = {"constant-vus": "constant VUs (closed loop)", "constant-arrival-rate": "arrival rate (open loop)"}
 
 
 def launch(spec: ExperimentSpec, tags: str) -> None:
@@ -28,12 +24,6 @@ def launch(spec: ExperimentSpec, tags: str) -> None:
     flash("success", f"Experiment #{experiment_id} queued: {count} run{'s' if count != 1 else ''}. "
                      "The worker runs them one at a time; this page follows the running one.")
     st.switch_page(RUNS_PAGE)
-
-
-def field_error(errors: dict[str, str], name: str) -> None:
-    """The validation message of one field, shown right under it."""
-    if name in errors:
-        st.error(plain(errors[name]), icon="⚠️")
 
 
 def preset_section() -> None:
@@ -68,95 +58,12 @@ def preset_section() -> None:
 def grid_section() -> None:
     """Build a grid: backends x VUs (or arrival rates), with validation beside each field."""
     errors: dict[str, str] = st.session_state.get("grid_errors", {})
-    form = GridForm(model=settings().default_model)
-    form.name = st.text_input("Experiment name", value=form.name, key="grid_name")
-    field_error(errors, "name")
-    form.backends = st.multiselect("Backends", BACKENDS, default=["naive"], key="grid_backends")
-    field_error(errors, "backends")
-    if any(is_external(backend) for backend in form.backends):
-        form.target_url = st.text_input("Target URL (external server)", key="grid_target_url",
-                                        placeholder="http://127.0.0.1:8000")
-        field_error(errors, "target_url")
-    form.model = st.text_input("Model (folder or Hugging Face id)", value=form.model, key="grid_model")
-    field_error(errors, "model")
-
-    left, right = st.columns(2)
-    with left:
-        form.workload = st.selectbox("Workload", list(WORKLOADS), format_func=WORKLOADS.get, key="grid_workload")
-        if form.workload == "number-story":
-            form.prompts = int(st.number_input("PROMPTS (distinct numbers)", value=50, step=1, key="grid_prompts"))
-            field_error(errors, "prompts")
-        elif form.workload == "sharegpt-chat":
-            form.sessions = int(st.number_input("Sessions to replay", value=100, step=1, key="grid_sessions"))
-            field_error(errors, "sessions")
-            uploads = list_uploads(settings().uploads_dir, "sharegpt")
-            options = [None] + [path for path, _ in uploads]
-            labels = dict(uploads)
-            form.dataset_path = st.selectbox(
-                "ShareGPT file", options, key="grid_dataset",
-                format_func=lambda path: "the bundled ShareGPT file" if path is None else labels[path],
-            )
-        elif form.workload == "synthetic":
-            form.synthetic_prompts = int(st.number_input("Distinct prompts", value=100, step=1, key="grid_syn_prompts"))
-            form.input_tokens_mean = int(st.number_input("Prompt tokens (mean, chat template included)", value=512,
-                                                         step=16, key="grid_syn_mean"))
-            form.input_tokens_spread = int(st.number_input("Prompt tokens (standard deviation)", value=0, step=8,
-                                                           key="grid_syn_spread"))
-            form.shared_prefix_tokens = int(st.number_input("Shared prefix tokens (every prompt starts alike)",
-                                                            value=0, step=16, key="grid_syn_prefix"))
-            form.fixed_output = st.checkbox("Every answer exactly max tokens long", value=True, key="grid_syn_fixed")
-            field_error(errors, "synthetic")
-        else:
-            uploads = list_uploads(settings().uploads_dir, "jsonl")
-            labels = dict(uploads)
-            form.requests_path = st.selectbox("Requests file (JSONL)", [path for path, _ in uploads],
-                                              format_func=labels.get, key="grid_requests", index=None,
-                                              placeholder="upload a JSONL file below first")
-            field_error(errors, "requests_path")
-        form.max_tokens = int(st.number_input("Max tokens per request", value=128, step=1, key="grid_max_tokens"))
-        field_error(errors, "max_tokens")
-        form.stream = st.checkbox("Stream answers (client TTFT and time per output token)", key="grid_stream")
-    with right:
-        form.load_kind = st.radio("Load", list(LOAD_KINDS), format_func=LOAD_KINDS.get, key="grid_load_kind",
-                                  horizontal=True)
-        if form.load_kind == "constant-vus":
-            form.vus_text = st.text_input("VUs (one or more, e.g. 1, 8, 32)", value="1", key="grid_vus")
-            field_error(errors, "vus_text")
-        else:
-            form.rates_text = st.text_input("Arrival rates per second (e.g. 0.5, 1, 2)", value="1", key="grid_rates")
-            field_error(errors, "rates_text")
-        form.duration_s = float(st.number_input("Duration per run (s)", value=20.0, step=5.0, key="grid_duration"))
-        field_error(errors, "duration_s")
-        form.graceful_stop_s = float(st.number_input(
-            "Graceful stop (s)", value=30.0, step=5.0, key="grid_graceful_stop",
-            help="After the load time, how long k6 waits for requests still in flight before cutting them "
-                 "(a slow backend at high load needs longer, or its last requests count as interrupted).",
-        ))
-        field_error(errors, "graceful_stop_s")
-        form.repeats = int(st.number_input("Repeats per cell", value=1, step=1, key="grid_repeats"))
-        field_error(errors, "repeats")
-        form.cache_policy = st.selectbox(
-            "Cache policy (for +cache backends)", ["all", "deterministic"], key="grid_cache_policy",
-            help=(
-                "deterministic: only cache requests with temperature 0 or an integer seed, and n = 1 "
-                "(a missing temperature means 1.0 on vLLM and the naive server: sampled, so not cached)"
-            ),
-        )
+    form = grid_form_fields(errors)
     tags = st.text_input("Tags (comma separated)", key="grid_tags")
     field_error(errors, "form")
-    if st.button("Launch grid", type="primary", key="launch_grid"):
-        spec, new_errors = check_grid_form(form)
-        st.session_state["grid_attempted"] = True
-        st.session_state["grid_errors"] = new_errors
-        if spec is None:
-            st.rerun()  # draw each message beside its field
+    spec = checked_launch(form, errors, clicked=st.button("Launch grid", type="primary", key="launch_grid"))
+    if spec is not None:
         launch(spec, tags)
-    elif st.session_state.get("grid_attempted"):
-        # After a failed launch, messages follow the user's corrections.
-        _, current = check_grid_form(form)
-        if current != errors:
-            st.session_state["grid_errors"] = current
-            st.rerun()
     if errors:
         st.error("Fix the fields marked above, then launch again.")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import streamlit as st
 from pydantic import ValidationError
 
-from db import store
-from db.models import RunStatus
+from lab import history
+from lab.execution import experiments
+from db.models import Run, RunSeries, RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import format_validation_error
 from pages.common import LIVE_POLL_INTERVAL_S, RUNS_PAGE, flash, session, show_flash, startup_facts, without_polling
@@ -53,7 +54,7 @@ def live_run(run_id: int) -> None:
     @st.fragment(run_every=LIVE_POLL_INTERVAL_S)
     def live() -> None:
         with session() as db_session:
-            run = store.get_run(session=db_session, run_id=run_id)
+            run = history.get_run(session=db_session, run_id=run_id)
             state = None if run is None else {
                 "id": run.id, "status": run.status, "progress": run.progress, "backend": run.backend,
                 "cell_label": run.cell_label, "started_at": run.started_at.isoformat() if run.started_at else None,
@@ -94,15 +95,14 @@ def streaming_latency_text(run: object) -> tuple[str, str] | None:
     return "caption", text
 
 
-def page() -> None:
-    st.title("Run detail")
-    show_flash()
+def choose_run() -> int | None:
+    """The run picker (the run in the URL or the session by default); None when there are no runs."""
     with session() as db_session:
         recent = [(run.id, f"#{run.id} {run.backend} {run.cell_label} ({status_badge(run.status, run.progress)})")
-                  for run in store.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)]
+                  for run in history.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)]
     if not recent:
         st.info("No runs yet. Launch one on New experiment, then open it here from Runs.")
-        return
+        return None
     default_id = chosen_run_id(recent)
     labels = dict(recent)
     if default_id is not None and default_id not in labels:
@@ -113,10 +113,92 @@ def page() -> None:
     if run_id != default_id:
         st.session_state["detail_run_id"] = run_id
         st.query_params["run"] = str(run_id)
+    return run_id
 
+
+def run_again_button(run: Run) -> None:
+    """Queue the run's spec again and go to Runs; one line when it cannot."""
+    if st.button("Run again (same spec)", key="run_again"):
+        try:
+            with session() as db_session:
+                new_id = experiments.enqueue_run_again(session=db_session, run_id=run.id).id
+        except LookupError as error:
+            show_plain(f"Cannot run it again: {error}", kind="error")
+        except ValidationError as error:
+            show_plain(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}",
+                       kind="error")
+        else:
+            flash("success", f"Run #{new_id} queued with the spec of run #{run.id}.")
+            st.switch_page(RUNS_PAGE)
+
+
+def figures_section(run: Run, record: dict, series: dict | None) -> None:
+    """The figures, streaming latencies, client/server counts and the per-second charts."""
+    st.markdown("#### Figures")
+    summary = figures_summary(record)
+    for start in range(0, len(summary), 6):
+        columns = st.columns(6)
+        for column, (label, value) in zip(columns, summary[start:start + 6]):
+            column.metric(label, value)
+    streaming = streaming_latency_text(run)
+    if streaming is not None:
+        show_plain(streaming[1], kind=streaming[0])
+    if run.count_check:
+        show_plain("Client/server counts: " + "; ".join(
+            f"{name.replace('_', ' ')}: client {check.get('client')}, server {check.get('server')}"
+            + (f" (difference {check['difference_ratio'] * 100:+.1f}%)"
+               if check.get("difference_ratio") is not None else "")
+            for name, check in run.count_check.items() if isinstance(check, dict)
+        ), kind="caption")
+
+    st.markdown("#### Per second")
+    figures = run_detail_figures(series)
+    if not figures:
+        st.info("No per-second series for this run (it has not run yet, or k6 wrote no samples).")
+    for index in range(0, len(figures), 2):
+        columns = st.columns(2)
+        for offset, figure in enumerate(figures[index:index + 2]):
+            columns[offset].plotly_chart(figure, key=f"detail_chart_{index + offset}")
+
+
+def stored_details(run: Run, series_row: RunSeries | None) -> None:
+    """Server metrics, log tails, spec, environment, tags and notes, each folded away."""
+    with st.expander("Server metrics before and after the load"):
+        metrics = server_metrics_table(run.server_metrics)
+        if metrics.empty:
+            st.caption("No server metrics were scraped (the service exposes none, or the run did not reach the load).")
+        else:
+            st.dataframe(metrics, hide_index=True, width="stretch")
+    with st.expander("Service log tails"):
+        tails = (series_row.service_log_tails if series_row else None) or {}
+        if not tails:
+            st.caption("No log tails stored for this run.")
+        for name, text in tails.items():
+            st.markdown(f"**{plain(name)}**")
+            st.code(without_polling(text) or "(empty: nothing but health and /metrics polling)", language=None)
+    with st.expander("Spec (replayable)"):
+        st.json(run.spec, expanded=True)
+    with st.expander("Environment"):
+        if run.environment:
+            st.json(run.environment, expanded=True)
+        else:
+            st.caption("Not captured yet.")
+    if run.notes or run.tags:
+        st.markdown("#### Tags and notes")
+        show_plain(f"tags: {run.tags or '–'}", kind="caption")
+        if run.notes:
+            st.text(run.notes)
+
+
+def page() -> None:
+    st.title("Run detail")
+    show_flash()
+    run_id = choose_run()
+    if run_id is None:
+        return
     with session() as db_session:
-        run = store.get_run(session=db_session, run_id=run_id)
-        series_row = store.get_run_series(session=db_session, run_id=run_id) if run else None
+        run = history.get_run(session=db_session, run_id=run_id)
+        series_row = history.get_run_series(session=db_session, run_id=run_id) if run else None
         record = run_record(run) if run else None
     if run is None:
         st.error(f"Run #{run_id} does not exist (deleted?). Pick another above.")
@@ -143,72 +225,9 @@ def page() -> None:
         with st.expander("Spec (replayable)"):
             st.json(run.spec, expanded=True)
         return  # figures, charts and logs come once it has finished
-
-    if st.button("Run again (same spec)", key="run_again"):
-        try:
-            with session() as db_session:
-                new_id = store.enqueue_run_again(session=db_session, run_id=run.id).id
-        except LookupError as error:
-            show_plain(f"Cannot run it again: {error}", kind="error")
-        except ValidationError as error:
-            show_plain(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}",
-                       kind="error")
-        else:
-            flash("success", f"Run #{new_id} queued with the spec of run #{run.id}.")
-            st.switch_page(RUNS_PAGE)
-
-    st.markdown("#### Figures")
-    summary = figures_summary(record)
-    for start in range(0, len(summary), 6):
-        columns = st.columns(6)
-        for column, (label, value) in zip(columns, summary[start:start + 6]):
-            column.metric(label, value)
-    streaming = streaming_latency_text(run)
-    if streaming is not None:
-        show_plain(streaming[1], kind=streaming[0])
-    if run.count_check:
-        show_plain("Client/server counts: " + "; ".join(
-            f"{name.replace('_', ' ')}: client {check.get('client')}, server {check.get('server')}"
-            + (f" (difference {check['difference_ratio'] * 100:+.1f}%)"
-               if check.get("difference_ratio") is not None else "")
-            for name, check in run.count_check.items() if isinstance(check, dict)
-        ), kind="caption")
-
-    st.markdown("#### Per second")
-    series = series_row.series if series_row else None
-    figures = run_detail_figures(series)
-    if not figures:
-        st.info("No per-second series for this run (it has not run yet, or k6 wrote no samples).")
-    for index in range(0, len(figures), 2):
-        columns = st.columns(2)
-        for offset, figure in enumerate(figures[index:index + 2]):
-            columns[offset].plotly_chart(figure, key=f"detail_chart_{index + offset}")
-
-    with st.expander("Server metrics before and after the load"):
-        metrics = server_metrics_table(run.server_metrics)
-        if metrics.empty:
-            st.caption("No server metrics were scraped (the service exposes none, or the run did not reach the load).")
-        else:
-            st.dataframe(metrics, hide_index=True, width="stretch")
-    with st.expander("Service log tails"):
-        tails = (series_row.service_log_tails if series_row else None) or {}
-        if not tails:
-            st.caption("No log tails stored for this run.")
-        for name, text in tails.items():
-            st.markdown(f"**{plain(name)}**")
-            st.code(without_polling(text) or "(empty: nothing but health and /metrics polling)", language=None)
-    with st.expander("Spec (replayable)"):
-        st.json(run.spec, expanded=True)
-    with st.expander("Environment"):
-        if run.environment:
-            st.json(run.environment, expanded=True)
-        else:
-            st.caption("Not captured yet.")
-    if run.notes or run.tags:
-        st.markdown("#### Tags and notes")
-        show_plain(f"tags: {run.tags or '–'}", kind="caption")
-        if run.notes:
-            st.text(run.notes)
+    run_again_button(run)
+    figures_section(run, record, series_row.series if series_row else None)
+    stored_details(run, series_row)
 
 
 page()

@@ -10,7 +10,8 @@ from datetime import datetime, time, timezone
 
 import streamlit as st
 
-from db import store
+from lab import history
+from lab.execution import experiments
 from db.models import RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import BACKENDS, list_presets
@@ -46,7 +47,7 @@ def live_panel(state: dict) -> None:
             st.warning("Cancel requested; the worker is stopping the run.")
         elif st.button("Cancel this run", key=f"cancel_live_{run['id']}"):
             with session() as db_session:
-                store.request_cancel(session=db_session, run_id=run["id"])
+                experiments.request_cancel(session=db_session, run_id=run["id"])
             st.warning("Cancel requested; the worker is stopping the run.")
 
 
@@ -63,7 +64,7 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
         show_flash()
         live_panel(state)
         with session() as db_session:
-            runs = store.list_runs(session=db_session, **query)
+            runs = history.list_runs(session=db_session, **query)
             records = [run_record(run) for run in runs]
             progress_by_run = {run.id: run.progress for run in runs if run.status in RunStatus.ACTIVE}
         if not records:
@@ -90,15 +91,15 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
 
 
 def filters() -> dict:
-    """The filter widgets; returns the keyword arguments for ``store.list_runs``."""
+    """The filter widgets; returns the keyword arguments for ``history.list_runs``."""
     with session() as db_session:
-        experiments = [(e.id, e.name) for e in store.list_experiments(session=db_session)]
-        workers = store.run_worker_names(session=db_session)
+        experiment_choices = [(e.id, e.name) for e in history.list_experiments(session=db_session)]
+        workers = history.run_worker_names(session=db_session)
     with st.expander("Filters", expanded=False):
         row1 = st.columns(4)
-        experiment_names = dict(experiments)
+        experiment_names = dict(experiment_choices)
         experiment_id = row1[0].selectbox(
-            "Experiment", [ALL] + [eid for eid, _ in experiments], key="filter_experiment",
+            "Experiment", [ALL] + [eid for eid, _ in experiment_choices], key="filter_experiment",
             format_func=lambda value: "all experiments" if value == ALL else f"#{value} {experiment_names[value]}",
         )
         preset = row1[1].selectbox("Preset", [ALL] + list_presets(), key="filter_preset")
@@ -149,7 +150,7 @@ def selection_actions(records: list[dict]) -> None:
                          help="Queued runs are cancelled at once, a running one through its worker."):
         with session() as db_session:
             for rid in cancellable:
-                store.request_cancel(session=db_session, run_id=rid)
+                experiments.request_cancel(session=db_session, run_id=rid)
         st.session_state["runs_message"] = f"Cancel requested for {plural(len(cancellable), 'run')}."
         st.rerun()
     deletable = [rid for rid in selected if by_id[rid]["status"] not in RunStatus.ACTIVE]
@@ -163,7 +164,7 @@ def selection_actions(records: list[dict]) -> None:
         yes, no = st.columns(2)
         if yes.button(f"Yes, delete {plural(len(pending_delete), 'run')}", type="primary", key="confirm_delete_yes"):
             with session() as db_session:
-                deleted = store.delete_runs(session=db_session, run_ids=pending_delete)
+                deleted = experiments.delete_runs(session=db_session, run_ids=pending_delete)
             st.session_state.pop("confirm_delete", None)
             st.session_state.pop("runs_selected", None)
             st.session_state["runs_message"] = f"Deleted {plural(deleted, 'run')}."
@@ -175,13 +176,13 @@ def selection_actions(records: list[dict]) -> None:
     with st.form(key=f"notes_{first['run_id']}"):
         st.markdown(f"**Tags and notes of run #{first['run_id']}**")
         with session() as db_session:
-            run = store.get_run(session=db_session, run_id=first["run_id"])
+            run = history.get_run(session=db_session, run_id=first["run_id"])
             notes = run.notes if run else ""
         tags_value = st.text_input("Tags (comma separated)", value=first.get("tags") or "", key=f"edit_tags_{first['run_id']}")
         notes_value = st.text_area("Notes", value=notes or "", key=f"edit_notes_{first['run_id']}")
         if st.form_submit_button("Save tags and notes"):
             with session() as db_session:
-                store.set_run_notes(session=db_session, run_id=first["run_id"], tags=tags_value, notes=notes_value)
+                experiments.set_run_notes(session=db_session, run_id=first["run_id"], tags=tags_value, notes=notes_value)
             st.session_state["runs_message"] = f"Saved tags and notes of run #{first['run_id']}."
             st.rerun()
 
@@ -197,7 +198,7 @@ def page() -> None:
     descending = order_col.toggle("Descending", value=True, key="runs_descending")
     runs_view(query, SORTABLE_COLUMNS[sort_label], descending)
     with session() as db_session:
-        records = [run_record(run) for run in store.list_runs(session=db_session, **query)]
+        records = [run_record(run) for run in history.list_runs(session=db_session, **query)]
     if records:
         selection_actions(records)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from db import store
+from lab import history
 from lab.backends import BACKENDS, managed_backend_names
 from lab.execution.detached import start_service_in_background
-from pages.common import engine, session, settings, without_polling
+from pages.common import service_manager, session, without_polling
 from pages.view.names import display_frame
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
@@ -33,18 +33,11 @@ def service_kind(status: dict) -> str:
     return ((status.get("config") or {}).get("params") or {}).get("backend") or status["kind"]
 
 
-def manager():  # noqa: ANN201 (services.manager.ServiceManager)
-    """The lab's service manager on the configured database."""
-    from services.manager import ServiceManager
-
-    return ServiceManager(engine=engine(), logs_dir=settings().logs_dir, worker=settings().worker_name)
-
-
 def page() -> None:
     st.title("Services")
-    statuses = [status.to_dict() for status in manager().status()]
+    statuses = [status.to_dict() for status in service_manager().status()]
     with session() as db_session:
-        active = store.active_run(session=db_session)
+        active = history.active_run(session=db_session)
         active_text = f"run #{active.id} ({active.status})" if active else None
     if active_text:
         # Starting or stopping a service by hand now would change what the run measures.
@@ -75,10 +68,10 @@ def page() -> None:
             if status["state"] in ("running", "unhealthy", "starting") and st.button(
                 f"Stop {status['name']}", key=f"stop_{status['name']}", disabled=bool(active_text)
             ):
-                manager().stop(status["name"])
+                service_manager().stop(status["name"])
                 st.rerun()
             # Health and /metrics polling fill a log; what the service said is what matters.
-            lines = without_polling(manager().log_tail(status["name"], max_lines=200)).splitlines()[-40:]
+            lines = without_polling(service_manager().log_tail(status["name"], max_lines=200)).splitlines()[-40:]
             st.code("\n".join(lines) or "(empty log)", language=None)
 
 

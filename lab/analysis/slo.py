@@ -74,9 +74,6 @@ class Slo:
             parts.append(f"failure_rate<={self.max_failure_rate:g}")
         return ", ".join(parts)
 
-    def to_texts(self) -> list[str]:
-        return [part.strip() for part in str(self).split(",") if part.strip()]
-
 
 def _positive_number(raw: str, text: str) -> float:
     try:

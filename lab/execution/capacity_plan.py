@@ -358,3 +358,48 @@ def stored_plan(*, session: Session, experiment_id: int) -> CapacityPlan:
     if experiment is None or not experiment.capacity:
         raise LookupError(f"experiment {experiment_id} is not a capacity search")
     return CapacityPlan.model_validate(experiment.capacity["plan"])
+
+
+def capacity_state(*, session: Session, experiment_id: int) -> dict[str, Any] | None:
+    """The search state stored on experiment ``experiment_id`` (None: not a capacity search)."""
+    experiment = store.get_experiment(session=session, experiment_id=experiment_id)
+    return dict(experiment.capacity) if experiment is not None and experiment.capacity else None
+
+
+# A search set up by hand (the Find capacity form, ``python -m lab capacity``), per scale:
+# the quick one fits a 2-core box in minutes.
+CAPACITY_DEFAULTS: dict[str, dict[str, float]] = {
+    "full": {"max_probes": 8, "probe_s": 60.0, "max_vus": 64, "max_rate": 32.0},
+    "quick": {"max_probes": 6, "probe_s": 20.0, "max_vus": 16, "max_rate": 8.0},
+}
+
+
+def default_max_load(by: str, *, quick: bool) -> float:
+    """The largest load a hand-made search probes unless told otherwise."""
+    defaults = CAPACITY_DEFAULTS["quick" if quick else "full"]
+    return defaults["max_vus"] if by == "vus" else defaults["max_rate"]
+
+
+def capacity_plan(
+    *, backends: list[str], slo: list[str], by: Literal["vus", "rate"] = "vus", quick: bool = False,
+    min_load: float | None = None, max_load: float | None = None, max_probes: int | None = None,
+    probe_s: float | None = None, repeats: int = 1, target_url: str | None = None,
+    settings: list[tuple[str, Any]] | None = None, name: str | None = None, preset: str | None = None,
+) -> CapacityPlan:
+    """A search set up by hand: the spec's default run (the seed's number story), a shorter
+    graceful stop at the quick scale, ``settings`` (``(dotted key, value)``) applied, and the
+    scale's defaults for every bound not given. Raises ValidationError or SpecError."""
+    scale = "quick" if quick else "full"
+    defaults = CAPACITY_DEFAULTS[scale]
+    base: dict[str, Any] = {"load": {"graceful_stop_s": 15}} if quick else {}
+    if target_url:
+        base["target_url"] = target_url
+    for key, value in settings or []:
+        set_dotted_lenient(base, key, value)
+    return CapacityPlan(
+        name=name or f"Capacity: {', '.join(backends)} under {', '.join(slo)}", backends=backends,
+        base=RunSpec.model_validate({**base, "backend": backends[0]}), slo=slo, by=by, min_load=min_load,
+        max_load=max_load if max_load is not None else default_max_load(by, quick=quick),
+        max_probes=max_probes if max_probes is not None else int(defaults["max_probes"]),
+        probe_s=probe_s or defaults["probe_s"], repeats=repeats, scale=scale, preset=preset,
+    )

@@ -1,5 +1,6 @@
 """Queue experiments: a validated :class:`~lab.specs.schema.ExperimentSpec` becomes the plain rows
-the store keeps (``db`` knows nothing of specs; this is where specs meet the queue)."""
+the store keeps (``db`` knows nothing of specs; this is where specs meet the queue). The
+pages' queue actions (cancel, delete, notes, run again) are reached here too."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Experiment, Run, RunStatus
+# Queue actions the pages take on stored runs: db.store's own, reached through the domain.
+from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401
 from lab.specs.schema import ExperimentSpec, RunSpec
+from lab.workloads import get_workload
 
 
 def service_group(spec: RunSpec) -> str:
@@ -86,7 +90,7 @@ def run_columns(spec: RunSpec) -> dict[str, Any]:
         "load_kind": spec.load.kind,
         "vus": spec.load.peak_vus if spec.load.kind != "constant-arrival-rate" else None,
         "arrival_rate_per_s": spec.load.rate_per_s if spec.load.kind == "constant-arrival-rate" else None,
-        "prompts": spec.workload.prompts if spec.workload.kind == "number-story" else None,
+        "prompts": get_workload(spec.workload.kind).prompts_column(spec),
         "duration_s": spec.load.planned_duration_s,
         "max_tokens": spec.max_tokens,
         "random_seed": spec.random_seed,

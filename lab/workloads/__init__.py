@@ -1,22 +1,28 @@
 """The workload registry: one module per workload, looked up by name.
 
-A workload declares (see :class:`Workload`): its option section in the spec (if any), a
-check of the spec's workload fields, the request file it prepares for k6 (if any), its
-warm-up messages, the ``-e`` settings and the k6 script it runs. The runner and the k6
-driver look workloads up here; nothing else names one.
+A workload declares (see :class:`Workload`): its option section in the spec (if any), the
+options a person sets (:class:`~lab.specs.fields.OptionField`: the New experiment form
+shows them, the CLI's ``--set`` help names them), a check of the spec's workload fields,
+the request file it prepares for k6 (if any), its warm-up messages, the ``-e`` settings
+and the k6 script it runs. The runner, the k6 driver and the form look workloads up here;
+nothing else names one.
+
+Workloads read the spec through the small protocols below (:class:`RunSettings`,
+:class:`WorkloadSettings`), not through ``lab.specs.schema``, which imports this registry.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
+from lab.specs.fields import OptionField, fields_of_model
+
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs.schema import RunSpec, WorkloadSpec
 
 K6_DIR = Path(__file__).resolve().parent.parent.parent / "k6"
 
@@ -31,6 +37,39 @@ class WorkloadError(RuntimeError):
     """The workload cannot be prepared (the message says why, for the user)."""
 
 
+class WorkloadSettings(Protocol):
+    """The spec's ``workload`` part as a workload reads it (``lab.specs.schema.WorkloadSpec``)."""
+
+    kind: str
+    prompts: int
+    sessions: int
+    max_turns: int
+    max_session_chars: int
+    system_prompt: str | None
+    dataset_path: str | None
+    requests_path: str | None
+
+    def options(self, kind: str | None = None) -> Any: ...
+
+
+class RunSettings(Protocol):
+    """A run spec as a workload reads it (``lab.specs.schema.RunSpec``)."""
+
+    model: str
+    max_tokens: int
+    warmup_requests: int
+    random_seed: int
+
+    @property
+    def workload(self) -> WorkloadSettings: ...
+
+
+def option_value(workload: WorkloadSettings, option: OptionField) -> Any:
+    """The value of a declared option in the spec's workload part (None when unset)."""
+    holder = workload.options() if option.section else workload
+    return getattr(holder, option.name, None) if holder is not None else None
+
+
 class Workload:
     """One workload. Subclass, set the class attributes, register."""
 
@@ -40,15 +79,33 @@ class Workload:
     # The spec's ``workload.<section>`` and its model; None: the workload uses the flat fields.
     section: ClassVar[str | None] = None
     options_model: ClassVar[type[BaseModel] | None] = None
+    # What a person sets (the form's fields, the --set help); () with an options model:
+    # every field of the model, labelled by its description.
+    option_fields: ClassVar[tuple[OptionField, ...]] = ()
 
-    def check(self, workload: "WorkloadSpec") -> None:
-        """Raise ValueError when the spec's workload fields cannot work (a missing file...)."""
+    def form_fields(self) -> tuple[OptionField, ...]:
+        """The options the form shows and ``--set`` names for this workload."""
+        if self.option_fields or self.options_model is None:
+            return self.option_fields
+        return fields_of_model(self.options_model, self.section)
 
-    def prepare(self, spec: "RunSpec", run_dir: Path, backend: "Backend") -> Path | None:
+    def check(self, workload: WorkloadSettings) -> None:
+        """Raise ValueError when the spec's workload fields cannot work (a missing file...).
+        By default: every required option is set."""
+        for option in self.form_fields():
+            if option.required and option_value(workload, option) in (None, ""):
+                raise ValueError(f"the {self.name} workload needs {option.label} ({option.path})")
+
+    def prompts_column(self, spec: RunSettings) -> int | None:
+        """The run's ``prompts`` column, which tables group by: the spec's flat ``prompts``
+        where the workload sends that many distinct prompts; None otherwise."""
+        return None
+
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path | None:
         """Write the request file k6 replays into ``run_dir``; None when the script needs none."""
         return None
 
-    def warmup_messages(self, spec: "RunSpec", requests_file: Path | None) -> list[Messages]:
+    def warmup_messages(self, spec: RunSettings, requests_file: Path | None) -> list[Messages]:
         """The messages of the warm-up requests: by default the request file's first turns."""
         if requests_file is None:
             return []
@@ -56,11 +113,11 @@ class Workload:
         turns = [turn if isinstance(turn, list) else turn["messages"] for session in sessions for turn in session]
         return [turns[i % len(turns)] for i in range(spec.warmup_requests)] if turns else []
 
-    def k6_env(self, spec: "RunSpec") -> dict[str, str]:
+    def k6_env(self, spec: RunSettings) -> dict[str, str]:
         """Settings of this workload's k6 script beyond the common ones (see k6/lib.js)."""
         return {}
 
-    def distinct_requests(self, spec: "RunSpec") -> int | None:
+    def distinct_requests(self, spec: RunSettings) -> int | None:
         """How many different requests the script can send (None: not a fixed, known set)."""
         return None
 
@@ -78,6 +135,11 @@ def register(cls: type[Workload]) -> type[Workload]:
         raise ValueError(f"cannot register workload {cls.name!r}: empty or taken")
     WORKLOADS[cls.name] = cls()
     return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a workload (tests that register a throwaway one clean up with this)."""
+    WORKLOADS.pop(name, None)
 
 
 def get_workload(name: str) -> Workload:

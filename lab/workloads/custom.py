@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lab.specs.fields import OptionField
 from lab.workloads import datasets
-from lab.workloads import Workload, register, write_sessions
+from lab.workloads import RunSettings, Workload, WorkloadSettings, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs.schema import RunSpec, WorkloadSpec
 
 
 @register
@@ -18,11 +18,12 @@ class Custom(Workload):
     name = "custom"
     label = "custom requests (JSONL)"
     script = "chat_replay.js"
+    option_fields = (OptionField("requests_path", "Requests file (JSONL)", upload="jsonl", required=True),)
 
-    def check(self, workload: "WorkloadSpec") -> None:
+    def check(self, workload: WorkloadSettings) -> None:
         if not workload.requests_path:
             raise ValueError("the custom workload needs a JSONL file of requests (requests_path)")
 
-    def prepare(self, spec: "RunSpec", run_dir: Path, backend: "Backend") -> Path:
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
         requests = datasets.load_custom_requests(str(spec.workload.requests_path))
         return write_sessions(datasets.custom_requests_as_sessions(requests), run_dir / "requests.json")

@@ -6,12 +6,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lab.specs.fields import OptionField
 from lab.workloads import datasets
-from lab.workloads import Workload, register, write_sessions
+from lab.workloads import RunSettings, Workload, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs.schema import RunSpec
 
 
 @lru_cache(maxsize=4)
@@ -25,8 +25,13 @@ class SharegptChat(Workload):
     name = "sharegpt-chat"
     label = "ShareGPT chat replay"
     script = "chat_replay.js"
+    option_fields = (
+        # The form starts smaller than the spec's 1,000 sessions: a first try on a small machine.
+        OptionField("sessions", "Sessions to replay", step=1, default=100),
+        OptionField("dataset_path", "ShareGPT file", upload="sharegpt", none_label="the bundled ShareGPT file"),
+    )
 
-    def prepare(self, spec: "RunSpec", run_dir: Path, backend: "Backend") -> Path:
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
         workload = spec.workload
         source = workload.dataset_path or str(datasets.default_sharegpt_path())
         sessions = datasets.build_chat_sessions(

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, model_validator
 
 from lab.specs.base import StrictModel
-from lab.workloads import Messages, Workload, WorkloadError, register, write_sessions
+from lab.specs.fields import OptionField
+from lab.workloads import Messages, RunSettings, Workload, WorkloadError, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
-    from lab.specs.schema import RunSpec
 
 WORD_RE = re.compile(r" [a-z]{2,12}")
 MARKER = "\u2063SYNTHETIC\u2063"
@@ -55,7 +55,7 @@ def load_tokenizer(path: str) -> Any:
     return AutoTokenizer.from_pretrained(path)
 
 
-def tokenizer_path(spec: "RunSpec", options: SyntheticOptions) -> str:
+def tokenizer_path(spec: RunSettings, options: SyntheticOptions) -> str:
     """The tokenizer to count with: the option, the run's model folder, else the default
     model's (a GGUF-only backend serves the same model converted there)."""
     if options.tokenizer:
@@ -119,7 +119,7 @@ class PromptBuilder:
         return self.messages("".join(prefix + body)), length
 
 
-def synthetic_sessions(spec: "RunSpec", options: SyntheticOptions, backend: "Backend") -> tuple[list[Any], list[int]]:
+def synthetic_sessions(spec: RunSettings, options: SyntheticOptions, backend: "Backend") -> tuple[list[Any], list[int]]:
     """One-turn sessions (request objects) and the templated length of each prompt."""
     builder = PromptBuilder(tokenizer_path(spec, options), spec.workload.system_prompt)
     rng = random.Random(spec.random_seed)
@@ -143,8 +143,15 @@ class Synthetic(Workload):
     script = "chat_replay.js"
     section = "synthetic"
     options_model = SyntheticOptions
+    option_fields = (  # the tokenizer is left to the run's model in the form
+        OptionField("synthetic.prompts", "Distinct prompts", step=1),
+        OptionField("synthetic.input_tokens_mean", "Prompt tokens (mean, chat template included)", step=16),
+        OptionField("synthetic.input_tokens_spread", "Prompt tokens (standard deviation)", step=8),
+        OptionField("synthetic.shared_prefix_tokens", "Shared prefix tokens (every prompt starts alike)", step=16),
+        OptionField("synthetic.fixed_output", "Every answer exactly max tokens long"),
+    )
 
-    def prepare(self, spec: "RunSpec", run_dir: Path, backend: "Backend") -> Path:
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
         options = spec.workload.options()
         sessions, lengths = synthetic_sessions(spec, options, backend)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -155,5 +162,5 @@ class Synthetic(Workload):
         }))
         return write_sessions(sessions, run_dir / "requests.json")
 
-    def distinct_requests(self, spec: "RunSpec") -> int | None:
+    def distinct_requests(self, spec: RunSettings) -> int | None:
         return spec.workload.options().prompts

@@ -11,22 +11,25 @@ from typing import Any
 import streamlit as st
 from pydantic import ValidationError
 
-from db import store
-from lab.backends import get_backend
+from lab.backends import get_backend, managed_backend_names
 from lab.analysis.capacity_search import CapacityError
 from lab.execution.capacity_plan import (
+    CAPACITY_DEFAULTS,
     LOAD_DIMENSIONS,
     CapacityPlan,
+    capacity_plan,
+    capacity_state,
     capacity_preset_note,
     check_plan,
     create_experiment,
+    default_max_load,
     list_capacity_presets,
     load_capacity_preset,
     start_search_in_background,
 )
 from lab.report.capacity_section import capacity_table, pareto_figure, search_figure
 from lab.analysis.slo import SloError
-from lab.specs.schema import BACKENDS, RunSpec, SpecError, format_validation_error
+from lab.specs.schema import BACKENDS, SpecError, format_validation_error
 from pages.common import RUNS_PAGE, flash, session, settings
 from pages.view.text import plain, show_plain
 
@@ -45,7 +48,7 @@ def _plan_from_form() -> CapacityPlan | None:
             if note:
                 show_plain(note, kind="info")
             return load_capacity_preset(preset, quick=quick)
-        backends = st.multiselect("Backends", BACKENDS, default=["naive", "vllm"], key="capacity_backends")
+        backends = st.multiselect("Backends", BACKENDS, default=managed_backend_names()[:2], key="capacity_backends")
         target_url = None
         if any(not get_backend(name).managed for name in backends):
             target_url = st.text_input("Target URL (external server)", key="capacity_target_url") or None
@@ -54,27 +57,22 @@ def _plan_from_form() -> CapacityPlan | None:
                                       "(streamed runs), failure_rate<=0.01")
         by = st.radio("Load dimension", list(LOAD_DIMENSIONS), horizontal=True, key="capacity_by",
                       format_func=lambda name: f"{LOAD_DIMENSIONS[name].load_kind} ({LOAD_DIMENSIONS[name].unit})")
-        dimension = LOAD_DIMENSIONS[by]
+        defaults = CAPACITY_DEFAULTS["quick" if quick else "full"]
         columns = st.columns(5)
-        min_load = columns[0].number_input("Smallest load", value=float(dimension.default_min), key="capacity_min")
-        max_load = columns[1].number_input("Largest load", value=16.0 if quick else float(dimension.default_max),
+        min_load = columns[0].number_input("Smallest load", value=float(LOAD_DIMENSIONS[by].default_min),
+                                           key="capacity_min")
+        max_load = columns[1].number_input("Largest load", value=float(default_max_load(by, quick=quick)),
                                            key="capacity_max")
-        max_probes = columns[2].number_input("Probes per backend", value=6 if quick else 8, step=1,
+        max_probes = columns[2].number_input("Probes per backend", value=int(defaults["max_probes"]), step=1,
                                              key="capacity_probes")
-        probe_s = columns[3].number_input("Seconds per probe", value=20.0 if quick else 60.0, key="capacity_probe_s")
+        probe_s = columns[3].number_input("Seconds per probe", value=defaults["probe_s"], key="capacity_probe_s")
         repeats = columns[4].number_input("Repeats per probe", min_value=1, max_value=20, value=1,
                                           key="capacity_repeats")
-        base: dict[str, Any] = {"backend": backends[0] if backends else "naive",
-                                "workload": {"kind": "number-story", "prompts": 50}, "max_tokens": 128,
-                                "target_url": target_url}
-        if quick:
-            base["load"] = {"graceful_stop_s": 15}
         if not backends:
             raise CapacityError("choose at least one backend")
-        return CapacityPlan(
-            name=f"Capacity: {', '.join(backends)} under {slo_text}", backends=backends,
-            base=RunSpec.model_validate(base), slo=[slo_text], by=by, min_load=min_load, max_load=max_load,
-            max_probes=int(max_probes), probe_s=probe_s, repeats=int(repeats), scale="quick" if quick else "full",
+        return capacity_plan(
+            backends=backends, slo=[slo_text], by=by, quick=quick, min_load=min_load, max_load=max_load,
+            max_probes=int(max_probes), probe_s=probe_s, repeats=int(repeats), target_url=target_url,
         )
     except (SpecError, CapacityError, SloError) as error:
         show_plain(f"This search cannot run: {error}", kind="error")
@@ -108,8 +106,7 @@ def find_capacity_section() -> None:
 
 def _search_state(experiment_id: int) -> dict[str, Any] | None:
     with session() as db_session:
-        experiment = store.get_experiment(session=db_session, experiment_id=experiment_id)
-        return dict(experiment.capacity) if experiment is not None and experiment.capacity else None
+        return capacity_state(session=db_session, experiment_id=experiment_id)
 
 
 def _render_search(experiment_id: int, key: str) -> None:

@@ -1,223 +1,142 @@
-"""The New experiment grid form: what it collects and its field-by-field check into an
-:class:`~lab.specs.schema.ExperimentSpec` (messages keyed by field, shown beside each field)."""
+"""The New experiment grid form's widgets: they fill in a :class:`~lab.specs.grid_form.GridForm`,
+whose check and spec building live in the domain (``lab.specs.grid_form``).
+
+The workload's fields are drawn from what its module declares (``lab.specs.options``):
+a new workload shows its own fields here without a line changed.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+import streamlit as st
 
-from lab.specs.schema import (
-    MAX_VUS,
-    CacheSpec,
-    ExperimentSpec,
-    LoadSpec,
-    RunSpec,
-    WorkloadSpec,
-    format_validation_error,
+from lab.backends import backend_names
+from lab.specs.grid_form import GridForm, check_grid_form, is_external
+from lab.specs.options import OptionInput, workload_inputs
+from lab.specs.schema import BACKENDS, ExperimentSpec
+from lab.workloads import WORKLOADS
+from lab.workloads.datasets import list_uploads
+from pages.common import settings
+from pages.view.text import plain
+
+LOAD_KINDS = {"constant-vus": "constant VUs (closed loop)", "constant-arrival-rate": "arrival rate (open loop)"}
+CACHE_POLICY_HELP = (
+    "deterministic: only cache requests with temperature 0 or an integer seed, and n = 1 "
+    "(a missing temperature means 1.0 on vLLM and the naive server: sampled, so not cached)"
 )
-from lab.backends import get_backend
-from lab.specs.validation import ModelNameError, check_model_on_machine
-from lab.workloads.synthetic import SyntheticOptions
-
-@dataclass
-class GridForm:
-    """What the New experiment grid form collects (raw text where the user types lists)."""
-
-    name: str = "my experiment"
-    backends: list[str] = field(default_factory=lambda: ["naive"])
-    model: str = ""
-    target_url: str = ""
-    workload: str = "number-story"
-    prompts: int = 50
-    sessions: int = 100
-    dataset_path: str | None = None
-    requests_path: str | None = None
-    # The synthetic workload (workload.synthetic): prompt length in tokens and a shared prefix.
-    synthetic_prompts: int = 100
-    input_tokens_mean: int = 512
-    input_tokens_spread: int = 0
-    shared_prefix_tokens: int = 0
-    fixed_output: bool = True
-    load_kind: str = "constant-vus"
-    vus_text: str = "1"
-    rates_text: str = "1"
-    duration_s: float = 20.0
-    graceful_stop_s: float = 30.0
-    max_tokens: int = 128
-    stream: bool = False
-    repeats: int = 1
-    cache_policy: str = "all"
+GRACEFUL_STOP_HELP = (
+    "After the load time, how long k6 waits for requests still in flight before cutting them "
+    "(a slow backend at high load needs longer, or its last requests count as interrupted)."
+)
 
 
-def parse_number_list(text: str, *, integers: bool) -> list[float] | list[int]:
-    """``"1, 8 32"`` -> ``[1, 8, 32]``; raises ValueError with a message for the user."""
-    parts = [part for part in text.replace(",", " ").split() if part]
-    if not parts:
-        raise ValueError("enter at least one value, e.g. 1, 8, 32")
-    values: list[Any] = []
-    for part in parts:
-        try:
-            number = float(part)
-        except ValueError:
-            raise ValueError(f"{part!r} is not a number") from None
-        if integers:
-            if not number.is_integer():
-                raise ValueError(f"{part!r} is not a whole number")
-            number = int(number)
-        values.append(number)
-    return list(dict.fromkeys(values))  # keep order, drop repeats
+def field_error(errors: dict[str, str], name: str) -> None:
+    """The validation message of one field, shown right under it."""
+    if name in errors:
+        st.error(plain(errors[name]), icon="⚠️")
 
 
-def _field_error(schema: type[BaseModel], /, **values: Any) -> str | None:
-    """The validation message for ``values`` of ``schema`` (only those fields), or None."""
-    try:
-        schema.model_validate(values)
-    except ValidationError as error:
-        relevant = [item for item in error.errors() if item["loc"] and item["loc"][0] in values]
-        if not relevant:
-            return None
-        return "; ".join(item["msg"].removeprefix("Value error, ") for item in relevant)
+def option_widget(workload: str, field: OptionInput) -> Any:
+    """One declared workload option as a widget; returns its value."""
+    option, key = field.option, f"grid_{workload}_{field.option.path}"
+    help_text = field.help or None
+    if field.kind == "upload":
+        uploads = list_uploads(settings().uploads_dir, option.upload)
+        labels = dict(uploads)
+        paths = [path for path, _ in uploads]
+        if option.required:
+            return st.selectbox(option.label, paths, format_func=labels.get, key=key, index=None, help=help_text,
+                                placeholder="upload a file below first")
+        return st.selectbox(option.label, [None, *paths], key=key, help=help_text,
+                            format_func=lambda path: option.none_label if path is None else labels[path])
+    if field.kind == "bool":
+        return st.checkbox(option.label, value=bool(field.default), key=key, help=help_text)
+    if field.kind in ("int", "float"):
+        cast: Callable[[Any], Any] = int if field.kind == "int" else float
+        step = cast(option.step) if option.step is not None else cast(1)
+        return cast(st.number_input(option.label, value=cast(field.default), step=step, key=key, help=help_text))
+    return st.text_input(option.label, value=field.default or "", key=key, help=help_text) or None
+
+
+def workload_fields(form: GridForm, errors: dict[str, str]) -> None:
+    """The workload's own option fields, each with its message beneath; section-wide
+    messages (a rule across fields) after them."""
+    sections = set()
+    for field in workload_inputs(form.workload):
+        form.workload_options[field.option.path] = option_widget(form.workload, field)
+        field_error(errors, field.option.path)
+        sections.add(field.option.section)
+    for section in sorted(section for section in sections if section):
+        field_error(errors, section)
+
+
+def _request_fields(form: GridForm, errors: dict[str, str]) -> None:
+    """The left column: workload, its options, max tokens, streaming."""
+    labels = {name: workload.label or name for name, workload in WORKLOADS.items()}
+    form.workload = st.selectbox("Workload", list(labels), format_func=labels.get, key="grid_workload")
+    workload_fields(form, errors)
+    form.max_tokens = int(st.number_input("Max tokens per request", value=128, step=1, key="grid_max_tokens"))
+    field_error(errors, "max_tokens")
+    form.stream = st.checkbox("Stream answers (client TTFT and time per output token)", key="grid_stream")
+
+
+def _load_fields(form: GridForm, errors: dict[str, str]) -> None:
+    """The right column: load kind and levels, duration, graceful stop, repeats, cache policy."""
+    form.load_kind = st.radio("Load", list(LOAD_KINDS), format_func=LOAD_KINDS.get, key="grid_load_kind",
+                              horizontal=True)
+    if form.load_kind == "constant-vus":
+        form.vus_text = st.text_input("VUs (one or more, e.g. 1, 8, 32)", value="1", key="grid_vus")
+        field_error(errors, "vus_text")
+    else:
+        form.rates_text = st.text_input("Arrival rates per second (e.g. 0.5, 1, 2)", value="1", key="grid_rates")
+        field_error(errors, "rates_text")
+    form.duration_s = float(st.number_input("Duration per run (s)", value=20.0, step=5.0, key="grid_duration"))
+    field_error(errors, "duration_s")
+    form.graceful_stop_s = float(st.number_input("Graceful stop (s)", value=30.0, step=5.0,
+                                                 key="grid_graceful_stop", help=GRACEFUL_STOP_HELP))
+    field_error(errors, "graceful_stop_s")
+    form.repeats = int(st.number_input("Repeats per cell", value=1, step=1, key="grid_repeats"))
+    field_error(errors, "repeats")
+    form.cache_policy = st.selectbox("Cache policy (for +cache backends)", ["all", "deterministic"],
+                                     key="grid_cache_policy", help=CACHE_POLICY_HELP)
+
+
+def grid_form_fields(errors: dict[str, str]) -> GridForm:
+    """Every field of the grid form, each message beside its field; returns what was entered."""
+    form = GridForm(model=settings().default_model)
+    form.name = st.text_input("Experiment name", value=form.name, key="grid_name")
+    field_error(errors, "name")
+    form.backends = st.multiselect("Backends", BACKENDS, default=backend_names()[:1], key="grid_backends")
+    field_error(errors, "backends")
+    if any(is_external(backend) for backend in form.backends):
+        form.target_url = st.text_input("Target URL (external server)", key="grid_target_url",
+                                        placeholder="http://127.0.0.1:8000")
+        field_error(errors, "target_url")
+    form.model = st.text_input("Model (folder or Hugging Face id)", value=form.model, key="grid_model")
+    field_error(errors, "model")
+    left, right = st.columns(2)
+    with left:
+        _request_fields(form, errors)
+    with right:
+        _load_fields(form, errors)
+    return form
+
+
+def checked_launch(form: GridForm, errors: dict[str, str], *, clicked: bool) -> ExperimentSpec | None:
+    """The spec to launch when the button was clicked on a valid form. After a failed
+    launch, the messages follow the user's corrections (a rerun redraws them)."""
+    if clicked:
+        spec, new_errors = check_grid_form(form)
+        st.session_state["grid_attempted"] = True
+        st.session_state["grid_errors"] = new_errors
+        if spec is None:
+            st.rerun()  # draw each message beside its field
+        return spec
+    if st.session_state.get("grid_attempted"):
+        _, current = check_grid_form(form)
+        if current != errors:
+            st.session_state["grid_errors"] = current
+            st.rerun()
     return None
-
-
-def is_external(backend: str) -> bool:
-    """A backend the lab does not start (a server given by URL), with or without the cache."""
-    try:
-        return not get_backend(backend).managed
-    except ValueError:
-        return False
-
-
-def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, str]]:
-    """Validate the grid form field by field and build its ExperimentSpec.
-
-    Returns ``(spec, {})`` when valid, else ``(None, {field: message})`` where field is
-    a GridForm attribute name, so each message can be shown beside its field.
-    """
-    errors: dict[str, str] = {}
-    if not form.name.strip():
-        errors["name"] = "give the experiment a name"
-    if not form.backends:
-        errors["backends"] = "choose at least one backend"
-    if any(is_external(backend) for backend in form.backends) and not form.target_url.strip():
-        errors["target_url"] = "external backends need the server's base URL, e.g. http://127.0.0.1:8000"
-    if form.model.strip():
-        message = _field_error(RunSpec, model=form.model.strip())
-        if message:
-            errors["model"] = message
-        elif not all(is_external(backend) for backend in form.backends):
-            try:  # the lab's own servers load it: it must be on this machine when offline
-                check_model_on_machine(form.model.strip())
-            except ModelNameError as error:
-                errors["model"] = str(error)
-    else:
-        errors["model"] = "enter a model folder or Hugging Face id"
-
-    grid_values: dict[str, list[Any]] = {}
-    if form.load_kind == "constant-arrival-rate":
-        try:
-            rates = parse_number_list(form.rates_text, integers=False)
-            bad = [rate for rate in rates if _field_error(LoadSpec, kind="constant-arrival-rate", rate_per_s=rate)]
-            if bad:
-                errors["rates_text"] = f"arrival rates must be above 0 and at most 100,000 per second (got {bad[0]:g})"
-            grid_values["load.rate_per_s"] = rates
-        except ValueError as error:
-            errors["rates_text"] = str(error)
-    else:
-        try:
-            vus = parse_number_list(form.vus_text, integers=True)
-            bad = [value for value in vus if _field_error(LoadSpec, vus=value)]
-            if bad:
-                errors["vus_text"] = f"VUs must be whole numbers from 1 to {MAX_VUS} (got {bad[0]})"
-            grid_values["load.vus"] = vus
-        except ValueError as error:
-            errors["vus_text"] = str(error)
-
-    message = _field_error(LoadSpec, duration_s=form.duration_s)
-    if message:
-        errors["duration_s"] = f"duration: {message}"
-    message = _field_error(LoadSpec, graceful_stop_s=form.graceful_stop_s)
-    if message:
-        errors["graceful_stop_s"] = f"graceful stop: {message}"
-    message = _field_error(RunSpec, max_tokens=form.max_tokens)
-    if message:
-        errors["max_tokens"] = f"max tokens: {message}"
-    message = _field_error(ExperimentSpec, repeats=form.repeats)
-    if message:
-        errors["repeats"] = f"repeats: {message}"
-    if form.workload == "number-story":
-        message = _field_error(WorkloadSpec, prompts=form.prompts)
-        if message:
-            errors["prompts"] = f"prompts: {message}"
-    if form.workload == "sharegpt-chat":
-        message = _field_error(WorkloadSpec, sessions=form.sessions)
-        if message:
-            errors["sessions"] = f"sessions: {message}"
-    if form.workload == "synthetic":
-        try:
-            SyntheticOptions.model_validate(synthetic_section(form))
-        except ValidationError as error:
-            errors["synthetic"] = f"synthetic prompts: {format_validation_error(error)}"
-    if form.workload == "custom" and not form.requests_path:
-        errors["requests_path"] = "the custom workload needs a JSONL file of requests: upload one below"
-    message = _field_error(CacheSpec, policy=form.cache_policy)
-    if message:
-        errors["cache_policy"] = message
-    if errors:
-        return None, errors
-
-    workload: dict[str, Any] = {"kind": form.workload, "stream": form.stream}
-    if form.workload == "number-story":
-        workload["prompts"] = form.prompts
-    elif form.workload == "sharegpt-chat":
-        workload["sessions"] = form.sessions
-        if form.dataset_path:
-            workload["dataset_path"] = form.dataset_path
-    elif form.workload == "synthetic":
-        workload["synthetic"] = synthetic_section(form)
-    else:
-        workload["requests_path"] = form.requests_path
-    load: dict[str, Any] = {"kind": form.load_kind, "duration_s": form.duration_s,
-                            "graceful_stop_s": form.graceful_stop_s}
-    if form.load_kind == "constant-arrival-rate":
-        load["rate_per_s"] = grid_values["load.rate_per_s"][0]
-    base: dict[str, Any] = {
-        "backend": form.backends[0],
-        "model": form.model.strip(),
-        "workload": workload,
-        "load": load,
-        "max_tokens": form.max_tokens,
-        "cache": {"policy": form.cache_policy},
-    }
-    if form.target_url.strip():
-        base["target_url"] = form.target_url.strip()
-    grid: dict[str, list[Any]] = {}
-    if len(form.backends) > 1:
-        grid["backend"] = list(form.backends)
-    for path, values in grid_values.items():
-        if len(values) > 1:
-            grid[path] = values
-        elif path == "load.vus":
-            base["load"]["vus"] = values[0]
-    try:
-        spec = ExperimentSpec.model_validate(
-            {"name": form.name.strip(), "base": base, "grid": grid, "repeats": form.repeats}
-        )
-    except ValidationError as error:
-        return None, {"form": format_validation_error(error)}
-    except ValueError as error:  # a grid cell that is invalid as a whole
-        return None, {"form": str(error)}
-    return spec, {}
-
-
-def synthetic_section(form: GridForm) -> dict[str, Any]:
-    """The ``workload.synthetic`` section the form's synthetic fields describe."""
-    return {
-        "prompts": form.synthetic_prompts,
-        "input_tokens_mean": form.input_tokens_mean,
-        "input_tokens_spread": form.input_tokens_spread,
-        "shared_prefix_tokens": form.shared_prefix_tokens,
-        "fixed_output": form.fixed_output,
-    }

@@ -15,6 +15,8 @@ from db import store
 from db.models import RunStatus
 from lab.measurement import request_figures
 from lab import cli
+from lab.cli import capacity_commands
+from lab.context import LabContext
 from lab.analysis.capacity_search import CapacityError
 from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
 from lab.measurement.k6_results import RequestSamples, stream_request_samples
@@ -273,7 +275,7 @@ def test_runs_slo_cli_evaluates_a_stored_run(engine, capsys, monkeypatch) -> Non
         }])
     store.save_run_requests(engine=engine, run_id=run_id, **request_figures.encode(samples([1, 2, 3, 20])))
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.DONE, measured_duration_s=4.0)
-    monkeypatch.setattr(cli, "_engine", lambda settings: engine)
+    monkeypatch.setattr(LabContext, "engine", engine)
     assert cli.main(["runs", "slo", str(run_id), "--slo", "latency_p50_s=10", "--json", "--save"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["passed"] and result["requests_good"] == 3 and result["goodput_req_per_s"] == pytest.approx(0.75)
@@ -336,8 +338,8 @@ def test_a_search_stored_by_the_pages_runs_from_the_cli(engine, capsys, monkeypa
         def __exit__(self, *_: object) -> None:
             pass
 
-    monkeypatch.setattr(cli, "_engine", lambda settings: engine)
-    monkeypatch.setattr(cli, "RunWaiter", Waiter)
+    monkeypatch.setattr(LabContext, "engine", engine)
+    monkeypatch.setattr(capacity_commands, "RunWaiter", Waiter)
     assert cli.main(["capacity", "--experiment", str(experiment_id), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["experiment_id"] == experiment_id and result["backends"]["external"]["capacity_load"] == 4

@@ -1,7 +1,7 @@
 """The grid form offers what the registries hold: llama.cpp, external targets, synthetic prompts."""
 
 from lab.settings import get_settings
-from pages.view.grid_form import GridForm, check_grid_form, is_external
+from lab.specs.grid_form import GridForm, check_grid_form, is_external
 
 
 def form(**values) -> GridForm:  # noqa: ANN003
@@ -15,8 +15,10 @@ def test_external_is_decided_by_the_registry():
 
 
 def test_synthetic_fields_become_the_workload_section():
-    spec, errors = check_grid_form(form(backends=["llamacpp", "vllm"], workload="synthetic", input_tokens_mean=256,
-                                        shared_prefix_tokens=128, synthetic_prompts=20))
+    spec, errors = check_grid_form(form(backends=["llamacpp", "vllm"], workload="synthetic",
+                                        workload_options={"synthetic.input_tokens_mean": 256,
+                                                          "synthetic.shared_prefix_tokens": 128,
+                                                          "synthetic.prompts": 20}))
     assert errors == {}
     run = spec.expand()[0][2]
     assert run.workload.kind == "synthetic"
@@ -26,6 +28,7 @@ def test_synthetic_fields_become_the_workload_section():
 
 
 def test_a_prefix_as_long_as_the_prompt_is_refused_beside_its_field():
-    spec, errors = check_grid_form(form(workload="synthetic", input_tokens_mean=128, shared_prefix_tokens=128))
+    spec, errors = check_grid_form(form(workload="synthetic", workload_options={
+        "synthetic.input_tokens_mean": 128, "synthetic.shared_prefix_tokens": 128}))
     assert spec is None
     assert "shared_prefix_tokens must be smaller" in errors["synthetic"]

@@ -10,12 +10,13 @@ import pytest
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def imports_of(path: Path) -> set[str]:
+def imports_of(path: Path, *, type_checking: bool = False) -> set[str]:
     """Every module ``path`` imports, at the top or inside a function (relative ones resolved);
-    imports only for type checkers (``if TYPE_CHECKING:``) are not imports at run time."""
+    imports only for type checkers (``if TYPE_CHECKING:``) are not imports at run time, so
+    they count only with ``type_checking``."""
     package = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts[:-1])
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    type_only = {
+    type_only = set() if type_checking else {
         id(child)
         for node in ast.walk(tree)
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
@@ -75,9 +76,12 @@ def test_the_k6_driver_does_not_depend_on_the_service_supervisor() -> None:
 
 
 def test_lab_has_no_import_cycle() -> None:
+    """No cycle, imports for type checkers included: a cycle hidden behind TYPE_CHECKING is
+    still two modules that cannot be understood (or moved) one without the other."""
     lab = modules("lab")
     graph = {
-        name: {target for imported in imports_of(path) for target in lab if imported == target} - {name}
+        name: {target for imported in imports_of(path, type_checking=True) for target in lab if imported == target}
+        - {name}
         for name, path in lab.items()
     }
     cycles: list[list[str]] = []
@@ -95,3 +99,37 @@ def test_lab_has_no_import_cycle() -> None:
     real = [c for c in cycles if not any(a == b.rsplit(".", 1)[0] or b == a.rsplit(".", 1)[0]
                                          for a, b in zip(c, c[1:]))]
     assert real == []
+
+
+def name_uses(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines that compare with a name (``==``, ``!=``, ``in (...)``) or loop over literal names."""
+    from tests.unit.test_backend_names import backend_name_comparisons
+
+    lines = backend_name_comparisons(tree, names)
+    for node in ast.walk(tree):
+        loop_over = node.iter if isinstance(node, (ast.For, ast.comprehension)) else None
+        if isinstance(loop_over, (ast.Tuple, ast.List, ast.Set)) and any(
+            isinstance(element, ast.Constant) and element.value in names for element in loop_over.elts
+        ):
+            lines.append(getattr(node, "lineno", getattr(loop_over, "lineno", 0)))
+    return lines
+
+
+@pytest.mark.parametrize("kind", ["workload", "backend"])
+def test_kind_names_are_compared_and_listed_only_in_their_registry(kind: str) -> None:
+    from lab.backends import spec_backend_names
+    from lab.workloads import workload_names
+
+    from tests.unit.test_backend_names import SEED_COMPARISON_MODULES
+
+    names = set(workload_names()) if kind == "workload" else set(spec_backend_names())
+    registry = "lab/workloads/" if kind == "workload" else "lab/backends/"
+    found = {}
+    for folder in ("lab", "pages", "services", "db"):
+        for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
+            name = path.relative_to(PROJECT_ROOT).as_posix()
+            if name.startswith(registry) or (kind == "backend" and name in SEED_COMPARISON_MODULES):
+                continue
+            if lines := name_uses(ast.parse(path.read_text(encoding="utf-8")), names):
+                found[name] = lines
+    assert not found, f"{kind} names used outside {registry} (ask the registry instead): {found}"

@@ -1,0 +1,186 @@
+"""The command line's parser and ``main``: each command's work lives in its own module
+(``services_commands``, ``run_commands``, ``capacity_commands``, ``lab_commands``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from lab.cli.capacity_commands import cmd_capacity
+from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
+from lab.cli.run_commands import cmd_run, cmd_runs
+from lab.cli.services_commands import cmd_services, service_names
+from lab.context import LabContext, StorageError
+from lab.execution.runner import WorkerUnusableError
+from lab.settings import get_settings
+from lab.specs.options import settable_options
+from lab.specs.schema import list_presets
+
+
+
+def set_help(example: str) -> str:
+    """The ``--set`` help: an example, then every option the registered kinds declare (read
+    when the parser is built, so a kind registered later is named too)."""
+    return f"{example}; options the workloads and backends declare: {', '.join(settable_options())}"
+
+
+# The largest id SQLite (and PostgreSQL's bigint) can hold.
+MAX_ID = 2**63 - 1
+
+
+def bounded_int(low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse type: a plain integer in [low, high]; anything else is a one-line usage error."""
+
+    def parse(text: str) -> int:
+        stripped = text.strip()
+        digits = stripped.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()):  # ASCII only: int() also reads "٣" and "1_000"
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, not {text[:40]!r}")
+        # Past 25 digits it is out of range anyway; int() of a huge string costs time.
+        if len(digits) > 25 or not low <= int(stripped) <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}, not {stripped[:25]}")
+        return int(stripped)
+
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+run_id_arg = bounded_int(1, MAX_ID, "a run id")
+
+
+def _raise_keyboard_interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _add_lab_commands(commands: Any) -> None:
+    """start, worker and services."""
+    start = commands.add_parser("start", help="start the web lab and its worker")
+    start.add_argument("--port", type=bounded_int(1, 65535, "a port"), default=os.environ.get("LAB_PORT", "8501"))
+    worker = commands.add_parser("worker", help="run a queue worker (many may share one PostgreSQL queue)")
+    worker.add_argument("--name", help="this worker's name on the queue (LAB_WORKER_NAME; the host's by default)")
+    worker.add_argument(
+        "--labels", help="what it offers runs, comma-separated, e.g. gpu,h100 (or LAB_WORKER_LABELS='[\"gpu\"]')"
+    )
+
+    services = commands.add_parser("services", help="start, check and stop managed services")
+    services_actions = services.add_subparsers(dest="action", required=True)
+    for action in ("up", "down"):
+        sub = services_actions.add_parser(action)
+        sub.add_argument("names", nargs="*", metavar="NAME", help=f"any of: {', '.join(service_names())}")
+    status = services_actions.add_parser("status")
+    status.add_argument("--json", action="store_true")
+
+
+def _add_run_commands(commands: Any) -> None:
+    """run and runs."""
+    run = commands.add_parser("run", help="run an experiment preset and print its figures")
+    run.add_argument("--preset", required=True, help=f"one of: {', '.join(list_presets())}")
+    run.add_argument("--quick", action="store_true", help="the preset's quick scale for a small CPU box")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help("override a setting, e.g. load.duration_s=20"))
+    run.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"))
+    run.add_argument("--tag")
+    run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
+    run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
+    run.add_argument("--json", action="store_true")
+
+    runs = commands.add_parser("runs", help="list and export stored runs")
+    runs_actions = runs.add_subparsers(dest="action", required=True)
+    listing = runs_actions.add_parser("list")
+    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--limit", type=bounded_int(1, 1_000_000, "a limit"), default=50)
+    listing.set_defaults(ids=None)
+    export = runs_actions.add_parser("export")
+    export.add_argument("ids", nargs="*", type=run_id_arg)
+    export.add_argument("--csv", required=True)
+    slo_eval = runs_actions.add_parser("slo", help="evaluate a stored run against an SLO")
+    slo_eval.add_argument("id", type=run_id_arg)
+    slo_eval.add_argument("--slo", action="append", required=True, metavar="LIMIT",
+                          help="e.g. latency_p95_s=10, ttft_p99_s=1, failure_rate=0.01 (repeatable)")
+    slo_eval.add_argument("--save", action="store_true", help="store goodput and attainment on the run")
+    slo_eval.add_argument("--json", action="store_true")
+
+
+def _add_capacity_and_reproduce(commands: Any) -> None:
+    """capacity and reproduce."""
+    capacity = commands.add_parser("capacity", help="find each backend's capacity under an SLO")
+    capacity.add_argument("--backend", action="append", help="a backend (repeatable)")
+    capacity.add_argument("--slo", action="append", metavar="LIMIT", help="e.g. latency_p95_s=10 (repeatable)")
+    capacity.add_argument("--preset", dest="preset_name", help="a capacity preset, e.g. capacity-seed")
+    capacity.add_argument("--experiment", type=bounded_int(1, MAX_ID, "an experiment id"),
+                          help="run a search stored by the web lab")
+    capacity.add_argument("--by", choices=("vus", "rate"), default="vus", help="constant VUs or arrival rate")
+    capacity.add_argument("--min", type=float, help="the smallest load probed")
+    capacity.add_argument("--max", type=float, help="the largest load probed")
+    capacity.add_argument("--max-probes", type=int, help="probe budget per backend")
+    capacity.add_argument("--probe-s", type=float, help="seconds of load per probe")
+    capacity.add_argument("--repeats", type=bounded_int(1, 20, "repeats"), default=1)
+    capacity.add_argument("--target-url", help="external backends: the server's base URL")
+    capacity.add_argument("--set", action="append", metavar="KEY=VALUE",
+                          help=set_help("a run setting, e.g. max_tokens=64"))
+    capacity.add_argument("--name")
+    capacity.add_argument("--tag")
+    capacity.add_argument("--quick", action="store_true", help="short probes and bounds for a small CPU box")
+    capacity.add_argument("--json", action="store_true")
+
+    reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
+    reproduce.add_argument("--quick", action="store_true")
+    reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
+    reproduce.add_argument("--output", default=None,
+                           help="report folder (default docs/reproduction, docs/reproduction/quick with --quick)")
+    reproduce.add_argument("--report-only", action="store_true",
+                           help="write the report again from the newest stored reproduction of that scale")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab", description="Serving Lab: measure LLM serving stacks")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_lab_commands(commands)
+    _add_run_commands(commands)
+    _add_capacity_and_reproduce(commands)
+    return parser
+
+
+HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
+    "services": cmd_services, "run": cmd_run, "runs": cmd_runs, "worker": cmd_worker,
+    "start": cmd_start, "reproduce": cmd_reproduce, "capacity": cmd_capacity,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit status (2: bad input, 1: it failed, 130: stopped)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    context = LabContext(settings=get_settings())
+    settings = context.settings
+    # A stop signal (kill, timeout, a CI cancel) ends like Ctrl-C: the active run is left
+    # interrupted, its k6 stopped and the services this process started are stopped.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        return HANDLERS[args.command](args, context)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130
+    except WorkerUnusableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (StorageError, SQLAlchemyError) as error:
+        # A data folder that is a file or read-only, a locked or read-only database: one
+        # line the user can act on, not a traceback.
+        detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+        print(
+            f"error: cannot use the lab's storage ({detail}); check that the data directory {settings.data_dir} "
+            f"is a writable folder (LAB_DATA_DIR) and that the database is writable and not locked",
+            file=sys.stderr,
+        )
+        return 1
+    except OSError as error:  # a path given on the command line: a folder, missing, read-only, a full disk
+        where = f": {error.filename}" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}", file=sys.stderr)
+        return 1

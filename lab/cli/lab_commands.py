@@ -1,0 +1,115 @@
+"""``python -m lab start|worker|reproduce``: the web lab, a queue worker, the seed's reproduction."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.cli.run_commands import split_labels
+from lab.context import LabContext
+from lab.execution.runner import stop_own_services
+from lab.settings import PROJECT_ROOT
+
+
+def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
+    from lab.cli.start_guard import PARENT_PID_ENV, watch_parent
+    from lab.execution.runner import DatabaseReplacedError, Worker, WorkerBusyError
+    from lab.specs.schema import check_worker_label
+
+    try:
+        name = check_worker_label(args.name) if args.name else None
+        labels = [check_worker_label(label) for label in split_labels(args.labels)] if args.labels is not None else None
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    worker = Worker(engine=context.engine, settings=context.settings, name=name, labels=labels)
+
+    def stop_now(*_: object) -> None:
+        # Like Ctrl-C: the active run ends as interrupted, its k6 is stopped, and the
+        # services this worker started are stopped below.
+        worker.stop()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_now)
+    if parent := os.environ.get(PARENT_PID_ENV, "").strip():
+        watch_parent(int(parent))  # started by `lab start`: never outlive it
+    print(f"worker {worker.name!r} labels [{', '.join(worker.labels)}]", file=sys.stderr)
+    try:
+        worker.run_forever()
+    except (WorkerBusyError, DatabaseReplacedError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_own_services(worker.services)
+    return 0
+
+
+def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
+    """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both.
+
+    Neither child outlives this process, even when it is killed (see lab/cli/start_guard.py).
+    """
+    from lab.cli.start_guard import PARENT_PID_ENV, LabPidFile, die_with_parent
+
+    settings = context.settings
+    pid_file = LabPidFile(settings.data_dir)
+    if (other := pid_file.running_owner()) is not None:
+        print(f"error: the lab already runs (pid {other}); stop it first", file=sys.stderr)
+        return 1
+    if stale := pid_file.clear_stale():
+        print(f"stopped what a killed lab left running (pids {', '.join(map(str, stale))})", file=sys.stderr)
+    context.engine  # create or upgrade the database before anything reads it
+    me = os.getpid()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT,
+        env={**os.environ, PARENT_PID_ENV: str(me)}, preexec_fn=die_with_parent(me),
+    )
+    streamlit_argv = [
+        sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "streamlit_app.py"),
+        "--server.address", settings.host, "--server.port", str(args.port), "--server.headless", "true",
+        "--browser.gatherUsageStats", "false",
+    ]
+    streamlit: subprocess.Popen | None = None
+    try:
+        streamlit = subprocess.Popen(streamlit_argv, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(me))
+        pid_file.write([worker.pid, streamlit.pid])
+        print(f"Serving Lab on http://{settings.host}:{args.port}", file=sys.stderr)
+        return streamlit.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for child in (streamlit, worker):
+            if child is not None and child.poll() is None:
+                child.terminate()
+        for child in (streamlit, worker):
+            if child is None:
+                continue
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        pid_file.remove()
+
+
+def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
+    from lab.report import QUICK_REPORT_DIR, REPORT_DIR, report_only, reproduce
+
+    # Checked before any run: an unwritable report folder found after an hour of runs loses the report.
+    output = Path(args.output) if args.output else (QUICK_REPORT_DIR if args.quick else REPORT_DIR)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        print(f"error: cannot use {output} for the report: {error.strerror or error}", file=sys.stderr)
+        return 1
+    if not os.access(output, os.W_OK):
+        print(f"error: cannot use {output} for the report: it is not writable", file=sys.stderr)
+        return 1
+    if args.report_only:
+        return report_only(settings=context.settings, quick=args.quick, output_dir=output)
+    return reproduce(settings=context.settings, quick=args.quick, repeats=args.repeats, output_dir=output)

@@ -1,0 +1,155 @@
+"""``python -m lab run`` and ``python -m lab runs list|export|slo``: queue a preset, read stored runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from db import store
+from db.models import RunStatus
+from lab.analysis.compare import run_record
+from lab.context import LabContext
+from lab.execution import experiments
+from lab.execution.runner import WorkerUnusableError, wait_for_runs
+from lab.specs.schema import SpecError, load_preset, parse_set_option
+from lab.specs.validation import ModelNameError, check_model_on_machine
+
+
+def split_labels(text: str) -> list[str]:
+    """``gpu, h100`` -> ``["gpu", "h100"]``."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
+    """Queue a preset's runs, wait for them and print their figures (and the grid's ratios)."""
+    try:
+        overrides = [parse_set_option(option) for option in args.set or []]
+        if args.repeats:
+            overrides.append(("repeats", args.repeats))
+        if args.requires:
+            overrides.append(("requires", split_labels(args.requires)))
+        if args.worker:
+            overrides.append(("worker", args.worker))
+        spec = load_preset(args.preset, quick=args.quick, overrides=overrides)
+        for model in {run_spec.model for _, _, run_spec in spec.expand() if run_spec.backend_kind.managed}:
+            check_model_on_machine(model)  # refused now, not a minute into the run
+    except (SpecError, ModelNameError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    engine = context.engine
+    with Session(engine) as session:
+        experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
+        run_ids = [run.id for run in experiment.runs]
+        experiment_id = experiment.id
+    if not args.json:
+        note = f" ({spec.scale_note})" if spec.scale_note else ""
+        print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
+    try:
+        wait_for_runs(settings=context.settings, run_ids=run_ids)
+    except WorkerUnusableError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    with Session(engine) as session:
+        runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
+        records = [run_record(run) for run in runs]
+        run_specs = [run.spec for run in runs]
+    print_records(records, as_json=args.json)
+    if not args.json:
+        print_grid_ratios(records, run_specs, list(spec.grid))
+    return 0 if all(r["status"] == RunStatus.DONE for r in records) else 1
+
+
+def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
+    """Cells that differ in one grid setting, as ratios of their mean req/s and output tok/s."""
+    from lab.analysis.compare import grid_comparisons
+
+    lines = []
+    for figure, label in (("req_per_s", "req/s"), ("output_tok_per_s", "output tok/s")):
+        for row in grid_comparisons(records, run_specs, axes, figure):
+            if row["ratio"] is not None:
+                lines.append(f"  {label}: {row['cell']}: {row['ratio']:,.2f}x ({row['significance']})")
+    if lines:
+        print("ratios of means over repeats, cells differing in one setting:")
+        print("\n".join(lines))
+
+
+def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(records, indent=2, default=str))
+        return
+    header = f"{'id':>4} {'backend':<15} {'cell':<28} {'status':<11} {'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
+    print(header)
+    for r in records:
+        def fmt(value: Any, spec: str) -> str:
+            return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+        print(
+            f"{r['run_id']:>4} {r['backend']:<15} {r['cell_label'][:28]:<28} {r['status']:<11} "
+            f"{fmt(r['req_per_s'], '8.2f')} {fmt(r['output_tok_per_s'], '9.1f')} {fmt(r['latency_avg_s'], '7.2f')} "
+            f"{fmt(r['latency_p95_s'], '7.2f')} {fmt(r['requests_failed'], '5d')}"
+        )
+
+
+def cmd_runs(args: argparse.Namespace, context: LabContext) -> int:
+    from lab.analysis.safe_csv import records_to_csv
+
+    if args.action == "slo":
+        return cmd_runs_slo(args, context)
+    with Session(context.engine) as session:
+        runs = store.list_runs(session=session, run_ids=args.ids or None, limit=getattr(args, "limit", None))
+        records = [run_record(run) for run in runs]
+    if args.action == "list":
+        print_records(records, as_json=args.json)
+        return 0
+    if args.ids and len(records) != len(set(args.ids)):
+        missing = sorted(set(args.ids) - {r["run_id"] for r in records})
+        print(f"error: no run with id {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    try:
+        Path(args.csv).write_text(records_to_csv(records), encoding="utf-8")
+    except OSError as error:  # a folder, a missing or read-only folder, a full disk
+        print(f"error: cannot write {args.csv}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    print(f"{len(records)} runs written to {args.csv}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
+    """Evaluate one stored run against an SLO from its per-request figures."""
+    from lab.measurement import request_figures
+    from lab.analysis.slo import SloError, parse_slo
+
+    try:
+        slo = parse_slo(args.slo)
+    except SloError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    engine = context.engine
+    with Session(engine) as session:
+        try:
+            evaluation = request_figures.evaluate_run(session=session, run_id=args.id, slo=slo)
+        except (LookupError, request_figures.RequestFiguresMissing) as error:
+            print(f"error: {str(error).strip(chr(39))}", file=sys.stderr)
+            return 2
+    if args.save:
+        request_figures.save_evaluation(engine=engine, run_id=args.id, evaluation=evaluation)
+    result = {
+        "run_id": args.id, "slo": str(slo), "passed": evaluation.passed, "reason": evaluation.reason,
+        "requests_total": evaluation.requests_total, "requests_good": evaluation.requests_good,
+        "goodput_req_per_s": evaluation.goodput_req_per_s, "slo_attainment": evaluation.attainment,
+        "failure_rate": evaluation.failure_rate,
+        "limits": {o.limit.name: o.value_s for o in evaluation.limits},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    goodput = "-" if evaluation.goodput_req_per_s is None else f"{evaluation.goodput_req_per_s:.3f}"
+    attainment = "-" if evaluation.attainment is None else f"{evaluation.attainment:.1%}"
+    print(f"run #{args.id} against {slo}: {'PASS' if evaluation.passed else 'FAIL'} ({evaluation.reason}); "
+          f"goodput {goodput} req/s, attainment {attainment} ({evaluation.requests_good}/{evaluation.requests_total})")
+    return 0

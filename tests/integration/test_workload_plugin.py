@@ -1,0 +1,65 @@
+"""A workload registered in a test module alone (``tests/ui/test_workload_plugin.py``'s
+count-up) runs end to end: the CLI queues a preset on it, the runner prepares its request
+file and k6 replays it against the throwaway stub backend kind of
+``test_backend_plugin.py``, and the Compare page shows its runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from db import store
+from db.engine import get_engine
+from lab import backends, cli, workloads
+from lab.analysis.compare import run_record
+from lab.settings import get_settings
+from tests.integration.test_backend_plugin import KIND as BACKEND, StubEngine
+from tests.ui.test_pages import PAGES, open_page
+from tests.ui.test_workload_plugin import KIND, SECTION, CountUp
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture()
+def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The throwaway workload and backend kind registered, the CLI on a private data folder."""
+    data_dir = tmp_path / "data"
+    monkeypatch.setenv("LAB_DATA_DIR", str(data_dir))
+    get_settings.cache_clear()
+    workloads.register(CountUp)
+    backends.register(StubEngine)
+    try:
+        yield data_dir
+    finally:
+        cli.main(["services", "down"])
+        backends.unregister(BACKEND)
+        workloads.unregister(KIND)
+        get_settings.cache_clear()
+
+
+def test_a_workload_registered_in_a_test_runs_through_the_worker_and_shows_in_compare(
+    plugins: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main([
+        "run", "--preset", "seed-exp1", "--quick", "--json", "--set", f"backend={BACKEND}",
+        "--set", f"workload.kind={KIND}", "--set", f"workload.{SECTION}.prompts=2", "--set", "grid.load.vus=[1]",
+        "--set", "load.duration_s=3", "--set", "load.graceful_stop_s=5", "--set", "max_tokens=16",
+    ])
+    assert code == 0, capsys.readouterr().err
+
+    with Session(get_engine(get_settings().resolved_database_url)) as session:
+        [run] = store.list_runs(session=session)
+        record = run_record(run)
+        spec = run.spec
+    assert (record["backend"], record["workload"], record["status"]) == (BACKEND, KIND, "done")
+    assert record["requests_ok"] > 0 and record["requests_failed"] == 0
+    assert spec["workload"][SECTION] == {"prompts": 2, "start": 1}
+
+    # Compare draws the preset's table from the run and offers its rows, workload included, as CSV.
+    app = open_page(PAGES["Compare"])
+    shown = [str(value) for frame in app.dataframe for column in frame.value.columns for value in frame.value[column]]
+    assert BACKEND in shown
+    assert f",{KIND}," in app.session_state["compare_raw_csv"]

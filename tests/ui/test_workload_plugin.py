@@ -1,0 +1,92 @@
+"""A workload registered here, in the test module alone, shows its own option fields in the
+New experiment form (derived from its options model), is checked beside them and queues
+runs carrying its option section. ``tests/integration/test_workload_plugin.py`` runs it
+end to end. No other file names it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+from lab.specs.base import StrictModel
+from lab.workloads import RunSettings, Workload, register, unregister, write_sessions
+from tests.ui.conftest import SeededLab
+from tests.ui.test_pages import PAGES, open_page, runs_in_db, seen, widget
+
+KIND = "count-up"
+SECTION = "count_up"
+
+
+class CountUpOptions(StrictModel):
+    """The ``workload.count_up`` section."""
+
+    prompts: int = Field(default=3, ge=1, le=100, title="Counting prompts", description="distinct prompts sent")
+    start: int = Field(default=1, ge=0, le=1000, title="First number", description="where the counting starts")
+
+
+class CountUp(Workload):
+    """One-turn prompts "Count up from n.": the smallest workload with options of its own."""
+
+    name = KIND
+    label = "count up (a test's workload)"
+    script = "chat_replay.js"
+    section = SECTION
+    options_model = CountUpOptions
+
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: object) -> Path:
+        options = spec.workload.options()
+        sessions = [[{"messages": [{"role": "user", "content": f"Count up from {options.start + index}."}],
+                      "max_tokens": spec.max_tokens}] for index in range(options.prompts)]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return write_sessions(sessions, run_dir / "requests.json")
+
+    def distinct_requests(self, spec: RunSettings) -> int | None:
+        return spec.workload.options().prompts
+
+
+@pytest.fixture()
+def count_up() -> Iterator[str]:
+    register(CountUp)
+    try:
+        yield KIND
+    finally:
+        unregister(KIND)
+
+
+def test_a_registered_workload_shows_its_own_fields_checks_them_and_queues_its_section(
+    seed_lab: SeededLab, count_up: str
+) -> None:
+    app = open_page(PAGES["New experiment"])
+    widget(app.selectbox, "grid_workload").set_value(KIND).run()
+    labels = [number.label for number in app.number_input]
+    assert "Counting prompts" in labels and "First number" in labels
+    assert "PROMPTS (distinct numbers)" not in labels  # the number story's field is gone
+    prompts_key = f"grid_{KIND}_{SECTION}.prompts"
+    assert widget(app.number_input, prompts_key).value == 3  # the model's default
+
+    widget(app.number_input, prompts_key).set_value(0).run()
+    widget(app.button, "launch_grid").click().run()
+    assert not app.exception
+    assert "prompts: Input should be greater than or equal to 1" in [seen(error.value) for error in app.error]
+
+    before = len(runs_in_db(seed_lab))
+    widget(app.number_input, prompts_key).set_value(4).run()
+    widget(app.number_input, f"grid_{KIND}_{SECTION}.start").set_value(7).run()
+    widget(app.text_input, "grid_name").input("count up grid").run()
+    widget(app.button, "launch_grid").click().run()
+    assert not app.exception
+    assert [heading.value for heading in app.title] == ["Runs"]
+    new = [run for run in runs_in_db(seed_lab) if run.experiment and run.experiment.name == "count up grid"]
+    assert len(runs_in_db(seed_lab)) - before == len(new) == 1
+    assert new[0].workload == KIND
+    assert new[0].spec["workload"][SECTION] == {"prompts": 4, "start": 7}
+
+
+def test_its_options_are_named_in_the_set_help(count_up: str) -> None:
+    from lab.cli.entry import build_parser
+
+    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()  # noqa: SLF001
+    assert f"workload.{SECTION}.prompts ({KIND})" in " ".join(run_help.split())
