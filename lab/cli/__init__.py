@@ -35,7 +35,9 @@ from db.engine import get_engine
 from db.models import RunStatus
 from lab.execution import experiments
 from lab.analysis.compare import run_record
-from lab.execution.runner import RunWaiter, WorkerUnusableError, stop_own_services, wait_for_runs
+from lab.context import LabContext, StorageError
+from lab.execution.run_waiter import RunWaiter, WorkerUnusableError, wait_for_runs
+from lab.execution.worker import stop_own_services
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs.schema import SpecError, list_presets, load_preset, parse_set_option
 from lab.specs.validation import ModelNameError, check_model_on_machine
@@ -48,10 +50,6 @@ def service_names() -> list[str]:
     from lab.backends import managed_backend_names
 
     return [*managed_backend_names(), *CACHE_SERVICE_NAMES]
-
-
-class StorageError(RuntimeError):
-    """The data directory or the database cannot be used (the message says why)."""
 
 
 def _engine(settings: Settings):  # noqa: ANN202
@@ -403,7 +401,8 @@ def split_labels(text: str) -> list[str]:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from lab.cli.start_guard import PARENT_PID_ENV, watch_parent
-    from lab.execution.runner import DatabaseReplacedError, Worker, WorkerBusyError
+    from lab.execution.worker import DatabaseReplacedError, Worker
+    from lab.execution.worker_lock import WorkerBusyError
     from lab.specs.schema import check_worker_label
 
     try:
@@ -412,7 +411,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    worker = Worker(engine=_engine(settings), settings=settings, name=name, labels=labels)
+    worker = Worker(context=LabContext(settings=settings), name=name, labels=labels)
 
     def stop_now(*_: object) -> None:
         # Like Ctrl-C: the active run ends as interrupted, its k6 is stopped, and the
