@@ -69,13 +69,14 @@ def main() -> None:
     from db import store
     from db.engine import get_engine
     from lab.execution import experiments
-    from lab.execution.runner import Worker
+    from lab.context import LabContext
+    from lab.execution.worker import Worker
     from lab.settings import get_settings
     from lab.specs.schema import load_preset
 
     settings = get_settings()
     engine = get_engine(settings.resolved_database_url)
-    worker = Worker(engine=engine, settings=settings)
+    worker = Worker(context=LabContext(settings=settings))
     rows = []
     try:
         for label, busy_loops in (("as is", 0), (f"{args.busy_loops} busy loops from {args.busy_after_s:g} s", args.busy_loops)):

@@ -28,7 +28,8 @@ def main() -> None:
     from db import store
     from lab.execution import experiments
     from db.engine import get_engine
-    from lab.execution.runner import Worker
+    from lab.context import LabContext
+    from lab.execution.worker import Worker
     from lab.settings import PROJECT_ROOT, get_settings
     from lab.specs.schema import ExperimentSpec, RunSpec
     from services.supervisor import ManagedService
@@ -41,7 +42,7 @@ def main() -> None:
     )
     print(f"{'target req/s':>12} {'achieved req/s':>14} {'k6 CPU %':>9} {'k6 CPU % per 1,000 req/s':>25} dropped")
     with stub:
-        worker = Worker(engine=engine, settings=settings)
+        worker = Worker(context=LabContext(settings=settings))
         for rate in (float(value) for value in args.rates.split(",")):
             spec = RunSpec.model_validate({
                 "backend": "external", "target_url": stub.url, "model": "stub", "max_tokens": 8,

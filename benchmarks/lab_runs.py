@@ -12,11 +12,12 @@ def run_experiment(*, engine: Any, settings: Any, spec: Any) -> list[Any]:
     and return the finished runs (detached ORM objects, in queue order)."""
     from db import store
     from lab.execution import experiments
-    from lab.execution.runner import Worker
+    from lab.context import LabContext
+    from lab.execution.worker import Worker
 
     with Session(engine) as session:
         run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-    worker = Worker(engine=engine, settings=settings)
+    worker = Worker(context=LabContext(settings=settings))
     try:
         for _ in run_ids:
             worker.run_one()

@@ -1,7 +1,9 @@
-"""Database engine: SQLite (WAL, busy timeout) by default, any SQLAlchemy URL otherwise."""
+"""Database engine: SQLite (WAL, busy timeout) by default, any SQLAlchemy URL otherwise;
+and which file a SQLite URL names (to notice it removed or replaced under a running process)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -29,8 +31,8 @@ def make_engine(database_url: str) -> Engine:
     """Create an engine for ``database_url``; for SQLite, create its folder and set pragmas."""
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite":
-        if url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        if (path := sqlite_path(database_url)) is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
         )
@@ -50,3 +52,26 @@ def get_engine(database_url: str) -> Engine:
             upgrade(engine)
             _engines[database_url] = engine
         return engine
+
+
+def sqlite_path(database_url: str) -> Path | None:
+    """The file of a SQLite database URL; None for another database or an in-memory one."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database)
+
+
+def sqlite_file_identity(database_url: str) -> tuple[int, int] | None:
+    """(device, inode) of a SQLite database file, or None (not SQLite, or the file is gone).
+
+    A long-lived process compares it with the one it saw at start: a file removed or
+    replaced under its open connections is a database the other processes no longer use."""
+    path = sqlite_path(database_url)
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino

@@ -23,7 +23,7 @@ from lab.execution.capacity_plan import (
     run_search,
     stored_plan,
 )
-from lab.execution.runner import RunWaiter
+from lab.execution.run_waiter import RunWaiter
 from lab.specs.schema import SpecError, format_validation_error, parse_set_option
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from lab.cli.run_commands import split_labels
 from lab.context import LabContext
-from lab.execution.runner import stop_own_services
+from lab.execution.worker import stop_own_services
 from lab.settings import PROJECT_ROOT
 
 
 def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
     from lab.cli.start_guard import PARENT_PID_ENV, watch_parent
-    from lab.execution.runner import DatabaseReplacedError, Worker, WorkerBusyError
+    from lab.execution.worker import DatabaseReplacedError, Worker
+    from lab.execution.worker_lock import WorkerBusyError
     from lab.specs.schema import check_worker_label
 
     try:
@@ -26,7 +27,7 @@ def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    worker = Worker(engine=context.engine, settings=context.settings, name=name, labels=labels)
+    worker = Worker(context=context, name=name, labels=labels)
 
     def stop_now(*_: object) -> None:
         # Like Ctrl-C: the active run ends as interrupted, its k6 is stopped, and the

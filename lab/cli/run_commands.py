@@ -15,7 +15,7 @@ from db.models import RunStatus
 from lab.analysis.compare import run_record
 from lab.context import LabContext
 from lab.execution import experiments
-from lab.execution.runner import WorkerUnusableError, wait_for_runs
+from lab.execution.run_waiter import WorkerUnusableError, wait_for_runs
 from lab.specs.schema import SpecError, load_preset, parse_set_option
 from lab.specs.validation import ModelNameError, check_model_on_machine
 

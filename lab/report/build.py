@@ -1,7 +1,7 @@
 """The reproduction report: run the seed's three experiments and say, claim by claim,
 whether the seed's conclusions hold on the hardware at hand.
 
-``reproduce`` queues the seed presets, runs them (through :func:`lab.execution.runner.wait_for_runs`)
+``reproduce`` queues the seed presets, runs them (through :func:`lab.execution.run_waiter.wait_for_runs`)
 and calls ``write_report``, which writes under ``docs/reproduction/``:
 
 - ``README.md``: Markdown for reading on GitHub (charts as PNG copies),
@@ -339,13 +339,13 @@ def reproduce(
 
     The report is written either way; failed runs are listed in it.
     """
-    from lab.execution import runner
+    from lab.execution import run_waiter
 
     experiments_meta = enqueue_reproduction(settings=settings, quick=quick, repeats=repeats, presets=presets)
     for preset, meta in experiments_meta.items():
         print(f"experiment #{meta['ids'][0]}: {meta['name']}: {len(meta['run_ids'])} runs queued"
               + (f" ({meta['scale_note']})" if meta["scale_note"] else ""), file=sys.stderr)
-    runner.wait_for_runs(settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]])
+    run_waiter.wait_for_runs(settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]])
     command = reproduction_command(quick=quick, repeats=repeats)
     written, all_done = report_from_experiments(
         settings=settings, experiments_meta=experiments_meta, output_dir=output_dir, command=command,

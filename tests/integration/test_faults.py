@@ -27,10 +27,11 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.engine import make_engine
-from db.migrations import upgrade
 from db.models import Run, RunStatus
 from lab.execution import experiments
-from lab.execution.runner import Worker, WorkerBusyError, WorkerLock
+from lab.context import LabContext
+from lab.execution.worker import Worker
+from lab.execution.worker_lock import WorkerBusyError, WorkerLock
 from lab.settings import Settings
 from lab.specs.schema import ExperimentSpec, RunSpec
 from services.manager import ServiceManager
@@ -48,9 +49,9 @@ class Lab:
 
     def __init__(self, data_dir: Path) -> None:
         self.settings = Settings(data_dir=data_dir, stop_idle_backends=True, worker_poll_interval_s=0.2)
-        self.engine = make_engine(self.settings.resolved_database_url)
-        upgrade(self.engine)
-        self.worker = Worker(engine=self.engine, settings=self.settings)
+        self.context = LabContext(settings=self.settings)
+        self.engine = self.context.engine
+        self.worker = Worker(context=self.context)
         self._thread: threading.Thread | None = None
 
     def enqueue(self, *specs: RunSpec, name: str = "faults") -> list[int]:

@@ -12,7 +12,8 @@ from lab.execution import experiments
 from lab.analysis.compare import run_record
 from lab.analysis.seed import exp2_ratios
 from lab.report.seed_tables import our_table
-from lab.execution.runner import Worker
+from lab.context import LabContext
+from lab.execution.worker import Worker
 from lab.specs.schema import load_preset
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 def run_experiment(engine, settings, spec) -> list[dict]:  # noqa: ANN001
     with Session(engine) as session:
         run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-    worker = Worker(engine=engine, settings=settings)
+    worker = Worker(context=LabContext(settings=settings))
     while worker.run_one() is not None:
         pass
     with Session(engine) as session:

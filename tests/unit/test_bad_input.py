@@ -20,7 +20,7 @@ import pytest
 
 from lab import cli
 from lab.workloads.datasets import DatasetError
-from lab.execution.runner import RunExecutor
+from lab.execution.run_steps import RunSteps
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs.schema import RunSpec
 
@@ -136,25 +136,25 @@ def test_a_bad_dataset_fails_before_any_load_and_writes_no_request_file(
     tmp_path: Path, workload: dict, message: str
 ) -> None:
     spec = RunSpec(backend="external", target_url="http://127.0.0.1:9", model="stub", workload=workload)
-    executor = RunExecutor(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=7)  # type: ignore[arg-type]
-    executor.run_dir.mkdir(parents=True)
+    steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=7)  # type: ignore[arg-type]
+    steps.run_dir.mkdir(parents=True)
     with pytest.raises(DatasetError, match=message):
-        executor.prepare_workload(spec)
-    assert not (executor.run_dir / "requests.json").exists()
+        steps.prepare_workload(spec)
+    assert not (steps.run_dir / "requests.json").exists()
 
 
 def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_path: Path) -> None:
-    from lab.execution.runner import RunFailed
+    from lab.execution.run_decisions import RunFailed
     from lab.workloads.sharegpt_chat import conversations as _conversations
 
     spec = RunSpec(backend="external", target_url="http://127.0.0.1:9", model="stub",
                    workload={"kind": "sharegpt-chat", "dataset_path": str(FIXTURES / "not_sharegpt.json")})
-    executor = RunExecutor(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=8)  # type: ignore[arg-type]
-    executor.run_dir.mkdir(parents=True)
+    steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=8)  # type: ignore[arg-type]
+    steps.run_dir.mkdir(parents=True)
     _conversations.cache_clear()
     with pytest.raises((RunFailed, DatasetError), match="no conversation in the dataset can be replayed"):
-        executor.prepare_workload(spec)
-    assert not (executor.run_dir / "requests.json").exists()
+        steps.prepare_workload(spec)
+    assert not (steps.run_dir / "requests.json").exists()
 
 
 # --------------------------------------------------------------------------- safe defaults

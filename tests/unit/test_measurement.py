@@ -241,7 +241,7 @@ def test_the_resolved_thread_count_is_in_the_servers_argv() -> None:
 # -- the runner's choice of source ----------------------------------------------------------
 
 def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
-    from lab.execution.runner import RunExecutor, RunTargets
+    from lab.execution.run_figures import steady_figures
     from lab.specs.schema import RunSpec
 
     spec = RunSpec.model_validate({"backend": "external", "target_url": "http://127.0.0.1:9", "model": "m",
@@ -254,9 +254,9 @@ def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
     }
     figures = {"output_tokens": 440, "requests_ok": 22}
     backend = {"server_output_tokens": 110.0, "server_e2e_requests": 11.0}
-    direct = RunExecutor._steady_figures(spec, RunTargets("u", "u", None), series_doc, figures, backend)
+    direct = steady_figures(series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s, behind_cache=False)
     assert direct["steady_source"] == STEADY_FROM_SERVER and direct["steady_output_tok_per_s"] == pytest.approx(10.0)
-    cached = RunExecutor._steady_figures(spec, RunTargets("p", "u", None, proxy_url="p"), series_doc, figures, backend)
+    cached = steady_figures(series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s, behind_cache=True)
     assert cached["steady_source"] == STEADY_FROM_CLIENT
     assert cached["steady_output_tok_per_s"] == pytest.approx(40.0)
     assert cached["steady_req_per_s"] == pytest.approx(2.0)

@@ -320,7 +320,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.execution.runner
+    import lab.execution.run_waiter
     from db import store
     from db.engine import get_engine
     from lab.report import reproduce
@@ -342,7 +342,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
                                      output_tok_per_s=20.0, latency_avg_s=5.0, latency_p95_s=6.0,
                                      latency_max_s=7.0, requests_failed=0, environment=ENVIRONMENT)
 
-    monkeypatch.setattr(lab.execution.runner, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
     exit_code = reproduce(settings=settings, quick=True, repeats=2, output_dir=tmp_path / "out",
                           presets=("seed-exp1", "seed-exp2"))
     assert exit_code == 1
@@ -371,7 +371,7 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.execution.runner
+    import lab.execution.run_waiter
     from db import store
     from db.engine import get_engine
     from lab.report import report_only, reproduce
@@ -390,7 +390,7 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
                                  latency_avg_s=5.0, latency_max_s=7.0, requests_failed=0,
                                  environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}})
 
-    monkeypatch.setattr(lab.execution.runner, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
     assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "first",
                      presets=("seed-exp2",)) == 0
     assert report_only(settings=settings, quick=False, output_dir=tmp_path / "full") == 2  # only a quick one

@@ -13,8 +13,13 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
-from lab.execution import runner as runner_module
-from lab.execution.runner import RunExecutor, RunFailed
+from lab.context import LabContext
+from lab.execution import final_state as final_state_module
+from lab.execution.final_state import PendingFinalStates
+from lab.execution.run_decisions import RunFailed
+from lab.execution.run_steps import RunTargets
+from lab.execution.runner import RunExecutor
+from lab.execution.worker import Worker
 from lab.settings import Settings
 from lab.execution import experiments
 from lab.specs.schema import load_preset
@@ -31,7 +36,7 @@ def executor(tmp_path: Path) -> RunExecutor:
         experiments.enqueue_experiment(session=session, spec=spec)
     run_id = store.claim_next_run(engine=engine, worker_pid=1)
     return RunExecutor(engine=engine, settings=settings, services=ServiceManager(engine=engine, logs_dir=settings.logs_dir),
-                       run_id=run_id)
+                       run_id=run_id, pending_final_states=PendingFinalStates())
 
 
 def status_of(executor: RunExecutor) -> tuple[str, str | None]:
@@ -44,7 +49,7 @@ def test_a_failure_fails_the_run_with_its_reason(executor: RunExecutor, monkeypa
     def broken(spec):  # noqa: ANN001, ANN202
         raise RunFailed("the naive service did not start: model folder not found")
 
-    monkeypatch.setattr(executor, "bring_up_services", broken)
+    monkeypatch.setattr(executor.steps, "bring_up_services", broken)
     assert executor.execute() == RunStatus.FAILED
     assert status_of(executor) == (RunStatus.FAILED, "the naive service did not start: model folder not found")
 
@@ -53,7 +58,7 @@ def test_ctrl_c_leaves_the_run_interrupted_not_running(executor: RunExecutor, mo
     def interrupted(spec):  # noqa: ANN001, ANN202
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(executor, "bring_up_services", interrupted)
+    monkeypatch.setattr(executor.steps, "bring_up_services", interrupted)
     with pytest.raises(KeyboardInterrupt):
         executor.execute()
     assert status_of(executor) == (RunStatus.INTERRUPTED, "the lab was stopped during this run")
@@ -104,7 +109,7 @@ def test_a_write_failure_mid_run_fails_the_run_with_one_line(
     def broken(spec):  # noqa: ANN001, ANN202
         raise error
 
-    monkeypatch.setattr(executor, "bring_up_services", broken)
+    monkeypatch.setattr(executor.steps, "bring_up_services", broken)
     with caplog.at_level(logging.INFO):
         assert executor.execute() == RunStatus.FAILED
     status, reason = status_of(executor)
@@ -117,7 +122,7 @@ def test_a_write_failure_mid_run_fails_the_run_with_one_line(
 def test_a_failing_final_write_is_retried_then_written_without_figures(
     executor: RunExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner_module, "FINAL_WRITE_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(final_state_module, "FINAL_WRITE_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
     real = store.set_run_status
     calls: list[dict] = []
 
@@ -127,8 +132,8 @@ def test_a_failing_final_write_is_retried_then_written_without_figures(
             raise OperationalError("UPDATE runs", {}, Exception("database or disk is full"))
         return real(**values)
 
-    monkeypatch.setattr(runner_module.store, "set_run_status", fails_with_figures)
-    executor._finish(RunStatus.DONE, requests_ok=12, latency_p95_s=0.5)
+    monkeypatch.setattr(final_state_module.store, "set_run_status", fails_with_figures)
+    executor.final_state.write(RunStatus.DONE, requests_ok=12, latency_p95_s=0.5)
     status, reason = status_of(executor)
     assert status == RunStatus.DONE and "its figures could not be saved" in reason
     assert "database or disk is full" in reason
@@ -140,18 +145,18 @@ def test_a_failing_final_write_is_retried_then_written_without_figures(
 def test_a_final_state_no_write_could_record_is_written_before_the_next_run(
     executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(runner_module, "FINAL_WRITE_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(final_state_module, "FINAL_WRITE_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
     real = store.set_run_status
 
     def always_fails(**values):  # noqa: ANN003, ANN202
         raise OperationalError("UPDATE runs", {}, Exception("disk I/O error"))
 
-    monkeypatch.setattr(runner_module.store, "set_run_status", always_fails)
-    executor._finish(RunStatus.FAILED, reason="k6 was killed")
+    monkeypatch.setattr(final_state_module.store, "set_run_status", always_fails)
+    executor.final_state.write(RunStatus.FAILED, reason="k6 was killed")
     assert status_of(executor)[0] in RunStatus.ACTIVE  # nothing could be written yet
     assert not no_tracebacks(caplog)
-    monkeypatch.setattr(runner_module.store, "set_run_status", real)
-    assert runner_module.save_pending_final_states(executor.engine) == [executor.run_id]
+    monkeypatch.setattr(final_state_module.store, "set_run_status", real)
+    assert executor.final_state.pending.save(executor.engine) == [executor.run_id]
     status, reason = status_of(executor)
     assert status == RunStatus.FAILED and reason.startswith("k6 was killed")
 
@@ -160,15 +165,13 @@ def test_a_database_error_during_the_load_still_ends_the_run(
     executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The progress write fails (disk full) under load: the run ends failed, with its reason."""
-    from lab.execution.runner import RunTargets
-
-    monkeypatch.setattr(executor, "bring_up_services", lambda spec: RunTargets("http://127.0.0.1:9", "http://127.0.0.1:9", None))
-    monkeypatch.setattr(executor, "warm_up", lambda *args: None)
+    monkeypatch.setattr(executor.steps, "bring_up_services", lambda spec: RunTargets("http://127.0.0.1:9", "http://127.0.0.1:9", None))
+    monkeypatch.setattr(executor.steps, "warm_up", lambda *args: None)
 
     def load(*args):  # noqa: ANN002, ANN202
         raise OperationalError("UPDATE runs SET progress", {}, Exception("database or disk is full"))
 
-    monkeypatch.setattr(executor, "drive_load", load)
+    monkeypatch.setattr(executor.steps, "drive_load", load)
     assert executor.execute() == RunStatus.FAILED
     status, reason = status_of(executor)
     assert status == RunStatus.FAILED and "database or disk is full" in reason
@@ -178,12 +181,8 @@ def test_a_database_error_during_the_load_still_ends_the_run(
 def test_a_worker_that_cannot_claim_says_so_once_not_every_poll(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from lab.execution.runner import Worker
-
     settings = Settings(data_dir=tmp_path, worker_poll_interval_s=0.01)
-    engine = make_engine(settings.resolved_database_url)
-    migrations.upgrade(engine)
-    worker = Worker(engine=engine, settings=settings)
+    worker = Worker(context=LabContext(settings=settings))
     calls = []
 
     def full_disk() -> None:

@@ -15,7 +15,9 @@ from db import migrations, store
 from lab.execution import experiments
 from db.engine import make_engine
 from db.models import Base, Run, RunStatus, WorkerRecord
-from lab.execution.runner import Worker, WorkerBusyError
+from lab.context import LabContext
+from lab.execution.worker import Worker
+from lab.execution.worker_lock import WorkerBusyError
 from lab.settings import Settings
 from lab.specs.schema import SpecError, load_preset
 from lab.execution.worker_identity import hardware_summary
@@ -101,11 +103,11 @@ def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, t
     settings = Settings(data_dir=tmp_path, worker_name="box-a")
     store.register_worker(engine=engine, name="box-a", host="another-host", pid=1, labels=[], hardware=HARDWARE)
     with pytest.raises(WorkerBusyError, match="alive on another-host"):
-        Worker(engine=engine, settings=settings).register()
+        Worker(context=LabContext(settings=settings)).register()
     # Same host, its process gone: a restart, which takes the name over.
     store.register_worker(engine=engine, name="box-a", host=socket.gethostname(), pid=2**22 + 7, labels=[],
                           hardware=HARDWARE)
-    worker = Worker(engine=engine, settings=settings, labels=["gpu"])
+    worker = Worker(context=LabContext(settings=settings), labels=["gpu"])
     worker.register()
     with Session(engine) as session:
         record = store.get_worker(session=session, name="box-a")

@@ -1,0 +1,147 @@
+"""Collecting a run: k6's outputs and the servers' /metrics into the run's columns, its
+per-second series and its per-request figures, stored; and, for a run that ended early,
+whatever figures its files still give.
+
+The arithmetic is ``run_figures``'s; this module reads the files and the servers and writes
+the series and requests to the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from db import store
+from lab.execution import run_decisions as decisions
+from lab.execution import run_figures
+from lab.execution.run_steps import RunTargets
+from lab.measurement import k6_results, request_figures, server_metrics
+from lab.measurement.checks import join_warnings, measurement_warnings
+from lab.measurement.results import RunResults
+from lab.specs.schema import RunSpec
+from services.manager import ServiceManager
+
+log = logging.getLogger(__name__)
+
+# Lines of each service's log stored with the run (shown under its figures).
+SERVICE_LOG_TAIL_LINES = 30
+
+Snapshots = dict[str, server_metrics.Snapshot | None]
+
+
+class RunCollector:
+    """Reads one run's outputs into its figures (and what could not be read, for its warnings)."""
+
+    def __init__(
+        self, *, engine: Engine, services: ServiceManager, run_id: int, run_dir: Path,
+        contention_threshold_percent: float,
+    ) -> None:
+        self.engine = engine
+        self.services = services
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.contention_threshold_percent = contention_threshold_percent
+        # Why a service's /metrics could not be read (an external target may serve anything).
+        self.metrics_problems: dict[str, str] = {}
+        self.cache_errors = 0  # answers the proxy served without Redis (X-Cache: ERROR)
+
+    @property
+    def summary_path(self) -> Path:
+        return self.run_dir / "summary.json"
+
+    @property
+    def ndjson_path(self) -> Path:
+        return self.run_dir / "k6.ndjson"
+
+    def scrape_all(self, spec: RunSpec, targets: RunTargets) -> Snapshots:
+        """Both ends' /metrics; one that cannot be read is None, and its reason is kept for a warning."""
+        sources = {"backend": (targets.backend_url, spec.backend_kind.metrics.prefixes)}
+        if targets.proxy_url:
+            sources["cache_proxy"] = (targets.proxy_url, server_metrics.CACHE_PROXY_PREFIXES)
+        snapshots: Snapshots = {}
+        for name, (url, prefixes) in sources.items():
+            result = server_metrics.read_metrics(url, prefixes=prefixes)
+            snapshots[name] = result.snapshot
+            if result.problem:
+                self.metrics_problems.setdefault(name, result.problem)
+        return snapshots
+
+    def collect(
+        self, spec: RunSpec, targets: RunTargets, before: Snapshots, samples: list[dict],
+        server_samples: list[dict[str, Any]], *, partial: bool = False,
+    ) -> dict[str, Any]:
+        """Parse k6's outputs and the server metrics into run columns (and store the series).
+
+        The figures go into one :class:`RunResults` (every producer names its figures like
+        its fields); the columns are its fields plus the cross-checks and raw metrics.
+        """
+        figures: dict[str, Any] = k6_results.parse_summary(self.summary_path) if self.summary_path.is_file() else {}
+        results = RunResults.from_figures(figures)
+        series = k6_results.stream_series(self.ndjson_path) if self.ndjson_path.is_file() else None
+        if series is not None and not figures:  # no summary (k6 killed): figures from the stream
+            results = RunResults.from_figures(series.figures())
+        series_doc = run_figures.series_document(series, resource_samples=samples, server_samples=server_samples)
+        self._store_series(targets, series_doc)
+
+        after = self.scrape_all(spec, targets) if not partial else {}
+        backend_change = server_metrics.delta(before.get("backend"), after.get("backend"))
+        backend = server_metrics.backend_figures(backend_change, spec.backend_kind.metrics)
+        results = results.updated(backend)
+        cache = None
+        if targets.proxy_url:
+            cache = server_metrics.cache_figures(server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy")))
+            results = results.updated(cache)
+            self.cache_errors = cache["response_cache_errors"] or 0
+        checks = run_figures.count_checks(figures, backend=backend, cache=cache, max_tokens=spec.max_tokens)
+        if samples:
+            results = results.updated(run_figures.resource_figures(samples, backend_service=targets.backend_service))
+        results = results.updated(run_figures.steady_figures(
+            series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s,
+            behind_cache=bool(targets.proxy_url),
+        ))
+        results = results.updated({"measurement_warnings": join_warnings(*measurement_warnings(
+            k6_cpu_percent_avg=results.k6_cpu_percent_avg, iterations_dropped=results.iterations_dropped,
+            other_cpu_percent_avg=results.other_cpu_percent_avg,
+            contention_threshold_percent=self.contention_threshold_percent,
+            count_check=checks, latency_avg_s=results.latency_avg_s, load_duration_s=spec.load.planned_duration_s,
+        ))})
+        return {
+            **results.as_columns(),
+            "count_check": checks,
+            "server_metrics": {"before": before, "after": after, "delta": {"backend": backend_change}},
+        }
+
+    def _store_series(self, targets: RunTargets, series_doc: dict[str, Any]) -> None:
+        """The per-second series with the services' log tails, and every request's figures
+        (so any SLO can be evaluated on this run later)."""
+        log_tails = {name: self.services.log_tail(name, SERVICE_LOG_TAIL_LINES) for name in targets.service_names}
+        store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
+        if self.ndjson_path.is_file():
+            samples_per_request = k6_results.stream_request_samples(self.ndjson_path)
+            store.save_run_requests(engine=self.engine, run_id=self.run_id, **request_figures.encode(samples_per_request))
+
+    def partial_columns(
+        self, spec: RunSpec, targets: RunTargets, before: Snapshots, samples: list[dict],
+        server_samples: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Whatever k6 wrote before a failure, cancel or stop (figures; the series is stored too)."""
+        try:
+            return self.collect(spec, targets, before, samples, server_samples, partial=True)
+        except Exception as error:  # noqa: BLE001 (partial data is best effort; the failure reason matters more)
+            log.warning("run %s: partial figures not complete: %s", self.run_id,
+                        decisions.write_failure_message(error) or f"{type(error).__name__}: {error}")
+        # Nothing stored (a database error) or no readable summary (a full disk): the
+        # figures from whichever of k6's files can still be read, without writing anything.
+        try:
+            return decisions.partial_columns(k6_results.parse_summary(self.summary_path),
+                                             decisions.PARTIAL_SUMMARY_COLUMNS)
+        except Exception:  # noqa: BLE001 (no summary, or an empty or truncated one)
+            pass
+        try:
+            return decisions.partial_columns(k6_results.stream_series(self.ndjson_path).figures(),
+                                             decisions.PARTIAL_SERIES_COLUMNS)
+        except Exception:  # noqa: BLE001 (no stream either: nothing to keep)
+            return {}

@@ -1,0 +1,122 @@
+"""A run's figures from what its load left, as plain functions: the stored series document,
+the client/server count cross-checks, resource use and the steady-state throughput.
+
+``run_steps.RunSteps.collect`` reads k6's files and the servers' /metrics and hands them
+here; nothing in this module reads a file or a socket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from lab.measurement import server_metrics
+from lab.measurement.checks import steady_throughput
+from lab.measurement.k6_results import PerSecondSeries
+from lab.measurement.resources import summarise, summarise_host
+
+# The backend's sampled gauges and counters kept in the stored series (``series["server"]``).
+SERVER_SERIES_KEYS = ("t", "running_requests", "waiting_requests", "output_tokens", "requests")
+
+
+def series_document(
+    series: PerSecondSeries | None, *, resource_samples: Sequence[dict[str, Any]],
+    server_samples: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The run's stored series: every per-bucket list of k6's series (time_s, requests_ok,
+    latency_avg_s, vus, ...), resource samples and the backend's samples on the same clock."""
+    document: dict[str, Any] = {}
+    if series is not None:
+        document = {
+            item.name: getattr(series, item.name)
+            for item in dataclasses.fields(series)
+            if isinstance(getattr(series, item.name), list)
+        }
+        document["start_epoch_s"] = series.start_epoch_s
+        document["bucket_s"] = series.bucket_s
+    if resource_samples:
+        document["resources"] = {key: [s.get(key) for s in resource_samples] for key in resource_samples[-1]}
+    if server_samples:
+        document["server"] = {key: [s.get(key) for s in server_samples] for key in SERVER_SERIES_KEYS}
+    return document
+
+
+def count_checks(
+    figures: dict[str, Any], *, backend: dict[str, Any], cache: dict[str, Any] | None, max_tokens: int,
+) -> dict[str, Any]:
+    """k6's counts against the servers': requests (at the proxy behind the cache, else at the
+    backend) and, direct only, output and prompt tokens."""
+    checks: dict[str, Any] = {}
+    if cache is not None:
+        checks["requests"] = server_metrics.count_check(
+            client_count=figures.get("requests_total"), server_count=cache["proxy_requests"]
+        )
+        # Through the cache most answers never reach the backend: tokens only compare direct.
+        return checks
+    if backend["server_e2e_requests"] is not None:
+        checks["requests"] = server_metrics.count_check(
+            client_count=figures.get("requests_total"), server_count=backend["server_e2e_requests"]
+        )
+    # Requests still in flight at the graceful stop were (partly) served but never counted by
+    # k6: the server may count up to this many tokens more for each without anything wrong.
+    interrupted = figures.get("requests_interrupted") or 0
+    completed = figures.get("requests_total") or 0
+    mean_prompt_tokens = (figures.get("input_tokens") or 0) / completed if completed else 0
+    if backend["server_output_tokens"] is not None:
+        checks["output_tokens"] = server_metrics.count_check(
+            client_count=figures.get("output_tokens"), server_count=backend["server_output_tokens"],
+            in_flight_allowance=interrupted * max_tokens,
+        )
+    if backend["server_prompt_tokens"] is not None:
+        checks["input_tokens"] = server_metrics.count_check(
+            client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"],
+            in_flight_allowance=interrupted * mean_prompt_tokens * 2,
+        )
+    return checks
+
+
+def resource_figures(samples: Sequence[dict[str, Any]], *, backend_service: str | None) -> dict[str, Any]:
+    """Resource use while the load ran: k6, the backend, the GPU and the rest of the machine."""
+    figures: dict[str, Any] = {"k6_cpu_percent_avg": summarise(samples, "k6")["cpu_percent_avg"]}
+    if backend_service:
+        backend_usage = summarise(samples, backend_service)
+        figures["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
+        figures["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
+    gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
+    figures["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
+    host = summarise_host(samples)
+    figures["other_cpu_percent_avg"] = host["other_cpu_percent_avg"]
+    figures["steal_cpu_percent_avg"] = host["steal_cpu_percent_avg"]
+    return figures
+
+
+def steady_figures(
+    series_doc: dict[str, Any], figures: dict[str, Any], backend: dict[str, Any], *,
+    load_duration_s: float | None, behind_cache: bool,
+) -> dict[str, Any]:
+    """Steady-state throughput in the load window: the backend's counters, else k6's series
+    (always k6's behind the response cache: the backend sees only the misses)."""
+    server = (series_doc.get("server") or {}) if not behind_cache else {}
+    client_start = series_doc.get("start_epoch_s")
+    bucket_s = float(series_doc.get("bucket_s") or 1.0)
+    load_start = (server.get("t") or [None])[0] or client_start
+    if server and backend.get("server_output_tokens") and backend.get("server_e2e_requests"):
+        tokens_per_request = backend["server_output_tokens"] / backend["server_e2e_requests"]
+    elif figures.get("output_tokens") and figures.get("requests_ok"):
+        tokens_per_request = figures["output_tokens"] / figures["requests_ok"]
+    else:
+        tokens_per_request = None
+    steady = steady_throughput(
+        load_start_epoch_s=load_start, load_duration_s=load_duration_s,
+        server_times_epoch_s=server.get("t") or (),
+        server_output_tokens=server.get("output_tokens") or (),
+        server_requests=server.get("requests") or (),
+        # A bucket's completions are counted at its end.
+        client_times_epoch_s=[client_start + t + bucket_s for t in series_doc.get("time_s") or ()]
+        if client_start is not None else (),
+        client_output_tokens=series_doc.get("output_tokens") or (),
+        client_requests_ok=series_doc.get("requests_ok") or (),
+        tokens_per_request=tokens_per_request,
+    )
+    return steady.as_figures()

@@ -1,0 +1,350 @@
+"""The steps of one run, one method each, in the order the pages show them: read the spec,
+start the services, prepare the workload, warm up, fill the cache, load (then drain).
+
+Each step does its I/O (services, HTTP, k6, the database) and leaves the decisions to
+``run_decisions``; collecting the figures is ``run_collect``'s. ``runner.RunExecutor`` calls
+the steps in order and turns what they raise into the run's final state.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from pydantic import ValidationError
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from db import store
+from db.models import RunStatus
+from lab.backends import Backend, managed_backend_names
+from lab.execution import run_decisions as decisions
+from lab.execution.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
+from lab.execution.run_decisions import RunCancelled, RunFailed
+from lab.measurement import environment, live, server_metrics
+from lab.measurement.resources import ResourceSampler
+from lab.settings import Settings
+from lab.specs.schema import RunSpec, format_validation_error
+from lab.workloads import WorkloadError, get_workload
+from services.catalog import cache_proxy_config, redis_config
+from services.manager import ServiceManager, process_matches
+
+log = logging.getLogger(__name__)
+
+# How long k6 is given to write its summary after a SIGINT (a cancel or a dead service).
+K6_CANCEL_GRACE_S = 20.0
+# How long the unmeasured cache fill's k6 is given to stop.
+FILL_CANCEL_GRACE_S = 30.0
+# The warm-up's requests ask for at most this many tokens: they only load the model.
+WARMUP_MAX_TOKENS = 16
+WARMUP_TIMEOUT_S = 600.0
+CACHE_FLUSH_TIMEOUT_S = 30.0
+# The backend's /metrics may be slow under load: a sample is skipped rather than waited for.
+GAUGE_SCRAPE_TIMEOUT_S = 2.0
+LOAD_POLL_INTERVAL_S = 1.0
+
+
+@dataclass
+class RunTargets:
+    """Where the load goes and which services back it."""
+
+    target_url: str
+    backend_url: str
+    backend_service: str | None  # managed service name, None for external
+    proxy_url: str | None = None
+    service_names: list[str] = field(default_factory=list)
+
+
+# A service's process as first seen (pid, creation time): a reused pid is not the service.
+ProcessIdentity = tuple[int, float]
+
+
+class RunSteps:
+    """The steps of one claimed run, and what they learn on the way (the services' resolved
+    configuration, services lost, the backend's samples) for the run's record and figures."""
+
+    def __init__(self, *, engine: Engine, settings: Settings, services: ServiceManager, run_id: int) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.services = services
+        self.run_id = run_id
+        self.run_dir = settings.runs_dir / str(run_id)
+        self.k6: K6Process | None = None
+        # The resolved configuration of each service this run used (e.g. vLLM's dtype "best" -> bfloat16).
+        self.service_configs: dict[str, dict[str, Any]] = {}
+        self.lost_services: list[str] = []  # fail-open services that died during the load
+        # Server-side gauges and counters sampled once a second during the load (running and
+        # waiting requests; output tokens and completed requests so far, for the steady rates).
+        self.server_samples: list[dict[str, float | None]] = []
+
+    # -- the run's record -------------------------------------------------------------------
+    def set_status(self, status: str, **values: Any) -> None:
+        store.set_run_status(engine=self.engine, run_id=self.run_id, status=status, **values)
+
+    def cancel_requested(self) -> bool:
+        return store.is_cancel_requested(engine=self.engine, run_id=self.run_id)
+
+    def check_cancel(self) -> None:
+        """Raise RunCancelled when the user asked to cancel the run."""
+        if self.cancel_requested():
+            raise RunCancelled()
+
+    # -- start ------------------------------------------------------------------------------
+    def load_spec(self) -> RunSpec:
+        """The run's spec, validated again now: a model folder or an allowed host may have gone since."""
+        with Session(self.engine) as session:
+            run = store.get_run(session=session, run_id=self.run_id)
+            if run is None:
+                raise RunFailed(f"run {self.run_id} was deleted before it started")
+            try:
+                return RunSpec.model_validate(run.spec)
+            except ValidationError as error:
+                raise RunFailed(f"the run's spec is no longer valid: {format_validation_error(error)}") from error
+
+    def start_services(self, spec: RunSpec) -> RunTargets:
+        """An empty run folder, the environment recorded, then the services up (with how long
+        starting them took: what the next run of this configuration is told to expect)."""
+        # A run id can be reused after deletions (SQLite): never read another run's files.
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        run_environment = environment.capture(model=spec.model, k6_version=k6_version())
+        store.update_run(engine=self.engine, run_id=self.run_id, environment=run_environment)
+        backend_pid_before = self.services.pid_of(spec.base_backend)
+        startup_began = time.monotonic()
+        targets = self.bring_up_services(spec)
+        startup = {"seconds": round(time.monotonic() - startup_began, 1),
+                   "fresh": self.services.pid_of(spec.base_backend) not in (None, backend_pid_before)}
+        store.update_run(
+            engine=self.engine, run_id=self.run_id,
+            environment={**run_environment, "services": self.service_configs, "startup": startup},
+        )
+        return targets
+
+    def bring_up_services(self, spec: RunSpec) -> RunTargets:
+        """Start (or reuse) what the spec needs; stop the inference backend it does not use."""
+        base, backend = spec.base_backend, spec.backend_kind
+        if not backend.managed:
+            backend_url, backend_service = str(spec.target_url).rstrip("/"), None
+        else:
+            # One accelerator (or two CPU cores): by default never measure with another backend loaded.
+            # Stopped only here, when this run needs another one: the backend a run leaves stays
+            # warm for the next cell with its configuration (the queue is grouped by backend).
+            if self.settings.stop_idle_backends:
+                for other in managed_backend_names():
+                    if other != base:
+                        self.services.stop(other)
+            self.check_cancel()
+            config = backend.service_config(model=spec.model, options=spec.backend_options(), settings=self.settings)
+            backend_url, backend_service = self.services.ensure(base, config, abort=self.cancel_requested), base
+            self.service_configs[base] = config.params
+        targets = RunTargets(target_url=backend_url, backend_url=backend_url, backend_service=backend_service)
+        if backend_service:
+            targets.service_names.append(backend_service)
+        if spec.uses_cache:
+            self.check_cancel()
+            self._bring_up_cache(spec, targets)
+        return targets
+
+    def _bring_up_cache(self, spec: RunSpec, targets: RunTargets) -> None:
+        """Redis and the response cache in front of the backend; the load goes to the cache."""
+        redis_url = self.services.ensure("redis", redis_config(), abort=self.cancel_requested)
+        proxy_url = self.services.ensure(
+            "cache-proxy",
+            cache_proxy_config(
+                upstream_url=targets.backend_url, redis_url=redis_url, policy=spec.cache.policy, ttl_s=spec.cache.ttl_s,
+                single_flight=spec.cache.single_flight,
+            ),
+            abort=self.cancel_requested,
+        )
+        targets.target_url, targets.proxy_url = proxy_url, proxy_url
+        targets.service_names += ["redis", "cache-proxy"]
+        self.service_configs["cache-proxy"] = {"policy": spec.cache.policy, "ttl_s": spec.cache.ttl_s,
+                                               "single_flight": spec.cache.single_flight}
+
+    def prepare_workload(self, spec: RunSpec) -> Path | None:
+        """Write the request file the workload's k6 script replays (None if it needs none)."""
+        try:
+            return get_workload(spec.workload.kind).prepare(spec, self.run_dir, spec.backend_kind)
+        except WorkloadError as error:
+            raise RunFailed(str(error)) from error
+
+    # -- warm up ----------------------------------------------------------------------------
+    def warm_up(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> None:
+        """Send the workload's own first requests straight to the backend (never through the cache)."""
+        model = spec.served_model_name or spec.model
+        for messages in get_workload(spec.workload.kind).warmup_messages(spec, requests_file):
+            self.check_cancel()
+            try:
+                response = httpx.post(
+                    f"{targets.backend_url}/v1/chat/completions",
+                    json={"model": model, "messages": messages, "max_tokens": min(spec.max_tokens, WARMUP_MAX_TOKENS)},
+                    timeout=WARMUP_TIMEOUT_S,
+                )
+            except httpx.HTTPError as error:
+                raise RunFailed(f"warm-up request failed: {error}") from error
+            if response.status_code != 200:
+                raise RunFailed(f"warm-up request failed: HTTP {response.status_code}: {response.text[:500]}")
+
+    def reset_caches(self, spec: RunSpec, targets: RunTargets) -> None:
+        """Empty the response cache and the backend's own caches so the run starts cold."""
+        if spec.keep_caches_warm:
+            return
+        if targets.proxy_url:
+            response = httpx.post(f"{targets.proxy_url}/cache/flush", timeout=CACHE_FLUSH_TIMEOUT_S)
+            if response.status_code >= 400:
+                raise RunFailed(f"could not flush the response cache: HTTP {response.status_code}")
+        if targets.backend_service:
+            warning = spec.backend_kind.reset_caches(targets.backend_url)
+            if warning:
+                log.warning("run %s: %s", self.run_id, warning)
+
+    # -- fill -------------------------------------------------------------------------------
+    def fill_cache(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> None:
+        """Run the workload unmeasured through the cache until it has stored every distinct
+        request (``cache.fill_first_up_to``), so the measured load sees the hit path's steady state."""
+        wanted = get_workload(spec.workload.kind).distinct_requests(spec) or 0
+        env = k6_environment(spec, target_url=targets.target_url, requests_file=requests_file)
+        # The same requests from the same VUs, for as long as filling may take.
+        env.update(LOAD_KIND="constant-vus", VUS=str(spec.load.peak_vus), DURATION=f"{spec.cache.fill_timeout_s:g}s")
+        fill_dir = self.run_dir / "fill"
+        k6 = K6Process(script=script_path(spec.workload.kind), env=env, summary_path=fill_dir / "summary.json",
+                       ndjson_path=fill_dir / "k6.ndjson", log_path=fill_dir / "k6.log")
+        stored_before = self._cache_stores(targets)
+        began = time.monotonic()
+        stored = 0.0
+        k6.start()
+        try:
+            while k6.is_running() and stored < wanted:
+                self.check_cancel()
+                time.sleep(LOAD_POLL_INTERVAL_S)
+                stored = self._cache_stores(targets) - stored_before
+        finally:
+            if k6.is_running():
+                k6.cancel(grace_s=FILL_CANCEL_GRACE_S)
+            shutil.rmtree(fill_dir, ignore_errors=True)  # unmeasured: nothing of it is kept
+        if stored < wanted:
+            raise RunFailed(f"the response cache stored {stored:.0f} of {wanted} distinct requests in "
+                            f"{time.monotonic() - began:.0f} s (cache.fill_timeout_s {spec.cache.fill_timeout_s:g})")
+        log.info("run %s: cache filled with %d distinct requests in %.0f s", self.run_id, wanted,
+                 time.monotonic() - began)
+
+    @staticmethod
+    def _cache_stores(targets: RunTargets) -> float:
+        """The proxy's count of answers stored so far."""
+        snapshot = server_metrics.scrape(targets.proxy_url or "") or {}
+        return float(snapshot.get("lab_cache_stores_total") or 0.0)
+
+    # -- load, then drain -------------------------------------------------------------------
+    def drive_load(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> tuple[int, list[dict]]:
+        """Run k6 to the end of its load and its drain (or until cancelled or a service dies);
+        returns (exit code, resource samples)."""
+        self.k6 = K6Process(
+            script=script_path(spec.workload.kind),
+            env=k6_environment(spec, target_url=targets.target_url, requests_file=requests_file),
+            summary_path=self.run_dir / "summary.json",
+            ndjson_path=self.run_dir / "k6.ndjson",
+            log_path=self.run_dir / "k6.log",
+        )
+        pids = {name: pid for name in targets.service_names if (pid := self.services.pid_of(name))}
+        # Looked up once: the load loop checks these processes, not the database, every second.
+        watched = {name: self._identity(pids.get(name)) for name in targets.service_names}
+        sampler = ResourceSampler(lambda: {**pids, **({"k6": self.k6.pid} if self.k6 and self.k6.pid else {})})
+        self.k6.start()
+        sampler.start()
+        self.set_status(RunStatus.RUNNING, load_started_at=store.utc_now())
+        try:
+            ended_early = self._follow_load(spec, targets, sampler, watched)
+            exit_code = self.k6.wait()
+        finally:
+            samples = sampler.stop()
+        if ended_early is not None:
+            raise ended_early
+        return exit_code, samples
+
+    def _follow_load(
+        self, spec: RunSpec, targets: RunTargets, sampler: ResourceSampler,
+        watched: dict[str, ProcessIdentity | None],
+    ) -> RunCancelled | RunFailed | None:
+        """Once a second while k6 runs: its progress to the run, the backend's gauges, a cancel
+        or a dead service (k6 is then stopped). Returns what ended the load early, if anything."""
+        assert self.k6 is not None
+        started = time.monotonic()
+        load_started_epoch_s = time.time()
+        # k6's NDJSON read a little each second: the live charts and counts of workload
+        # requests only (k6's API counts its setup health check too).
+        tail = live.NdjsonTail(self.run_dir / "k6.ndjson")
+        while self.k6.is_running():
+            progress = self.k6.progress()
+            elapsed_s = time.monotonic() - started
+            tail.read_new()
+            store.update_run(engine=self.engine, run_id=self.run_id, progress=decisions.load_progress(
+                elapsed_s=elapsed_s, planned_s=spec.load.planned_duration_s, graceful_stop_s=spec.load.graceful_stop_s,
+                vus=progress.vus, output_tokens=progress.output_tokens,
+                requests_ok=tail.requests_ok_total, requests_failed=tail.requests_failed_total,
+                live=live.live_progress(tail, origin_epoch_s=load_started_epoch_s, resource_samples=sampler.samples,
+                                        server_samples=self.server_samples),
+            ))
+            self.sample_server_gauges(spec.backend_kind, targets)
+            ended_early: RunCancelled | RunFailed | None
+            if self.cancel_requested():
+                ended_early = RunCancelled()
+            else:
+                ended_early = self._service_failure(watched)
+            if ended_early is not None:
+                self.k6.cancel(grace_s=K6_CANCEL_GRACE_S)
+                return ended_early
+            time.sleep(LOAD_POLL_INTERVAL_S)
+        return None
+
+    @staticmethod
+    def _identity(pid: int | None) -> ProcessIdentity | None:
+        try:
+            return (pid, psutil.Process(pid).create_time()) if pid else None
+        except psutil.NoSuchProcess:
+            return None
+
+    def _service_failure(self, watched: dict[str, ProcessIdentity | None]) -> RunFailed | None:
+        """The failure a dead service means; a dead fail-open service is noted and the run goes on."""
+        failure: RunFailed | None = None
+        for name, identity in watched.items():
+            if name in self.lost_services or (identity is not None and process_matches(*identity)):
+                continue
+            reason = decisions.lost_service_failure(name)
+            if reason is None:
+                log.warning("run %s: %s stopped during the run; the cache proxy fails open", self.run_id, name)
+                self.lost_services.append(name)
+            else:
+                failure = RunFailed(reason)
+        return failure
+
+    def sample_server_gauges(self, backend: Backend, targets: RunTargets) -> None:
+        """Requests running and waiting in the backend now, and its token and request counters
+        (those it exports)."""
+        snapshot = server_metrics.scrape(targets.backend_url, prefixes=backend.metrics.prefixes,
+                                         timeout_s=GAUGE_SCRAPE_TIMEOUT_S)
+        if snapshot is None:
+            return
+        self.server_samples.append({
+            "t": time.time(), **server_metrics.gauges(snapshot, backend.metrics),
+            **server_metrics.counters(snapshot, backend.metrics),
+        })
+
+    def check_load(self, exit_code: int) -> None:
+        """Raise RunFailed when k6 failed or wrote no summary (its figures cannot be used)."""
+        exit_message = self.k6.exit_message() if self.k6 is not None else describe_exit_code(exit_code)
+        failure = decisions.load_failure(exit_code=exit_code, summary_written=(self.run_dir / "summary.json").is_file(),
+                                         exit_message=exit_message)
+        if failure:
+            raise RunFailed(failure)
+
+    def stop_k6(self) -> None:
+        """Stop the load if it still runs; SIGINT first: k6 still writes its summary, which
+        the partial figures come from."""
+        if self.k6 is not None and self.k6.is_running():
+            self.k6.cancel(grace_s=5)

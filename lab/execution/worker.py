@@ -1,0 +1,244 @@
+"""The queue worker: claims the oldest queued run it may take and executes it, one at a time,
+independent of browser tabs and reruns; a heartbeat and leases let many workers share a
+queue (docs/SCALING.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from db import store
+from db.engine import sqlite_file_identity, sqlite_path
+from lab.context import LabContext
+from lab.execution import experiments
+from lab.execution.final_state import PendingFinalStates
+from lab.execution.run_decisions import write_failure_message
+from lab.execution.runner import RunExecutor
+from lab.execution.worker_identity import worker_hardware
+from lab.execution.worker_lock import WorkerBusyError, WorkerLock
+from services.manager import ServiceManager
+from services.processes import stop_process_tree
+
+log = logging.getLogger(__name__)
+
+# How long an orphaned k6 (left by a killed worker) is given to stop before it is killed.
+ORPHANED_K6_GRACE_S = 5.0
+# How long stopping waits for the heartbeat thread's last write.
+HEARTBEAT_JOIN_TIMEOUT_S = 10.0
+
+
+class DatabaseReplacedError(RuntimeError):
+    """The worker's SQLite file was removed or replaced under it."""
+
+
+class Worker:
+    """A queue worker: one run at a time, independent of browser tabs and reruns.
+
+    It has a name (the host's by default) and labels; on a shared PostgreSQL queue many
+    workers on many machines claim runs side by side. While serving it renews a heartbeat
+    and interrupts the runs of workers whose heartbeat is older than the lease.
+    """
+
+    def __init__(self, *, context: LabContext, name: str | None = None, labels: list[str] | None = None) -> None:
+        self.context = context
+        self.engine = context.engine
+        self.settings = context.settings
+        self.name = name or self.settings.worker_name
+        self.labels = sorted(set(self.settings.worker_labels if labels is None else labels))
+        self.hardware = worker_hardware()
+        self.services = context.service_manager(worker=self.name, owner_pid=os.getpid())
+        # Final states of runs the database could not record: written before the next claim.
+        self.pending_final_states = PendingFinalStates()
+        self._stop = threading.Event()
+        # The SQLite file this worker's connections use (the engine has just opened it).
+        self._database = sqlite_file_identity(self.settings.resolved_database_url)
+        self._heartbeat_stop = threading.Event()
+        self._current_run_id: int | None = None
+
+    # -- on the queue ---------------------------------------------------------------------
+    def register(self) -> None:
+        """Take this worker's name on the queue. Raises WorkerBusyError while a live worker
+        elsewhere holds it (its heartbeat younger than the lease)."""
+        host = socket.gethostname()
+        with Session(self.engine) as session:
+            record = store.get_worker(session=session, name=self.name)
+            age_s = store.heartbeat_age_s(session=session, record=record) if record is not None else None
+            if record is not None and record.state == "running" and age_s is not None \
+                    and age_s < self.settings.worker_lease_s:
+                # Same host and its process gone: this is a restart, not a second worker.
+                restarted = record.host == host and (
+                    record.pid == os.getpid() or not psutil.pid_exists(record.pid or 0)
+                )
+                if not restarted:
+                    raise WorkerBusyError(
+                        f"a worker named {self.name!r} is alive on {record.host} (pid {record.pid}, heartbeat "
+                        f"{age_s:.0f} s ago): give this one another --name"
+                    )
+        store.register_worker(
+            engine=self.engine, name=self.name, host=host, pid=os.getpid(), labels=self.labels, hardware=self.hardware
+        )
+
+    def recover(self) -> None:
+        """After a crash: mark this worker's runs left active as interrupted and stop its stale services.
+
+        Called while holding the worker lock and the name, so no other process runs them.
+        Other workers' runs are left to their lease (``reap_lost_workers``).
+        """
+        interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine, worker_name=self.name)
+        stale = self.services.stop_stale()
+        k6_pids = self._stop_orphaned_k6(interrupted)
+        if interrupted or stale or k6_pids:
+            log.warning(
+                "recovered: runs interrupted %s, stale services stopped %s, orphaned k6 stopped %s",
+                interrupted, stale, k6_pids,
+            )
+
+    def _stop_orphaned_k6(self, run_ids: list[int]) -> list[int]:
+        """Stop the k6 processes a killed worker left loading (found by their run folder in argv)."""
+        if not run_ids:
+            return []
+        folders = [f"{self.settings.runs_dir / str(run_id)}{os.sep}" for run_id in run_ids]
+        stopped = []
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                argv = process.info["cmdline"] or []
+                if argv and Path(argv[0]).name == "k6" and any(folder in arg for arg in argv for folder in folders):
+                    stop_process_tree(process.pid, grace_s=ORPHANED_K6_GRACE_S)
+                    stopped.append(process.pid)
+            except psutil.Error:
+                continue
+        return stopped
+
+    def reap_lost_workers(self) -> list[int]:
+        """Interrupt the active runs of workers silent for longer than the lease."""
+        interrupted = store.interrupt_runs_of_lost_workers(
+            engine=self.engine, lease_s=self.settings.worker_lease_s, except_worker=self.name
+        )
+        if interrupted:
+            log.warning("interrupted runs %s of workers that stopped renewing their heartbeat", interrupted)
+        return interrupted
+
+    def heartbeat(self) -> None:
+        """Say this worker is alive (and what it runs), then reap lost workers' runs."""
+        store.renew_worker_heartbeat(engine=self.engine, name=self.name, current_run_id=self._current_run_id)
+        self.reap_lost_workers()
+
+    def _heartbeat_loop(self) -> None:
+        # Its own thread: a worker busy with a long run still renews its lease and reaps.
+        while not self._heartbeat_stop.wait(self.settings.worker_heartbeat_interval_s):
+            try:
+                self.heartbeat()
+            except Exception:  # noqa: BLE001 (a database hiccup must not end the worker)
+                log.exception("heartbeat failed; retrying")
+
+    @contextmanager
+    def serving(self) -> Iterator["Worker"]:
+        """Registered, recovered and heart-beating for the duration of the block."""
+        self.register()
+        self.recover()
+        self.reap_lost_workers()
+        self._heartbeat_stop.clear()
+        thread = threading.Thread(target=self._heartbeat_loop, name="worker-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._heartbeat_stop.set()
+            thread.join(timeout=HEARTBEAT_JOIN_TIMEOUT_S)
+            try:
+                store.mark_worker_stopped(engine=self.engine, name=self.name)
+            except Exception:  # noqa: BLE001 (stopping anyway; the lease covers a missed update)
+                log.exception("could not mark worker %s stopped", self.name)
+
+    # -- runs -----------------------------------------------------------------------------
+    def run_one(self) -> int | None:
+        """Execute the next queued run this worker may take, if any; returns its id."""
+        self.pending_final_states.save(self.engine)
+        run_id = store.claim_next_run(
+            engine=self.engine, worker_name=self.name, labels=self.labels, hardware=self.hardware,
+            worker_pid=os.getpid(),
+        )
+        if run_id is None:
+            return None
+        self._current_run_id = run_id
+        try:
+            RunExecutor(engine=self.engine, settings=self.settings, services=self.services, run_id=run_id,
+                        pending_final_states=self.pending_final_states).execute()
+        finally:
+            self._current_run_id = None
+        self._record_wall_time_ratio(run_id)
+        return run_id
+
+    def _record_wall_time_ratio(self, run_id: int) -> None:
+        """Update the run's experiment's wall-time ratio (the lab's overhead so far)."""
+        try:
+            with Session(self.engine) as session:
+                run = store.get_run(session=session, run_id=run_id)
+                experiments.record_wall_time_ratio(session=session, experiment_id=run.experiment_id if run else None)
+        except SQLAlchemyError as error:  # a figure about the lab itself: never worth failing the worker
+            log.warning("could not store the wall-time ratio: %s", write_failure_message(error))
+
+    def run_forever(self) -> None:
+        """Execute queued runs until stopped. Raises WorkerBusyError if another worker runs
+        on this data folder, or a live one elsewhere has this worker's name."""
+        with WorkerLock(self.settings.data_dir), self.serving():
+            claim_problem: str | None = None
+            while not self._stop.is_set():
+                self._check_database_file()
+                try:
+                    ran = self.run_one()
+                    claim_problem = None
+                except Exception as error:  # noqa: BLE001 (the worker must outlive any one run)
+                    if problem := write_failure_message(error):
+                        if problem != claim_problem:  # once, not every poll, while the disk stays full
+                            log.error("the worker could not claim a run: %s; going on", problem)
+                        claim_problem = problem
+                    else:
+                        log.exception("the worker hit an error between runs; going on")
+                    ran = None
+                if ran is None:
+                    self._stop.wait(self.settings.worker_poll_interval_s)
+
+    def _check_database_file(self) -> None:
+        """Raise DatabaseReplacedError when the SQLite file was removed or replaced: the open
+        connections would go on with the removed file while the CLI and the pages use a new
+        one, so nothing queued there would ever run."""
+        url = self.settings.resolved_database_url
+        if self._database and sqlite_file_identity(url) != self._database:
+            raise DatabaseReplacedError(
+                f"the database file {sqlite_path(url)} was removed or replaced while the worker ran; start the lab again"
+            )
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def stop_own_services(manager: ServiceManager) -> None:
+    """Stop every service this process started, each on its own: one whose record cannot be
+    written (a full disk) must not leave the next one running. One line per failure."""
+    try:
+        with Session(manager.engine) as session:
+            names = [record.name for record in store.list_service_records(session=session)
+                     if record.owner_pid == manager.owner_pid]
+    except SQLAlchemyError as error:
+        print(f"error: cannot read the services' records ({str(getattr(error, 'orig', error)).splitlines()[0]})",
+              file=sys.stderr)
+        return
+    order = {"cache-proxy": 0, "redis": 1}  # dependants first
+    for name in sorted(names, key=lambda n: order.get(n, 9)):
+        try:
+            manager.stop(name)
+        except (SQLAlchemyError, OSError) as error:
+            detail = str(getattr(error, "orig", None) or error).splitlines()[0]
+            print(f"error: {name} was stopped but its record could not be written ({detail})", file=sys.stderr)

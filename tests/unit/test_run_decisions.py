@@ -1,0 +1,138 @@
+"""A run's decisions without processes: failure reasons, when the load stops, the warnings,
+the partial figures kept, the final state and what each try of the final write stores."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from db.models import RunStatus
+from lab.execution import run_decisions as decisions
+from lab.execution.run_decisions import RunFailed
+from lab.measurement.k6_results import K6ResultsError
+
+DISK_FULL = OSError(errno.ENOSPC, "No space left on device", "/data/runs/3/k6.ndjson")
+
+
+# -- failures ------------------------------------------------------------------------------
+def test_write_failures_are_one_line_and_other_errors_are_not_write_failures() -> None:
+    assert decisions.write_failure_message(DISK_FULL) == \
+        "could not write the run's data (No space left on device: /data/runs/3/k6.ndjson)"
+    database = OperationalError("UPDATE runs", {}, Exception("database or disk is full\nmore"))
+    assert decisions.write_failure_message(database) == "the database could not be written (database or disk is full)"
+    assert decisions.write_failure_message(OSError(errno.ENOENT, "No such file")) is None
+    assert decisions.write_failure_message(ValueError("bad")) is None
+
+
+def test_a_full_disk_is_told_apart_from_other_write_failures() -> None:
+    assert decisions.is_out_of_space("could not write the run's data (No space left on device)")
+    assert decisions.is_out_of_space("the database could not be written (database or disk is full)")
+    assert not decisions.is_out_of_space("the database could not be written (disk I/O error)")
+
+
+def test_the_run_folder_is_full_below_one_mebibyte() -> None:
+    assert decisions.run_folder_full_note(decisions.RUN_FOLDER_MIN_FREE_BYTES) is None
+    note = decisions.run_folder_full_note(10 * 1024)
+    assert note is not None and note.startswith("the disk holding the run folder is full (10 kB free")
+
+
+def test_a_failures_reason_puts_a_full_disk_first_and_tells_expected_failures_apart() -> None:
+    dead = decisions.failure_reason(RunFailed("the naive service died\nits log"), disk_note=None)
+    assert dead == decisions.FailureReason("the naive service died\nits log", expected=True)
+    assert dead.log_line == "the naive service died"
+    assert decisions.failure_reason(K6ResultsError("summary truncated"), disk_note=None).expected
+    bug = decisions.failure_reason(KeyError("x"), disk_note=None)
+    assert bug.reason == "'x'" and not bug.expected  # logged with its traceback
+    assert decisions.failure_reason(KeyError(), disk_note=None).reason == "KeyError"
+    full = decisions.failure_reason(DISK_FULL, disk_note="the disk holding the run folder is full")
+    assert full.reason.startswith("the disk holding the run folder is full: could not write the run's data")
+    assert full.expected
+
+
+def test_a_long_reason_keeps_its_end() -> None:
+    reason = decisions.failure_reason(RunFailed("x" * 5000 + "the cause"), disk_note=None).reason
+    assert len(reason) == decisions.MAX_REASON_CHARS and reason.endswith("the cause")
+
+
+# -- during the load -----------------------------------------------------------------------
+def test_losing_redis_lets_the_run_go_on_losing_the_backend_fails_it() -> None:
+    assert decisions.lost_service_failure("redis") is None
+    assert decisions.lost_service_failure("vllm") == "the vllm service died during the run (see its log below)"
+
+
+def test_the_progress_shows_the_load_then_the_drain() -> None:
+    common = dict(planned_s=10.0, graceful_stop_s=5.0, vus=4, output_tokens=100, live={"t": []})
+    loading = decisions.load_progress(elapsed_s=4.0, requests_ok=8, requests_failed=2, **common)
+    assert loading["phase"] == "load" and loading["fraction"] == pytest.approx(0.4)
+    assert (loading["requests_completed"], loading["requests_failed"], loading["req_per_s"]) == (10, 2, 2.0)
+    draining = decisions.load_progress(elapsed_s=12.0, requests_ok=24, requests_failed=0, **common)
+    assert draining["phase"] == "draining" and draining["fraction"] == 1.0 and draining["in_flight"] == 4
+    unplanned = decisions.load_progress(elapsed_s=0.0, requests_ok=0, requests_failed=0,
+                                        **{**common, "planned_s": None})
+    assert unplanned["phase"] == "load" and unplanned["fraction"] is None and unplanned["req_per_s"] is None
+
+
+def test_a_load_fails_when_k6_fails_or_writes_no_summary() -> None:
+    assert decisions.load_failure(exit_code=0, summary_written=True, exit_message="k6 finished") is None
+    assert decisions.load_failure(exit_code=99, summary_written=True, exit_message="thresholds crossed") is None
+    assert decisions.load_failure(exit_code=107, summary_written=True, exit_message="script error") == "script error"
+    assert decisions.load_failure(exit_code=0, summary_written=False, exit_message="k6 finished") == \
+        "k6 wrote no summary: k6 finished"
+
+
+# -- after the load ------------------------------------------------------------------------
+def test_the_warnings_keep_the_measurements_then_add_the_runs_own() -> None:
+    columns = {"measurement_warnings": "k6 used 90% CPU", "response_cache_store_errors": 3}
+    warnings = decisions.run_warnings(
+        columns, lost_services=["redis"], cache_errors=7, disk_note="the disk is full",
+        metrics_problems={"cache_proxy": "/metrics answered HTTP 404"},
+    )
+    expected_in_order = [
+        "k6 used 90% CPU; ",
+        "redis stopped during the run: the response cache failed open (7 answers served straight from the backend, "
+        "3 not stored); the figures mix cached and uncached answers; ",
+        "the disk is full: the per-second series may be incomplete; ",
+        "the cache proxy's /metrics answered HTTP 404: its server-side figures are missing, the client's (k6) are kept",
+    ]
+    assert warnings == "".join(expected_in_order)
+    assert decisions.run_warnings({}, lost_services=[], cache_errors=0, disk_note=None, metrics_problems={}) is None
+
+
+def test_a_run_without_a_success_fails_with_its_counts() -> None:
+    assert decisions.final_state({"requests_ok": 3}) == (RunStatus.DONE, None)
+    status, reason = decisions.final_state({"requests_ok": 0, "requests_failed": 5, "iterations_interrupted": 2})
+    assert status == RunStatus.FAILED
+    assert reason.startswith("no request completed successfully (5 failed, 2 still in flight at the end)")
+
+
+def test_the_partial_columns_are_the_named_figures_only() -> None:
+    figures = {"requests_ok": 4, "latency_p95_s": 0.5, "k6_cpu_percent_avg": 30.0}
+    kept = decisions.partial_columns(figures, decisions.PARTIAL_SUMMARY_COLUMNS)
+    assert set(kept) == set(decisions.PARTIAL_SUMMARY_COLUMNS)
+    assert (kept["requests_ok"], kept["latency_p95_s"], kept["requests_failed"]) == (4, 0.5, None)
+    assert "measured_duration_s" in decisions.partial_columns(figures, decisions.PARTIAL_SERIES_COLUMNS)
+
+
+# -- the final write -----------------------------------------------------------------------
+def test_the_final_write_drops_the_figures_after_three_failed_tries() -> None:
+    values = decisions.final_values(RunStatus.DONE, reason=None, columns={"requests_ok": 12}, finished_at="now")
+    assert values == {"status": "done", "progress": None, "finished_at": "now", "requests_ok": 12}
+    for attempt in range(decisions.FINAL_WRITE_TRIES_WITH_FIGURES):
+        assert decisions.final_write_attempt(values, attempt=attempt, problem="disk I/O error") == values
+    assert decisions.final_write_attempt(values, attempt=3, problem="disk I/O error") == {
+        "status": "done", "progress": None, "finished_at": "now",
+        "reason": "done (its figures could not be saved: disk I/O error)",
+    }
+
+
+def test_a_full_disk_frees_the_runs_regenerable_files_before_the_third_try() -> None:
+    assert decisions.frees_space_before(2, "could not write the run's data (No space left on device)")
+    assert not decisions.frees_space_before(1, "could not write the run's data (No space left on device)")
+    assert not decisions.frees_space_before(2, "the database could not be written (disk I/O error)")
+    values = decisions.final_values(RunStatus.FAILED, reason="k6 was killed", columns={}, finished_at="now")
+    freed = decisions.with_space_freed(values, "k6.ndjson")
+    assert freed["reason"] == "k6 was killed (k6.ndjson removed to free space for this record)"
+    assert decisions.final_write_attempt(freed, attempt=3, problem="disk full")["reason"] == \
+        "k6 was killed (k6.ndjson removed to free space for this record) (its figures could not be saved: disk full)"
