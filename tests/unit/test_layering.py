@@ -100,36 +100,3 @@ def test_lab_has_no_import_cycle() -> None:
                                          for a, b in zip(c, c[1:]))]
     assert real == []
 
-
-def name_uses(tree: ast.AST, names: set[str]) -> list[int]:
-    """Lines that compare with a name (``==``, ``!=``, ``in (...)``) or loop over literal names."""
-    from tests.unit.test_backend_names import backend_name_comparisons
-
-    lines = backend_name_comparisons(tree, names)
-    for node in ast.walk(tree):
-        loop_over = node.iter if isinstance(node, (ast.For, ast.comprehension)) else None
-        if isinstance(loop_over, (ast.Tuple, ast.List, ast.Set)) and any(
-            isinstance(element, ast.Constant) and element.value in names for element in loop_over.elts
-        ):
-            lines.append(getattr(node, "lineno", getattr(loop_over, "lineno", 0)))
-    return lines
-
-
-@pytest.mark.parametrize("kind", ["workload", "backend"])
-def test_kind_names_are_compared_and_listed_only_in_their_registry(kind: str) -> None:
-    from lab.backends import spec_backend_names
-    from lab.workloads import workload_names
-
-    from tests.unit.test_backend_names import SEED_COMPARISON_MODULES
-
-    names = set(workload_names()) if kind == "workload" else set(spec_backend_names())
-    registry = "lab/workloads/" if kind == "workload" else "lab/backends/"
-    found = {}
-    for folder in ("lab", "pages", "services", "db"):
-        for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
-            name = path.relative_to(PROJECT_ROOT).as_posix()
-            if name.startswith(registry) or (kind == "backend" and name in SEED_COMPARISON_MODULES):
-                continue
-            if lines := name_uses(ast.parse(path.read_text(encoding="utf-8")), names):
-                found[name] = lines
-    assert not found, f"{kind} names used outside {registry} (ask the registry instead): {found}"
