@@ -95,6 +95,14 @@ def _measurement(connection: Connection) -> None:
         connection.execute(text("ALTER TABLE runs DROP COLUMN load_generator_warning"))
 
 
+def _reproducibility(connection: Connection) -> None:
+    """Conclusions that survive a second run: each run's machine-speed calibration, and the
+    verdict rules an experiment's report is judged by, frozen when it was queued."""
+    for column_name in ("machine_calibration_before_s", "machine_calibration_after_s"):
+        _add_column(connection, Run.__tablename__, column_name)
+    _add_column(connection, Experiment.__tablename__, "frozen_rules")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -102,6 +110,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _client_streaming_latency,  # 3 -> 4
     _capacity,  # 4 -> 5
     _measurement,  # 5 -> 6
+    _reproducibility,  # 6 -> 7
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

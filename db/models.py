@@ -50,6 +50,9 @@ class Experiment(Base):
     wall_time_ratio: Mapped[float | None] = mapped_column(Float)
     # A capacity search's plan, live state and result per backend (None for a grid experiment).
     capacity: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The verdict rules (and their version) in force when the experiment was queued: its report
+    # judges with these, whatever the code says later (a reproduction's rules are fixed before its data).
+    frozen_rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
 
 
@@ -120,6 +123,11 @@ class RunResultColumns:
     steady_output_tok_per_s: Mapped[float | None] = mapped_column(Float)
     steady_req_per_s: Mapped[float | None] = mapped_column(Float)
     steady_source: Mapped[str | None] = mapped_column(String(50))
+    # The machine's speed around the run: seconds a fixed CPU kernel took just before and just
+    # after the load (lab/measurement/machine_speed.py); over an experiment they give each run
+    # a machine-speed index (1.0 = the median run).
+    machine_calibration_before_s: Mapped[float | None] = mapped_column(Float)
+    machine_calibration_after_s: Mapped[float | None] = mapped_column(Float)
     # Every reason to read the figures with care (k6 CPU, dropped iterations, contention,
     # count-check mismatch, a run too short for its latency...), "; "-separated.
     measurement_warnings: Mapped[str | None] = mapped_column(Text)

@@ -28,6 +28,7 @@ def enqueue_experiment(
     spec: dict[str, Any],
     runs: Sequence[dict[str, Any]],
     tags: str = "",
+    frozen_rules: dict[str, Any] | None = None,
 ) -> Experiment:
     """Store an experiment and queue its runs, one per ``runs`` item (the columns of a Run:
     ``cell_label``, ``repeat_index``, ``spec`` and the spec's denormalised columns). Commits.
@@ -35,7 +36,7 @@ def enqueue_experiment(
     The values are taken as given: callers validate (``lab.execution.experiments`` builds them from a
     validated ExperimentSpec).
     """
-    experiment = Experiment(name=name, preset=preset, scale=scale, spec=spec)
+    experiment = Experiment(name=name, preset=preset, scale=scale, spec=spec, frozen_rules=frozen_rules)
     session.add(experiment)
     for columns in runs:
         experiment.runs.append(Run(tags=tags, **columns))

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
         default=True,
         description="stop the inference backend a run does not use (one accelerator, or few CPU cores)",
     )
+    keep_experiment_backends_min_free_gib: float = Field(
+        default=6.0, ge=0,
+        description="an experiment in interleaved rounds keeps the backends it still needs started side by side "
+                    "(instead of restarting one per cell) while at least this much memory stays free (GiB)",
+    )
     contention_warning_cpu_percent: float = Field(
         default=25.0, ge=0,
         description="warn on a run during which other processes used more than this share of a core (%) on average",

@@ -14,6 +14,7 @@ from db import store
 from db.models import Experiment, Run, RunStatus
 # Queue actions the pages take on stored runs: db.store's own, reached through the domain.
 from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401
+from lab.execution.round_order import BLOCKS, INTERLEAVED, QueuedRun, draw_order_seed, plan_runs
 from lab.specs.schema import ExperimentSpec, RunSpec
 from lab.workloads import get_workload
 
@@ -25,18 +26,6 @@ def service_group(spec: RunSpec) -> str:
     if hasattr(options, "model_dump"):
         options = options.model_dump(mode="json")
     return json.dumps([spec.base_backend, spec.model, options], sort_keys=True, default=str)
-
-
-def order_by_backend(cells: list[tuple[str, int, RunSpec]], *, first_group: str | None = None
-                     ) -> list[tuple[str, int, RunSpec]]:
-    """The grid's cells grouped so each backend configuration starts once (the queue claims
-    oldest first), keeping the grid's order inside a group (repeats of a cell stay together).
-    ``first_group`` (the backend the queue ends with) goes first: it is still loaded then."""
-    groups: dict[str, list[tuple[str, int, RunSpec]]] = {}
-    for cell in cells:
-        groups.setdefault(service_group(cell[2]), []).append(cell)
-    order = sorted(groups, key=lambda group: group != first_group)  # stable: first appearance otherwise
-    return [cell for group in order for cell in groups[group]]
 
 
 def last_queued_group(session: Session) -> str | None:
@@ -99,16 +88,35 @@ def run_columns(spec: RunSpec) -> dict[str, Any]:
     }
 
 
-def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = "") -> Experiment:
-    """Store an experiment and queue one run per grid cell and repeat, grouped by backend
-    configuration so each starts once (see ``order_by_backend``). Commits."""
+def queue_plan(spec: ExperimentSpec, *, first_group: str | None = None) -> tuple[ExperimentSpec, list[QueuedRun]]:
+    """The runs of ``spec`` in queue order, and the spec with its run order resolved (the seed
+    drawn when it names none, so the order is recorded and replays).
+
+    One repeat, or ``order="blocks"``: each backend configuration's cells together (each
+    starts once; ``first_group``, the backend the queue ends with, first), a cell's repeats
+    together. Otherwise interleaved rounds (lab/execution/round_order.py)."""
+    order = spec.order if spec.repeats > 1 else BLOCKS
+    if order == INTERLEAVED and spec.order_seed is None:
+        spec = spec.model_copy(update={"order_seed": draw_order_seed()})
+    plan = plan_runs(spec.distinct_cells(), repeats=spec.repeats, order=order, seed=spec.order_seed or 0,
+                     group_of=lambda cell: service_group(cell[1]), first_group=first_group)
+    return spec, plan
+
+
+def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = "",
+                       frozen_rules: dict[str, Any] | None = None) -> Experiment:
+    """Store an experiment and queue one run per grid cell and repeat, in the order of
+    :func:`queue_plan` (the queue claims oldest first). ``frozen_rules``: the verdict rules
+    its report will judge by, fixed now, before its data. Commits."""
+    spec, plan = queue_plan(spec, first_group=last_queued_group(session))
     runs = []
-    for cell_label, repeat_index, run_spec in order_by_backend(spec.expand(), first_group=last_queued_group(session)):
+    for queued in plan:
+        cell_label, run_spec = queued.cell
         # Repeats get distinct seeds so they are independent samples, each replayable.
-        seed = (run_spec.random_seed + repeat_index) % 2**31
+        seed = (run_spec.random_seed + queued.round_index) % 2**31
         run_spec = RunSpec.model_validate({**run_spec.model_dump(), "random_seed": seed})
-        runs.append({"cell_label": cell_label, "repeat_index": repeat_index, **run_columns(run_spec)})
+        runs.append({"cell_label": cell_label, "repeat_index": queued.round_index, **run_columns(run_spec)})
     return store.enqueue_experiment(
         session=session, name=spec.name, preset=spec.preset, scale=spec.scale, spec=spec.model_dump(mode="json"),
-        runs=runs, tags=tags,
+        runs=runs, tags=tags, frozen_rules=frozen_rules,
     )

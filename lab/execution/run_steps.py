@@ -126,6 +126,27 @@ class RunSteps:
         )
         return targets
 
+    def backends_still_needed(self) -> set[str]:
+        """The backends that queued runs of this run's interleaved experiment still use, when
+        enough memory is free to keep them started side by side; empty otherwise."""
+        free_gib = psutil.virtual_memory().available / 2**30
+        if free_gib < self.settings.keep_experiment_backends_min_free_gib:
+            return set()
+        with Session(self.engine) as session:
+            run = store.get_run(session=session, run_id=self.run_id)
+            experiment = run.experiment if run is not None else None
+            spec = (experiment.spec or {}) if experiment is not None else {}
+            if spec.get("order") != "interleaved" or (spec.get("repeats") or 1) < 2:
+                return set()
+            needed = set()
+            for other in experiment.runs:
+                if other.status == RunStatus.QUEUED:
+                    try:
+                        needed.add(RunSpec.model_validate(other.spec).base_backend)
+                    except ValidationError:  # fails on its own when claimed
+                        continue
+        return needed
+
     def bring_up_services(self, spec: RunSpec) -> RunTargets:
         """Start (or reuse) what the spec needs; stop the inference backend it does not use."""
         base, backend = spec.base_backend, spec.backend_kind
@@ -135,9 +156,12 @@ class RunSteps:
             # One accelerator (or two CPU cores): by default never measure with another backend loaded.
             # Stopped only here, when this run needs another one: the backend a run leaves stays
             # warm for the next cell with its configuration (the queue is grouped by backend).
+            # Interleaved rounds switch backends every few runs: those the experiment still needs
+            # stay started, idle, while memory allows (the run's contention figure shows any cost).
             if self.settings.stop_idle_backends:
+                kept = self.backends_still_needed()
                 for other in managed_backend_names():
-                    if other != base:
+                    if other != base and other not in kept:
                         self.services.stop(other)
             self.check_cancel()
             config = backend.service_config(model=spec.model, options=spec.backend_options(), settings=self.settings)

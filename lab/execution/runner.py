@@ -22,6 +22,7 @@ from lab.execution.final_state import FinalStateWriter, PendingFinalStates
 from lab.execution.run_collect import RunCollector, Snapshots
 from lab.execution.run_decisions import RunCancelled
 from lab.execution.run_steps import RunSteps, RunTargets
+from lab.measurement.machine_speed import calibration_s
 from lab.settings import Settings
 from lab.specs.schema import RunSpec
 from services.manager import ServiceManager
@@ -43,6 +44,8 @@ class RunSoFar:
     before: Snapshots = field(default_factory=dict)
     samples: list[dict] = field(default_factory=list)
     loaded: bool = False  # k6 was started: its files may hold figures
+    # The fixed CPU kernel's seconds just before and just after the load: the machine's speed.
+    calibration: dict[str, float | None] = field(default_factory=dict)
 
 
 class RunExecutor:
@@ -75,13 +78,15 @@ class RunExecutor:
             steps.check_cancel()
             if spec.fills_cache_first:
                 steps.fill_cache(spec, targets, requests_file)
+            run.calibration["machine_calibration_before_s"] = calibration_s()
             run.before = self.collector.scrape_all(spec, targets)
             run.loaded = True
             exit_code, run.samples = steps.drive_load(spec, targets, requests_file)
+            run.calibration["machine_calibration_after_s"] = calibration_s()
             steps.set_status(RunStatus.PARSING)
             steps.check_load(exit_code)
             columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
-            return self._store(columns)
+            return self._store({**columns, **run.calibration})
         except (RunCancelled, ServiceStartAborted):
             self.final_state.write(RunStatus.CANCELLED, reason="cancelled by the user", **self._partial_columns(run))
             return RunStatus.CANCELLED
@@ -127,7 +132,9 @@ class RunExecutor:
         if not run.loaded or run.targets is None or run.spec is None:
             return {}
         self.steps.stop_k6()
-        return self.collector.partial_columns(run.spec, run.targets, run.before, run.samples, self.steps.server_samples)
+        partial = self.collector.partial_columns(run.spec, run.targets, run.before, run.samples,
+                                                 self.steps.server_samples)
+        return {**partial, **run.calibration} if partial else partial
 
     def _run_folder_full(self) -> str | None:
         """A sentence when the disk holding the run folder is (nearly) full, else None."""

@@ -262,6 +262,11 @@ class ExperimentSpec(StrictModel):
     base: RunSpec = Field(default_factory=RunSpec)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     repeats: int = Field(default=1, ge=1, le=100)
+    # With repeats, the runs go in rounds (each round every cell once, in an order drawn from
+    # ``order_seed``, recorded when queued) so a drift of the machine hits every cell alike;
+    # "blocks" runs each cell's repeats together (see lab/execution/round_order.py).
+    order: Literal["interleaved", "blocks"] = "interleaved"
+    order_seed: int | None = Field(default=None, ge=0, lt=2**31)
     scale: Literal["full", "quick"] = "full"
     scale_note: str = ""
 
@@ -291,6 +296,10 @@ class ExperimentSpec(StrictModel):
             for repeat in range(self.repeats):
                 cells.append((" ".join(label_parts) or "run", repeat, spec))
         return cells
+
+    def distinct_cells(self) -> list[tuple[str, RunSpec]]:
+        """Every (cell label, run spec) of the grid once, in grid order."""
+        return [(label, spec) for label, repeat, spec in self.expand() if repeat == 0]
 
 
 def set_dotted(data: dict[str, Any], path: str, value: Any) -> None:
@@ -355,7 +364,7 @@ def load_preset(name: str, *, quick: bool = False, overrides: list[tuple[str, An
     for key, value in overrides or []:
         if key.startswith("grid."):
             data.setdefault("grid", {})[key.removeprefix("grid.")] = value if isinstance(value, list) else [value]
-        elif key in ("repeats", "name", "description"):
+        elif key in ("repeats", "name", "description", "order", "order_seed"):
             data[key] = value
         elif key in data.get("grid", {}):
             # A setting the preset varies: --set pins it to one value (the axis shrinks).

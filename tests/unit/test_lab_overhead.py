@@ -23,16 +23,16 @@ from lab.settings import Settings
 from lab.specs.schema import ExperimentSpec, load_preset
 
 
-def interleaved_grid(repeats: int = 2) -> ExperimentSpec:
+def interleaved_grid(repeats: int = 2, order: str = "blocks") -> ExperimentSpec:
     """VUs outermost, backend inner: expanded as is, the backends would alternate."""
     return ExperimentSpec.model_validate({
-        "name": "interleaved", "repeats": repeats,
+        "name": "interleaved", "repeats": repeats, "order": order,
         "base": {"backend": "vllm", "load": {"kind": "constant-vus", "vus": 1, "duration_s": 5}, "max_tokens": 8},
         "grid": {"load.vus": [1, 8], "backend": ["naive", "vllm", "vllm+cache"]},
     })
 
 
-def test_cells_are_grouped_by_backend_with_repeats_together(engine) -> None:  # noqa: ANN001
+def test_with_block_order_cells_are_grouped_by_backend_with_repeats_together(engine) -> None:  # noqa: ANN001
     with Session(engine) as session:
         runs = experiments.enqueue_experiment(session=session, spec=interleaved_grid()).runs
         order = [(run.backend, run.vus, run.repeat_index) for run in sorted(runs, key=lambda r: r.id)]
@@ -56,8 +56,27 @@ def test_other_backend_options_are_another_group() -> None:
         "name": "block sizes", "base": {"backend": "vllm", "max_tokens": 8},
         "grid": {"vllm.block_size": [32, 128], "load.vus": [1, 8]},
     })
-    ordered = experiments.order_by_backend(spec.expand())
-    assert [(run.vllm.block_size, run.load.vus) for _, _, run in ordered] == [(32, 1), (32, 8), (128, 1), (128, 8)]
+    _, ordered = experiments.queue_plan(spec)
+    assert [(run.vllm.block_size, run.load.vus) for _, run in (q.cell for q in ordered)] == [
+        (32, 1), (32, 8), (128, 1), (128, 8)]
+
+
+def test_by_default_repeats_run_in_interleaved_rounds_with_the_seed_recorded(engine) -> None:  # noqa: ANN001
+    with Session(engine) as session:
+        experiment = experiments.enqueue_experiment(session=session, spec=interleaved_grid(repeats=3, order="interleaved"))
+        runs = sorted(experiment.runs, key=lambda r: r.id)
+        cells = {(run.backend, run.vus) for run in runs}
+        for round_index in range(3):
+            in_round = [(run.backend, run.vus) for run in runs[6 * round_index:6 * round_index + 6]]
+            assert sorted(in_round) == sorted(cells)  # every cell once per round
+            assert {run.repeat_index for run in runs[6 * round_index:6 * round_index + 6]} == {round_index}
+        seed = experiment.spec["order_seed"]
+        assert experiment.spec["order"] == "interleaved" and isinstance(seed, int)
+    # The recorded seed replays the same order.
+    replay = ExperimentSpec.model_validate(experiment.spec)
+    _, plan = experiments.queue_plan(replay)
+    assert [(q.cell[1].backend, q.cell[1].load.vus, q.round_index) for q in plan] == [
+        (run.backend, run.vus, run.repeat_index) for run in runs]
 
 
 def _run(start_s: float, end_s: float, measured_s: float | None) -> Run:

@@ -19,8 +19,9 @@ from lab.specs.schema import load_preset
 
 
 def quick_exp1():  # noqa: ANN201
-    # Two VU counts, so 2 backends x 2 VUs x 2 repeats = 8 runs.
-    return load_preset("seed-exp1", quick=True, overrides=[("repeats", 2), ("grid.load.vus", [1, 8])])
+    # Two VU counts, so 2 backends x 2 VUs x 2 repeats = 8 runs, in block order (grid order).
+    return load_preset("seed-exp1", quick=True,
+                       overrides=[("repeats", 2), ("grid.load.vus", [1, 8]), ("order", "blocks")])
 
 
 def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # noqa: ANN001
