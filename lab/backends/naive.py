@@ -10,6 +10,7 @@ from pydantic import Field, PositiveInt
 
 from lab.backends import VLLM_METRICS, Backend, Launch, MetricNames, SeedSetup, register
 from lab.specs.base import StrictModel
+from lab.specs.fields import OptionField
 
 if TYPE_CHECKING:
     from lab.settings import Settings
@@ -49,6 +50,11 @@ class NaiveBackend(Backend):
     label = "Transformers (naive)"
     seed_setup = SeedSetup.NAIVE
     options_model = NaiveOptions
+    option_fields = (
+        OptionField("naive.dtype", "Weights dtype"),
+        OptionField("naive.torch_threads", "Torch threads",
+                    help="best: one fewer than the cores; torch: torch's own choice; or a count"),
+    )
     # The naive server exports vLLM's names where the meaning is the same (no prefix cache).
     metrics = MetricNames(**{**VLLM_METRICS.__dict__, "prefix_cache_hits": None, "prefix_cache_queries": None})
     start_hint = "about 10 s"

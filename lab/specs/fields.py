@@ -1,6 +1,6 @@
 """How a registered kind declares the options a person sets: :class:`OptionField`.
 
-A workload (or a backend) lists the spec fields a form shows and the CLI's ``--set`` help
+A workload or a backend lists the spec fields a form shows and the CLI's ``--set`` help
 names, with what the form needs beyond the pydantic model (a label, a step, an upload to
 choose). Bounds, types and defaults stay in the pydantic model, which validates them.
 A leaf module, so that the registries declare fields without importing the spec schema.
@@ -18,8 +18,10 @@ UploadKind = Literal["sharegpt", "jsonl"]
 
 @dataclass(frozen=True)
 class OptionField:
-    """One option of a kind: ``path`` is dotted under the kind's spec part (a workload's
-    ``prompts`` is ``workload.prompts``; ``synthetic.prompts`` is its option section)."""
+    """One option of a kind: ``path`` is dotted under the kind's spec part. A workload's
+    part is the spec's ``workload`` (``prompts`` is ``workload.prompts``; ``synthetic.prompts``
+    is in its option section); a backend's is the run spec itself, its section named after
+    the kind (``vllm.block_size``)."""
 
     path: str
     label: str
@@ -49,3 +51,13 @@ def fields_of_model(model: type[BaseModel], section: str | None = None) -> tuple
                     help=info.description or "")
         for name, info in model.model_fields.items()
     )
+
+
+def declared_fields(
+    option_fields: tuple[OptionField, ...], options_model: type[BaseModel] | None, section: str | None
+) -> tuple[OptionField, ...]:
+    """What a kind shows and ``--set`` names: the fields it declares, or, when it declares
+    none but has an options model, every field of that model (under ``section``)."""
+    if option_fields or options_model is None:
+        return option_fields
+    return fields_of_model(options_model, section)

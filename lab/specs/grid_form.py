@@ -2,7 +2,7 @@
 (:class:`GridForm`) and its field-by-field check into an
 :class:`~lab.specs.schema.ExperimentSpec` (:func:`check_grid_form`: messages keyed by
 field, so a page shows each beside its field). The page only draws widgets and fills in
-a GridForm; the workload's fields come from its registry declaration.
+a GridForm; the workload's and the backends' fields come from their registry declarations.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from lab.backends import backend_names, get_backend
-from lab.specs.options import workload_option_errors, workload_part
+from lab.specs.options import backend_option_errors, backend_sections, workload_option_errors, workload_part
 from lab.specs.schema import (
     MAX_VUS,
     CacheSpec,
@@ -33,6 +33,8 @@ class GridForm:
     name: str = "my experiment"
     # The first registered kind: the lab's own server, which needs nothing installed beyond it.
     backends: list[str] = field(default_factory=lambda: backend_names()[:1])
+    # The chosen backends' declared options, by option path (``vllm.block_size``).
+    backend_options: dict[str, Any] = field(default_factory=dict)
     model: str = ""
     target_url: str = ""
     workload: str = field(default_factory=lambda: WorkloadSpec.model_fields["kind"].default)
@@ -89,12 +91,13 @@ def is_external(backend: str) -> bool:
 
 
 def _target_errors(form: GridForm) -> dict[str, str]:
-    """Name, backends, target URL and model."""
+    """Name, backends and their options, target URL and model."""
     errors: dict[str, str] = {}
     if not form.name.strip():
         errors["name"] = "give the experiment a name"
     if not form.backends:
         errors["backends"] = "choose at least one backend"
+    errors.update(backend_option_errors(form.backends, form.backend_options))
     if any(is_external(backend) for backend in form.backends) and not form.target_url.strip():
         errors["target_url"] = "external backends need the server's base URL, e.g. http://127.0.0.1:8000"
     model = form.model.strip()
@@ -166,6 +169,7 @@ def _experiment_data(form: GridForm, axis: str, values: list[Any]) -> dict[str, 
         "load": load,
         "max_tokens": form.max_tokens,
         "cache": {"policy": form.cache_policy},
+        **backend_sections(form.backends, form.backend_options),
     }
     if form.target_url.strip():
         base["target_url"] = form.target_url.strip()
@@ -181,7 +185,8 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
     """Validate the grid form field by field and build its ExperimentSpec.
 
     Returns ``(spec, {})`` when valid, else ``(None, {field: message})`` where field is
-    a GridForm attribute name or a workload option's path, so each message can be shown
+    a GridForm attribute name or a workload's or backend's option path (or option section,
+    for a rule across its fields), so each message can be shown
     beside its field.
     """
     errors = _target_errors(form)

@@ -1,8 +1,9 @@
 """The New experiment grid form's widgets: they fill in a :class:`~lab.specs.grid_form.GridForm`,
 whose check and spec building live in the domain (``lab.specs.grid_form``).
 
-The workload's fields are drawn from what its module declares (``lab.specs.options``):
-a new workload shows its own fields here without a line changed.
+The workload's fields and each chosen backend's are drawn from what their modules declare
+(``lab.specs.options``): a new workload or backend shows its own fields here without a
+line changed.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from typing import Any
 
 import streamlit as st
 
-from lab.backends import backend_names
+from lab.backends import backend_names, get_backend
 from lab.specs.grid_form import GridForm, check_grid_form, is_external
-from lab.specs.options import OptionInput, workload_inputs
+from lab.specs.options import OptionInput, backend_inputs, backend_kinds, workload_inputs
 from lab.specs.schema import BACKENDS, ExperimentSpec
 from lab.workloads import WORKLOADS
 from lab.workloads.datasets import list_uploads
@@ -38,9 +39,10 @@ def field_error(errors: dict[str, str], name: str) -> None:
         st.error(plain(errors[name]), icon="⚠️")
 
 
-def option_widget(workload: str, field: OptionInput) -> Any:
-    """One declared workload option as a widget; returns its value."""
-    option, key = field.option, f"grid_{workload}_{field.option.path}"
+def option_widget(owner: str, field: OptionInput) -> Any:
+    """One declared option of ``owner`` (a workload's name, or ``backend``) as a widget;
+    returns its value (None: left blank, the model's default applies)."""
+    option, key = field.option, f"grid_{owner}_{field.option.path}"
     help_text = field.help or None
     if field.kind == "upload":
         uploads = list_uploads(settings().uploads_dir, option.upload)
@@ -53,11 +55,18 @@ def option_widget(workload: str, field: OptionInput) -> Any:
                             format_func=lambda path: option.none_label if path is None else labels[path])
     if field.kind == "bool":
         return st.checkbox(option.label, value=bool(field.default), key=key, help=help_text)
+    if field.kind == "choice":
+        return st.selectbox(option.label, field.choices, index=field.choices.index(field.default), key=key,
+                            help=help_text)
     if field.kind in ("int", "float"):
         cast: Callable[[Any], Any] = int if field.kind == "int" else float
         step = cast(option.step) if option.step is not None else cast(1)
-        return cast(st.number_input(option.label, value=cast(field.default), step=step, key=key, help=help_text))
-    return st.text_input(option.label, value=field.default or "", key=key, help=help_text) or None
+        # An optional number starts blank ("all cores") and stays None until one is typed.
+        default = None if field.default is None else cast(field.default)
+        value = st.number_input(option.label, value=default, step=step, key=key, help=help_text)
+        return None if value is None else cast(value)
+    default_text = "" if field.default is None else str(field.default)
+    return st.text_input(option.label, value=default_text, key=key, help=help_text) or None
 
 
 def workload_fields(form: GridForm, errors: dict[str, str]) -> None:
@@ -70,6 +79,21 @@ def workload_fields(form: GridForm, errors: dict[str, str]) -> None:
         sections.add(field.option.section)
     for section in sorted(section for section in sections if section):
         field_error(errors, section)
+
+
+def backend_fields(form: GridForm, errors: dict[str, str]) -> None:
+    """An expander per chosen backend kind that declares options, with its fields (each
+    message beneath) and then a message about its fields together; open when one is wrong."""
+    for kind in backend_kinds(form.backends):
+        inputs = backend_inputs(kind)
+        if not inputs:
+            continue
+        wrong = any(key == kind or key.startswith(f"{kind}.") for key in errors)
+        with st.expander(f"{get_backend(kind).label or kind} options", expanded=wrong):
+            for field in inputs:
+                form.backend_options[field.option.path] = option_widget("backend", field)
+                field_error(errors, field.option.path)
+            field_error(errors, kind)
 
 
 def _request_fields(form: GridForm, errors: dict[str, str]) -> None:
@@ -110,6 +134,7 @@ def grid_form_fields(errors: dict[str, str]) -> GridForm:
     field_error(errors, "name")
     form.backends = st.multiselect("Backends", BACKENDS, default=backend_names()[:1], key="grid_backends")
     field_error(errors, "backends")
+    backend_fields(form, errors)
     if any(is_external(backend) for backend in form.backends):
         form.target_url = st.text_input("Target URL (external server)", key="grid_target_url",
                                         placeholder="http://127.0.0.1:8000")
