@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from lab.specs.fields import OptionField, fields_of_model
+from lab.specs.fields import OptionField, declared_fields
 
 if TYPE_CHECKING:
     from lab.backends import Backend
@@ -85,9 +85,7 @@ class Workload:
 
     def form_fields(self) -> tuple[OptionField, ...]:
         """The options the form shows and ``--set`` names for this workload."""
-        if self.option_fields or self.options_model is None:
-            return self.option_fields
-        return fields_of_model(self.options_model, self.section)
+        return declared_fields(self.option_fields, self.options_model, self.section)
 
     def check(self, workload: WorkloadSettings) -> None:
         """Raise ValueError when the spec's workload fields cannot work (a missing file...).
