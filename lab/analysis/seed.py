@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from lab.analysis.aggregation import aggregate, done_runs, mean_of, ratio, vus_range
+from lab.analysis.aggregation import aggregate, done_runs, mean_of, ratio, ratio_between, vus_range
+from lab.analysis.statistics import RatioInterval, positive_mean_interval
 from lab.backends import SeedSetup, seed_setup_backend, seed_setup_of
 
 OUTPUT_TOK_PER_S, REQ_PER_S = "output_tok_per_s", "req_per_s"
@@ -171,6 +172,7 @@ class SetupRatio:
     value: float | None
     vus: int | None = None
     prompts: int | None = None
+    interval: RatioInterval | None = None  # 95%, over the repeats (None for the seed's single rows)
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,7 @@ class GrowthRatio:
     low_vus: int
     high_vus: int
     value: float | None
+    interval: RatioInterval | None = None  # 95%, over the repeats
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,8 @@ class HitRate:
     figure: str
     value: float | None
     prompts: int | None = None
+    ci95_low: float | None = None  # a share: the interval stays within [0, 1]
+    ci95_high: float | None = None
 
 
 Ratio = SetupRatio | GrowthRatio
@@ -202,18 +207,32 @@ def setup_mean(records: Sequence[dict[str, Any]], figure: str, setup: SeedSetup,
     return mean_of(records, figure, backend=seed_setup_backend(setup), **match)
 
 
+def hit_rate(records: Sequence[dict[str, Any]], figure: str, setup: SeedSetup, prompts: int | None = None) -> HitRate:
+    """``setup``'s mean ``figure`` (a share) with its 95% interval, kept within [0, 1]."""
+    match = {"prompts": prompts} if prompts is not None else {}
+    values = [r.get(figure) for r in done_runs(records)
+              if r.get("backend") == seed_setup_backend(setup) and all(r.get(k) == v for k, v in match.items())]
+    interval = positive_mean_interval(values)
+    high = None if interval.ci95_high is None else min(1.0, interval.ci95_high)
+    return HitRate(setup, figure, setup_mean(records, figure, setup, **match), prompts, interval.ci95_low, high)
+
+
 def setup_ratio(records: Sequence[dict[str, Any]], figure: str, numerator: SeedSetup, denominator: SeedSetup,
                 **load: Any) -> SetupRatio:
     """``numerator`` over ``denominator`` in ``figure``, at one ``vus=`` or ``prompts=`` when given."""
     value = ratio(setup_mean(records, figure, numerator, **load), setup_mean(records, figure, denominator, **load))
-    return SetupRatio(figure, numerator, denominator, value, **load)
+    interval = ratio_between(records, figure, {"backend": seed_setup_backend(numerator), **load},
+                             {"backend": seed_setup_backend(denominator), **load})
+    return SetupRatio(figure, numerator, denominator, value, **load, interval=interval)
 
 
 def growth(records: Sequence[dict[str, Any]], setup: SeedSetup, figure: str, low_vus: int,
            high_vus: int) -> GrowthRatio:
     """``setup``'s ``figure`` at ``high_vus`` over at ``low_vus``."""
     value = ratio(setup_mean(records, figure, setup, vus=high_vus), setup_mean(records, figure, setup, vus=low_vus))
-    return GrowthRatio(setup, figure, low_vus, high_vus, value)
+    backend = seed_setup_backend(setup)
+    interval = ratio_between(records, figure, {"backend": backend, "vus": high_vus}, {"backend": backend, "vus": low_vus})
+    return GrowthRatio(setup, figure, low_vus, high_vus, value, interval)
 
 
 @dataclass(frozen=True)
@@ -245,8 +264,7 @@ def exp1_ratios(records: Sequence[dict[str, Any]]) -> Exp1Ratios:
         growth(records, setup, figure, *span)
         for setup in (_NAIVE, _VLLM) for figure in (OUTPUT_TOK_PER_S, LATENCY_AVG_S)
     )
-    prefix = HitRate(_VLLM, PREFIX_HIT_RATE, setup_mean(records, PREFIX_HIT_RATE, _VLLM))
-    return Exp1Ratios(speedups, growths, prefix)
+    return Exp1Ratios(speedups, growths, hit_rate(records, PREFIX_HIT_RATE, _VLLM))
 
 
 def seed_growth(setup: SeedSetup, figure: str, low_vus: int, high_vus: int) -> GrowthRatio:
@@ -279,8 +297,7 @@ def exp2_ratios(records: Sequence[dict[str, Any]]) -> dict[int, Exp2Ratios]:
         result[prompts] = Exp2Ratios(
             prompts,
             setup_ratio(records, REQ_PER_S, _CACHED, _VLLM, prompts=prompts),
-            HitRate(_CACHED, RESPONSE_HIT_RATE, setup_mean(records, RESPONSE_HIT_RATE, _CACHED, prompts=prompts),
-                    prompts),
+            hit_rate(records, RESPONSE_HIT_RATE, _CACHED, prompts),
             setup_ratio(records, LATENCY_MAX_S, _CACHED, _VLLM, prompts=prompts),
         )
     return result
@@ -304,8 +321,8 @@ def exp3_ratios(records: Sequence[dict[str, Any]]) -> Exp3Ratios:
     """Experiment 3's ratios over ``records``."""
     return Exp3Ratios(
         setup_ratio(records, REQ_PER_S, _VLLM, _NAIVE),
-        HitRate(_VLLM, PREFIX_HIT_RATE, setup_mean(records, PREFIX_HIT_RATE, _VLLM)),
-        HitRate(_CACHED, RESPONSE_HIT_RATE, setup_mean(records, RESPONSE_HIT_RATE, _CACHED)),
+        hit_rate(records, PREFIX_HIT_RATE, _VLLM),
+        hit_rate(records, RESPONSE_HIT_RATE, _CACHED),
         setup_ratio(records, REQ_PER_S, _CACHED, _VLLM),
     )
 

@@ -107,6 +107,7 @@ class RunCollector:
             other_cpu_percent_avg=results.other_cpu_percent_avg,
             contention_threshold_percent=self.contention_threshold_percent,
             count_check=checks, latency_avg_s=results.latency_avg_s, load_duration_s=spec.load.planned_duration_s,
+            steady_figures_available=results.steady_output_tok_per_s is not None or results.steady_req_per_s is not None,
         ))})
         return {
             **results.as_columns(),

@@ -42,25 +42,34 @@ def series_document(
     return document
 
 
+# How many mean prompts one request in flight at the end may carry (see count_checks).
+IN_FLIGHT_PROMPT_FACTOR = 4
+
+
 def count_checks(
     figures: dict[str, Any], *, backend: dict[str, Any], cache: dict[str, Any] | None, max_tokens: int,
 ) -> dict[str, Any]:
     """k6's counts against the servers': requests (at the proxy behind the cache, else at the
-    backend) and, direct only, output and prompt tokens."""
+    backend) and, direct only, output and prompt tokens.
+
+    Requests still in flight at the graceful stop were (partly) served but never counted by k6:
+    the server may count each of them, and their tokens, without anything being wrong. Their
+    prompts may be longer than the finished ones' (a chat's later turns carry the earlier ones),
+    hence :data:`IN_FLIGHT_PROMPT_FACTOR` times the mean prompt each."""
+    interrupted = figures.get("requests_interrupted") or 0
     checks: dict[str, Any] = {}
     if cache is not None:
         checks["requests"] = server_metrics.count_check(
-            client_count=figures.get("requests_total"), server_count=cache["proxy_requests"]
+            client_count=figures.get("requests_total"), server_count=cache["proxy_requests"],
+            in_flight_allowance=interrupted,
         )
         # Through the cache most answers never reach the backend: tokens only compare direct.
         return checks
     if backend["server_e2e_requests"] is not None:
         checks["requests"] = server_metrics.count_check(
-            client_count=figures.get("requests_total"), server_count=backend["server_e2e_requests"]
+            client_count=figures.get("requests_total"), server_count=backend["server_e2e_requests"],
+            in_flight_allowance=interrupted,
         )
-    # Requests still in flight at the graceful stop were (partly) served but never counted by
-    # k6: the server may count up to this many tokens more for each without anything wrong.
-    interrupted = figures.get("requests_interrupted") or 0
     completed = figures.get("requests_total") or 0
     mean_prompt_tokens = (figures.get("input_tokens") or 0) / completed if completed else 0
     if backend["server_output_tokens"] is not None:
@@ -71,7 +80,7 @@ def count_checks(
     if backend["server_prompt_tokens"] is not None:
         checks["input_tokens"] = server_metrics.count_check(
             client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"],
-            in_flight_allowance=interrupted * mean_prompt_tokens * 2,
+            in_flight_allowance=interrupted * mean_prompt_tokens * IN_FLIGHT_PROMPT_FACTOR,
         )
     return checks
 

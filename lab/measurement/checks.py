@@ -171,3 +171,27 @@ def steady_throughput(
         return SteadyThroughput(token_rate, request_rate, source)
     return SteadyThroughput(None, None, None)
 
+
+
+# The warnings measurement_warnings writes, by their opening words: these are recomputed from a
+# run's stored figures; any other note (a fail-open cache, a full disk, unreadable /metrics) is
+# an event of the run itself and kept as stored.
+_RECOMPUTED_OPENINGS = ("k6 used ", "iterations were dropped", "other processes used ", "client and server ",
+                        "the load lasted ")
+
+
+def recomputed_warnings(stored: str | None, *, columns: Mapping[str, Any], count_check: Mapping[str, Any] | None,
+                        contention_threshold_percent: float = CONTENTION_WARNING_CPU_PERCENT) -> str | None:
+    """A stored run's warnings as the current code would write them: the figure-based ones
+    recomputed from its stored figures and count check, the event notes kept as they were."""
+    kept = [note for note in (stored or "").split("; ")
+            if note and not any(opening in note[:40] for opening in _RECOMPUTED_OPENINGS)]
+    fresh = measurement_warnings(
+        k6_cpu_percent_avg=columns.get("k6_cpu_percent_avg"), iterations_dropped=columns.get("iterations_dropped"),
+        other_cpu_percent_avg=columns.get("other_cpu_percent_avg"),
+        contention_threshold_percent=contention_threshold_percent, count_check=count_check,
+        latency_avg_s=columns.get("latency_avg_s"), load_duration_s=columns.get("duration_s"),
+        steady_figures_available=columns.get("steady_output_tok_per_s") is not None
+        or columns.get("steady_req_per_s") is not None,
+    )
+    return join_warnings(*fresh, *kept)

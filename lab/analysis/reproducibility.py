@@ -1,0 +1,144 @@
+"""How far a reproduction's conclusions can be trusted: A/A checks, the machine's speed over
+the runs, and which code took them.
+
+- **A/A checks.** The same configuration measured in two experiments of one reproduction
+  (experiment 1's vLLM at 32 VUs and experiment 2's direct 50-prompt cell are one cell) must
+  give the same figures. Their ratio, with its interval, says whether the machine drifted
+  between them; when the interval lies wholly outside ``1 +- AA_TOLERANCE``, the drift (the
+  ratio, as a factor >= 1) widens every verdict's interval, so a verdict that close to its
+  threshold becomes inconclusive.
+- **Machine speed.** Each run times a fixed CPU kernel before and after its load
+  (:mod:`lab.measurement.machine_speed`); relative to the median run, runs more than 10%
+  off are named in the verdicts that use them.
+- **Provenance.** The commits the runs came from, and whether any ran on a changed tree.
+
+Pure: records are :func:`lab.analysis.compare.run_record` dicts with the run's environment's
+provenance fields added (``lab_git_commit``, ``lab_git_dirty``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lab.analysis.aggregation import done_runs, ratio_of_runs
+from lab.analysis.statistics import RatioInterval
+from lab.measurement.machine_speed import off_median, run_calibration_s, speed_indices
+
+# Identical cells whose ratio stays within this of 1 agree (their interval may still span more).
+AA_TOLERANCE = 0.10
+# What makes two cells the same configuration (with the spec's settings these columns carry).
+CONFIGURATION_KEYS = ("backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts",
+                      "duration_s", "max_tokens")
+AA_FIGURE = "req_per_s"
+
+
+@dataclass(frozen=True)
+class AACheck:
+    """Two identical cells from two experiments: their ratio (later over earlier) and whether
+    it shows a drift of the machine beyond the tolerance."""
+
+    configuration: str
+    earlier_experiment: str
+    later_experiment: str
+    figure: str
+    interval: RatioInterval
+
+    @property
+    def drifted(self) -> bool:
+        """The whole interval lies outside 1 +- tolerance."""
+        low, high = self.interval.ci95_low, self.interval.ci95_high
+        if low is None or high is None:
+            return False
+        return low > 1 + AA_TOLERANCE or high < 1 / (1 + AA_TOLERANCE)
+
+    @property
+    def drift_factor(self) -> float:
+        """How far the machine moved between the two, as a factor >= 1 (1.0 when it did not drift)."""
+        if not self.drifted or not self.interval.ratio:
+            return 1.0
+        return max(self.interval.ratio, 1 / self.interval.ratio)
+
+
+def _configuration(record: dict[str, Any]) -> tuple:
+    return tuple(record.get(key) for key in CONFIGURATION_KEYS)
+
+
+def _describe(configuration: tuple) -> str:
+    return ", ".join(f"{key} {value}" for key, value in zip(CONFIGURATION_KEYS, configuration)
+                     if value is not None and key != "model")
+
+
+def aa_checks(records_by_preset: dict[str, list[dict[str, Any]]], *, figure: str = AA_FIGURE) -> list[AACheck]:
+    """Every configuration measured by two experiments of the reproduction, compared."""
+    cells: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+    for preset, records in records_by_preset.items():
+        for record in done_runs(records):
+            cells.setdefault(_configuration(record), {}).setdefault(preset, []).append(record)
+    checks = []
+    for configuration, by_preset in cells.items():
+        presets = sorted(by_preset, key=lambda p: min(str(r.get("started_at") or "") for r in by_preset[p]))
+        for earlier, later in zip(presets, presets[1:]):
+            checks.append(AACheck(_describe(configuration), earlier, later, figure,
+                                  ratio_of_runs(figure, by_preset[later], by_preset[earlier])))
+    return checks
+
+
+def drift_factor(checks: Iterable[AACheck]) -> float:
+    """The largest drift any A/A check showed (1.0: none beyond the tolerance)."""
+    return max((check.drift_factor for check in checks), default=1.0)
+
+
+def machine_speed_by_run(records: Sequence[dict[str, Any]]) -> dict[int, float | None]:
+    """Each run's machine-speed index over ``records`` (1.0 = their median run)."""
+    return speed_indices({
+        record["run_id"]: run_calibration_s(record.get("machine_calibration_before_s"),
+                                            record.get("machine_calibration_after_s"))
+        for record in records if record.get("run_id") is not None
+    })
+
+
+def runs_off_median(records: Sequence[dict[str, Any]], speed_by_run: dict[int, float | None]) -> list[tuple[int, float]]:
+    """(run id, index) of the done runs among ``records`` measured on a machine more than 10%
+    away from the median speed."""
+    return [(record["run_id"], speed_by_run[record["run_id"]]) for record in done_runs(records)
+            if off_median(speed_by_run.get(record.get("run_id")))]  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The commits a set of runs came from, and whether any ran on a changed tree."""
+
+    commits: tuple[str, ...]
+    dirty_runs: tuple[int, ...]
+
+    @property
+    def one_clean_commit(self) -> bool:
+        return len(self.commits) == 1 and not self.dirty_runs
+
+    def sentence(self) -> str:
+        if not self.commits:
+            return "The runs recorded no lab commit."
+        dirty = (f" Runs {', '.join(f'#{r}' for r in self.dirty_runs)} ran on a tree with uncommitted changes."
+                 if self.dirty_runs else " Every run ran on a clean tree.")
+        if len(self.commits) == 1:
+            return f"Every run came from lab commit {self.commits[0]}.{dirty}"
+        return (f"The runs came from {len(self.commits)} lab commits ({', '.join(self.commits)}): the code changed "
+                f"while they were taken.{dirty}")
+
+
+def provenance_of(records: Sequence[dict[str, Any]]) -> Provenance:
+    """The distinct commits (in the runs' order) and the runs taken on a dirty tree."""
+    commits: list[str] = []
+    dirty: list[int] = []
+    for record in records:
+        label = record.get("lab_git_commit")
+        if not label:
+            continue
+        commit = label.removesuffix("-dirty")[:12]
+        if commit not in commits:
+            commits.append(commit)
+        if record.get("lab_git_dirty") or label.endswith("-dirty"):
+            dirty.append(record.get("run_id"))
+    return Provenance(tuple(commits), tuple(dirty))
