@@ -125,7 +125,8 @@ def generate(path: Path, *, requests: int, rate_per_s: float, seed: int = 1) -> 
 
 _CHILD = r"""
 import json, resource, sys, time
-from lab.measurement.k6_results import parse_summary, stream_request_samples, stream_series
+from lab.measurement.k6_ndjson import stream_request_samples, stream_series
+from lab.measurement.k6_results import parse_summary
 from lab.measurement.request_figures import encode
 started = time.perf_counter()
 series = stream_series(sys.argv[1])
@@ -147,7 +148,7 @@ print(json.dumps({
 
 def measure(ndjson_path: Path, summary_path: Path) -> dict[str, float]:
     """Parse in a fresh interpreter and return its timings and peak RSS."""
-    baseline = subprocess.run([sys.executable, "-c", "import resource, lab.measurement.k6_results; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"],
+    baseline = subprocess.run([sys.executable, "-c", "import resource, lab.measurement.k6_ndjson; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"],
                               cwd=ROOT, check=True, capture_output=True, text=True)
     result = subprocess.run([sys.executable, "-c", _CHILD, str(ndjson_path), str(summary_path)],
                             cwd=ROOT, check=True, capture_output=True, text=True)

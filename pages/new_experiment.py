@@ -9,7 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from lab.execution import experiments
-from lab.workloads.datasets import DatasetError, list_uploads, record_upload, save_upload
+from lab.workloads.datasets import DatasetError
+from lab.workloads.uploads import list_uploads, record_upload, save_upload
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields

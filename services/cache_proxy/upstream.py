@@ -1,0 +1,91 @@
+"""The proxy's side of the upstream: the forwarded request, a streamed answer relayed as it
+arrives, and the whole answer that single-flight followers share.
+
+Only misses, bypasses and pass-through paths come here; a hit never reaches the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from services.cache_proxy.policy import XCache
+from services.cache_proxy.responses import (
+    REQUEST_HEADERS_NOT_FORWARDED,
+    BadRequestTarget,
+    Message,
+    Scope,
+    Send,
+    UpstreamStreamBroken,
+    send_upstream_error,
+)
+
+
+@dataclass
+class UpstreamAnswer:
+    """A whole, successful, storable upstream answer, shared with single-flight followers."""
+
+    status_code: int
+    content_type: bytes
+    body: bytes
+
+
+@dataclass
+class RelayedStream:
+    """How relaying an upstream answer went: the chunks (when recorded), whether the
+    response start left with a chunk, and whether the upstream finished its answer."""
+
+    chunks: list[bytes]
+    start_sent: bool
+    upstream_complete: bool
+
+
+def upstream_request(http: httpx.AsyncClient, upstream_url: str, scope: Scope, raw_body: bytes) -> httpx.Request:
+    """The upstream request for ``scope``: same method, raw path and query, body, and
+    the headers minus hop-by-hop ones. Raises :class:`BadRequestTarget` when the target
+    is no URL httpx can send."""
+    # The raw path, not the decoded one: "/a%3Fb" must not become a query upstream.
+    raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+    query = scope.get("query_string") or b""
+    target = upstream_url + raw_path.decode("latin-1") + (("?" + query.decode("latin-1")) if query else "")
+    headers = [(name, value) for name, value in scope["headers"] if name not in REQUEST_HEADERS_NOT_FORWARDED]
+    try:
+        return http.build_request(scope["method"], target, content=raw_body, headers=headers)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError, UnicodeError) as error:
+        raise BadRequestTarget(f"the request cannot be forwarded: {error}") from error
+
+
+async def relay_stream(
+    response: httpx.Response, send: Send, start: dict[str, Any], disconnect_watch: asyncio.Future[Message],
+    x_cache: XCache, *, record: bool,
+) -> RelayedStream | None:
+    """Send the upstream's chunks to the client as they arrive, ``start`` with the first.
+
+    Stops early when ``disconnect_watch`` completes (the client left). Returns None when
+    the upstream failed before anything was sent (the client got a clean 502/504); raises
+    :class:`UpstreamStreamBroken` when it failed part-way. The caller closes ``response``.
+    """
+    chunks: list[bytes] = []
+    start_sent = False
+    upstream_complete = False
+    try:
+        async for chunk in response.aiter_bytes():
+            if record:
+                chunks.append(chunk)
+            if not start_sent:
+                await send(start)
+                start_sent = True
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if disconnect_watch.done():
+                break
+        else:
+            upstream_complete = True
+    except httpx.HTTPError as error:
+        if not start_sent:  # nothing sent yet: the client gets a clean 502/504
+            await send_upstream_error(send, error, x_cache)
+            return None
+        raise UpstreamStreamBroken(f"upstream stream broke: {error!r}") from error
+    return RelayedStream(chunks, start_sent, upstream_complete)
