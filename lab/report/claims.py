@@ -7,11 +7,12 @@ prints exactly the rule each verdict used. Figures and ratios come from :mod:`la
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lab.analysis.aggregation import done_runs, vus_range
 from lab.analysis.seed import (
+    LATENCY_AVG_S,
     SEED_EXPERIMENTS,
     SERVER_NAMES,
     exp1_ratios,
@@ -20,12 +21,16 @@ from lab.analysis.seed import (
     seed_growth,
     setup_mean,
 )
+from lab.analysis.interval_verdicts import interval_verdict
+from lab.analysis.reproducibility import runs_off_median
 from lab.backends import SeedSetup, seed_setup_of
 from lab.report.formatting import format_ratio, format_share
 from lab.report.verdicts import (  # noqa: F401 (re-exported: the verdicts belong with the claims they judge)
     HELD,
+    INCONCLUSIVE,
     NOT_HELD,
     NOT_HELD_HARDWARE,
+    NOT_MEASURABLE,
     NOT_MEASURED,
     PARTLY,
     VERDICT_RULES,
@@ -42,12 +47,29 @@ SATURATED_SHARE = 0.85
 
 @dataclass(frozen=True)
 class Measurement:
-    """Our figure and the seed's comparable one, and what exactly was compared."""
+    """Our figure (with its 95% interval over the repeats) and the seed's comparable one, and
+    what exactly was compared."""
 
     ours: float | None
     seed: float | None
     figure: str
     why_not_measured: str | None = None  # when the runs could not measure it by design
+    ours_low: float | None = None
+    ours_high: float | None = None
+    # Why our figure is cut off by what the run could hold (the test's length, a cache that
+    # cannot fill in it), naming the cap: such a figure is not judged.
+    censored: str | None = None
+
+
+def _measured(found: Any, seed: float | None, figure: str) -> Measurement:
+    """A Measurement of a typed ratio (with its interval) or hit rate (with its bounds)."""
+    if found is None:
+        return Measurement(None, seed, figure)
+    interval = getattr(found, "interval", None)
+    if interval is not None:
+        return Measurement(found.value, seed, figure, ours_low=interval.ci95_low, ours_high=interval.ci95_high)
+    return Measurement(found.value, seed, figure, ours_low=getattr(found, "ci95_low", None),
+                       ours_high=getattr(found, "ci95_high", None))
 
 
 @dataclass(frozen=True)
@@ -116,47 +138,87 @@ def _growth(setup: SeedSetup, figure: str) -> Callable[[list[dict[str, Any]]], M
         if span is None:
             return Measurement(None, None, f"{setup.value} {what}, highest over lowest VUs")
         low, high = span
-        ours = exp1_ratios(records).growth_of(setup, figure)
         seed = seed_growth(setup, figure, low, high)
-        return Measurement(ours.value if ours else None, seed.value,
-                           f"{SERVER_NAMES[setup]} {what} at {high} VUs over {low} VU "
-                           f"(seed: {seed.high_vus} over {seed.low_vus})")
+        measurement = _measured(exp1_ratios(records).growth_of(setup, figure), seed.value,
+                                f"{SERVER_NAMES[setup]} {what} at {high} VUs over {low} VU "
+                                f"(seed: {seed.high_vus} over {seed.low_vus})")
+        if figure == LATENCY_AVG_S:
+            cap = latency_cap(records, setup, high)
+            if cap:
+                return replace(measurement, censored=cap)
+        return measurement
     return measure
 
 
+# A latency is cut off by the test when requests were still waiting at its end and the longest
+# finished one took at least this share of the test: longer ones could not finish inside it.
+CENSORED_LATENCY_SHARE = 0.5
+
+
+def latency_cap(records: Sequence[dict[str, Any]], setup: SeedSetup, vus: int) -> str | None:
+    """Why ``setup``'s latency at ``vus`` is capped by the test's length, or None when it is not."""
+    cell = [r for r in done_runs(records) if seed_setup_of(r.get("backend")) is setup and r.get("vus") == vus]
+    for record in cell:
+        test_s, longest_s = record.get("duration_s"), record.get("latency_max_s")
+        waiting = record.get("iterations_interrupted") or 0
+        if test_s and longest_s and waiting and longest_s >= CENSORED_LATENCY_SHARE * test_s:
+            return (f"the test lasted {test_s:g} s and its longest finished request took {longest_s:.0f} s with "
+                    f"{waiting} still waiting at the end (run #{record.get('run_id')}): latencies longer than the "
+                    "test cannot be measured, so the mean is cut off by the test's length")
+    return None
+
+
 def _speedup_at_1_vu(records: list[dict[str, Any]]) -> Measurement:
-    return Measurement(
-        exp1_ratios(records).speedup_at(1),
-        exp1_ratios(_seed_records("seed-exp1")).speedup_at(1),
-        "vLLM over naive output tok/s at 1 VU",
-    )
+    ours = next((r for r in exp1_ratios(records).speedups if r.vus == 1), None)
+    return _measured(ours, exp1_ratios(_seed_records("seed-exp1")).speedup_at(1), "vLLM over naive output tok/s at 1 VU")
 
 
 def _prefix_hit_exp1(records: list[dict[str, Any]]) -> Measurement:
-    ours = exp1_ratios(records).prefix_cache_hit_rate.value
-    return Measurement(ours, None, "vLLM prefix-cache hit rate, number-story prompt (seed: 'very high', not stated)")
+    return _measured(exp1_ratios(records).prefix_cache_hit_rate, None,
+                     "vLLM prefix-cache hit rate, number-story prompt (seed: 'very high', not stated)")
 
 
-def _exp2_value(records: Sequence[dict[str, Any]], prompts: int, pick: Callable[[Any], float | None]) -> float | None:
+def _exp2_found(records: Sequence[dict[str, Any]], prompts: int, pick: Callable[[Any], Any]) -> Any:
     at_prompts = exp2_ratios(records).get(prompts)
     return pick(at_prompts) if at_prompts else None
 
 
-def _exp2(prompts: int, pick: Callable[[Any], float | None],
-          figure: str) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _exp2(prompts: int, pick: Callable[[Any], Any], figure: str) -> Callable[[list[dict[str, Any]]], Measurement]:
     def measure(records: list[dict[str, Any]]) -> Measurement:
-        return Measurement(_exp2_value(records, prompts, pick), _exp2_value(_seed_records("seed-exp2"), prompts, pick),
-                           figure)
+        seed = _exp2_found(_seed_records("seed-exp2"), prompts, pick)
+        return _measured(_exp2_found(records, prompts, pick), seed.value if seed else None, figure)
     return measure
 
 
+def fill_cap(records: Sequence[dict[str, Any]], prompts: int) -> str | None:
+    """Why the cache cannot hold ``prompts`` distinct answers within the run (each miss costs one
+    direct generation), or None when it can."""
+    direct = setup_mean(records, "req_per_s", _VLLM, prompts=prompts)
+    test_s = next((r.get("duration_s") for r in done_runs(records) if r.get("prompts") == prompts
+                   and r.get("duration_s")), None)
+    if _cache_filled_first(records, prompts) or not direct or not test_s or prompts / direct <= test_s:
+        return None
+    return (f"storing {prompts:,} distinct answers takes at least {prompts / direct:,.0f} s at the direct "
+            f"{direct:.2f} req/s, and the run lasted {test_s:g} s: the cache cannot fill within the run")
+
+
+def _censored_by_fill(prompts: int, measure: Callable[[list[dict[str, Any]]], Measurement]
+                      ) -> Callable[[list[dict[str, Any]]], Measurement]:
+    def censored_measure(records: list[dict[str, Any]]) -> Measurement:
+        measurement = measure(records)
+        cap = fill_cap(records, prompts)
+        return replace(measurement, censored=cap) if cap else measurement
+    return censored_measure
+
+
 def _cache_speedup(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
-    return _exp2(prompts, lambda ratios: ratios.cached_over_direct.value,
-                 f"cached over direct req/s, {prompts} prompts")
+    return _censored_by_fill(prompts, _exp2(prompts, lambda ratios: ratios.cached_over_direct,
+                                            f"cached over direct req/s, {prompts} prompts"))
 
 
 def _cache_hit_rate(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
-    return _exp2(prompts, lambda ratios: ratios.hit_rate.value, f"response-cache hit rate, {prompts} prompts")
+    return _censored_by_fill(prompts, _exp2(prompts, lambda ratios: ratios.hit_rate,
+                                            f"response-cache hit rate, {prompts} prompts"))
 
 
 def _cache_filled_first(records: Sequence[dict[str, Any]], prompts: int) -> bool:
@@ -166,7 +228,7 @@ def _cache_filled_first(records: Sequence[dict[str, Any]], prompts: int) -> bool
 
 
 def _max_latency(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
-    measure_ratio = _exp2(prompts, lambda ratios: ratios.max_latency_cached_over_direct.value,
+    measure_ratio = _exp2(prompts, lambda ratios: ratios.max_latency_cached_over_direct,
                           f"max latency cached over direct, {prompts} prompts")
 
     def measure(records: list[dict[str, Any]]) -> Measurement:
@@ -179,9 +241,9 @@ def _max_latency(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
     return measure
 
 
-def _exp3(pick: Callable[[Any], float | None], label: str) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _exp3(pick: Callable[[Any], Any], label: str) -> Callable[[list[dict[str, Any]]], Measurement]:
     def measure(records: list[dict[str, Any]]) -> Measurement:
-        return Measurement(pick(exp3_ratios(records)), pick(exp3_ratios(_seed_records("seed-exp3"))), label)
+        return _measured(pick(exp3_ratios(records)), pick(exp3_ratios(_seed_records("seed-exp3"))).value, label)
     return measure
 
 
@@ -421,18 +483,18 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("exp2-max-latency-1000", "seed-exp2", "Max latency is unchanged: misses still cost a full generation (1000 prompts).",
           "steady", "x", _max_latency(1000), _explain_max_latency(1000)),
     Claim("exp3-vllm-over-naive", "seed-exp3", "In multi-turn chat vLLM is ~40x the naive server.",
-          "gain", "x", _exp3(lambda ratios: ratios.vllm_over_naive.value, "vLLM over naive req/s, multi-turn chat"),
+          "gain", "x", _exp3(lambda ratios: ratios.vllm_over_naive, "vLLM over naive req/s, multi-turn chat"),
           _explain_exp3_speedup),
     Claim("exp3-prefix-hit", "seed-exp3", "The KV prefix cache still hits 82%.",
-          "share", "share", _exp3(lambda ratios: ratios.prefix_cache_hit_rate.value,
+          "share", "share", _exp3(lambda ratios: ratios.prefix_cache_hit_rate,
                                      "vLLM prefix-cache hit rate, multi-turn chat"),
           _explain_exp3_prefix),
     Claim("exp3-response-cache-rare", "seed-exp3", "The response cache almost never hits in chat (1 of 836)...",
-          "rare", "share", _exp3(lambda ratios: ratios.response_cache_hit_rate.value,
+          "rare", "share", _exp3(lambda ratios: ratios.response_cache_hit_rate,
                                     "response-cache hit rate, multi-turn chat"),
           _explain_rare),
     Claim("exp3-response-cache-cheap", "seed-exp3", "...yet costs almost nothing.",
-          "cheap", "x", _exp3(lambda ratios: ratios.cached_over_direct.value,
+          "cheap", "x", _exp3(lambda ratios: ratios.cached_over_direct,
                                   "vLLM + Redis over vLLM req/s, multi-turn chat"),
           _explain_cheap),
 )
@@ -459,36 +521,76 @@ def _load_caveat(preset: str, records: Sequence[dict[str, Any]]) -> str:
     return f" (measured at {', '.join(map(str, vus))} VUs, the seed at {seed_vus})"
 
 
+def _interval_text(measurement: Measurement, unit: str) -> str:
+    """' [low, high]', or '' without an interval or when its ends read the same as the figure."""
+    if measurement.ours_low is None or measurement.ours_high is None:
+        return ""
+    low, high = format_ratio(measurement.ours_low, unit), format_ratio(measurement.ours_high, unit)
+    return "" if low == high == format_ratio(measurement.ours, unit) else f" [{low}, {high}]"
+
+
+def _judged(claim: Claim, measurement: Measurement, drift: float) -> str:
+    """The verdict over the figure's interval (stretched by the machine's drift for ratios)."""
+    low, high = measurement.ours_low, measurement.ours_high
+    if claim.unit == "x" and low is not None and high is not None and drift > 1:
+        low, high = low / drift, high * drift
+    return interval_verdict(lambda value: judge(claim.rule, value, measurement.seed), measurement.ours, low, high)
+
+
+def _speed_note(records: Sequence[dict[str, Any]], speed_by_run: dict[int, float | None]) -> str:
+    off = runs_off_median(records, speed_by_run)
+    if not off:
+        return ""
+    runs = ", ".join(f"#{run_id} ({index:.2f})" for run_id, index in off)
+    return f". Measured on a machine more than 10% off its median speed: run{'s' if len(off) > 1 else ''} {runs}"
+
+
 def evaluate_claims(
-    records_by_preset: dict[str, list[dict[str, Any]]], environment: dict[str, Any] | None = None
+    records_by_preset: dict[str, list[dict[str, Any]]], environment: dict[str, Any] | None = None, *,
+    drift: float = 1.0, speed_by_run: dict[int, float | None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every claim in ``CLAIMS`` with our figure, the seed's, the verdict, its rule and a reason
-    computed from the runs' figures and the environment (``bound``: the limiting resource, if any)."""
+    """Every claim in ``CLAIMS`` with our figure and its 95% interval, the seed's, the verdict,
+    its rule and a reason computed from the runs' figures and the environment (``bound``: the
+    limiting resource, if any).
+
+    A verdict holds only when the whole interval lies on its side of the rule ("inconclusive"
+    otherwise); ``drift`` (the A/A checks' factor, >= 1) widens ratio intervals; a figure cut
+    off by what the run could hold is "not measurable here", naming the cap; runs measured on a
+    machine off its median speed (``speed_by_run``) are named."""
     results = []
     for claim in CLAIMS:
         records = records_by_preset.get(claim.preset, [])
         measurement = claim.measure(records)
-        verdict = judge(claim.rule, measurement.ours, measurement.seed)
-        ours_text = format_ratio(measurement.ours, claim.unit)
+        verdict = NOT_MEASURABLE if measurement.censored else _judged(claim, measurement, drift)
+        ours_text = format_ratio(measurement.ours, claim.unit) + _interval_text(measurement, claim.unit)
         seed_text = format_ratio(measurement.seed, claim.unit) if measurement.seed is not None else "not stated"
         bound = None
         if verdict == NOT_MEASURED:
             reason = measurement.why_not_measured or (
                 "no done run measured this figure" if not done_runs(records)
                 else "the runs needed for this figure are missing or did not report it")
+        elif verdict == NOT_MEASURABLE:
+            explanation = claim.explain(Evidence(records=list(records), environment=dict(environment or {})))
+            reason = f"ours {ours_text}, but {measurement.censored}: {explanation.text}"
+            bound = explanation.bound
         else:
             against = f"against the seed's {seed_text}" if measurement.seed is not None else "(the seed gives no figure)"
             explanation = claim.explain(Evidence(records=list(records), environment=dict(environment or {})))
             reason = (f"ours {ours_text} {against}{_how_far(measurement, claim.unit)}"
                       f"{_load_caveat(claim.preset, records)}: {explanation.text}")
-            if verdict != HELD and explanation.bound:
+            if verdict not in (HELD, INCONCLUSIVE) and explanation.bound:
                 bound = explanation.bound
                 reason += f". Bounded here by {bound}"
                 if verdict == NOT_HELD:
                     verdict = NOT_HELD_HARDWARE
+            if verdict == INCONCLUSIVE:
+                reason += (". The interval spans the rule's threshold"
+                           + (f" once widened by the machine's drift (x{drift:.2f})" if drift > 1 else ""))
+        reason += _speed_note(records, speed_by_run or {})
         results.append({
             "key": claim.key, "preset": claim.preset, "claim": claim.seed_words, "figure": measurement.figure,
-            "ours": measurement.ours, "seed": measurement.seed, "ours_text": ours_text, "seed_text": seed_text,
+            "ours": measurement.ours, "ours_low": measurement.ours_low, "ours_high": measurement.ours_high,
+            "seed": measurement.seed, "ours_text": ours_text, "seed_text": seed_text,
             "verdict": verdict, "rule": claim.rule, "rule_text": VERDICT_RULES[claim.rule]["text"], "reason": reason,
             "bound": bound,
         })

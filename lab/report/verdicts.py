@@ -6,10 +6,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lab.analysis.interval_verdicts import INCONCLUSIVE
+
 HELD, NOT_HELD, PARTLY, NOT_MEASURED = "held", "did not hold", "partly", "not measured"
 # Did not hold, and a measured resource of this machine bounds the figure (a GPU would change it).
 NOT_HELD_HARDWARE = "did not hold here (hardware)"
-VERDICTS: tuple[str, ...] = (HELD, PARTLY, NOT_HELD_HARDWARE, NOT_HELD, NOT_MEASURED)
+# The figure is cut off by what the run could hold (the test's length, a cache that cannot fill).
+NOT_MEASURABLE = "not measurable here"
+VERDICTS: tuple[str, ...] = (HELD, PARTLY, INCONCLUSIVE, NOT_HELD_HARDWARE, NOT_HELD, NOT_MEASURABLE, NOT_MEASURED)
+# The rules' version: a reproduction freezes the rules (with this) when it is queued, and its
+# report judges with those. Bump it with any change to VERDICT_RULES or to how they are applied.
+RULES_VERSION = 2
+
+
+def frozen_rules() -> dict[str, Any]:
+    """The rules in force now, as an experiment stores them when it is queued."""
+    return {"version": RULES_VERSION, "rules": {name: dict(rule) for name, rule in VERDICT_RULES.items()},
+            "interval_rule": "held or did not hold only when the whole 95% interval lies on that side; "
+                             "inconclusive otherwise"}
 
 # The rules, as data. Each verdict names its rule; the report prints these parameters.
 VERDICT_RULES: dict[str, dict[str, Any]] = {

@@ -14,6 +14,7 @@ import pytest
 from lab.analysis.compare import RECORD_FIELDS
 from lab.report import write_report
 from lab.report.claims import (
+    NOT_MEASURABLE,
     HELD,
     NOT_HELD,
     NOT_HELD_HARDWARE,
@@ -165,7 +166,8 @@ def _exp2(direct_req_per_s: float, cached_req_per_s: float, hit_rate: float, dur
 def test_cache_reasons_are_computed_from_the_runs(direct: float, fill_s: str, stored_share: str) -> None:
     verdicts = evaluate_claims(_exp2(direct, direct * 1.1, 0.1), ENVIRONMENT)
     hit = verdict_of(verdicts, "exp2-hit-rate-1000")
-    assert hit["verdict"] == NOT_HELD_HARDWARE
+    # The cache cannot fill within the run: the figure is cut off, not judged (the cap is named).
+    assert hit["verdict"] == NOT_MEASURABLE and "the cache cannot fill within the run" in hit["reason"]
     assert f"{direct:.2f} req/s" in hit["reason"] and f"at least {fill_s}" in hit["reason"]
     assert f"at most {stored_share} of the prompts" in hit["reason"]
     assert "the seed's GPU 27.1 req/s" in hit["bound"]
@@ -422,3 +424,49 @@ def test_a_cache_filled_before_the_window_leaves_the_miss_claims_unmeasured() ->
     assert speedup["verdict"] == HELD and "filled with all 50 prompts before the measured 30 s" in speedup["reason"]
     max_latency = verdict_of(verdicts, "exp2-max-latency-50")
     assert max_latency["verdict"] == NOT_MEASURED and "held no miss" in max_latency["reason"]
+
+
+# -- intervals, censoring, drift, machine speed (conclusions that survive a second run) ----------
+
+def _exp3_repeats(naive_req_per_s: list[float], vllm_req_per_s: list[float]) -> dict[str, list[dict[str, Any]]]:
+    rows = [record("seed-exp3", "naive", repeat=i, experiment_id=3, req_per_s=v) for i, v in enumerate(naive_req_per_s)]
+    rows += [record("seed-exp3", "vllm", repeat=i, experiment_id=3, req_per_s=v) for i, v in enumerate(vllm_req_per_s)]
+    return {"seed-exp3": rows}
+
+
+def test_a_ratio_whose_interval_spans_the_threshold_is_inconclusive() -> None:
+    # The seed's 40x claim holds from 20x up: a ratio near 20x resting on a few completed naive
+    # requests spans the threshold (the seed-scale report's 20.7x on 7, 3 and 5 requests).
+    shaky = verdict_of(evaluate_claims(_exp3_repeats([0.07, 0.03, 0.05], [1.0, 1.1, 1.05]), ENVIRONMENT),
+                       "exp3-vllm-over-naive")
+    assert shaky["verdict"] == "inconclusive" and shaky["ours_low"] < 20.35 < shaky["ours_high"]
+    assert "spans the rule's threshold" in shaky["reason"] and "[" in shaky["ours_text"]
+    solid = verdict_of(evaluate_claims(_exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01]), ENVIRONMENT),
+                       "exp3-vllm-over-naive")
+    assert solid["verdict"] == HELD and solid["ours_low"] > 20.35
+
+
+def test_a_machine_drift_widens_intervals_near_a_threshold() -> None:
+    records = _exp3_repeats([0.040, 0.041, 0.0405], [1.0, 1.02, 1.01])  # about 24.9x, tight
+    assert verdict_of(evaluate_claims(records, ENVIRONMENT), "exp3-vllm-over-naive")["verdict"] == HELD
+    drifted = verdict_of(evaluate_claims(records, ENVIRONMENT, drift=1.3), "exp3-vllm-over-naive")
+    assert drifted["verdict"] == "inconclusive" and "drift (x1.30)" in drifted["reason"]
+
+
+def test_a_latency_cut_off_by_the_test_length_is_not_measurable_naming_the_cap() -> None:
+    records = {"seed-exp1": [
+        record("seed-exp1", "naive", vus=1, duration_s=90, latency_avg_s=4.5, latency_max_s=5.0, output_tok_per_s=27.0),
+        record("seed-exp1", "naive", vus=32, duration_s=90, latency_avg_s=29.0, latency_max_s=88.0,
+               iterations_interrupted=25, output_tok_per_s=26.0, measured_duration_s=120.0),
+    ]}
+    growth = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp1-naive-latency-growth")
+    assert growth["verdict"] == NOT_MEASURABLE
+    assert "the test lasted 90 s" in growth["reason"] and "88 s" in growth["reason"]
+
+
+def test_runs_measured_off_the_machines_median_speed_are_named() -> None:
+    records = _exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01])
+    slow_run = records["seed-exp3"][4]["run_id"]
+    speed = {r["run_id"]: 1.0 for r in records["seed-exp3"]} | {slow_run: 0.7}
+    verdict = verdict_of(evaluate_claims(records, ENVIRONMENT, speed_by_run=speed), "exp3-vllm-over-naive")
+    assert f"#{slow_run} (0.70)" in verdict["reason"] and verdict["verdict"] == HELD
