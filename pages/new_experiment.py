@@ -98,7 +98,7 @@ def reproduce_section() -> None:
     """Queue the seed's three experiments; write the report from the newest run of each."""
     from datetime import datetime
 
-    from lab.report import enqueue_reproduction, latest_reproduction, report_from_experiments
+    from lab.report import DirtyTreeError, enqueue_reproduction, latest_reproduction, report_from_experiments
 
     st.write(
         "Runs the seed's experiments 1 to 3 with the default model on this machine, then writes a report "
@@ -106,8 +106,14 @@ def reproduce_section() -> None:
     )
     quick = st.toggle("Quick scale (for a small CPU box)", value=True, key="reproduce_quick")
     repeats = st.number_input("Repeats per cell", min_value=1, max_value=10, value=3, key="reproduce_repeats")
+    allow_dirty = st.checkbox("Allow uncommitted changes in the lab's code (the report will say so)",
+                              key="reproduce_allow_dirty")
     if st.button("Queue the reproduction", type="primary", key="reproduce_queue"):
-        meta = enqueue_reproduction(settings=settings(), quick=quick, repeats=int(repeats))
+        try:
+            meta = enqueue_reproduction(settings=settings(), quick=quick, repeats=int(repeats), allow_dirty=allow_dirty)
+        except DirtyTreeError as error:
+            st.error(str(error))
+            return
         count = sum(len(m["run_ids"]) for m in meta.values())
         flash("success", f"Reproduction queued: {count} runs in {len(meta)} experiments. When they are done, "
                          "come back here to write the report.")

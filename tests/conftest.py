@@ -137,3 +137,14 @@ def redis_service(service_manager) -> RunningService:  # noqa: ANN001
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``runs_last`` stop the shared services, so they run after all others."""
     items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
+
+
+@pytest.fixture()
+def clean_checkout(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    """The lab's checkout as clean at one commit, whatever the working tree holds while the tests
+    run (a reproduction refuses a dirty tree; tests of it must not depend on the developer's edits)."""
+    from lab.measurement import environment
+
+    clean = environment.Provenance("0123456789abcdef0123456789abcdef01234567", False, None)
+    monkeypatch.setattr(environment, "provenance", lambda: clean)
+    return clean

@@ -134,6 +134,9 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
     reproduce.add_argument("--output", default=None,
                            help="report folder (default docs/reproduction, docs/reproduction/quick with --quick)")
+    reproduce.add_argument("--allow-dirty", action="store_true",
+                           help="run on a checkout with uncommitted changes (refused otherwise: a published result "
+                                "comes from one clean commit); the report says so at the top")
     reproduce.add_argument("--report-only", action="store_true",
                            help="write the report again from the newest stored reproduction of that scale")
 

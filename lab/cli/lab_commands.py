@@ -113,4 +113,5 @@ def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
         return 1
     if args.report_only:
         return report_only(settings=context.settings, quick=args.quick, output_dir=output)
-    return reproduce(settings=context.settings, quick=args.quick, repeats=args.repeats, output_dir=output)
+    return reproduce(settings=context.settings, quick=args.quick, repeats=args.repeats, output_dir=output,
+                     allow_dirty=args.allow_dirty)

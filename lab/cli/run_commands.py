@@ -65,16 +65,20 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
 
 
 def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
-    """Cells that differ in one grid setting, as ratios of their mean req/s and output tok/s."""
+    """Cells that differ in one grid setting, as ratios of their mean req/s and output tok/s,
+    each with its 95% interval (from two repeats a side) and Welch's test."""
     from lab.analysis.compare import grid_comparisons
 
     lines = []
     for figure, label in (("req_per_s", "req/s"), ("output_tok_per_s", "output tok/s")):
         for row in grid_comparisons(records, run_specs, axes, figure):
             if row["ratio"] is not None:
-                lines.append(f"  {label}: {row['cell']}: {row['ratio']:,.2f}x ({row['significance']})")
+                interval = ("" if row["ratio_ci95_low"] is None
+                            else f" [95% CI {row['ratio_ci95_low']:,.2f}x, {row['ratio_ci95_high']:,.2f}x]")
+                lines.append(f"  {label}: {row['cell']}: {row['ratio']:,.2f}x{interval} ({row['significance']})")
     if lines:
-        print("ratios of means over repeats, cells differing in one setting:")
+        print("ratios of means over repeats, cells differing in one setting "
+              "(intervals on a log scale, paired by round when the cells ran in the same rounds):")
         print("\n".join(lines))
 
 

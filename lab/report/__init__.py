@@ -5,6 +5,7 @@ from lab.report.build import (
     QUICK_REPORT_DIR,
     REPORT_COMMAND,
     REPORT_DIR,
+    DirtyTreeError,
     enqueue_reproduction,
     latest_reproduction,
     report_from_experiments,
@@ -14,6 +15,6 @@ from lab.report.build import (
 )
 
 __all__ = [
-    "PRESETS", "QUICK_REPORT_DIR", "REPORT_COMMAND", "REPORT_DIR", "enqueue_reproduction", "latest_reproduction",
+    "PRESETS", "QUICK_REPORT_DIR", "REPORT_COMMAND", "REPORT_DIR", "DirtyTreeError", "enqueue_reproduction", "latest_reproduction",
     "report_from_experiments", "report_only", "reproduce", "write_report",
 ]

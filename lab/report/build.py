@@ -42,7 +42,8 @@ from lab.report.tables import (
     scaling_table,
     seed_table,
 )
-from lab.report.verdicts import NOT_HELD_HARDWARE, VERDICT_RULES, VERDICTS
+from lab.report.trust_section import Trust, assess, header_blocks, section_blocks, speed_chart
+from lab.report.verdicts import NOT_HELD_HARDWARE, NOT_MEASURABLE, VERDICT_RULES, VERDICTS
 from services.processes import PROJECT_ROOT
 
 PRESETS: tuple[str, ...] = ("seed-exp1", "seed-exp2", "seed-exp3")
@@ -76,63 +77,93 @@ def build_blocks(
     png_note: str | None,
     price_per_hour: float | None,
     capacity: CapacitySection | None = None,
+    trust: Trust | None = None,
 ) -> list[Block]:
     """The report as blocks (see ``render_markdown`` and ``render_html``)."""
+    trust = trust or assess(records_by_preset)
+    blocks = _head_blocks(records_by_preset, experiments_meta, generated_at, command, verdicts, trust)
+    blocks += [("h", 2, "Environment"), ("table", environment_table(environment))]
+    blocks += _scaling_blocks(experiments_meta)
+    blocks += _claim_blocks(verdicts)
+    blocks += section_blocks(trust)
+    for preset in PRESETS:
+        if preset in records_by_preset or preset in experiments_meta:
+            blocks += _experiment_blocks(preset, records_by_preset.get(preset, []), experiments_meta.get(preset, {}))
+    blocks += _tail_blocks(records_by_preset, price_per_hour, capacity, png_note)
+    return blocks
+
+
+def _head_blocks(records_by_preset: dict[str, list[dict[str, Any]]], experiments_meta: dict[str, dict[str, Any]],
+                 generated_at: datetime, command: str, verdicts: list[dict[str, Any]], trust: Trust) -> list[Block]:
     counts = {v: sum(1 for item in verdicts if item["verdict"] == v) for v in VERDICTS}
     all_records = [r for records in records_by_preset.values() for r in records]
-    done_count = len(done_runs(all_records))
     scales = sorted({meta.get("scale", "full") for meta in experiments_meta.values()}) or ["full"]
     quick = "quick" in scales
-    blocks: list[Block] = [
+    return [
         ("h", 1, "Reproducing the seed's experiments" + (": quick scale" if quick else "")),
         *([("p", "**Quick scale, not the seed's.** Each cell is shorter (and some lighter) than the seed's; the "
                  "Scaling table says how each differs. The seed-scale report is one folder up.")] if quick else []),
         ("p", f"Generated {generated_at.isoformat(timespec='seconds')} by `{command}` "
-              f"(scale: {', '.join(scales)}). {done_count} of {len(all_records)} runs finished. "
+              f"(scale: {', '.join(scales)}). {len(done_runs(all_records))} of {len(all_records)} runs finished. "
               "This is a record of one measurement: regenerate it when the lab changes."),
-        ("p", "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS) + ". The seed's set-up: "
+        *header_blocks(trust),
+        ("p", "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]) + ". The seed's set-up: "
               f"{SEED_HARDWARE}."),
-        ("h", 2, "Environment"),
-        ("table", environment_table(environment)),
+    ]
+
+
+def _scaling_blocks(experiments_meta: dict[str, dict[str, Any]]) -> list[Block]:
+    return [
         ("h", 2, "Scaling"),
         ("p", f"The seed: {SEED_SCALE}. Here:"),
         ("table", scaling_table(experiments_meta)),
         *([("p", overhead)] if (overhead := overhead_sentence(experiments_meta)) else []),
-        ("p", "Figures are means over repeats with their 95% confidence interval [low, high] (Student's t, "
-              "n-1 degrees of freedom) where there are at least two. Throughput is k6's (everything completed "
+        ("p", "Figures are means over repeats with their 95% confidence interval [low, high] where there are at "
+              "least two (Student's t with n-1 degrees of freedom on the log scale, so a figure that cannot be "
+              "negative never gets a negative bound). Ratios carry a 95% interval too: paired by round when both "
+              "cells ran in the same interleaved rounds (the t interval of the per-round log ratios), otherwise the "
+              "log of the ratio of means with Welch's degrees of freedom. Throughput is k6's (everything completed "
               "over the whole test, drain included, like the seed's); steady throughput counts the load window "
               "only. Failed requests are summed over repeats."),
+    ]
+
+
+def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
+    return [
         ("h", 2, "Claim by claim"),
         ("table", pd.DataFrame([{
             "claim (seed)": v["claim"], "figure": v["figure"], "seed": v["seed_text"], "ours": v["ours_text"],
             "verdict": v["verdict"], "why": v["reason"],
         } for v in verdicts])),
-        ("p", "Rules (in code: lab/report/claims.py VERDICT_RULES):"),
+        ("p", "Rules (in code: lab/report/verdicts.py VERDICT_RULES), applied to the whole 95% interval of our "
+              "figure: a verdict is given only when every value in the interval gets it, \"inconclusive\" "
+              "otherwise:"),
         ("list", [f"{name}: {rule['text']}" for name, rule in VERDICT_RULES.items()
                   if any(v["rule"] == name for v in verdicts)]),
         ("p", f"Every \"why\" is computed from these runs' figures and the environment. \"{NOT_HELD_HARDWARE}\" "
               "means the figure did not hold and a measured resource of this machine bounds it (named with its "
               "figure): other hardware, such as the seed's GPU, would change it. \"did not hold\" has no such "
-              "bound: the claim itself is in question here."),
+              f"bound: the claim itself is in question here. \"{NOT_MEASURABLE}\" means the figure is cut off by "
+              "what the run could hold (named): it is not judged."),
     ]
-    for preset in PRESETS:
-        if preset not in records_by_preset and preset not in experiments_meta:
-            continue
-        records = records_by_preset.get(preset, [])
-        meta = experiments_meta.get(preset, {})
-        blocks.append(("h", 2, EXPERIMENT_TITLES[preset]))
-        if meta.get("scale_note"):
-            blocks.append(("p", f"Scale: {meta['scale_note']}."))
-        blocks.append(("h", 3, "Ours"))
-        ours = our_table(preset, records)
-        blocks.append(("table", ours) if not ours.empty else ("p", "No run of this experiment finished."))
-        blocks.append(("h", 3, "Seed"))
-        blocks.append(("table", seed_table(preset)))
-        blocks.append(("h", 3, "Ratios"))
-        blocks.append(("table", pd.DataFrame(ratio_rows(preset, records), columns=["figure", "ours", "seed"])))
-        for stem, title in EXPERIMENT_CHARTS[preset]:
-            blocks.append(("chart", stem, title))
-    blocks.append(("h", 2, "What the original left open"))
+
+
+def _experiment_blocks(preset: str, records: list[dict[str, Any]], meta: dict[str, Any]) -> list[Block]:
+    blocks: list[Block] = [("h", 2, EXPERIMENT_TITLES[preset])]
+    if meta.get("scale_note"):
+        blocks.append(("p", f"Scale: {meta['scale_note']}."))
+    blocks.append(("h", 3, "Ours"))
+    ours = our_table(preset, records)
+    blocks.append(("table", ours) if not ours.empty else ("p", "No run of this experiment finished."))
+    blocks += [("h", 3, "Seed"), ("table", seed_table(preset)), ("h", 3, "Ratios"),
+               ("table", pd.DataFrame(ratio_rows(preset, records), columns=["figure", "ours", "seed"]))]
+    blocks += [("chart", stem, title) for stem, title in EXPERIMENT_CHARTS[preset]]
+    return blocks
+
+
+def _tail_blocks(records_by_preset: dict[str, list[dict[str, Any]]], price_per_hour: float | None,
+                 capacity: CapacitySection | None, png_note: str | None) -> list[Block]:
+    blocks: list[Block] = [("h", 2, "What the original left open")]
     blocks.append(("p", "Server-side time to first token and time per output token (from the backend's "
                         "/metrics), resource use sampled while the load ran, and failures, per cell, mean [95% CI] over "
                         "repeats. Client-side TTFT and time per output token need streamed requests (`workload.stream`); "
@@ -144,6 +175,7 @@ def build_blocks(
     if capacity is not None:
         blocks.extend(capacity.blocks())
     blocks.append(("h", 2, "Failed runs and warnings"))
+    blocks.append(("p", "Warnings are recomputed from each run's stored figures by the code that renders this report."))
     problems = problem_rows(records_by_preset)
     blocks.append(("table", pd.DataFrame(problems)) if problems else ("p", "None: every run finished done."))
     if png_note:
@@ -175,6 +207,8 @@ def write_report(
     command: str = REPORT_COMMAND,
     write_png: bool = True,
     capacity: CapacitySection | None = None,
+    frozen_rules_versions: tuple[int | None, ...] = (),
+    allowed_dirty: bool = False,
 ) -> dict[str, Path]:
     """Write README.md, report.html, runs.csv and charts/*.png under ``output_dir``; their paths.
 
@@ -187,14 +221,17 @@ def write_report(
     # Published: no machine's folder, the model by name (see lab.report.publish).
     environment = published_environment(environment)
     records_by_preset = {preset: [scrub_record(r) for r in records] for preset, records in records_by_preset.items()}
-    verdicts = evaluate_claims(records_by_preset, environment)
+    trust = assess(records_by_preset, frozen_rules_versions=frozen_rules_versions, allowed_dirty=allowed_dirty)
+    verdicts = evaluate_claims(records_by_preset, environment, drift=trust.drift, speed_by_run=trust.speed_by_run)
     charts = build_charts(records_by_preset)
+    if any(index is not None for index in trust.speed_by_run.values()):
+        charts["machine_speed"] = speed_chart(trust)
     if capacity is not None:
         charts.update(capacity.charts())
     png_paths, png_note = write_pngs(charts, output_dir / "charts") if write_png else ({}, None)
     blocks = build_blocks(records_by_preset=records_by_preset, experiments_meta=experiments_meta,
                           environment=environment, generated_at=generated_at, command=command, verdicts=verdicts,
-                          png_note=png_note, price_per_hour=price_per_hour, capacity=capacity)
+                          png_note=png_note, price_per_hour=price_per_hour, capacity=capacity, trust=trust)
     written: dict[str, Path] = {}
     markdown_path = output_dir / "README.md"
     markdown_path.write_text(render_markdown(blocks, png_paths=png_paths, output_dir=output_dir), encoding="utf-8")
@@ -214,29 +251,45 @@ def write_report(
 
 # -- the whole reproduction ---------------------------------------------------------------
 
-def _meta_from_spec(spec: Any, experiment_id: int) -> dict[str, Any]:
+def _meta_from_spec(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] | None = None) -> dict[str, Any]:
     vus = spec.grid.get("load.vus") or [spec.base.load.peak_vus]
     return {
         "name": spec.name, "scale": spec.scale, "scale_note": spec.scale_note, "ids": [experiment_id],
         "duration_s": spec.base.load.duration_s, "vus": list(vus), "repeats": spec.repeats,
+        "order": spec.order if spec.repeats > 1 else "blocks", "order_seed": spec.order_seed,
+        "rules_version": (frozen_rules or {}).get("version"), "allowed_dirty": bool((frozen_rules or {}).get("allowed_dirty")),
     }
+
+
+class DirtyTreeError(RuntimeError):
+    """The checkout has uncommitted changes and the reproduction was not allowed to run on it."""
 
 
 REPRODUCE_TAG = "reproduce"
 
 
 def enqueue_reproduction(
-    *, settings: Any, quick: bool, repeats: int | None, presets: Sequence[str] = PRESETS
+    *, settings: Any, quick: bool, repeats: int | None, presets: Sequence[str] = PRESETS, allow_dirty: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Queue the seed presets (tagged ``reproduce``); returns per preset its meta and run ids.
+    """Queue the seed presets (tagged ``reproduce``), with the verdict rules frozen on each;
+    returns per preset its meta and run ids. DirtyTreeError when the checkout has uncommitted
+    changes and ``allow_dirty`` is not set: a published result comes from one clean commit.
 
     Returns at once: the lab's worker (or :func:`reproduce`) executes the runs.
     """
+    from lab.measurement.environment import provenance
+    from lab.report.verdicts import frozen_rules
+
+    code = provenance()
+    if code.dirty and not allow_dirty:
+        raise DirtyTreeError(f"the lab's checkout has uncommitted changes (commit {code.commit}): commit them, or "
+                             "pass --allow-dirty (the report will say so at the top)")
+    rules = {**frozen_rules(), "lab_git_commit": code.label, "allowed_dirty": code.dirty}
     from sqlalchemy.orm import Session
 
     from db.engine import get_engine
     from lab.execution import experiments
-    from lab.specs.schema import load_preset
+    from lab.specs.schema import ExperimentSpec, load_preset
 
     engine = get_engine(settings.resolved_database_url)
     overrides = [("repeats", repeats)] if repeats else []
@@ -244,8 +297,10 @@ def enqueue_reproduction(
     for preset in presets:
         spec = load_preset(preset, quick=quick, overrides=overrides)
         with Session(engine) as session:
-            experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=REPRODUCE_TAG)
-            experiments_meta[preset] = _meta_from_spec(spec, experiment.id)
+            experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=REPRODUCE_TAG,
+                                                        frozen_rules=rules)
+            experiments_meta[preset] = _meta_from_spec(ExperimentSpec.model_validate(experiment.spec), experiment.id,
+                                                       rules)
             experiments_meta[preset]["run_ids"] = [run.id for run in experiment.runs]
     return experiments_meta
 
@@ -273,7 +328,7 @@ def latest_reproduction(
                     spec = ExperimentSpec.model_validate(experiment.spec)
                 except ValueError:  # stored by an older lab whose spec no longer validates: skipped
                     continue
-                found[preset] = _meta_from_spec(spec, experiment.id)
+                found[preset] = _meta_from_spec(spec, experiment.id, experiment.frozen_rules)
                 break
     return found
 
@@ -321,7 +376,9 @@ def report_from_experiments(
     written = write_report(records_by_preset=records_by_preset, experiments_meta=meta_without_run_ids,
                            environment=environment, output_dir=Path(output_dir),
                            generated_at=datetime.now().astimezone(), price_per_hour=price_per_hour,
-                           command=command, capacity=capacity)
+                           command=command, capacity=capacity,
+                           frozen_rules_versions=tuple(m.get("rules_version") for m in experiments_meta.values()),
+                           allowed_dirty=any(m.get("allowed_dirty") for m in experiments_meta.values()))
     all_records = [r for records in records_by_preset.values() for r in records]
     return written, bool(all_records) and all(r.get("status") == "done" for r in all_records)
 
@@ -334,14 +391,21 @@ def reproduce(
     output_dir: Path,
     presets: Sequence[str] = PRESETS,
     price_per_hour: float | None = None,
+    allow_dirty: bool = False,
 ) -> int:
-    """Queue and run the seed presets, then write the report. 0 if every run is done, else 1.
+    """Queue and run the seed presets, then write the report. 0 if every run is done, else 1;
+    2 (nothing queued) on a checkout with uncommitted changes unless ``allow_dirty``.
 
     The report is written either way; failed runs are listed in it.
     """
     from lab.execution import run_waiter
 
-    experiments_meta = enqueue_reproduction(settings=settings, quick=quick, repeats=repeats, presets=presets)
+    try:
+        experiments_meta = enqueue_reproduction(settings=settings, quick=quick, repeats=repeats, presets=presets,
+                                                allow_dirty=allow_dirty)
+    except DirtyTreeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     for preset, meta in experiments_meta.items():
         print(f"experiment #{meta['ids'][0]}: {meta['name']}: {len(meta['run_ids'])} runs queued"
               + (f" ({meta['scale_note']})" if meta["scale_note"] else ""), file=sys.stderr)

@@ -19,12 +19,28 @@ __all__ = ["environment_table", "open_questions_table", "our_table", "problem_ro
            "seed_table"]
 
 
+def ours_text(found: Any, unit: str) -> str:
+    """A typed ratio or hit rate with its 95% interval: '5.15x [4.20x, 6.31x]' (no interval
+    under two repeats a side)."""
+    if found is None:
+        return format_ratio(None, unit)
+    interval = getattr(found, "interval", None)
+    low, high = ((interval.ci95_low, interval.ci95_high) if interval is not None
+                 else (getattr(found, "ci95_low", None), getattr(found, "ci95_high", None)))
+    text = format_ratio(found.value, unit)
+    if low is None or high is None or found.value is None:
+        return text
+    low_text, high_text = format_ratio(low, unit), format_ratio(high, unit)
+    return text if low_text == high_text == text else f"{text} [{low_text}, {high_text}]"
+
+
 def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     ours, seed = exp1_ratios(records), exp1_ratios(SEED_EXPERIMENTS["seed-exp1"].records())
     rows = []
     for vus in sorted({r.vus for r in ours.speedups} | {r.vus for r in seed.speedups}):
+        mine = next((r for r in ours.speedups if r.vus == vus), None)
         rows.append({"figure": f"vLLM over naive output tok/s at {vus} VU{'s' if vus != 1 else ''}",
-                     "ours": format_ratio(ours.speedup_at(vus), "x"), "seed": format_ratio(seed.speedup_at(vus), "x")})
+                     "ours": ours_text(mine, "x"), "seed": format_ratio(seed.speedup_at(vus), "x")})
     low, high = vus_range(records) or (1, 32)
     for setup in (SeedSetup.VLLM, SeedSetup.NAIVE):
         for figure, what in (("output_tok_per_s", "output tok/s"), ("latency_avg_s", "avg latency")):
@@ -33,9 +49,9 @@ def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
             rows.append({
                 "figure": f"{SERVER_NAMES[setup]} {what} growth, {low} to {high} VUs"
                           + (f" (seed: {span[0]} to {span[1]})" if span != (low, high) else ""),
-                "ours": format_ratio(mine.value if mine else None, "x"), "seed": format_ratio(theirs.value, "x"),
+                "ours": ours_text(mine, "x"), "seed": format_ratio(theirs.value, "x"),
             })
-    rows.append({"figure": "vLLM prefix-cache hit rate", "ours": format_share(ours.prefix_cache_hit_rate.value),
+    rows.append({"figure": "vLLM prefix-cache hit rate", "ours": ours_text(ours.prefix_cache_hit_rate, "share"),
                  "seed": "not stated ('very high')"})
     return rows
 
@@ -45,27 +61,27 @@ def _exp2_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     rows = []
     for prompts in sorted(set(ours) | set(seed)):
         mine, theirs = ours.get(prompts), seed.get(prompts)
-        pairs = (("cached over direct req/s", "x", lambda r: r.cached_over_direct.value),
-                 ("response-cache hit rate", "share", lambda r: r.hit_rate.value),
-                 ("max latency cached over direct", "x", lambda r: r.max_latency_cached_over_direct.value))
-        for label, unit, value in pairs:
-            seed_value = value(theirs) if theirs else None
+        pairs = (("cached over direct req/s", "x", lambda r: r.cached_over_direct),
+                 ("response-cache hit rate", "share", lambda r: r.hit_rate),
+                 ("max latency cached over direct", "x", lambda r: r.max_latency_cached_over_direct))
+        for label, unit, found in pairs:
+            seed_value = found(theirs).value if theirs else None
             # The seed states its hit rate for 1,000 prompts only; a missing ratio is "–" as everywhere.
             seed_text = "not stated" if unit == "share" and seed_value is None else format_ratio(seed_value, unit)
             rows.append({"figure": f"{label}, {prompts} prompts",
-                         "ours": format_ratio(value(mine) if mine else None, unit), "seed": seed_text})
+                         "ours": ours_text(found(mine) if mine else None, unit), "seed": seed_text})
     return rows
 
 
 def _exp3_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     ours, seed = exp3_ratios(records), exp3_ratios(SEED_EXPERIMENTS["seed-exp3"].records())
     return [
-        {"figure": label, "ours": format_ratio(value(ours), unit), "seed": format_ratio(value(seed), unit)}
-        for label, unit, value in (
-            ("vLLM over naive req/s", "x", lambda r: r.vllm_over_naive.value),
-            ("vLLM prefix-cache hit rate", "share", lambda r: r.prefix_cache_hit_rate.value),
-            ("response-cache (Redis) hit rate", "share", lambda r: r.response_cache_hit_rate.value),
-            ("vLLM + Redis over vLLM req/s", "x", lambda r: r.cached_over_direct.value),
+        {"figure": label, "ours": ours_text(found(ours), unit), "seed": format_ratio(found(seed).value, unit)}
+        for label, unit, found in (
+            ("vLLM over naive req/s", "x", lambda r: r.vllm_over_naive),
+            ("vLLM prefix-cache hit rate", "share", lambda r: r.prefix_cache_hit_rate),
+            ("response-cache (Redis) hit rate", "share", lambda r: r.response_cache_hit_rate),
+            ("vLLM + Redis over vLLM req/s", "x", lambda r: r.cached_over_direct),
         )
     ]
 

@@ -206,8 +206,16 @@ def ratio_label(ratio: Ratio) -> str:
 
 
 def ratios_rows(ratios: Sequence[Ratio]) -> list[dict[str, Any]]:
-    """Seed ratios as ``{"ratio", "value"}`` rows in words."""
-    return [{"ratio": ratio_label(ratio), "value": ratio.value} for ratio in ratios]
+    """Seed ratios as ``{"ratio", "value", "95% interval"}`` rows in words."""
+    return [{"ratio": ratio_label(ratio), "value": ratio.value, "ratio_interval": interval_text(ratio.interval)}
+            for ratio in ratios]
+
+
+def interval_text(interval: Any) -> str:
+    """'[4.20x, 6.31x]' for a ratio's 95% interval; '–' without one (under two repeats a side)."""
+    if interval is None or interval.ci95_low is None:
+        return "–"
+    return f"[{interval.ci95_low:,.2f}x, {interval.ci95_high:,.2f}x]"
 
 
 def uptime_text(started_at: str | None, now: datetime | None = None) -> str:

@@ -109,7 +109,7 @@ def test_launching_a_preset_queues_its_runs_and_goes_to_runs(seed_lab: SeededLab
     assert "waiting for the worker" in texts(app)
 
 
-def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: SeededLab) -> None:
+def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: SeededLab, clean_checkout) -> None:  # noqa: ANN001
     app = open_page(PAGES["New experiment"])
     # The seeded lab has a quick seed-exp1: the report can be written from it straight away.
     assert "seed-exp1 (#" in texts(app)

@@ -155,3 +155,16 @@ def test_grid_comparisons_read_the_axes_from_each_runs_spec(capsys: pytest.Captu
     print_grid_ratios(records, specs, ["backend", "workload.prompts"])
     printed = capsys.readouterr().out
     assert "req/s: backend vllm+cache over backend vllm (workload.prompts 50): 1,375.00x" in printed
+
+
+def test_lab_run_ratio_lines_carry_their_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    from lab.cli import print_grid_ratios
+
+    records = [{"status": "done", "experiment_id": 1, "repeat_index": r, "req_per_s": rate, "output_tok_per_s": None}
+               for r, rate in ((0, 2.4), (0, 3300.0), (1, 2.2), (1, 3100.0), (2, 2.5), (2, 3500.0))]
+    specs = [{"backend": backend} for backend in ("vllm", "vllm+cache") * 3]
+    print_grid_ratios(records, specs, ["backend"])
+    printed = capsys.readouterr().out
+    line = next(line for line in printed.splitlines() if "backend vllm+cache over backend vllm" in line)
+    low, high = [float(x.rstrip("x]").replace(",", "")) for x in line.split("[95% CI ")[1].split(" (")[0].split(", ")]
+    assert 0 < low < 3300 / 2.4 < high

@@ -318,7 +318,7 @@ def test_report_without_pngs_still_writes_markdown_and_html(tmp_path: Path) -> N
 # -- reproduce: queue, run (the runner replaced by a stand-in that records outcomes), report --------
 
 def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_checkout: Any
 ) -> None:
     from sqlalchemy.orm import Session
 
@@ -369,7 +369,7 @@ def test_client_streaming_latency_shows_only_where_a_run_streamed() -> None:
 
 
 def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_checkout: Any
 ) -> None:
     from sqlalchemy.orm import Session
 
@@ -470,3 +470,39 @@ def test_runs_measured_off_the_machines_median_speed_are_named() -> None:
     speed = {r["run_id"]: 1.0 for r in records["seed-exp3"]} | {slow_run: 0.7}
     verdict = verdict_of(evaluate_claims(records, ENVIRONMENT, speed_by_run=speed), "exp3-vllm-over-naive")
     assert f"#{slow_run} (0.70)" in verdict["reason"] and verdict["verdict"] == HELD
+
+
+def test_a_reproduction_refuses_a_dirty_tree_unless_allowed_and_then_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sqlalchemy.orm import Session
+
+    import lab.execution.run_waiter
+    from db import store
+    from db.engine import get_engine
+    from lab.measurement import environment
+    from lab.report import reproduce
+    from lab.settings import Settings
+
+    dirty = environment.Provenance("fedcba9876543210fedcba9876543210fedcba98", True, "ab" * 32)
+    monkeypatch.setattr(environment, "provenance", lambda: dirty)
+    settings = Settings(data_dir=tmp_path / "data")
+    assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "refused",
+                     presets=("seed-exp2",)) == 2
+    assert "uncommitted changes" in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    with Session(get_engine(settings.resolved_database_url)) as session:
+        assert store.list_runs(session=session) == []  # nothing queued
+
+    def run_queue(*, settings: Settings, run_ids: list[int], **_: Any) -> None:
+        engine = get_engine(settings.resolved_database_url)
+        for run_id in run_ids:
+            store.set_run_status(engine=engine, run_id=run_id, status="done", req_per_s=2.0, latency_avg_s=5.0,
+                                 requests_failed=0,
+                                 environment={**ENVIRONMENT, "lab_git_commit": "fedcba987654-dirty", "lab_git_dirty": True})
+
+    monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
+    assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "allowed",
+                     presets=("seed-exp2",), allow_dirty=True) == 0
+    markdown = (tmp_path / "allowed" / "README.md").read_text()
+    assert "**Taken on a tree with uncommitted changes**" in markdown
+    assert "frozen when the reproduction was queued" in markdown and "How far to trust these figures" in markdown

@@ -1,0 +1,132 @@
+"""The report's "How far to trust these figures" section: which code took the runs, the rules
+fixed before the data, the A/A checks between identical cells, and the machine's speed over
+the reproduction. The figures come from :mod:`lab.analysis.reproducibility`; this renders them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from lab.analysis.reproducibility import (
+    AA_TOLERANCE,
+    AACheck,
+    Provenance,
+    aa_checks,
+    drift_factor,
+    machine_speed_by_run,
+    provenance_of,
+)
+from lab.measurement.machine_speed import OFF_MEDIAN_TOLERANCE, off_median
+from lab.report.formatting import format_ratio
+from lab.report.render import Block
+from lab.report.verdicts import RULES_VERSION
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What the report says about how far its figures can be trusted, computed once."""
+
+    provenance: Provenance
+    checks: list[AACheck]
+    drift: float
+    speed_by_run: dict[int, float | None]
+    frozen_rules_versions: tuple[int | None, ...] = ()
+    allowed_dirty: bool = False
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def assess(records_by_preset: dict[str, list[dict[str, Any]]], *, frozen_rules_versions: tuple[int | None, ...] = (),
+           allowed_dirty: bool = False) -> Trust:
+    """The trust figures of a reproduction's runs."""
+    records = [r for preset_records in records_by_preset.values() for r in preset_records]
+    checks = aa_checks(records_by_preset)
+    return Trust(provenance_of(records), checks, drift_factor(checks), machine_speed_by_run(records),
+                 frozen_rules_versions, allowed_dirty, records)
+
+
+def header_blocks(trust: Trust) -> list[Block]:
+    """What goes at the top: the code, a dirty tree, and the rules' version."""
+    blocks: list[Block] = []
+    if trust.allowed_dirty or trust.provenance.dirty_runs:
+        blocks.append(("p", "**Taken on a tree with uncommitted changes** (`--allow-dirty`): no single commit "
+                            "reproduces these runs exactly."))
+    blocks.append(("p", trust.provenance.sentence()))
+    blocks.append(("p", rules_sentence(trust.frozen_rules_versions)))
+    return blocks
+
+
+def rules_sentence(frozen_versions: tuple[int | None, ...]) -> str:
+    known = {version for version in frozen_versions if version is not None}
+    if not known:
+        return (f"Verdicts use rules version {RULES_VERSION}, the code's: these experiments were queued before "
+                "rules were frozen with a reproduction.")
+    if known == {RULES_VERSION}:
+        return f"Verdicts use rules version {RULES_VERSION}, frozen when the reproduction was queued, before its data."
+    return (f"Verdicts use rules version {RULES_VERSION}, newer than the version {', '.join(map(str, sorted(known)))} "
+            "frozen when the runs were queued: the report was rendered by newer code than took the runs "
+            "(see the project's history for what changed).")
+
+
+def _aa_row(check: AACheck) -> dict[str, Any]:
+    interval = check.interval
+    bounds = ("" if interval.ci95_low is None else
+              f" [{format_ratio(interval.ci95_low, 'x')}, {format_ratio(interval.ci95_high, 'x')}]")
+    return {
+        "cell": check.configuration, "experiments": f"{check.later_experiment} over {check.earlier_experiment}",
+        "req/s ratio": format_ratio(interval.ratio, "x") + bounds,
+        "verdict": (f"drifted (x{check.drift_factor:.2f})" if check.drifted
+                    else "agree" if interval.ci95_low is not None else "too few repeats to tell"),
+    }
+
+
+def section_blocks(trust: Trust) -> list[Block]:
+    """The section itself: A/A checks, then the machine's speed per run."""
+    blocks: list[Block] = [("h", 2, "How far to trust these figures")]
+    if trust.checks:
+        blocks.append(("p", "A/A checks: the same configuration measured in two experiments of this reproduction, "
+                            f"the later over the earlier (95% interval, log scale). They agree when the ratio stays "
+                            f"within {AA_TOLERANCE:.0%} of 1; when the whole interval lies beyond that, the machine "
+                            "drifted between them, and every ratio's interval is widened by that factor before it is "
+                            "judged, so a verdict that close to its threshold reads \"inconclusive\"."))
+        blocks.append(("table", pd.DataFrame([_aa_row(check) for check in trust.checks])))
+        if trust.drift > 1:
+            blocks.append(("p", f"**The machine drifted by a factor of {trust.drift:.2f}** between identical cells: "
+                                "verdicts were judged on intervals widened by it."))
+    else:
+        blocks.append(("p", "No configuration was measured twice in this reproduction, so no A/A check ran."))
+    blocks.extend(_speed_blocks(trust))
+    return blocks
+
+
+def _speed_blocks(trust: Trust) -> list[Block]:
+    measured = {run_id: index for run_id, index in trust.speed_by_run.items() if index is not None}
+    if not measured:
+        return [("p", "The runs carry no machine-speed calibration (taken before it existed).")]
+    off = sorted(run_id for run_id, index in measured.items() if off_median(index))
+    rows = [{"run": f"#{record['run_id']}", "experiment": record.get("preset"), "cell": record.get("cell_label"),
+             "round": record.get("repeat_index"), "machine speed": f"{measured[record['run_id']]:.2f}"}
+            for record in trust.records if record.get("run_id") in measured]
+    text = (f"Machine speed: a fixed CPU kernel timed before and after each run's load, as an index (1.00 = the "
+            f"median run; 0.80 = 20% slower). {len(off)} of {len(measured)} runs were more than "
+            f"{OFF_MEDIAN_TOLERANCE:.0%} off the median" + (f" ({', '.join(f'#{r}' for r in off)}), named in the "
+                                                              "verdicts that use them." if off else "."))
+    return [("p", text), ("table", pd.DataFrame(rows)), ("chart", "machine_speed", "Machine speed by run")]
+
+
+def speed_chart(trust: Trust) -> Any:
+    """The machine-speed index of each run in the order they ran (Plotly)."""
+    import plotly.graph_objects as go
+
+    runs = [r for r in trust.records if trust.speed_by_run.get(r.get("run_id")) is not None]
+    figure = go.Figure(go.Scatter(
+        x=[f"#{r['run_id']}" for r in runs], y=[trust.speed_by_run[r["run_id"]] for r in runs], mode="markers+lines",
+        text=[f"{r.get('preset')} {r.get('cell_label')}" for r in runs], name="machine speed",
+    ))
+    for bound in (1 - OFF_MEDIAN_TOLERANCE, 1 + OFF_MEDIAN_TOLERANCE):
+        figure.add_hline(y=bound, line_dash="dot", line_color="grey")
+    figure.update_layout(title="Machine speed by run (1.0 = median)", xaxis_title="run, in the order taken",
+                         yaxis_title="machine-speed index", showlegend=False)
+    return figure
