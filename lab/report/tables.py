@@ -12,7 +12,7 @@ from lab.analysis.aggregation import aggregate, vus_range
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.seed import SERVER_NAMES, SEED_EXPERIMENTS, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
 from lab.backends import SeedSetup, seed_setup_of
-from lab.report.formatting import format_rate, format_ratio, format_seconds, format_share, with_interval
+from lab.report.formatting import format_rate, format_ratio, format_seconds, with_interval
 from lab.report.seed_tables import our_table, seed_table
 
 __all__ = ["environment_table", "open_questions_table", "our_table", "problem_rows", "ratio_rows", "scaling_table",

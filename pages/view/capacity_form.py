@@ -30,7 +30,7 @@ from lab.execution.capacity_plan import (
 from lab.report.capacity_section import capacity_table, pareto_figure, search_figure
 from lab.analysis.slo import SloError
 from lab.specs.schema import BACKENDS, SpecError, format_validation_error
-from pages.common import RUNS_PAGE, flash, session, settings
+from pages.common import RUNS_PAGE, flash, session
 from pages.view.text import plain, show_plain
 
 LIVE_REFRESH_S = 5.0
