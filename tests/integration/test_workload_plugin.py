@@ -1,5 +1,5 @@
 """A workload registered in a test module alone (``tests/ui/test_workload_plugin.py``'s
-count-up) runs end to end: the CLI queues a preset on it, the runner prepares its request
+count-up) runs end to end: the CLI queues a (non-seed) preset on it, the runner prepares its request
 file and k6 replays it against the throwaway stub backend kind of
 ``test_backend_plugin.py``, and the Compare page shows its runs."""
 
@@ -44,7 +44,7 @@ def test_a_workload_registered_in_a_test_runs_through_the_worker_and_shows_in_co
     plugins: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = cli.main([
-        "run", "--preset", "seed-exp1", "--quick", "--json", "--set", f"backend={BACKEND}",
+        "run", "--preset", "engines-cpu", "--quick", "--json", "--set", f"grid.backend=[\"{BACKEND}\"]",
         "--set", f"workload.kind={KIND}", "--set", f"workload.{SECTION}.prompts=2", "--set", "grid.load.vus=[1]",
         "--set", "load.duration_s=3", "--set", "load.graceful_stop_s=5", "--set", "max_tokens=16",
     ])
@@ -58,8 +58,8 @@ def test_a_workload_registered_in_a_test_runs_through_the_worker_and_shows_in_co
     assert record["requests_ok"] > 0 and record["requests_failed"] == 0
     assert spec["workload"][SECTION] == {"prompts": 2, "start": 1}
 
-    # Compare draws the preset's table from the run and offers its rows, workload included, as CSV.
+    # Compare shows the run in its table of cells, with the workload's name, and offers it as CSV.
     app = open_page(PAGES["Compare"])
     shown = [str(value) for frame in app.dataframe for column in frame.value.columns for value in frame.value[column]]
-    assert BACKEND in shown
+    assert BACKEND in shown and KIND in shown
     assert f",{KIND}," in app.session_state["compare_raw_csv"]
