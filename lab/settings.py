@@ -58,6 +58,10 @@ class Settings(BaseSettings):
         description="an experiment in interleaved rounds keeps the backends it still needs started side by side "
                     "(instead of restarting one per cell) while at least this much memory stays free (GiB)",
     )
+    max_runs_per_launch: int = Field(
+        default=300, ge=1, le=100_000,
+        description="the most runs one launch (a preset, a grid, lab run) may queue: cells x repeats",
+    )
     contention_warning_cpu_percent: float = Field(
         default=25.0, ge=0,
         description="warn on a run during which other processes used more than this share of a core (%) on average",

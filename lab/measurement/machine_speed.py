@@ -25,18 +25,25 @@ from collections.abc import Mapping
 OFF_MEDIAN_TOLERANCE = 0.10
 KERNEL_TIMEOUT_S = 60.0
 
-# About a second on a quiet core of the project's machine. Fixed work, never fixed time: the
-# seconds it takes are the figure.
-_KERNEL = """
-import time, numpy
+# About a second on a quiet core of the project's machine, as 5 repetitions of a fixed piece of
+# work; the figure is their median (seconds for all five at that pace). Fixed work, never fixed
+# time: the seconds it takes are the figure. The median, not the mean: one repetition
+# interrupted by a stray process (the backend finishing an abandoned request) moves a mean
+# by 20% on two cores, while contention that lasts (a busy loop) slows every repetition.
+REPETITIONS = 5
+_KERNEL = f"""
+import statistics, time, numpy
 a = numpy.random.default_rng(0).standard_normal((256, 256), dtype=numpy.float32)
-start = time.perf_counter()
-for _ in range(600):
-    b = a @ a
-total = 0
-for i in range(3_000_000):
-    total += i & 7
-print(time.perf_counter() - start)
+seconds = []
+for _ in range({REPETITIONS}):
+    start = time.perf_counter()
+    for _ in range(120):
+        b = a @ a
+    total = 0
+    for i in range(600_000):
+        total += i & 7
+    seconds.append(time.perf_counter() - start)
+print(statistics.median(seconds) * {REPETITIONS})
 """
 
 _ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}

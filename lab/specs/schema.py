@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -275,6 +276,13 @@ class ExperimentSpec(StrictModel):
         for path, values in self.grid.items():
             if not values:
                 raise ValueError(f"grid axis {path!r} has no values")
+        # Counted before any cell is built: one launch must not queue (or validate) without bound.
+        cells = math.prod(len(values) for values in self.grid.values())
+        limit = get_settings().max_runs_per_launch
+        if cells * self.repeats > limit:
+            raise ValueError(f"this experiment would queue {cells * self.repeats:,} runs ({cells:,} cells x "
+                             f"{self.repeats} repeats); one launch may queue at most {limit:,} "
+                             "(setting LAB_MAX_RUNS_PER_LAUNCH)")
         self.expand()  # every cell must be a valid RunSpec
         return self
 

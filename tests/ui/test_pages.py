@@ -146,6 +146,19 @@ def test_grid_form_shows_validation_beside_the_field_and_queues_nothing(seed_lab
     assert "'two' is not a number" in [seen(error.value) for error in app.error]
 
 
+def test_grid_form_refuses_more_runs_than_one_launch_may_queue(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["New experiment"])
+    widget(app.multiselect, "grid_backends").set_value(["naive"]).run()
+    widget(app.text_input, "grid_vus").input(", ".join(str(vus) for vus in range(1, 401))).run()
+    before = len(runs_in_db(seed_lab))
+    widget(app.button, "launch_grid").click().run()
+    assert not app.exception
+    errors = [seen(error.value) for error in app.error]
+    assert any("would queue 400 runs (400 cells x 1 repeats); one launch may queue at most 300" in error
+               for error in errors), errors
+    assert len(runs_in_db(seed_lab)) == before
+
+
 def test_grid_form_launch_queues_one_run_per_cell(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["New experiment"])
     widget(app.multiselect, "grid_backends").set_value(["naive"]).run()

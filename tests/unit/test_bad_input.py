@@ -67,6 +67,9 @@ def stored_anything(data_dir: Path) -> bool:
         (["--set", "load.kind=constant-arrival-rate", "--set", "load.rate_per_s=0"], "load.rate_per_s"),
         (["--set", "grid.load.vus=[]"], "grid axis 'load.vus' has no values"),
         (["--set", "grid.load.vus=[1,0]"], "vus=0: load.vus"),
+        # 1,000 VU values x 10 repeats x 2 backends: refused before a cell is built, count and limit named.
+        (["--set", f"grid.load.vus={list(range(1, 1001))}", "--set", "repeats=10"],
+         "this experiment would queue 20,000 runs (2,000 cells x 10 repeats); one launch may queue at most 300"),
         (["--set", "load.nonsense=1"], "nonsense"),
         (["--set", "novalue"], "--set needs key=value"),
         (["--set", "workload.kind=custom"], "the custom workload needs a JSONL file"),
