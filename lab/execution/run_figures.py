@@ -55,7 +55,8 @@ def count_checks(
     Requests still in flight at the graceful stop were (partly) served but never counted by k6:
     the server may count each of them, and their tokens, without anything being wrong. Their
     prompts may be longer than the finished ones' (a chat's later turns carry the earlier ones),
-    hence :data:`IN_FLIGHT_PROMPT_FACTOR` times the mean prompt each."""
+    hence :data:`IN_FLIGHT_PROMPT_FACTOR` times the mean prompt each; when more requests were in
+    flight than finished, tokens are not compared at all."""
     interrupted = figures.get("requests_interrupted") or 0
     checks: dict[str, Any] = {}
     if cache is not None:
@@ -71,6 +72,10 @@ def count_checks(
             in_flight_allowance=interrupted,
         )
     completed = figures.get("requests_total") or 0
+    if interrupted > completed:
+        # Most of the server's work went to requests k6 never saw finish (a chat's long later
+        # turns, still running at the end): their tokens cannot be bounded from the finished ones.
+        return checks
     mean_prompt_tokens = (figures.get("input_tokens") or 0) / completed if completed else 0
     if backend["server_output_tokens"] is not None:
         checks["output_tokens"] = server_metrics.count_check(

@@ -25,25 +25,24 @@ from collections.abc import Mapping
 OFF_MEDIAN_TOLERANCE = 0.10
 KERNEL_TIMEOUT_S = 60.0
 
-# About a second on a quiet core of the project's machine, as 5 repetitions of a fixed piece of
-# work; the figure is their median (seconds for all five at that pace). Fixed work, never fixed
-# time: the seconds it takes are the figure. The median, not the mean: one repetition
-# interrupted by a stray process (the backend finishing an abandoned request) moves a mean
-# by 20% on two cores, while contention that lasts (a busy loop) slows every repetition.
-REPETITIONS = 5
+# About two seconds on a quiet core of the project's machine: 20 repetitions of a fixed piece
+# of work. Fixed work, never fixed time: the seconds it takes are the figure. Measured here
+# (BENCHMARKS.md, "Machine speed"), an idle 2-vCPU machine of this kind switches every few
+# seconds between two speeds about 1.5x apart, so a one-second sample is mostly luck; two
+# seconds before and two after the load average over several switches, while contention that
+# lasts (a busy loop, another tenant) slows all of it.
+REPETITIONS = 20
 _KERNEL = f"""
-import statistics, time, numpy
+import time, numpy
 a = numpy.random.default_rng(0).standard_normal((256, 256), dtype=numpy.float32)
-seconds = []
+start = time.perf_counter()
 for _ in range({REPETITIONS}):
-    start = time.perf_counter()
-    for _ in range(120):
+    for _ in range(60):
         b = a @ a
     total = 0
-    for i in range(600_000):
+    for i in range(300_000):
         total += i & 7
-    seconds.append(time.perf_counter() - start)
-print(statistics.median(seconds) * {REPETITIONS})
+print(time.perf_counter() - start)
 """
 
 _ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}

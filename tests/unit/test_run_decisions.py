@@ -136,3 +136,18 @@ def test_a_full_disk_frees_the_runs_regenerable_files_before_the_third_try() -> 
     assert freed["reason"] == "k6 was killed (k6.ndjson removed to free space for this record)"
     assert decisions.final_write_attempt(freed, attempt=3, problem="disk full")["reason"] == \
         "k6 was killed (k6.ndjson removed to free space for this record) (its figures could not be saved: disk full)"
+
+
+def test_count_checks_allow_for_requests_in_flight_and_skip_tokens_when_most_were() -> None:
+    from lab.execution.run_figures import count_checks
+
+    backend = {"server_e2e_requests": 40, "server_output_tokens": 5200, "server_prompt_tokens": 9000}
+    few_in_flight = {"requests_total": 32, "requests_interrupted": 8, "output_tokens": 4096, "input_tokens": 1600}
+    checks = count_checks(few_in_flight, backend=backend, cache=None, max_tokens=128)
+    assert checks["requests"]["in_flight_allowance"] == 8  # the server may count the 8 k6 abandoned
+    assert checks["output_tokens"]["in_flight_allowance"] == 8 * 128
+    assert checks["input_tokens"]["in_flight_allowance"] == 8 * 50 * 4  # 4 mean prompts each
+    # The seed's chat at quick scale here: 5 finished, 32 still running with long later turns.
+    mostly_in_flight = {"requests_total": 5, "requests_interrupted": 32, "output_tokens": 640, "input_tokens": 239}
+    checks = count_checks(mostly_in_flight, backend=backend, cache=None, max_tokens=128)
+    assert set(checks) == {"requests"}
