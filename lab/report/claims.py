@@ -39,7 +39,7 @@ from lab.report.claim_reasons import (
     explain_speedup_1vu,
     explain_vllm_growth,
 )
-from lab.report.formatting import format_ratio
+from lab.report.formatting import format_ratio, ratio_with_bounds
 from lab.report.verdicts import (  # noqa: F401 (re-exported: the verdicts belong with the claims they judge)
     HELD,
     INCONCLUSIVE,
@@ -276,14 +276,6 @@ def _load_caveat(preset: str, records: Sequence[dict[str, Any]]) -> str:
     return f" (measured at {', '.join(map(str, vus))} VUs, the seed at {seed_vus})"
 
 
-def _interval_text(measurement: Measurement, unit: str) -> str:
-    """' [low, high]', or '' without an interval or when its ends read the same as the figure."""
-    if measurement.ours_low is None or measurement.ours_high is None:
-        return ""
-    low, high = format_ratio(measurement.ours_low, unit), format_ratio(measurement.ours_high, unit)
-    return "" if low == high == format_ratio(measurement.ours, unit) else f" [{low}, {high}]"
-
-
 def _judged(claim: Claim, measurement: Measurement, drift: float) -> str:
     """The verdict over the figure's interval (stretched by the machine's drift for ratios)."""
     low, high = measurement.ours_low, measurement.ours_high
@@ -317,7 +309,7 @@ def evaluate_claims(
         records = records_by_preset.get(claim.preset, [])
         measurement = claim.measure(records)
         verdict = NOT_MEASURABLE if measurement.censored else _judged(claim, measurement, drift)
-        ours_text = format_ratio(measurement.ours, claim.unit) + _interval_text(measurement, claim.unit)
+        ours_text = ratio_with_bounds(measurement.ours, measurement.ours_low, measurement.ours_high, claim.unit)
         seed_text = format_ratio(measurement.seed, claim.unit) if measurement.seed is not None else "not stated"
         bound = None
         if verdict == NOT_MEASURED:

@@ -50,6 +50,16 @@ def format_ratio(value: float | None, unit: str) -> str:
     return f"{value:,.1f}x" if value >= 10 else f"{value:.2f}x"
 
 
+def ratio_with_bounds(value: float | None, low: float | None, high: float | None, unit: str) -> str:
+    """A ratio or share with its 95% interval: '5.15x [4.20x, 6.31x]'; the figure alone without
+    an interval, or when its ends read the same as the figure."""
+    text = format_ratio(value, unit)
+    if _missing(value) or low is None or high is None:
+        return text
+    low_text, high_text = format_ratio(low, unit), format_ratio(high, unit)
+    return text if low_text == high_text == text else f"{text} [{low_text}, {high_text}]"
+
+
 def with_interval(row: dict[str, Any], figure: str, formatter: Callable[[float | None], str]) -> str:
     """A figure of an aggregated row, formatted, with its 95% CI "[low, high]" when there are repeats."""
     text = formatter(row.get(figure))

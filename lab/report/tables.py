@@ -12,7 +12,7 @@ from lab.analysis.aggregation import aggregate, vus_range
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.seed import SERVER_NAMES, SEED_EXPERIMENTS, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
 from lab.backends import SeedSetup, seed_setup_of
-from lab.report.formatting import format_rate, format_ratio, format_seconds, with_interval
+from lab.report.formatting import format_rate, format_ratio, format_seconds, ratio_with_bounds, with_interval
 from lab.report.seed_tables import our_table, seed_table
 
 __all__ = ["environment_table", "open_questions_table", "our_table", "problem_rows", "ratio_rows", "scaling_table",
@@ -20,18 +20,13 @@ __all__ = ["environment_table", "open_questions_table", "our_table", "problem_ro
 
 
 def ours_text(found: Any, unit: str) -> str:
-    """A typed ratio or hit rate with its 95% interval: '5.15x [4.20x, 6.31x]' (no interval
-    under two repeats a side)."""
+    """A typed ratio or hit rate with its 95% interval (no interval under two repeats a side)."""
     if found is None:
         return format_ratio(None, unit)
     interval = getattr(found, "interval", None)
     low, high = ((interval.ci95_low, interval.ci95_high) if interval is not None
                  else (getattr(found, "ci95_low", None), getattr(found, "ci95_high", None)))
-    text = format_ratio(found.value, unit)
-    if low is None or high is None or found.value is None:
-        return text
-    low_text, high_text = format_ratio(low, unit), format_ratio(high, unit)
-    return text if low_text == high_text == text else f"{text} [{low_text}, {high_text}]"
+    return ratio_with_bounds(found.value, low, high, unit)
 
 
 def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
