@@ -6,7 +6,9 @@ the runs, and which code took them.
   give the same figures. Their ratio, with its interval, says whether the machine drifted
   between them; when the interval lies wholly outside ``1 +- AA_TOLERANCE``, the drift (the
   ratio, as a factor >= 1) widens every verdict's interval, so a verdict that close to its
-  threshold becomes inconclusive.
+  threshold becomes inconclusive. A check whose interval reaches beyond ``AA_TELLS_WITHIN``
+  either side cannot show agreement either (a busy machine, too few repeats): its point ratio
+  widens the verdicts the same way.
 - **Machine speed.** Each run times a fixed CPU kernel before and after its load
   (:mod:`lab.measurement.machine_speed`); relative to the median run, runs more than 10%
   off are named in the verdicts that use them.
@@ -28,6 +30,8 @@ from lab.measurement.machine_speed import off_median, run_calibration_s, speed_i
 
 # Identical cells whose ratio stays within this of 1 agree (their interval may still span more).
 AA_TOLERANCE = 0.10
+# A check whose interval reaches beyond this factor either side of 1 is too wide to tell.
+AA_TELLS_WITHIN = 1.5
 # What makes two cells the same configuration (with the spec's settings these columns carry).
 CONFIGURATION_KEYS = ("backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts",
                       "duration_s", "max_tokens")
@@ -54,9 +58,18 @@ class AACheck:
         return low > 1 + AA_TOLERANCE or high < 1 / (1 + AA_TOLERANCE)
 
     @property
+    def too_wide(self) -> bool:
+        """Not drifted, but the interval reaches so far from 1 that it cannot show agreement."""
+        low, high = self.interval.ci95_low, self.interval.ci95_high
+        if low is None or high is None or self.drifted:
+            return False
+        return low < 1 / AA_TELLS_WITHIN or high > AA_TELLS_WITHIN
+
+    @property
     def drift_factor(self) -> float:
-        """How far the machine moved between the two, as a factor >= 1 (1.0 when it did not drift)."""
-        if not self.drifted or not self.interval.ratio:
+        """How far the machine moved between the two, as a factor >= 1: the point ratio when the
+        check drifted or was too wide to tell, 1.0 when it agreed."""
+        if not (self.drifted or self.too_wide) or not self.interval.ratio:
             return 1.0
         return max(self.interval.ratio, 1 / self.interval.ratio)
 

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from lab.analysis.reproducibility import (
+    AA_TELLS_WITHIN,
     AA_TOLERANCE,
     AACheck,
     Provenance,
@@ -78,6 +79,7 @@ def _aa_row(check: AACheck) -> dict[str, Any]:
         "cell": check.configuration, "experiments": f"{check.later_experiment} over {check.earlier_experiment}",
         "req/s ratio": format_ratio(interval.ratio, "x") + bounds,
         "verdict": (f"drifted (x{check.drift_factor:.2f})" if check.drifted
+                    else f"too wide to tell (x{check.drift_factor:.2f})" if check.too_wide
                     else "agree" if interval.ci95_low is not None else "too few repeats to tell"),
     }
 
@@ -90,11 +92,13 @@ def section_blocks(trust: Trust) -> list[Block]:
                             f"the later over the earlier (95% interval, log scale). They agree when the ratio stays "
                             f"within {AA_TOLERANCE:.0%} of 1; when the whole interval lies beyond that, the machine "
                             "drifted between them, and every ratio's interval is widened by that factor before it is "
-                            "judged, so a verdict that close to its threshold reads \"inconclusive\"."))
+                            "judged, so a verdict that close to its threshold reads \"inconclusive\". An interval "
+                            f"reaching beyond {AA_TELLS_WITHIN:g}x either side of 1 cannot show agreement (a busy "
+                            "machine, too few repeats): its ratio widens the verdicts the same way."))
         blocks.append(("table", pd.DataFrame([_aa_row(check) for check in trust.checks])))
         if trust.drift > 1:
-            blocks.append(("p", f"**The machine drifted by a factor of {trust.drift:.2f}** between identical cells: "
-                                "verdicts were judged on intervals widened by it."))
+            blocks.append(("p", f"**The machine may have drifted by a factor of {trust.drift:.2f}** between "
+                                "identical cells: verdicts were judged on intervals widened by it."))
     else:
         blocks.append(("p", "No configuration was measured twice in this reproduction, so no A/A check ran."))
     blocks.extend(_speed_blocks(trust))

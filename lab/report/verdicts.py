@@ -16,14 +16,17 @@ NOT_MEASURABLE = "not measurable here"
 VERDICTS: tuple[str, ...] = (HELD, PARTLY, INCONCLUSIVE, NOT_HELD_HARDWARE, NOT_HELD, NOT_MEASURABLE, NOT_MEASURED)
 # The rules' version: a reproduction freezes the rules (with this) when it is queued, and its
 # report judges with those. Bump it with any change to VERDICT_RULES or to how they are applied.
-RULES_VERSION = 2
+# 3: an A/A check too wide to show agreement widens ratio intervals by its ratio.
+RULES_VERSION = 3
 
 
 def frozen_rules() -> dict[str, Any]:
     """The rules in force now, as an experiment stores them when it is queued."""
     return {"version": RULES_VERSION, "rules": {name: dict(rule) for name, rule in VERDICT_RULES.items()},
             "interval_rule": "held or did not hold only when the whole 95% interval lies on that side; "
-                             "inconclusive otherwise"}
+                             "inconclusive otherwise",
+            "drift_rule": "ratio intervals are widened by an A/A check's ratio when it drifted beyond 10% or its "
+                          "interval reaches beyond 1.5x either side of 1"}
 
 # The rules, as data. Each verdict names its rule; the report prints these parameters.
 VERDICT_RULES: dict[str, dict[str, Any]] = {

@@ -47,3 +47,17 @@ def test_provenance_lists_commits_and_dirty_runs() -> None:
                            {"run_id": 2, "lab_git_commit": "def456-dirty", "lab_git_dirty": True}])
     assert not mixed.one_clean_commit
     assert "2 lab commits (abc123, def456)" in mixed.sentence() and "#2" in mixed.sentence()
+
+
+def test_an_aa_check_too_wide_to_tell_widens_by_its_ratio():
+    from lab.analysis.reproducibility import AACheck
+    from lab.analysis.statistics import RatioInterval
+
+    def check(ratio, low, high):
+        return AACheck("cell", "seed-exp1", "seed-exp2", "req_per_s", RatioInterval(ratio, low, high, 3, 3, "paired log"))
+
+    busy = check(2.93, 0.07, 132.1)
+    assert busy.too_wide and not busy.drifted and busy.drift_factor == pytest.approx(2.93)
+    quiet = check(0.94, 0.80, 1.09)
+    assert not quiet.too_wide and quiet.drift_factor == 1.0
+    assert drift_factor([quiet, busy]) == pytest.approx(2.93)
