@@ -21,13 +21,25 @@ class RedisUnavailable(Exception):
     """Redis could not answer in time (refused, closed, timed out or error reply)."""
 
 
+class RedisWrongType(Exception):
+    """Redis answered, but the key holds another type (a list, a hash...) than the command
+    reads: the entry is bad, Redis is fine (not a :class:`RedisUnavailable`)."""
+
+
+def _error_reply(message: str) -> Exception:
+    """The exception an error reply stands for: WRONGTYPE is about the key, not Redis."""
+    if message.startswith("WRONGTYPE"):
+        return RedisWrongType(message)
+    return RedisUnavailable(message)
+
+
 class _Incomplete(Exception):
     pass
 
 
 def _parse_resp(buffer: bytes | bytearray, position: int) -> tuple[Any, int]:
     """Parse one RESP2 reply at ``position``; raise :class:`_Incomplete` when more bytes
-    are needed. Error replies come back as :class:`RedisUnavailable` instances."""
+    are needed. Error replies come back as exception instances (:func:`_error_reply`)."""
     line_end = buffer.find(b"\r\n", position)
     if line_end < 0:
         raise _Incomplete
@@ -47,7 +59,7 @@ def _parse_resp(buffer: bytes | bytearray, position: int) -> tuple[Any, int]:
     if kind == 0x3A:  # : integer
         return int(header), after
     if kind == 0x2D:  # - error
-        return RedisUnavailable(header.decode("utf-8", "replace")), after
+        return _error_reply(header.decode("utf-8", "replace")), after
     if kind == 0x2A:  # * array
         count = int(header)
         if count < 0:
@@ -104,7 +116,7 @@ class _RespProtocol(asyncio.Protocol):
                 continue
             future = self.pending.popleft()
             if not future.done():  # a timed-out caller left; keep FIFO order anyway
-                if isinstance(reply, RedisUnavailable):
+                if isinstance(reply, Exception):
                     future.set_exception(reply)
                 else:
                     future.set_result(reply)
@@ -174,7 +186,7 @@ class PipelinedRedis:
             reply = await asyncio.wait_for(future, timeout=max(self.timeout_s, 1.0))
         except asyncio.TimeoutError as error:
             raise RedisUnavailable(f"Redis did not answer {parts[0]!r} in time") from error
-        if isinstance(reply, RedisUnavailable):
+        if isinstance(reply, Exception):
             raise reply
         return reply
 
@@ -292,6 +304,10 @@ class PipelinedRedis:
             raise
         tier.finish_fill(key, token, value, int(ttl_ms))
         return value
+
+    async def unlink(self, key: str) -> None:
+        """UNLINK key (whatever its type)."""
+        await self.execute(b"UNLINK", key)
 
     async def set(self, key: str, value: bytes, *, ttl_s: int | None = None) -> None:
         """SET key value [EX ttl_s]."""

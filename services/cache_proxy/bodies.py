@@ -1,0 +1,161 @@
+"""Request bodies under hostile clients: read under a size limit and a deadline, and keyed
+off the event loop when large.
+
+- **Size**: a ``Content-Length`` over the limit is refused before a byte of the body is
+  read; a body without one (chunked) is counted as it arrives and refused once it passes
+  the limit. Either way the client gets 413 (:func:`send_too_large`), and what it still
+  sends is read and thrown away for a bounded time, so a client that writes its whole body
+  before reading (httpx, requests) sees the 413 rather than a reset connection.
+- **Time**: the whole body must arrive within a deadline (a client sending one byte a
+  second holds nothing for long): 408 and the connection closed.
+- **Keying**: parsing and hashing a body of megabytes holds the interpreter (``json.loads``
+  and ``json.dumps`` run in C without releasing the GIL, so a thread would not help): bodies
+  from :data:`OFF_LOOP_KEY_MIN_BYTES` up are keyed in a worker process
+  (:class:`OffLoopKeyer`), which sends back only the small :class:`KeyedRequest`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from services.cache_proxy.keys import KeyedRequest, UnkeyableBody, key_request
+from services.cache_proxy.responses import Receive, Send, error_body
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_BODY_TIMEOUT_S = 10.0
+# Below this a body is keyed on the loop (a 64 KiB chat body takes about a millisecond);
+# from it up, in the worker process (a round trip of about a millisecond).
+OFF_LOOP_KEY_MIN_BYTES = 64 * 1024
+# After a 413, what the client still sends is read and dropped for at most this long.
+DRAIN_AFTER_REFUSAL_S = 5.0
+
+
+class BodyTooLarge(Exception):
+    """The body (or its declared length) is over the limit."""
+
+
+class BodyReadTimeout(Exception):
+    """The body did not arrive within the deadline."""
+
+
+class ClientGone(Exception):
+    """The client left before its request was read."""
+
+
+def declared_body_bytes(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
+    """The request's ``Content-Length``, or None without one (or when it is not a number:
+    the server has refused such a request before the app sees it)."""
+    for name, value in headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def read_limited_body(
+    receive: Receive, headers: Iterable[tuple[bytes, bytes]], *, max_body_bytes: int, timeout_s: float,
+) -> bytes:
+    """The whole request body; raise :class:`BodyTooLarge` (before reading when the
+    declared length is over ``max_body_bytes``), :class:`BodyReadTimeout` when it took more
+    than ``timeout_s`` in all, or :class:`ClientGone`."""
+    declared = declared_body_bytes(headers)
+    if declared is not None and declared > max_body_bytes:
+        raise BodyTooLarge(f"the body declares {declared} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            body = message.get("body", b"")
+            if not message.get("more_body", False):
+                if len(body) > max_body_bytes:
+                    raise BodyTooLarge(f"the body holds more than {max_body_bytes} bytes")
+                return body
+            return await _read_rest(receive, body, max_body_bytes=max_body_bytes)
+    except TimeoutError:
+        raise BodyReadTimeout(f"the body did not arrive within {timeout_s:g} s") from None
+
+
+async def _read_rest(receive: Receive, first: bytes, *, max_body_bytes: int) -> bytes:
+    chunks = [first]
+    received_bytes = len(first)
+    more_body = True
+    while more_body:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        received_bytes += len(chunk)
+        if received_bytes > max_body_bytes:
+            raise BodyTooLarge(f"the body holds more than {max_body_bytes} bytes")
+        chunks.append(chunk)
+        more_body = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+async def send_too_large(send: Send, receive: Receive, *, max_body_bytes: int) -> None:
+    """Answer 413 and close; meanwhile read and drop what the client still sends (for
+    :data:`DRAIN_AFTER_REFUSAL_S` at most), so it sees the answer, not a reset."""
+    body = error_body(f"the request body is over the proxy's limit of {max_body_bytes} bytes",
+                      "request_too_large")
+    await send({"type": "http.response.start", "status": 413, "headers": _closing_headers(body)})
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+    try:
+        async with asyncio.timeout(DRAIN_AFTER_REFUSAL_S):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    break
+    except TimeoutError:
+        pass
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def send_read_timeout(send: Send, message: str) -> None:
+    """Answer 408 and close the connection."""
+    body = error_body(message, "request_timeout")
+    await send({"type": "http.response.start", "status": 408, "headers": _closing_headers(body)})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _closing_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+            (b"connection", b"close")]
+
+
+class OffLoopKeyer:
+    """Keys large bodies in one worker process (started on first use, replaced if it dies)."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def key(
+        self, raw_body: bytes, *, upstream_identity: str, path: str, namespace: str, requester: str | None,
+    ) -> KeyedRequest:
+        """:func:`~services.cache_proxy.keys.key_request` in the worker; raise
+        :class:`UnkeyableBody` (also when the worker died on this body)."""
+        if self._pool is None:
+            # spawn: a fresh interpreter, never a fork of a process holding server threads.
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        pool = self._pool
+        try:
+            future = pool.submit(key_request, raw_body, upstream_identity=upstream_identity, path=path,
+                                 namespace=namespace, requester=requester)
+            return await asyncio.wrap_future(future)
+        except BrokenProcessPool as error:
+            if self._pool is pool:
+                self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise UnkeyableBody(f"the body could not be keyed: {error}") from error
+
+    def close(self) -> None:
+        """Stop the worker process."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
