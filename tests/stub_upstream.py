@@ -14,6 +14,8 @@ fields, so a misbehaving request has the same cache key as a normal one):
   seconds later (as vLLM does while its first token is computed)
 - ``x-stub-response-header: Name: value`` add that header to the answer (``Retry-After``,
   ``Cache-Control: no-store``, ``Set-Cookie``, ...)
+- ``x-stub-token-delay-s: F`` (plain answers) "generate" one word every F seconds, and stop
+  as soon as the client leaves, as a model server does
 
 Started with ``--api-keys K1,K2``, it checks credentials like a real hosted API: a
 request must carry one known key (``Authorization: Bearer K``, ``api-key: K`` or
@@ -21,8 +23,10 @@ request must carry one known key (``Authorization: Bearer K``, ``api-key: K`` or
 was produced for in ``system_fingerprint`` (``key-<index>``, never the key itself).
 
 Each answer names its call number (``stub answer #N``), so a second real generation is
-told apart from a replay. ``GET /stub/calls`` returns ``{"completions": N}``;
-``POST /stub/reset`` zeroes it.
+told apart from a replay. ``GET /stub/calls`` returns ``{"completions": N, "tokens": T,
+"abandoned": A}``: the words generated (a stream's chunks, the words of a
+``x-stub-token-delay-s`` answer) and the generations stopped because the client left;
+``POST /stub/reset`` zeroes them.
 
 Run: ``python -m tests.stub_upstream --port N [--api-keys K1,K2]``.
 """
@@ -46,6 +50,29 @@ STUB_MODEL = "stub-model"
 
 class _Counter:
     completions = 0
+    tokens = 0
+    abandoned = 0
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Return once the client has gone (the body is read, so the next message says so)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _generate_slowly(request: Request, words: list[str], token_delay_s: float) -> bool:
+    """Count one word every ``token_delay_s``; False (abandoned) when the client left first."""
+    gone = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        for _ in words:
+            await asyncio.wait({gone}, timeout=token_delay_s)
+            if gone.done():
+                _Counter.abandoned += 1
+                return False
+            _Counter.tokens += 1
+        return True
+    finally:
+        gone.cancel()
 
 
 def _json_response(document: Any, status_code: int = 200) -> Response:
@@ -152,6 +179,17 @@ async def _answer(request: Request) -> Response:
         send_done = headers.get("x-stub-no-done") != "1"
 
         async def events() -> AsyncIterator[bytes]:
+            finished = False
+            try:
+                async for chunk in chunks():
+                    _Counter.tokens += 1
+                    yield chunk
+                finished = True
+            finally:
+                if not finished:
+                    _Counter.abandoned += 1
+
+        async def chunks() -> AsyncIterator[bytes]:
             if first_chunk_delay_s:
                 await asyncio.sleep(first_chunk_delay_s)
             for index, word in enumerate(words):
@@ -184,6 +222,9 @@ async def _answer(request: Request) -> Response:
                 yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+    token_delay_s = _header_number(headers, "x-stub-token-delay-s", 0)
+    if token_delay_s and not await _generate_slowly(request, words, token_delay_s):
+        return Response(status_code=499)  # nobody reads it
     text = " ".join(words)
     choice = (
         {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
@@ -205,12 +246,13 @@ async def _models(request: Request) -> Response:
 
 
 async def _calls(request: Request) -> Response:
-    return _json_response({"completions": _Counter.completions})
+    return _json_response({"completions": _Counter.completions, "tokens": _Counter.tokens,
+                           "abandoned": _Counter.abandoned})
 
 
 async def _reset(request: Request) -> Response:
-    _Counter.completions = 0
-    return _json_response({"completions": 0})
+    _Counter.completions = _Counter.tokens = _Counter.abandoned = 0
+    return _json_response({"completions": 0, "tokens": 0, "abandoned": 0})
 
 
 def build_app(*, api_keys: tuple[str, ...] = ()) -> Starlette:
