@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -31,7 +32,12 @@ from services.cache_proxy.metrics import ProxyMetrics
 from services.cache_proxy.policy import XCache
 from services.cache_proxy.resp import RedisUnavailable, RedisWrongType, _parse_resp
 from services.cache_proxy.responses import prepared_hit
-from services.cache_proxy.serving import SETTINGS_ENVIRONMENT_VARIABLE, app_from_environment, settings_to_environment
+from services.cache_proxy.serving import (
+    SERVERS,
+    SETTINGS_ENVIRONMENT_VARIABLE,
+    app_from_environment,
+    settings_to_environment,
+)
 
 ANSWER = json.dumps({"choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}]}).encode()
 STREAM = (b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n'
@@ -254,3 +260,32 @@ def test_granian_workers_build_the_same_proxy_from_the_environment(monkeypatch: 
     monkeypatch.setenv(SETTINGS_ENVIRONMENT_VARIABLE, settings_to_environment(config))
     assert app_from_environment().config == config
     assert SETTINGS_ENVIRONMENT_VARIABLE not in __import__("os").environ
+
+
+def test_the_catalog_passes_the_proxy_server_through(tmp_path: Path) -> None:
+    from services.catalog import build_service, cache_proxy_config
+
+    for server in SERVERS:
+        config = cache_proxy_config(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:2/0", server=server)
+        argv = build_service("cache-proxy", config, log_path=tmp_path / "p.log", port=1).resolved_argv()
+        assert argv[argv.index("--server") + 1] == server
+    with pytest.raises(ValueError, match="uvicorn"):
+        cache_proxy_config(upstream_url="http://u", redis_url="redis://r", server="gunicorn")
+
+
+def test_granian_wins_only_when_faster_at_an_equal_or_better_p99() -> None:
+    from benchmarks.asgi_servers import verdicts
+
+    def runs(lab_granian: tuple[float, float]) -> dict[str, list[dict[str, float]]]:
+        def figures(req_per_s: float, p99_ms: float) -> list[dict[str, float]]:
+            return [{"req_per_s": req_per_s, "latency_p99_ms": p99_ms}]
+
+        return {"seed": figures(5000, 30), "bare-uvicorn": figures(15000, 9), "bare-granian": figures(18000, 8),
+                "lab-uvicorn": figures(14000, 9.5), "lab-granian": figures(*lab_granian)}
+
+    assert verdicts(runs((16000, 9.0)))["winner"] == "granian"
+    assert verdicts(runs((16000, 9.6)))["winner"] == "uvicorn"  # faster, but a worse p99
+    assert verdicts(runs((13000, 5.0)))["winner"] == "uvicorn"
+    result = verdicts(runs((16000, 9.0)))
+    assert result["targets"]["granian"]["vs_seed_req_per_s"] == pytest.approx(3.2)
+    assert result["targets"]["granian"]["p99_over_seed_p99"] == pytest.approx(0.3)
