@@ -38,6 +38,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -139,6 +140,73 @@ async def _completions(request: Request) -> Response:
     return response
 
 
+@dataclass
+class _Answer:
+    """What every chunk of one answer repeats."""
+
+    answer_id: str
+    created: int
+    model: str
+    fingerprint: str | None
+    is_chat: bool
+
+
+def _stream_answer(
+    headers: Mapping[str, str], body: dict[str, Any], words: list[str], finish_reason: str, answer: _Answer
+) -> StreamingResponse:
+    """The answer as an SSE stream, one word a chunk (misbehaving as the headers ask)."""
+    stream_options = body.get("stream_options")
+    include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+    chunk_delay_s = _header_number(headers, "x-stub-chunk-delay-s", 0)
+    first_chunk_delay_s = _header_number(headers, "x-stub-first-chunk-delay-s", 0)
+    break_stream = headers.get("x-stub-break-stream") == "1"
+    send_done = headers.get("x-stub-no-done") != "1"
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        document = {"id": answer.answer_id, "object": "chat.completion.chunk", "created": answer.created,
+                    "model": answer.model, "system_fingerprint": answer.fingerprint, "choices": choices, **extra}
+        return b"data: " + json.dumps(document).encode() + b"\n\n"
+
+    async def events() -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            async for chunk in chunks():
+                _Counter.tokens += 1
+                yield chunk
+            finished = True
+        finally:
+            if not finished:
+                _Counter.abandoned += 1
+
+    async def chunks() -> AsyncIterator[bytes]:
+        if first_chunk_delay_s:
+            await asyncio.sleep(first_chunk_delay_s)
+        for index, word in enumerate(words):
+            piece = word if index == 0 else " " + word
+            choice: dict[str, Any] = (
+                {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+                if answer.is_chat
+                else {"index": 0, "text": piece, "finish_reason": None}
+            )
+            yield event([choice])
+            if chunk_delay_s:
+                await asyncio.sleep(chunk_delay_s)
+            if break_stream and index >= 1:
+                raise RuntimeError("stub: breaking the stream on purpose")
+        final_choice: dict[str, Any] = (
+            {"index": 0, "delta": {}, "finish_reason": finish_reason}
+            if answer.is_chat
+            else {"index": 0, "text": "", "finish_reason": finish_reason}
+        )
+        yield event([final_choice])
+        if include_usage:
+            yield event([], usage=_usage(body, len(words)))
+        if send_done:
+            yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 async def _answer(request: Request) -> Response:
     headers = request.headers
     delay_s = _header_number(headers, "x-stub-delay-s", 0)
@@ -170,58 +238,9 @@ async def _answer(request: Request) -> Response:
     if headers.get("x-stub-no-choices") == "1":
         return _json_response({"id": answer_id, "object": "chat.completion", "model": model, "choices": [],
                              "system_fingerprint": fingerprint})
+    answer = _Answer(answer_id, created, model, fingerprint, is_chat)
     if body.get("stream") is True:
-        stream_options = body.get("stream_options")
-        include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
-        chunk_delay_s = _header_number(headers, "x-stub-chunk-delay-s", 0)
-        first_chunk_delay_s = _header_number(headers, "x-stub-first-chunk-delay-s", 0)
-        break_stream = headers.get("x-stub-break-stream") == "1"
-        send_done = headers.get("x-stub-no-done") != "1"
-
-        async def events() -> AsyncIterator[bytes]:
-            finished = False
-            try:
-                async for chunk in chunks():
-                    _Counter.tokens += 1
-                    yield chunk
-                finished = True
-            finally:
-                if not finished:
-                    _Counter.abandoned += 1
-
-        async def chunks() -> AsyncIterator[bytes]:
-            if first_chunk_delay_s:
-                await asyncio.sleep(first_chunk_delay_s)
-            for index, word in enumerate(words):
-                piece = word if index == 0 else " " + word
-                choice: dict[str, Any] = (
-                    {"index": 0, "delta": {"content": piece}, "finish_reason": None}
-                    if is_chat
-                    else {"index": 0, "text": piece, "finish_reason": None}
-                )
-                chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                         "system_fingerprint": fingerprint, "choices": [choice]}
-                yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
-                if chunk_delay_s:
-                    await asyncio.sleep(chunk_delay_s)
-                if break_stream and index >= 1:
-                    raise RuntimeError("stub: breaking the stream on purpose")
-            final_choice: dict[str, Any] = (
-                {"index": 0, "delta": {}, "finish_reason": finish_reason}
-                if is_chat
-                else {"index": 0, "text": "", "finish_reason": finish_reason}
-            )
-            final = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "system_fingerprint": fingerprint, "choices": [final_choice]}
-            yield b"data: " + json.dumps(final).encode() + b"\n\n"
-            if include_usage:
-                usage_chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [], "usage": _usage(body, len(words))}
-                yield b"data: " + json.dumps(usage_chunk).encode() + b"\n\n"
-            if send_done:
-                yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return _stream_answer(headers, body, words, finish_reason, answer)
     token_delay_s = _header_number(headers, "x-stub-token-delay-s", 0)
     if token_delay_s and not await _generate_slowly(request, words, token_delay_s):
         return Response(status_code=499)  # nobody reads it

@@ -295,16 +295,17 @@ class CacheProxy:
         another process (:class:`~services.cache_proxy.bodies.OffLoopKeyer`), so the loop
         keeps serving hits meanwhile.
         """
+        if len(raw_body) > PARSED_REQUEST_MEMO_MAX_BODY_BYTES:  # not hashed for the memo either
+            if len(raw_body) >= self.config.off_loop_key_min_bytes:
+                return await self.keyer.key(raw_body, upstream_identity=self.upstream_identity, path=path,
+                                            namespace=self.config.namespace, requester=requester)
+            return key_request(raw_body, upstream_identity=self.upstream_identity, path=path,
+                               namespace=self.config.namespace, requester=requester)
         memo_key = (path, requester, raw_body)
         keyed = self._keyed_requests.get(memo_key)
-        if keyed is not None:
-            return keyed
-        if len(raw_body) >= self.config.off_loop_key_min_bytes:
-            return await self.keyer.key(raw_body, upstream_identity=self.upstream_identity, path=path,
-                                        namespace=self.config.namespace, requester=requester)
-        keyed = key_request(raw_body, upstream_identity=self.upstream_identity, path=path,
-                            namespace=self.config.namespace, requester=requester)
-        if len(raw_body) <= PARSED_REQUEST_MEMO_MAX_BODY_BYTES:
+        if keyed is None:
+            keyed = key_request(raw_body, upstream_identity=self.upstream_identity, path=path,
+                                namespace=self.config.namespace, requester=requester)
             if len(self._keyed_requests) >= PARSED_REQUEST_MEMO_ENTRIES:
                 self._keyed_requests.clear()
             self._keyed_requests[memo_key] = keyed

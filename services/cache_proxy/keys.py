@@ -171,7 +171,8 @@ def _nesting_depth_at_most(value: Any, limit: int) -> bool:
             continue
         if depth > limit:
             return False
-        stack.extend((child, depth + 1) for child in children)
+        # Only containers go on the stack: a list of millions of numbers costs no tuples.
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return True
 
 
