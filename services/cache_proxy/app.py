@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.cache_proxy.bodies import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
+    BodyDeadlines,
     BodyReadTimeout,
     BodyTooLarge,
     ClientGone,
@@ -104,6 +105,7 @@ class CacheProxy:
         )
         self.flights = UpstreamFlights(upstream_url=self.upstream_url, metrics=self.metrics, store=self._store)
         self.keyer = OffLoopKeyer()
+        self.body_deadlines = BodyDeadlines(config.body_timeout_s)
         self._keyed_requests: dict[tuple[str, str | None, bytes], KeyedRequest] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -186,7 +188,7 @@ class CacheProxy:
         """The request body, or None once the request was refused (413, 408) or the client left."""
         try:
             return await read_limited_body(receive, scope["headers"], max_body_bytes=self.config.max_body_bytes,
-                                           timeout_s=self.config.body_timeout_s)
+                                           deadlines=self.body_deadlines)
         except BodyTooLarge:
             self.metrics.refused_bodies.inc()
             await send_too_large(send, receive, max_body_bytes=self.config.max_body_bytes)

@@ -7,7 +7,7 @@ off the event loop when large.
   sends is read and thrown away for a bounded time, so a client that writes its whole body
   before reading (httpx, requests) sees the 413 rather than a reset connection.
 - **Time**: the whole body must arrive within a deadline (a client sending one byte a
-  second holds nothing for long): 408 and the connection closed.
+  second holds nothing for long): 408 and the connection closed (:class:`BodyDeadlines`).
 - **Keying**: parsing and hashing a body of megabytes holds the interpreter (``json.loads``
   and ``json.dumps`` run in C without releasing the GIL, so a thread would not help): bodies
   from :data:`OFF_LOOP_KEY_MIN_BYTES` up are keyed in a worker process
@@ -21,6 +21,7 @@ import multiprocessing
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 from services.cache_proxy.keys import KeyedRequest, UnkeyableBody, key_request
 from services.cache_proxy.responses import Receive, Send, error_body
@@ -58,28 +59,77 @@ def declared_body_bytes(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
+class BodyDeadlines:
+    """Cancels body reads that have taken longer than ``timeout_s``.
+
+    One timer checks every read in progress a few times per deadline, so a read costs a
+    dict entry, not a timer of its own (the hit path reads a body on every request). A
+    read is cancelled between ``timeout_s`` and ``1.25 * timeout_s`` after it started.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.check_interval_s = min(1.0, timeout_s / 4)
+        self._started_at: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, task: asyncio.Task[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        self._started_at[task] = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_later(self.check_interval_s, self._check)
+
+    def finish(self, task: asyncio.Task[Any]) -> None:
+        self._started_at.pop(task, None)
+
+    def expired(self, task: asyncio.Task[Any]) -> bool:
+        """True (once) when this deadline cancelled ``task``."""
+        if task in self._expired:
+            self._expired.discard(task)
+            return True
+        return False
+
+    def _check(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for task, started_at in list(self._started_at.items()):
+            if now - started_at >= self.timeout_s:
+                del self._started_at[task]
+                self._expired.add(task)
+                task.cancel()
+        self._timer = loop.call_later(self.check_interval_s, self._check) if self._started_at else None
+
+
 async def read_limited_body(
-    receive: Receive, headers: Iterable[tuple[bytes, bytes]], *, max_body_bytes: int, timeout_s: float,
+    receive: Receive, headers: Iterable[tuple[bytes, bytes]], *, max_body_bytes: int, deadlines: BodyDeadlines,
 ) -> bytes:
     """The whole request body; raise :class:`BodyTooLarge` (before reading when the
-    declared length is over ``max_body_bytes``), :class:`BodyReadTimeout` when it took more
-    than ``timeout_s`` in all, or :class:`ClientGone`."""
+    declared length is over ``max_body_bytes``), :class:`BodyReadTimeout` when it took
+    longer than ``deadlines`` allow, or :class:`ClientGone`."""
     declared = declared_body_bytes(headers)
     if declared is not None and declared > max_body_bytes:
         raise BodyTooLarge(f"the body declares {declared} bytes")
+    task = asyncio.current_task()
+    assert task is not None
+    deadlines.start(task)
     try:
-        async with asyncio.timeout(timeout_s):
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            body = message.get("body", b"")
-            if not message.get("more_body", False):
-                if len(body) > max_body_bytes:
-                    raise BodyTooLarge(f"the body holds more than {max_body_bytes} bytes")
-                return body
-            return await _read_rest(receive, body, max_body_bytes=max_body_bytes)
-    except TimeoutError:
-        raise BodyReadTimeout(f"the body did not arrive within {timeout_s:g} s") from None
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        body = message.get("body", b"")
+        if not message.get("more_body", False):
+            if len(body) > max_body_bytes:
+                raise BodyTooLarge(f"the body holds more than {max_body_bytes} bytes")
+            return body
+        return await _read_rest(receive, body, max_body_bytes=max_body_bytes)
+    except asyncio.CancelledError:
+        if deadlines.expired(task):
+            task.uncancel()
+            raise BodyReadTimeout(f"the body did not arrive within {deadlines.timeout_s:g} s") from None
+        raise
+    finally:
+        deadlines.finish(task)
 
 
 async def _read_rest(receive: Receive, first: bytes, *, max_body_bytes: int) -> bytes:

@@ -28,40 +28,45 @@ SETTINGS_ENVIRONMENT_VARIABLE = "LAB_CACHE_PROXY_SETTINGS"
 
 
 def header_timeout_protocol(header_timeout_s: float) -> type:
-    """uvicorn's httptools protocol with a deadline on each request's headers."""
+    """uvicorn's httptools protocol with a deadline on each request's headers.
+
+    The clock starts when the connection opens and at the first byte of each request,
+    and stops when its headers are complete. One timer per connection checks it (at the
+    deadline, or every ``header_timeout_s`` while no request is being received), so a
+    request costs two attribute writes, not a timer of its own.
+    """
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class HeaderTimeoutProtocol(HttpToolsProtocol):
-        _header_timer: Any = None
+        _headers_since: float | None = None
+        _header_check: Any = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._arm_header_timer()
+            self._headers_since = self.loop.time()
+            self._header_check = self.loop.call_later(header_timeout_s, self._check_headers)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._arm_header_timer()
+            self._headers_since = self.loop.time()
 
         def on_headers_complete(self) -> None:
-            self._cancel_header_timer()
+            self._headers_since = None
             super().on_headers_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._cancel_header_timer()
+            if self._header_check is not None:
+                self._header_check.cancel()
             super().connection_lost(exc)
 
-        def _arm_header_timer(self) -> None:
-            self._cancel_header_timer()
-            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_too_slow)
-
-        def _cancel_header_timer(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _headers_too_slow(self) -> None:
-            self._header_timer = None
+        def _check_headers(self) -> None:
+            self._header_check = None
             if self.transport.is_closing():
+                return
+            since = self._headers_since
+            left_s = header_timeout_s if since is None else since + header_timeout_s - self.loop.time()
+            if left_s > 0:
+                self._header_check = self.loop.call_later(left_s, self._check_headers)
                 return
             if self.cycle is None or self.cycle.response_complete:
                 self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
