@@ -21,10 +21,11 @@ import multiprocessing
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from typing import Any
 
 from services.cache_proxy.keys import KeyedRequest, UnkeyableBody, key_request
-from services.cache_proxy.responses import Receive, Send, error_body
+from services.cache_proxy.responses import Message, Receive, Send, error_body
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_BODY_TIMEOUT_S = 10.0
@@ -70,34 +71,34 @@ class BodyDeadlines:
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.check_interval_s = min(1.0, timeout_s / 4)
-        self._started_at: dict[asyncio.Task[Any], float] = {}
-        self._expired: set[asyncio.Task[Any]] = set()
+        # What a read's deadline cancels: the reading task, or a future it races against.
+        self._started_at: dict[asyncio.Future[Any], float] = {}
+        self._expired: set[asyncio.Future[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
 
-    def start(self, task: asyncio.Task[Any]) -> None:
+    def start(self, read: asyncio.Future[Any]) -> None:
+        """A read began; ``read`` is cancelled if it is still going at the deadline."""
         loop = asyncio.get_running_loop()
-        self._started_at[task] = loop.time()
+        self._started_at[read] = loop.time()
         if self._timer is None:
             self._timer = loop.call_later(self.check_interval_s, self._check)
 
-    def finish(self, task: asyncio.Task[Any]) -> None:
-        self._started_at.pop(task, None)
+    def finish(self, read: asyncio.Future[Any]) -> None:
+        self._started_at.pop(read, None)
+        self._expired.discard(read)
 
-    def expired(self, task: asyncio.Task[Any]) -> bool:
-        """True (once) when this deadline cancelled ``task``."""
-        if task in self._expired:
-            self._expired.discard(task)
-            return True
-        return False
+    def expired(self, read: asyncio.Future[Any]) -> bool:
+        """True when this deadline cancelled ``read``."""
+        return read in self._expired
 
     def _check(self) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        for task, started_at in list(self._started_at.items()):
+        for read, started_at in list(self._started_at.items()):
             if now - started_at >= self.timeout_s:
-                del self._started_at[task]
-                self._expired.add(task)
-                task.cancel()
+                del self._started_at[read]
+                self._expired.add(read)
+                read.cancel()
         self._timer = loop.call_later(self.check_interval_s, self._check) if self._started_at else None
 
 
@@ -111,19 +112,20 @@ async def read_limited_body(
     if declared is not None and declared > max_body_bytes:
         raise BodyTooLarge(f"the body declares {declared} bytes")
     task = asyncio.current_task()
-    if task is None:  # not run as an asyncio task (a server stepping the coroutine itself): no deadline
-        return await _read_rest(receive, b"", max_body_bytes=max_body_bytes)
+    if type(task) is not asyncio.Task:
+        # Not a task cancel() can interrupt (granian steps the app with its own scheduler,
+        # whose cancel does nothing): each receive is raced against the deadline instead.
+        expiry = asyncio.get_running_loop().create_future()
+        deadlines.start(expiry)
+        try:
+            return await _read_all(partial(_first_of, receive, expiry), max_body_bytes=max_body_bytes)
+        except BodyReadTimeout:
+            raise BodyReadTimeout(f"the body did not arrive within {deadlines.timeout_s:g} s") from None
+        finally:
+            deadlines.finish(expiry)
     deadlines.start(task)
     try:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        body = message.get("body", b"")
-        if not message.get("more_body", False):
-            if len(body) > max_body_bytes:
-                raise BodyTooLarge(f"the body holds more than {max_body_bytes} bytes")
-            return body
-        return await _read_rest(receive, body, max_body_bytes=max_body_bytes)
+        return await _read_all(receive, max_body_bytes=max_body_bytes)
     except asyncio.CancelledError:
         if deadlines.expired(task):
             task.uncancel()
@@ -133,9 +135,17 @@ async def read_limited_body(
         deadlines.finish(task)
 
 
-async def _read_rest(receive: Receive, first: bytes, *, max_body_bytes: int) -> bytes:
-    chunks = [first]
-    received_bytes = len(first)
+async def _read_all(receive: Receive, *, max_body_bytes: int) -> bytes:
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientGone
+    body = message.get("body", b"")
+    if not message.get("more_body", False):  # the common case: the whole body at once
+        if len(body) > max_body_bytes:
+            raise BodyTooLarge(f"the body holds more than {max_body_bytes} bytes")
+        return body
+    chunks = [body]
+    received_bytes = len(body)
     more_body = True
     while more_body:
         message = await receive()
@@ -150,6 +160,16 @@ async def _read_rest(receive: Receive, first: bytes, *, max_body_bytes: int) -> 
     return b"".join(chunks)
 
 
+async def _first_of(receive: Receive, expiry: asyncio.Future[None]) -> Message:
+    """The next message, unless ``expiry`` ends first (cancelled by :class:`BodyDeadlines`,
+    or by a timer): then :class:`BodyReadTimeout`."""
+    pending = asyncio.ensure_future(receive())
+    await asyncio.wait((pending, expiry), return_when=asyncio.FIRST_COMPLETED)
+    if not pending.done():
+        raise BodyReadTimeout("the body did not arrive in time")
+    return pending.result()
+
+
 async def send_too_large(send: Send, receive: Receive, *, max_body_bytes: int) -> None:
     """Answer 413 and close; meanwhile read and drop what the client still sends (for
     :data:`DRAIN_AFTER_REFUSAL_S` at most), so it sees the answer, not a reset."""
@@ -157,14 +177,18 @@ async def send_too_large(send: Send, receive: Receive, *, max_body_bytes: int) -
                       "request_too_large")
     await send({"type": "http.response.start", "status": 413, "headers": _closing_headers(body)})
     await send({"type": "http.response.body", "body": body, "more_body": True})
+    loop = asyncio.get_running_loop()
+    expiry: asyncio.Future[None] = loop.create_future()
+    timer = loop.call_later(DRAIN_AFTER_REFUSAL_S, expiry.cancel)
     try:
-        async with asyncio.timeout(DRAIN_AFTER_REFUSAL_S):
-            while True:
-                message = await receive()
-                if message["type"] != "http.request" or not message.get("more_body", False):
-                    break
-    except TimeoutError:
+        while True:
+            message = await _first_of(receive, expiry)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+    except BodyReadTimeout:
         pass
+    finally:
+        timer.cancel()
     await send({"type": "http.response.body", "body": b""})
 
 

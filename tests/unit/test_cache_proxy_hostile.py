@@ -106,6 +106,33 @@ def test_a_body_that_trickles_in_times_out_and_a_client_that_leaves_is_gone() ->
         asyncio.run(read_limited_body(gone, [], max_body_bytes=1000, deadlines=BodyDeadlines(1)))
 
 
+def test_deadlines_hold_where_the_server_steps_the_app_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """granian runs the app under its own scheduler, whose tasks ignore cancel(): reads are
+    raced against the deadline instead (simulated here by a current task that is not an asyncio.Task)."""
+    from services.cache_proxy import bodies
+
+    monkeypatch.setattr(bodies.asyncio, "current_task", lambda: object())
+
+    async def never() -> dict:
+        await asyncio.Event().wait()
+        return {}
+
+    started_at = time.perf_counter()
+    with pytest.raises(BodyReadTimeout, match="0.3 s"):
+        asyncio.run(read_limited_body(never, [], max_body_bytes=10, deadlines=BodyDeadlines(0.3)))
+    assert 0.3 <= time.perf_counter() - started_at < 1.0
+    body = asyncio.run(read_limited_body(messages(b"a", b"b"), [], max_body_bytes=10, deadlines=BodyDeadlines(1)))
+    assert body == b"ab"
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    monkeypatch.setattr(bodies, "DRAIN_AFTER_REFUSAL_S", 0.2)
+    asyncio.run(send_too_large(send, never, max_body_bytes=10))  # a client that stops sending: ends anyway
+    assert sent[0]["status"] == 413 and sent[-1] == {"type": "http.response.body", "body": b""}
+
+
 def test_a_413_closes_the_connection_after_reading_what_the_client_still_sends() -> None:
     sent: list[dict] = []
 
