@@ -31,7 +31,7 @@ from services.cache_proxy.bodies import (
 )
 from services.cache_proxy.circuit_breaker import CircuitBreaker
 from services.cache_proxy.config import ProxyConfig
-from services.cache_proxy.flights import UpstreamFlights
+from services.cache_proxy.flights import UpstreamFlights, run_in_task
 from services.cache_proxy.keys import (
     KeyedRequest,
     UnkeyableBody,
@@ -169,12 +169,12 @@ class CacheProxy:
             if method == "POST" and path in CACHED_PATHS:
                 await self._cacheable(scope, receive, send)
             elif path == "/health" and method == "GET":
-                await self._health(send)
+                await run_in_task(self._health(send))
             elif path == "/metrics" and method == "GET":
                 body = generate_latest(self.metrics.registry)
                 await send_whole(send, 200, json_headers(body, content_type=CONTENT_TYPE_LATEST.encode()), body)
             elif path == "/cache/flush" and method == "POST":
-                await self._flush(send)
+                await run_in_task(self._flush(send))
             else:
                 raw_body = await self._read_body(scope, receive, send)
                 if raw_body is not None:

@@ -61,7 +61,7 @@ def declared_body_bytes(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
 
 
 class BodyDeadlines:
-    """Cancels body reads that have taken longer than ``timeout_s``.
+    """Ends body reads that have taken longer than ``timeout_s``.
 
     One timer checks every read in progress a few times per deadline, so a read costs a
     dict entry, not a timer of its own (the hit path reads a body on every request). A
@@ -76,10 +76,11 @@ class BodyDeadlines:
         self._expired: set[asyncio.Future[Any]] = set()
         self._timer: asyncio.TimerHandle | None = None
 
-    def start(self, read: asyncio.Future[Any]) -> None:
-        """A read began; ``read`` is cancelled if it is still going at the deadline."""
+    def start(self, read: asyncio.Future[Any], started_at: float | None = None) -> None:
+        """A read began (at ``started_at``, loop time, default now): at its deadline a task
+        is cancelled, a future is given its result (None)."""
         loop = asyncio.get_running_loop()
-        self._started_at[read] = loop.time()
+        self._started_at[read] = loop.time() if started_at is None else started_at
         if self._timer is None:
             self._timer = loop.call_later(self.check_interval_s, self._check)
 
@@ -98,7 +99,10 @@ class BodyDeadlines:
             if now - started_at >= self.timeout_s:
                 del self._started_at[read]
                 self._expired.add(read)
-                read.cancel()
+                if isinstance(read, asyncio.Task):
+                    read.cancel()
+                elif not read.done():
+                    read.set_result(None)
         self._timer = loop.call_later(self.check_interval_s, self._check) if self._started_at else None
 
 
@@ -114,15 +118,13 @@ async def read_limited_body(
     task = asyncio.current_task()
     if type(task) is not asyncio.Task:
         # Not a task cancel() can interrupt (granian steps the app with its own scheduler,
-        # whose cancel does nothing): each receive is raced against the deadline instead.
-        expiry = asyncio.get_running_loop().create_future()
-        deadlines.start(expiry)
+        # whose tasks ignore cancel): each receive is raced against the deadline instead.
+        started_at = asyncio.get_running_loop().time()
         try:
-            return await _read_all(partial(_first_of, receive, expiry), max_body_bytes=max_body_bytes)
+            return await _read_all(partial(_receive_in_time, receive, deadlines, started_at),
+                                   max_body_bytes=max_body_bytes)
         except BodyReadTimeout:
             raise BodyReadTimeout(f"the body did not arrive within {deadlines.timeout_s:g} s") from None
-        finally:
-            deadlines.finish(expiry)
     deadlines.start(task)
     try:
         return await _read_all(receive, max_body_bytes=max_body_bytes)
@@ -160,14 +162,26 @@ async def _read_all(receive: Receive, *, max_body_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _first_of(receive: Receive, expiry: asyncio.Future[None]) -> Message:
-    """The next message, unless ``expiry`` ends first (cancelled by :class:`BodyDeadlines`,
-    or by a timer): then :class:`BodyReadTimeout`."""
-    pending = asyncio.ensure_future(receive())
-    await asyncio.wait((pending, expiry), return_when=asyncio.FIRST_COMPLETED)
+async def _receive_in_time(receive: Receive, deadlines: BodyDeadlines, started_at: float) -> Message:
+    """The next message, unless the read that began at ``started_at`` runs out of time
+    first: then :class:`BodyReadTimeout`. Nothing here is cancelled or raised through a
+    future, so it works under a scheduler that cannot resume a coroutine after that."""
+    pending = asyncio.ensure_future(receive())  # granian's receive already returns a future
+    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    pending.add_done_callback(partial(_wake, woken))
+    deadlines.start(woken, started_at)
+    try:
+        await woken
+    finally:
+        deadlines.finish(woken)
     if not pending.done():
         raise BodyReadTimeout("the body did not arrive in time")
     return pending.result()
+
+
+def _wake(woken: asyncio.Future[None], _: object) -> None:
+    if not woken.done():
+        woken.set_result(None)
 
 
 async def send_too_large(send: Send, receive: Receive, *, max_body_bytes: int) -> None:
@@ -177,18 +191,15 @@ async def send_too_large(send: Send, receive: Receive, *, max_body_bytes: int) -
                       "request_too_large")
     await send({"type": "http.response.start", "status": 413, "headers": _closing_headers(body)})
     await send({"type": "http.response.body", "body": body, "more_body": True})
-    loop = asyncio.get_running_loop()
-    expiry: asyncio.Future[None] = loop.create_future()
-    timer = loop.call_later(DRAIN_AFTER_REFUSAL_S, expiry.cancel)
+    drain = BodyDeadlines(DRAIN_AFTER_REFUSAL_S)
+    started_at = asyncio.get_running_loop().time()
     try:
         while True:
-            message = await _first_of(receive, expiry)
+            message = await _receive_in_time(receive, drain, started_at)
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
     except BodyReadTimeout:
         pass
-    finally:
-        timer.cancel()
     await send({"type": "http.response.body", "body": b""})
 
 
@@ -220,9 +231,12 @@ class OffLoopKeyer:
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         pool = self._pool
         try:
-            future = pool.submit(key_request, raw_body, upstream_identity=upstream_identity, path=path,
-                                 namespace=namespace, requester=requester)
-            return await asyncio.wrap_future(future)
+            future = asyncio.wrap_future(pool.submit(key_request, raw_body, upstream_identity=upstream_identity,
+                                                     path=path, namespace=namespace, requester=requester))
+            # Waited for, then read: its exception is raised here, not thrown in by the server's
+            # scheduler (granian cannot resume a coroutine after that; see resp.py).
+            await asyncio.wait((future,))
+            return future.result()
         except BrokenProcessPool as error:
             if self._pool is pool:
                 self._pool = None

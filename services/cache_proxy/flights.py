@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +106,20 @@ async def wait_or_leave(flight: Flight, receive: Receive) -> bool:
         return True
     flight.leave()
     return False
+
+
+async def run_in_task(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Await ``coroutine`` in an asyncio Task of its own when the app is not running in one.
+
+    granian steps the app's coroutine with its own scheduler, which cannot resume a
+    coroutine after throwing an awaited future's exception into it: code that awaits
+    libraries raising that way (httpx on a refused connection) runs in a real Task, and
+    its exception is raised here, once it is done."""
+    if type(asyncio.current_task()) is asyncio.Task:
+        return await coroutine
+    task = asyncio.ensure_future(coroutine)
+    await asyncio.wait((task,))
+    return task.result()
 
 
 def shared_answer(flight: Flight) -> UpstreamAnswer | None:

@@ -330,9 +330,11 @@ def test_slow_headers_and_bodies_are_cut_off(proxy: ManagedService) -> None:
 # --- stored values that cannot be served ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def keyed_proxy(stub: ManagedService, redis_service, log_dir: Path) -> Iterator[tuple[ManagedService, str]]:  # noqa: ANN001
-    service, namespace = start_proxy(stub.url, redis_service.redis_url, log_dir)
+@pytest.fixture(scope="module", params=SERVERS)
+def keyed_proxy(
+    request: pytest.FixtureRequest, stub: ManagedService, redis_service, log_dir: Path  # noqa: ANN001
+) -> Iterator[tuple[ManagedService, str]]:
+    service, namespace = start_proxy(stub.url, redis_service.redis_url, log_dir, "--server", request.param)
     try:
         yield service, namespace
     finally:
