@@ -1,8 +1,12 @@
 """The bare ceiling: a raw ASGI app answering every request with a fixed completion from
-memory. No Redis, no upstream: what uvicorn and k6 alone allow on this machine, the
-upper bound any cache proxy's hit path is compared with.
+memory. No Redis, no upstream: what the HTTP server and k6 alone allow on this machine,
+the upper bound any cache proxy's hit path is compared with.
 
-Run: ``python -m benchmarks.bare_ceiling --port N``.
+Served as the proxy is (:mod:`services.cache_proxy.serving`), under ``--server uvicorn``
+(with the proxy's header deadline) or ``granian``; ``--plain-uvicorn`` serves it with
+uvicorn's defaults (httptools, uvloop, no header deadline), as the seed's proxy is.
+
+Run: ``python -m benchmarks.bare_ceiling --port N [--server uvicorn|granian] [--plain-uvicorn]``.
 """
 
 from __future__ import annotations
@@ -48,14 +52,23 @@ async def app(
 
 
 def main() -> None:
-    """Serve the bare app with uvicorn on 127.0.0.1:--port."""
-    import uvicorn
+    """Serve the bare app on 127.0.0.1:--port."""
+    from services.cache_proxy.serving import SERVERS, serve_granian, serve_uvicorn
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bare_ceiling")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--server", choices=SERVERS, default="uvicorn")
+    parser.add_argument("--plain-uvicorn", action="store_true", help="uvicorn.run with its defaults")
     args = parser.parse_args()
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    if args.plain_uvicorn:
+        import uvicorn
+
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    elif args.server == "uvicorn":
+        serve_uvicorn(app, host=args.host, port=args.port)
+    else:
+        serve_granian("benchmarks.bare_ceiling:app", host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

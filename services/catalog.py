@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.cache_proxy.serving import DEFAULT_SERVER as DEFAULT_PROXY_SERVER
+from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
 from services.processes import PROJECT_ROOT
 from services.redis_server import redis_ping_probe, redis_server_argv
 from services.supervisor import ManagedService
@@ -65,8 +67,13 @@ def redis_config(*, maxmemory: str = "256mb") -> ServiceConfig:
 
 
 def cache_proxy_config(
-    *, upstream_url: str, redis_url: str, policy: str = "all", ttl_s: int | None = None, single_flight: bool = True
+    *, upstream_url: str, redis_url: str, policy: str = "all", ttl_s: int | None = None, single_flight: bool = True,
+    server: str = DEFAULT_PROXY_SERVER,
 ) -> ServiceConfig:
+    """The response cache in front of ``upstream_url``; ``server``: the HTTP server it runs
+    under (``services.cache_proxy.serving.SERVERS``)."""
+    if server not in PROXY_SERVERS:
+        raise ValueError(f"the cache proxy's server must be one of {', '.join(PROXY_SERVERS)}, not {server!r}")
     return ServiceConfig(
         "cache-proxy",
         {
@@ -75,6 +82,7 @@ def cache_proxy_config(
             "policy": policy,
             "ttl_s": ttl_s,
             "single_flight": single_flight,
+            "server": server,
         },
     )
 
@@ -112,5 +120,6 @@ def build_service(
             argv += ["--ttl-s", str(params["ttl_s"])]
         if not params.get("single_flight", True):
             argv.append("--no-single-flight")
+        argv += ["--server", params.get("server", DEFAULT_PROXY_SERVER)]
         return ManagedService(argv=argv, readiness_timeout_s=30.0, **common)
     raise ValueError(f"unknown service kind {config.kind!r}")

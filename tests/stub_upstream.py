@@ -14,6 +14,8 @@ fields, so a misbehaving request has the same cache key as a normal one):
   seconds later (as vLLM does while its first token is computed)
 - ``x-stub-response-header: Name: value`` add that header to the answer (``Retry-After``,
   ``Cache-Control: no-store``, ``Set-Cookie``, ...)
+- ``x-stub-token-delay-s: F`` (plain answers) "generate" one word every F seconds, and stop
+  as soon as the client leaves, as a model server does
 
 Started with ``--api-keys K1,K2``, it checks credentials like a real hosted API: a
 request must carry one known key (``Authorization: Bearer K``, ``api-key: K`` or
@@ -21,8 +23,10 @@ request must carry one known key (``Authorization: Bearer K``, ``api-key: K`` or
 was produced for in ``system_fingerprint`` (``key-<index>``, never the key itself).
 
 Each answer names its call number (``stub answer #N``), so a second real generation is
-told apart from a replay. ``GET /stub/calls`` returns ``{"completions": N}``;
-``POST /stub/reset`` zeroes it.
+told apart from a replay. ``GET /stub/calls`` returns ``{"completions": N, "tokens": T,
+"abandoned": A}``: the words generated (a stream's chunks, the words of a
+``x-stub-token-delay-s`` answer) and the generations stopped because the client left;
+``POST /stub/reset`` zeroes them.
 
 Run: ``python -m tests.stub_upstream --port N [--api-keys K1,K2]``.
 """
@@ -34,6 +38,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
@@ -46,6 +51,29 @@ STUB_MODEL = "stub-model"
 
 class _Counter:
     completions = 0
+    tokens = 0
+    abandoned = 0
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Return once the client has gone (the body is read, so the next message says so)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _generate_slowly(request: Request, words: list[str], token_delay_s: float) -> bool:
+    """Count one word every ``token_delay_s``; False (abandoned) when the client left first."""
+    gone = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        for _ in words:
+            await asyncio.wait({gone}, timeout=token_delay_s)
+            if gone.done():
+                _Counter.abandoned += 1
+                return False
+            _Counter.tokens += 1
+        return True
+    finally:
+        gone.cancel()
 
 
 def _json_response(document: Any, status_code: int = 200) -> Response:
@@ -112,6 +140,73 @@ async def _completions(request: Request) -> Response:
     return response
 
 
+@dataclass
+class _Answer:
+    """What every chunk of one answer repeats."""
+
+    answer_id: str
+    created: int
+    model: str
+    fingerprint: str | None
+    is_chat: bool
+
+
+def _stream_answer(
+    headers: Mapping[str, str], body: dict[str, Any], words: list[str], finish_reason: str, answer: _Answer
+) -> StreamingResponse:
+    """The answer as an SSE stream, one word a chunk (misbehaving as the headers ask)."""
+    stream_options = body.get("stream_options")
+    include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+    chunk_delay_s = _header_number(headers, "x-stub-chunk-delay-s", 0)
+    first_chunk_delay_s = _header_number(headers, "x-stub-first-chunk-delay-s", 0)
+    break_stream = headers.get("x-stub-break-stream") == "1"
+    send_done = headers.get("x-stub-no-done") != "1"
+
+    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        document = {"id": answer.answer_id, "object": "chat.completion.chunk", "created": answer.created,
+                    "model": answer.model, "system_fingerprint": answer.fingerprint, "choices": choices, **extra}
+        return b"data: " + json.dumps(document).encode() + b"\n\n"
+
+    async def events() -> AsyncIterator[bytes]:
+        finished = False
+        try:
+            async for chunk in chunks():
+                _Counter.tokens += 1
+                yield chunk
+            finished = True
+        finally:
+            if not finished:
+                _Counter.abandoned += 1
+
+    async def chunks() -> AsyncIterator[bytes]:
+        if first_chunk_delay_s:
+            await asyncio.sleep(first_chunk_delay_s)
+        for index, word in enumerate(words):
+            piece = word if index == 0 else " " + word
+            choice: dict[str, Any] = (
+                {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+                if answer.is_chat
+                else {"index": 0, "text": piece, "finish_reason": None}
+            )
+            yield event([choice])
+            if chunk_delay_s:
+                await asyncio.sleep(chunk_delay_s)
+            if break_stream and index >= 1:
+                raise RuntimeError("stub: breaking the stream on purpose")
+        final_choice: dict[str, Any] = (
+            {"index": 0, "delta": {}, "finish_reason": finish_reason}
+            if answer.is_chat
+            else {"index": 0, "text": "", "finish_reason": finish_reason}
+        )
+        yield event([final_choice])
+        if include_usage:
+            yield event([], usage=_usage(body, len(words)))
+        if send_done:
+            yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 async def _answer(request: Request) -> Response:
     headers = request.headers
     delay_s = _header_number(headers, "x-stub-delay-s", 0)
@@ -143,47 +238,12 @@ async def _answer(request: Request) -> Response:
     if headers.get("x-stub-no-choices") == "1":
         return _json_response({"id": answer_id, "object": "chat.completion", "model": model, "choices": [],
                              "system_fingerprint": fingerprint})
+    answer = _Answer(answer_id, created, model, fingerprint, is_chat)
     if body.get("stream") is True:
-        stream_options = body.get("stream_options")
-        include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
-        chunk_delay_s = _header_number(headers, "x-stub-chunk-delay-s", 0)
-        first_chunk_delay_s = _header_number(headers, "x-stub-first-chunk-delay-s", 0)
-        break_stream = headers.get("x-stub-break-stream") == "1"
-        send_done = headers.get("x-stub-no-done") != "1"
-
-        async def events() -> AsyncIterator[bytes]:
-            if first_chunk_delay_s:
-                await asyncio.sleep(first_chunk_delay_s)
-            for index, word in enumerate(words):
-                piece = word if index == 0 else " " + word
-                choice: dict[str, Any] = (
-                    {"index": 0, "delta": {"content": piece}, "finish_reason": None}
-                    if is_chat
-                    else {"index": 0, "text": piece, "finish_reason": None}
-                )
-                chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                         "system_fingerprint": fingerprint, "choices": [choice]}
-                yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
-                if chunk_delay_s:
-                    await asyncio.sleep(chunk_delay_s)
-                if break_stream and index >= 1:
-                    raise RuntimeError("stub: breaking the stream on purpose")
-            final_choice: dict[str, Any] = (
-                {"index": 0, "delta": {}, "finish_reason": finish_reason}
-                if is_chat
-                else {"index": 0, "text": "", "finish_reason": finish_reason}
-            )
-            final = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "system_fingerprint": fingerprint, "choices": [final_choice]}
-            yield b"data: " + json.dumps(final).encode() + b"\n\n"
-            if include_usage:
-                usage_chunk = {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                               "choices": [], "usage": _usage(body, len(words))}
-                yield b"data: " + json.dumps(usage_chunk).encode() + b"\n\n"
-            if send_done:
-                yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return _stream_answer(headers, body, words, finish_reason, answer)
+    token_delay_s = _header_number(headers, "x-stub-token-delay-s", 0)
+    if token_delay_s and not await _generate_slowly(request, words, token_delay_s):
+        return Response(status_code=499)  # nobody reads it
     text = " ".join(words)
     choice = (
         {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
@@ -205,12 +265,13 @@ async def _models(request: Request) -> Response:
 
 
 async def _calls(request: Request) -> Response:
-    return _json_response({"completions": _Counter.completions})
+    return _json_response({"completions": _Counter.completions, "tokens": _Counter.tokens,
+                           "abandoned": _Counter.abandoned})
 
 
 async def _reset(request: Request) -> Response:
-    _Counter.completions = 0
-    return _json_response({"completions": 0})
+    _Counter.completions = _Counter.tokens = _Counter.abandoned = 0
+    return _json_response({"completions": 0, "tokens": 0, "abandoned": 0})
 
 
 def build_app(*, api_keys: tuple[str, ...] = ()) -> Starlette:

@@ -30,6 +30,18 @@ vLLM. This is that proxy made correct and fast:
 - **Fail-open**: Redis calls have a short timeout and no retries; a circuit breaker
   stops asking a failing Redis for a few seconds, then lets one trial through. Meanwhile
   requests go straight upstream with ``X-Cache: ERROR``; the cache never causes a 5xx.
+- **Hostile clients** (:mod:`~services.cache_proxy.flights`, :mod:`~services.cache_proxy.bodies`):
+  every upstream call runs in its own task and is cancelled when the last client waiting
+  for it leaves (a single-flight call goes on while a follower still waits), so the
+  upstream sees the client leave as if called directly; bodies over ``--max-body-bytes``
+  get 413 (on ``Content-Length`` before reading, else counted as they arrive), bodies
+  slower than ``--body-timeout-s`` 408, headers slower than ``--header-timeout-s`` a closed
+  connection; bodies of 64 KiB and more are keyed in a worker process, so the loop keeps
+  serving hits; a stored value is checked on read (its tag, its shape, the stream flag
+  against the request's) and a bad one, or a key of another Redis type (WRONGTYPE, not an
+  outage for the breaker), is a miss whose answer replaces it.
+- **Server** (``--server``, :mod:`~services.cache_proxy.serving`): uvicorn (httptools,
+  uvloop, a header deadline added) or granian (Rust, hyper).
 - ``GET /metrics`` (own prometheus registry), ``GET /health`` (upstream and Redis
   reachability), ``POST /cache/flush`` (SCAN + UNLINK of this namespace only); every other
   path is passed through uncached.
@@ -55,10 +67,13 @@ Standalone::
 
     python -m services.cache_proxy --upstream URL --redis-url URL --port N \\
         [--policy all|deterministic] [--credentials bypass|per-credential] [--ttl-s N] \\
-        [--no-single-flight] [--namespace NAME]
+        [--no-single-flight] [--namespace NAME] [--server uvicorn|granian] [--max-body-bytes N]
+        [--header-timeout-s S] [--body-timeout-s S]
 
 Modules: ``policy`` (what is looked up, stored, bypassed), ``keys`` (the canonical key),
 ``resp`` (the pipelined Redis client), ``local_tier``, ``circuit_breaker``, ``metrics``,
-``responses`` (ASGI plumbing), ``app`` (:class:`~services.cache_proxy.app.CacheProxy`,
-``build_app``), ``cli`` (``parse_args``, ``main``).
+``responses`` (ASGI plumbing, the stored value's layout and check), ``bodies`` (body limit,
+deadline, off-loop keying), ``flights`` (upstream calls and single-flight), ``upstream``
+(the forwarded request, the stream relay), ``app`` (:class:`~services.cache_proxy.app.CacheProxy`,
+``build_app``), ``serving`` (uvicorn, granian), ``cli`` (``parse_args``, ``main``).
 """

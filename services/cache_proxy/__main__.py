@@ -2,4 +2,6 @@
 
 from services.cache_proxy.cli import main
 
-main()
+# Guarded: worker processes (granian's, the large-body keyer's) start by importing this module.
+if __name__ == "__main__":
+    main()

@@ -9,23 +9,35 @@ decides is in :mod:`~services.cache_proxy.policy`, how it talks to Redis in
 
 from __future__ import annotations
 
-import asyncio
+import enum
 import json
 import os
 import time
-from typing import Any
 
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.cache_proxy.bodies import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    BodyDeadlines,
+    BodyReadTimeout,
+    BodyTooLarge,
+    ClientGone,
+    OffLoopKeyer,
+    read_limited_body,
+    send_read_timeout,
+    send_too_large,
+)
 from services.cache_proxy.circuit_breaker import CircuitBreaker
 from services.cache_proxy.config import ProxyConfig
+from services.cache_proxy.flights import UpstreamFlights, run_in_task
 from services.cache_proxy.keys import (
+    KeyedRequest,
     UnkeyableBody,
-    cache_key,
     key_prefix,
+    key_request,
     normalize_upstream_identity,
-    parse_keyable_body,
     requester_fingerprint,
 )
 from services.cache_proxy.local_tier import LocalTier
@@ -37,35 +49,35 @@ from services.cache_proxy.policy import (
     CacheMode,
     XCache,
     decide_cache_mode,
-    is_cacheable_json_answer,
-    is_storable_stream,
     request_cache_control,
-    response_allows_storing,
 )
-from services.cache_proxy.resp import PipelinedRedis, RedisUnavailable
+from services.cache_proxy.resp import PipelinedRedis, RedisUnavailable, RedisWrongType
 from services.cache_proxy.responses import (
-    JSON_CONTENT_TYPE,
-    SSE_CONTENT_TYPE,
     TAG_BY_CONTENT_TYPE,
     BadRequestTarget,
+    PreparedHit,
     Receive,
     Scope,
     Send,
     error_body,
-    forwarded_response_headers,
     json_headers,
     prepared_hit,
-    read_body,
     send_bad_request,
-    send_upstream_error,
     send_whole,
 )
-from services.cache_proxy.upstream import UpstreamAnswer, relay_stream, upstream_request
 
-# Memo of parsed request bodies (see CacheProxy._parse_request): at most this many
-# entries of at most this many bytes each, i.e. a few tens of MB at worst.
+# Memo of keyed request bodies (see CacheProxy._keyed): at most this many entries of at
+# most this many bytes each, i.e. a few tens of MB at worst.
 PARSED_REQUEST_MEMO_ENTRIES = 4096
 PARSED_REQUEST_MEMO_MAX_BODY_BYTES = 8192
+
+
+class _Lookup(enum.Enum):
+    """How a Redis lookup went."""
+
+    HIT = "hit"  # answered
+    MISS = "miss"
+    UNAVAILABLE = "unavailable"  # Redis failed: fail open
 
 
 class CacheProxy:
@@ -91,8 +103,10 @@ class CacheProxy:
                       prepare=prepared_hit)
             if config.local_tier_entries > 0 and config.local_tier_max_bytes > 0 else None
         )
-        self._inflight: dict[str, asyncio.Future[UpstreamAnswer | None]] = {}
-        self._parsed_requests: dict[tuple[str, str | None, bytes], tuple[dict[str, Any], bool, str]] = {}
+        self.flights = UpstreamFlights(upstream_url=self.upstream_url, metrics=self.metrics, store=self._store)
+        self.keyer = OffLoopKeyer()
+        self.body_deadlines = BodyDeadlines(config.body_timeout_s)
+        self._keyed_requests: dict[tuple[str, str | None, bytes], KeyedRequest] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -104,18 +118,20 @@ class CacheProxy:
                 limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
                 trust_env=False,
             )
+            self.flights.http = self.http
         if self.redis is None:
             self.redis = PipelinedRedis(self.config.redis_url, timeout_s=self.config.redis_timeout_s,
                                         local_tier=self.local_tier)
 
     async def close(self) -> None:
-        """Close the shared clients."""
+        """Close the shared clients and stop the keying process."""
         if self.http is not None:
             await self.http.aclose()
-            self.http = None
+            self.http = self.flights.http = None
         if self.redis is not None:
             await self.redis.close()
             self.redis = None
+        self.keyer.close()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -153,139 +169,149 @@ class CacheProxy:
             if method == "POST" and path in CACHED_PATHS:
                 await self._cacheable(scope, receive, send)
             elif path == "/health" and method == "GET":
-                await self._health(send)
+                await run_in_task(self._health(send))
             elif path == "/metrics" and method == "GET":
                 body = generate_latest(self.metrics.registry)
                 await send_whole(send, 200, json_headers(body, content_type=CONTENT_TYPE_LATEST.encode()), body)
             elif path == "/cache/flush" and method == "POST":
-                await self._flush(send)
+                await run_in_task(self._flush(send))
             else:
-                body = await read_body(receive)
-                await self._forward_streaming(scope, receive, send, body, XCache.BYPASS, record=False)
+                raw_body = await self._read_body(scope, receive, send)
+                if raw_body is not None:
+                    await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None,
+                                            record=False)
         except BadRequestTarget as error:
             # Raised before any response started (see upstream.upstream_request).
             await send_bad_request(send, str(error))
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The request body, or None once the request was refused (413, 408) or the client left."""
+        try:
+            return await read_limited_body(receive, scope["headers"], max_body_bytes=self.config.max_body_bytes,
+                                           deadlines=self.body_deadlines)
+        except BodyTooLarge:
+            self.metrics.refused_bodies.inc()
+            await send_too_large(send, receive, max_body_bytes=self.config.max_body_bytes)
+        except BodyReadTimeout as error:
+            self.metrics.refused_bodies.inc()
+            await send_read_timeout(send, str(error))
+        except ClientGone:
+            pass
+        return None
 
     # -- the cache ------------------------------------------------------------------------
 
     async def _cacheable(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request on a cacheable path: bypass, local hit, Redis hit, or miss."""
-        raw_body = await read_body(receive)
+        raw_body = await self._read_body(scope, receive, send)
+        if raw_body is None:
+            return
         started_at = time.perf_counter()
         requester = requester_fingerprint(scope["headers"], scope.get("query_string") or b"",
                                           secret=self._credential_secret)
         if requester is not None and self.config.credentials == "bypass":
             self.metrics.bypasses.inc()
             self.metrics.credential_bypasses.inc()
-            await self._forward_streaming(scope, receive, send, raw_body, XCache.BYPASS, record=False)
+            await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False)
             return
-        path = scope["path"]
-        parsed = self._parsed_requests.get((path, requester, raw_body))
-        if parsed is None:
-            try:
-                parsed = self._parse_request(path, requester, raw_body)
-            except UnkeyableBody:
-                # Passed through untouched: the upstream judges the body, the cache stays out.
-                self.metrics.bypasses.inc()
-                self.metrics.unkeyable_bodies.inc()
-                await self._forward_streaming(scope, receive, send, raw_body, XCache.BYPASS, record=False)
-                return
-        body, streaming, key = parsed
-        mode = decide_cache_mode(body=body, cache_control=request_cache_control(scope["headers"]),
+        try:
+            policy_fields, streaming, key = await self._keyed(scope["path"], requester, raw_body)
+        except UnkeyableBody:
+            # Passed through untouched: the upstream judges the body, the cache stays out.
+            self.metrics.bypasses.inc()
+            self.metrics.unkeyable_bodies.inc()
+            await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False)
+            return
+        mode = decide_cache_mode(body=policy_fields, cache_control=request_cache_control(scope["headers"]),
                                  policy=self.config.policy)
         if mode is CacheMode.BYPASS:
             self.metrics.bypasses.inc()
-            await self._upstream(scope, receive, send, raw_body, streaming, XCache.BYPASS, store_key=None)
+            await self.flights.call(scope, receive, send, raw_body, streaming, XCache.BYPASS, store_key=None)
             return
-        redis = self.redis
-        assert redis is not None
         if mode is CacheMode.LOOKUP and self.local_tier is not None:
             prepared = self.local_tier.get(key)
-            if prepared is not None:
-                headers, payload = prepared
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": payload})
-                self.metrics.hits.inc()
+            if prepared is not None and prepared[2] is streaming:
+                await self._send_hit(send, prepared, started_at)
                 self.metrics.local_hits.inc()
-                self.metrics.hit_latency.observe(time.perf_counter() - started_at)
                 return
         if not self.breaker.allow():
             self.metrics.errors.inc()
-            await self._upstream(scope, receive, send, raw_body, streaming, XCache.ERROR, store_key=None)
+            await self.flights.call(scope, receive, send, raw_body, streaming, XCache.ERROR, store_key=None)
             return
         if mode is CacheMode.LOOKUP:
-            try:
-                stored = await redis.get_and_fill(key)
-            except RedisUnavailable:
-                self._redis_failed()
+            found = await self._lookup(send, key, streaming, started_at)
+            if found is _Lookup.HIT:
+                return
+            if found is _Lookup.UNAVAILABLE:
                 self.metrics.errors.inc()
-                await self._upstream(scope, receive, send, raw_body, streaming, XCache.ERROR, store_key=None)
+                await self.flights.call(scope, receive, send, raw_body, streaming, XCache.ERROR, store_key=None)
                 return
-            self._redis_ok()
-            if stored is not None and len(stored) > 1:
-                await self._send_hit(send, stored, started_at)
-                return
-        await self._miss(scope, receive, send, raw_body, streaming, key)
-
-    async def _miss(
-        self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool, key: str,
-    ) -> None:
-        """A miss, counted: asked upstream and stored when allowed. With single-flight, the
-        first request for ``key`` asks upstream, identical ones arriving meanwhile wait for
-        its answer and share it when it is storable."""
         self.metrics.misses.inc()
-        if not self.config.single_flight:
-            await self._upstream(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key)
-            return
-        # The key holds the requester's HMAC, so a group never spans two credentials.
-        leader = self._inflight.get(key)
-        if leader is not None:
-            try:
-                answer = await asyncio.shield(leader)
-            except Exception:
-                answer = None
-            if answer is not None:
-                self.metrics.single_flight_shared.inc()
-                headers = json_headers(answer.body, XCache.MISS, answer.content_type)
-                await send_whole(send, answer.status_code, headers, answer.body)
-                return
-            # The leader got no shareable answer (an error, a broken stream, no-store):
-            # ask the upstream ourselves.
-            await self._upstream(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key)
-            return
-        future: asyncio.Future[UpstreamAnswer | None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
-        answer = None
-        try:
-            answer = await self._upstream(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key)
-        finally:
-            del self._inflight[key]
-            future.set_result(answer)
+        await self.flights.miss(scope, receive, send, raw_body, streaming, key, single_flight=self.config.single_flight)
 
-    async def _send_hit(self, send: Send, stored: bytes, started_at: float) -> None:
-        headers, payload = prepared_hit(stored)
+    async def _lookup(self, send: Send, key: str, streaming: bool, started_at: float) -> _Lookup:
+        """Look ``key`` up in Redis and answer a hit. A value that cannot be served to this
+        request (not what the proxy stores, the other kind than the request's stream flag,
+        another Redis type under the key) is a miss, and is removed so the answer replaces it."""
+        assert self.redis is not None
+        try:
+            stored = await self.redis.get_and_fill(key)
+        except RedisUnavailable:
+            self._redis_failed()
+            return _Lookup.UNAVAILABLE
+        except RedisWrongType:
+            self._redis_ok()  # Redis answered: the entry is bad, not Redis
+            await self._remove_bad_entry(key)
+            return _Lookup.MISS
+        self._redis_ok()
+        if stored is None:
+            return _Lookup.MISS
+        prepared = prepared_hit(stored)
+        if prepared is None or prepared[2] is not streaming:
+            await self._remove_bad_entry(key)
+            return _Lookup.MISS
+        await self._send_hit(send, prepared, started_at)
+        return _Lookup.HIT
+
+    async def _remove_bad_entry(self, key: str) -> None:
+        self.metrics.bad_entries.inc()
+        assert self.redis is not None
+        try:
+            await self.redis.unlink(key)
+        except RedisUnavailable:
+            self._redis_failed()
+
+    async def _send_hit(self, send: Send, prepared: PreparedHit, started_at: float) -> None:
+        headers, payload, _ = prepared
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         self.metrics.hits.inc()
         self.metrics.hit_latency.observe(time.perf_counter() - started_at)
 
-    def _parse_request(self, path: str, requester: str | None, raw_body: bytes) -> tuple[dict[str, Any], bool, str]:
-        """Parse a body once and compute its key; raise :class:`UnkeyableBody` when it
-        cannot be keyed.
+    async def _keyed(self, path: str, requester: str | None, raw_body: bytes) -> KeyedRequest:
+        """The body parsed and keyed; raise :class:`UnkeyableBody` when it cannot be keyed.
 
         Small bodies are remembered by their exact bytes (and requester), so a repeated
-        request (the common case on hits) is neither parsed nor hashed again. The memo is
-        bounded in entries and body size, and cleared when full.
+        request (the common case on hits) is neither parsed nor hashed again; the memo is
+        bounded in entries and body size, and cleared when full. Large bodies are keyed in
+        another process (:class:`~services.cache_proxy.bodies.OffLoopKeyer`), so the loop
+        keeps serving hits meanwhile.
         """
-        body = parse_keyable_body(raw_body)
-        key = cache_key(upstream_identity=self.upstream_identity, path=path, body=body,
-                        namespace=self.config.namespace, requester=requester)
-        parsed = (body, body.get("stream") is True, key)
-        if len(raw_body) <= PARSED_REQUEST_MEMO_MAX_BODY_BYTES:
-            if len(self._parsed_requests) >= PARSED_REQUEST_MEMO_ENTRIES:
-                self._parsed_requests.clear()
-            self._parsed_requests[(path, requester, raw_body)] = parsed
-        return parsed
+        if len(raw_body) > PARSED_REQUEST_MEMO_MAX_BODY_BYTES:  # not hashed for the memo either
+            if len(raw_body) >= self.config.off_loop_key_min_bytes:
+                return await self.keyer.key(raw_body, upstream_identity=self.upstream_identity, path=path,
+                                            namespace=self.config.namespace, requester=requester)
+            return key_request(raw_body, upstream_identity=self.upstream_identity, path=path,
+                               namespace=self.config.namespace, requester=requester)
+        memo_key = (path, requester, raw_body)
+        keyed = self._keyed_requests.get(memo_key)
+        if keyed is None:
+            keyed = key_request(raw_body, upstream_identity=self.upstream_identity, path=path,
+                                namespace=self.config.namespace, requester=requester)
+            if len(self._keyed_requests) >= PARSED_REQUEST_MEMO_ENTRIES:
+                self._keyed_requests.clear()
+            self._keyed_requests[memo_key] = keyed
+        return keyed
 
     def _redis_ok(self) -> None:
         if self.breaker.opened_at is not None:
@@ -311,92 +337,6 @@ class CacheProxy:
         self._redis_ok()
         self.metrics.stores.inc()
         return True
-
-    # -- upstream -------------------------------------------------------------------------
-
-    async def _upstream(
-        self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool,
-        x_cache: XCache, *, store_key: str | None,
-    ) -> UpstreamAnswer | None:
-        """Call upstream for a cacheable path, answer the client, store when allowed.
-
-        Returns the answer when single-flight followers may share it: a 2xx, complete,
-        storable answer (None for errors, broken streams and answers the upstream marked
-        no-store, private or with a cookie).
-        """
-        if streaming:
-            return await self._forward_streaming(scope, receive, send, raw_body, x_cache, record=True, store_key=store_key)
-        assert self.http is not None
-        request = upstream_request(self.http, self.upstream_url, scope, raw_body)
-        started_at = time.perf_counter()
-        try:
-            response = await self.http.send(request)
-        except httpx.HTTPError as error:
-            await send_upstream_error(send, error, x_cache)
-            return None
-        self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
-        body = response.content
-        content_type = response.headers.get("content-type", "application/json").encode("latin-1")
-        shareable = is_cacheable_json_answer(response.status_code, body) and response_allows_storing(
-            response.headers.multi_items()
-        )
-        if store_key is not None and shareable:
-            stored_type = JSON_CONTENT_TYPE if content_type.startswith(JSON_CONTENT_TYPE) else content_type
-            if not await self._store(store_key, stored_type, body):
-                x_cache = XCache.ERROR
-        headers = forwarded_response_headers(response, x_cache)
-        headers.append((b"content-length", b"%d" % len(body)))
-        await send_whole(send, response.status_code, headers, body)
-        return UpstreamAnswer(response.status_code, content_type, body) if shareable else None
-
-    async def _forward_streaming(
-        self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, x_cache: XCache,
-        *, record: bool, store_key: str | None = None,
-    ) -> UpstreamAnswer | None:
-        """Pass an upstream answer through as it arrives; optionally record it and, once
-        it completed (an SSE stream ending with ``[DONE]``, or a cacheable JSON answer),
-        store it and return it for single-flight followers."""
-        assert self.http is not None
-        request = upstream_request(self.http, self.upstream_url, scope, raw_body)
-        started_at = time.perf_counter()
-        try:
-            response = await self.http.send(request, stream=True)
-        except httpx.HTTPError as error:
-            await send_upstream_error(send, error, x_cache)
-            return None
-        headers = forwarded_response_headers(response, x_cache)
-        content_type = response.headers.get("content-type", "").encode("latin-1")
-        is_sse = content_type.startswith(SSE_CONTENT_TYPE)
-        # The headers leave with the first chunk: an upstream that sends its headers before
-        # its first token (vLLM, llama.cpp) would otherwise hide its TTFT from the client.
-        start: dict[str, Any] = {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        # uvicorn drops writes after a client disconnect silently: watch for it.
-        disconnect_watch = asyncio.ensure_future(receive())
-        try:
-            try:
-                relayed = await relay_stream(response, send, start, disconnect_watch, x_cache, record=record)
-            finally:
-                await response.aclose()
-                self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
-            if relayed is None:
-                return None
-            client_gone = disconnect_watch.done() and disconnect_watch.result().get("type") == "http.disconnect"
-            whole = b"".join(relayed.chunks)
-            shareable = (
-                record and relayed.upstream_complete and not client_gone
-                and is_storable_stream(response.status_code, response.headers.multi_items(), whole, is_sse=is_sse)
-            )
-            if shareable and store_key is not None:
-                await self._store(store_key, SSE_CONTENT_TYPE if is_sse else JSON_CONTENT_TYPE, whole)
-            if not relayed.start_sent:  # an empty answer
-                await send(start)
-            await send({"type": "http.response.body", "body": b""})
-            if not shareable:
-                return None
-            return UpstreamAnswer(response.status_code, SSE_CONTENT_TYPE if is_sse else content_type, whole)
-        finally:
-            if not disconnect_watch.done():
-                disconnect_watch.cancel()
 
     # -- admin endpoints ------------------------------------------------------------------
 
@@ -457,8 +397,10 @@ def build_app(
     upstream_identity: str | None = None,
     local_tier_entries: int = 4096,
     local_tier_max_bytes: int = 64 * 1024 * 1024,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
 ) -> CacheProxy:
-    """Build the cache proxy ASGI app (serve it with uvicorn).
+    """Build the cache proxy ASGI app (serve it with :mod:`~services.cache_proxy.serving`).
 
     ``upstream_url``: base URL of an OpenAI-compatible server. ``redis_url``:
     ``redis://host:port/db``. ``policy``: ``all`` or ``deterministic``. ``credentials``:
@@ -470,6 +412,8 @@ def build_app(
     ``upstream_identity``: what identifies the upstream in keys (default: its URL).
     ``local_tier_entries`` / ``local_tier_max_bytes``: bounds of the in-process tier kept
     coherent by Redis's invalidations (:class:`LocalTier`); 0 switches it off.
+    ``max_body_bytes``: larger request bodies get 413; ``body_timeout_s``: a body must
+    arrive within it, or 408 (:mod:`~services.cache_proxy.bodies`).
     """
     return CacheProxy(
         ProxyConfig(
@@ -478,6 +422,6 @@ def build_app(
             single_flight=single_flight, redis_timeout_s=redis_timeout_s, upstream_timeout_s=float(upstream_timeout_s),
             breaker_failure_threshold=breaker_failure_threshold, breaker_open_s=breaker_open_s,
             upstream_identity=upstream_identity, local_tier_entries=local_tier_entries,
-            local_tier_max_bytes=local_tier_max_bytes,
+            local_tier_max_bytes=local_tier_max_bytes, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
         )
     )

@@ -1,13 +1,25 @@
-"""``python -m services.cache_proxy``: the standalone proxy's command line, served by uvicorn."""
+"""``python -m services.cache_proxy``: the standalone proxy's command line, served by uvicorn
+or granian (:mod:`~services.cache_proxy.serving`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable
 
 import services.cache_proxy
 from services.cache_proxy.app import build_app
+from services.cache_proxy.bodies import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 from services.cache_proxy.policy import CREDENTIAL_MODES, CREDENTIAL_MODES_HELP, POLICIES
+from services.cache_proxy.serving import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_SERVER,
+    SERVERS,
+    SETTINGS_ENVIRONMENT_VARIABLE,
+    serve_granian,
+    serve_uvicorn,
+    settings_to_environment,
+)
 
 
 def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
@@ -42,13 +54,18 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
                         help="entries of the in-process tier kept coherent by Redis invalidations (0: off)")
     parser.add_argument("--local-tier-max-bytes", type=int, default=64 * 1024 * 1024,
                         help="bytes of stored answers the in-process tier may hold")
+    parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER, help="the HTTP server")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                        help="larger request bodies get 413 (checked on Content-Length before reading)")
+    parser.add_argument("--header-timeout-s", type=float, default=DEFAULT_HEADER_TIMEOUT_S,
+                        help="a request's headers must arrive within this, or the connection is closed")
+    parser.add_argument("--body-timeout-s", type=float, default=DEFAULT_BODY_TIMEOUT_S,
+                        help="a request's whole body must arrive within this, or 408")
     return parser.parse_args(list(argv) if argv is not None else None)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-    """Serve the proxy with uvicorn on ``--host:--port``."""
-    import uvicorn
-
+    """Serve the proxy with ``--server`` on ``--host:--port``."""
     args = parse_args(argv)
     app = build_app(
         upstream_url=args.upstream, redis_url=args.redis_url, policy=args.policy, credentials=args.credentials,
@@ -57,5 +74,12 @@ def main(argv: Iterable[str] | None = None) -> None:
         namespace=args.namespace, single_flight=not args.no_single_flight, redis_timeout_s=args.redis_timeout_s,
         upstream_timeout_s=args.upstream_timeout_s, upstream_identity=args.upstream_identity,
         local_tier_entries=args.local_tier_entries, local_tier_max_bytes=args.local_tier_max_bytes,
+        max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="on")
+    if args.server == "uvicorn":
+        serve_uvicorn(app, host=args.host, port=args.port, header_timeout_s=args.header_timeout_s)
+        return
+    # granian builds the app in its worker process, from these settings.
+    os.environ[SETTINGS_ENVIRONMENT_VARIABLE] = settings_to_environment(app.config)
+    serve_granian("services.cache_proxy.serving:app_from_environment", host=args.host, port=args.port, factory=True,
+                  header_timeout_s=args.header_timeout_s)

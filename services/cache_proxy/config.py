@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.cache_proxy.bodies import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, OFF_LOOP_KEY_MIN_BYTES
+
 
 @dataclass(frozen=True)
 class ProxyConfig:
@@ -24,3 +26,6 @@ class ProxyConfig:
     upstream_identity: str | None = None
     local_tier_entries: int = 4096
     local_tier_max_bytes: int = 64 * 1024 * 1024
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    off_loop_key_min_bytes: int = OFF_LOOP_KEY_MIN_BYTES

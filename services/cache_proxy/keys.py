@@ -36,7 +36,7 @@ import hmac
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 # 2: the query string and the requester's credential fingerprint joined the key.
 KEY_FORMAT_VERSION = 2
@@ -171,7 +171,8 @@ def _nesting_depth_at_most(value: Any, limit: int) -> bool:
             continue
         if depth > limit:
             return False
-        stack.extend((child, depth + 1) for child in children)
+        # Only containers go on the stack: a list of millions of numbers costs no tuples.
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return True
 
 
@@ -197,6 +198,36 @@ def parse_keyable_body(raw_body: bytes) -> dict[str, Any]:
     if not _nesting_depth_at_most(body, MAX_KEYABLE_NESTING_DEPTH):
         raise UnkeyableBody(f"the body nests more than {MAX_KEYABLE_NESTING_DEPTH} levels deep")
     return body
+
+
+# The request fields the cache policy reads (is_deterministic_request); a keyed request
+# carries only these, so a large body's summary crosses a process boundary small.
+POLICY_FIELDS: tuple[str, ...] = ("n", "seed", "temperature")
+
+
+class KeyedRequest(NamedTuple):
+    """What the proxy needs of a request body once keyed: the fields its policy reads
+    (:data:`POLICY_FIELDS`; a field that is not a plain number, bool or null is kept as
+    ``[]``, which no policy reads as deterministic), whether it asks for a stream, and its key."""
+
+    policy_fields: dict[str, Any]
+    streaming: bool
+    key: str
+
+
+def key_request(
+    raw_body: bytes, *, upstream_identity: str, path: str, namespace: str, requester: str | None
+) -> KeyedRequest:
+    """Parse and key a request body (:func:`parse_keyable_body`, :func:`cache_key`); raise
+    :class:`UnkeyableBody`. Pure and picklable, so large bodies can be keyed in another process."""
+    body = parse_keyable_body(raw_body)
+    key = cache_key(upstream_identity=upstream_identity, path=path, body=body, namespace=namespace,
+                    requester=requester)
+    policy_fields = {
+        name: (body[name] if body[name] is None or isinstance(body[name], (bool, int, float)) else [])
+        for name in POLICY_FIELDS if name in body
+    }
+    return KeyedRequest(policy_fields, body.get("stream") is True, key)
 
 
 # Header name -> is it a credential; header names come from clients, so it is bounded.

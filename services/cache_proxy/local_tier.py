@@ -33,7 +33,7 @@ class LocalTier:
         self.max_value_bytes = max_bytes // 16
         self._clock = clock
         # What get() returns for a stored value, computed once per fill (the proxy keeps
-        # the answer's headers ready, so a local hit formats nothing).
+        # the answer's headers ready, so a local hit formats nothing); None: not kept.
         self._prepare = prepare
         # key -> (prepared value, its size in bytes, deadline or None)
         self._entries: OrderedDict[str, tuple[Any, int, float | None]] = OrderedDict()
@@ -72,9 +72,12 @@ class LocalTier:
         del self._fills[key]
         if value is None or not self.coherent or len(value) > self.max_value_bytes or ttl_ms == -2:
             return
+        prepared = self._prepare(value)
+        if prepared is None:  # a value the proxy would not serve (see responses.prepared_hit)
+            return
         deadline = self._clock() + ttl_ms / 1000 if ttl_ms >= 0 else None
         self._drop(key)
-        self._entries[key] = (self._prepare(value), len(value), deadline)
+        self._entries[key] = (prepared, len(value), deadline)
         self.bytes_used += len(value)
         while len(self._entries) > self.max_entries or self.bytes_used > self.max_bytes:
             _, (_, evicted_bytes, _) = self._entries.popitem(last=False)

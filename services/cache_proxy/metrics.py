@@ -87,6 +87,15 @@ class ProxyMetrics:
             "lab_cache_single_flight_shared", "Misses answered by another identical in-flight request.",
             registry=self.registry,
         )
+        self.bad_entries = Counter(
+            "lab_cache_bad_entries",
+            "Stored values not served (wrong shape, wrong kind, another Redis type): misses, the entry replaced.",
+            registry=self.registry,
+        )
+        self.refused_bodies = Counter(
+            "lab_cache_refused_bodies", "Requests refused while reading their body (413 over the limit, 408 too slow).",
+            registry=self.registry,
+        )
         self.local_hits = _HitPathCounter(
             "lab_cache_local_hits", "Hits answered from the in-process tier (no Redis round trip)."
         )

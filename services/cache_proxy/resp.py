@@ -4,6 +4,10 @@ One shared connection; concurrent commands are pipelined and their replies match
 order, so no pool checkout per call and Redis answers many GETs per read. A timed-out call
 leaves its reply slot in the queue, so replies stay matched. With a :class:`LocalTier`
 it turns on client tracking and feeds Redis's invalidations to the tier.
+
+A failed command's future holds its exception as its *result*, raised by the caller once
+awake: granian's scheduler, which steps the app's coroutine itself, cannot resume a
+coroutine after throwing a future's exception into it (the coroutine would hang).
 """
 
 from __future__ import annotations
@@ -21,13 +25,25 @@ class RedisUnavailable(Exception):
     """Redis could not answer in time (refused, closed, timed out or error reply)."""
 
 
+class RedisWrongType(Exception):
+    """Redis answered, but the key holds another type (a list, a hash...) than the command
+    reads: the entry is bad, Redis is fine (not a :class:`RedisUnavailable`)."""
+
+
+def _error_reply(message: str) -> Exception:
+    """The exception an error reply stands for: WRONGTYPE is about the key, not Redis."""
+    if message.startswith("WRONGTYPE"):
+        return RedisWrongType(message)
+    return RedisUnavailable(message)
+
+
 class _Incomplete(Exception):
     pass
 
 
 def _parse_resp(buffer: bytes | bytearray, position: int) -> tuple[Any, int]:
     """Parse one RESP2 reply at ``position``; raise :class:`_Incomplete` when more bytes
-    are needed. Error replies come back as :class:`RedisUnavailable` instances."""
+    are needed. Error replies come back as exception instances (:func:`_error_reply`)."""
     line_end = buffer.find(b"\r\n", position)
     if line_end < 0:
         raise _Incomplete
@@ -47,7 +63,7 @@ def _parse_resp(buffer: bytes | bytearray, position: int) -> tuple[Any, int]:
     if kind == 0x3A:  # : integer
         return int(header), after
     if kind == 0x2D:  # - error
-        return RedisUnavailable(header.decode("utf-8", "replace")), after
+        return _error_reply(header.decode("utf-8", "replace")), after
     if kind == 0x2A:  # * array
         count = int(header)
         if count < 0:
@@ -104,10 +120,7 @@ class _RespProtocol(asyncio.Protocol):
                 continue
             future = self.pending.popleft()
             if not future.done():  # a timed-out caller left; keep FIFO order anyway
-                if isinstance(reply, RedisUnavailable):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+                future.set_result(reply)  # an error reply is an exception instance (module docstring)
         if position:
             del buffer[:position]
 
@@ -121,12 +134,12 @@ class _RespProtocol(asyncio.Protocol):
         while self.pending:
             future = self.pending.popleft()
             if not future.done():
-                future.set_exception(error)
+                future.set_result(error)
 
 
 def _timeout_future(future: asyncio.Future[Any], timeout_s: float) -> None:
     if not future.done():
-        future.set_exception(RedisUnavailable(f"Redis did not answer within {timeout_s * 1000:.0f} ms"))
+        future.set_result(RedisUnavailable(f"Redis did not answer within {timeout_s * 1000:.0f} ms"))
 
 
 def _timeout_futures(futures: list[asyncio.Future[Any]], timeout_s: float) -> None:
@@ -153,7 +166,7 @@ class PipelinedRedis:
         self.local_tier = local_tier
         self._protocol: _RespProtocol | None = None
         self._invalidations: _RespProtocol | None = None
-        self._connecting: asyncio.Future[_RespProtocol] | None = None
+        self._connecting: asyncio.Future[_RespProtocol | RedisUnavailable] | None = None
 
     async def _open_connection(self) -> _RespProtocol:
         loop = asyncio.get_running_loop()
@@ -174,7 +187,7 @@ class PipelinedRedis:
             reply = await asyncio.wait_for(future, timeout=max(self.timeout_s, 1.0))
         except asyncio.TimeoutError as error:
             raise RedisUnavailable(f"Redis did not answer {parts[0]!r} in time") from error
-        if isinstance(reply, RedisUnavailable):
+        if isinstance(reply, Exception):
             raise reply
         return reply
 
@@ -235,8 +248,17 @@ class PipelinedRedis:
             return protocol
         # One connect at a time; concurrent callers wait for it.
         if self._connecting is None or self._connecting.done():
-            self._connecting = asyncio.ensure_future(self._connect())
-        return await asyncio.shield(self._connecting)
+            self._connecting = asyncio.ensure_future(self._connect_or_failure())
+        connected = await asyncio.shield(self._connecting)
+        if isinstance(connected, RedisUnavailable):
+            raise connected
+        return connected
+
+    async def _connect_or_failure(self) -> _RespProtocol | RedisUnavailable:
+        try:
+            return await self._connect()
+        except RedisUnavailable as error:
+            return error
 
     async def execute(self, *parts: bytes | str | int, timeout_s: float | None = None) -> Any:
         """Send one command and return its reply; raise :class:`RedisUnavailable`."""
@@ -251,9 +273,12 @@ class PipelinedRedis:
         deadline_s = self.timeout_s if timeout_s is None else timeout_s
         timer = loop.call_later(deadline_s, _timeout_future, future, deadline_s)
         try:
-            return await future
+            reply = await future
         finally:
             timer.cancel()
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     async def execute_pipeline(self, *commands: tuple[bytes | str | int, ...]) -> list[Any]:
         """Send several commands in one write; return their replies in order (one
@@ -268,14 +293,16 @@ class PipelinedRedis:
         protocol.transport.write(b"".join(encode_command(*parts) for parts in commands))
         timer = loop.call_later(self.timeout_s, _timeout_futures, futures, self.timeout_s)
         try:
-            return [await future for future in futures]
+            replies = [await future for future in futures]
         finally:
             timer.cancel()
             for future in futures:
                 if not future.done():
                     future.cancel()  # its reply slot stays queued, so replies keep their order
-                elif not future.cancelled():
-                    future.exception()  # retrieved: no "never retrieved" warning for the rest
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     async def get_and_fill(self, key: str) -> bytes | None:
         """GET key, and keep the value in the local tier (with its remaining TTL) unless
@@ -292,6 +319,10 @@ class PipelinedRedis:
             raise
         tier.finish_fill(key, token, value, int(ttl_ms))
         return value
+
+    async def unlink(self, key: str) -> None:
+        """UNLINK key (whatever its type)."""
+        await self.execute(b"UNLINK", key)
 
     async def set(self, key: str, value: bytes, *, ttl_s: int | None = None) -> None:
         """SET key value [EX ttl_s]."""

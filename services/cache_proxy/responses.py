@@ -2,7 +2,7 @@
 shape, the headers forwarded each way, and the stored value's layout.
 
 Stored value layout: one tag byte for the content type, then the body as the upstream
-sent it; :func:`prepared_hit` turns it into a hit's headers and body once.
+sent it; :func:`prepared_hit` checks it and turns it into a hit's headers and body once.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from services.cache_proxy.policy import XCache
+from services.cache_proxy.policy import XCache, is_cacheable_json_answer, summarize_sse
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,11 +38,28 @@ TAG_BY_CONTENT_TYPE = {JSON_CONTENT_TYPE: b"j", SSE_CONTENT_TYPE: b"s"}
 CONTENT_TYPE_BY_TAG = {ord("j"): JSON_CONTENT_TYPE, ord("s"): SSE_CONTENT_TYPE}
 
 
-def prepared_hit(stored: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The headers and body of a hit on a stored value (tag byte + body)."""
-    content_type = CONTENT_TYPE_BY_TAG.get(stored[0], JSON_CONTENT_TYPE)
+# A hit ready to send: its headers, its body, and whether it is an SSE stream (to be served
+# only to a request that asked for a stream).
+PreparedHit = tuple[list[tuple[bytes, bytes]], bytes, bool]
+
+
+def prepared_hit(stored: bytes) -> PreparedHit | None:
+    """The headers, body and kind of a hit on a stored value (tag byte + body), or None
+    when the value is not one the proxy stores: an unknown tag, a JSON answer without
+    choices, an SSE stream that did not complete (garbage, a truncated write, another
+    program's value under our key)."""
+    content_type = CONTENT_TYPE_BY_TAG.get(stored[0]) if stored else None
     payload = stored[1:]
-    return [(b"content-type", content_type), (b"content-length", b"%d" % len(payload)), (b"x-cache", b"HIT")], payload
+    if content_type is JSON_CONTENT_TYPE:
+        if not is_cacheable_json_answer(200, payload):
+            return None
+    elif content_type is SSE_CONTENT_TYPE:
+        if not summarize_sse(payload).is_complete:
+            return None
+    else:
+        return None
+    headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(payload)), (b"x-cache", b"HIT")]
+    return headers, payload, content_type is SSE_CONTENT_TYPE
 
 
 async def read_body(receive: Receive) -> bytes:

@@ -6,21 +6,17 @@ Only misses, bypasses and pass-through paths come here; a hit never reaches the 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from services.cache_proxy.policy import XCache
 from services.cache_proxy.responses import (
     REQUEST_HEADERS_NOT_FORWARDED,
     BadRequestTarget,
-    Message,
     Scope,
     Send,
     UpstreamStreamBroken,
-    send_upstream_error,
 )
 
 
@@ -59,18 +55,18 @@ def upstream_request(http: httpx.AsyncClient, upstream_url: str, scope: Scope, r
 
 
 async def relay_stream(
-    response: httpx.Response, send: Send, start: dict[str, Any], disconnect_watch: asyncio.Future[Message],
-    x_cache: XCache, *, record: bool,
-) -> RelayedStream | None:
+    response: httpx.Response, send: Send, start: dict[str, Any], *, record: bool,
+) -> RelayedStream:
     """Send the upstream's chunks to the client as they arrive, ``start`` with the first.
 
-    Stops early when ``disconnect_watch`` completes (the client left). Returns None when
-    the upstream failed before anything was sent (the client got a clean 502/504); raises
-    :class:`UpstreamStreamBroken` when it failed part-way. The caller closes ``response``.
+    Raises ``httpx.HTTPError`` when the upstream failed before anything was sent (the
+    caller answers 502/504), :class:`UpstreamStreamBroken` when it failed part-way. A
+    client that left is the caller's business: it cancels this (or, while single-flight
+    followers wait for the answer, makes ``send`` drop what the client would have got).
+    The caller closes ``response``.
     """
     chunks: list[bytes] = []
     start_sent = False
-    upstream_complete = False
     try:
         async for chunk in response.aiter_bytes():
             if record:
@@ -79,13 +75,8 @@ async def relay_stream(
                 await send(start)
                 start_sent = True
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if disconnect_watch.done():
-                break
-        else:
-            upstream_complete = True
     except httpx.HTTPError as error:
-        if not start_sent:  # nothing sent yet: the client gets a clean 502/504
-            await send_upstream_error(send, error, x_cache)
-            return None
+        if not start_sent:
+            raise
         raise UpstreamStreamBroken(f"upstream stream broke: {error!r}") from error
-    return RelayedStream(chunks, start_sent, upstream_complete)
+    return RelayedStream(chunks, start_sent, upstream_complete=True)
