@@ -19,7 +19,9 @@ from db import baselines as baseline_store
 from db import store
 from db.models import Baseline, Run, RunStatus
 from lab.analysis.compare import run_record
-from lab.analysis.regression import GateVerdict, Threshold, judge
+from lab import backends
+from lab.analysis.regression import GateVerdict, Threshold, change_rows, judge
+from lab.analysis.trends import TrendPoint, trend_points
 from lab.specs.configuration import (
     configuration_differences,
     configuration_key,
@@ -228,3 +230,49 @@ def known_configurations(*, session: Session, limit: int = 2000) -> list[dict[st
                           "runs": 0, "has_baseline": key in marked}
         found[key]["runs"] += 1
     return sorted(found.values(), key=lambda item: (not item["has_baseline"], -item["runs"]))
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """A configuration's baseline and every later group of its runs against it (rows of
+    :func:`~lab.analysis.regression.change_rows`)."""
+
+    configuration_key: str
+    configuration_label: str
+    baseline_label: str
+    baseline_run_ids: list[int]
+    rows: list[dict[str, Any]]
+
+
+def comparison_of(*, session: Session, baseline: Baseline) -> BaselineComparison:
+    """The baseline's later runs against it, each headline figure's change with its interval."""
+    rows = change_rows(baseline_records(session=session, baseline=baseline), later_groups(session=session,
+                                                                                          baseline=baseline))
+    return BaselineComparison(baseline.configuration_key, configuration_label(baseline.configuration),
+                              baseline_label(baseline), list(baseline.run_ids), rows)
+
+
+def comparisons_for_runs(*, session: Session, run_ids: Sequence[int], limit: int = 10) -> list[BaselineComparison]:
+    """The baseline comparisons of the configurations these runs ran (those with a baseline)."""
+    keys = dict.fromkeys(configuration_key(run.spec) for run in
+                         store.list_runs(session=session, run_ids=list(run_ids), newest_first=False))
+    found = []
+    for key in keys:
+        baseline = baseline_store.get_baseline(session=session, configuration_key=key)
+        if baseline is not None:
+            found.append(comparison_of(session=session, baseline=baseline))
+        if len(found) >= limit:
+            break
+    return found
+
+
+def configuration_trend(*, session: Session, configuration: dict[str, Any], figure: str) -> list[TrendPoint]:
+    """``figure`` of every done run of the configuration, oldest first, with what each ran with."""
+    runs = runs_of_configuration(session=session, configuration=configuration)
+    baseline = baseline_store.get_baseline(session=session, configuration_key=configuration_key(configuration))
+    try:
+        packages = backends.get_backend(str(configuration.get("backend"))).packages
+    except ValueError:  # a kind no longer registered: its versions cannot be named
+        packages = ()
+    return trend_points([run_record(run) for run in runs], [run.environment for run in runs], figure=figure,
+                        packages=packages, baseline_run_ids=baseline.run_ids if baseline else ())
