@@ -203,3 +203,18 @@ def test_marking_replaces_and_clearing_removes_the_baseline(
     assert cli.main(["runs", "baseline", "experiment:1", "--clear"]) == 0
     with Session(lab_engine) as session:
         assert baseline_store.list_baselines(session=session) == []
+
+
+def test_the_migration_adds_the_baselines_table_to_an_older_database(engine: Engine) -> None:
+    from sqlalchemy import inspect, text
+
+    from db import migrations
+
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE baselines"))
+        connection.execute(text("UPDATE schema_version SET version = :v"),
+                           {"v": migrations.MIGRATIONS.index(migrations._baselines)})
+    assert migrations.upgrade(engine) == migrations.MIGRATIONS.index(migrations._baselines)
+    with engine.connect() as connection:
+        assert inspect(connection).has_table("baselines")
+        assert migrations.current_version(connection) == migrations.LATEST_VERSION
