@@ -9,9 +9,9 @@ SHA-256 of its canonical JSON.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,10 +28,18 @@ def normalised_spec(spec: dict[str, Any] | RunSpec) -> dict[str, Any]:
     stored."""
     if isinstance(spec, RunSpec):
         return spec.model_dump(mode="json")
+    return json.loads(_normalised_text(json.dumps(spec, sort_keys=True, default=str)))
+
+
+@lru_cache(maxsize=4096)
+def _normalised_text(spec_text: str) -> str:
+    # Cached by the stored text: a page lists the configurations of thousands of runs.
+    spec = json.loads(spec_text)
     try:
-        return RunSpec.model_validate(spec).model_dump(mode="json")
+        spec = RunSpec.model_validate(spec).model_dump(mode="json")
     except (ValidationError, ValueError):
-        return copy.deepcopy(dict(spec))
+        pass
+    return json.dumps(spec, sort_keys=True)
 
 
 def run_configuration(spec: dict[str, Any] | RunSpec) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from db import store
 from db.models import Run, RunStatus
 from lab import baselines
 from lab.baselines import Subject
+from lab.specs.configuration import configuration_key
 from tests.ui.conftest import SeededLab
 from tests.ui.test_pages import PAGES, open_page, texts, widget
 
@@ -94,3 +95,13 @@ def test_trends_plots_the_configuration_with_the_baseline_and_provenance(seed_la
     assert "lab commit" in traces["runs"]["hovertemplate"]
     table = app.dataframe[0].value
     assert list(table["run"]) == [run_id, later] and list(table["baseline"]) == ["yes", ""]
+
+
+def test_run_detail_opens_its_configurations_trend(seed_lab: SeededLab) -> None:
+    run_id = seed_lab.done_run_ids[1]
+    app = open_page(PAGES["Run detail"], run=str(run_id))
+    widget(app.button, "baseline_trend").click().run()
+    assert [heading.value for heading in app.title] == ["Trends"]
+    with Session(seed_lab.engine) as session:
+        key = configuration_key(session.get(Run, run_id).spec)
+    assert widget(app.selectbox, "trends_configuration").value == key
