@@ -55,6 +55,14 @@ def model_hash(environment: dict[str, Any] | None) -> str:
     return str(digest)[:12] if digest else UNKNOWN
 
 
+def short_commit(label: str | None) -> str:
+    """``0123456789ab-dirty``: the commit's first 12 hex digits, ``-dirty`` kept; ``–`` unknown."""
+    if not label:
+        return UNKNOWN
+    dirty = label.endswith("-dirty")
+    return label.removesuffix("-dirty")[:12] + ("-dirty" if dirty else "")
+
+
 def trend_points(records: Sequence[dict[str, Any]], environments: Sequence[dict[str, Any] | None], *, figure: str,
                  packages: Sequence[str], baseline_run_ids: Collection[int]) -> list[TrendPoint]:
     """One point per run record (oldest first), beside its environment."""
@@ -64,7 +72,7 @@ def trend_points(records: Sequence[dict[str, Any]], environments: Sequence[dict[
         points.append(TrendPoint(
             run_id=int(record["run_id"]), experiment_id=record.get("experiment_id"),
             created_at=str(record.get("created_at") or ""), value=value[0] if value else None,
-            lab_commit=str((environment or {}).get("lab_git_commit") or UNKNOWN)[:19],
+            lab_commit=short_commit((environment or {}).get("lab_git_commit")),
             engine_version=engine_version(packages, environment), model_hash=model_hash(environment),
             in_baseline=int(record["run_id"]) in set(baseline_run_ids),
         ))

