@@ -29,7 +29,8 @@ def split_labels(text: str) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
-    """Queue a preset's runs, wait for them and print their figures (and the grid's ratios)."""
+    """Queue a preset's or spec file's runs, wait for them and print their figures (and the grid's ratios;
+    with ``--baseline``, the gate's verdicts and exit code instead)."""
     try:
         overrides = [parse_set_option(option) for option in args.set or []]
         if args.repeats:
