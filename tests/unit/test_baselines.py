@@ -218,3 +218,10 @@ def test_the_migration_adds_the_baselines_table_to_an_older_database(engine: Eng
     with engine.connect() as connection:
         assert inspect(connection).has_table("baselines")
         assert migrations.current_version(connection) == migrations.LATEST_VERSION
+
+
+def test_a_missing_spec_file_is_refused_in_one_line(tmp_path: Path, lab_engine: Engine,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "--spec", str(tmp_path / "nowhere.json")]) == 2
+    error = capsys.readouterr().err
+    assert "cannot read spec file" in error and "No such file or directory" in error and len(error.splitlines()) == 1
