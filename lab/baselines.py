@@ -162,9 +162,12 @@ def resolve_gate_baseline(*, session: Session, spec: ExperimentSpec, choice: str
     if choice.strip() == AUTO:
         return _marked_baselines(session=session, spec=spec, cells=cells)
     subject = parse_subject(choice)
-    groups = done_by_configuration(subject=subject, runs=subject_runs(session=session, subject=subject))
+    runs = subject_runs(session=session, subject=subject)
+    groups = done_by_configuration(subject=subject, runs=runs)
     resolved = GateBaseline(description=str(subject))
     for key, label in cells.items():
+        if key not in groups and key in {configuration_key(run.spec) for run in runs}:
+            raise BaselineError(f"{subject} has no done run of {_cell(spec, label)}'s configuration")
         if key not in groups:
             other = next(iter(groups.values()))[0]
             raise BaselineError(f"{subject} is a baseline of another configuration than {_cell(spec, label)} "
