@@ -89,6 +89,7 @@ def main() -> None:
             st.Page(RUNS_PAGE, title="Runs", icon=":material/list_alt:"),
             st.Page(RUN_DETAIL_PAGE, title="Run detail", icon=":material/search:"),
             st.Page(COMPARE_PAGE, title="Compare", icon=":material/bar_chart:"),
+            st.Page("pages/trends.py", title="Trends", icon=":material/trending_up:"),
             st.Page(SERVICES_PAGE, title="Services", icon=":material/dns:"),
             st.Page("pages/workers.py", title="Workers", icon=":material/lan:"),
         ]

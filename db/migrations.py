@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
-from db.models import Base, Experiment, Run, RunClaim, RunRequests, ServiceRecord, WorkerRecord
+from db.models import Base, Baseline, Experiment, Run, RunClaim, RunRequests, ServiceRecord, WorkerRecord
 
 
 def _create_schema(connection: Connection) -> None:
@@ -103,6 +103,11 @@ def _reproducibility(connection: Connection) -> None:
     _add_column(connection, Experiment.__tablename__, "frozen_rules")
 
 
+def _baselines(connection: Connection) -> None:
+    """Baselines and regression gates: one baseline per run configuration, in a table of its own."""
+    Baseline.__table__.create(connection, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -111,6 +116,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _capacity,  # 4 -> 5
     _measurement,  # 5 -> 6
     _reproducibility,  # 6 -> 7
+    _baselines,  # 8 -> 9 (appended after launched_by's 7 -> 8 when the branches meet)
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

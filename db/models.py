@@ -252,6 +252,22 @@ class RunClaim(Base):
     claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
 
 
+class Baseline(Base):
+    """The baseline of one run configuration (the run spec without its seed; the lab computes
+    the key): the done runs later runs of that configuration are compared against. One per
+    configuration; marking another replaces it. What was marked, a run or an experiment, is
+    kept beside the runs it stood for then."""
+
+    __tablename__ = "baselines"
+
+    configuration_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    configuration: Mapped[dict[str, Any]] = mapped_column(JSON)
+    experiment_id: Mapped[int | None] = mapped_column(Integer)
+    run_id: Mapped[int | None] = mapped_column(Integer)
+    run_ids: Mapped[list[int]] = mapped_column(JSON)
+    marked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
 class ServiceRecord(Base):
     """A managed service process a worker started on its own machine; kept so a restarted
     worker can stop stale ones. Names are unique per worker, not across the lab."""

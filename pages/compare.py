@@ -18,6 +18,7 @@ from pages.view.figures import (
     throughput_vs_vus_figure,
 )
 from pages.common import NEW_EXPERIMENT_PAGE, session
+from pages.view.baseline import compare_baselines
 from pages.view.names import display_frame, human_headers
 from pages.view.tables import plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
@@ -177,6 +178,7 @@ def page() -> None:
     table = main_table(done, preset, price_per_hour)
     downloads(table, records)
     ratios_section(done, preset)
+    compare_baselines(done)
     st.subheader("Cost per million output tokens")
     st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True)
     charts_section(done)

@@ -12,6 +12,7 @@ from db.models import Run, RunSeries, RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import format_validation_error
 from pages.common import LIVE_POLL_INTERVAL_S, RUNS_PAGE, flash, session, show_flash, startup_facts, without_polling
+from pages.view.baseline import baseline_panel
 from pages.view.figures import run_detail_figures
 from pages.view.live import render_phase
 from pages.view.names import local_time
@@ -228,6 +229,7 @@ def page() -> None:
     run_again_button(run)
     figures_section(run, record, series_row.series if series_row else None)
     stored_details(run, series_row)
+    baseline_panel(run)
 
 
 page()

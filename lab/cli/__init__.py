@@ -8,6 +8,10 @@
     python -m lab runs list [--json] [--limit N]
     python -m lab runs export [ID ...] --csv FILE
     python -m lab runs slo ID --slo latency_p95_s=10 [--json]   evaluate a stored run against an SLO
+    python -m lab run --spec FILE [--baseline ID|auto --fail-on-regression FIGURE=PERCENT ...]   a spec file, gated
+    python -m lab runs spec ID [--output FILE]        a run's (or experiment:ID's) spec file
+    python -m lab runs baseline ID [--clear]          mark a run or experiment:ID as its configuration's baseline
+    python -m lab runs baselines [--json]
     python -m lab capacity --backend naive --backend vllm --slo latency_p95_s=10 [--by vus|rate] [--quick] [--json]
     python -m lab reproduce [--quick] [--repeats N] [--report-only]
     python -m lab worker [--name N] [--labels gpu,h100]   a queue worker alone

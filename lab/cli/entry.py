@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from lab.cli.baseline_commands import add_gate_arguments, add_spec_and_baseline_commands
 from lab.cli.capacity_commands import cmd_capacity
 from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
@@ -80,8 +81,10 @@ def _add_lab_commands(commands: Any) -> None:
 
 def _add_run_commands(commands: Any) -> None:
     """run and runs."""
-    run = commands.add_parser("run", help="run an experiment preset and print its figures")
-    run.add_argument("--preset", required=True, help=f"one of: {', '.join(list_presets())}")
+    run = commands.add_parser("run", help="run an experiment preset or spec file and print its figures")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--preset", help=f"one of: {', '.join(list_presets())}")
+    source.add_argument("--spec", metavar="FILE", help="a spec file (.json or .toml) of the presets' schema")
     run.add_argument("--quick", action="store_true", help="the preset's quick scale for a small CPU box")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help("override a setting, e.g. load.duration_s=20"))
     run.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"))
@@ -89,6 +92,7 @@ def _add_run_commands(commands: Any) -> None:
     run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
     run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
     run.add_argument("--json", action="store_true")
+    add_gate_arguments(run)
 
     runs = commands.add_parser("runs", help="list and export stored runs")
     runs_actions = runs.add_subparsers(dest="action", required=True)
@@ -105,6 +109,7 @@ def _add_run_commands(commands: Any) -> None:
                           help="e.g. latency_p95_s=10, ttft_p99_s=1, failure_rate=0.01 (repeatable)")
     slo_eval.add_argument("--save", action="store_true", help="store goodput and attainment on the run")
     slo_eval.add_argument("--json", action="store_true")
+    add_spec_and_baseline_commands(runs_actions, "a run (12 or run:12) or an experiment (experiment:3)")
 
 
 def _add_capacity_and_reproduce(commands: Any) -> None:

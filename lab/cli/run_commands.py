@@ -1,4 +1,5 @@
-"""``python -m lab run`` and ``python -m lab runs list|export|slo``: queue a preset, read stored runs."""
+"""``python -m lab run`` and ``python -m lab runs list|export|slo``: queue a preset or spec file, read stored runs
+(``runs spec|baseline|baselines`` and the gate: ``baseline_commands``)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab.analysis.compare import run_record
+from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepare_gate, report_gate
+from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.context import LabContext
 from lab.execution import experiments
 from lab.execution.run_waiter import WorkerUnusableError, wait_for_runs
-from lab.specs.schema import SpecError, load_preset, parse_set_option
+from lab.specs.schema import SpecError, parse_set_option
 from lab.specs.validation import ModelNameError, check_model_on_machine
 
 
@@ -26,7 +29,8 @@ def split_labels(text: str) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
-    """Queue a preset's runs, wait for them and print their figures (and the grid's ratios)."""
+    """Queue a preset's or spec file's runs, wait for them and print their figures (and the grid's ratios;
+    with ``--baseline``, the gate's verdicts and exit code instead)."""
     try:
         overrides = [parse_set_option(option) for option in args.set or []]
         if args.repeats:
@@ -35,10 +39,11 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
             overrides.append(("requires", split_labels(args.requires)))
         if args.worker:
             overrides.append(("worker", args.worker))
-        spec = load_preset(args.preset, quick=args.quick, overrides=overrides)
+        spec = load_experiment(args, overrides)
         for model in {run_spec.model for _, _, run_spec in spec.expand() if run_spec.backend_kind.managed}:
             check_model_on_machine(model)  # refused now, not a minute into the run
-    except (SpecError, ModelNameError) as error:
+        gate = prepare_gate(args, spec, context)  # a baseline to compare with, checked before queueing
+    except (SpecError, ModelNameError, *GATE_INPUT_ERRORS) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     engine = context.engine
@@ -58,6 +63,10 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
         records = [run_record(run) for run in runs]
         run_specs = [run.spec for run in runs]
+        if gate is not None:
+            if not args.json:
+                print_records(records, as_json=False)
+            return report_gate(gate, runs, records, as_json=args.json)
     print_records(records, as_json=args.json)
     if not args.json:
         print_grid_ratios(records, run_specs, list(spec.grid))
@@ -104,6 +113,8 @@ def cmd_runs(args: argparse.Namespace, context: LabContext) -> int:
 
     if args.action == "slo":
         return cmd_runs_slo(args, context)
+    if args.action in SPEC_AND_BASELINE_HANDLERS:
+        return SPEC_AND_BASELINE_HANDLERS[args.action](args, context)
     with Session(context.engine) as session:
         runs = store.list_runs(session=session, run_ids=args.ids or None, limit=getattr(args, "limit", None))
         records = [run_record(run) for run in runs]

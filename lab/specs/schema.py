@@ -360,8 +360,19 @@ def load_preset(name: str, *, quick: bool = False, overrides: list[tuple[str, An
     if name not in list_presets():
         raise SpecError(f"unknown preset {name!r}; presets: {', '.join(list_presets())}")
     raw = json.loads(path.read_text())
+    return experiment_from_document({**raw, "preset": name}, quick=quick, overrides=overrides)
+
+
+def experiment_from_document(raw: dict[str, Any], *, quick: bool = False,
+                             overrides: list[tuple[str, Any]] | None = None) -> ExperimentSpec:
+    """An :class:`ExperimentSpec` from a preset's document (a preset file, or a spec file of the
+    same schema: the experiment's fields plus an optional ``quick`` section), at the quick
+    scale if asked, with ``key=value`` overrides applied (see :func:`load_preset`)."""
+    raw = copy.deepcopy(raw)  # the caller's document is left as it was
     quick_section = raw.pop("quick", None)
-    data: dict[str, Any] = {**raw, "preset": name, "base": raw.get("base", {})}
+    data: dict[str, Any] = {**raw, "base": raw.get("base", {})}
+    if not isinstance(data["base"], dict) or not isinstance(quick_section or {}, dict):
+        raise SpecError("base and quick must each be a table of settings")
     if quick and quick_section:
         for key, value in quick_section.get("set", {}).items():
             set_dotted_lenient(data["base"], key, value)

@@ -1,0 +1,281 @@
+"""Baselines: mark a run or an experiment as the baseline of its configuration, find the
+baseline a spec is gated against, and the later runs of a configuration.
+
+A configuration is a run spec without its seed (:mod:`lab.specs.configuration`); an
+experiment with a grid has one per cell, so marking it marks each cell's configuration with
+that cell's done runs. The pure comparison is :mod:`lab.analysis.regression`'s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from db import baselines as baseline_store
+from db import store
+from db.models import Baseline, Run, RunStatus
+from lab.analysis.compare import run_record
+from lab import backends
+from lab.analysis.regression import GateVerdict, Threshold, change_rows, judge
+from lab.analysis.trends import TrendPoint, trend_points
+from lab.specs.configuration import (
+    configuration_differences,
+    configuration_key,
+    configuration_label,
+    experiment_configurations,
+    run_configuration,
+)
+from lab.specs.schema import ExperimentSpec
+
+SUBJECT_PATTERN = re.compile(r"(?:(run|experiment):)?([0-9]{1,19})")
+AUTO = "auto"
+
+
+class BaselineError(ValueError):
+    """A baseline that cannot be used or marked; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A run (``run:12`` or ``12``) or an experiment (``experiment:3``) named on the command line."""
+
+    kind: str
+    id: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.id}"
+
+
+def parse_subject(text: str) -> Subject:
+    """``12`` or ``run:12`` -> run 12; ``experiment:3`` -> experiment 3; BaselineError otherwise."""
+    match = SUBJECT_PATTERN.fullmatch(text.strip())
+    if match is None or int(match.group(2)) < 1:
+        raise BaselineError(f"{text[:40]!r} names no run or experiment: use a run id (12 or run:12) or "
+                            "experiment:ID")
+    return Subject(match.group(1) or "run", int(match.group(2)))
+
+
+def subject_runs(*, session: Session, subject: Subject) -> list[Run]:
+    """The runs of a run or an experiment (all states); BaselineError when it does not exist."""
+    if subject.kind == "run":
+        run = store.get_run(session=session, run_id=subject.id)
+        if run is None:
+            raise BaselineError(f"no run with id {subject.id}")
+        return [run]
+    experiment = store.get_experiment(session=session, experiment_id=subject.id)
+    if experiment is None:
+        raise BaselineError(f"no experiment with id {subject.id}")
+    return list(experiment.runs)
+
+
+def done_by_configuration(*, subject: Subject, runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """The done runs grouped by configuration key; BaselineError for a run that is not done,
+    or an experiment none of whose runs is."""
+    if subject.kind == "run" and runs[0].status != RunStatus.DONE:
+        raise BaselineError(f"run #{subject.id} is {runs[0].status}, not done: only done runs can be a baseline")
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.status == RunStatus.DONE:
+            groups.setdefault(configuration_key(run.spec), []).append(run)
+    if not groups:
+        raise BaselineError(f"{subject} has no done run: only done runs can be a baseline")
+    return groups
+
+
+def mark_baseline(*, session: Session, subject: Subject) -> list[Baseline]:
+    """Make the subject's done runs the baseline of each configuration they ran (one per grid
+    cell of an experiment), replacing earlier ones. Commits."""
+    groups = done_by_configuration(subject=subject, runs=subject_runs(session=session, subject=subject))
+    marked = []
+    for key, runs in groups.items():
+        marked.append(baseline_store.set_baseline(
+            session=session, configuration_key=key, configuration=run_configuration(runs[0].spec),
+            run_ids=[run.id for run in runs], experiment_id=subject.id if subject.kind == "experiment" else None,
+            run_id=subject.id if subject.kind == "run" else None,
+        ))
+    return marked
+
+
+def clear_baselines(*, session: Session, subject: Subject) -> int:
+    """Remove the baselines of the configurations the subject's runs ran; how many. Commits."""
+    keys = {configuration_key(run.spec) for run in subject_runs(session=session, subject=subject)}
+    return sum(baseline_store.clear_baseline(session=session, configuration_key=key) for key in keys)
+
+
+def baseline_label(baseline: Baseline) -> str:
+    """``experiment #3 (3 runs)`` or ``run #12``: what was marked."""
+    if baseline.experiment_id is not None:
+        return f"experiment #{baseline.experiment_id} ({len(baseline.run_ids)} runs)"
+    return f"run #{baseline.run_id}"
+
+
+def baseline_of_run(*, session: Session, run: Run) -> Baseline | None:
+    """The baseline of the run's configuration, if one is marked."""
+    return baseline_store.get_baseline(session=session, configuration_key=configuration_key(run.spec))
+
+
+def baseline_records(*, session: Session, baseline: Baseline) -> list[dict[str, Any]]:
+    """The run records of the baseline's runs that still exist and are done."""
+    runs = store.list_runs(session=session, run_ids=list(baseline.run_ids), newest_first=False)
+    return [run_record(run) for run in runs if run.status == RunStatus.DONE]
+
+
+def runs_of_configuration(*, session: Session, configuration: dict[str, Any]) -> list[Run]:
+    """Every done run of a configuration, oldest first."""
+    key = configuration_key(configuration)
+    candidates = baseline_store.done_runs_like(
+        session=session, backend=str(configuration.get("backend")), model=str(configuration.get("model")),
+        workload=str((configuration.get("workload") or {}).get("kind")), max_tokens=int(configuration.get("max_tokens") or 0),
+    )
+    return [run for run in candidates if configuration_key(run.spec) == key]
+
+
+def later_groups(*, session: Session, baseline: Baseline) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The done runs of the baseline's configuration made after its runs, grouped by
+    experiment (label, run records), oldest first."""
+    newest = max(baseline.run_ids, default=0)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in runs_of_configuration(session=session, configuration=baseline.configuration):
+        if run.id > newest:
+            label = f"experiment #{run.experiment_id}" if run.experiment_id is not None else f"run #{run.id}"
+            groups.setdefault(label, []).append(run_record(run))
+    return list(groups.items())
+
+
+@dataclass
+class GateBaseline:
+    """What a gated spec is compared against: per configuration key, its cell label and the
+    baseline's run records; ``description`` says where they come from."""
+
+    description: str
+    cells: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
+
+
+def resolve_gate_baseline(*, session: Session, spec: ExperimentSpec, choice: str) -> GateBaseline:
+    """The baseline ``--baseline`` names for every cell of ``spec``: ``auto`` (each cell's marked
+    baseline) or a run or experiment of the same configurations; BaselineError otherwise."""
+    cells = experiment_configurations(spec)
+    if choice.strip() == AUTO:
+        return _marked_baselines(session=session, spec=spec, cells=cells)
+    subject = parse_subject(choice)
+    runs = subject_runs(session=session, subject=subject)
+    groups = done_by_configuration(subject=subject, runs=runs)
+    resolved = GateBaseline(description=str(subject))
+    for key, label in cells.items():
+        if key not in groups and key in {configuration_key(run.spec) for run in runs}:
+            raise BaselineError(f"{subject} has no done run of {_cell(spec, label)}'s configuration")
+        if key not in groups:
+            other = next(iter(groups.values()))[0]
+            raise BaselineError(f"{subject} is a baseline of another configuration than {_cell(spec, label)} "
+                                f"(it differs in {differences_text(other.spec, spec, label)})")
+        resolved.cells[key] = (label, [run_record(run) for run in groups[key]])
+    return resolved
+
+
+def _marked_baselines(*, session: Session, spec: ExperimentSpec, cells: dict[str, str]) -> GateBaseline:
+    described = set()
+    resolved = GateBaseline(description="")
+    for key, label in cells.items():
+        baseline = baseline_store.get_baseline(session=session, configuration_key=key)
+        if baseline is None:
+            raise BaselineError(f"no baseline is marked for {_cell(spec, label)}'s configuration: mark one with "
+                                "`python -m lab runs baseline ID` (a run, or experiment:ID), or name one with "
+                                "--baseline ID")
+        records = baseline_records(session=session, baseline=baseline)
+        if not records:
+            raise BaselineError(f"the baseline of {_cell(spec, label)} ({baseline_label(baseline)}) has no done run left")
+        resolved.cells[key] = (label, records)
+        described.add(baseline_label(baseline))
+    resolved.description = "the marked baseline: " + ", ".join(sorted(described))
+    return resolved
+
+
+def _cell(spec: ExperimentSpec, label: str) -> str:
+    return f"cell {label!r}" if spec.grid else "the spec"
+
+
+def differences_text(stored_spec: dict[str, Any], spec: ExperimentSpec, label: str) -> str:
+    """The settings where a stored run's configuration and a spec's cell differ, shortly."""
+    cell_spec = next(run_spec for cell_label, run_spec in spec.distinct_cells() if cell_label == label)
+    differences = configuration_differences(run_configuration(stored_spec), run_configuration(cell_spec))
+    return "; ".join(differences[:3]) + (f" and {len(differences) - 3} more" if len(differences) > 3 else "")
+
+
+def gate_verdicts(*, baseline: GateBaseline, thresholds: Sequence[Threshold], runs: Sequence[Run]) -> list[GateVerdict]:
+    """Every watched figure of every cell: the new runs' done values against the baseline's."""
+    new_by_key: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        if run.status == RunStatus.DONE:
+            new_by_key.setdefault(configuration_key(run.spec), []).append(run_record(run))
+    verdicts = []
+    for key, (label, baseline_runs) in baseline.cells.items():
+        new_runs = new_by_key.get(key, [])
+        for threshold in thresholds:
+            verdicts.append(judge(label, threshold, [r.get(threshold.figure) for r in baseline_runs],
+                                  [r.get(threshold.figure) for r in new_runs]))
+    return verdicts
+
+
+def known_configurations(*, session: Session, limit: int = 2000) -> list[dict[str, Any]]:
+    """The configurations of the newest done runs, baselines first then by run count: key,
+    label, configuration, runs and whether it has a baseline."""
+    marked = {row.configuration_key for row in baseline_store.list_baselines(session=session)}
+    found: dict[str, dict[str, Any]] = {}
+    for run in store.list_runs(session=session, statuses=[RunStatus.DONE], limit=limit):
+        key = configuration_key(run.spec)
+        if key not in found:
+            configuration = run_configuration(run.spec)
+            found[key] = {"key": key, "label": configuration_label(configuration), "configuration": configuration,
+                          "runs": 0, "has_baseline": key in marked}
+        found[key]["runs"] += 1
+    return sorted(found.values(), key=lambda item: (not item["has_baseline"], -item["runs"]))
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """A configuration's baseline and every later group of its runs against it (rows of
+    :func:`~lab.analysis.regression.change_rows`)."""
+
+    configuration_key: str
+    configuration_label: str
+    baseline_label: str
+    baseline_run_ids: list[int]
+    rows: list[dict[str, Any]]
+
+
+def comparison_of(*, session: Session, baseline: Baseline) -> BaselineComparison:
+    """The baseline's later runs against it, each headline figure's change with its interval."""
+    rows = change_rows(baseline_records(session=session, baseline=baseline), later_groups(session=session,
+                                                                                          baseline=baseline))
+    return BaselineComparison(baseline.configuration_key, configuration_label(baseline.configuration),
+                              baseline_label(baseline), list(baseline.run_ids), rows)
+
+
+def comparisons_for_runs(*, session: Session, run_ids: Sequence[int], limit: int = 10) -> list[BaselineComparison]:
+    """The baseline comparisons of the configurations these runs ran (those with a baseline)."""
+    keys = dict.fromkeys(configuration_key(run.spec) for run in
+                         store.list_runs(session=session, run_ids=list(run_ids), newest_first=False))
+    found = []
+    for key in keys:
+        baseline = baseline_store.get_baseline(session=session, configuration_key=key)
+        if baseline is not None:
+            found.append(comparison_of(session=session, baseline=baseline))
+        if len(found) >= limit:
+            break
+    return found
+
+
+def configuration_trend(*, session: Session, configuration: dict[str, Any], figure: str) -> list[TrendPoint]:
+    """``figure`` of every done run of the configuration, oldest first, with what each ran with."""
+    runs = runs_of_configuration(session=session, configuration=configuration)
+    baseline = baseline_store.get_baseline(session=session, configuration_key=configuration_key(configuration))
+    try:
+        packages = backends.get_backend(str(configuration.get("backend"))).packages
+    except ValueError:  # a kind no longer registered: its versions cannot be named
+        packages = ()
+    return trend_points([run_record(run) for run in runs], [run.environment for run in runs], figure=figure,
+                        packages=packages, baseline_run_ids=baseline.run_ids if baseline else ())

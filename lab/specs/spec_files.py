@@ -1,0 +1,90 @@
+"""Experiments as files: a spec file (JSON or TOML, the presets' schema) read into an
+:class:`~lab.specs.schema.ExperimentSpec`, and a stored run or experiment written back as one.
+
+A spec file is what a preset file is: the experiment's fields (``name``, ``description``,
+``base``, ``grid``, ``repeats``, ``order``, ``order_seed``...) and an optional ``quick``
+section; ``name`` defaults to the file's name. It is validated like a preset, with the same
+one-line errors, and a key the schema does not know is refused. Exports are JSON (TOML has
+no null, and a stored spec holds some), so an experiment can live in a repository and be
+rerun exactly: the run's seeds and the experiment's run order are in the file.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from lab.specs.schema import ExperimentSpec, SpecError, experiment_from_document
+
+SPEC_FILE_FORMATS = (".json", ".toml")
+MAX_SPEC_FILE_BYTES = 1_000_000
+# What a spec file may hold at its top: the experiment's fields and the presets' quick section.
+SPEC_FILE_KEYS: tuple[str, ...] = (*ExperimentSpec.model_fields, "quick")
+
+
+def read_spec_document(path: Path) -> dict[str, Any]:
+    """The spec file's document (a table at the top); SpecError naming what is wrong."""
+    if path.suffix.lower() not in SPEC_FILE_FORMATS:
+        raise SpecError(f"spec file {path.name}: use a .json or .toml file, not {path.suffix or 'no suffix'}")
+    try:
+        if path.stat().st_size > MAX_SPEC_FILE_BYTES:
+            raise SpecError(f"spec file {path.name} is over {MAX_SPEC_FILE_BYTES:,} bytes")
+        text = path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise SpecError(f"cannot read spec file {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"spec file {path.name} is not UTF-8 text") from None
+    try:
+        document = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"spec file {path.name} is not valid JSON (line {error.lineno}: {error.msg})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(f"spec file {path.name} is not valid TOML ({error})") from None
+    if not isinstance(document, dict):
+        raise SpecError(f"spec file {path.name} must hold a table of settings at the top, not a "
+                        f"{type(document).__name__}")
+    return document
+
+
+def load_spec_file(path: Path | str, *, quick: bool = False,
+                   overrides: list[tuple[str, Any]] | None = None) -> ExperimentSpec:
+    """The experiment a spec file describes, at the quick scale if asked, with ``--set``
+    overrides applied as for a preset; SpecError (one line, the file named) when invalid."""
+    path = Path(path)
+    document = read_spec_document(path)
+    unknown = [key for key in document if key not in SPEC_FILE_KEYS]
+    if unknown:
+        raise SpecError(f"spec file {path.name}: unknown key {unknown[0]!r} (a spec file has: "
+                        f"{', '.join(SPEC_FILE_KEYS)})")
+    document.setdefault("name", path.stem)
+    try:
+        return experiment_from_document(document, quick=quick, overrides=overrides)
+    except SpecError as error:
+        message = str(error).replace("Extra inputs are not permitted", "unknown key")
+        raise SpecError(f"spec file {path.name}: {message}") from None
+
+
+def experiment_spec_document(*, stored_spec: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's stored spec as a spec file: exactly what was queued (seed and run order
+    included), so the file reruns it."""
+    return dict(stored_spec)
+
+
+def run_spec_document(*, run_id: int, stored_spec: dict[str, Any], cell_label: str = "",
+                      experiment_name: str | None = None) -> dict[str, Any]:
+    """One run's stored spec as a spec file: an experiment of that run alone (its seed kept, one
+    repeat), so rerunning the file queues a run of the same spec."""
+    source = f" of experiment {experiment_name!r}" if experiment_name else ""
+    return {
+        "name": f"run #{run_id}" + (f" {cell_label}" if cell_label else ""),
+        "description": f"exported from run #{run_id}{source}",
+        "base": dict(stored_spec),
+        "repeats": 1,
+    }
+
+
+def spec_file_text(document: dict[str, Any]) -> str:
+    """A spec file's JSON text (indented, keys in the schema's order)."""
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
