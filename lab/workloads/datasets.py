@@ -190,14 +190,13 @@ def load_custom_requests(path: Path | str) -> list[dict]:
     Optional ``max_tokens``, ``temperature``, ``top_p``, ``stream`` are type-checked;
     other fields pass through. Raises :class:`DatasetError` naming the line number.
     """
+    from lab.workloads.input_files import open_input_text  # builds on this module's DatasetError
+
     file_path = Path(path)
     try:
-        with open(file_path, encoding="utf-8", errors="strict", newline=None) as handle:
+        # A regular file under the size limit only, read with a bound (never a FIFO or a device).
+        with open_input_text(file_path, what="request file") as handle:
             return parse_jsonl_requests(handle)
-    except FileNotFoundError as error:
-        raise DatasetError(f"request file not found: {file_path}") from error
-    except IsADirectoryError as error:
-        raise DatasetError(f"request path is a folder, not a file: {file_path}") from error
     except UnicodeDecodeError as error:
         raise DatasetError(f"{file_path.name} is not UTF-8 text: {error.reason} at byte {error.start}") from error
 
