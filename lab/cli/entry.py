@@ -105,6 +105,8 @@ def _add_run_commands(commands: Any) -> None:
                           help="e.g. latency_p95_s=10, ttft_p99_s=1, failure_rate=0.01 (repeatable)")
     slo_eval.add_argument("--save", action="store_true", help="store goodput and attainment on the run")
     slo_eval.add_argument("--json", action="store_true")
+    runs_actions.add_parser("recover", help="write the final states runs kept in their folders while the "
+                                            "database was unreachable")
 
 
 def _add_capacity_and_reproduce(commands: Any) -> None:

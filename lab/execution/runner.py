@@ -59,9 +59,10 @@ class RunExecutor:
         self.run_id = run_id
         self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
         self.collector = RunCollector(engine=engine, services=services, run_id=run_id, run_dir=self.steps.run_dir,
-                                      contention_threshold_percent=settings.contention_warning_cpu_percent)
+                                      contention_threshold_percent=settings.contention_warning_cpu_percent,
+                                      database_retry_s=settings.final_write_retry_s)
         self.final_state = FinalStateWriter(engine=engine, run_id=run_id, run_dir=self.steps.run_dir,
-                                            pending=pending_final_states)
+                                            pending=pending_final_states, retry_s=settings.final_write_retry_s)
 
     def execute(self) -> str:
         """Take the run from starting to a final state; returns that state."""
@@ -83,7 +84,8 @@ class RunExecutor:
             run.loaded = True
             exit_code, run.samples = steps.drive_load(spec, targets, requests_file)
             run.calibration["machine_calibration_after_s"] = calibration_s()
-            steps.set_status(RunStatus.PARSING)
+            # A progress write: skipped while the database is unreachable (the final write retries).
+            steps.live_write(lambda: steps.set_status(RunStatus.PARSING))
             steps.check_load(exit_code)
             columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
             return self._store({**columns, **run.calibration})
@@ -110,7 +112,10 @@ class RunExecutor:
             columns, lost_services=self.steps.lost_services, cache_errors=self.collector.cache_errors,
             disk_note=self._run_folder_full(), metrics_problems=self.collector.metrics_problems,
         )
-        status, reason = decisions.final_state(columns)
+        error_answers = self.collector.error_answers() if not columns.get("requests_ok") else {}
+        status, reason = decisions.final_state(columns, error_answers=error_answers)
+        if reason:
+            log.warning("run %s failed: %s", self.run_id, reason)
         self.final_state.write(status, reason=reason, **columns)
         return status
 

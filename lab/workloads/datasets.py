@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.workloads.input_files import DatasetError, open_input_text
+
 CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_CUSTOM_REQUESTS = 1_000_000
 MAX_REQUEST_MAX_TOKENS = 1_000_000
@@ -32,10 +34,6 @@ MAX_REQUEST_MAX_TOKENS = 1_000_000
 Message = dict[str, str]
 Turn = list[Message]
 Session = list[Turn]
-
-
-class DatasetError(ValueError):
-    """A dataset or request file cannot be used; the message says why, for the user."""
 
 
 @dataclass
@@ -190,8 +188,6 @@ def load_custom_requests(path: Path | str) -> list[dict]:
     Optional ``max_tokens``, ``temperature``, ``top_p``, ``stream`` are type-checked;
     other fields pass through. Raises :class:`DatasetError` naming the line number.
     """
-    from lab.workloads.input_files import open_input_text  # builds on this module's DatasetError
-
     file_path = Path(path)
     try:
         # A regular file under the size limit only, read with a bound (never a FIFO or a device).

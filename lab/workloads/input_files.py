@@ -18,7 +18,10 @@ import stat
 from pathlib import Path
 from typing import TextIO
 
-from lab.workloads.datasets import DatasetError
+
+class DatasetError(ValueError):
+    """A dataset or request file cannot be used; the message says why, for the user
+    (defined here, the lowest module, and re-exported by :mod:`lab.workloads.datasets`)."""
 
 # What a file that is not a regular one is, in words, by the test on its mode.
 SPECIAL_FILE_KINDS = (
