@@ -16,10 +16,11 @@ series) the same patience.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -68,14 +69,30 @@ def retry_while_unreachable(action: Callable[[], T], *, budget_s: float) -> T:
             time.sleep(delay_s)
 
 
+# The run's other rows written with its final state when they could not be written before
+# (the database was unreachable): kept with it, written first.
+PART_WRITERS: dict[str, Callable[..., None]] = {"series": store.save_run_series, "requests": store.save_run_requests}
+
+
+def write_parts(engine: Engine, run_id: int, parts: Mapping[str, dict[str, Any]]) -> None:
+    for name, values in parts.items():
+        PART_WRITERS[name](engine=engine, run_id=run_id, **values)
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, datetime):
         return {"__datetime__": value.isoformat()}
+    if isinstance(value, (bytes, bytearray)):
+        return {"__bytes__": base64.b64encode(value).decode("ascii")}
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _decode(document: dict[str, Any]) -> Any:
-    return datetime.fromisoformat(document["__datetime__"]) if set(document) == {"__datetime__"} else document
+    if set(document) == {"__datetime__"}:
+        return datetime.fromisoformat(document["__datetime__"])
+    if set(document) == {"__bytes__"}:
+        return base64.b64decode(document["__bytes__"])
+    return document
 
 
 class PendingFinalStates:
@@ -84,6 +101,7 @@ class PendingFinalStates:
 
     def __init__(self) -> None:
         self._values_by_run_id: dict[int, dict[str, Any]] = {}
+        self._parts_by_run_id: dict[int, dict[str, dict[str, Any]]] = {}
         self._files_by_run_id: dict[int, Path] = {}
 
     def __len__(self) -> int:
@@ -93,13 +111,16 @@ class PendingFinalStates:
         """The run ids still waiting to be written."""
         return sorted(self._values_by_run_id)
 
-    def add(self, run_id: int, values: dict[str, Any], *, run_dir: Path | None = None) -> None:
-        self._values_by_run_id[run_id] = values
+    def add(self, run_id: int, values: dict[str, Any], *, run_dir: Path | None = None,
+            parts: Mapping[str, dict[str, Any]] | None = None) -> None:
+        """Hold a final state (and the run's ``parts`` not written either: series, requests)."""
+        self._values_by_run_id[run_id], self._parts_by_run_id[run_id] = values, dict(parts or {})
         if run_dir is None:
             return
         path = run_dir / PENDING_FINAL_STATE_FILE
+        document = {"run_id": run_id, "values": values, "parts": self._parts_by_run_id[run_id]}
         try:
-            atomic_write_bytes(path, json.dumps({"run_id": run_id, "values": values}, default=_encode).encode())
+            atomic_write_bytes(path, json.dumps(document, default=_encode).encode())
             self._files_by_run_id[run_id] = path
         except (OSError, TypeError, ValueError) as error:  # the worker still holds it in memory
             log.error("run %s: its final state could not be kept in %s either: %s", run_id, path, error)
@@ -110,12 +131,13 @@ class PendingFinalStates:
         for path in sorted(runs_dir.glob(f"*/{PENDING_FINAL_STATE_FILE}")) if runs_dir.is_dir() else []:
             try:
                 document = json.loads(path.read_text(encoding="utf-8"), object_hook=_decode)
-                run_id, values = int(document["run_id"]), dict(document["values"])
+                run_id, values, parts = int(document["run_id"]), dict(document["values"]), document.get("parts") or {}
             except (OSError, ValueError, KeyError, TypeError) as error:
                 log.error("a kept final state cannot be read (%s): %s", path, error)
                 continue
             if path.parent.name == str(run_id) and run_id not in self._values_by_run_id:
                 self._values_by_run_id[run_id], self._files_by_run_id[run_id] = values, path
+                self._parts_by_run_id[run_id] = dict(parts)
                 found.append(run_id)
         return found
 
@@ -129,10 +151,12 @@ class PendingFinalStates:
                     run = store.get_run(session=session, run_id=run_id)
                     replaceable = run is not None and run.status in REPLACEABLE_STATES
                 if replaceable:
+                    write_parts(engine, run_id, self._parts_by_run_id.get(run_id) or {})
                     store.set_run_status(engine=engine, run_id=run_id, **values)
             except SQLAlchemyError:
                 continue
             del self._values_by_run_id[run_id]
+            self._parts_by_run_id.pop(run_id, None)
             if (path := self._files_by_run_id.pop(run_id, None)) is not None:
                 path.unlink(missing_ok=True)
             if replaceable:
@@ -151,9 +175,11 @@ class FinalStateWriter:
         self.pending = pending
         self.retry_s = retry_s
 
-    def write(self, status: str, *, reason: str | None = None, **columns: Any) -> None:
-        """Write the final state: tried again while the database cannot be reached (then kept
-        for later, figures whole); for other failures, tried again, then without the figures."""
+    def write(self, status: str, *, reason: str | None = None, parts: Mapping[str, dict[str, Any]] | None = None,
+              **columns: Any) -> None:
+        """Write the final state (after ``parts``, the run's rows not written yet): tried again
+        while the database cannot be reached (then kept for later, figures whole); for other
+        failures, tried again, then without the figures."""
         values = decisions.final_values(status, reason=reason, columns=columns, finished_at=store.utc_now())
         deadline = time.monotonic() + self.retry_s
         problem, failures, tries, unreachable = "", 0, 0, False
@@ -164,6 +190,7 @@ class FinalStateWriter:
                 values = decisions.with_space_freed(values, freed)
             attempt_values = decisions.final_write_attempt(values, attempt=failures, problem=problem)
             try:
+                write_parts(self.engine, self.run_id, parts or {})
                 store.set_run_status(engine=self.engine, run_id=self.run_id, **attempt_values)
                 if tries:
                     log.warning("run %s: its final state was written after %d failed tries", self.run_id, tries)
@@ -181,7 +208,7 @@ class FinalStateWriter:
                 break
             time.sleep(delay_s)
         # An unreachable database: the whole final state, figures included, waits for it.
-        self.pending.add(self.run_id, values if unreachable else attempt_values, run_dir=self.run_dir)
+        self.pending.add(self.run_id, values if unreachable else attempt_values, run_dir=self.run_dir, parts=parts)
         log.error("run %s ended %s but the database could not record it (%s); it is kept in %s and written when "
                   "the database answers again (by the worker, or python -m lab runs recover)", self.run_id, status,
                   problem, self.run_dir / PENDING_FINAL_STATE_FILE)

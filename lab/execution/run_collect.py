@@ -15,10 +15,9 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from db import store
 from lab.execution import run_decisions as decisions
 from lab.execution import run_figures
-from lab.execution.final_state import retry_while_unreachable
+from lab.execution.final_state import PART_WRITERS, retry_while_unreachable
 from lab.execution.run_steps import RunTargets
 from lab.measurement import k6_ndjson, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
@@ -51,6 +50,8 @@ class RunCollector:
         # Why a service's /metrics could not be read (an external target may serve anything).
         self.metrics_problems: dict[str, str] = {}
         self.cache_errors = 0  # answers the proxy served without Redis (X-Cache: ERROR)
+        # Rows of the run the database could not take (it was unreachable): written with the final state.
+        self.unsaved_parts: dict[str, dict[str, Any]] = {}
 
     @property
     def summary_path(self) -> Path:
@@ -131,13 +132,22 @@ class RunCollector:
         """The per-second series with the services' log tails, and every request's figures
         (so any SLO can be evaluated on this run later)."""
         log_tails = {name: self._log_tail(name) for name in targets.service_names}
-        retry_while_unreachable(lambda: store.save_run_series(
-            engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails,
-        ), budget_s=self.database_retry_s)
+        self._store_part("series", {"series": series_doc, "service_log_tails": log_tails})
         if self.ndjson_path.is_file():
-            encoded = request_figures.encode(k6_ndjson.stream_request_samples(self.ndjson_path))
-            retry_while_unreachable(lambda: store.save_run_requests(engine=self.engine, run_id=self.run_id, **encoded),
+            self._store_part("requests", request_figures.encode(k6_ndjson.stream_request_samples(self.ndjson_path)))
+
+    def _store_part(self, name: str, values: dict[str, Any]) -> None:
+        """Write one of the run's rows (series, requests), waiting for a database that cannot be
+        reached; if it stays away, the row is kept (``unsaved_parts``) to go with the final state."""
+        try:
+            retry_while_unreachable(lambda: PART_WRITERS[name](engine=self.engine, run_id=self.run_id, **values),
                                     budget_s=self.database_retry_s)
+        except SQLAlchemyError as error:
+            if not decisions.database_unreachable(error):
+                raise
+            log.warning("run %s: its %s wait for the database (%s)", self.run_id, name,
+                        decisions.write_failure_message(error))
+            self.unsaved_parts[name] = values
 
     def _log_tail(self, name: str) -> str:
         """A service's log tail, or nothing while the database (which knows its log's path) is unreachable."""

@@ -48,7 +48,7 @@ OUTAGE_LONGEST_WAIT_S = 8.0
 # The longest service log line quoted in a failure reason.
 LAST_LOG_LINE_CHARS = 500
 # The cache fill gives up when its requests fail and none has succeeded for this long.
-FILL_FAILING_S = 10.0
+FILL_FAILING_S = 6.0
 _DIGITS = re.compile(r"\d+")
 
 _LATENCY_COLUMNS = ("latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s")

@@ -90,7 +90,8 @@ class RunExecutor:
             columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
             return self._store({**columns, **run.calibration})
         except (RunCancelled, ServiceStartAborted):
-            self.final_state.write(RunStatus.CANCELLED, reason="cancelled by the user", **self._partial_columns(run))
+            self.final_state.write(RunStatus.CANCELLED, reason="cancelled by the user", **self._partial_columns(run),
+                                   parts=self.collector.unsaved_parts)
             return RunStatus.CANCELLED
         except Exception as error:  # noqa: BLE001 (any failure ends the run with its reason)
             return self._fail(run, error)
@@ -101,7 +102,8 @@ class RunExecutor:
                 columns = self._partial_columns(run)
             except BaseException:  # noqa: BLE001 (a second stop signal: the state matters more)
                 columns = {}
-            self.final_state.write(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", **columns)
+            self.final_state.write(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", **columns,
+                                   parts=self.collector.unsaved_parts)
             raise
         finally:
             steps.stop_k6()
@@ -116,7 +118,7 @@ class RunExecutor:
         status, reason = decisions.final_state(columns, error_answers=error_answers)
         if reason:
             log.warning("run %s failed: %s", self.run_id, reason)
-        self.final_state.write(status, reason=reason, **columns)
+        self.final_state.write(status, reason=reason, parts=self.collector.unsaved_parts, **columns)
         return status
 
     def _fail(self, run: RunSoFar, error: Exception) -> str:
@@ -127,7 +129,8 @@ class RunExecutor:
             log.error("run %s failed: %s", self.run_id, failure.log_line)
         else:
             log.exception("run %s failed", self.run_id)
-        self.final_state.write(RunStatus.FAILED, reason=failure.reason, **self._partial_columns(run))
+        self.final_state.write(RunStatus.FAILED, reason=failure.reason, **self._partial_columns(run),
+                               parts=self.collector.unsaved_parts)
         if run.targets is not None:
             self._stop_dead_services(run.targets)
         return RunStatus.FAILED

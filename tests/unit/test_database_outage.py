@@ -165,3 +165,27 @@ def test_progress_writes_and_cancel_checks_are_skipped_during_an_outage(
     assert caplog.text.count("live progress not written") == 1  # once per outage, not every second
     monkeypatch.undo()
     assert steps.live_write(lambda: 7) == 7 and "answers again" in caplog.text
+
+
+def test_the_series_and_requests_the_database_never_took_are_kept_with_the_final_state(
+    lab, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    settings, engine, run_id = lab
+    real_status, real_series = store.set_run_status, final_state_module.PART_WRITERS["series"]
+    monkeypatch.setattr(final_state_module.store, "set_run_status", lambda **values: (_ for _ in ()).throw(REFUSED))
+    monkeypatch.setitem(final_state_module.PART_WRITERS, "series", lambda **values: (_ for _ in ()).throw(REFUSED))
+    parts = {"series": {"series": {"time_s": [0.0, 1.0], "requests_ok": [4, 5]}, "service_log_tails": {"naive": "x"}},
+             "requests": {"requests": 2, "encoding": "test", "latency_s": b"\x00\x01\xff", "ok": b"\x01\x01",
+                          "ttft_s": None, "tpot_s": None}}
+    writer = FinalStateWriter(engine=engine, run_id=run_id, run_dir=settings.runs_dir / str(run_id),
+                              pending=PendingFinalStates(), retry_s=0)
+    writer.write(RunStatus.DONE, parts=parts, requests_ok=9)
+    monkeypatch.setattr(final_state_module.store, "set_run_status", real_status)
+    monkeypatch.setitem(final_state_module.PART_WRITERS, "series", real_series)
+    pending = PendingFinalStates()
+    assert pending.load(settings.runs_dir) == [run_id]
+    assert pending.save(engine) == [run_id]
+    with Session(engine) as session:
+        assert store.get_run_series(session=session, run_id=run_id).series == parts["series"]["series"]
+        assert store.get_run_requests(session=session, run_id=run_id).latency_s == b"\x00\x01\xff"
+    assert run_row(engine, run_id).requests_ok == 9
