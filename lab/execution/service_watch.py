@@ -91,6 +91,8 @@ def wait_watching(call: Callable[[], T], *, every_second: Callable[[], None]) ->
                 return future.result(timeout=WATCH_INTERVAL_S)
             except TimeoutError:
                 every_second()
+                if future.done():  # finished meanwhile, or raised a TimeoutError of its own
+                    return future.result()
             except Exception:
                 every_second()  # a dead service explains a failed call better than the call's error
                 raise
