@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -302,15 +302,14 @@ class RunSteps:
             self.watch_phase("cache fill")
             tail.read_new()
             if tail.requests_ok_total > ok_seen:
-                last_success, ok_seen, failed_at_success = time.monotonic(), tail.requests_ok_total, tail.requests_failed_total
-            if decisions.fill_failing(seconds_since_success=time.monotonic() - last_success,
-                                      failed_since_success=tail.requests_failed_total - failed_at_success):
+                last_success, ok_seen = time.monotonic(), tail.requests_ok_total
+                failed_at_success = tail.requests_failed_total
+            failing_s, failed = time.monotonic() - last_success, tail.requests_failed_total - failed_at_success
+            if decisions.fill_failing(seconds_since_success=failing_s, failed_since_success=failed):
                 common = decisions.most_common_error_answer(k6_ndjson.error_answers(k6.ndjson_path))
-                raise RunFailed(
-                    f"the cache fill's requests to {targets.target_url} all fail ("
-                    f"{tail.requests_failed_total - failed_at_success} without a success in "
-                    f"{time.monotonic() - last_success:.0f} s)" + (f"; the most common error answer: {common[0]}" if common else "")
-                )
+                quoted = f"; the most common error answer: {common[0]}" if common else ""
+                raise RunFailed(f"the cache fill's requests to {targets.target_url} all fail ({failed} without a "
+                                f"success in {failing_s:.0f} s){quoted}")
             stored = self._cache_stores(targets) - stored_before
         return stored
 

@@ -161,7 +161,7 @@ def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
     assert run.status == RunStatus.DONE, (run.status_reason, output[-3000:])
     assert run.requests_ok == summary["requests_ok"] and run.requests_ok > 100  # every request k6 counted
     # The load ran its whole duration (a failed progress write used to stop k6 at once).
-    assert run.measured_duration_s is None or run.measured_duration_s >= 13
+    assert run.measured_duration_s and run.measured_duration_s >= 10
     assert not (run_dir / PENDING_FINAL_STATE_FILE).exists()
     with Session(engine) as session:
         assert store.get_run_series(session=session, run_id=run_id) is not None
