@@ -43,7 +43,7 @@ with Session(get_engine(url)) as session:
 
 def open_at_once(url: str) -> list[str]:
     """Start ``PROCESSES`` processes that open ``url`` at one instant; the errors of those that failed."""
-    start_at = time.time() + 4.0  # enough for every process to have imported the lab
+    start_at = time.time() + 6.0  # enough for every process to have imported the lab (2 busy cores)
     children = [subprocess.Popen([sys.executable, "-c", OPEN_AT, url, str(start_at)], cwd=CHECKOUT,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for _ in range(PROCESSES)]

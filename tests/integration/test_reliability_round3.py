@@ -103,22 +103,24 @@ def wait_until(predicate, timeout_s: float, what: str) -> Any:  # noqa: ANN001
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_worker(tmp_path: Path, database_url: str, **env: str) -> subprocess.Popen[str]:
-    """A real ``python -m lab worker`` on the given database."""
+def start_worker(tmp_path: Path, database_url: str, **env: str) -> subprocess.Popen[bytes]:
+    """A real ``python -m lab worker`` on the given database, its output in ``worker.log``."""
     environment = {**os.environ, "LAB_DATA_DIR": str(tmp_path / "data"), "LAB_DATABASE_URL": database_url,
                    "LAB_WORKER_POLL_INTERVAL_S": "0.2", **env}
-    return subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(tmp_path / "worker.log", "wb") as log_file:
+        return subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT, env=environment,
+                                stdout=log_file, stderr=subprocess.STDOUT)
 
 
-def stop_worker(worker: subprocess.Popen[str]) -> str:
+def stop_worker(worker: subprocess.Popen[bytes], tmp_path: Path) -> str:
+    """Stop the worker (SIGTERM, then SIGKILL); its output."""
     worker.send_signal(signal.SIGTERM)
     try:
-        output, _ = worker.communicate(timeout=60)
+        worker.wait(timeout=60)
     except subprocess.TimeoutExpired:
         worker.kill()
-        output, _ = worker.communicate()
-    return output
+        worker.wait()
+    return (tmp_path / "worker.log").read_text(errors="replace")
 
 
 # --------------------------------------------------------------------------- item 2: outages
@@ -156,7 +158,7 @@ def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
         run = wait_until(lambda: (r := read_run(engine, run_id)).status in RunStatus.FINAL and r, 120,
                          "the run's final state")
     finally:
-        output = stop_worker(worker)
+        output = stop_worker(worker, tmp_path)
     summary = parse_summary(run_dir / "summary.json")
     assert run.status == RunStatus.DONE, (run.status_reason, output[-3000:])
     assert run.requests_ok == summary["requests_ok"] and run.requests_ok > 100  # every request k6 counted
