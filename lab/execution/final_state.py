@@ -190,7 +190,8 @@ class FinalStateWriter:
                 values = decisions.with_space_freed(values, freed)
             attempt_values = decisions.final_write_attempt(values, attempt=failures, problem=problem)
             try:
-                write_parts(self.engine, self.run_id, parts or {})
+                if failures < decisions.FINAL_WRITE_TRIES_WITH_FIGURES:  # the small write goes alone
+                    write_parts(self.engine, self.run_id, parts or {})
                 store.set_run_status(engine=self.engine, run_id=self.run_id, **attempt_values)
                 if tries:
                     log.warning("run %s: its final state was written after %d failed tries", self.run_id, tries)
