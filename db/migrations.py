@@ -12,7 +12,8 @@ with ``ALTER TABLE``, then bump nothing else.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
@@ -130,17 +131,54 @@ def current_version(connection: Connection) -> int:
     return int(row[0]) if row else 0
 
 
+# The PostgreSQL advisory lock every lab process takes to create or upgrade the schema
+# (any constant the lab alone uses: "lab schema" in ASCII).
+SCHEMA_LOCK_KEY = 0x6C6162736368656D
+
+
+@contextmanager
+def _schema_lock(engine: Engine) -> Iterator[Connection]:
+    """One transaction holding the database's schema lock: one process at a time creates or
+    upgrades the schema; the others wait, then find it ready.
+
+    PostgreSQL: a transaction-level advisory lock on the same connection (DDL is
+    transactional there). SQLite: ``BEGIN IMMEDIATE``, the database's write lock, taken
+    before the first read so the version read and the DDL are one transaction (Python's
+    sqlite3 otherwise runs DDL outside any transaction); others wait for it (busy timeout).
+    """
+    with engine.connect() as connection:
+        dialect = connection.dialect.name
+        if dialect == "sqlite":
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        elif dialect == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        try:
+            yield connection
+        except BaseException:
+            connection.rollback()
+            raise
+        connection.commit()
+
+
+def _is_latest(engine: Engine) -> bool:
+    """True when the schema is already at ``LATEST_VERSION`` (read without taking the lock,
+    so a read-only database that needs nothing opens)."""
+    with engine.connect() as connection:
+        return current_version(connection) == LATEST_VERSION
+
+
 def upgrade(engine: Engine) -> int:
-    """Bring the database to ``LATEST_VERSION``; returns the version it started at."""
-    with engine.begin() as connection:
+    """Bring the database to ``LATEST_VERSION`` under the schema lock; returns the version it
+    started at (read under the lock: a process that waited for another's upgrade finds it done)."""
+    if _is_latest(engine):
+        return LATEST_VERSION
+    with _schema_lock(engine) as connection:
         start = current_version(connection)
         if start == 0:
             _create_schema(connection)  # every column of the models: no migration to replay
-        else:
-            for version in range(start, LATEST_VERSION):
-                MIGRATIONS[version](connection)
-        if start == 0:
             connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, :v)"), {"v": LATEST_VERSION})
         elif start < LATEST_VERSION:
+            for version in range(start, LATEST_VERSION):
+                MIGRATIONS[version](connection)
             connection.execute(text("UPDATE schema_version SET version = :v WHERE id = 1"), {"v": LATEST_VERSION})
     return start

@@ -258,6 +258,29 @@ export function postChat(messagesOrRequest, extraTags = {}) {
   }
 }
 
+// The longest error answer kept (status and message), as the failed request's tag.
+const ERROR_ANSWER_CHARS = 300;
+
+/**
+ * A failed request's answer in one line: its HTTP status and the error's message (OpenAI's
+ * `{"error": {"message"}}`, FastAPI's `{"detail"}`, or the body's start), or "no answer"
+ * with k6's error. The lab quotes the most common one when no request succeeded.
+ */
+export function errorAnswer(response) {
+  if (!response.status) return `no answer: ${response.error || "the connection failed"}`.slice(0, ERROR_ANSWER_CHARS);
+  let message = String(response.body || "");
+  try {
+    const answer = JSON.parse(message);
+    const error = answer && (answer.error !== undefined ? answer.error : answer.detail);
+    if (error !== undefined && error !== null) {
+      message = typeof error === "string" ? error : (error.message || JSON.stringify(error));
+    }
+  } catch (notJson) {
+    // not JSON: the body's start is the message
+  }
+  return `${response.status} ${String(message).replace(/\s+/g, " ").trim()}`.slice(0, ERROR_ANSWER_CHARS);
+}
+
 function sendChat(body, streamAsked, tags) {
   metrics.requestsStarted.add(1, tags);
   const response = http.post(`${config.target}/v1/chat/completions`, body, {
@@ -269,7 +292,7 @@ function sendChat(body, streamAsked, tags) {
   const cache = cacheHeader === undefined ? undefined : cacheHeader.toUpperCase();
   if (cache !== undefined) metrics.cacheHits.add(cache === "HIT", tags);
   if (response.status !== 200) {
-    metrics.requestFailures.add(1, tags);
+    metrics.requestFailures.add(1, { ...tags, lab_error: errorAnswer(response) });
     return null;
   }
   const contentType = String(response.headers["Content-Type"] || "");
@@ -279,7 +302,7 @@ function sendChat(body, streamAsked, tags) {
   if (streamed) {
     const sse = parseSse(String(response.body || ""));
     if (sse === null || !sse.done) {
-      metrics.requestFailures.add(1, tags);
+      metrics.requestFailures.add(1, { ...tags, lab_error: `${response.status} the stream ended before [DONE]` });
       return null;
     }
     parsed = sse.answer;
@@ -288,7 +311,7 @@ function sendChat(body, streamAsked, tags) {
     try {
       parsed = response.json();
     } catch (error) {
-      metrics.requestFailures.add(1, tags);
+      metrics.requestFailures.add(1, { ...tags, lab_error: `${response.status} the answer is not JSON` });
       return null;
     }
   }

@@ -39,6 +39,15 @@ class Settings(BaseSettings):
         description='seconds to wait for a backend to be ready, by kind (JSON: {"vllm": 900}); its own default otherwise',
     )
     upload_max_bytes: int = 200 * 1024 * 1024
+    input_file_max_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=1,
+        description="the largest request file or dataset a run may read (a regular file only; bytes)",
+    )
+    final_write_retry_s: float = Field(
+        default=60.0, ge=0,
+        description="how long a run's final write is retried while the database is unreachable; its figures "
+                    "are then kept in the run folder and written when the database returns",
+    )
     allowed_target_hosts: list[str] = Field(default_factory=list, description="non-loopback hosts a run may target")
     worker_poll_interval_s: float = 1.0
     worker_name: str = Field(

@@ -110,6 +110,8 @@ def _add_run_commands(commands: Any) -> None:
     slo_eval.add_argument("--save", action="store_true", help="store goodput and attainment on the run")
     slo_eval.add_argument("--json", action="store_true")
     add_spec_and_baseline_commands(runs_actions, "a run (12 or run:12) or an experiment (experiment:3)")
+    runs_actions.add_parser("recover", help="write the final states runs kept in their folders while the "
+                                            "database was unreachable")
 
 
 def _add_capacity_and_reproduce(commands: Any) -> None:

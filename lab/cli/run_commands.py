@@ -1,4 +1,5 @@
-"""``python -m lab run`` and ``python -m lab runs list|export|slo``: queue a preset or spec file, read stored runs
+"""``python -m lab run`` and ``python -m lab runs list|export|slo|recover``: queue a preset or spec file,
+read stored runs, write the final states runs kept in their folders during a database outage
 (``runs spec|baseline|baselines`` and the gate: ``baseline_commands``)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepar
 from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.context import LabContext
 from lab.execution import experiments
+from lab.execution.final_state import PendingFinalStates
 from lab.execution.run_waiter import WorkerUnusableError, wait_for_runs
 from lab.specs.schema import SpecError, parse_set_option
 from lab.specs.validation import ModelNameError, check_model_on_machine
@@ -115,6 +117,8 @@ def cmd_runs(args: argparse.Namespace, context: LabContext) -> int:
         return cmd_runs_slo(args, context)
     if args.action in SPEC_AND_BASELINE_HANDLERS:
         return SPEC_AND_BASELINE_HANDLERS[args.action](args, context)
+    if args.action == "recover":
+        return cmd_runs_recover(context)
     with Session(context.engine) as session:
         runs = store.list_runs(session=session, run_ids=args.ids or None, limit=getattr(args, "limit", None))
         records = [run_record(run) for run in runs]
@@ -131,6 +135,26 @@ def cmd_runs(args: argparse.Namespace, context: LabContext) -> int:
         print(f"error: cannot write {args.csv}: {error.strerror or error}", file=sys.stderr)
         return 1
     print(f"{len(records)} runs written to {args.csv}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs_recover(context: LabContext) -> int:
+    """Write the final states (with their figures) that runs kept in their folders because the
+    database could not be reached when they ended; a worker does the same when it can."""
+    pending = PendingFinalStates()
+    found = pending.load(context.settings.runs_dir)
+    written = pending.save(context.engine)
+    for run_id in written:
+        print(f"run {run_id}: final state written")
+    left = sorted(set(found) - set(written) - set(pending.remaining()))
+    if left:
+        print(f"runs {', '.join(map(str, left))}: already final, their kept states were set aside")
+    if len(pending):
+        print(f"error: the database did not take the final states of runs "
+              f"{', '.join(map(str, pending.remaining()))}; try again when it answers", file=sys.stderr)
+        return 1
+    if not found:
+        print("no final state waits in the run folders")
     return 0
 
 

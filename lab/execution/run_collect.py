@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
-from db import store
 from lab.execution import run_decisions as decisions
 from lab.execution import run_figures
+from lab.execution.final_state import PART_WRITERS, retry_while_unreachable
 from lab.execution.run_steps import RunTargets
 from lab.measurement import k6_ndjson, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
@@ -37,16 +38,20 @@ class RunCollector:
 
     def __init__(
         self, *, engine: Engine, services: ServiceManager, run_id: int, run_dir: Path,
-        contention_threshold_percent: float,
+        contention_threshold_percent: float, database_retry_s: float = 60.0,
     ) -> None:
         self.engine = engine
         self.services = services
         self.run_id = run_id
         self.run_dir = run_dir
         self.contention_threshold_percent = contention_threshold_percent
+        # How long the series' write waits for a database that cannot be reached (the final write's patience).
+        self.database_retry_s = database_retry_s
         # Why a service's /metrics could not be read (an external target may serve anything).
         self.metrics_problems: dict[str, str] = {}
         self.cache_errors = 0  # answers the proxy served without Redis (X-Cache: ERROR)
+        # Rows of the run the database could not take (it was unreachable): written with the final state.
+        self.unsaved_parts: dict[str, dict[str, Any]] = {}
 
     @property
     def summary_path(self) -> Path:
@@ -55,6 +60,14 @@ class RunCollector:
     @property
     def ndjson_path(self) -> Path:
         return self.run_dir / "k6.ndjson"
+
+    def error_answers(self) -> dict[str, int]:
+        """How many failed requests got each error answer (status and message), from k6's stream."""
+        try:
+            return dict(k6_ndjson.error_answers(self.ndjson_path))
+        except OSError as error:
+            log.warning("run %s: k6's error answers could not be read: %s", self.run_id, error)
+            return {}
 
     def scrape_all(self, spec: RunSpec, targets: RunTargets) -> Snapshots:
         """Both ends' /metrics; one that cannot be read is None, and its reason is kept for a warning."""
@@ -118,11 +131,31 @@ class RunCollector:
     def _store_series(self, targets: RunTargets, series_doc: dict[str, Any]) -> None:
         """The per-second series with the services' log tails, and every request's figures
         (so any SLO can be evaluated on this run later)."""
-        log_tails = {name: self.services.log_tail(name, SERVICE_LOG_TAIL_LINES) for name in targets.service_names}
-        store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
+        log_tails = {name: self._log_tail(name) for name in targets.service_names}
+        self._store_part("series", {"series": series_doc, "service_log_tails": log_tails})
         if self.ndjson_path.is_file():
-            samples_per_request = k6_ndjson.stream_request_samples(self.ndjson_path)
-            store.save_run_requests(engine=self.engine, run_id=self.run_id, **request_figures.encode(samples_per_request))
+            self._store_part("requests", request_figures.encode(k6_ndjson.stream_request_samples(self.ndjson_path)))
+
+    def _store_part(self, name: str, values: dict[str, Any]) -> None:
+        """Write one of the run's rows (series, requests), waiting for a database that cannot be
+        reached; if it stays away, the row is kept (``unsaved_parts``) to go with the final state."""
+        try:
+            retry_while_unreachable(lambda: PART_WRITERS[name](engine=self.engine, run_id=self.run_id, **values),
+                                    budget_s=self.database_retry_s)
+        except SQLAlchemyError as error:
+            if not decisions.database_unreachable(error):
+                raise
+            log.warning("run %s: its %s wait for the database (%s)", self.run_id, name,
+                        decisions.write_failure_message(error))
+            self.unsaved_parts[name] = values
+
+    def _log_tail(self, name: str) -> str:
+        """A service's log tail, or nothing while the database (which knows its log's path) is unreachable."""
+        try:
+            return self.services.log_tail(name, SERVICE_LOG_TAIL_LINES)
+        except SQLAlchemyError as error:
+            log.warning("run %s: %s's log tail not read: %s", self.run_id, name, decisions.write_failure_message(error))
+            return ""
 
     def partial_columns(
         self, spec: RunSpec, targets: RunTargets, before: Snapshots, samples: list[dict],

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 from db.models import RunStatus
 from lab.measurement.checks import join_warnings
@@ -34,6 +35,21 @@ MAX_REASON_CHARS = 4000
 FINAL_WRITE_TRIES_WITH_FIGURES = 3
 # The columns of a final state without its figures (the small write tried last).
 BARE_FINAL_COLUMNS = ("status", "progress", "finished_at", "reason")
+# What a database error says when the database cannot be reached now (PostgreSQL stopped or
+# restarting, a lost connection, SQLite locked beyond its busy timeout), in lower case.
+UNREACHABLE_MARKERS = (
+    "connection", "could not connect", "server closed", "terminating", "timeout", "timed out",
+    "database system is", "database is locked", "unable to open database", "no route to host", "network",
+    "eof detected", "broken pipe", "reset by peer", "could not receive", "could not send",
+)
+# The waits between the final write's tries while the database is unreachable.
+OUTAGE_FIRST_WAIT_S = 0.5
+OUTAGE_LONGEST_WAIT_S = 8.0
+# The longest service log line quoted in a failure reason.
+LAST_LOG_LINE_CHARS = 500
+# The cache fill gives up when its requests fail and none has succeeded for this long.
+FILL_FAILING_S = 6.0
+_DIGITS = re.compile(r"\d+")
 
 _LATENCY_COLUMNS = ("latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s")
 # The figures kept from k6's summary when a run ends early and the full collection failed.
@@ -104,12 +120,26 @@ def failure_reason(error: Exception, *, disk_note: str | None) -> FailureReason:
 
 
 # -- during the load -----------------------------------------------------------------------
-def lost_service_failure(name: str) -> str | None:
-    """What a service dying during the load means: None when the run goes on without it
-    (a fail-open service), else the run's failure reason."""
+def lost_service_failure(name: str, *, phase: str, last_log_line: str | None) -> str | None:
+    """What a service dying during a phase (start-up, warm-up, cache fill, load, drain) means:
+    None when the run goes on without it (a fail-open service), else the run's failure
+    reason, naming the service, the phase and the service's last log line."""
     if name in FAIL_OPEN_SERVICES:
         return None
-    return f"the {name} service died during the run (see its log below)"
+    last = f"; its last log line: {last_log_line.strip()[:LAST_LOG_LINE_CHARS]}" if last_log_line and \
+        last_log_line.strip() else "; its log is empty"
+    return f"the {name} service died during the {phase}{last} (see its log below)"
+
+
+def load_phase(*, elapsed_s: float, planned_s: float | None) -> str:
+    """``load``, or ``drain`` once the planned duration is over (k6's graceful stop)."""
+    return "drain" if planned_s and elapsed_s >= planned_s else "load"
+
+
+def fill_failing(*, seconds_since_success: float, failed_since_success: int) -> bool:
+    """True when the cache fill's requests fail and none has succeeded for
+    ``FILL_FAILING_S`` (the upstream stopped answering: waiting for the fill timeout is useless)."""
+    return failed_since_success > 0 and seconds_since_success >= FILL_FAILING_S
 
 
 def load_progress(
@@ -173,14 +203,36 @@ def run_warnings(
     return join_warnings(*notes)
 
 
-def final_state(columns: Mapping[str, Any]) -> tuple[str, str | None]:
-    """(status, reason) of a run whose load ended: done, or failed when no request succeeded."""
+def most_common_error_answer(error_answers: Mapping[str, int]) -> tuple[str, int] | None:
+    """The most common error answer of the failed requests and how many got one like it:
+    answers differing only in their numbers (a context error names each prompt's length)
+    count as one, quoted by the most frequent of them. None when no answer was recorded."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for answer, count in error_answers.items():
+        groups.setdefault(_DIGITS.sub("N", answer), []).append((count, answer))
+    if not groups:
+        return None
+    members = max(groups.values(), key=lambda group: (sum(count for count, _ in group), max(group)))
+    return max(members)[1], sum(count for count, _ in members)
+
+
+def final_state(columns: Mapping[str, Any], *, error_answers: Mapping[str, int] | None = None) -> tuple[str, str | None]:
+    """(status, reason) of a run whose load ended: done, or failed when no request succeeded,
+    quoting the most common error answer when requests failed (a context error is not cured
+    by a longer duration)."""
     if columns.get("requests_ok"):
         return RunStatus.DONE, None
-    interrupted = columns.get("iterations_interrupted") or 0
+    failed = columns.get("requests_failed") or 0
+    counts = f"{failed} failed, {columns.get('iterations_interrupted') or 0} still in flight at the end"
+    common = most_common_error_answer(error_answers or {})
+    if failed and common is not None:
+        answer, times = common
+        return RunStatus.FAILED, f"no request completed successfully ({counts}); the most common error answer " \
+                                 f"({times} of {failed}): {answer}"[:MAX_REASON_CHARS]
+    if failed:
+        return RunStatus.FAILED, f"no request completed successfully ({counts}): check the backend's log"
     return RunStatus.FAILED, (
-        f"no request completed successfully ({columns.get('requests_failed') or 0} failed, "
-        f"{interrupted} still in flight at the end): lengthen the duration or the graceful stop, "
+        f"no request completed successfully ({counts}): lengthen the duration or the graceful stop, "
         "or check the backend's log"
     )
 
@@ -197,6 +249,32 @@ def final_values(status: str, *, reason: str | None, columns: Mapping[str, Any],
     if reason is not None:
         values["reason"] = reason
     return values
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """True when ``error`` says the database cannot be reached now (stopped, restarting, the
+    network, a lock held too long): worth waiting for, unlike a full disk or a refused figure."""
+    if not isinstance(error, DBAPIError):
+        return False
+    if error.connection_invalidated:
+        return True
+    if not isinstance(error, (OperationalError, InterfaceError)):
+        return False
+    message = str(error.orig or error)
+    return not is_out_of_space(message) and any(marker in message.lower() for marker in UNREACHABLE_MARKERS)
+
+
+def next_final_write_delay_s(
+    attempt: int, *, unreachable: bool, remaining_s: float, delays_s: Sequence[float]
+) -> float | None:
+    """Seconds to wait before try ``attempt`` + 1 after ``attempt`` failures, or None to stop:
+    an unreachable database is tried with waits from 0.5 s doubling to 8 s while
+    ``remaining_s`` lasts; other failures after ``delays_s``, then no more."""
+    if unreachable:
+        if remaining_s <= 0:
+            return None
+        return min(OUTAGE_FIRST_WAIT_S * 2 ** max(attempt - 1, 0), OUTAGE_LONGEST_WAIT_S, remaining_s)
+    return delays_s[attempt - 1] if 1 <= attempt <= len(delays_s) else None
 
 
 def frees_space_before(attempt: int, problem: str) -> bool:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import psutil
 from pydantic import ValidationError
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from db import store
@@ -27,15 +29,18 @@ from lab.backends import Backend, managed_backend_names
 from lab.execution import run_decisions as decisions
 from lab.execution.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.execution.run_decisions import RunCancelled, RunFailed
-from lab.measurement import environment, live, server_metrics
+from lab.execution.service_watch import ServiceWatch, wait_watching
+from lab.measurement import environment, k6_ndjson, live, server_metrics
 from lab.measurement.resources import ResourceSampler
 from lab.settings import Settings
 from lab.specs.schema import RunSpec, format_validation_error
 from lab.workloads import WorkloadError, get_workload
 from services.catalog import cache_proxy_config, redis_config
-from services.manager import ServiceManager, process_matches
+from services.manager import ServiceManager
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # How long k6 is given to write its summary after a SIGINT (a cancel or a dead service).
 K6_CANCEL_GRACE_S = 20.0
@@ -61,10 +66,6 @@ class RunTargets:
     service_names: list[str] = field(default_factory=list)
 
 
-# A service's process as first seen (pid, creation time): a reused pid is not the service.
-ProcessIdentity = tuple[int, float]
-
-
 class RunSteps:
     """The steps of one claimed run, and what they learn on the way (the services' resolved
     configuration, services lost, the backend's samples) for the run's record and figures."""
@@ -78,7 +79,12 @@ class RunSteps:
         self.k6: K6Process | None = None
         # The resolved configuration of each service this run used (e.g. vLLM's dtype "best" -> bfloat16).
         self.service_configs: dict[str, dict[str, Any]] = {}
-        self.lost_services: list[str] = []  # fail-open services that died during the load
+        self.lost_services: list[str] = []  # fail-open services that died during the run
+        # The run's managed services, watched in every phase that waits on them (set once they are up).
+        self.watch: ServiceWatch | None = None
+        # Writes that only show progress (and cancel checks): skipped while the database is
+        # unreachable, so an outage never stops the load; the problem is logged once per outage.
+        self._live_write_problem: str | None = None
         # Server-side gauges and counters sampled once a second during the load (running and
         # waiting requests; output tokens and completed requests so far, for the steady rates).
         self.server_samples: list[dict[str, float | None]] = []
@@ -88,7 +94,31 @@ class RunSteps:
         store.set_run_status(engine=self.engine, run_id=self.run_id, status=status, **values)
 
     def cancel_requested(self) -> bool:
-        return store.is_cancel_requested(engine=self.engine, run_id=self.run_id)
+        """Whether the user asked to cancel; False while the database cannot be read (seen once it returns)."""
+        cancelled = self.live_write(lambda: store.is_cancel_requested(engine=self.engine, run_id=self.run_id))
+        return bool(cancelled)
+
+    def live_write(self, write: Callable[[], T]) -> T | None:
+        """Do a write (or read) that only shows progress; a database error is logged once per
+        outage and skipped (None), never raised: the run goes on and its final write retries."""
+        try:
+            result = write()
+        except SQLAlchemyError as error:
+            problem = decisions.write_failure_message(error) or str(error)
+            if self._live_write_problem is None:
+                log.warning("run %s: live progress not written (%s); the run goes on", self.run_id, problem)
+            self._live_write_problem = problem
+            return None
+        if self._live_write_problem is not None:
+            log.warning("run %s: the database answers again; live progress resumes", self.run_id)
+            self._live_write_problem = None
+        return result
+
+    def watch_phase(self, phase: str) -> None:
+        """Once a second in a waiting phase: raise on a cancel or a dead service the run needs."""
+        self.check_cancel()
+        if self.watch is not None:
+            self.watch.check(phase)
 
     def check_cancel(self) -> None:
         """Raise RunCancelled when the user asked to cancel the run."""
@@ -118,6 +148,9 @@ class RunSteps:
         backend_pid_before = self.services.pid_of(spec.base_backend)
         startup_began = time.monotonic()
         targets = self.bring_up_services(spec)
+        self.watch = ServiceWatch(services=self.services, names=targets.service_names, run_id=self.run_id,
+                                  lost=self.lost_services)
+        self.watch.check("start-up")  # the backend may have died while the cache's services started
         startup = {"seconds": round(time.monotonic() - startup_began, 1),
                    "fresh": self.services.pid_of(spec.base_backend) not in (None, backend_pid_before)}
         store.update_run(
@@ -204,11 +237,12 @@ class RunSteps:
         model = spec.served_model_name or spec.model
         for messages in get_workload(spec.workload.kind).warmup_messages(spec, requests_file):
             self.check_cancel()
+            body = {"model": model, "messages": messages, "max_tokens": min(spec.max_tokens, WARMUP_MAX_TOKENS)}
             try:
-                response = httpx.post(
-                    f"{targets.backend_url}/v1/chat/completions",
-                    json={"model": model, "messages": messages, "max_tokens": min(spec.max_tokens, WARMUP_MAX_TOKENS)},
-                    timeout=WARMUP_TIMEOUT_S,
+                # Watched while it waits: a backend that dies mid-request ends the run at once.
+                response = wait_watching(
+                    lambda: httpx.post(f"{targets.backend_url}/v1/chat/completions", json=body, timeout=WARMUP_TIMEOUT_S),
+                    every_second=lambda: self.watch_phase("warm-up"),
                 )
             except httpx.HTTPError as error:
                 raise RunFailed(f"warm-up request failed: {error}") from error
@@ -220,7 +254,11 @@ class RunSteps:
         if spec.keep_caches_warm:
             return
         if targets.proxy_url:
-            response = httpx.post(f"{targets.proxy_url}/cache/flush", timeout=CACHE_FLUSH_TIMEOUT_S)
+            try:
+                response = httpx.post(f"{targets.proxy_url}/cache/flush", timeout=CACHE_FLUSH_TIMEOUT_S)
+            except httpx.HTTPError as error:
+                self.watch_phase("cache reset")  # a dead proxy says more than the connection error
+                raise RunFailed(f"could not flush the response cache: {error}") from error
             if response.status_code >= 400:
                 raise RunFailed(f"could not flush the response cache: HTTP {response.status_code}")
         if targets.backend_service:
@@ -239,15 +277,11 @@ class RunSteps:
         fill_dir = self.run_dir / "fill"
         k6 = K6Process(script=script_path(spec.workload.kind), env=env, summary_path=fill_dir / "summary.json",
                        ndjson_path=fill_dir / "k6.ndjson", log_path=fill_dir / "k6.log")
-        stored_before = self._cache_stores(targets)
         began = time.monotonic()
-        stored = 0.0
+        stored_before = self._cache_stores(targets)
         k6.start()
         try:
-            while k6.is_running() and stored < wanted:
-                self.check_cancel()
-                time.sleep(LOAD_POLL_INTERVAL_S)
-                stored = self._cache_stores(targets) - stored_before
+            stored = self._follow_fill(k6, targets, wanted=wanted, stored_before=stored_before)
         finally:
             if k6.is_running():
                 k6.cancel(grace_s=FILL_CANCEL_GRACE_S)
@@ -257,6 +291,27 @@ class RunSteps:
                             f"{time.monotonic() - began:.0f} s (cache.fill_timeout_s {spec.cache.fill_timeout_s:g})")
         log.info("run %s: cache filled with %d distinct requests in %.0f s", self.run_id, wanted,
                  time.monotonic() - began)
+
+    def _follow_fill(self, k6: K6Process, targets: RunTargets, *, wanted: int, stored_before: float) -> float:
+        """Once a second while the fill's k6 runs: a cancel, a dead service, requests that all
+        fail (an upstream gone, managed or not); returns how many answers the cache stored."""
+        tail = live.NdjsonTail(k6.ndjson_path)
+        stored, last_success, ok_seen, failed_at_success = 0.0, time.monotonic(), 0, 0
+        while k6.is_running() and stored < wanted:
+            time.sleep(LOAD_POLL_INTERVAL_S)
+            self.watch_phase("cache fill")
+            tail.read_new()
+            if tail.requests_ok_total > ok_seen:
+                last_success, ok_seen = time.monotonic(), tail.requests_ok_total
+                failed_at_success = tail.requests_failed_total
+            failing_s, failed = time.monotonic() - last_success, tail.requests_failed_total - failed_at_success
+            if decisions.fill_failing(seconds_since_success=failing_s, failed_since_success=failed):
+                common = decisions.most_common_error_answer(k6_ndjson.error_answers(k6.ndjson_path))
+                quoted = f"; the most common error answer: {common[0]}" if common else ""
+                raise RunFailed(f"the cache fill's requests to {targets.target_url} all fail ({failed} without a "
+                                f"success in {failing_s:.0f} s){quoted}")
+            stored = self._cache_stores(targets) - stored_before
+        return stored
 
     @staticmethod
     def _cache_stores(targets: RunTargets) -> float:
@@ -275,15 +330,14 @@ class RunSteps:
             ndjson_path=self.run_dir / "k6.ndjson",
             log_path=self.run_dir / "k6.log",
         )
-        pids = {name: pid for name in targets.service_names if (pid := self.services.pid_of(name))}
-        # Looked up once: the load loop checks these processes, not the database, every second.
-        watched = {name: self._identity(pids.get(name)) for name in targets.service_names}
+        # Looked up once (with the watch's): the load loop checks these processes, not the database.
+        pids = {name: identity[0] for name, identity in self.watch.watched.items() if identity} if self.watch else {}
         sampler = ResourceSampler(lambda: {**pids, **({"k6": self.k6.pid} if self.k6 and self.k6.pid else {})})
         self.k6.start()
         sampler.start()
-        self.set_status(RunStatus.RUNNING, load_started_at=store.utc_now())
+        self.live_write(lambda: self.set_status(RunStatus.RUNNING, load_started_at=store.utc_now()))
         try:
-            ended_early = self._follow_load(spec, targets, sampler, watched)
+            ended_early = self._follow_load(spec, targets, sampler)
             exit_code = self.k6.wait()
         finally:
             samples = sampler.stop()
@@ -291,12 +345,10 @@ class RunSteps:
             raise ended_early
         return exit_code, samples
 
-    def _follow_load(
-        self, spec: RunSpec, targets: RunTargets, sampler: ResourceSampler,
-        watched: dict[str, ProcessIdentity | None],
-    ) -> RunCancelled | RunFailed | None:
-        """Once a second while k6 runs: its progress to the run, the backend's gauges, a cancel
-        or a dead service (k6 is then stopped). Returns what ended the load early, if anything."""
+    def _follow_load(self, spec: RunSpec, targets: RunTargets, sampler: ResourceSampler) -> RunCancelled | RunFailed | None:
+        """Once a second while k6 runs: its progress to the run (skipped while the database is
+        unreachable), the backend's gauges, a cancel or a dead service (k6 is then stopped).
+        Returns what ended the load early, if anything."""
         assert self.k6 is not None
         started = time.monotonic()
         load_started_epoch_s = time.time()
@@ -307,45 +359,26 @@ class RunSteps:
             progress = self.k6.progress()
             elapsed_s = time.monotonic() - started
             tail.read_new()
-            store.update_run(engine=self.engine, run_id=self.run_id, progress=decisions.load_progress(
+            progress_now = decisions.load_progress(
                 elapsed_s=elapsed_s, planned_s=spec.load.planned_duration_s, graceful_stop_s=spec.load.graceful_stop_s,
                 vus=progress.vus, output_tokens=progress.output_tokens,
                 requests_ok=tail.requests_ok_total, requests_failed=tail.requests_failed_total,
                 live=live.live_progress(tail, origin_epoch_s=load_started_epoch_s, resource_samples=sampler.samples,
                                         server_samples=self.server_samples),
-            ))
+            )
+            self.live_write(lambda: store.update_run(engine=self.engine, run_id=self.run_id, progress=progress_now))
             self.sample_server_gauges(spec.backend_kind, targets)
             ended_early: RunCancelled | RunFailed | None
             if self.cancel_requested():
                 ended_early = RunCancelled()
             else:
-                ended_early = self._service_failure(watched)
+                phase = decisions.load_phase(elapsed_s=elapsed_s, planned_s=spec.load.planned_duration_s)
+                ended_early = self.watch.failure(phase) if self.watch is not None else None
             if ended_early is not None:
                 self.k6.cancel(grace_s=K6_CANCEL_GRACE_S)
                 return ended_early
             time.sleep(LOAD_POLL_INTERVAL_S)
         return None
-
-    @staticmethod
-    def _identity(pid: int | None) -> ProcessIdentity | None:
-        try:
-            return (pid, psutil.Process(pid).create_time()) if pid else None
-        except psutil.NoSuchProcess:
-            return None
-
-    def _service_failure(self, watched: dict[str, ProcessIdentity | None]) -> RunFailed | None:
-        """The failure a dead service means; a dead fail-open service is noted and the run goes on."""
-        failure: RunFailed | None = None
-        for name, identity in watched.items():
-            if name in self.lost_services or (identity is not None and process_matches(*identity)):
-                continue
-            reason = decisions.lost_service_failure(name)
-            if reason is None:
-                log.warning("run %s: %s stopped during the run; the cache proxy fails open", self.run_id, name)
-                self.lost_services.append(name)
-            else:
-                failure = RunFailed(reason)
-        return failure
 
     def sample_server_gauges(self, backend: Backend, targets: RunTargets) -> None:
         """Requests running and waiting in the backend now, and its token and request counters

@@ -59,9 +59,10 @@ class RunExecutor:
         self.run_id = run_id
         self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
         self.collector = RunCollector(engine=engine, services=services, run_id=run_id, run_dir=self.steps.run_dir,
-                                      contention_threshold_percent=settings.contention_warning_cpu_percent)
+                                      contention_threshold_percent=settings.contention_warning_cpu_percent,
+                                      database_retry_s=settings.final_write_retry_s)
         self.final_state = FinalStateWriter(engine=engine, run_id=run_id, run_dir=self.steps.run_dir,
-                                            pending=pending_final_states)
+                                            pending=pending_final_states, retry_s=settings.final_write_retry_s)
 
     def execute(self) -> str:
         """Take the run from starting to a final state; returns that state."""
@@ -83,12 +84,14 @@ class RunExecutor:
             run.loaded = True
             exit_code, run.samples = steps.drive_load(spec, targets, requests_file)
             run.calibration["machine_calibration_after_s"] = calibration_s()
-            steps.set_status(RunStatus.PARSING)
+            # A progress write: skipped while the database is unreachable (the final write retries).
+            steps.live_write(lambda: steps.set_status(RunStatus.PARSING))
             steps.check_load(exit_code)
             columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
             return self._store({**columns, **run.calibration})
         except (RunCancelled, ServiceStartAborted):
-            self.final_state.write(RunStatus.CANCELLED, reason="cancelled by the user", **self._partial_columns(run))
+            self.final_state.write(RunStatus.CANCELLED, reason="cancelled by the user", **self._partial_columns(run),
+                                   parts=self.collector.unsaved_parts)
             return RunStatus.CANCELLED
         except Exception as error:  # noqa: BLE001 (any failure ends the run with its reason)
             return self._fail(run, error)
@@ -99,7 +102,8 @@ class RunExecutor:
                 columns = self._partial_columns(run)
             except BaseException:  # noqa: BLE001 (a second stop signal: the state matters more)
                 columns = {}
-            self.final_state.write(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", **columns)
+            self.final_state.write(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", **columns,
+                                   parts=self.collector.unsaved_parts)
             raise
         finally:
             steps.stop_k6()
@@ -110,8 +114,11 @@ class RunExecutor:
             columns, lost_services=self.steps.lost_services, cache_errors=self.collector.cache_errors,
             disk_note=self._run_folder_full(), metrics_problems=self.collector.metrics_problems,
         )
-        status, reason = decisions.final_state(columns)
-        self.final_state.write(status, reason=reason, **columns)
+        error_answers = self.collector.error_answers() if not columns.get("requests_ok") else {}
+        status, reason = decisions.final_state(columns, error_answers=error_answers)
+        if reason:
+            log.warning("run %s failed: %s", self.run_id, reason)
+        self.final_state.write(status, reason=reason, parts=self.collector.unsaved_parts, **columns)
         return status
 
     def _fail(self, run: RunSoFar, error: Exception) -> str:
@@ -122,7 +129,8 @@ class RunExecutor:
             log.error("run %s failed: %s", self.run_id, failure.log_line)
         else:
             log.exception("run %s failed", self.run_id)
-        self.final_state.write(RunStatus.FAILED, reason=failure.reason, **self._partial_columns(run))
+        self.final_state.write(RunStatus.FAILED, reason=failure.reason, **self._partial_columns(run),
+                               parts=self.collector.unsaved_parts)
         if run.targets is not None:
             self._stop_dead_services(run.targets)
         return RunStatus.FAILED

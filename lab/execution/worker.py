@@ -93,8 +93,13 @@ class Worker:
         """After a crash: mark this worker's runs left active as interrupted and stop its stale services.
 
         Called while holding the worker lock and the name, so no other process runs them.
-        Other workers' runs are left to their lease (``reap_lost_workers``).
+        Other workers' runs are left to their lease (``reap_lost_workers``). Final states kept
+        in the run folders during a database outage are written first: they hold the figures.
         """
+        self.pending_final_states.load(self.settings.runs_dir)
+        if written := self.pending_final_states.save(self.engine):
+            log.warning("wrote the final states of runs %s, kept in their folders while the database was unreachable",
+                        written)
         interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine, worker_name=self.name)
         stale = self.services.stop_stale()
         k6_pids = self._stop_orphaned_k6(interrupted)
@@ -136,9 +141,15 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         # Its own thread: a worker busy with a long run still renews its lease and reaps.
+        failing = False
         while not self._heartbeat_stop.wait(self.settings.worker_heartbeat_interval_s):
             try:
                 self.heartbeat()
+                failing = False
+            except SQLAlchemyError as error:  # a database outage: one line, not one traceback every beat
+                if not failing:
+                    log.warning("heartbeat failed (%s); retrying", write_failure_message(error))
+                failing = True
             except Exception:  # noqa: BLE001 (a database hiccup must not end the worker)
                 log.exception("heartbeat failed; retrying")
 
@@ -163,8 +174,10 @@ class Worker:
 
     # -- runs -----------------------------------------------------------------------------
     def run_one(self) -> int | None:
-        """Execute the next queued run this worker may take, if any; returns its id."""
-        self.pending_final_states.save(self.engine)
+        """Execute the next queued run this worker may take, if any; returns its id. Final
+        states the database could not record are written first (the database is back)."""
+        if len(self.pending_final_states) and (written := self.pending_final_states.save(self.engine)):
+            log.warning("the database answers again: wrote the final states of runs %s", written)
         run_id = store.claim_next_run(
             engine=self.engine, worker_name=self.name, labels=self.labels, hardware=self.hardware,
             worker_pid=os.getpid(),

@@ -22,6 +22,7 @@ import json
 import math
 import re
 from array import array
+from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -401,3 +402,30 @@ def stream_request_samples(path: Path | str) -> RequestSamples:
             else:
                 samples.tpot_s.append(float(value) / 1000.0)
     return samples
+
+
+# k6/lib.js tags each failed workload request's ``lab_request_failures`` sample with the
+# answer it got (``lab_error``: the HTTP status and the error's message, or "no answer: ...").
+_ERROR_MARKER = b'"metric":"lab_request_failures"'
+
+
+def error_answers(path: Path | str) -> Counter[str]:
+    """How many failed workload requests got each error answer, from a k6 NDJSON (lines
+    without the tag, written by a k6 script of before the tag, count nothing)."""
+    counts: Counter[str] = Counter()
+    path = Path(path)
+    if not path.is_file():
+        return counts
+    for chunk in _iter_chunks(path):
+        if _ERROR_MARKER not in chunk:
+            continue
+        for line in chunk.splitlines():
+            if _ERROR_MARKER not in line or b'"lab_error"' not in line:
+                continue
+            try:
+                data = json.loads(line)["data"]
+                answer = data["tags"]["lab_error"]
+                counts[str(answer)] += int(data.get("value") or 1)
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a killed k6
+    return counts

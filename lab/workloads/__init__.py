@@ -70,6 +70,17 @@ def option_value(workload: WorkloadSettings, option: OptionField) -> Any:
     return getattr(holder, option.name, None) if holder is not None else None
 
 
+def check_named_files(workload_kind: "Workload", workload: WorkloadSettings) -> None:
+    """Raise ValueError when a file the spec names (an option with an upload kind: a request
+    file, a dataset) exists but is not a regular file under the size limit."""
+    from lab.workloads.input_files import check_input_path
+
+    for option in workload_kind.form_fields():
+        value = option_value(workload, option) if option.upload else None
+        if value:
+            check_input_path(str(value))
+
+
 class Workload:
     """One workload. Subclass, set the class attributes, register."""
 
@@ -93,6 +104,7 @@ class Workload:
         for option in self.form_fields():
             if option.required and option_value(workload, option) in (None, ""):
                 raise ValueError(f"the {self.name} workload needs {option.label} ({option.path})")
+        check_named_files(self, workload)
 
     def prompts_column(self, spec: RunSettings) -> int | None:
         """The run's ``prompts`` column, which tables group by: the spec's flat ``prompts``

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from lab.specs.fields import OptionField
 from lab.workloads import datasets
-from lab.workloads import RunSettings, Workload, WorkloadSettings, register, write_sessions
+from lab.workloads import RunSettings, Workload, WorkloadSettings, check_named_files, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
@@ -23,6 +23,7 @@ class Custom(Workload):
     def check(self, workload: WorkloadSettings) -> None:
         if not workload.requests_path:
             raise ValueError("the custom workload needs a JSONL file of requests (requests_path)")
+        check_named_files(self, workload)
 
     def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
         requests = datasets.load_custom_requests(str(spec.workload.requests_path))

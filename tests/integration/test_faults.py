@@ -186,7 +186,8 @@ def test_a_backend_killed_mid_run_fails_that_run_keeps_its_data_and_the_next_run
 
     killed = lab.run(first)
     assert killed.status == RunStatus.FAILED
-    assert killed.status_reason == "the naive service died during the run (see its log below)"
+    assert killed.status_reason.startswith("the naive service died during the load; its last log line: ")
+    assert killed.status_reason.endswith("(see its log below)")
     assert killed.finished_at is not None and killed.progress is None
     assert killed.requests_ok and killed.requests_ok > 0  # partial figures kept
     series = lab.series(first)

@@ -58,8 +58,25 @@ def test_a_long_reason_keeps_its_end() -> None:
 
 # -- during the load -----------------------------------------------------------------------
 def test_losing_redis_lets_the_run_go_on_losing_the_backend_fails_it() -> None:
-    assert decisions.lost_service_failure("redis") is None
-    assert decisions.lost_service_failure("vllm") == "the vllm service died during the run (see its log below)"
+    assert decisions.lost_service_failure("redis", phase="load", last_log_line="x") is None
+    assert decisions.lost_service_failure("vllm", phase="cache fill", last_log_line="  INFO: Killed \n") == (
+        "the vllm service died during the cache fill; its last log line: INFO: Killed (see its log below)")
+    assert decisions.lost_service_failure("naive", phase="warm-up", last_log_line=None) == (
+        "the naive service died during the warm-up; its log is empty (see its log below)")
+    long_line = decisions.lost_service_failure("naive", phase="load", last_log_line="y" * 5000)
+    assert long_line.count("y") == decisions.LAST_LOG_LINE_CHARS
+
+
+def test_the_load_phase_turns_to_drain_at_the_planned_end() -> None:
+    assert decisions.load_phase(elapsed_s=9.9, planned_s=10.0) == "load"
+    assert decisions.load_phase(elapsed_s=10.0, planned_s=10.0) == "drain"
+    assert decisions.load_phase(elapsed_s=50.0, planned_s=None) == "load"
+
+
+def test_a_fill_gives_up_only_when_its_requests_fail_without_a_success() -> None:
+    assert not decisions.fill_failing(seconds_since_success=60.0, failed_since_success=0)  # slow, not failing
+    assert not decisions.fill_failing(seconds_since_success=decisions.FILL_FAILING_S - 1, failed_since_success=9)
+    assert decisions.fill_failing(seconds_since_success=decisions.FILL_FAILING_S, failed_since_success=1)
 
 
 def test_the_progress_shows_the_load_then_the_drain() -> None:
@@ -105,6 +122,26 @@ def test_a_run_without_a_success_fails_with_its_counts() -> None:
     status, reason = decisions.final_state({"requests_ok": 0, "requests_failed": 5, "iterations_interrupted": 2})
     assert status == RunStatus.FAILED
     assert reason.startswith("no request completed successfully (5 failed, 2 still in flight at the end)")
+    assert "check the backend's log" in reason and "lengthen the duration" not in reason  # failures, not time
+    _, in_flight_only = decisions.final_state({"requests_ok": 0, "requests_failed": 0, "iterations_interrupted": 2})
+    assert "lengthen the duration or the graceful stop" in in_flight_only
+
+
+CONTEXT_ERROR = ("400 This model's maximum context length is 8192 tokens. However, you requested {n} tokens "
+                 "({m} in the messages, 64 in the completion).")
+
+
+def test_a_run_whose_requests_all_failed_quotes_the_most_common_error_answer() -> None:
+    answers = {CONTEXT_ERROR.format(n=9064, m=9000): 3, CONTEXT_ERROR.format(n=9100, m=9036): 2,
+               "no answer: request timeout": 4}
+    status, reason = decisions.final_state({"requests_ok": 0, "requests_failed": 9}, error_answers=answers)
+    # Answers differing only in numbers are one answer (5 of 9), quoted by its most frequent form.
+    assert status == RunStatus.FAILED
+    assert reason == ("no request completed successfully (9 failed, 0 still in flight at the end); the most common "
+                      f"error answer (5 of 9): {CONTEXT_ERROR.format(n=9064, m=9000)}")
+    assert "lengthen" not in reason
+    assert decisions.most_common_error_answer({}) is None
+    assert decisions.most_common_error_answer({"503 busy": 1, "500 boom": 2}) == ("500 boom", 2)
 
 
 def test_the_partial_columns_are_the_named_figures_only() -> None:

@@ -128,8 +128,8 @@ def version_1_metadata() -> MetaData:
     return metadata
 
 
-def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+def version_1_database(engine) -> None:  # noqa: ANN001
+    """Make ``engine``'s empty database one the first release wrote: one done run, one service."""
     old = version_1_metadata()
     with engine.begin() as connection:
         old.create_all(connection)
@@ -139,6 +139,11 @@ def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
             max_tokens=16, random_seed=1, status=RunStatus.DONE, req_per_s=2.5))
         connection.execute(old.tables["services"].insert().values(name="naive", kind="naive", state="running",
                                                                   pid=1234, config={"model": "m"}))
+
+
+def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    version_1_database(engine)
     assert migrations.upgrade(engine) == 1
     with Session(engine) as session:
         [run] = store.list_runs(session=session)
