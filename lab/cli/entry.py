@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from lab.cli.capacity_commands import cmd_capacity
@@ -19,7 +20,7 @@ from lab.cli.run_commands import cmd_run, cmd_runs
 from lab.cli.services_commands import cmd_services, service_names
 from lab.context import LabContext, StorageError
 from lab.execution.run_waiter import WorkerUnusableError
-from lab.settings import get_settings
+from lab.settings import get_settings, settings_error_line
 from lab.specs.options import settable_options
 from lab.specs.schema import list_presets
 
@@ -160,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit status (2: bad input, 1: it failed, 130: stopped)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    context = LabContext(settings=get_settings())
+    try:
+        context = LabContext(settings=get_settings())
+    except ValidationError as error:  # a LAB_ variable with a value the lab refuses: one line
+        print(f"error: {settings_error_line(error)}", file=sys.stderr)
+        return 2
     settings = context.settings
     # A stop signal (kill, timeout, a CI cancel) ends like Ctrl-C: the active run is left
     # interrupted, its k6 stopped and the services this process started are stopped.

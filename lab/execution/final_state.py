@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 # How often, and after how long, the final state of a run is written again when it fails.
 FINAL_WRITE_RETRY_DELAYS_S = (0.5, 2.0, 5.0)
 # A run's largest files that can be regenerated, removed when the disk is too full for its record.
-REGENERABLE_RUN_FILES = ("k6.ndjson", "requests.json")
+REGENERABLE_RUN_FILES = ("k6.ndjson", "k6.ndjson.gz", "requests.json")
 
 
 class PendingFinalStates:

@@ -1,14 +1,18 @@
 """Collecting a run: k6's outputs and the servers' /metrics into the run's columns, its
 per-second series and its per-request figures, stored; and, for a run that ended early,
-whatever figures its files still give.
+whatever figures k6 gave so far.
 
-The arithmetic is ``run_figures``'s; this module reads the files and the servers and writes
-the series and requests to the database.
+k6's samples were read while the load ran (``k6_driver.K6Process.results``: a pipe, never
+the disk), so collecting them is only finishing their stream; a run folder holding a raw
+copy (``k6.ndjson`` or ``k6.ndjson.gz``) is read when no k6 process is at hand. The
+arithmetic is ``run_figures``'s; this module reads the servers and writes the series and
+requests to the database.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from sqlalchemy import Engine
 from db import store
 from lab.execution import run_decisions as decisions
 from lab.execution import run_figures
+from lab.execution.k6_driver import K6Process
 from lab.execution.run_steps import RunTargets
 from lab.measurement import k6_ndjson, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 SERVICE_LOG_TAIL_LINES = 30
 
 Snapshots = dict[str, server_metrics.Snapshot | None]
+StreamResults = tuple[k6_ndjson.PerSecondSeries, k6_ndjson.RequestSamples]
 
 
 class RunCollector:
@@ -37,9 +43,12 @@ class RunCollector:
 
     def __init__(
         self, *, engine: Engine, services: ServiceManager, run_id: int, run_dir: Path,
-        contention_threshold_percent: float,
+        contention_threshold_percent: float, k6_process: Callable[[], K6Process | None] | None = None,
     ) -> None:
         self.engine = engine
+        # The run's k6 (its samples were read as it ran); None: read a raw copy in the run folder.
+        self.k6_process = k6_process or (lambda: None)
+        self._stream_results: StreamResults | None = None
         self.services = services
         self.run_id = run_id
         self.run_dir = run_dir
@@ -55,6 +64,19 @@ class RunCollector:
     @property
     def ndjson_path(self) -> Path:
         return self.run_dir / "k6.ndjson"
+
+    def stream_results(self) -> StreamResults | None:
+        """k6's samples as the run's series and per-request figures: from the k6 process that
+        read them as they came, else from a raw copy in the run folder; None when neither."""
+        if self._stream_results is None:
+            k6 = self.k6_process()
+            results = k6.results() if k6 is not None else None
+            if results is None:
+                raw_copies = (self.ndjson_path, self.ndjson_path.with_name(self.ndjson_path.name + ".gz"))
+                raw_copy = next((path for path in raw_copies if path.is_file()), None)
+                results = k6_ndjson.stream_file(raw_copy) if raw_copy is not None else None
+            self._stream_results = results
+        return self._stream_results
 
     def scrape_all(self, spec: RunSpec, targets: RunTargets) -> Snapshots:
         """Both ends' /metrics; one that cannot be read is None, and its reason is kept for a warning."""
@@ -80,7 +102,8 @@ class RunCollector:
         """
         figures: dict[str, Any] = k6_results.parse_summary(self.summary_path) if self.summary_path.is_file() else {}
         results = RunResults.from_figures(figures)
-        series = k6_ndjson.stream_series(self.ndjson_path) if self.ndjson_path.is_file() else None
+        stream = self.stream_results()
+        series = stream[0] if stream is not None else None
         if series is not None and not figures:  # no summary (k6 killed): figures from the stream
             results = RunResults.from_figures(series.figures())
         series_doc = run_figures.series_document(series, resource_samples=samples, server_samples=server_samples)
@@ -120,9 +143,9 @@ class RunCollector:
         (so any SLO can be evaluated on this run later)."""
         log_tails = {name: self.services.log_tail(name, SERVICE_LOG_TAIL_LINES) for name in targets.service_names}
         store.save_run_series(engine=self.engine, run_id=self.run_id, series=series_doc, service_log_tails=log_tails)
-        if self.ndjson_path.is_file():
-            samples_per_request = k6_ndjson.stream_request_samples(self.ndjson_path)
-            store.save_run_requests(engine=self.engine, run_id=self.run_id, **request_figures.encode(samples_per_request))
+        stream = self.stream_results()
+        if stream is not None:
+            store.save_run_requests(engine=self.engine, run_id=self.run_id, **request_figures.encode(stream[1]))
 
     def partial_columns(
         self, spec: RunSpec, targets: RunTargets, before: Snapshots, samples: list[dict],
@@ -142,7 +165,9 @@ class RunCollector:
         except Exception:  # noqa: BLE001 (no summary, or an empty or truncated one)
             pass
         try:
-            return decisions.partial_columns(k6_ndjson.stream_series(self.ndjson_path).figures(),
-                                             decisions.PARTIAL_SERIES_COLUMNS)
+            stream = self.stream_results()
+            if stream is None:
+                return {}
+            return decisions.partial_columns(stream[0].figures(), decisions.PARTIAL_SERIES_COLUMNS)
         except Exception:  # noqa: BLE001 (no stream either: nothing to keep)
             return {}

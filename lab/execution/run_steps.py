@@ -274,6 +274,7 @@ class RunSteps:
             summary_path=self.run_dir / "summary.json",
             ndjson_path=self.run_dir / "k6.ndjson",
             log_path=self.run_dir / "k6.log",
+            keep_raw=self.settings.keep_raw,
         )
         pids = {name: pid for name in targets.service_names if (pid := self.services.pid_of(name))}
         # Looked up once: the load loop checks these processes, not the database, every second.
@@ -300,9 +301,9 @@ class RunSteps:
         assert self.k6 is not None
         started = time.monotonic()
         load_started_epoch_s = time.time()
-        # k6's NDJSON read a little each second: the live charts and counts of workload
+        # k6's samples as read from its pipe so far: the live charts and counts of workload
         # requests only (k6's API counts its setup health check too).
-        tail = live.NdjsonTail(self.run_dir / "k6.ndjson")
+        tail = self.k6.live_tail()
         while self.k6.is_running():
             progress = self.k6.progress()
             elapsed_s = time.monotonic() - started

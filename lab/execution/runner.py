@@ -59,7 +59,8 @@ class RunExecutor:
         self.run_id = run_id
         self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
         self.collector = RunCollector(engine=engine, services=services, run_id=run_id, run_dir=self.steps.run_dir,
-                                      contention_threshold_percent=settings.contention_warning_cpu_percent)
+                                      contention_threshold_percent=settings.contention_warning_cpu_percent,
+                                      k6_process=lambda: self.steps.k6)
         self.final_state = FinalStateWriter(engine=engine, run_id=run_id, run_dir=self.steps.run_dir,
                                             pending=pending_final_states)
 
