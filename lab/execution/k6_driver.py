@@ -429,11 +429,11 @@ class K6Process:
         code = self.exit_code
         if code is None:
             return "k6 is still running"
-        message = describe_exit_code(code)
-        if self.output_error is not None:
+        if self.output_error is not None and code != 0:  # the load stopped on a full disk
             error = self.output_error
-            message = (f"{message}: could not write k6's raw output ({error.strerror or error}: "
-                       f"{error.filename or self.raw_path})")
+            return (f"the load was stopped: could not write k6's raw output ({error.strerror or error}: "
+                    f"{error.filename or self.raw_path})")
+        message = describe_exit_code(code)
         if code not in (0, 105) or (code == 105 and not self.cancelled):
             tail = read_log_tail(self.log_path, max_lines=15)
             if tail:
