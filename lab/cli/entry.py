@@ -90,6 +90,7 @@ def _add_run_commands(commands: Any) -> None:
     run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
     run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
     run.add_argument("--json", action="store_true")
+    run.add_argument("--local", action="store_true", help=LOCAL_HELP)
 
     runs = commands.add_parser("runs", help="list and export stored runs")
     runs_actions = runs.add_subparsers(dest="action", required=True)
@@ -129,6 +130,7 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     capacity.add_argument("--tag")
     capacity.add_argument("--quick", action="store_true", help="short probes and bounds for a small CPU box")
     capacity.add_argument("--json", action="store_true")
+    capacity.add_argument("--local", action="store_true", help=LOCAL_HELP)
 
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")
@@ -140,6 +142,10 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
                                 "comes from one clean commit); the report says so at the top")
     reproduce.add_argument("--report-only", action="store_true",
                            help="write the report again from the newest stored reproduction of that scale")
+
+
+LOCAL_HELP = ("execute the runs in this process even when live workers share the database "
+              "(by default they only queue there and this command waits)")
 
 
 def build_parser() -> argparse.ArgumentParser:
