@@ -8,6 +8,8 @@ Runs the lab's number-story script at a constant arrival rate against the OpenAI
   (the lab now: nothing on disk);
 - ``pipe-fewer-tags``: the same with ``--system-tags status,expected_response,error_code``
   (no method/scenario tags: fewer bytes per sample);
+- ``pipe-no-ids``: the same without the per-request metadata ``lab_request_id`` (``REQUEST_IDS=0``);
+- ``pipe-lean``: both (fewer tags, no request ids);
 - ``gzip``: ``--out json=FILE.gz`` (k6 compresses);
 - ``csv``: ``--out csv=-`` drained, not parsed (the shorter format, for its k6 cost only);
 - ``none``: no per-sample output at all (the floor: the summary only).
@@ -40,6 +42,8 @@ OPTIONS: dict[str, tuple[str | None, list[str]]] = {
     "file": ("json={folder}/k6.ndjson", []),
     "pipe": ("json=-", []),
     "pipe-fewer-tags": ("json=-", ["--system-tags", "status,expected_response,error_code"]),
+    "pipe-no-ids": ("json=-", ["-e", "REQUEST_IDS=0"]),
+    "pipe-lean": ("json=-", ["--system-tags", "status,expected_response,error_code", "-e", "REQUEST_IDS=0"]),
     "gzip": ("json={folder}/k6.ndjson.gz", []),
     "csv": ("csv=-", []),
     "none": (None, []),

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
+from lab.execution import k6_driver
 from lab.measurement import request_figures
 from lab.measurement.k6_ndjson import SampleStream, stream_file
 from tests.integration.test_faults import Lab, lab, stub, stub_spec  # noqa: F401 (fixtures)
@@ -54,10 +55,13 @@ def test_a_slow_sample_reader_loses_nothing(lab: Lab, stub, monkeypatch: pytest.
     original_feed = SampleStream.feed
 
     def slow_feed(self: SampleStream, data: bytes) -> int:
-        time.sleep(0.3)  # k6 writes several pieces meanwhile: they wait in k6, not lost
+        time.sleep(0.05)  # 4 KiB per 50 ms: slower than k6 writes, the pipe fills and k6 keeps the rest
         return original_feed(self, data)
 
     monkeypatch.setattr(SampleStream, "feed", slow_feed)
+    monkeypatch.setattr(k6_driver, "PIPE_READ_BYTES", 4096)
+    monkeypatch.setattr(k6_driver, "PIPE_BUFFER_BYTES", 64 * 1024)
+    monkeypatch.setattr(k6_driver, "PIPE_BATCH_BYTES", 0)
     [run_id] = lab.enqueue(stub_spec(stub.url, duration_s=4, vus=8))
     lab.run_queue()
     run = lab.run(run_id)
