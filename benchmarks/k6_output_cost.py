@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from lab.execution import k6_driver
 from lab.execution.k6_driver import build_k6_command, script_path
 from lab.measurement.k6_ndjson import SampleStream
 from lab.measurement.k6_results import parse_summary
@@ -66,8 +67,12 @@ def k6_argv(option: str, *, target_url: str, rate_per_s: int, duration_s: float,
 
 
 def _reader(pipe: int, parse: bool, counted: dict[str, int]) -> None:
+    """As ``K6Process.drain`` reads: a larger pipe, larger pieces, each fed to a ``SampleStream``."""
+    k6_driver._grow_pipe(pipe)
     stream = SampleStream()
-    while data := os.read(pipe, 1024 * 1024):
+    while data := os.read(pipe, k6_driver.PIPE_READ_BYTES):
+        if len(data) < k6_driver.PIPE_BATCH_BYTES:
+            time.sleep(k6_driver.PIPE_BATCH_WAIT_S)
         counted["bytes"] += len(data)
         if parse:
             stream.feed(data)
