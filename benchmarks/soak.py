@@ -156,11 +156,12 @@ def fifths(engine: Any, run_id: int) -> dict[str, float | None]:
     }
 
 
-def start_worker(data_dir: Path, keep_raw: str) -> subprocess.Popen[bytes]:
+def start_worker(data_dir: Path, keep_raw: str, lab_root: Path) -> subprocess.Popen[bytes]:
+    """``python -m lab worker`` from ``lab_root`` (another checkout: the lab before a change)."""
     env = {**os.environ, "LAB_DATA_DIR": str(data_dir), "LAB_KEEP_RAW": keep_raw, "LAB_WORKER_POLL_INTERVAL_S": "0.2",
-           "LAB_WORKER_NAME": "soak"}
+           "LAB_WORKER_NAME": "soak", "PYTHONDONTWRITEBYTECODE": "1"}
     log = open(data_dir / "worker.log", "wb")
-    return subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=ROOT, env=env, stdout=log,
+    return subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=lab_root, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -208,6 +209,9 @@ def main() -> None:
     parser.add_argument("--keep-raw", default="none", choices=("none", "compressed", "all"))
     parser.add_argument("--sample-s", type=float, default=1.0, help="seconds between RSS and disk samples")
     parser.add_argument("--output", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--lab-root", type=Path, default=ROOT,
+                        help="the checkout whose worker executes the run (default this one; another checkout "
+                             "measures the lab before a change, e.g. its main branch)")
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="soak-"))
     os.environ["LAB_DATA_DIR"] = str(data_dir)
@@ -234,7 +238,7 @@ def main() -> None:
         database_before = database_bytes(database)
         print(f"soak: run #{run_id}, {args.minutes:g} min at {args.vus} VUs through the cache, keep_raw "
               f"{args.keep_raw}, data in {data_dir}; load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
-        worker = start_worker(data_dir, args.keep_raw)
+        worker = start_worker(data_dir, args.keep_raw, args.lab_root)
         try:
             seen = watch(engine=engine, run_id=run_id, worker=psutil.Process(worker.pid),
                          run_dir=settings.runs_dir / str(run_id), sample_s=args.sample_s,
@@ -247,7 +251,8 @@ def main() -> None:
     figures = report(run, seen, retained_bytes=folder_bytes(settings.runs_dir / str(run_id)),
                      database_bytes=database_bytes(database) - database_before,
                      degradation=fifths(engine, run_id) if run.requests_ok else {})
-    figures.update(minutes=args.minutes, vus=args.vus, keep_raw=args.keep_raw, load_average_after=os.getloadavg()[0])
+    figures.update(minutes=args.minutes, vus=args.vus, keep_raw=args.keep_raw, lab_root=str(args.lab_root),
+                   load_average_after=os.getloadavg()[0])
     if args.output:
         args.output.write_text(json.dumps(figures, indent=1, default=str))
     print(json.dumps({key: value for key, value in figures.items() if not key.endswith("_over_time")},
