@@ -208,3 +208,25 @@ def test_keep_raw_refuses_an_unknown_value_in_one_line() -> None:
         raw_output_path(Path("k6.ndjson"), "zip")
     assert raw_output_path(Path("/r/k6.ndjson"), "compressed") == Path("/r/k6.ndjson.gz")
 
+
+
+def test_the_collector_reads_a_raw_copy_only_when_no_k6_process_is_at_hand(tmp_path: Path, engine) -> None:  # noqa: ANN001
+    from lab.execution.run_collect import RunCollector
+
+    def collector(k6_process=None) -> RunCollector:  # noqa: ANN001
+        return RunCollector(engine=engine, services=None, run_id=1, run_dir=tmp_path,  # type: ignore[arg-type]
+                            contention_threshold_percent=25.0, k6_process=k6_process)
+
+    assert collector().stream_results() is None  # keep_raw none and no process: nothing to read
+    (tmp_path / "k6.ndjson.gz").write_bytes(gzip.compress(FIXTURE.read_bytes()))
+    from_copy = collector().stream_results()
+    assert from_copy is not None and from_copy[0].rows() == stream_file(FIXTURE)[0].rows()
+    process = _process(tmp_path / "k6")
+    read_fd, write_fd = os.pipe()
+    writer = _write_in_pieces(write_fd, FIXTURE.read_bytes() * 2)
+    process._reader = threading.Thread(target=process.drain, args=(read_fd,))
+    process._reader.start()
+    writer.join()
+    from_pipe = collector(lambda: process).stream_results()  # the pipe's figures win over a copy
+    os.close(read_fd)
+    assert from_pipe is not None and from_pipe[0].requests_ok_total == 2 * from_copy[0].requests_ok_total
