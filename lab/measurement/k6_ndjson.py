@@ -206,7 +206,9 @@ def _fast_path_fits(chunk: bytes) -> bool:
 
 # The client-side streaming metrics -> their trend key (lab_unstreamed_answers is a counter).
 _STREAM_TREND_KEYS = {b"lab_ttft": "ttft", b"lab_tpot": "tpot", b"lab_unstreamed_answers": ""}
-_CACHE_TAGS = ((b'"cache":"HIT"', "_hit"), (b'"cache":"MISS"', "_miss"))
+# A streamed request's cache outcome, one byte per TTFT/TPOT point (0: no cache answered).
+_CACHE_HIT, _CACHE_MISS = 1, 2
+_CACHE_SUFFIXES = {_CACHE_HIT: "_hit", _CACHE_MISS: "_miss"}
 
 # A second's raw latencies are summarised (count, sum, p50, p95) once the newest sample is
 # this much later: k6 flushes its samples every 200 ms and stamps them when a request ends,
@@ -255,7 +257,11 @@ class _Buckets:
     seen: set[int] = field(default_factory=set)
     # Every success's latency (ms, float64: the run-wide percentiles exactly as k6's).
     success_latencies_ms: "array[float]" = field(default_factory=lambda: array("d"))
-    stream_trends_ms: dict[str, "array[float]"] = field(default_factory=dict)
+    # Streamed runs: every TTFT and TPOT point (ms) with its cache outcome (one byte).
+    ttft_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    ttft_cache: bytearray = field(default_factory=bytearray)
+    tpot_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    tpot_cache: bytearray = field(default_factory=bytearray)
     unstreamed: int = 0
     # Memo of k6's whole-second timestamps -> Unix seconds (many samples share one second).
     epoch_bases: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
@@ -270,18 +276,33 @@ def _bucket_index(buckets: _Buckets, whole: bytes, fraction: bytes | None, zone:
     return math.floor((base + (float(fraction) if fraction else 0.0)) / bucket_s)
 
 
-def _add_stream_trend(buckets: _Buckets, requests: RequestSamples, metric: bytes, value: float, tags: bytes) -> None:
+def _add_stream_trend(buckets: _Buckets, metric: bytes, value: float, tags: bytes) -> None:
     """A client-side TTFT/TPOT point (or an unstreamed answer) of a workload request."""
     if metric == b"lab_unstreamed_answers":
         buckets.unstreamed += int(value)
         return
-    trend = _STREAM_TREND_KEYS[metric]
-    trends = buckets.stream_trends_ms
-    trends.setdefault(trend, array("d")).append(value)
-    for cache_tag, suffix in _CACHE_TAGS:
-        if cache_tag in tags:
-            trends.setdefault(trend + suffix, array("d")).append(value)
-    (requests.ttft_s if metric == b"lab_ttft" else requests.tpot_s).append(value / 1000.0)
+    cache = _CACHE_HIT if b'"cache":"HIT"' in tags else _CACHE_MISS if b'"cache":"MISS"' in tags else 0
+    if metric == b"lab_ttft":
+        buckets.ttft_ms.append(value)
+        buckets.ttft_cache.append(cache)
+    else:
+        buckets.tpot_ms.append(value)
+        buckets.tpot_cache.append(cache)
+
+
+def _stream_trends_ms(buckets: _Buckets) -> dict[str, "array[float]"]:
+    """TTFT and TPOT points by figure (``ttft``, ``ttft_hit``, ``tpot_miss``...), as k6's sub-metrics split them."""
+    trends: dict[str, "array[float]"] = {}
+    for name, values_ms, caches in (("ttft", buckets.ttft_ms, buckets.ttft_cache),
+                                    ("tpot", buckets.tpot_ms, buckets.tpot_cache)):
+        if not values_ms:
+            continue
+        trends[name] = values_ms
+        for outcome, suffix in _CACHE_SUFFIXES.items():
+            split = array("d", (value for value, cache in zip(values_ms, caches) if cache == outcome))
+            if split:
+                trends[name + suffix] = split
+    return trends
 
 
 def _add_points(buckets: _Buckets, requests: RequestSamples, points: list[_Point], bucket_s: float) -> None:
@@ -316,7 +337,7 @@ def _add_points(buckets: _Buckets, requests: RequestSamples, points: list[_Point
         elif metric == b"lab_output_tokens":
             output_tokens[index] = output_tokens.get(index, 0.0) + float(value)
         else:
-            _add_stream_trend(buckets, requests, metric, float(value), tags)
+            _add_stream_trend(buckets, metric, float(value), tags)
 
 
 def _close_second(buckets: _Buckets, index: int) -> None:
@@ -410,6 +431,9 @@ class SampleStream:
             _close_second(buckets, index)
         buckets.seen.update(buckets.closed, buckets.failures, buckets.output_tokens)
         series = _series_from_buckets(buckets, bucket_s=self.bucket_s, samples_read=self.samples_read)
+        # float32 seconds for the store, made once (kept in ms, exact, while the run went on)
+        self.requests.ttft_s = array("f", (value / 1000.0 for value in buckets.ttft_ms))
+        self.requests.tpot_s = array("f", (value / 1000.0 for value in buckets.tpot_ms))
         return series, self.requests
 
 
@@ -455,7 +479,7 @@ def _series_from_buckets(buckets: _Buckets, *, bucket_s: float, samples_read: in
         requests_failed_total=sum(series["requests_failed"]),
         output_tokens_total=sum(series["output_tokens"]),
         samples_read=samples_read,
-        stream_trends_ms=buckets.stream_trends_ms,
+        stream_trends_ms=_stream_trends_ms(buckets),
         unstreamed_answers=buckets.unstreamed,
         **series,
     )
