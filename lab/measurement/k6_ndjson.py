@@ -6,8 +6,9 @@ buckets (completed and failed requests, tokens, latency avg/p50/p95 over success
 running VUs), every workload request's figures in compact arrays (for SLO evaluation
 after the fact) and the run-wide latency percentiles over successes, computed as k6
 computes them (:func:`lab.measurement.k6_results.percentile`). Its memory is flat in
-the run's length except for the per-request arrays (5 bytes a request, 13 with the
-exact run-wide latencies; streamed runs add TTFT/TPOT): a second's raw latencies are
+the run's length except for the per-request arrays: 13 bytes a request (float32 latency,
+ok flag, float64 latency of a success for the exact run-wide percentiles), 18 more for a
+streamed one (TTFT and TPOT in ms, a cache byte each). A second's raw latencies are
 summarised once no sample has reached it for :data:`LATE_SAMPLE_WINDOW_S`.
 ``stream_series(path)`` and ``stream_request_samples(path)`` read a file (plain or
 ``.gz``) through it. Only workload requests (tagged ``lab_request:chat``, see
