@@ -6,6 +6,8 @@ Runs the lab's number-story script at a constant arrival rate against the OpenAI
 - ``file``: ``--out json=FILE`` (the lab before round 3: one NDJSON file in the run folder);
 - ``pipe``: ``--out json=-`` read by this process into a ``SampleStream`` as k6 writes it
   (the lab now: nothing on disk);
+- ``fifo``: ``--out json=FIFO``, a named pipe read the same way (k6 writes a file's way:
+  a few large writes per 200 ms flush, where its stdout goes through a 4 KiB buffer);
 - ``pipe-fewer-tags``: the same with ``--system-tags status,expected_response,error_code``
   (no method/scenario tags: fewer bytes per sample);
 - ``pipe-no-ids``: the same without the per-request metadata ``lab_request_id`` (``REQUEST_IDS=0``);
@@ -42,6 +44,7 @@ from services.supervisor import ManagedService
 OPTIONS: dict[str, tuple[str | None, list[str]]] = {
     "file": ("json={folder}/k6.ndjson", []),
     "pipe": ("json=-", []),
+    "fifo": ("json={folder}/k6.fifo", []),
     "pipe-fewer-tags": ("json=-", ["--system-tags", "status,expected_response,error_code"]),
     "pipe-no-ids": ("json=-", ["-e", "REQUEST_IDS=0"]),
     "pipe-lean": ("json=-", ["--system-tags", "status,expected_response,error_code", "-e", "REQUEST_IDS=0"]),
@@ -84,6 +87,9 @@ def measure(option: str, *, target_url: str, rate_per_s: int, duration_s: float)
         folder = Path(tmp)
         argv = k6_argv(option, target_url=target_url, rate_per_s=rate_per_s, duration_s=duration_s, folder=folder)
         piped = OPTIONS[option][0] is not None and OPTIONS[option][0].endswith("=-")
+        fifo = folder / "k6.fifo" if option == "fifo" else None
+        if fifo is not None:
+            os.mkfifo(fifo)
         counted = {"bytes": 0}
         self_before = resource.getrusage(resource.RUSAGE_SELF)
         began = time.monotonic()
@@ -93,8 +99,13 @@ def measure(option: str, *, target_url: str, rate_per_s: int, duration_s: float)
         if piped:
             reader = threading.Thread(target=_reader, args=(process.stdout.fileno(), option.startswith("pipe"), counted))
             reader.start()
+        if fifo is not None:
+            reader = threading.Thread(target=lambda: _reader(os.open(fifo, os.O_RDONLY), True, counted))
+            reader.start()
         _, status, usage = os.wait4(process.pid, 0)
         wall_s = time.monotonic() - began
+        if fifo is not None:
+            os.close(os.open(fifo, os.O_RDWR))  # a reader still waiting for k6 to open the FIFO gets its end
         if reader is not None:
             reader.join()
         self_after = resource.getrusage(resource.RUSAGE_SELF)
