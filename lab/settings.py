@@ -8,11 +8,14 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.processes import PROJECT_ROOT
 
+# What is left of k6's raw per-sample output once a run's figures are stored: nothing (the
+# lab reads it from a pipe as k6 writes it), a gzip copy, or the whole NDJSON file.
+KEEP_RAW_CHOICES = ("none", "compressed", "all")
 
 
 class Settings(BaseSettings):
@@ -76,6 +79,19 @@ class Settings(BaseSettings):
         description="warn on a run during which other processes used more than this share of a core (%) on average",
     )
 
+    keep_raw: str = Field(
+        default="none",
+        description="k6's raw per-sample output kept in the run folder: none (read from a pipe as k6 writes it, "
+                    "never on disk), compressed (k6.ndjson.gz, about 10% of the NDJSON) or all (k6.ndjson)",
+    )
+
+    @field_validator("keep_raw")
+    @classmethod
+    def _known_keep_raw(cls, value: str) -> str:
+        if value not in KEEP_RAW_CHOICES:
+            raise ValueError(f"keep_raw must be one of {', '.join(KEEP_RAW_CHOICES)}, not {value!r}")
+        return value
+
     @property
     def resolved_database_url(self) -> str:
         """The database URL in force: ``database_url`` or SQLite under ``data_dir``."""
@@ -93,6 +109,16 @@ class Settings(BaseSettings):
     @property
     def uploads_dir(self) -> Path:
         return self.data_dir / "uploads"
+
+
+def settings_error_line(error: ValidationError) -> str:
+    """A settings error in one line: the variable and what is wrong with its value."""
+    problems = []
+    for item in error.errors():
+        field_name = ".".join(str(part) for part in item.get("loc", ()))
+        message = str(item.get("msg", "")).removeprefix("Value error, ")
+        problems.append(f"LAB_{field_name.upper()}: {message}" if field_name else message)
+    return "; ".join(problems) or str(error).splitlines()[0]
 
 
 @lru_cache(maxsize=1)

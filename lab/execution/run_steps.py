@@ -30,7 +30,7 @@ from lab.execution import run_decisions as decisions
 from lab.execution.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
 from lab.execution.run_decisions import RunCancelled, RunFailed
 from lab.execution.service_watch import ServiceWatch, wait_watching
-from lab.measurement import environment, k6_ndjson, live, server_metrics
+from lab.measurement import environment, live, server_metrics
 from lab.measurement.resources import ResourceSampler
 from lab.settings import Settings
 from lab.specs.schema import RunSpec, format_validation_error
@@ -295,7 +295,7 @@ class RunSteps:
     def _follow_fill(self, k6: K6Process, targets: RunTargets, *, wanted: int, stored_before: float) -> float:
         """Once a second while the fill's k6 runs: a cancel, a dead service, requests that all
         fail (an upstream gone, managed or not); returns how many answers the cache stored."""
-        tail = live.NdjsonTail(k6.ndjson_path)
+        tail = k6.live_tail()
         stored, last_success, ok_seen, failed_at_success = 0.0, time.monotonic(), 0, 0
         while k6.is_running() and stored < wanted:
             time.sleep(LOAD_POLL_INTERVAL_S)
@@ -306,7 +306,7 @@ class RunSteps:
                 failed_at_success = tail.requests_failed_total
             failing_s, failed = time.monotonic() - last_success, tail.requests_failed_total - failed_at_success
             if decisions.fill_failing(seconds_since_success=failing_s, failed_since_success=failed):
-                common = decisions.most_common_error_answer(k6_ndjson.error_answers(k6.ndjson_path))
+                common = decisions.most_common_error_answer(k6.error_answers())
                 quoted = f"; the most common error answer: {common[0]}" if common else ""
                 raise RunFailed(f"the cache fill's requests to {targets.target_url} all fail ({failed} without a "
                                 f"success in {failing_s:.0f} s){quoted}")
@@ -329,6 +329,7 @@ class RunSteps:
             summary_path=self.run_dir / "summary.json",
             ndjson_path=self.run_dir / "k6.ndjson",
             log_path=self.run_dir / "k6.log",
+            keep_raw=self.settings.keep_raw,
         )
         # Looked up once (with the watch's): the load loop checks these processes, not the database.
         pids = {name: identity[0] for name, identity in self.watch.watched.items() if identity} if self.watch else {}
@@ -352,9 +353,9 @@ class RunSteps:
         assert self.k6 is not None
         started = time.monotonic()
         load_started_epoch_s = time.time()
-        # k6's NDJSON read a little each second: the live charts and counts of workload
+        # k6's samples as read from its pipe so far: the live charts and counts of workload
         # requests only (k6's API counts its setup health check too).
-        tail = live.NdjsonTail(self.run_dir / "k6.ndjson")
+        tail = self.k6.live_tail()
         while self.k6.is_running():
             progress = self.k6.progress()
             elapsed_s = time.monotonic() - started

@@ -60,7 +60,8 @@ class RunExecutor:
         self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
         self.collector = RunCollector(engine=engine, services=services, run_id=run_id, run_dir=self.steps.run_dir,
                                       contention_threshold_percent=settings.contention_warning_cpu_percent,
-                                      database_retry_s=settings.final_write_retry_s)
+                                      database_retry_s=settings.final_write_retry_s,
+                                      k6_process=lambda: self.steps.k6)
         self.final_state = FinalStateWriter(engine=engine, run_id=run_id, run_dir=self.steps.run_dir,
                                             pending=pending_final_states, retry_s=settings.final_write_retry_s)
 

@@ -1,12 +1,18 @@
-"""Read k6's per-sample NDJSON stream (``k6 run --out json=FILE``) chunk by chunk, never whole.
+"""Read k6's per-sample NDJSON (``k6 run --out json=...``) as it arrives, in pieces, never whole.
 
-``stream_series(path)`` buckets samples per second: completed and failed requests,
-tokens, latency avg/p50/p95 over successes, running VUs. It also returns latency
-percentiles over all successes, computed as k6 computes them
-(:func:`lab.measurement.k6_results.percentile`). ``stream_request_samples(path)`` keeps
-every workload request's figures in compact arrays, for SLO evaluation after the fact.
-Only workload requests (tagged ``lab_request:chat``, see :mod:`lab.measurement.k6_results`)
-count.
+:class:`SampleStream` is fed k6's output in pieces of any size (from the pipe k6 writes
+to, see :mod:`lab.execution.k6_driver`, or from a file) and keeps, in one pass: per-second
+buckets (completed and failed requests, tokens, latency avg/p50/p95 over successes,
+running VUs), every workload request's figures in compact arrays (for SLO evaluation
+after the fact) and the run-wide latency percentiles over successes, computed as k6
+computes them (:func:`lab.measurement.k6_results.percentile`). Its memory is flat in
+the run's length except for the per-request arrays: 13 bytes a request (float32 latency,
+ok flag, float64 latency of a success for the exact run-wide percentiles), 18 more for a
+streamed one (TTFT and TPOT in ms, a cache byte each). A second's raw latencies are
+summarised once no sample has reached it for :data:`LATE_SAMPLE_WINDOW_S`.
+``stream_series(path)`` and ``stream_request_samples(path)`` read a file (plain or
+``.gz``) through it. Only workload requests (tagged ``lab_request:chat``, see
+:mod:`lab.measurement.k6_results`) count.
 
 The fast path relies on the exact layout k6 v1.x writes (Go's encoder: fixed key order,
 sorted tag keys); a chunk where the fast path misses a sample line falls back to
@@ -17,7 +23,7 @@ is checked on the first chunk that holds samples).
 from __future__ import annotations
 
 import calendar
-import dataclasses
+import gzip
 import json
 import math
 import re
@@ -78,7 +84,7 @@ class PerSecondSeries:
     output_tokens_total: int
     samples_read: int
     # Per-request client TTFT/TPOT in ms, keyed ``ttft``, ``tpot``, ``ttft_hit``... (streamed runs).
-    stream_trends_ms: dict[str, list[float]] = field(default_factory=dict)
+    stream_trends_ms: dict[str, "array[float]"] = field(default_factory=dict)
     unstreamed_answers: int = 0
 
     COLUMNS: ClassVar[tuple[str, ...]] = ("time_s", "requests_ok", "requests_failed", "output_tokens", "latency_avg_s", "latency_p50_s",
@@ -130,8 +136,9 @@ def _epoch_base_s(whole: bytes, zone: bytes) -> int:
 
 
 def _iter_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Yield chunks of whole lines (the last line may lack its newline)."""
-    with open(path, "rb") as handle:
+    """Yield chunks of whole lines (the last line may lack its newline); ``.gz`` files decompressed."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
         remainder = b""
         while True:
             block = handle.read(chunk_bytes)
@@ -201,154 +208,25 @@ def _fast_path_fits(chunk: bytes) -> bool:
 
 # The client-side streaming metrics -> their trend key (lab_unstreamed_answers is a counter).
 _STREAM_TREND_KEYS = {b"lab_ttft": "ttft", b"lab_tpot": "tpot", b"lab_unstreamed_answers": ""}
+# A streamed request's cache outcome, one byte per TTFT/TPOT point (0: no cache answered).
+_CACHE_HIT, _CACHE_MISS = 1, 2
+_CACHE_SUFFIXES = {_CACHE_HIT: "_hit", _CACHE_MISS: "_miss"}
+
+# A second's raw latencies are summarised (count, sum, p50, p95) once the newest sample is
+# this much later: k6 flushes its samples every 200 ms and stamps them when a request ends,
+# so a sample later than this is very rare. One that comes counts in its second's requests
+# and average, not in its percentiles.
+LATE_SAMPLE_WINDOW_S = 30.0
 
 
-@dataclass
-class _Buckets:
-    """What :func:`stream_series` accumulates, plain dicts keyed by bucket index."""
+@dataclass(frozen=True)
+class _ClosedSecond:
+    """A bucket whose raw latencies were summarised (ms)."""
 
-    latencies_ms: dict[int, list[float]] = field(default_factory=dict)
-    failures: dict[int, int] = field(default_factory=dict)
-    output_tokens: dict[int, float] = field(default_factory=dict)
-    vus: dict[int, float] = field(default_factory=dict)
-    seen: set[int] = field(default_factory=set)
-    stream_trends_ms: dict[str, list[float]] = field(default_factory=dict)
-    unstreamed: int = 0
-    # Memo of k6's whole-second timestamps -> Unix seconds (many samples share one second).
-    epoch_bases: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
-
-
-def _add_points(buckets: _Buckets, points: list[_Point], bucket_s: float) -> None:
-    """Add one chunk's points to ``buckets``.
-
-    The loop runs once per sample: the accumulators are bound to locals once per chunk.
-    """
-    latencies_ms, failures, output_tokens = buckets.latencies_ms, buckets.failures, buckets.output_tokens
-    vus, seen, epoch_bases = buckets.vus, buckets.seen, buckets.epoch_bases
-    stream_trends_ms, stream_metrics = buckets.stream_trends_ms, _STREAM_TREND_KEYS
-    chat_tag, success_tag = _CHAT_TAG_BYTES, _SUCCESS_TAG_BYTES
-    unstreamed = 0
-    for metric, whole, fraction, zone, value, tags in points:
-        base = epoch_bases.get((whole, zone))
-        if base is None:
-            base = epoch_bases[(whole, zone)] = _epoch_base_s(whole, zone)
-        if bucket_s == 1.0:
-            index = base
-        else:
-            index = math.floor((base + (float(fraction) if fraction else 0.0)) / bucket_s)
-        if metric == b"vus":
-            vus[index] = float(value)
-            seen.add(index)
-            continue
-        if chat_tag not in tags:
-            continue  # the health check in setup(), or a foreign request
-        if metric in stream_metrics:
-            if metric == b"lab_unstreamed_answers":
-                unstreamed += int(float(value))
-                continue
-            trend = stream_metrics[metric]
-            stream_trends_ms.setdefault(trend, []).append(float(value))
-            for cache_tag, suffix in ((b'"cache":"HIT"', "_hit"), (b'"cache":"MISS"', "_miss")):
-                if cache_tag in tags:
-                    stream_trends_ms.setdefault(trend + suffix, []).append(float(value))
-            continue
-        if metric == b"http_req_duration":
-            if success_tag in tags:
-                bucket = latencies_ms.get(index)
-                if bucket is None:
-                    bucket = latencies_ms[index] = []
-                bucket.append(float(value))
-            else:
-                failures[index] = failures.get(index, 0) + 1
-        else:  # lab_output_tokens
-            output_tokens[index] = output_tokens.get(index, 0.0) + float(value)
-    buckets.unstreamed += unstreamed
-
-
-def stream_series(path: Path | str, *, bucket_s: float = 1.0) -> PerSecondSeries:
-    """Stream a k6 NDJSON file (``--out json=FILE``) into per-bucket series.
-
-    Reads the file in chunks of whole lines; memory stays bounded by the chunk size plus
-    one float per successful request. Only workload requests (tagged
-    ``lab_request:chat``) count; successes are k6's ``expected_response:true``.
-    """
-    if bucket_s <= 0:
-        raise ValueError("bucket_s must be positive")
-    path = Path(path)
-    if not path.exists():
-        raise K6ResultsError(f"k6 NDJSON {path} does not exist")
-    buckets = _Buckets()
-    samples_read = 0
-    fast_path: bool | None = None
-    for chunk in _iter_chunks(path):
-        if fast_path is None and b'"Point"' in chunk:
-            fast_path = _fast_path_fits(chunk)
-        points = _POINT_RE.findall(chunk) if fast_path else _json_points(chunk)
-        samples_read += len(points)
-        _add_points(buckets, points, bucket_s)
-    buckets.seen.update(buckets.latencies_ms, buckets.failures, buckets.output_tokens)
-    series = _series_from_buckets(
-        buckets.seen, buckets.latencies_ms, buckets.failures, buckets.output_tokens, buckets.vus,
-        bucket_s=bucket_s, samples_read=samples_read,
-    )
-    return dataclasses.replace(series, stream_trends_ms=buckets.stream_trends_ms, unstreamed_answers=buckets.unstreamed)
-
-
-def _series_from_buckets(
-    seen: set[int],
-    latencies_ms: dict[int, list[float]],
-    failures: dict[int, int],
-    output_tokens: dict[int, float],
-    vus: dict[int, float],
-    *,
-    bucket_s: float,
-    samples_read: int,
-) -> PerSecondSeries:
-    """Turn the bucket maps into aligned lists (empty buckets in between filled with zeros)."""
-    first = min(seen) if seen else 0
-    indexes = range(first, max(seen) + 1) if seen else range(0)
-    series: dict[str, list[Any]] = {name: [] for name in PerSecondSeries.COLUMNS}
-    all_latencies_ms: list[float] = []
-    for index in indexes:
-        latencies = latencies_ms.pop(index, [])
-        latencies.sort()
-        series["time_s"].append(round((index - first) * bucket_s, 9))
-        series["requests_ok"].append(len(latencies))
-        series["requests_failed"].append(failures.get(index, 0))
-        series["output_tokens"].append(int(output_tokens.get(index, 0)))
-        if latencies:
-            series["latency_avg_s"].append(math.fsum(latencies) / len(latencies) / 1000.0)
-            series["latency_p50_s"].append(percentile(latencies, 0.50) / 1000.0)  # type: ignore[operator]
-            series["latency_p95_s"].append(percentile(latencies, 0.95) / 1000.0)  # type: ignore[operator]
-        else:
-            series["latency_avg_s"].append(None)
-            series["latency_p50_s"].append(None)
-            series["latency_p95_s"].append(None)
-        series["vus"].append(int(vus[index]) if index in vus else None)
-        all_latencies_ms.extend(latencies)
-    return PerSecondSeries(
-        bucket_s=bucket_s,
-        start_epoch_s=first * bucket_s if seen else None,
-        latency=LatencyStats.from_ms(all_latencies_ms),
-        requests_ok_total=len(all_latencies_ms),
-        requests_failed_total=sum(series["requests_failed"]),
-        output_tokens_total=sum(series["output_tokens"]),
-        samples_read=samples_read,
-        **series,
-    )
-
-
-# ---------------------------------------------------------------------------------------
-# Per-request figures (for SLO evaluation after the fact), in a pass of their own.
-
-# k6 Trend metrics with one point per workload request; values in milliseconds. lab_ttft and
-# lab_tpot exist only for streamed runs (k6/lib.js adds them when the answer is streamed).
-_REQUEST_METRICS = ("http_req_duration", "lab_ttft", "lab_tpot")
-_REQUEST_POINT_RE = re.compile(
-    rb'\{"metric":"(' + b"|".join(name.encode() for name in _REQUEST_METRICS) + rb')","type":"Point",'
-    rb'"data":\{"time":"[^"]*","value":([^,]+),"tags":\{([^}]*)\}'
-)
-_REQUEST_MARKERS = tuple(f'{{"metric":"{name}","type":"Point"'.encode() for name in _REQUEST_METRICS)
+    count: int
+    sum_ms: float
+    p50_ms: float | None
+    p95_ms: float | None
 
 
 @dataclass
@@ -369,44 +247,291 @@ class RequestSamples:
         return len(self.ok)
 
 
-def _request_points(chunk: bytes) -> list[tuple[bytes, bytes, bytes]]:
-    """(metric, value, tags) of the per-request metrics; ``json.loads`` per line when the
-    fast regex misses any such sample line of the chunk."""
-    points = _REQUEST_POINT_RE.findall(chunk)
-    if len(points) == sum(chunk.count(marker) for marker in _REQUEST_MARKERS):
-        return points
-    points = []
-    for metric, sample in _json_samples(chunk, _REQUEST_METRICS):
-        tags = json.dumps(sample.get("tags") or {}, separators=(",", ":"), sort_keys=True)[1:-1]
-        points.append((metric.encode(), repr(float(sample["value"])).encode(), tags.encode()))
-    return points
+@dataclass
+class _Buckets:
+    """What :class:`SampleStream` accumulates, plain dicts keyed by bucket index."""
+
+    latencies_ms: dict[int, list[float]] = field(default_factory=dict)
+    closed: dict[int, _ClosedSecond] = field(default_factory=dict)
+    failures: dict[int, int] = field(default_factory=dict)
+    output_tokens: dict[int, float] = field(default_factory=dict)
+    vus: dict[int, float] = field(default_factory=dict)
+    seen: set[int] = field(default_factory=set)
+    # Every success's latency (ms, float64: the run-wide percentiles exactly as k6's).
+    success_latencies_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    # Streamed runs: every TTFT and TPOT point (ms) with its cache outcome (one byte).
+    ttft_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    ttft_cache: bytearray = field(default_factory=bytearray)
+    tpot_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    tpot_cache: bytearray = field(default_factory=bytearray)
+    unstreamed: int = 0
+    # Memo of k6's whole-second timestamps -> Unix seconds (many samples share one second).
+    epoch_bases: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
 
 
-def stream_request_samples(path: Path | str) -> RequestSamples:
-    """Read every workload request's latency, success and (streamed runs) TTFT/TPOT from a
-    k6 NDJSON, chunk by chunk; memory is about 13 bytes per request beyond the chunk."""
+def _bucket_index(buckets: _Buckets, whole: bytes, fraction: bytes | None, zone: bytes, bucket_s: float) -> int:
+    base = buckets.epoch_bases.get((whole, zone))
+    if base is None:
+        base = buckets.epoch_bases[(whole, zone)] = _epoch_base_s(whole, zone)
+    if bucket_s == 1.0:
+        return base
+    return math.floor((base + (float(fraction) if fraction else 0.0)) / bucket_s)
+
+
+def _add_stream_trend(buckets: _Buckets, metric: bytes, value: float, tags: bytes) -> None:
+    """A client-side TTFT/TPOT point (or an unstreamed answer) of a workload request."""
+    if metric == b"lab_unstreamed_answers":
+        buckets.unstreamed += int(value)
+        return
+    cache = _CACHE_HIT if b'"cache":"HIT"' in tags else _CACHE_MISS if b'"cache":"MISS"' in tags else 0
+    if metric == b"lab_ttft":
+        buckets.ttft_ms.append(value)
+        buckets.ttft_cache.append(cache)
+    else:
+        buckets.tpot_ms.append(value)
+        buckets.tpot_cache.append(cache)
+
+
+def _stream_trends_ms(buckets: _Buckets) -> dict[str, "array[float]"]:
+    """TTFT and TPOT points by figure (``ttft``, ``ttft_hit``, ``tpot_miss``...), as k6's sub-metrics split them."""
+    trends: dict[str, "array[float]"] = {}
+    for name, values_ms, caches in (("ttft", buckets.ttft_ms, buckets.ttft_cache),
+                                    ("tpot", buckets.tpot_ms, buckets.tpot_cache)):
+        if not values_ms:
+            continue
+        trends[name] = values_ms
+        for outcome, suffix in _CACHE_SUFFIXES.items():
+            split = array("d", (value for value, cache in zip(values_ms, caches) if cache == outcome))
+            if split:
+                trends[name + suffix] = split
+    return trends
+
+
+def _add_points(buckets: _Buckets, requests: RequestSamples, points: list[_Point], bucket_s: float) -> None:
+    """Add one piece's points to the buckets and the per-request arrays.
+
+    The loop runs once per sample: the accumulators are bound to locals once per piece.
+    """
+    latencies_ms, failures, output_tokens = buckets.latencies_ms, buckets.failures, buckets.output_tokens
+    successes_ms, request_latency_s, request_ok = buckets.success_latencies_ms, requests.latency_s, requests.ok
+    chat_tag, success_tag = _CHAT_TAG_BYTES, _SUCCESS_TAG_BYTES
+    for metric, whole, fraction, zone, value, tags in points:
+        index = _bucket_index(buckets, whole, fraction, zone, bucket_s)
+        if metric == b"vus":
+            buckets.vus[index] = float(value)
+            buckets.seen.add(index)
+            continue
+        if chat_tag not in tags:
+            continue  # the health check in setup(), or a foreign request
+        if metric == b"http_req_duration":
+            latency_ms = float(value)
+            request_latency_s.append(latency_ms / 1000.0)
+            if success_tag in tags:
+                request_ok.append(1)
+                successes_ms.append(latency_ms)
+                bucket = latencies_ms.get(index)
+                if bucket is None:
+                    bucket = latencies_ms[index] = []
+                bucket.append(latency_ms)
+            else:
+                request_ok.append(0)
+                failures[index] = failures.get(index, 0) + 1
+        elif metric == b"lab_output_tokens":
+            output_tokens[index] = output_tokens.get(index, 0.0) + float(value)
+        else:
+            _add_stream_trend(buckets, metric, float(value), tags)
+
+
+def _close_second(buckets: _Buckets, index: int) -> None:
+    """Summarise one bucket's raw latencies (merged with what an earlier close of it kept)."""
+    latencies = buckets.latencies_ms.pop(index)
+    latencies.sort()
+    closed = _ClosedSecond(len(latencies), math.fsum(latencies), percentile(latencies, 0.50), percentile(latencies, 0.95))
+    earlier = buckets.closed.get(index)
+    if earlier is not None:  # late samples of a closed second: counts and sums stay exact
+        closed = _ClosedSecond(earlier.count + closed.count, earlier.sum_ms + closed.sum_ms, earlier.p50_ms, earlier.p95_ms)
+    buckets.closed[index] = closed
+
+
+def _close_old_seconds(buckets: _Buckets, bucket_s: float) -> None:
+    """Summarise the raw latencies of buckets no sample has reached for the late-sample window."""
+    open_indexes = buckets.latencies_ms
+    if len(open_indexes) < 2:
+        return
+    cutoff = max(open_indexes) - LATE_SAMPLE_WINDOW_S / bucket_s
+    for index in [index for index in open_indexes if index < cutoff]:
+        _close_second(buckets, index)
+
+
+class SampleStream:
+    """k6's NDJSON fed in pieces of any size; figures, series and per-request arrays in one pass.
+
+    ``feed`` takes bytes as they arrive (a piece may end inside a line), ``finish`` the
+    run's :class:`PerSecondSeries` and :class:`RequestSamples`. Not thread-safe: the
+    caller serialises ``feed`` with any reader (see ``k6_driver.K6Process``).
+    """
+
+    def __init__(self, *, bucket_s: float = 1.0) -> None:
+        if bucket_s <= 0:
+            raise ValueError("bucket_s must be positive")
+        self.bucket_s = bucket_s
+        self.samples_read = 0
+        self.bytes_read = 0
+        self._remainder = b""
+        self._fast_path: bool | None = None
+        self._buckets = _Buckets()
+        self.requests = RequestSamples(array("f"), bytearray(), array("f"), array("f"))
+        # How many failed requests got each error answer (k6/lib.js tags them with ``lab_error``).
+        self.error_answers: Counter[str] = Counter()
+
+    @property
+    def requests_ok_total(self) -> int:
+        return len(self._buckets.success_latencies_ms)
+
+    @property
+    def requests_failed_total(self) -> int:
+        return len(self.requests.ok) - len(self._buckets.success_latencies_ms)
+
+    def feed(self, data: bytes) -> int:
+        """Add the bytes k6 wrote next; returns how many samples of the lab's metrics were new."""
+        self.bytes_read += len(data)
+        block = self._remainder + data if self._remainder else data
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            self._remainder = block
+            return 0
+        self._remainder = block[cut + 1:]
+        return self._feed_lines(block[: cut + 1])
+
+    def _feed_lines(self, chunk: bytes) -> int:
+        if self._fast_path is None and b'"Point"' in chunk:
+            self._fast_path = _fast_path_fits(chunk)
+        points = _POINT_RE.findall(chunk) if self._fast_path else _json_points(chunk)
+        self.samples_read += len(points)
+        count_error_answers(chunk, self.error_answers)
+        _add_points(self._buckets, self.requests, points, self.bucket_s)
+        _close_old_seconds(self._buckets, self.bucket_s)
+        return len(points)
+
+    def second_figures(self, index: int) -> tuple[int, int, float, float | None, float | None]:
+        """(successes, failures, output tokens, avg ms, p95 ms) of one bucket (for the live view)."""
+        buckets = self._buckets
+        failed = buckets.failures.get(index, 0)
+        tokens = buckets.output_tokens.get(index, 0.0)
+        closed = buckets.closed.get(index)
+        if closed is not None:
+            return closed.count, failed, tokens, closed.sum_ms / closed.count, closed.p95_ms
+        latencies = sorted(buckets.latencies_ms.get(index, ()))
+        if not latencies:
+            return 0, failed, tokens, None, None
+        return len(latencies), failed, tokens, math.fsum(latencies) / len(latencies), percentile(latencies, 0.95)
+
+    def finish(self) -> tuple[PerSecondSeries, RequestSamples]:
+        """The run's series and per-request figures (a last line without its newline included)."""
+        if self._remainder:
+            remainder, self._remainder = self._remainder, b""
+            self._feed_lines(remainder)
+        buckets = self._buckets
+        for index in list(buckets.latencies_ms):
+            _close_second(buckets, index)
+        buckets.seen.update(buckets.closed, buckets.failures, buckets.output_tokens)
+        series = _series_from_buckets(buckets, bucket_s=self.bucket_s, samples_read=self.samples_read)
+        # float32 seconds for the store, made once (kept in ms, exact, while the run went on)
+        self.requests.ttft_s = array("f", (value / 1000.0 for value in buckets.ttft_ms))
+        self.requests.tpot_s = array("f", (value / 1000.0 for value in buckets.tpot_ms))
+        return series, self.requests
+
+
+def _latency_stats(values_ms: "array[float]") -> LatencyStats:
+    """k6's figures over ``values_ms`` (sorted in a numpy copy: 8 bytes a value, not a list of floats)."""
+    import numpy  # only here: the lab's other modules need not load it
+
+    if not values_ms:
+        return LatencyStats.from_ms([])
+    ordered = numpy.sort(numpy.frombuffer(values_ms, dtype=numpy.float64))
+
+    def seconds(fraction: float) -> float:
+        return float(percentile(ordered, fraction)) / 1000.0  # type: ignore[arg-type]
+
+    return LatencyStats(
+        count=len(ordered), avg_s=float(ordered.sum()) / len(ordered) / 1000.0, min_s=float(ordered[0]) / 1000.0,
+        p50_s=seconds(0.50), p90_s=seconds(0.90), p95_s=seconds(0.95), p99_s=seconds(0.99),
+        max_s=float(ordered[-1]) / 1000.0,
+    )
+
+
+def _series_from_buckets(buckets: _Buckets, *, bucket_s: float, samples_read: int) -> PerSecondSeries:
+    """Turn the closed buckets into aligned lists (empty buckets in between filled with zeros)."""
+    seen = buckets.seen
+    first = min(seen) if seen else 0
+    indexes = range(first, max(seen) + 1) if seen else range(0)
+    series: dict[str, list[Any]] = {name: [] for name in PerSecondSeries.COLUMNS}
+    for index in indexes:
+        closed = buckets.closed.get(index)
+        series["time_s"].append(round((index - first) * bucket_s, 9))
+        series["requests_ok"].append(closed.count if closed else 0)
+        series["requests_failed"].append(buckets.failures.get(index, 0))
+        series["output_tokens"].append(int(buckets.output_tokens.get(index, 0)))
+        series["latency_avg_s"].append(closed.sum_ms / closed.count / 1000.0 if closed else None)
+        series["latency_p50_s"].append(closed.p50_ms / 1000.0 if closed and closed.p50_ms is not None else None)
+        series["latency_p95_s"].append(closed.p95_ms / 1000.0 if closed and closed.p95_ms is not None else None)
+        series["vus"].append(int(buckets.vus[index]) if index in buckets.vus else None)
+    return PerSecondSeries(
+        bucket_s=bucket_s,
+        start_epoch_s=first * bucket_s if seen else None,
+        latency=_latency_stats(buckets.success_latencies_ms),
+        requests_ok_total=len(buckets.success_latencies_ms),
+        requests_failed_total=sum(series["requests_failed"]),
+        output_tokens_total=sum(series["output_tokens"]),
+        samples_read=samples_read,
+        stream_trends_ms=_stream_trends_ms(buckets),
+        unstreamed_answers=buckets.unstreamed,
+        **series,
+    )
+
+
+def stream_file(path: Path | str, *, bucket_s: float = 1.0) -> tuple[PerSecondSeries, RequestSamples]:
+    """A k6 NDJSON file (plain or ``.gz``) read in chunks through a :class:`SampleStream`."""
     path = Path(path)
     if not path.exists():
         raise K6ResultsError(f"k6 NDJSON {path} does not exist")
-    samples = RequestSamples(array("f"), bytearray(), array("f"), array("f"))
-    chat_tag, success_tag = _CHAT_TAG_BYTES, _SUCCESS_TAG_BYTES
+    stream = SampleStream(bucket_s=bucket_s)
     for chunk in _iter_chunks(path):
-        for metric, value, tags in _request_points(chunk):
-            if chat_tag not in tags:
-                continue
-            if metric == b"http_req_duration":
-                samples.latency_s.append(float(value) / 1000.0)
-                samples.ok.append(1 if success_tag in tags else 0)
-            elif metric == b"lab_ttft":
-                samples.ttft_s.append(float(value) / 1000.0)
-            else:
-                samples.tpot_s.append(float(value) / 1000.0)
-    return samples
+        stream.feed(chunk)
+    return stream.finish()
+
+
+def stream_series(path: Path | str, *, bucket_s: float = 1.0) -> PerSecondSeries:
+    """Stream a k6 NDJSON file (``--out json=FILE``) into per-bucket series.
+
+    Only workload requests (tagged ``lab_request:chat``) count; successes are k6's
+    ``expected_response:true``.
+    """
+    return stream_file(path, bucket_s=bucket_s)[0]
+
+
+def stream_request_samples(path: Path | str) -> RequestSamples:
+    """Every workload request's latency, success and (streamed runs) TTFT/TPOT from a k6 NDJSON file."""
+    return stream_file(path)[1]
 
 
 # k6/lib.js tags each failed workload request's ``lab_request_failures`` sample with the
 # answer it got (``lab_error``: the HTTP status and the error's message, or "no answer: ...").
 _ERROR_MARKER = b'"metric":"lab_request_failures"'
+
+
+def count_error_answers(chunk: bytes, counts: Counter[str]) -> None:
+    """Add the error answers of the failed workload requests in ``chunk`` (whole lines) to ``counts``."""
+    if _ERROR_MARKER not in chunk:
+        return
+    for line in chunk.splitlines():
+        if _ERROR_MARKER not in line or b'"lab_error"' not in line:
+            continue
+        try:
+            data = json.loads(line)["data"]
+            counts[str(data["tags"]["lab_error"])] += int(data.get("value") or 1)
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short by a killed k6
 
 
 def error_answers(path: Path | str) -> Counter[str]:
@@ -417,15 +542,5 @@ def error_answers(path: Path | str) -> Counter[str]:
     if not path.is_file():
         return counts
     for chunk in _iter_chunks(path):
-        if _ERROR_MARKER not in chunk:
-            continue
-        for line in chunk.splitlines():
-            if _ERROR_MARKER not in line or b'"lab_error"' not in line:
-                continue
-            try:
-                data = json.loads(line)["data"]
-                answer = data["tags"]["lab_error"]
-                counts[str(answer)] += int(data.get("value") or 1)
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a killed k6
+        count_error_answers(chunk, counts)
     return counts

@@ -1,47 +1,75 @@
 """The live per-second view of a run under load, written into its ``progress`` each second.
 
-:class:`NdjsonTail` reads k6's NDJSON incrementally (a byte offset, only the bytes added
-since the last call, whole lines only) with the same line parser as
-:func:`lab.measurement.k6_ndjson.stream_series`, and keeps per-second buckets of workload requests
-(tagged ``lab_request:chat``: k6's setup health check never counts). :func:`live_progress`
-turns those buckets and the runner's resource and server-gauge samples into short,
-aligned lists (seconds since the load started), a few hundred numbers, never one per request.
+:class:`StreamTail` reads the :class:`lab.measurement.k6_ndjson.SampleStream` that k6's
+sample pipe feeds (workload requests only, tagged ``lab_request:chat``: k6's setup health
+check never counts); :class:`NdjsonTail` feeds one from a growing NDJSON file instead.
+:func:`live_progress` turns their per-second buckets and the runner's resource and
+server-gauge samples into short, aligned lists (seconds since the load started), a few
+hundred numbers, never one per request. The live view only reads under the stream's
+lock: a reader that falls behind makes the charts lag, it never loses a sample.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from lab.measurement.k6_ndjson import (
-    _CHAT_TAG_BYTES,
-    _POINT_RE,
-    _SUCCESS_TAG_BYTES,
-    _epoch_base_s,
-    _fast_path_fits,
-    _json_points,
-)
-from lab.measurement.k6_results import percentile
+from lab.measurement.k6_ndjson import SampleStream
 
 # The newest points kept in a run's progress (a 10-minute load at one point a second).
 MAX_LIVE_POINTS = 600
 
 
-class NdjsonTail:
-    """Per-second buckets of a growing k6 NDJSON file, read from where the last call stopped."""
+class StreamTail:
+    """The live view of a :class:`SampleStream` that another thread feeds."""
+
+    def __init__(self, stream: SampleStream, lock: threading.Lock) -> None:
+        self.stream = stream
+        self.lock = lock
+
+    def read_new(self) -> int:
+        """Nothing to read here: the stream's feeder reads; kept so every tail is read alike."""
+        return 0
+
+    @property
+    def requests_ok_total(self) -> int:
+        with self.lock:
+            return self.stream.requests_ok_total
+
+    @property
+    def requests_failed_total(self) -> int:
+        with self.lock:
+            return self.stream.requests_failed_total
+
+    def series(self, *, origin_epoch_s: float, until_epoch_s: float) -> dict[str, list[Any]]:
+        """Complete seconds from ``origin_epoch_s`` up to (not including) ``until_epoch_s``'s second."""
+        first = math.floor(origin_epoch_s)
+        last = math.floor(until_epoch_s) - 1  # the current second is still filling
+        seconds = range(max(first, last - MAX_LIVE_POINTS + 1), last + 1)
+        out: dict[str, list[Any]] = {"time_s": [], "output_tok_per_s": [], "req_per_s": [],
+                                     "latency_avg_s": [], "latency_p95_s": [], "requests_failed": []}
+        with self.lock:
+            figures = [self.stream.second_figures(second) for second in seconds]
+        for second, (ok, failed, tokens, avg_ms, p95_ms) in zip(seconds, figures):
+            out["time_s"].append(second - first)
+            out["output_tok_per_s"].append(int(tokens))
+            out["req_per_s"].append(ok)
+            out["requests_failed"].append(failed)
+            out["latency_avg_s"].append(round(avg_ms / 1000, 4) if avg_ms is not None else None)
+            out["latency_p95_s"].append(round(p95_ms / 1000, 4) if p95_ms is not None else None)
+        return out
+
+
+class NdjsonTail(StreamTail):
+    """The live view of a growing k6 NDJSON file, read from where the last call stopped."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__(SampleStream(), threading.Lock())
         self.path = path
         self.offset_bytes = 0
-        self._remainder = b""
-        self._fast_path: bool | None = None
-        self.latencies_ms: dict[int, list[float]] = {}
-        self.failed: dict[int, int] = {}
-        self.output_tokens: dict[int, float] = {}
-        self.requests_ok_total = 0
-        self.requests_failed_total = 0
 
     def read_new(self) -> int:
         """Read the bytes added since the last call; returns how many samples were new."""
@@ -52,47 +80,8 @@ class NdjsonTail:
         except FileNotFoundError:
             return 0
         self.offset_bytes += len(block)
-        block = self._remainder + block
-        cut = block.rfind(b"\n")
-        if cut < 0:
-            self._remainder = block
-            return 0
-        chunk, self._remainder = block[: cut + 1], block[cut + 1:]
-        if self._fast_path is None and b'"Point"' in chunk:
-            self._fast_path = _fast_path_fits(chunk)
-        points = _POINT_RE.findall(chunk) if self._fast_path else _json_points(chunk)
-        for metric, whole, _fraction, zone, value, tags in points:
-            if metric == b"vus" or _CHAT_TAG_BYTES not in tags:
-                continue  # VUs come from k6's API; untagged requests are the setup health check
-            second = _epoch_base_s(whole, zone)
-            if metric == b"http_req_duration":
-                if _SUCCESS_TAG_BYTES in tags:
-                    self.latencies_ms.setdefault(second, []).append(float(value))
-                    self.requests_ok_total += 1
-                else:
-                    self.failed[second] = self.failed.get(second, 0) + 1
-                    self.requests_failed_total += 1
-            else:  # lab_output_tokens
-                self.output_tokens[second] = self.output_tokens.get(second, 0.0) + float(value)
-        return len(points)
-
-    def series(self, *, origin_epoch_s: float, until_epoch_s: float) -> dict[str, list[Any]]:
-        """Complete seconds from ``origin_epoch_s`` up to (not including) ``until_epoch_s``'s second."""
-        first = math.floor(origin_epoch_s)
-        last = math.floor(until_epoch_s) - 1  # the current second is still filling
-        seconds = range(max(first, last - MAX_LIVE_POINTS + 1), last + 1)
-        out: dict[str, list[Any]] = {"time_s": [], "output_tok_per_s": [], "req_per_s": [],
-                                     "latency_avg_s": [], "latency_p95_s": [], "requests_failed": []}
-        for second in seconds:
-            latencies = sorted(self.latencies_ms.get(second, []))
-            out["time_s"].append(second - first)
-            out["output_tok_per_s"].append(int(self.output_tokens.get(second, 0)))
-            out["req_per_s"].append(len(latencies))
-            out["requests_failed"].append(self.failed.get(second, 0))
-            out["latency_avg_s"].append(round(sum(latencies) / len(latencies) / 1000, 4) if latencies else None)
-            p95 = percentile(latencies, 0.95) if latencies else None
-            out["latency_p95_s"].append(round(p95 / 1000, 4) if p95 is not None else None)
-        return out
+        with self.lock:
+            return self.stream.feed(block)
 
 
 def samples_series(samples: list[dict[str, Any]], *, origin_epoch_s: float, keys: tuple[str, ...] | None = None,
@@ -112,7 +101,7 @@ def samples_series(samples: list[dict[str, Any]], *, origin_epoch_s: float, keys
     return out
 
 
-def live_progress(tail: NdjsonTail, *, origin_epoch_s: float, resource_samples: list[dict[str, Any]],
+def live_progress(tail: StreamTail, *, origin_epoch_s: float, resource_samples: list[dict[str, Any]],
                   server_samples: list[dict[str, Any]], now_epoch_s: float | None = None) -> dict[str, Any]:
     """The ``live`` part of a run's progress: k6's per-second figures, CPU (backend, k6, the
     host's other work) and the backend's running and waiting requests."""

@@ -43,6 +43,7 @@ def tiny_runs_dir(lab: Lab) -> Iterator[Path]:  # noqa: F811
 def test_a_disk_that_fills_up_mid_run_still_ends_the_run_with_its_reason(
     lab: Lab, stub, tiny_runs_dir: Path, caplog: pytest.LogCaptureFixture  # noqa: ANN001, F811
 ) -> None:
+    lab.settings.keep_raw = "all"  # a raw copy on disk, as k6's own file was before: it fills the disk
     [run_id] = lab.enqueue(stub_spec(stub.url, duration_s=20, vus=4))
     lab.start_worker()
     lab.join_worker(timeout_s=120)
@@ -67,6 +68,7 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     lab = Lab(mount_point / "lab-data")
+    lab.settings.keep_raw = "all"  # the raw copy fills the disk; the final write frees it
     try:
         with StubServer(port=find_free_port(), delay_s=0.01) as target:
             [run_id] = lab.enqueue(stub_spec(target.url, duration_s=15, vus=8))

@@ -29,13 +29,14 @@ def stub() -> Iterator[StubServer]:
         yield server
 
 
-def _k6(tmp_path: Path, workload: str, env: dict[str, str]) -> K6Process:
+def _k6(tmp_path: Path, workload: str, env: dict[str, str], keep_raw: str = "all") -> K6Process:
     return K6Process(
         script=script_path(workload),
         env=env,
         summary_path=tmp_path / "summary.json",
         ndjson_path=tmp_path / "samples.ndjson",
         log_path=tmp_path / "k6.log",
+        keep_raw=keep_raw,
     )
 
 
@@ -65,6 +66,21 @@ def test_constant_vus_counts_match_the_server(tmp_path: Path, stub: StubServer) 
     assert series.latency.p95_s == pytest.approx(figures["latency_p95_s"], rel=1e-9)
     assert 3 <= len(series) <= 5
     assert max(vus for vus in series.vus if vus is not None) == 4
+    # What the pipe gave as k6 wrote it is what the raw copy holds.
+    piped, per_request = process.results()
+    assert piped.rows() == series.rows() and len(per_request) == figures["requests_total"]
+
+
+def test_samples_come_through_the_pipe_and_nothing_is_left_on_disk(tmp_path: Path, stub: StubServer) -> None:
+    process = _k6(tmp_path, "number-story", {"TARGET": stub.url, "MODEL": "stub", "VUS": "2", "DURATION": "2s"},
+                  keep_raw="none")
+    process.start()
+    assert process.wait(timeout_s=60) == 0, process.exit_message()
+    series, per_request = process.results()
+    figures = parse_summary(process.summary_path)
+    assert series.requests_ok_total == figures["requests_ok"] > 20
+    assert len(per_request) == figures["requests_total"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["k6.log", "summary.json"]
 
 
 def test_cancel_mid_run_still_writes_a_summary_with_interrupted_iterations(tmp_path: Path) -> None:

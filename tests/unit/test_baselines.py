@@ -45,8 +45,8 @@ def write_spec(tmp_path: Path, name: str = "gate.json", **changes: object) -> Pa
 
 
 def finishing_with(engine: Engine, values: list[float], status: str = RunStatus.DONE) -> Callable[..., None]:
-    """A stand-in for wait_for_runs: the runs end ``status`` with these output tok/s, in order."""
-    def finish(*, settings: object, run_ids: list[int]) -> None:
+    """A stand-in for wait_for_submitted_runs: the runs end ``status`` with these output tok/s, in order."""
+    def finish(context: object, run_ids: list[int], *, local: bool) -> None:
         with Session(engine) as session:
             for run_id, value in zip(run_ids, values):
                 run = session.get(Run, run_id)
@@ -62,7 +62,7 @@ def run_count(engine: Engine) -> int:
 
 def run_spec(tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch, values: list[float],
              *argv: str, spec: Path | None = None) -> int:
-    monkeypatch.setattr(run_commands, "wait_for_runs", finishing_with(engine, values))
+    monkeypatch.setattr(run_commands, "wait_for_submitted_runs", finishing_with(engine, values))
     return cli.main(["run", "--spec", str(spec or write_spec(tmp_path)), *argv])
 
 
@@ -111,7 +111,7 @@ def test_bad_gate_input_is_refused_in_one_line_and_queues_nothing(
     assert run_spec(tmp_path, lab_engine, monkeypatch, [100.0], spec=write_spec(tmp_path, "b.json", repeats=1)) == 0
     other = write_spec(tmp_path, "other.json", repeats=1, vus=4)
     assert run_spec(tmp_path, lab_engine, monkeypatch, [100.0], spec=other) == 0
-    monkeypatch.setattr(run_commands, "wait_for_runs", finishing_with(lab_engine, [0.0], RunStatus.FAILED))
+    monkeypatch.setattr(run_commands, "wait_for_submitted_runs", finishing_with(lab_engine, [0.0], RunStatus.FAILED))
     assert cli.main(["run", "--spec", str(write_spec(tmp_path, "c.json", repeats=1))]) == 1
     capsys.readouterr()
     before = run_count(lab_engine)

@@ -15,7 +15,7 @@ from db import store
 from db.models import RunStatus
 from lab.measurement import request_figures
 from lab import cli
-from lab.cli import capacity_commands
+from lab.execution import queue_submit
 from lab.context import LabContext
 from lab.analysis.capacity_search import CapacityError
 from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
@@ -339,7 +339,7 @@ def test_a_search_stored_by_the_pages_runs_from_the_cli(engine, capsys, monkeypa
             pass
 
     monkeypatch.setattr(LabContext, "engine", engine)
-    monkeypatch.setattr(capacity_commands, "RunWaiter", Waiter)
+    monkeypatch.setattr(queue_submit, "RunWaiter", Waiter)  # SQLite: the CLI executes the probes itself
     assert cli.main(["capacity", "--experiment", str(experiment_id), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["experiment_id"] == experiment_id and result["backends"]["external"]["capacity_load"] == 4

@@ -150,19 +150,17 @@ def test_percentile_matches_k6_linear_interpolation() -> None:
     assert percentile([], 0.5) is None
 
 
-def test_build_k6_command_is_an_argv_with_env_and_outputs(tmp_path: Path) -> None:
+def test_build_k6_command_is_an_argv_with_env_and_samples_on_stdout(tmp_path: Path) -> None:
     argv = build_k6_command(script=script_path("number-story"), env={"TARGET": "http://127.0.0.1:1", "VUS": "8"},
-                            summary_path=tmp_path / "s.json", ndjson_path=tmp_path / "o.ndjson",
-                            api_address="127.0.0.1:7000")
+                            summary_path=tmp_path / "s.json", api_address="127.0.0.1:7000")
     assert argv[1] == "run" and "--quiet" in argv and "--no-usage-report" in argv
-    assert argv[argv.index("--out") + 1] == f"json={tmp_path / 'o.ndjson'}"
+    assert argv[argv.index("--out") + 1] == "json=-"  # a pipe the lab reads, never a file
     assert argv[argv.index("--address") + 1] == "127.0.0.1:7000"
     pairs = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-e"]
     assert pairs == [f"SUMMARY_PATH={tmp_path / 's.json'}", "TARGET=http://127.0.0.1:1", "VUS=8"]
     assert argv[-1].endswith("k6/number_story.js")
     with pytest.raises(ValueError):
-        build_k6_command(script=script_path("custom"), env={"bad key": "x"},
-                         summary_path=tmp_path / "s.json", ndjson_path=tmp_path / "o.ndjson")
+        build_k6_command(script=script_path("custom"), env={"bad key": "x"}, summary_path=tmp_path / "s.json")
 
 
 def test_exit_codes_have_clear_messages() -> None:
