@@ -189,7 +189,7 @@ def test_a_managed_backend_killed_during_the_cache_fill_ends_the_run_within_15_s
     [run_id] = lab.enqueue(fill_spec(f"{stub_kind}+cache"))
     lab.start_worker()
     run_dir = lab.settings.runs_dir / str(run_id)
-    wait_until(lambda: (run_dir / "fill" / "k6.ndjson").is_file(), 90, "the cache fill to start")
+    wait_until(lambda: (run_dir / "fill" / "k6.log").is_file(), 90, "the cache fill to start")
     time.sleep(2)
     pid = lab.worker.services.pid_of(stub_kind)
     assert pid
@@ -216,7 +216,7 @@ def test_an_external_upstream_gone_during_the_cache_fill_ends_the_run_within_15_
         [run_id] = lab.enqueue(fill_spec("external+cache", target_url=upstream.url, model="stub"))
         lab.start_worker()
         run_dir = lab.settings.runs_dir / str(run_id)
-        wait_until(lambda: (run_dir / "fill" / "k6.ndjson").is_file(), 90, "the cache fill to start")
+        wait_until(lambda: (run_dir / "fill" / "k6.log").is_file(), 90, "the cache fill to start")
         time.sleep(2)
         upstream.stop()
         gone_at = time.monotonic()
