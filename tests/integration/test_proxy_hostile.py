@@ -106,7 +106,7 @@ def long_chat(**fields: object) -> dict:
 
 # --- a client that leaves takes its upstream call with it -------------------------------------
 
-SLOW_WORDS = {"plain": ({"x-stub-token-delay-s": "0.02"}, {}),
+SLOW_WORDS = {"plain": ({"x-stub-word-delay-s": "0.02"}, {}),
               "stream": ({"x-stub-chunk-delay-s": "0.02"}, {"stream": True})}
 
 
@@ -131,7 +131,7 @@ def test_a_client_leaving_stops_the_upstream_generation_within_a_second(
 
 
 def test_a_single_flight_call_ends_only_when_its_last_waiter_leaves(proxy: ManagedService, stub: ManagedService) -> None:
-    headers = {"x-stub-token-delay-s": "0.01"}
+    headers = {"x-stub-word-delay-s": "0.01"}
     body = long_chat()
     httpx.post(f"{stub.url}/stub/reset")
     leader = threading.Thread(target=send_and_leave, args=(proxy.url, body, headers), kwargs={"after_s": 0.5})
