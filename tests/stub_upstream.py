@@ -14,7 +14,7 @@ fields, so a misbehaving request has the same cache key as a normal one):
   seconds later (as vLLM does while its first token is computed)
 - ``x-stub-response-header: Name: value`` add that header to the answer (``Retry-After``,
   ``Cache-Control: no-store``, ``Set-Cookie``, ...)
-- ``x-stub-token-delay-s: F`` (plain answers) "generate" one word every F seconds, and stop
+- ``x-stub-word-delay-s: F`` (plain answers) "generate" one word every F seconds, and stop
   as soon as the client leaves, as a model server does
 
 Started with ``--api-keys K1,K2``, it checks credentials like a real hosted API: a
@@ -25,7 +25,7 @@ was produced for in ``system_fingerprint`` (``key-<index>``, never the key itsel
 Each answer names its call number (``stub answer #N``), so a second real generation is
 told apart from a replay. ``GET /stub/calls`` returns ``{"completions": N, "tokens": T,
 "abandoned": A}``: the words generated (a stream's chunks, the words of a
-``x-stub-token-delay-s`` answer) and the generations stopped because the client left;
+``x-stub-word-delay-s`` answer) and the generations stopped because the client left;
 ``POST /stub/reset`` zeroes them.
 
 Run: ``python -m tests.stub_upstream --port N [--api-keys K1,K2]``.
@@ -61,12 +61,12 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-async def _generate_slowly(request: Request, words: list[str], token_delay_s: float) -> bool:
-    """Count one word every ``token_delay_s``; False (abandoned) when the client left first."""
+async def _generate_slowly(request: Request, words: list[str], word_delay_s: float) -> bool:
+    """Count one word every ``word_delay_s``; False (abandoned) when the client left first."""
     gone = asyncio.ensure_future(_until_disconnected(request))
     try:
         for _ in words:
-            await asyncio.wait({gone}, timeout=token_delay_s)
+            await asyncio.wait({gone}, timeout=word_delay_s)
             if gone.done():
                 _Counter.abandoned += 1
                 return False
@@ -241,8 +241,8 @@ async def _answer(request: Request) -> Response:
     answer = _Answer(answer_id, created, model, fingerprint, is_chat)
     if body.get("stream") is True:
         return _stream_answer(headers, body, words, finish_reason, answer)
-    token_delay_s = _header_number(headers, "x-stub-token-delay-s", 0)
-    if token_delay_s and not await _generate_slowly(request, words, token_delay_s):
+    word_delay_s = _header_number(headers, "x-stub-word-delay-s", 0)
+    if word_delay_s and not await _generate_slowly(request, words, word_delay_s):
         return Response(status_code=499)  # nobody reads it
     text = " ".join(words)
     choice = (
