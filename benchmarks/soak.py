@@ -82,11 +82,13 @@ def soak_spec(*, stub_url: str, minutes: float, vus: int, prompts: int) -> Any:
     return ExperimentSpec(name=f"soak {minutes:g} min", base=base)
 
 
-def _k6_child(worker: psutil.Process) -> psutil.Process | None:
-    """The measured load's k6 (not the unmeasured cache fill's, whose files are under ``fill/``)."""
+def _k6_child(worker: psutil.Process, run_dir: Path) -> psutil.Process | None:
+    """The measured load's k6: the one whose summary goes to the run folder itself (the
+    unmeasured cache fill's goes elsewhere)."""
+    summary_setting = f"SUMMARY_PATH={run_dir / 'summary.json'}"
     try:
         return next((child for child in worker.children(recursive=True)
-                     if child.name() == "k6" and "/fill/" not in " ".join(child.cmdline())), None)
+                     if child.name() == "k6" and summary_setting in child.cmdline()), None)
     except psutil.Error:
         return None
 
@@ -110,7 +112,7 @@ def watch(*, engine: Any, run_id: int, worker: psutil.Process, run_dir: Path, sa
     next_sample = began
     while time.monotonic() - began < timeout_s:
         now = time.monotonic()
-        k6 = _k6_child(worker)
+        k6 = _k6_child(worker, run_dir)
         if k6 is not None and seen.k6_seen_at_s is None:
             seen.k6_seen_at_s = now
         if k6 is None and seen.k6_seen_at_s is not None and seen.k6_exited_at_s is None:

@@ -10,8 +10,9 @@
 //   GRACEFUL_STOP ("30s"), GRACEFUL_RAMP_DOWN ("30s"), REQUEST_TIMEOUT ("600s"),
 //   SUMMARY_PATH (where handleSummary writes the JSON summary),
 //   STREAM ("1": ask for streamed answers with `stream_options.include_usage`),
-//   REQUEST_IDS ("1": each request's samples carry the metadata `lab_request_id`; "0" leaves
-//   it out, about 30 bytes less per sample in k6's per-sample output).
+//   REQUEST_IDS ("0"; "1": each request's samples carry the metadata `lab_request_id`, for
+//   joining one request's points by id; off by default: setting and clearing it per request
+//   cost k6 about a fifth of its CPU per 1,000 req/s, BENCHMARKS.md "What one request costs").
 //
 // Streamed answers: client TTFT is k6's http_req_waiting (time to first byte; the lab's
 // servers and vLLM send their headers with the first token's chunk) and time per output
@@ -19,8 +20,8 @@
 // tagged like the request plus `cache` (HIT/MISS) when a response cache answered. An answer
 // that comes back as one JSON body although a stream was asked for counts in
 // lab_unstreamed_answers and its lab_ttft is the time to the whole body (no lab_tpot).
-// Every sample of one request carries the metadata `lab_request_id` (NDJSON only: metadata
-// never splits k6's time series, so it costs no memory per request).
+// With REQUEST_IDS=1 every sample of one request carries the metadata `lab_request_id`
+// (NDJSON only: metadata never splits k6's time series, so it costs no memory per request).
 //
 // Custom metrics carry the prefix `lab_`. Latency stays k6's http_req_duration (ms);
 // the thresholds below only exist so that the end-of-test summary carries the
@@ -61,7 +62,7 @@ export const config = {
   requestTimeout: envString("REQUEST_TIMEOUT", "600s"),
   stream: envString("STREAM", "0") === "1",
   summaryPath: envString("SUMMARY_PATH", "summary.json"),
-  requestIds: envString("REQUEST_IDS", "1") === "1",
+  requestIds: envString("REQUEST_IDS", "0") === "1",
 };
 
 // Every workload request carries `lab_request: "chat"`, so the health check in setup()

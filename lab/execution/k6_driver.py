@@ -52,6 +52,8 @@ PIPE_READ_BYTES = 1024 * 1024
 PIPE_BUFFER_BYTES = 1024 * 1024
 PIPE_BATCH_BYTES = 64 * 1024
 PIPE_BATCH_WAIT_S = 0.05
+# How long the reader is given, once k6 has exited, to read the pipe to its end.
+READER_END_TIMEOUT_S = 60.0
 # gzip level of the ``compressed`` raw copy: level 1 keeps the worker's CPU low under load.
 RAW_GZIP_LEVEL = 1
 
@@ -376,7 +378,7 @@ class K6Process:
         with self.samples_lock:
             return dict(self.samples.error_answers)
 
-    def results(self, timeout_s: float | None = 60.0) -> tuple[PerSecondSeries, RequestSamples] | None:
+    def results(self, timeout_s: float | None = READER_END_TIMEOUT_S) -> tuple[PerSecondSeries, RequestSamples] | None:
         """The run's series and per-request figures once k6 has exited and its pipe is read
         to the end (None before start)."""
         if self._reader is None:
@@ -424,10 +426,14 @@ class K6Process:
         )
 
     def wait(self, timeout_s: float | None = None) -> int:
-        """Wait for k6 to exit and return its exit code (``subprocess.TimeoutExpired`` on timeout)."""
+        """Wait for k6 to exit and its samples to be read; return its exit code
+        (``subprocess.TimeoutExpired`` on timeout)."""
         if self._process is None:
             raise RuntimeError("k6 not started")
-        return self._process.wait(timeout=timeout_s)
+        exit_code = self._process.wait(timeout=timeout_s)
+        if self._reader is not None:  # what k6 wrote last is still in the pipe: read to its end
+            self._reader.join(READER_END_TIMEOUT_S)
+        return exit_code
 
     def cancel(self, *, grace_s: float = 30.0) -> int:
         """Stop k6: SIGINT (summary still written), then SIGKILL the group after ``grace_s``."""

@@ -61,13 +61,13 @@ def test_constant_vus_counts_match_the_server(tmp_path: Path, stub: StubServer) 
     assert figures["response_cache_hit_rate"] == pytest.approx(stub.stats.cache_hits / served, rel=0.02)
     assert figures["vus_max"] == 4
 
+    piped, per_request = process.results()  # waits for the pipe's last bytes (the raw copy's too)
     series = stream_series(process.ndjson_path)
     assert series.requests_ok_total == figures["requests_ok"]
     assert series.latency.p95_s == pytest.approx(figures["latency_p95_s"], rel=1e-9)
     assert 3 <= len(series) <= 5
     assert max(vus for vus in series.vus if vus is not None) == 4
     # What the pipe gave as k6 wrote it is what the raw copy holds.
-    piped, per_request = process.results()
     assert piped.rows() == series.rows() and len(per_request) == figures["requests_total"]
 
 
@@ -121,6 +121,7 @@ def test_chat_replay_sends_each_turn_tagged(tmp_path: Path, stub: StubServer) ->
     assert figures["requests_ok"] == 2 * figures["iterations_completed"]
     # Five distinct sessions replayed in a loop: from the sixth session on, every turn repeats.
     assert figures["cache_hits"] == stub.stats.cache_hits
+    process.results()  # the raw copy is complete once the pipe is read to its end
     turns = {json.loads(line)["data"]["tags"].get("turn") for line in process.ndjson_path.open()
              if '"metric":"http_reqs","type":"Point"' in line and '"lab_request":"chat"' in line}
     assert turns == {"0", "1"}
