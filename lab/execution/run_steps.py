@@ -307,8 +307,8 @@ class RunSteps:
             if decisions.fill_failing(seconds_since_stored=stalled_s, failed_since_stored=failed):
                 common = decisions.most_common_error_answer(k6_ndjson.error_answers(k6.ndjson_path))
                 quoted = f"; the most common error answer: {common[0]}" if common else ""
-                raise RunFailed(f"the cache fill stopped: {failed} requests to {targets.target_url} failed and no "
-                                f"answer was stored in {stalled_s:.0f} s{quoted}")
+                raise RunFailed(f"the cache fill stopped: {failed} requests to {targets.backend_url} (through the "
+                                f"response cache) failed and no answer was stored in {stalled_s:.0f} s{quoted}")
         return stored
 
     @staticmethod
