@@ -47,7 +47,7 @@ OUTAGE_FIRST_WAIT_S = 0.5
 OUTAGE_LONGEST_WAIT_S = 8.0
 # The longest service log line quoted in a failure reason.
 LAST_LOG_LINE_CHARS = 500
-# The cache fill gives up when its requests fail and none has succeeded for this long.
+# The cache fill gives up when its requests fail and the cache stores nothing new for this long.
 FILL_FAILING_S = 6.0
 _DIGITS = re.compile(r"\d+")
 
@@ -136,10 +136,11 @@ def load_phase(*, elapsed_s: float, planned_s: float | None) -> str:
     return "drain" if planned_s and elapsed_s >= planned_s else "load"
 
 
-def fill_failing(*, seconds_since_success: float, failed_since_success: int) -> bool:
-    """True when the cache fill's requests fail and none has succeeded for
-    ``FILL_FAILING_S`` (the upstream stopped answering: waiting for the fill timeout is useless)."""
-    return failed_since_success > 0 and seconds_since_success >= FILL_FAILING_S
+def fill_failing(*, seconds_since_stored: float, failed_since_stored: int) -> bool:
+    """True when the cache fill's requests fail and the cache has stored no new answer for
+    ``FILL_FAILING_S`` (the upstream stopped answering; hits of answers stored before still
+    succeed, so successes say nothing): waiting for the fill timeout is useless."""
+    return failed_since_stored > 0 and seconds_since_stored >= FILL_FAILING_S
 
 
 def load_progress(

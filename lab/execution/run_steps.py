@@ -296,21 +296,19 @@ class RunSteps:
         """Once a second while the fill's k6 runs: a cancel, a dead service, requests that all
         fail (an upstream gone, managed or not); returns how many answers the cache stored."""
         tail = k6.live_tail()
-        stored, last_success, ok_seen, failed_at_success = 0.0, time.monotonic(), 0, 0
+        stored, last_stored_at, failed_at_store = 0.0, time.monotonic(), 0
         while k6.is_running() and stored < wanted:
             time.sleep(LOAD_POLL_INTERVAL_S)
             self.watch_phase("cache fill")
             tail.read_new()
-            if tail.requests_ok_total > ok_seen:
-                last_success, ok_seen = time.monotonic(), tail.requests_ok_total
-                failed_at_success = tail.requests_failed_total
-            failing_s, failed = time.monotonic() - last_success, tail.requests_failed_total - failed_at_success
-            if decisions.fill_failing(seconds_since_success=failing_s, failed_since_success=failed):
+            if (now_stored := self._cache_stores(targets) - stored_before) > stored:
+                stored, last_stored_at, failed_at_store = now_stored, time.monotonic(), tail.requests_failed_total
+            stalled_s, failed = time.monotonic() - last_stored_at, tail.requests_failed_total - failed_at_store
+            if decisions.fill_failing(seconds_since_stored=stalled_s, failed_since_stored=failed):
                 common = decisions.most_common_error_answer(k6.error_answers())
                 quoted = f"; the most common error answer: {common[0]}" if common else ""
-                raise RunFailed(f"the cache fill's requests to {targets.target_url} all fail ({failed} without a "
-                                f"success in {failing_s:.0f} s){quoted}")
-            stored = self._cache_stores(targets) - stored_before
+                raise RunFailed(f"the cache fill stopped: {failed} requests to {targets.backend_url} (through the "
+                                f"response cache) failed and no answer was stored in {stalled_s:.0f} s{quoted}")
         return stored
 
     @staticmethod

@@ -73,10 +73,10 @@ def test_the_load_phase_turns_to_drain_at_the_planned_end() -> None:
     assert decisions.load_phase(elapsed_s=50.0, planned_s=None) == "load"
 
 
-def test_a_fill_gives_up_only_when_its_requests_fail_without_a_success() -> None:
-    assert not decisions.fill_failing(seconds_since_success=60.0, failed_since_success=0)  # slow, not failing
-    assert not decisions.fill_failing(seconds_since_success=decisions.FILL_FAILING_S - 1, failed_since_success=9)
-    assert decisions.fill_failing(seconds_since_success=decisions.FILL_FAILING_S, failed_since_success=1)
+def test_a_fill_gives_up_only_when_its_requests_fail_and_nothing_new_is_stored() -> None:
+    assert not decisions.fill_failing(seconds_since_stored=60.0, failed_since_stored=0)  # slow, not failing
+    assert not decisions.fill_failing(seconds_since_stored=decisions.FILL_FAILING_S - 1, failed_since_stored=9)
+    assert decisions.fill_failing(seconds_since_stored=decisions.FILL_FAILING_S, failed_since_stored=1)
 
 
 def test_the_progress_shows_the_load_then_the_drain() -> None:
