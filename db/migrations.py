@@ -16,7 +16,9 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
-from db.models import Base, Experiment, Run, RunClaim, RunRequests, ServiceRecord, WorkerRecord
+from db.models import (
+    UNKNOWN_LAUNCHER, Base, Experiment, Run, RunAudit, RunClaim, RunNote, RunRequests, ServiceRecord, WorkerRecord,
+)
 
 
 def _create_schema(connection: Connection) -> None:
@@ -103,6 +105,17 @@ def _reproducibility(connection: Connection) -> None:
     _add_column(connection, Experiment.__tablename__, "frozen_rules")
 
 
+def _members(connection: Connection) -> None:
+    """Lab members: who launched each run and experiment ("unknown" for the ones before),
+    an audit table of run actions and a notes thread per run (the old single note stays)."""
+    for table_name in (Run.__tablename__, Experiment.__tablename__):
+        _add_column(connection, table_name, "launched_by")
+        connection.execute(text(f"UPDATE {table_name} SET launched_by = :unknown WHERE launched_by IS NULL"),
+                           {"unknown": UNKNOWN_LAUNCHER})
+    RunAudit.__table__.create(connection, checkfirst=True)
+    RunNote.__table__.create(connection, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -111,6 +124,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _capacity,  # 4 -> 5
     _measurement,  # 5 -> 6
     _reproducibility,  # 6 -> 7
+    _members,  # 7 -> 8
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

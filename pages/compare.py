@@ -21,6 +21,9 @@ from pages.common import NEW_EXPERIMENT_PAGE, session
 from pages.view.names import display_frame, human_headers
 from pages.view.tables import plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 RECENT_RUNS_LISTED = 1000
 MAX_OVERLAID_RUNS = 12

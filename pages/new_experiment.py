@@ -15,6 +15,9 @@ from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_prese
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields
 from pages.view.text import plain, show_plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 
 def launch(spec: ExperimentSpec, tags: str) -> None:

@@ -17,6 +17,9 @@ from pages.view.live import render_phase
 from pages.view.names import local_time
 from pages.view.tables import figures_summary, model_short_name, server_metrics_table, status_badge
 from pages.view.text import plain, show_failure, show_plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 RECENT_RUNS_LISTED = 500
 # The largest id the database can hold (SQLite's and PostgreSQL's 64-bit integers).

@@ -27,6 +27,9 @@ from pages.common import (
 from pages.view.live import panel_heading, render_phase
 from pages.view.names import header
 from pages.view.tables import SORTABLE_COLUMNS, plural, runs_table, status_badge
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 ALL = "all"
 

@@ -16,6 +16,9 @@ from pages.common import service_manager, session, without_polling
 from pages.view.names import display_frame
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 CACHE_SERVICE_HINTS = {
     "redis": "a second",

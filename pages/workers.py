@@ -11,6 +11,9 @@ import streamlit as st
 from lab.execution.worker_identity import worker_overview
 from pages.common import session, settings
 from pages.view.names import display_frame
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 
 def page() -> None:
