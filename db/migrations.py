@@ -109,9 +109,15 @@ def _members(connection: Connection) -> None:
     """Lab members: who launched each run and experiment ("unknown" for the ones before),
     an audit table of run actions and a notes thread per run (the old single note stays)."""
     for table_name in (Run.__tablename__, Experiment.__tablename__):
-        _add_column(connection, table_name, "launched_by")
-        connection.execute(text(f"UPDATE {table_name} SET launched_by = :unknown WHERE launched_by IS NULL"),
-                           {"unknown": UNKNOWN_LAUNCHER})
+        if _has_column(connection, table_name, "launched_by"):
+            continue
+        # As the models create it: NOT NULL with a default, so rows written by an older lab
+        # process on the same database (which names no launcher) read "unknown" too.
+        connection.execute(text(f"ALTER TABLE {table_name} ADD COLUMN launched_by VARCHAR(200) "
+                                f"DEFAULT '{UNKNOWN_LAUNCHER}' NOT NULL"))
+        for index in Base.metadata.tables[table_name].indexes:
+            if [column.name for column in index.columns] == ["launched_by"]:
+                index.create(connection, checkfirst=True)
     RunAudit.__table__.create(connection, checkfirst=True)
     RunNote.__table__.create(connection, checkfirst=True)
 

@@ -58,7 +58,8 @@ class Experiment(Base):
     # judges with these, whatever the code says later (a reproduction's rules are fixed before its data).
     frozen_rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # Who queued it: the signed-in member, the name given in the web lab or the OS user of the CLI.
-    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER, index=True)
+    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER,
+                                             server_default=UNKNOWN_LAUNCHER, index=True)
     runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
 
 
@@ -170,7 +171,8 @@ class Run(RunResultColumns, Base):
     # The single note of before the notes thread (RunNote); shown as the thread's first entry.
     notes: Mapped[str] = mapped_column(Text, default="")
     # Who queued it (see Experiment.launched_by); "unknown" for runs from before it was recorded.
-    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER, index=True)
+    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER,
+                                             server_default=UNKNOWN_LAUNCHER, index=True)
 
     status: Mapped[str] = mapped_column(String(20), default=RunStatus.QUEUED, index=True)
     status_reason: Mapped[str | None] = mapped_column(Text)

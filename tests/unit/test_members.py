@@ -228,6 +228,8 @@ def test_a_previous_release_database_upgrades_with_unknown_launchers_and_nothing
     with engine.connect() as connection:
         assert migrations.current_version(connection) == migrations.LATEST_VERSION == 8
         columns = {name: [c["name"] for c in inspect(connection).get_columns(name)] for name in after}
+        launched_by = {c["name"]: c for c in inspect(connection).get_columns("runs")}["launched_by"]
+        assert launched_by["nullable"] is False and "unknown" in str(launched_by["default"])  # as a new database
     for name, rows in before.items():
         if name == "schema_version":
             continue
