@@ -151,8 +151,9 @@ def test_with_sign_in_configured_every_url_shows_only_the_sign_in(tmp_path: Path
 def assert_lab_navigation(page, title: str, where: str) -> None:  # noqa: ANN001
     page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
     settled(page)
-    navigation = page.locator('[data-testid="stSidebarNav"]').inner_text()
-    assert [line.strip() for line in navigation.splitlines() if line.strip()] == NAVIGATION, (where, navigation)
+    links = page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
+    # Each link reads "<icon name>\n<title>": the title is its last line.
+    assert [link.strip().splitlines()[-1].strip() for link in links] == NAVIGATION, (where, links)
     sidebar = page.locator('[data-testid="stSidebar"]').inner_text()
     assert "Queue" in sidebar and "Services" in sidebar, (where, sidebar)
     assert "streamlit app" not in sidebar and "common" not in sidebar, (where, sidebar)
