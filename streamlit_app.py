@@ -5,6 +5,10 @@ Run it with ``python -m lab start`` (Streamlit plus the queue worker).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
 import streamlit as st
 
 from pages.common import (
@@ -12,11 +16,16 @@ from pages.common import (
     NEW_EXPERIMENT_PAGE,
     RUN_DETAIL_PAGE,
     RUNS_PAGE,
+    TRENDS_PAGE,
     SERVICES_PAGE,
+    WORKERS_PAGE,
     live_poll_interval,
     live_state,
     services_state,
 )
+from lab.members import Member, RolesError
+from pages.view.members import account_box, current_member, refused_screen, roles, sign_in_configured, sign_in_screen, signed_in
+from pages.view.page_guard import leave_legacy_pages_mode, routed
 from pages.view.tables import status_badge
 from pages.view.text import plain
 
@@ -58,44 +67,72 @@ def sidebar() -> None:
         queue_and_services()
 
 
-def sign_in_configured() -> bool:
-    """True when an OIDC provider is set in ``.streamlit/secrets.toml`` (``[auth]``): a shared lab."""
+# The lab's pages: file, title, icon. The first is the default (``/``).
+PAGES = (
+    (NEW_EXPERIMENT_PAGE, "New experiment", ":material/science:"),
+    (RUNS_PAGE, "Runs", ":material/list_alt:"),
+    (RUN_DETAIL_PAGE, "Run detail", ":material/search:"),
+    (COMPARE_PAGE, "Compare", ":material/bar_chart:"),
+    (TRENDS_PAGE, "Trends", ":material/trending_up:"),
+    (SERVICES_PAGE, "Services", ":material/dns:"),
+    (WORKERS_PAGE, "Workers", ":material/lan:"),
+)
+
+
+# The default page answers at ``/``; its own name answers too (a bookmark of /new_experiment).
+DEFAULT_PAGE_ALIAS = Path(PAGES[0][0]).stem
+
+
+def lab_pages() -> list:
+    """The lab's pages for ``st.navigation``, plus the default page's named URL, hidden."""
+    path, title, icon = PAGES[0]
+    return ([st.Page(path, title=title, icon=icon, default=True, url_path="home")]
+            + [st.Page(path, title=title, icon=icon) for path, title, icon in PAGES[1:]]
+            + [st.Page(path, title=title, icon=icon, url_path=DEFAULT_PAGE_ALIAS, visibility="hidden")])
+
+
+def screen_pages(screen: Callable[[], None]) -> list:
+    """Every page's URL (``/runs``, ``/run_detail?run=1``...) showing ``screen`` instead of the
+    page: nothing of the lab, and no "page not found" for a bookmarked link."""
+    title, icon = PAGES[0][1], PAGES[0][2]
+    return ([st.Page(screen, title=title, icon=icon, default=True, url_path="home")]
+            + [st.Page(screen, title=title, icon=icon, url_path=Path(path).stem) for path, title, icon in PAGES])
+
+
+def gate() -> Member | Callable[[], None]:
+    """Who may use the lab in this session, or the screen shown instead (sign-in, refusal)."""
+    if not sign_in_configured():
+        return current_member()
     try:
-        return "auth" in st.secrets
-    except Exception:  # noqa: BLE001 (no secrets file at all: a personal lab, no sign-in)
-        return False
-
-
-def sign_in_gate() -> None:
-    """With sign-in configured, nothing but the sign-in button until the user has signed in.
-
-    The entry file runs before every page, so this guards every page, deep links included.
-    """
-    if not sign_in_configured() or st.user.get("is_logged_in", False):
-        return
-    st.title("Serving Lab")
-    st.write("This lab is shared: sign in to use it.")
-    st.button("Sign in", on_click=st.login, type="primary", key="sign_in")
-    st.stop()
+        roles()
+    except RolesError as error:
+        return partial(refused_screen, f"The lab's sign-in settings are unusable: {error}")
+    if not signed_in():
+        return sign_in_screen
+    member = current_member()
+    if not member.may_use_lab:
+        return partial(refused_screen, f"{member.name} is not a member of this lab: ask one of its admins.")
+    return member
 
 
 def main() -> None:
-    """Route to the page chosen in the navigation, with the shared sidebar."""
+    """Route to the page chosen in the navigation, with the shared sidebar; with sign-in
+    configured, every URL shows only the sign-in until the user has signed in.
+
+    ``st.navigation`` runs first on every rerun, before anything else can stop the script:
+    see pages/view/page_guard.py for what Streamlit does to a ``pages/`` folder otherwise."""
+    leave_legacy_pages_mode()
     st.set_page_config(page_title="Serving Lab", page_icon="🧪", layout="wide")
-    sign_in_gate()
-    page = st.navigation(
-        [
-            st.Page(NEW_EXPERIMENT_PAGE, title="New experiment", icon=":material/science:", default=True),
-            st.Page(RUNS_PAGE, title="Runs", icon=":material/list_alt:"),
-            st.Page(RUN_DETAIL_PAGE, title="Run detail", icon=":material/search:"),
-            st.Page(COMPARE_PAGE, title="Compare", icon=":material/bar_chart:"),
-            st.Page("pages/trends.py", title="Trends", icon=":material/trending_up:"),
-            st.Page(SERVICES_PAGE, title="Services", icon=":material/dns:"),
-            st.Page("pages/workers.py", title="Workers", icon=":material/lan:"),
-        ]
-    )
+    allowed = gate()
+    if not isinstance(allowed, Member):
+        st.navigation(screen_pages(allowed), position="hidden").run()
+        return
+    page = st.navigation(lab_pages())
+    with st.sidebar:
+        account_box(allowed)
     sidebar()
-    page.run()
+    with routed():
+        page.run()
 
 
 main()

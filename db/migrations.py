@@ -17,7 +17,9 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
-from db.models import Base, Baseline, Experiment, Run, RunClaim, RunRequests, ServiceRecord, WorkerRecord
+from db.models import (
+    UNKNOWN_LAUNCHER, Base, Baseline, Experiment, Run, RunAudit, RunClaim, RunNote, RunRequests, ServiceRecord, WorkerRecord,
+)
 
 
 def _create_schema(connection: Connection) -> None:
@@ -109,6 +111,23 @@ def _baselines(connection: Connection) -> None:
     Baseline.__table__.create(connection, checkfirst=True)
 
 
+def _members(connection: Connection) -> None:
+    """Lab members: who launched each run and experiment ("unknown" for the ones before),
+    an audit table of run actions and a notes thread per run (the old single note stays)."""
+    for table_name in (Run.__tablename__, Experiment.__tablename__):
+        if _has_column(connection, table_name, "launched_by"):
+            continue
+        # As the models create it: NOT NULL with a default, so rows written by an older lab
+        # process on the same database (which names no launcher) read "unknown" too.
+        connection.execute(text(f"ALTER TABLE {table_name} ADD COLUMN launched_by VARCHAR(200) "
+                                f"DEFAULT '{UNKNOWN_LAUNCHER}' NOT NULL"))
+        for index in Base.metadata.tables[table_name].indexes:
+            if [column.name for column in index.columns] == ["launched_by"]:
+                index.create(connection, checkfirst=True)
+    RunAudit.__table__.create(connection, checkfirst=True)
+    RunNote.__table__.create(connection, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -117,7 +136,8 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _capacity,  # 4 -> 5
     _measurement,  # 5 -> 6
     _reproducibility,  # 6 -> 7
-    _baselines,  # 7 -> 8 (already on main: a migration added later, launched_by's included, goes after it)
+    _baselines,  # 7 -> 8
+    _members,  # 8 -> 9
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -13,6 +13,10 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+# Who launched a run recorded before launchers were (and what a missing name is stored as).
+UNKNOWN_LAUNCHER = "unknown"
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -53,6 +57,9 @@ class Experiment(Base):
     # The verdict rules (and their version) in force when the experiment was queued: its report
     # judges with these, whatever the code says later (a reproduction's rules are fixed before its data).
     frozen_rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Who queued it: the signed-in member, the name given in the web lab or the OS user of the CLI.
+    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER,
+                                             server_default=UNKNOWN_LAUNCHER, index=True)
     runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
 
 
@@ -161,7 +168,11 @@ class Run(RunResultColumns, Base):
     max_tokens: Mapped[int] = mapped_column(Integer)
     random_seed: Mapped[int] = mapped_column(Integer)
     tags: Mapped[str] = mapped_column(String(500), default="")
+    # The single note of before the notes thread (RunNote); shown as the thread's first entry.
     notes: Mapped[str] = mapped_column(Text, default="")
+    # Who queued it (see Experiment.launched_by); "unknown" for runs from before it was recorded.
+    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER,
+                                             server_default=UNKNOWN_LAUNCHER, index=True)
 
     status: Mapped[str] = mapped_column(String(20), default=RunStatus.QUEUED, index=True)
     status_reason: Mapped[str | None] = mapped_column(Text)
@@ -290,6 +301,33 @@ class ServiceRecord(Base):
     process_created_at_epoch_s: Mapped[float | None] = mapped_column(Float)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     message: Mapped[str | None] = mapped_column(Text)
+
+
+class RunAudit(Base):
+    """Who did what to a run, and when: cancel, delete, tag, note, run again.
+
+    No foreign key: the line outlives a deleted run (a delete is itself audited)."""
+
+    __tablename__ = "run_audit"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(Integer, index=True)
+    action: Mapped[str] = mapped_column(String(30))
+    actor: Mapped[str] = mapped_column(String(200))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    detail: Mapped[str | None] = mapped_column(Text)
+
+
+class RunNote(Base):
+    """One note in a run's thread: author, time, text (shown as plain text)."""
+
+    __tablename__ = "run_notes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    author: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    text: Mapped[str] = mapped_column(Text)
 
 
 class SchemaVersion(Base):

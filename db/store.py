@@ -16,7 +16,10 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from db.models import Experiment, Run, RunClaim, RunRequests, RunSeries, RunStatus, ServiceRecord, WorkerRecord, utc_now
+from db.models import (
+    UNKNOWN_LAUNCHER, Experiment, Run, RunAudit, RunClaim, RunNote, RunRequests, RunSeries, RunStatus, ServiceRecord,
+    WorkerRecord, utc_now,
+)
 
 
 def enqueue_experiment(
@@ -29,6 +32,7 @@ def enqueue_experiment(
     runs: Sequence[dict[str, Any]],
     tags: str = "",
     frozen_rules: dict[str, Any] | None = None,
+    launched_by: str = UNKNOWN_LAUNCHER,
 ) -> Experiment:
     """Store an experiment and queue its runs, one per ``runs`` item (the columns of a Run:
     ``cell_label``, ``repeat_index``, ``spec`` and the spec's denormalised columns). Commits.
@@ -36,22 +40,25 @@ def enqueue_experiment(
     The values are taken as given: callers validate (``lab.execution.experiments`` builds them from a
     validated ExperimentSpec).
     """
-    experiment = Experiment(name=name, preset=preset, scale=scale, spec=spec, frozen_rules=frozen_rules)
+    experiment = Experiment(name=name, preset=preset, scale=scale, spec=spec, frozen_rules=frozen_rules,
+                            launched_by=launched_by)
     session.add(experiment)
     for columns in runs:
-        experiment.runs.append(Run(tags=tags, **columns))
+        experiment.runs.append(Run(tags=tags, launched_by=launched_by, **columns))
     session.commit()
     return experiment
 
 
-def enqueue_run_again(*, session: Session, run_id: int) -> Run:
-    """Queue a new run with exactly the spec of ``run_id`` (same experiment, cell and repeat). Commits."""
+def enqueue_run_again(*, session: Session, run_id: int, launched_by: str = UNKNOWN_LAUNCHER) -> Run:
+    """Queue a new run with exactly the spec of ``run_id`` (same experiment, cell and repeat),
+    launched by ``launched_by``. Commits."""
     original = session.get(Run, run_id)
     if original is None:
         raise LookupError(f"run {run_id} does not exist")
     run = Run(
         experiment_id=original.experiment_id,
         tags=original.tags,
+        launched_by=launched_by,
         **{name: getattr(original, name) for name in Run.SPEC_COLUMNS},
     )
     session.add(run)
@@ -170,8 +177,11 @@ def get_run_requests(*, session: Session, run_id: int) -> RunRequests | None:
 def add_experiment_runs(
     *, session: Session, experiment_id: int, runs: Sequence[dict[str, Any]], tags: str = ""
 ) -> list[int]:
-    """Queue more runs in an existing experiment (a capacity search adds its probes one by one). Commits."""
-    rows = [Run(experiment_id=experiment_id, tags=tags, **columns) for columns in runs]
+    """Queue more runs in an existing experiment (a capacity search adds its probes one by one),
+    launched by whoever launched the experiment. Commits."""
+    launched_by = session.scalar(select(Experiment.launched_by).where(Experiment.id == experiment_id))
+    rows = [Run(experiment_id=experiment_id, tags=tags, launched_by=launched_by or UNKNOWN_LAUNCHER, **columns)
+            for columns in runs]
     session.add_all(rows)
     session.commit()
     return [row.id for row in rows]
@@ -227,6 +237,7 @@ def list_runs(
     statuses: Sequence[str] | None = None,
     tag: str | None = None,
     worker_name: str | None = None,
+    launched_by: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     newest_first: bool = True,
@@ -250,6 +261,8 @@ def list_runs(
         query = query.where(or_(Run.tags == tag, Run.tags.contains(tag)))
     if worker_name:
         query = query.where(Run.worker_name == worker_name)
+    if launched_by:
+        query = query.where(Run.launched_by == launched_by)
     if created_after:
         query = query.where(Run.created_at >= created_after)
     if created_before:
@@ -264,6 +277,11 @@ def run_worker_names(*, session: Session) -> list[str]:
     """The names of the workers that claimed runs, for filters."""
     return list(session.scalars(select(Run.worker_name).where(Run.worker_name.is_not(None)).distinct()
                                 .order_by(Run.worker_name)))
+
+
+def run_launchers(*, session: Session) -> list[str]:
+    """Everyone who launched a run, for the "launched by" filters."""
+    return list(session.scalars(select(Run.launched_by).distinct().order_by(Run.launched_by)))
 
 
 def list_experiments(*, session: Session, limit: int | None = None) -> list[Experiment]:
@@ -295,11 +313,37 @@ def set_run_notes(*, session: Session, run_id: int, tags: str | None = None, not
     session.commit()
 
 
+def record_run_action(*, session: Session, run_id: int, action: str, actor: str, detail: str | None = None) -> None:
+    """Add one line to the audit table (committed with the caller's session)."""
+    session.add(RunAudit(run_id=run_id, action=action, actor=actor, detail=detail))
+
+
+def list_run_actions(*, session: Session, run_id: int) -> list[RunAudit]:
+    """A run's audit trail, oldest first."""
+    return list(session.scalars(select(RunAudit).where(RunAudit.run_id == run_id).order_by(RunAudit.id)))
+
+
+def add_run_note(*, session: Session, run_id: int, author: str, text: str) -> RunNote:
+    """Append a note to a run's thread (at most 20,000 characters). Commits."""
+    if session.get(Run, run_id) is None:
+        raise LookupError(f"run {run_id} does not exist")
+    note = RunNote(run_id=run_id, author=author, text=text[:20_000])
+    session.add(note)
+    session.commit()
+    return note
+
+
+def list_run_notes(*, session: Session, run_id: int) -> list[RunNote]:
+    """A run's notes thread, oldest first."""
+    return list(session.scalars(select(RunNote).where(RunNote.run_id == run_id).order_by(RunNote.id)))
+
+
 def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     """Delete finished or queued runs (never an active one). Returns how many."""
     ids = list(session.scalars(select(Run.id).where(Run.id.in_(list(run_ids)), Run.status.not_in(RunStatus.ACTIVE))))
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
     session.execute(delete(RunRequests).where(RunRequests.run_id.in_(ids)))
+    session.execute(delete(RunNote).where(RunNote.run_id.in_(ids)))
     deleted = session.execute(delete(Run).where(Run.id.in_(ids))).rowcount
     session.commit()
     return int(deleted or 0)

@@ -13,11 +13,12 @@ from sqlalchemy.orm import Session
 
 from db.models import RunStatus
 from db.store import active_run, get_experiment, get_run, get_run_series, list_experiments, list_runs, queue_summary
-from db.store import run_worker_names
+from db.store import list_run_actions, list_run_notes, run_launchers, run_worker_names
 from lab.backends import options_sections
 
 __all__ = [
     "active_run", "get_experiment", "get_run", "get_run_series", "list_experiments", "list_runs", "run_worker_names",
+    "run_launchers", "list_run_actions", "list_run_notes",
     "live_state", "start_options", "last_fresh_start_s",
 ]
 
@@ -36,7 +37,7 @@ def live_state(*, session: Session) -> dict[str, Any]:
         "id": run.id, "status": run.status, "progress": run.progress, "backend": run.backend,
         "cell_label": run.cell_label, "experiment_id": run.experiment_id, "spec": run.spec,
         "model": run.model, "started_at": run.started_at.isoformat() if run.started_at else None,
-        "cancel_requested": run.cancel_requested, "environment": run.environment,
+        "cancel_requested": run.cancel_requested, "environment": run.environment, "launched_by": run.launched_by,
     }
     queued = counts.get(RunStatus.QUEUED, 0)
     running = sum(counts.get(status, 0) for status in RunStatus.ACTIVE)

@@ -26,6 +26,8 @@ RUNS_PAGE = "pages/runs.py"
 RUN_DETAIL_PAGE = "pages/run_detail.py"
 COMPARE_PAGE = "pages/compare.py"
 SERVICES_PAGE = "pages/services.py"
+WORKERS_PAGE = "pages/workers.py"
+TRENDS_PAGE = "pages/trends.py"
 
 # How often the live view polls the database while a run is active.
 LIVE_POLL_INTERVAL_S = 2.0
@@ -159,3 +161,9 @@ def startup_facts(run: dict) -> dict:
         "expected_s": expected_start_s(settings().resolved_database_url, run["backend"], run["model"],
                                        json.dumps(history.start_options(run["spec"]), sort_keys=True)),
     }
+
+
+if __name__ == "__main__":  # Streamlit's legacy pages/ mode ran this file as a page: nothing to show
+    from pages.view.page_guard import only_through_entry_file
+
+    only_through_entry_file()

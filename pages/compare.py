@@ -19,9 +19,13 @@ from pages.view.figures import (
 )
 from pages.common import NEW_EXPERIMENT_PAGE, session
 from pages.view.baseline import compare_baselines
+from pages.view.members import person_filter
 from pages.view.names import display_frame, human_headers
 from pages.view.tables import plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 RECENT_RUNS_LISTED = 1000
 MAX_OVERLAID_RUNS = 12
@@ -168,7 +172,9 @@ def page() -> None:
                 "(the quick scale takes minutes), then come back.")
         st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
         return
-    records = choose_records()
+    with session() as db_session:
+        person = person_filter(st, store.run_launchers(session=db_session), key="compare_launched_by")
+    records = [record for record in choose_records() if person is None or record["launched_by"] == person]
     done = runs_to_average(records)
     if done is None:
         return

@@ -14,13 +14,18 @@ from lab.workloads.uploads import list_uploads, record_upload, save_upload
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
 from pages.common import RUNS_PAGE, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields
+from pages.view.members import current_member
 from pages.view.text import plain, show_plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 
 def launch(spec: ExperimentSpec, tags: str) -> None:
     """Queue ``spec`` and go to the Runs page."""
     with session() as db_session:
-        experiment = experiments.enqueue_experiment(session=db_session, spec=spec, tags=tags)
+        experiment = experiments.enqueue_experiment(session=db_session, spec=spec, tags=tags,
+                                                    launched_by=current_member().name)
         count, experiment_id = len(experiment.runs), experiment.id
     flash("success", f"Experiment #{experiment_id} queued: {count} run{'s' if count != 1 else ''}. "
                      "The worker runs them one at a time; this page follows the running one.")

@@ -6,8 +6,7 @@ from __future__ import annotations
 import streamlit as st
 from pydantic import ValidationError
 
-from lab import history
-from lab.execution import experiments
+from lab import history, run_actions
 from db.models import Run, RunSeries, RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import format_validation_error
@@ -15,9 +14,13 @@ from pages.common import LIVE_POLL_INTERVAL_S, RUNS_PAGE, flash, session, show_f
 from pages.view.baseline import baseline_panel
 from pages.view.figures import run_detail_figures
 from pages.view.live import render_phase
+from pages.view.members import audit_trail, current_member, notes_thread
 from pages.view.names import local_time
 from pages.view.tables import figures_summary, model_short_name, server_metrics_table, status_badge
 from pages.view.text import plain, show_failure, show_plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 RECENT_RUNS_LISTED = 500
 # The largest id the database can hold (SQLite's and PostgreSQL's 64-bit integers).
@@ -122,8 +125,8 @@ def run_again_button(run: Run) -> None:
     if st.button("Run again (same spec)", key="run_again"):
         try:
             with session() as db_session:
-                new_id = experiments.enqueue_run_again(session=db_session, run_id=run.id).id
-        except LookupError as error:
+                new_id = run_actions.run_again(session=db_session, member=current_member(), run_id=run.id).id
+        except (LookupError, run_actions.PermissionDenied) as error:
             show_plain(f"Cannot run it again: {error}", kind="error")
         except ValidationError as error:
             show_plain(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}",
@@ -184,11 +187,14 @@ def stored_details(run: Run, series_row: RunSeries | None) -> None:
             st.json(run.environment, expanded=True)
         else:
             st.caption("Not captured yet.")
-    if run.notes or run.tags:
-        st.markdown("#### Tags and notes")
-        show_plain(f"tags: {run.tags or '–'}", kind="caption")
-        if run.notes:
-            st.text(run.notes)
+    with session() as db_session:
+        notes, actions = (history.list_run_notes(session=db_session, run_id=run.id),
+                          history.list_run_actions(session=db_session, run_id=run.id))
+    st.markdown("#### Tags and notes")
+    show_plain(f"tags: {run.tags or '–'}", kind="caption")
+    notes_thread(run.notes, notes)
+    with st.expander("Who did what (audit trail)"):
+        audit_trail(actions)
 
 
 def page() -> None:
@@ -213,7 +219,8 @@ def page() -> None:
     else:
         st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
     show_plain(f"{run.backend} · {model_short_name(run.model)} · {run.workload} · {run.cell_label} · "
-               f"repeat {run.repeat_index}{experiment} · created {local_time(run.created_at)}", kind="caption")
+               f"repeat {run.repeat_index}{experiment} · created {local_time(run.created_at)} by {run.launched_by}",
+               kind="caption")
     if run.status_reason:
         show_failure(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
     if run.measurement_warnings:

@@ -10,8 +10,7 @@ from datetime import datetime, time, timezone
 
 import streamlit as st
 
-from lab import history
-from lab.execution import experiments
+from lab import history, run_actions
 from db.models import RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import BACKENDS, list_presets
@@ -25,8 +24,13 @@ from pages.common import (
     startup_facts,
 )
 from pages.view.live import panel_heading, render_phase
+from pages.view.members import current_member, person_filter, run_permission
 from pages.view.names import header
 from pages.view.tables import SORTABLE_COLUMNS, plural, runs_table, status_badge
+from pages.view.text import show_plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 ALL = "all"
 
@@ -45,10 +49,13 @@ def live_panel(state: dict) -> None:
         render_phase(run, startup=startup_facts(run) if run["status"] == RunStatus.STARTING else None)
         if run["cancel_requested"]:
             st.warning("Cancel requested; the worker is stopping the run.")
-        elif st.button("Cancel this run", key=f"cancel_live_{run['id']}"):
-            with session() as db_session:
-                experiments.request_cancel(session=db_session, run_id=run["id"])
-            st.warning("Cancel requested; the worker is stopping the run.")
+        elif st.button("Cancel this run", key=f"cancel_live_{run['id']}", **disabled_unless("cancel", [run.get("launched_by")])):
+            try:
+                with session() as db_session:
+                    run_actions.cancel_runs(session=db_session, member=current_member(), run_ids=[run["id"]])
+                st.warning("Cancel requested; the worker is stopping the run.")
+            except run_actions.PermissionDenied as refused:  # a forged click on a disabled control
+                show_plain(f"Refused: {refused}", kind="error")
 
 
 def runs_view(query: dict, sort_by: str, descending: bool) -> None:
@@ -95,6 +102,7 @@ def filters() -> dict:
     with session() as db_session:
         experiment_choices = [(e.id, e.name) for e in history.list_experiments(session=db_session)]
         workers = history.run_worker_names(session=db_session)
+        launchers = history.run_launchers(session=db_session)
     with st.expander("Filters", expanded=False):
         row1 = st.columns(4)
         experiment_names = dict(experiment_choices)
@@ -112,6 +120,7 @@ def filters() -> dict:
         limit = row2[3].number_input("Show at most", min_value=10, max_value=100_000, value=2000, step=100,
                                      key="filter_limit")
         worker = row2[4].selectbox("Worker", [ALL] + workers, key="filter_worker")
+        launched_by = person_filter(st, launchers, key="filter_launched_by")
     created_after = created_before = None
     if isinstance(dates, (list, tuple)) and len(dates) == 2:
         created_after = datetime.combine(dates[0], time.min, tzinfo=timezone.utc)
@@ -124,6 +133,7 @@ def filters() -> dict:
         "model_contains": model.strip() or None,
         "tag": tag.strip() or None,
         "worker_name": None if worker == ALL else worker,
+        "launched_by": launched_by,
         "created_after": created_after,
         "created_before": created_before,
         "limit": int(limit),
@@ -146,16 +156,17 @@ def selection_actions(records: list[dict]) -> None:
     if buttons[0].button(f"Open run #{first['run_id']}", key="open_detail"):
         open_run_detail(first["run_id"])
     cancellable = [rid for rid in selected if by_id[rid]["status"] in (RunStatus.QUEUED, *RunStatus.ACTIVE)]
-    if buttons[1].button("Cancel", key="cancel_selected", disabled=not cancellable,
-                         help="Queued runs are cancelled at once, a running one through its worker."):
+    if buttons[1].button("Cancel", key="cancel_selected", **disabled_unless(
+            "cancel", [by_id[rid]["launched_by"] for rid in cancellable], nothing=not cancellable,
+            help="Queued runs are cancelled at once, a running one through its worker.")):
         with session() as db_session:
-            for rid in cancellable:
-                experiments.request_cancel(session=db_session, run_id=rid)
+            run_actions.cancel_runs(session=db_session, member=current_member(), run_ids=cancellable)
         st.session_state["runs_message"] = f"Cancel requested for {plural(len(cancellable), 'run')}."
         st.rerun()
     deletable = [rid for rid in selected if by_id[rid]["status"] not in RunStatus.ACTIVE]
-    if buttons[2].button("Delete…", key="delete_selected", disabled=not deletable,
-                         help="A running run cannot be deleted; cancel it first."):
+    if buttons[2].button("Delete…", key="delete_selected", **disabled_unless(
+            "delete", [by_id[rid]["launched_by"] for rid in deletable], nothing=not deletable,
+            help="A running run cannot be deleted; cancel it first.")):
         st.session_state["confirm_delete"] = deletable
     pending_delete = st.session_state.get("confirm_delete")
     if pending_delete:
@@ -164,7 +175,7 @@ def selection_actions(records: list[dict]) -> None:
         yes, no = st.columns(2)
         if yes.button(f"Yes, delete {plural(len(pending_delete), 'run')}", type="primary", key="confirm_delete_yes"):
             with session() as db_session:
-                deleted = experiments.delete_runs(session=db_session, run_ids=pending_delete)
+                deleted = run_actions.delete_runs(session=db_session, member=current_member(), run_ids=pending_delete)
             st.session_state.pop("confirm_delete", None)
             st.session_state.pop("runs_selected", None)
             st.session_state["runs_message"] = f"Deleted {plural(deleted, 'run')}."
@@ -174,17 +185,23 @@ def selection_actions(records: list[dict]) -> None:
             st.rerun()
 
     with st.form(key=f"notes_{first['run_id']}"):
-        st.markdown(f"**Tags and notes of run #{first['run_id']}**")
-        with session() as db_session:
-            run = history.get_run(session=db_session, run_id=first["run_id"])
-            notes = run.notes if run else ""
-        tags_value = st.text_input("Tags (comma separated)", value=first.get("tags") or "", key=f"edit_tags_{first['run_id']}")
-        notes_value = st.text_area("Notes", value=notes or "", key=f"edit_notes_{first['run_id']}")
+        st.markdown(f"**Tags and notes of run #{first['run_id']}** (the notes thread is on Run detail)")
+        tags_value = st.text_input("Tags (comma separated)", value=first.get("tags") or "", key=f"edit_tags_{first['run_id']}",
+                                   **disabled_unless("tag", [first["launched_by"]]))
+        notes_value = st.text_area("Add a note", value="", key=f"edit_notes_{first['run_id']}")
         if st.form_submit_button("Save tags and notes"):
             with session() as db_session:
-                experiments.set_run_notes(session=db_session, run_id=first["run_id"], tags=tags_value, notes=notes_value)
+                if tags_value != (first.get("tags") or ""):
+                    run_actions.set_tags(session=db_session, member=current_member(), run_id=first["run_id"], tags=tags_value)
+                run_actions.add_note(session=db_session, member=current_member(), run_id=first["run_id"], text=notes_value)
             st.session_state["runs_message"] = f"Saved tags and notes of run #{first['run_id']}."
             st.rerun()
+
+
+def disabled_unless(action: str, launchers: list, *, nothing: bool = False, help: str | None = None) -> dict:
+    """A control's ``disabled`` and ``help``: off when nothing applies or the member may not."""
+    refused = next((d for d in (run_permission(action, who) for who in launchers) if not d.allowed), None)
+    return {"disabled": nothing or refused is not None, "help": refused.reason if refused else help}
 
 
 def page() -> None:
@@ -200,7 +217,10 @@ def page() -> None:
     with session() as db_session:
         records = [run_record(run) for run in history.list_runs(session=db_session, **query)]
     if records:
-        selection_actions(records)
+        try:
+            selection_actions(records)
+        except run_actions.PermissionDenied as refused:  # a forged click on a disabled control
+            show_plain(f"Refused: {refused}", kind="error")
 
 
 page()

@@ -13,9 +13,13 @@ from lab import history
 from lab.backends import BACKENDS, managed_backend_names
 from lab.execution.detached import start_service_in_background
 from pages.common import service_manager, session, without_polling
+from pages.view.members import lab_permission
 from pages.view.names import display_frame
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 CACHE_SERVICE_HINTS = {
     "redis": "a second",
@@ -39,6 +43,9 @@ def page() -> None:
     with session() as db_session:
         active = history.active_run(session=db_session)
         active_text = f"run #{active.id} ({active.status})" if active else None
+    allowed = lab_permission()  # admins only when sign-in is on
+    if not allowed.allowed:
+        st.info(allowed.reason + ": the states and logs below are read-only for you.")
     if active_text:
         # Starting or stopping a service by hand now would change what the run measures.
         st.info(f"{active_text} is using the services: starting and stopping by hand is off until it ends.")
@@ -49,7 +56,8 @@ def page() -> None:
         name = left.selectbox("Start a service", list(hints), key="service_to_start",
                               format_func=lambda n: f"{n} ({hints[n]})")
         right.write("")
-        if right.button("Start", key="start_service", type="primary", disabled=bool(active_text)):
+        if right.button("Start", key="start_service", type="primary",
+                        disabled=bool(active_text) or not allowed.allowed) and lab_permission().allowed:
             start_service_in_background(name)
             st.success(f"Starting {name} in the background: its state shows below (refresh the page).")
 
@@ -66,8 +74,8 @@ def page() -> None:
             if status["message"]:
                 show_plain(status["message"][-2000:], kind="caption")
             if status["state"] in ("running", "unhealthy", "starting") and st.button(
-                f"Stop {status['name']}", key=f"stop_{status['name']}", disabled=bool(active_text)
-            ):
+                f"Stop {status['name']}", key=f"stop_{status['name']}", disabled=bool(active_text) or not allowed.allowed
+            ) and lab_permission().allowed:
                 service_manager().stop(status["name"])
                 st.rerun()
             # Health and /metrics polling fill a log; what the service said is what matters.

@@ -11,7 +11,10 @@ from lab.analysis.regression import FIGURE_DIRECTIONS
 from pages.common import session, show_flash
 from pages.view.baseline import trend_figure, trend_table
 from pages.view.names import header
+from pages.view.page_guard import only_through_entry_file
 from pages.view.text import show_plain
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 
 def choose_configuration() -> dict | None:

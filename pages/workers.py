@@ -10,11 +10,18 @@ import streamlit as st
 
 from lab.execution.worker_identity import worker_overview
 from pages.common import session, settings
+from pages.view.members import lab_permission
 from pages.view.names import display_frame
+from pages.view.page_guard import only_through_entry_file
+
+only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 
 def page() -> None:
     st.title("Workers")
+    if not (allowed := lab_permission()).allowed:  # admins only when sign-in is on
+        st.info(allowed.reason + ".")
+        return
     lease_s = settings().worker_lease_s
     with session() as db_session:
         rows = worker_overview(session=db_session, lease_s=lease_s)

@@ -22,7 +22,7 @@ from lab.measurement.results import RESULT_FIELDS
 RECORD_FIELDS: tuple[str, ...] = (
     "run_id", "experiment_id", "experiment", "preset", "cell_label", "repeat_index", "status", "status_reason",
     "backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts", "duration_s", "max_tokens",
-    "random_seed", "tags", "created_at", "started_at", "finished_at", "worker_name", "hardware",
+    "random_seed", "tags", "launched_by", "created_at", "started_at", "finished_at", "worker_name", "hardware",
     *RESULT_FIELDS,
 )
 # The Compare page's cells when no seed table applies, and the figures it averages.

@@ -58,6 +58,11 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
     """
     from lab.cli.start_guard import PARENT_PID_ENV, LabPidFile, die_with_parent
 
+    from lab.members import check_settings_at_start
+
+    if (problem := check_settings_at_start(PROJECT_ROOT)) is not None:  # e.g. an unknown role name
+        print(problem, file=sys.stderr)
+        return 2
     settings = context.settings
     pid_file = LabPidFile(settings.data_dir)
     if (other := pid_file.running_owner()) is not None:

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
+from lab.members import os_user
 from lab.measurement import request_figures
 from lab import backends
 from lab.analysis.capacity_search import CapacityError, CapacityResult, ProbeResult, SearchBounds, conservative_pass, search_capacity
@@ -188,8 +189,9 @@ def initial_state(plan: CapacityPlan) -> dict[str, Any]:
     }
 
 
-def create_experiment(*, session: Session, plan: CapacityPlan, tags: str = "") -> int:
-    """Store the search as an experiment with no runs yet (probes are added as it decides)."""
+def create_experiment(*, session: Session, plan: CapacityPlan, tags: str = "", launched_by: str | None = None) -> int:
+    """Store the search as an experiment with no runs yet (probes are added as it decides,
+    launched by ``launched_by``: by default the operating-system user, as for the CLI)."""
     check_plan(plan)
     spec = ExperimentSpec(
         name=plan.name, preset=plan.preset, description=f"capacity search under {plan.parsed_slo()}",
@@ -197,7 +199,7 @@ def create_experiment(*, session: Session, plan: CapacityPlan, tags: str = "") -
     )
     experiment = store.enqueue_experiment(
         session=session, name=plan.name, preset=plan.preset, scale=plan.scale, spec=spec.model_dump(mode="json"),
-        runs=[], tags=tags,
+        runs=[], tags=tags, launched_by=launched_by or os_user(),
     )
     store.set_experiment_capacity(engine=session.get_bind(), experiment_id=experiment.id,
                                   capacity=initial_state(plan))

@@ -14,6 +14,7 @@ from db import store
 from db.models import Experiment, Run, RunStatus
 # Queue actions the pages take on stored runs: db.store's own, reached through the domain.
 from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401
+from lab.members import os_user
 from lab.execution.round_order import BLOCKS, INTERLEAVED, QueuedRun, draw_order_seed, plan_runs
 from lab.specs.schema import ExperimentSpec, RunSpec
 from lab.workloads import get_workload
@@ -104,10 +105,11 @@ def queue_plan(spec: ExperimentSpec, *, first_group: str | None = None) -> tuple
 
 
 def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = "",
-                       frozen_rules: dict[str, Any] | None = None) -> Experiment:
+                       frozen_rules: dict[str, Any] | None = None, launched_by: str | None = None) -> Experiment:
     """Store an experiment and queue one run per grid cell and repeat, in the order of
     :func:`queue_plan` (the queue claims oldest first). ``frozen_rules``: the verdict rules
-    its report will judge by, fixed now, before its data. Commits."""
+    its report will judge by, fixed now, before its data. ``launched_by``: who queues it (the
+    web lab's member; by default the operating-system user, as for the CLI). Commits."""
     spec, plan = queue_plan(spec, first_group=last_queued_group(session))
     runs = []
     for queued in plan:
@@ -118,5 +120,5 @@ def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = ""
         runs.append({"cell_label": cell_label, "repeat_index": queued.round_index, **run_columns(run_spec)})
     return store.enqueue_experiment(
         session=session, name=spec.name, preset=spec.preset, scale=spec.scale, spec=spec.model_dump(mode="json"),
-        runs=runs, tags=tags, frozen_rules=frozen_rules,
+        runs=runs, tags=tags, frozen_rules=frozen_rules, launched_by=launched_by or os_user(),
     )

@@ -17,11 +17,10 @@ from lab.analysis.trends import TrendPoint, baseline_band, experiment_means
 from lab.baselines import BaselineComparison, BaselineError, Subject
 from lab.specs.configuration import configuration_key
 from lab.specs.spec_files import experiment_spec_document, run_spec_document, spec_file_text
-from pages.common import flash, session
+from pages.common import TRENDS_PAGE, flash, session
 from pages.view.names import header
 from pages.view.text import chart_label, show_plain
 
-TRENDS_PAGE = "pages/trends.py"
 
 
 def _number(value: Any) -> str:

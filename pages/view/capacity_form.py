@@ -30,6 +30,7 @@ from lab.execution.capacity_plan import (
 from lab.report.capacity_section import capacity_table, pareto_figure, search_figure
 from lab.analysis.slo import SloError
 from lab.specs.schema import BACKENDS, SpecError, format_validation_error
+from pages.view.members import current_member
 from pages.common import RUNS_PAGE, flash, session
 from pages.view.text import plain, show_plain
 
@@ -98,7 +99,7 @@ def find_capacity_section() -> None:
                f"plus service start-up; SLO {plain(str(plan.parsed_slo()))}.")
     if st.button("Find capacity", type="primary", key="capacity_launch"):
         with session() as db_session:
-            experiment_id = create_experiment(session=db_session, plan=plan)
+            experiment_id = create_experiment(session=db_session, plan=plan, launched_by=current_member().name)
         start_search_in_background(experiment_id)
         flash("success", f"Capacity search #{experiment_id} started: it queues one probe at a time.")
         st.switch_page(RUNS_PAGE)

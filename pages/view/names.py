@@ -55,6 +55,7 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "vus": DisplayName("VUs"), "arrival_rate_per_s": DisplayName("arrival rate", "req/s", 2),
     "prompts": DisplayName("PROMPTS"), "duration_s": DisplayName("duration", "s", 0),
     "max_tokens": DisplayName("max tokens"), "random_seed": DisplayName("seed", thousands=False), "tags": DisplayName("tags"),
+    "launched_by": DisplayName("launched by"),
     "created_at": DisplayName("created"), "started_at": DisplayName("started"),
     "finished_at": DisplayName("finished"), "worker_name": DisplayName("worker"), "hardware": DisplayName("hardware"),
     "n": DisplayName("runs"),

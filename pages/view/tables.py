@@ -58,7 +58,7 @@ def plural(count: int, noun: str) -> str:
 RUNS_TABLE_COLUMNS: tuple[str, ...] = (
     "run_id", "status", "experiment", "cell_label", "repeat_index", "backend", "worker_name", "model", "workload",
     "vus", "duration_s", "req_per_s", "output_tok_per_s", "latency_avg_s", "latency_p95_s", "requests_failed",
-    "measurement_warnings", "tags", "created_at",
+    "measurement_warnings", "tags", "launched_by", "created_at",
 )
 
 SORTABLE_COLUMNS: dict[str, str] = {

@@ -243,7 +243,11 @@ def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
     assert not app.exception
     with Session(seed_lab.engine) as session:
         run = store.get_run(session=session, run_id=run_id)
-        assert (run.tags, run.notes) == ("baseline,cpu", "warm cache")
+        notes = store.list_run_notes(session=session, run_id=run_id)
+        assert run.tags == "baseline,cpu"
+        assert [(note.author, note.text) for note in notes] == [("unknown", "warm cache")]  # the thread
+        assert [(a.action, a.actor) for a in store.list_run_actions(session=session, run_id=run_id)] == [
+            ("tag", "unknown"), ("note", "unknown")]
 
 
 def test_run_detail_shows_figures_charts_logs_and_runs_again(seed_lab: SeededLab) -> None:
