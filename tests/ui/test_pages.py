@@ -121,6 +121,10 @@ def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: 
     assert "<script src=\"http" not in Path(report["report.html"]).read_text()
     before = len(runs_in_db(seed_lab))
     widget(app.number_input, "reproduce_repeats").set_value(1).run()
+    # 13 runs with vLLM start-ups: over ten minutes, so the button waits for a confirmation.
+    assert "13 runs, about " in texts(app)
+    assert widget(app.button, "reproduce_queue").disabled
+    widget(app.checkbox, "reproduce_queue_confirm").check().run()
     widget(app.button, "reproduce_queue").click().run()
     assert not app.exception
     assert len(runs_in_db(seed_lab)) - before == 6 + 4 + 3  # quick exp1, exp2, exp3 cells
@@ -258,9 +262,19 @@ def test_run_detail_shows_figures_charts_logs_and_runs_again(seed_lab: SeededLab
     assert "vllm:request_success_total" in set(app.dataframe[0].value["metric"])
     before = len(runs_in_db(seed_lab))
     widget(app.button, "run_again").click().run()
+    # "Run again" opens New experiment with the run's spec in an editable form.
+    assert [heading.value for heading in app.title] == ["New experiment"]
+    assert f"Run again: run #{run_id}'s spec" in texts(app)
+    app.switch_page(PAGES["New experiment"]).run()  # AppTest reruns its own page, not the one switched to
+    lines = widget(app.text_area, "run_again_overrides").value
+    assert "backend=naive" in lines and "max_tokens=128" in lines
+    widget(app.text_area, "run_again_overrides").input(lines.replace("max_tokens=128", "max_tokens=16")).run()
+    widget(app.button, "run_again_launch").click().run()
     assert [heading.value for heading in app.title] == ["Runs"]
     runs = runs_in_db(seed_lab)
-    assert len(runs) == before + 1 and runs[0].status == RunStatus.QUEUED and runs[0].spec == runs[-1].spec
+    original = next(run for run in runs if run.id == run_id)
+    assert len(runs) == before + 1 and runs[0].status == RunStatus.QUEUED
+    assert runs[0].spec == {**original.spec, "max_tokens": 16}
 
 
 def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -> None:
