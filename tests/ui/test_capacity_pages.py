@@ -61,5 +61,5 @@ def test_run_detail_shows_the_search_and_compare_the_pareto_chart(seed_lab: Seed
     app = open_page(PAGES["Compare"])
     assert "Throughput against latency (Pareto)" in texts(app)
     pareto = [str(chart.proto.spec) for chart in app.get("plotly_chart") if chart.key == "compare_pareto_chart"]
-    assert "Requests/s against p95 latency" in pareto[0] and "p95 latency (s)" in pareto[0]
+    assert "against p95 latency (labels: the load)" in pareto[0] and "p95 latency (s)" in pareto[0]
     assert "latency_p95_s" not in pareto[0]
