@@ -123,7 +123,7 @@ def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
 
             # Every page opens, each with its empty state.
             for path, text, name in [
-                ("runs", "No runs yet. Start from a seed preset", "02-runs-empty"),
+                ("runs", "No runs yet. Start from the recommended first experiment", "02-runs-empty"),
                 ("run_detail", "No runs yet. Launch one on New experiment", "03-run-detail-empty"),
                 ("compare", "Nothing to compare yet", "04-compare-empty"),
                 ("services", "No service has been started yet", "05-services-empty"),

@@ -92,7 +92,7 @@ def test_sidebar_shows_the_queue_and_services(seed_lab: SeededLab) -> None:
 
 
 def test_empty_lab_tells_what_to_do_next(empty_lab) -> None:  # noqa: ANN001
-    assert "No runs yet. Start from a seed preset" in texts(open_page(PAGES["Runs"]))
+    assert "No runs yet. Start from the recommended first experiment" in texts(open_page(PAGES["Runs"]))
     assert "Nothing to compare yet" in texts(open_page(PAGES["Compare"]))
     assert "No runs yet. Launch one on New experiment" in texts(open_page(PAGES["Run detail"]))
     assert "No service has been started yet" in texts(open_page(PAGES["Services"]))
