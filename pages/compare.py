@@ -112,7 +112,7 @@ def diff_section(chosen: Chosen) -> None:
     labels = {record["run_id"]: f"#{record['run_id']} {record['backend']}" for record in shown}
     table = pd.DataFrame([{"setting": setting_label(row["setting"]),
                            **{labels[rid]: setting_value(row[rid]) for rid in labels}} for row in rows])
-    st.caption(f"{plural(len(rows), 'setting')} differ: "
+    st.caption(f"{plural(len(rows), 'setting')} {'differs' if len(rows) == 1 else 'differ'}: "
                + ", ".join(setting_label(row["setting"]) for row in rows) + ". Every other setting is the same."
                + (f" Columns show the first {MAX_DIFF_COLUMNS} runs." if len(records) > MAX_DIFF_COLUMNS else ""))
     st.dataframe(table, hide_index=True, width="stretch", key="compare_diff")
