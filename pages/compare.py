@@ -21,6 +21,7 @@ from lab.analysis.safe_csv import dataframe_to_csv
 from lab.analysis.seed import matching_seed_preset, seed_ratios
 from lab.specs.schema import load_preset
 from pages.common import NEW_EXPERIMENT_PAGE, session
+from pages.view.charts import CHART_WIDTH_PX
 from pages.view.figures import (
     CHART_CONFIG,
     hit_rates_figure,
@@ -277,14 +278,12 @@ def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
 def charts_section(done: list[dict]) -> None:
     """Throughput, requests and latency by VUs, the runs' output tok/s over time, cache hit rates."""
     st.subheader("Charts")
-    charts = st.columns(2)
-    charts[0].plotly_chart(throughput_vs_vus_figure(done), key="compare_throughput", config=CHART_CONFIG)
-    charts[1].plotly_chart(req_per_s_vs_vus_figure(done), key="compare_requests", config=CHART_CONFIG)
-    charts = st.columns(2)
-    charts[0].plotly_chart(latency_vs_vus_figure(done), key="compare_latency", config=CHART_CONFIG)
-    hits = hit_rates_figure(done)
-    if hits is not None:  # no cache involved: no chart of nothing
-        charts[1].plotly_chart(hits, key="compare_hits", config=CHART_CONFIG)
+    charts = {"compare_throughput": throughput_vs_vus_figure(done), "compare_requests": req_per_s_vs_vus_figure(done),
+              "compare_latency": latency_vs_vus_figure(done), "compare_hits": hit_rates_figure(done)}
+    with st.container(horizontal=True, wrap=True, gap="medium"):
+        for key, figure in charts.items():
+            if figure is not None:  # no cache involved: no chart of nothing
+                st.plotly_chart(figure, key=key, width=CHART_WIDTH_PX, config=CHART_CONFIG)
     smooth_s = 5 if st.toggle("Smooth the per-second series (5 s moving average)", key="compare_smooth") else 1
     with session() as db_session:
         series_by_run = {}

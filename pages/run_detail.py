@@ -14,7 +14,8 @@ from db.models import Run, RunSeries, RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import RunSpec, format_validation_error
 from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, session, show_flash, startup_facts, without_polling
-from pages.view.figures import CHART_CONFIG, run_detail_figures
+from pages.view.charts import show_charts
+from pages.view.figures import run_detail_figures
 from pages.view.live import render_phase
 from pages.view.names import local_time
 from pages.view.tables import figures_summary, metric_tiles, model_short_name, server_metrics_table, status_badge
@@ -168,10 +169,7 @@ def figures_section(run: Run, record: dict, series: dict | None) -> None:
     figures = run_detail_figures(series, smooth_s=smooth_s)
     if not figures:
         st.info("No per-second series for this run (it has not run yet, or k6 wrote no samples).")
-    for index in range(0, len(figures), 2):
-        columns = st.columns(2)
-        for offset, figure in enumerate(figures[index:index + 2]):
-            columns[offset].plotly_chart(figure, key=f"detail_chart_{index + offset}", config=CHART_CONFIG)
+    show_charts(figures, key="detail_chart")
 
 
 def stored_details(run: Run, series_row: RunSeries | None) -> None:

@@ -203,6 +203,12 @@ def selection_actions(records: list[dict]) -> None:
     if buttons[2].button("Delete…", key="delete_selected", disabled=not deletable,
                          help="A running run cannot be deleted; cancel it first."):
         st.session_state["confirm_delete"] = deletable
+    delete_confirmation()
+    notes_form(first)
+
+
+def delete_confirmation() -> None:
+    """The confirmation a Delete asked for."""
     pending_delete = st.session_state.get("confirm_delete")
     if pending_delete:
         st.warning(f"Delete {plural(len(pending_delete), 'run')} and their series for good? "
@@ -219,6 +225,9 @@ def selection_actions(records: list[dict]) -> None:
             st.session_state.pop("confirm_delete", None)
             st.rerun()
 
+
+def notes_form(first: dict) -> None:
+    """Tags and notes of the first selected run."""
     with st.form(key=f"notes_{first['run_id']}"):
         st.markdown(f"**Tags and notes of run #{first['run_id']}**")
         with session() as db_session:

@@ -13,7 +13,8 @@ from typing import Any
 
 import streamlit as st
 
-from pages.view.figures import CHART_CONFIG, live_figures
+from pages.view.charts import show_charts
+from pages.view.figures import live_figures
 from pages.view.tables import format_progress, metric_tiles, phase_text, plural, progress_fraction, status_badge
 from pages.view.text import plain
 
@@ -75,10 +76,7 @@ def render_live_charts(live: dict[str, Any] | None, *, key: str) -> None:
     if not figures:
         st.caption("Live charts appear after the first second of load.")
         return
-    for index in range(0, len(figures), 2):
-        columns = st.columns(2)
-        for offset, figure in enumerate(figures[index:index + 2]):
-            columns[offset].plotly_chart(figure, key=f"{key}_{index + offset}", config=CHART_CONFIG)
+    show_charts(figures, key=key)
 
 
 PHASE_NOTES = {
