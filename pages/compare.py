@@ -90,6 +90,8 @@ def choose_runs() -> Chosen:
             linked = [rid for rid in st.session_state.get("compare_runs", []) if rid not in {r.id for r in done}]
             extra = history.list_runs(session=db_session, run_ids=linked) if linked else []
             names = {r.id: f"#{r.id} {r.backend} {r.cell_label}" for r in [*done, *extra]}
+            if "compare_runs" in st.session_state:  # a link may name runs deleted since
+                st.session_state["compare_runs"] = [rid for rid in st.session_state["compare_runs"] if rid in names]
             default = None if "compare_runs" in st.session_state else newest_experiment_runs(done)
             chosen = st.multiselect("Runs", list(names), default=default, format_func=names.get, key="compare_runs",
                                     help="Done runs by default; runs ticked on Runs too.")

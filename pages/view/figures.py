@@ -41,7 +41,7 @@ def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, heigh
                "font": {"size": 15}},
         xaxis_title=x_title, yaxis_title=y_title, height=height, template="plotly_white",
         margin={"l": 60, "r": 20, "t": 80, "b": 50},
-        legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.0, "yanchor": "bottom", "title": None},
+        legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None},
         showlegend=len(figure.data) > 1, hovermode="x unified",
     )
     figure.update_xaxes(automargin=True)

@@ -160,3 +160,9 @@ def test_a_start_abandoned_by_a_cancel_is_not_failed(seed_lab: SeededLab) -> Non
                                 state="failed", message="vllm: start abandoned (cancelled)")
     app = open_page(PAGES["Services"])
     assert "stopped (start cancelled)" in set(frame_with(app, "state")["state"])
+
+
+def test_a_compare_link_to_a_deleted_run_keeps_the_others(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["Compare"], runs=f"{seed_lab.done_run_ids[0]},{seed_lab.done_run_ids[1]},999")
+    assert not app.exception
+    assert sorted(widget(app.multiselect, "compare_runs").value) == seed_lab.done_run_ids[:2]
