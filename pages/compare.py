@@ -282,7 +282,7 @@ def charts_section(done: list[dict]) -> None:
     st.subheader("Charts")
     charts = {"compare_throughput": throughput_vs_vus_figure(done), "compare_requests": req_per_s_vs_vus_figure(done),
               "compare_latency": latency_vs_vus_figure(done), "compare_hits": hit_rates_figure(done)}
-    with st.container(horizontal=True, wrap=True, gap="medium"):
+    with st.container(horizontal=True, wrap=True, gap="small"):
         for key, figure in charts.items():
             if figure is not None:  # no cache involved: no chart of nothing
                 st.plotly_chart(figure, key=key, width=CHART_WIDTH_PX, config=CHART_CONFIG)

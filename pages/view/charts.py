@@ -11,11 +11,11 @@ import streamlit as st
 from pages.view.figures import CHART_CONFIG
 
 # Two fit beside each other in the main area at 1280 px with the sidebar open; one at 800 px.
-CHART_WIDTH_PX = 440
+CHART_WIDTH_PX = 395
 
 
 def show_charts(figures: Sequence[go.Figure], *, key: str) -> None:
     """``figures`` in a wrapping row, each ``CHART_WIDTH_PX`` wide, keyed ``{key}_{index}``."""
-    with st.container(horizontal=True, wrap=True, gap="medium"):
+    with st.container(horizontal=True, wrap=True, gap="small"):
         for index, figure in enumerate(figures):
             st.plotly_chart(figure, key=f"{key}_{index}", width=CHART_WIDTH_PX, config=CHART_CONFIG)

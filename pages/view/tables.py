@@ -166,15 +166,15 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]
         ("requests ok", format_rate(record.get("requests_ok"), 0), None),
         ("failed requests", format_rate(record.get("requests_failed"), 0), None),
         ("prefix cache hit", format_share(record.get("prefix_cache_hit_rate")), "vLLM's prefix (KV) cache hit rate"),
-        ("response cache hit", format_share(record.get("response_cache_hit_rate")), "the Redis response cache's hit rate"),
+        ("Redis cache hit", format_share(record.get("response_cache_hit_rate")), "the Redis response cache's hit rate"),
         ("server TTFT avg", format_seconds(record.get("server_ttft_avg_s")), "time to first token, from /metrics"),
         ("backend CPU", with_unit(record.get("backend_cpu_percent_avg"), "%"), "average, % of one core"),
-        ("backend memory", with_unit(record.get("backend_rss_max_mb"), " MiB"), "largest resident memory"),
+        ("backend RSS", with_unit(record.get("backend_rss_max_mb"), " MiB"), "the backend's largest resident memory"),
         ("k6 CPU", with_unit(record.get("k6_cpu_percent_avg"), "%"), "average, % of one core"),
         ("other CPU", with_unit(record.get("other_cpu_percent_avg"), "%"),
          "other processes' CPU on the machine during the load, average, % of one core"),
-        ("steady output tok/s", format_rate(record.get("steady_output_tok_per_s"), 1),
-         f"the load window only (from {steady_source})"),
+        ("steady tok/s", format_rate(record.get("steady_output_tok_per_s"), 1),
+         f"output tokens per second in the load window only (from {steady_source})"),
         ("steady req/s", format_rate(record.get("steady_req_per_s")), f"the load window only (from {steady_source})"),
     ]
 
@@ -183,13 +183,13 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]
 TILE_WIDTH_PX = 150
 
 
-def metric_tiles(tiles: Sequence[tuple[str, str, str | None]]) -> None:
+def metric_tiles(tiles: Sequence[tuple[str, str, str | None]], *, width_px: int = TILE_WIDTH_PX) -> None:
     """Metric tiles in a row that wraps: each keeps its whole value at any page width."""
     import streamlit as st
 
     with st.container(horizontal=True, wrap=True, gap="small"):
         for label, value, help_text in tiles:
-            st.metric(label, value, help=help_text, width=TILE_WIDTH_PX, border=True)
+            st.metric(label, value, help=help_text, width=width_px, border=True)
 
 
 # -- compare -----------------------------------------------------------------------------

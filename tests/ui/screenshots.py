@@ -71,6 +71,21 @@ def launch_above_the_fold(page) -> list[str]:  # noqa: ANN001
     return [] if box and box["y"] + box["height"] <= 800 else [f"Launch preset below the fold: {box}"]
 
 
+# Streamlit scrolls its main area, not the document: a full-page shot needs a viewport that tall.
+CONTENT_HEIGHT_JS = """() => Math.max(...Array.from(document.querySelectorAll(
+  '[data-testid="stMain"], [data-testid="stMainBlockContainer"], [data-testid="stSidebarContent"]'))
+  .map(e => e.scrollHeight + e.getBoundingClientRect().top))"""
+
+
+def shoot_whole_page(page, path: Path, viewport: dict) -> None:  # noqa: ANN001
+    """The page from top to bottom (the viewport stretched to the content), then the viewport back."""
+    height = max(viewport["height"], int(page.evaluate(CONTENT_HEIGHT_JS)))
+    page.set_viewport_size({"width": viewport["width"], "height": min(height, 12_000)})
+    page.wait_for_timeout(1500)  # charts re-laid out
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(viewport)
+
+
 def photograph(url: str, out: Path) -> list[str]:
     """Every page at both widths: a full-page PNG each, and the problems found on it."""
     from playwright.sync_api import sync_playwright
@@ -90,7 +105,7 @@ def photograph(url: str, out: Path) -> list[str]:
                 if name == "new-experiment" and width == "1280":
                     found += launch_above_the_fold(page)
                 problems += [f"{name} at {width} px: {problem}" for problem in found]
-                page.screenshot(path=str(out / f"{name}-{width}.png"), full_page=True)
+                shoot_whole_page(page, out / f"{name}-{width}.png", viewport)
             page.close()
         browser.close()
     return problems
