@@ -8,6 +8,7 @@ One lab for the module: the runs the first test waits for are the ones the other
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,7 @@ CARD_JS = """() => {
     const value = m.querySelector('[data-testid="stMetricValue"]');
     tiles[label] = {text: value.innerText.trim(), cut: value.scrollWidth > value.clientWidth + 1};
   }
-  return {text: card.innerText, tiles: tiles, marker: window.__notReloaded === true};
+  return {text: card.textContent, tiles: tiles, marker: window.__notReloaded === true};
 }"""
 # The texts of every table cell on the page (Glide's accessible grid).
 CELLS_JS = """() => Array.from(document.querySelectorAll('[data-testid="stDataFrame"] [role="gridcell"]'))
@@ -79,7 +80,15 @@ def launch_grid(page, name: str, vus: str, max_tokens: str) -> None:  # noqa: AN
     fill(page, "Max tokens per request", max_tokens)
     fill(page, "Graceful stop (s)", "120")  # a busy shared CPU can take a minute a request
     page.get_by_role("button", name="Launch grid").click()
-    wait_for_app(page, "queued:")
+    page.wait_for_url("**/runs", timeout=60_000)
+    wait_for_app(page, "Filters")
+
+
+def card_run(card: dict) -> str:
+    """The run number the card's heading names."""
+    found = re.search(r"Run\W*#\W*(\d+)", card["text"])
+    assert found, card["text"]
+    return found[1]
 
 
 def run_rows(data_dir: Path) -> list[tuple[int, str, int, int]]:
@@ -105,14 +114,14 @@ def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, P
         card = page.evaluate(CARD_JS)
         if card and card["tiles"].get("p95 latency (s)", {}).get("text", "–") != "–":
             assert card["marker"], "the page was reloaded"
-            number = card["text"].split("Run #", 1)[1].split(" ", 1)[0]
+            number = card_run(card)
             if number not in cards:
                 cards[number] = card
                 shot(page, f"round3-result-card-{number}")
         if all(status in RunStatus.FINAL for _, status, _, _ in run_rows(data_dir)) and len(cards) >= 1:
             page.wait_for_timeout(3000)  # the last refresh
             card = page.evaluate(CARD_JS)
-            cards.setdefault(card["text"].split("Run #", 1)[1].split(" ", 1)[0], card)
+            cards.setdefault(card_run(card), card)
             break
         page.wait_for_timeout(500)
     rows = run_rows(data_dir)
