@@ -46,10 +46,10 @@ def render_result_card(card: dict[str, Any]) -> None:
             show_failure(card["status_reason"], kind="error" if card["status"] == "failed" else "info")
         if card.get("measurement_warnings"):
             show_plain(card["measurement_warnings"], kind="warning")
-        links = st.columns(2)
-        links[0].page_link(RUN_DETAIL_PAGE, label=f"Open run #{card['run_id']}", icon=":material/search:",
-                           query_params={"run": str(card["run_id"])})
-        siblings = card.get("experiment_done_run_ids") or []
-        if len(siblings) >= 2:
-            links[1].page_link(COMPARE_PAGE, label=f"Compare its experiment's {len(siblings)} done runs",
-                               icon=":material/bar_chart:", query_params={"runs": ",".join(map(str, siblings))})
+        with st.container(horizontal=True, wrap=True, gap="medium"):  # one under the other when narrow
+            st.page_link(RUN_DETAIL_PAGE, label=f"Open run #{card['run_id']}", icon=":material/search:",
+                         query_params={"run": str(card["run_id"])})
+            siblings = card.get("experiment_done_run_ids") or []
+            if len(siblings) >= 2:
+                st.page_link(COMPARE_PAGE, label=f"Compare its experiment's {len(siblings)} done runs",
+                             icon=":material/bar_chart:", query_params={"runs": ",".join(map(str, siblings))})

@@ -9,7 +9,7 @@ with a temporary data folder, runs a real small experiment through the CLI (seed
 quick scale on the naive server only, 1 and 2 VUs, 8 s each: the cheapest real backend), then
 photographs each page in Debian's Chromium at 1280x800 and at 800 px wide. It also reads each
 page as a person would and prints every problem it finds (and exits 1): a metric tile whose
-value or label is cut, a chart legend over an axis title or the chart title, a machine column
+value or label is cut, a link cut short, a chart legend over an axis title or the chart title, a machine column
 name in the text, and at 1280x800 a New experiment whose Launch button is below the fold.
 """
 
@@ -47,6 +47,9 @@ PROBLEMS_JS = """() => {
     const deep = e => e && (cut(e) || Array.from(e.querySelectorAll('*')).some(cut));
     if (deep(value)) problems.push('metric value cut: ' + label.innerText + ' = ' + value.innerText);
     if (deep(label)) problems.push('metric label cut: ' + label.innerText);
+  }
+  for (const link of document.querySelectorAll('[data-testid="stPageLink"]')) {
+    if (cut(link) || Array.from(link.querySelectorAll('*')).some(cut)) problems.push('link cut: ' + link.innerText);
   }
   const overlap = (a, b) => a && b && a.width && b.width && !(a.right <= b.left || b.right <= a.left
                                                                || a.bottom <= b.top || b.bottom <= a.top);
