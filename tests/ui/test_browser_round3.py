@@ -45,6 +45,7 @@ CARD_JS = """() => {
   }
   return {text: card.textContent, tiles: tiles, marker: window.__notReloaded === true};
 }"""
+TALL = {"width": 1280, "height": 4000}
 # The texts of every table cell on the page (Glide's accessible grid).
 CELLS_JS = """() => Array.from(document.querySelectorAll('[data-testid="stDataFrame"] [role="gridcell"]'))
   .map(c => c.textContent)"""
@@ -140,7 +141,7 @@ def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, P
 def test_runs_one_setting_apart_compare_with_a_ratio(lab: tuple[str, Path], browser) -> None:  # noqa: ANN001
     url, data_dir = lab
     (first, _, _, _), (second, _, _, _) = run_rows(data_dir)[:2]  # VUs 1 and 2, max tokens 8
-    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page = browser.new_page(viewport=TALL)  # Glide draws (and exposes) only the cells on screen
     page.goto(f"{url}/compare?runs={first},{second}")
     wait_for_app(page, "What differs between the chosen runs")
     page.get_by_text("Cells one setting apart").first.wait_for(timeout=30_000)
@@ -157,7 +158,7 @@ def test_runs_two_settings_apart_compare_names_both_and_no_ratio(lab: tuple[str,
     url, data_dir = lab
     rows = run_rows(data_dir)
     first, third = rows[0][0], rows[2][0]  # VUs 1, max tokens 8 against VUs 2, max tokens 16
-    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page = browser.new_page(viewport=TALL)
     page.goto(f"{url}/compare?runs={first},{third}")
     wait_for_app(page, "What differs between the chosen runs")
     page.get_by_text("No ratio applies").first.wait_for(timeout=30_000)
