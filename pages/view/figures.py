@@ -1,7 +1,7 @@
 """Plotly figures of the pages: a run's per-second charts, the live charts and the Compare charts.
 
-One look everywhere (:func:`readable`): the title at the top left (the toolbar sits at the
-top right), the legend in its own row between the title and the plot (it never covers an
+One look everywhere (:func:`readable`): the title at the top left (the toolbar runs down the
+right edge, shown on hover), the legend in its own row between the title and the plot (it never covers an
 axis title, and never narrows the plot), axis titles from the names map, one unit per axis
 (a chart per unit), and one colour per backend in every chart (:func:`backend_colour`).
 Per-second series can be smoothed with a moving average (:func:`smoothed`).
@@ -43,6 +43,8 @@ def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, heigh
         margin={"l": 60, "r": 20, "t": 80, "b": 50},
         legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None},
         showlegend=len(figure.data) > 1, hovermode="x unified",
+        # The toolbar runs down the right edge, never across the title at the top left.
+        modebar={"orientation": "v"},
     )
     figure.update_xaxes(automargin=True)
     figure.update_yaxes(automargin=True, rangemode="tozero")
