@@ -7,6 +7,10 @@ of the database (the queries are ``db.store``'s, re-exported where nothing is ad
 
 from __future__ import annotations
 
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -14,12 +18,13 @@ from sqlalchemy.orm import Session
 from db.models import RunStatus
 from db.store import active_run, get_experiment, get_run, get_run_series, list_experiments, list_runs, queue_summary
 from db.store import list_run_actions, list_run_notes, run_launchers, run_worker_names
-from lab.backends import options_sections
+from lab.backends import get_backend, options_sections
 
 __all__ = [
     "active_run", "get_experiment", "get_run", "get_run_series", "list_experiments", "list_runs", "run_worker_names",
     "run_launchers", "list_run_actions", "list_run_notes",
-    "live_state", "start_options", "last_fresh_start_s",
+    "live_state", "start_options", "last_fresh_start_s", "Estimate", "estimate_runs", "configuration_key",
+    "finished_run_card", "pending_searches",
 ]
 
 # Spec parts besides backend and model that decide how a run's services start: each backend
@@ -41,7 +46,9 @@ def live_state(*, session: Session) -> dict[str, Any]:
     }
     queued = counts.get(RunStatus.QUEUED, 0)
     running = sum(counts.get(status, 0) for status in RunStatus.ACTIVE)
-    return {"queued": queued, "active": running, "pending": bool(queued or running), "run": active,
+    searches = pending_searches(session=session)
+    return {"queued": queued, "active": running, "pending": bool(queued or running or searches), "run": active,
+            "searches": searches,
             "finished": {status: counts[status] for status in RunStatus.FINAL if counts.get(status)}}
 
 
@@ -61,3 +68,127 @@ def last_fresh_start_s(*, session: Session, backend: str, model: str, options: d
                 and start_options(run.spec) == options):
             return float(startup["seconds"])
     return None
+
+
+# Without an earlier start of a configuration, its start-up is guessed as this share of the
+# backend's readiness timeout (naive 45 s, vLLM 150 s, llama.cpp 30 s here).
+UNKNOWN_START_SHARE = 0.25
+# Without an earlier run of a configuration: warm-up and collecting, and the share of the
+# graceful stop a run is expected to wait (the stop is a maximum, rarely all waited).
+UNKNOWN_RUN_OVERHEAD_S = 15.0
+UNKNOWN_GRACEFUL_STOP_SHARE = 0.5
+HISTORY_RUNS_READ = 2000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """How long runs will take: ``seconds`` in all (start-ups, warm-ups, load, graceful stops and
+    collecting), of ``runs`` runs and ``starts`` service starts; ``*_from_history``: how many
+    of those came from past runs of the same configuration rather than a guess."""
+
+    runs: int
+    seconds: float
+    starts: int
+    runs_from_history: int
+    starts_from_history: int
+
+
+def configuration_key(spec: dict[str, Any] | None) -> str:
+    """A run spec without its random seed: runs with the same key measured the same configuration."""
+    return json.dumps({key: value for key, value in (spec or {}).items() if key != "random_seed"},
+                      sort_keys=True, default=str)
+
+
+def _past_run_seconds(runs: Sequence[Any]) -> dict[str, float]:
+    """Per configuration, the median time of its finished runs after their services were up."""
+    durations: dict[str, list[float]] = {}
+    for run in runs:
+        if run.started_at is None or run.finished_at is None:
+            continue
+        startup = (run.environment or {}).get("startup") or {}
+        seconds = (run.finished_at - run.started_at).total_seconds() - float(startup.get("seconds") or 0.0)
+        if seconds > 0:
+            durations.setdefault(configuration_key(run.spec), []).append(seconds)
+    return {key: statistics.median(values) for key, values in durations.items()}
+
+
+def _guessed_run_seconds(spec: dict[str, Any]) -> float:
+    load = spec.get("load") or {}
+    stages = load.get("stages") or []
+    planned = sum(stage.get("duration_s", 0) for stage in stages) if load.get("kind") == "ramping-vus" \
+        else float(load.get("duration_s") or 0)
+    return planned + UNKNOWN_GRACEFUL_STOP_SHARE * float(load.get("graceful_stop_s") or 0) + UNKNOWN_RUN_OVERHEAD_S
+
+
+def _start_seconds(session: Session, spec: dict[str, Any]) -> tuple[float, bool]:
+    """How long the spec's services take to start and whether that is known: the last fresh
+    start of the same configuration, else a guess from the backend's readiness timeout."""
+    backend = str(spec.get("backend") or "")
+    known = last_fresh_start_s(session=session, backend=backend, model=str(spec.get("model") or ""),
+                               options=start_options(spec))
+    if known is not None:
+        return known, True
+    try:
+        kind = get_backend(backend)
+    except ValueError:
+        return 0.0, False
+    return (kind.readiness_timeout_s * UNKNOWN_START_SHARE if kind.managed else 0.0), False
+
+
+def estimate_runs(*, session: Session, specs: Sequence[dict[str, Any]]) -> Estimate:
+    """The time ``specs`` (run specs as stored, in queue order) will take: each configuration's
+    past runs where there are any, else its planned load plus half its graceful stop and a
+    warm-up allowance; one start-up per distinct service configuration (the last fresh start
+    of it, else a guess from the backend's readiness timeout)."""
+    past = _past_run_seconds(list_runs(session=session, statuses=[RunStatus.DONE], limit=HISTORY_RUNS_READ))
+    seconds, from_history = 0.0, 0
+    starts: dict[str, bool] = {}
+    for spec in specs:
+        key = configuration_key(spec)
+        if key in past:
+            seconds, from_history = seconds + past[key], from_history + 1
+        else:
+            seconds += _guessed_run_seconds(spec)
+        group = json.dumps([spec.get("backend"), spec.get("model"), start_options(spec)], sort_keys=True, default=str)
+        if group not in starts:
+            start_s, starts[group] = _start_seconds(session, spec)
+            seconds += start_s
+    return Estimate(runs=len(specs), seconds=seconds, starts=len(starts), runs_from_history=from_history,
+                    starts_from_history=sum(starts.values()))
+
+
+# A capacity search still "running" after this long lost its driving process: not followed.
+SEARCH_FOLLOWED_H = 12.0
+PENDING_SEARCH_STATES = ("queued", "running")
+
+
+def pending_searches(*, session: Session) -> list[dict[str, Any]]:
+    """Capacity searches still probing (their driver queues one probe at a time, so the queue
+    can be empty between probes): ``id``, ``name``, ``state``, ``probes`` done so far."""
+    from datetime import datetime, timedelta, timezone
+
+    since = datetime.now(timezone.utc) - timedelta(hours=SEARCH_FOLLOWED_H)
+    found = []
+    for experiment in list_experiments(session=session, limit=50):
+        capacity = experiment.capacity or {}
+        created = experiment.created_at if experiment.created_at.tzinfo else \
+            experiment.created_at.replace(tzinfo=timezone.utc)
+        if capacity.get("state") in PENDING_SEARCH_STATES and created >= since:
+            probes = sum(len(entry.get("probes") or []) for entry in (capacity.get("backends") or {}).values())
+            found.append({"id": experiment.id, "name": experiment.name, "state": capacity["state"], "probes": probes})
+    return found
+
+
+def finished_run_card(*, session: Session) -> dict[str, Any] | None:
+    """The newest run that reached a final state, as the Runs page's result card reads it: its
+    record fields plus ``finished_at`` and the done runs of its experiment (for Compare)."""
+    from lab.analysis.compare import run_record
+
+    runs = list_runs(session=session, statuses=list(RunStatus.FINAL), limit=200)
+    finished = [run for run in runs if run.finished_at is not None]
+    if not finished:
+        return None
+    run = max(finished, key=lambda item: (item.finished_at, item.id))
+    siblings = [] if run.experiment_id is None else list_runs(
+        session=session, experiment_ids=[run.experiment_id], statuses=[RunStatus.DONE], limit=200)
+    return {**run_record(run), "experiment_done_run_ids": sorted(sibling.id for sibling in siblings)}

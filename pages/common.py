@@ -29,6 +29,11 @@ SERVICES_PAGE = "pages/services.py"
 WORKERS_PAGE = "pages/workers.py"
 TRENDS_PAGE = "pages/trends.py"
 
+# The first experiment every page recommends (New experiment's default, the empty Runs page's advice).
+RECOMMENDED_PRESET = "seed-exp1"
+RECOMMENDED_TEXT = ("the quick scale of seed-exp1 (the naive server and vLLM at 1, 8 and 32 VUs) takes "
+                    "minutes on a small CPU machine")
+
 # How often the live view polls the database while a run is active.
 LIVE_POLL_INTERVAL_S = 2.0
 # How long a message left for the next page (e.g. "Experiment #3 queued") stays up.
@@ -119,14 +124,29 @@ def live_poll_interval(state: dict[str, Any]) -> float | None:
     return LIVE_POLL_INTERVAL_S if state["pending"] else None
 
 
-def services_state() -> list[dict]:
-    """The services' states (each check probes /health), at most every 2 s."""
+def services_state(*, fresh: bool = False) -> list[dict]:
+    """The services' states (each check probes /health), at most every 2 s; ``fresh``: read now
+    (after a start or a stop, so no view lags another)."""
+    if fresh:
+        _services_state.clear()
     return _services_state(settings().resolved_database_url)
 
 
 @st.cache_data(ttl=2.0, show_spinner=False)
 def _services_state(database_url: str) -> list[dict]:
-    return [status.to_dict() for status in service_manager().status()]
+    return [as_shown(status.to_dict()) for status in service_manager().status()]
+
+
+# What the supervisor records when a run is cancelled while its service starts (services.supervisor).
+START_CANCELLED_MARK = "start abandoned (cancelled)"
+
+
+def as_shown(service: dict) -> dict:
+    """A service's state as pages show it: a start abandoned because its run was cancelled is
+    "stopped (start cancelled)", not "failed"."""
+    if service.get("state") == "failed" and START_CANCELLED_MARK in (service.get("message") or ""):
+        return {**service, "state": "stopped (start cancelled)"}
+    return service
 
 
 def without_polling(log_text: str | None) -> str:

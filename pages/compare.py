@@ -1,27 +1,39 @@
-"""Compare: runs or whole experiments side by side; the seed's tables with the seed's
-figures beside ours, ratios, charts, cost per million output tokens and CSV downloads."""
+"""Compare: what differs between the chosen runs first (every setting that is not the same
+in all of them), then their figures: the seed's table beside ours, ratios only between cells
+one setting apart (any other pair side by side without one, saying why), cost, charts and
+CSV downloads.
+
+Opened from Runs' "Compare these" with ``?runs=3,5``; otherwise the newest experiment's runs.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 
-from db import store
-from lab.analysis.compare import cell_comparisons, experiments_spanned, generic_table, run_record, split_warned
+from lab import history
+from lab.analysis.compare import experiments_spanned, generic_table, run_record, split_warned
 from lab.analysis.cost import cost_table
-from lab.analysis.safe_csv import dataframe_to_csv, records_to_csv
-from lab.analysis.seed import SEED_EXPERIMENTS, matching_seed_preset, seed_ratios
+from lab.analysis.run_diff import CellPair, cell_pairs, settings_diff, setting_values_differ_only_in
+from lab.analysis.safe_csv import dataframe_to_csv
+from lab.analysis.seed import matching_seed_preset, seed_ratios
+from lab.specs.schema import load_preset
+from pages.common import NEW_EXPERIMENT_PAGE, session
+from pages.view.charts import CHART_WIDTH_PX
 from pages.view.figures import (
+    CHART_CONFIG,
     hit_rates_figure,
     latency_vs_vus_figure,
     overlaid_series_figure,
+    req_per_s_vs_vus_figure,
     throughput_vs_vus_figure,
 )
-from pages.common import NEW_EXPERIMENT_PAGE, session
 from pages.view.baseline import compare_baselines
 from pages.view.members import person_filter
-from pages.view.names import display_frame, human_headers
-from pages.view.tables import plural, ratios_rows, seed_comparison_table
+from pages.view.names import csv_frame, display_frame, display_name, header, setting_label, setting_value
+from pages.view.tables import interval_text, plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
 from pages.view.page_guard import only_through_entry_file
 
@@ -29,29 +41,91 @@ only_through_entry_file()  # run on its own (not from the entry file), a page re
 
 RECENT_RUNS_LISTED = 1000
 MAX_OVERLAID_RUNS = 12
+MAX_DIFF_COLUMNS = 12
+MAX_PAIRS_SHOWN = 30
+# The figures a pair of cells is compared on.
+PAIR_FIGURES = ("output_tok_per_s", "req_per_s", "latency_p95_s")
 
 
-def choose_records() -> list[dict]:
-    """The chosen experiments' or runs' records."""
+@dataclass
+class Chosen:
+    """The chosen runs: their records and their stored specs (by run id)."""
+
+    records: list[dict]
+    specs: dict[int, dict]
+
+    def specs_of(self, records: list[dict]) -> list[dict]:
+        return [self.specs.get(record["run_id"]) or {} for record in records]
+
+
+def apply_link() -> None:
+    """``?runs=3,5`` (Runs' "Compare these") chooses those runs, once per link."""
+    link = st.query_params.get("runs")
+    if not link or st.session_state.get("compare_link_applied") == link:
+        return
+    st.session_state["compare_link_applied"] = link
+    st.session_state["compare_mode"] = "individual runs"
+    st.session_state["compare_runs"] = [int(part) for part in link.split(",") if part.strip().isdigit()]
+
+
+def newest_experiment_runs(runs: list) -> list[int]:
+    """The done runs of the newest experiment with two or more of them (its cells), else the two newest."""
+    by_experiment: dict[int | None, list[int]] = {}
+    for run in runs:  # newest first
+        by_experiment.setdefault(run.experiment_id, []).append(run.id)
+    best = next((ids for ids in by_experiment.values() if len(ids) >= 2), None)
+    return sorted(best[:MAX_OVERLAID_RUNS]) if best else [run.id for run in runs[:2]]
+
+
+def choose_runs(person: str | None) -> Chosen:
+    """The mode and the experiments or runs chosen (launched by ``person`` when named); their records and specs."""
+    apply_link()
     mode = st.radio("Compare", ["whole experiments", "individual runs"], horizontal=True, key="compare_mode")
     with session() as db_session:
+        done = [run for run in history.list_runs(session=db_session, statuses=["done"], limit=RECENT_RUNS_LISTED)
+                if person is None or run.launched_by == person]
         if mode == "whole experiments":
-            experiments = store.list_experiments(session=db_session)
+            experiments = history.list_experiments(session=db_session)
             names = {e.id: f"#{e.id} {e.name}" + (f" ({e.scale})" if e.preset else "") for e in experiments}
-            # Default: the newest experiment with a finished run.
-            finished = {r.experiment_id for r in store.list_runs(session=db_session, statuses=["done"],
-                                                                  limit=RECENT_RUNS_LISTED)}
+            finished = {run.experiment_id for run in done}
             default = next((eid for eid in names if eid in finished), None)
             chosen = st.multiselect("Experiments", list(names), default=[default] if default else [],
                                     format_func=names.get, key="compare_experiments")
-            runs = store.list_runs(session=db_session, experiment_ids=chosen, newest_first=False) if chosen else []
+            runs = history.list_runs(session=db_session, experiment_ids=chosen, newest_first=False) if chosen else []
         else:
-            recent = store.list_runs(session=db_session, statuses=["done"], limit=RECENT_RUNS_LISTED)
-            names = {r.id: f"#{r.id} {r.backend} {r.cell_label}" for r in recent}
-            chosen = st.multiselect("Runs (done)", list(names), default=list(names)[:2], format_func=names.get,
-                                    key="compare_runs")
-            runs = store.list_runs(session=db_session, run_ids=chosen, newest_first=False) if chosen else []
-        return [run_record(run) for run in runs]
+            linked = [rid for rid in st.session_state.get("compare_runs", []) if rid not in {r.id for r in done}]
+            extra = history.list_runs(session=db_session, run_ids=linked) if linked else []
+            names = {r.id: f"#{r.id} {r.backend} {r.cell_label}" for r in [*done, *extra]}
+            if "compare_runs" in st.session_state:  # a link may name runs deleted since
+                st.session_state["compare_runs"] = [rid for rid in st.session_state["compare_runs"] if rid in names]
+            default = None if "compare_runs" in st.session_state else newest_experiment_runs(done)
+            chosen = st.multiselect("Runs", list(names), default=default, format_func=names.get, key="compare_runs",
+                                    help="Done runs by default; runs ticked on Runs too.")
+            runs = history.list_runs(session=db_session, run_ids=chosen, newest_first=False) if chosen else []
+        runs = [run for run in runs if person is None or run.launched_by == person]
+        return Chosen([run_record(run) for run in runs], {run.id: run.spec for run in runs})
+
+
+def diff_section(chosen: Chosen) -> None:
+    """Every setting that differs between the chosen runs, one column per run (per cell when many)."""
+    st.subheader("What differs between the chosen runs")
+    records = chosen.records
+    rows = settings_diff([(record["run_id"], chosen.specs.get(record["run_id"])) for record in records])
+    if len(records) < 2:
+        st.caption("One run chosen: nothing to set beside it. Choose two or more.")
+        return
+    if not rows:
+        st.caption(f"The {plural(len(records), 'chosen run')} have the same settings (their random seeds aside): "
+                   "repeats of one cell.")
+        return
+    shown = records[:MAX_DIFF_COLUMNS]
+    labels = {record["run_id"]: f"#{record['run_id']} {record['backend']}" for record in shown}
+    table = pd.DataFrame([{"setting": setting_label(row["setting"]),
+                           **{labels[rid]: setting_value(row[rid]) for rid in labels}} for row in rows])
+    st.caption(f"{plural(len(rows), 'setting')} {'differs' if len(rows) == 1 else 'differ'}: "
+               + ", ".join(setting_label(row["setting"]) for row in rows) + ". Every other setting is the same."
+               + (f" Columns show the first {MAX_DIFF_COLUMNS} runs." if len(records) > MAX_DIFF_COLUMNS else ""))
+    st.dataframe(table, hide_index=True, width="stretch", key="compare_diff")
 
 
 def runs_to_average(records: list[dict]) -> list[dict] | None:
@@ -68,17 +142,26 @@ def runs_to_average(records: list[dict]) -> list[dict] | None:
         worker = st.selectbox("Worker", ["all workers", *workers], key="compare_worker",
                               help="The runs came from several machines: compare one machine's at a time.")
         done = done if worker == "all workers" else [record for record in done if record["worker_name"] == worker]
+    return without_warned(done)
+
+
+def without_warned(done: list[dict]) -> list[dict]:
+    """The toggle for warned runs and one message that agrees with it."""
     clean, warned = split_warned(done)
-    include_warned = st.toggle("Include runs with measurement warnings", value=False, key="compare_include_warned",
-                               help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run "
-                                    "too short for its latency: left out of the means by default.")
-    if warned:
-        st.caption(f"{len(warned)} run(s) with measurement warnings "
-                   + ("included in the means." if include_warned or not clean else "left out of the means."))
-    if not include_warned and clean:
+    include = st.toggle("Include runs with measurement warnings", value=False, key="compare_include_warned",
+                        help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run "
+                             "too short for its latency: left out of the means by default.")
+    if not warned:
+        return done
+    if include:
+        st.caption(f"{plural(len(warned), 'run')} with measurement warnings included in the means.")
+        return done
+    if clean:
+        st.caption(f"{plural(len(warned), 'run')} with measurement warnings left out of the means "
+                   "(switch them in above).")
         return clean
-    if warned and not include_warned:
-        st.warning("Every chosen run carries a measurement warning (see Run detail): shown anyway, read with care.")
+    st.warning("Every chosen run carries a measurement warning (see Run detail), so the means use them all: "
+               "read them with care.")
     return done
 
 
@@ -101,17 +184,17 @@ def main_table(done: list[dict], preset: str | None, price_per_hour: float) -> p
                    f"{experiments_spanned(done)} (the experiments column says which each row spans). "
                    "No single seed preset matches the choice, so no seed figures.")
         table = generic_table(done, price_per_hour=price_per_hour)
-    st.dataframe(display_frame(table), hide_index=True, width="stretch")
+    st.dataframe(display_frame(table), hide_index=True, width="stretch", key="compare_table")
     return table
 
 
 def downloads(table: pd.DataFrame, records: list[dict]) -> None:
-    """The shown table and the raw per-run records as CSV, machine or human column names."""
+    """The shown table and the raw per-run records as CSV, machine or human column names;
+    missing values are empty cells either way."""
     human = st.toggle("Human column names in the CSV files", value=False, key="compare_csv_human",
                       help="Off: machine names (output_tok_per_s) for scripts. Either way numbers keep full precision.")
-    table_csv = dataframe_to_csv(human_headers(table) if human else table)
-    raw_frame = pd.DataFrame(records)
-    raw_csv = dataframe_to_csv(human_headers(raw_frame)) if human else records_to_csv(records)
+    table_csv = dataframe_to_csv(csv_frame(table, human=human))
+    raw_csv = dataframe_to_csv(csv_frame(pd.DataFrame(records), human=human))
     # Kept for the page's tests, which cannot read a download's bytes.
     st.session_state["compare_table_csv"] = table_csv
     st.session_state["compare_raw_csv"] = raw_csv
@@ -122,71 +205,133 @@ def downloads(table: pd.DataFrame, records: list[dict]) -> None:
                           key="download_raw", on_click="ignore")
 
 
-def ratios_section(done: list[dict], preset: str | None) -> None:
-    """The seed's ratios (of ``preset``, or of every seed experiment) and the one-setting comparisons."""
+def seed_ratio_section(done: list[dict], chosen: Chosen, preset: str | None) -> bool:
+    """The seed's ratios when the runs come from one seed preset and differ only along its grid;
+    True when shown."""
+    if not preset:
+        return False
+    axes = list(load_preset(preset).grid)
+    others = setting_values_differ_only_in(done, chosen.specs_of(done), axes)
+    if others:
+        st.caption("The seed's ratios are left out: besides the seed's own axes the runs also differ in "
+                   + ", ".join(setting_label(name) for name in others) + ".")
+        return False
+    rows = [row for row in ratios_rows(seed_ratios(preset, done)) if row["value"] is not None]
+    if not rows:
+        return False
+    st.caption("The seed's ratios over our runs (each cell one setting apart from the other), "
+               "with their 95% interval over the repeats.")
+    frame = pd.DataFrame(rows)
+    st.dataframe(display_frame(frame), hide_index=True, width="stretch", key="compare_seed_ratios")
+    return True
+
+
+def ratios_section(done: list[dict], chosen: Chosen, preset: str | None) -> None:
+    """Ratios only between cells one setting apart; other pairs side by side with the reason."""
     st.subheader("Ratios")
-    presets = [preset] if preset else list(SEED_EXPERIMENTS)
-    rows = [row for name in presets for row in ratios_rows(seed_ratios(name, done)) if row["value"] is not None]
-    if rows:
-        st.dataframe(display_frame(pd.DataFrame(rows)), hide_index=True)
-    else:
-        st.caption("No ratio applies: they need the backends they compare (e.g. vLLM and naive at the same VUs).")
-    significance = [row for figure in ("output_tok_per_s", "req_per_s")
-                    for row in cell_comparisons(done, ("backend", "vus", "prompts"), figure)]
-    if significance:
-        st.caption("Cells that differ in one setting: the ratio of their means and Welch's t-test on the repeats "
-                   "(significant at p < 0.05; under 3 repeats a side, n too small).")
-        st.dataframe(display_frame(pd.DataFrame(significance)), hide_index=True)
+    seed_shown = seed_ratio_section(done, chosen, preset)
+    pairs = cell_pairs(done, chosen.specs_of(done), PAIR_FIGURES)
+    comparable = [pair for pair in pairs if pair.comparable]
+    apart = [pair for pair in pairs if not pair.comparable]
+    if comparable:
+        st.caption("Cells one setting apart, every other setting the same: the ratio of their means (second over "
+                   "first), its 95% interval and Welch's t-test on the repeats (under 3 repeats a side: n too small).")
+        st.dataframe(display_frame(pd.DataFrame(ratio_rows(comparable))), hide_index=True, width="stretch",
+                     key="compare_ratios")
+    if apart:
+        st.caption("No ratio between these cells: they differ in more than one setting, so a ratio would mix "
+                   "the effects. Their means side by side:")
+        st.dataframe(display_frame(pd.DataFrame(side_by_side_rows(apart[:MAX_PAIRS_SHOWN]))), hide_index=True,
+                     width="stretch", key="compare_no_ratio")
+    if not (seed_shown or comparable):
+        st.info("No ratio applies: a ratio needs two cells that differ in one setting and agree on all others"
+                + (" (the chosen runs are all one cell)." if not pairs else "."))
+
+
+def cell_text(pair: CellPair, which: str) -> str:
+    """A cell by its runs: "runs #3, #4"."""
+    cell = pair.first if which == "first" else pair.second
+    return ("run " if len(cell.run_ids) == 1 else "runs ") + ", ".join(f"#{rid}" for rid in cell.run_ids[:8])
+
+
+def ratio_rows(pairs: list[CellPair]) -> list[dict]:
+    """One row per comparable pair and figure, in words."""
+    rows = []
+    for pair in pairs:
+        ((name, low, high),) = pair.differences
+        for found in pair.ratios:
+            rows.append({"what_changes": f"{setting_label(name)} {setting_value(low)} → {setting_value(high)}",
+                         "figure": display_name(found.figure).header, "ratio": f"{found.ratio:,.2f}x"
+                         if found.ratio is not None else None, "ratio_interval": interval_text(found),
+                         "significance": found.significance, "first": cell_text(pair, "first"),
+                         "second": cell_text(pair, "second")})
+    return rows
+
+
+def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
+    """One row per pair of cells more than one setting apart: what differs, and their means."""
+    rows = []
+    for pair in pairs:
+        row = {"first": cell_text(pair, "first"), "second": cell_text(pair, "second"),
+               "differ_in": "; ".join(f"{setting_label(name)} {setting_value(a)} vs {setting_value(b)}"
+                                      for name, a, b in pair.differences)}
+        for figure in PAIR_FIGURES:
+            for which, cell in (("first", pair.first), ("second", pair.second)):
+                values = [record[figure] for record in cell.records if record.get(figure) is not None]
+                row[f"{header(figure)}, {which}"] = (
+                    None if not values else f"{sum(values) / len(values):,.{display_name(figure).decimals or 0}f}")
+        rows.append(row)
+    return rows
 
 
 def charts_section(done: list[dict]) -> None:
-    """Throughput and latency by VUs, the first runs' output tok/s over time, cache hit rates."""
+    """Throughput, requests and latency by VUs, the runs' output tok/s over time, cache hit rates."""
     st.subheader("Charts")
-    charts = st.columns(2)
-    charts[0].plotly_chart(throughput_vs_vus_figure(done), key="compare_throughput")
-    charts[1].plotly_chart(latency_vs_vus_figure(done), key="compare_latency")
-    overlaid_ids = [record["run_id"] for record in done][:MAX_OVERLAID_RUNS]
+    charts = {"compare_throughput": throughput_vs_vus_figure(done), "compare_requests": req_per_s_vs_vus_figure(done),
+              "compare_latency": latency_vs_vus_figure(done), "compare_hits": hit_rates_figure(done)}
+    with st.container(horizontal=True, wrap=True, gap="small"):
+        for key, figure in charts.items():
+            if figure is not None:  # no cache involved: no chart of nothing
+                st.plotly_chart(figure, key=key, width=CHART_WIDTH_PX, config=CHART_CONFIG)
+    smooth_s = 5 if st.toggle("Smooth the per-second series (5 s moving average)", key="compare_smooth") else 1
     with session() as db_session:
-        series_by_label = {}
+        series_by_run = {}
         for record in done[:MAX_OVERLAID_RUNS]:
-            row = store.get_run_series(session=db_session, run_id=record["run_id"])
+            row = history.get_run_series(session=db_session, run_id=record["run_id"])
             if row is not None:
                 label = chart_label(f"#{record['run_id']} {record['backend']} {record['cell_label']}")
-                series_by_label[label] = row.series
-    charts = st.columns(2)
-    charts[0].plotly_chart(overlaid_series_figure(series_by_label, "output_tok_per_s",
-                                                  title="Output tokens/s over time"), key="compare_series")
-    hits = hit_rates_figure(done)
-    if hits is not None:  # no cache involved: no chart of nothing
-        charts[1].plotly_chart(hits, key="compare_hits")
-    if len(done) > len(overlaid_ids):
+                series_by_run[label] = (record["backend"], row.series)
+    st.plotly_chart(overlaid_series_figure(series_by_run, "output_tok_per_s", title="Output tokens/s over time",
+                                           smooth_s=smooth_s), key="compare_series", config=CHART_CONFIG)
+    if len(done) > MAX_OVERLAID_RUNS:
         st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
 
 
 def page() -> None:
     st.title("Compare")
     with session() as db_session:
-        has_runs = bool(store.list_runs(session=db_session, statuses=["done"], limit=1))
+        has_runs = bool(history.list_runs(session=db_session, statuses=["done"], limit=1))
     if not has_runs:
         st.info("Nothing to compare yet: no run has finished. Launch a seed preset on New experiment "
                 "(the quick scale takes minutes), then come back.")
         st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
         return
     with session() as db_session:
-        person = person_filter(st, store.run_launchers(session=db_session), key="compare_launched_by")
-    records = [record for record in choose_records() if person is None or record["launched_by"] == person]
-    done = runs_to_average(records)
+        person = person_filter(st, history.run_launchers(session=db_session), key="compare_launched_by")
+    chosen = choose_runs(person)
+    diff_section(chosen)
+    done = runs_to_average(chosen.records)
     if done is None:
         return
     price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
                                      key="compare_price", help="What an hour of this hardware costs you.")
     preset = matching_seed_preset(done)
     table = main_table(done, preset, price_per_hour)
-    downloads(table, records)
-    ratios_section(done, preset)
+    downloads(table, chosen.records)
+    ratios_section(done, chosen, preset)
     compare_baselines(done)
     st.subheader("Cost per million output tokens")
-    st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True)
+    st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True, key="compare_cost")
     charts_section(done)
     st.subheader("Throughput against latency (Pareto)")
     from pages.view.capacity_form import pareto_block

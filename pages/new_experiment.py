@@ -11,11 +11,13 @@ import streamlit as st
 from lab.execution import experiments
 from lab.workloads.datasets import DatasetError
 from lab.workloads.uploads import list_uploads, record_upload, save_upload
+from lab.specs.grid_form import check_grid_form
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
-from pages.common import RUNS_PAGE, flash, session, settings, show_flash
+from pages.common import RECOMMENDED_PRESET, RECOMMENDED_TEXT, RUNS_PAGE, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields
+from pages.view.launch import experiment_run_specs, launch_button, overridden, overrides_box
 from pages.view.members import current_member
-from pages.view.text import plain, show_plain
+from pages.view.text import show_plain
 from pages.view.page_guard import only_through_entry_file
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
@@ -27,51 +29,98 @@ def launch(spec: ExperimentSpec, tags: str) -> None:
         experiment = experiments.enqueue_experiment(session=db_session, spec=spec, tags=tags,
                                                     launched_by=current_member().name)
         count, experiment_id = len(experiment.runs), experiment.id
+    st.session_state.pop("run_again_spec", None)
     flash("success", f"Experiment #{experiment_id} queued: {count} run{'s' if count != 1 else ''}. "
                      "The worker runs them one at a time; this page follows the running one.")
     st.switch_page(RUNS_PAGE)
 
 
-def preset_section() -> None:
-    """Pick one of the seed's presets, at full or quick scale."""
+def preset_choice() -> tuple[str, bool, int]:
+    """The preset (the recommended first experiment by default), its scale and repeats, in one row."""
     presets = list_presets()
-    if not presets:
+    name_col, quick_col, repeats_col = st.columns([3, 2, 1])
+    name = name_col.selectbox("Preset", presets, key="preset_name",
+                              index=presets.index(RECOMMENDED_PRESET) if RECOMMENDED_PRESET in presets else 0,
+                              help=f"Recommended first: {RECOMMENDED_TEXT}.")
+    quick_col.write("")
+    quick = quick_col.toggle("Quick scale", value=True, key="preset_quick",
+                             help="Shorter cells for a small CPU machine.")
+    repeats = repeats_col.number_input("Repeats per cell", min_value=1, max_value=100, value=1, key="preset_repeats")
+    return name, quick, int(repeats)
+
+
+def preset_section() -> None:
+    """Pick one of the seed's presets, at full or quick scale: the estimate and Launch first,
+    what it runs and the overrides below."""
+    if not list_presets():
         st.warning("No presets found in lab/specs/presets/.")
         return
-    name = st.selectbox("Preset", presets, key="preset_name")
-    quick = st.toggle("Quick scale (shorter cells for a small CPU machine)", value=True, key="preset_quick")
-    repeats = st.number_input("Repeats per cell", min_value=1, max_value=100, value=1, key="preset_repeats")
-    tags = st.text_input("Tags (comma separated)", key="preset_tags")
+    name, quick, repeats = preset_choice()
     try:
-        spec = load_preset(name, quick=quick, overrides=[("repeats", int(repeats))])
+        spec = load_preset(name, quick=quick, overrides=[("repeats", repeats)])
     except SpecError as error:
         show_plain(f"This preset cannot be used: {error}", kind="error")
         return
-    st.markdown(f"**{plain(spec.name)}**")
-    show_plain(spec.description, kind="caption")
+    launch_slot = st.container()
+    show_plain(f"{spec.name}: {spec.description}", kind="caption")
     if spec.scale_note:
-        show_plain(spec.scale_note, kind="info")
-    cells = spec.expand()
-    planned_s = sum(run_spec.load.planned_duration_s for _, _, run_spec in cells)
-    st.caption(f"{len(cells)} runs, about {planned_s / 60:.0f} min of load plus service start-up.")
-    with st.expander("Grid"):
-        st.json({"grid": spec.grid, "repeats": spec.repeats, "base": spec.base.model_dump(mode="json")},
-                expanded=False)
-    if st.button("Launch preset", type="primary", key="launch_preset"):
-        launch(spec, tags)
+        show_plain(spec.scale_note, kind="caption")
+    with st.expander("Change settings, tags, the grid"):
+        overrides = overrides_box("preset_overrides")
+        tags = st.text_input("Tags (comma separated)", key="preset_tags")
+        changed = overridden(spec, overrides) if overrides is not None else None
+        if changed is not None:
+            st.json({"grid": changed.grid, "repeats": changed.repeats, "base": changed.base.model_dump(mode="json")},
+                    expanded=False)
+    with launch_slot:
+        if changed is None:
+            st.button("Launch preset", type="primary", key="launch_preset", disabled=True)
+        elif launch_button(experiment_run_specs(changed), label="Launch preset", key="launch_preset"):
+            launch(changed, tags)
 
 
 def grid_section() -> None:
-    """Build a grid: backends x VUs (or arrival rates), with validation beside each field."""
+    """Build a grid: backends x VUs (or arrival rates), with validation beside each field; its
+    estimate once the fields are valid; overrides for any setting the fields lack."""
     errors: dict[str, str] = st.session_state.get("grid_errors", {})
     form = grid_form_fields(errors)
     tags = st.text_input("Tags (comma separated)", key="grid_tags")
+    overrides = overrides_box("grid_overrides")
     field_error(errors, "form")
-    spec = checked_launch(form, errors, clicked=st.button("Launch grid", type="primary", key="launch_grid"))
-    if spec is not None:
-        launch(spec, tags)
+    spec, _ = check_grid_form(form)
+    specs = experiment_run_specs(spec) if spec is not None else []
+    if spec is not None and overrides:
+        changed = overridden(spec, overrides)
+        specs = experiment_run_specs(changed) if changed is not None else []
+    clicked = launch_button(specs, label="Launch grid", key="launch_grid") if specs else \
+        st.button("Launch grid", type="primary", key="launch_grid")
+    spec = checked_launch(form, errors, clicked=clicked)
+    if spec is not None and overrides is not None:
+        spec = overridden(spec, overrides)
+        if spec is not None:
+            launch(spec, tags)
     if errors:
         st.error("Fix the fields marked above, then launch again.")
+
+
+def run_again_section(run_again: dict) -> None:
+    """Run again: the run's spec as a one-cell experiment, every setting editable, then Launch."""
+    with st.container(border=True):
+        st.markdown(f"**Run again: run #{run_again['run_id']}'s spec**")
+        st.caption("Change any setting below (key=value, one a line; the rest stays as the run had it), then launch.")
+        overrides = overrides_box("run_again_overrides", value=run_again["lines"])
+        base = ExperimentSpec(name=f"run #{run_again['run_id']} again", base=run_again["spec"])
+        spec = overridden(base, overrides) if overrides is not None else None
+        with st.expander("The whole spec"):
+            st.json((spec or base).base.model_dump(mode="json"), expanded=False)
+        left, right = st.columns([3, 1])
+        with left:
+            clicked = spec is not None and launch_button(experiment_run_specs(spec), label="Launch", key="run_again_launch")
+        if right.button("Close", key="run_again_close"):
+            st.session_state.pop("run_again_spec", None)
+            st.rerun()
+        if clicked and spec is not None:
+            launch(spec, "")
 
 
 def upload_section() -> None:
@@ -113,7 +162,11 @@ def reproduce_section() -> None:
     repeats = st.number_input("Repeats per cell", min_value=1, max_value=10, value=3, key="reproduce_repeats")
     allow_dirty = st.checkbox("Allow uncommitted changes in the lab's code (the report will say so)",
                               key="reproduce_allow_dirty")
-    if st.button("Queue the reproduction", type="primary", key="reproduce_queue"):
+    from lab.report.build import PRESETS
+
+    specs = [run for preset in PRESETS
+             for run in experiment_run_specs(load_preset(preset, quick=quick, overrides=[("repeats", int(repeats))]))]
+    if launch_button(specs, label="Queue the reproduction", key="reproduce_queue"):
         try:
             meta = enqueue_reproduction(settings=settings(), quick=quick, repeats=int(repeats), allow_dirty=allow_dirty)
         except DirtyTreeError as error:
@@ -153,6 +206,8 @@ def page() -> None:
     st.title("New experiment")
     show_flash()
     st.caption("Launching queues runs; the lab's worker executes them one at a time and you follow them on Runs.")
+    if st.session_state.get("run_again_spec"):
+        run_again_section(st.session_state["run_again_spec"])
     preset_tab, grid_tab, upload_tab, reproduce_tab, capacity_tab = st.tabs(
         ["From a seed preset", "Build a grid", "Upload a dataset", "Reproduce the seed", "Find capacity"]
     )

@@ -3,20 +3,26 @@ service log tails, and "run again"."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import streamlit as st
 from pydantic import ValidationError
 
-from lab import history, run_actions
+from lab import history
 from db.models import Run, RunSeries, RunStatus
 from lab.analysis.compare import run_record
-from lab.specs.schema import format_validation_error
-from pages.common import LIVE_POLL_INTERVAL_S, RUNS_PAGE, flash, session, show_flash, startup_facts, without_polling
+from lab.specs.schema import RunSpec, format_validation_error
+from pages.common import (
+    LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, session, show_flash, startup_facts, without_polling,
+)
 from pages.view.baseline import baseline_panel
+from pages.view.charts import show_charts
 from pages.view.figures import run_detail_figures
 from pages.view.live import render_phase
-from pages.view.members import audit_trail, current_member, notes_thread
+from pages.view.members import audit_trail, notes_thread
 from pages.view.names import local_time
-from pages.view.tables import figures_summary, model_short_name, server_metrics_table, status_badge
+from pages.view.tables import figures_summary, metric_tiles, model_short_name, server_metrics_table, status_badge
 from pages.view.text import plain, show_failure, show_plain
 from pages.view.page_guard import only_through_entry_file
 
@@ -121,29 +127,38 @@ def choose_run() -> int | None:
 
 
 def run_again_button(run: Run) -> None:
-    """Queue the run's spec again and go to Runs; one line when it cannot."""
-    if st.button("Run again (same spec)", key="run_again"):
+    """"Run again": New experiment opens with this run's spec in an editable form."""
+    if st.button("Run again…", key="run_again", help="Opens New experiment with this run's spec, every setting editable."):
         try:
-            with session() as db_session:
-                new_id = run_actions.run_again(session=db_session, member=current_member(), run_id=run.id).id
-        except (LookupError, run_actions.PermissionDenied) as error:
-            show_plain(f"Cannot run it again: {error}", kind="error")
+            spec = RunSpec.model_validate(run.spec)
         except ValidationError as error:
             show_plain(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}",
                        kind="error")
-        else:
-            flash("success", f"Run #{new_id} queued with the spec of run #{run.id}.")
-            st.switch_page(RUNS_PAGE)
+            return
+        st.session_state["run_again_spec"] = {"run_id": run.id, "spec": spec.model_dump(mode="json"),
+                                         "lines": run_again_lines(spec)}
+        st.switch_page(NEW_EXPERIMENT_PAGE)
+
+
+def run_again_lines(spec: RunSpec) -> str:
+    """The settings a person most often changes, as ``key=value`` lines filled with the run's values."""
+    values = spec.model_dump(mode="json")
+    paths = ("backend", "model", "load.kind", "load.vus", "load.rate_per_s", "load.duration_s", "load.graceful_stop_s",
+             "max_tokens", "workload.kind", "workload.prompts", "workload.stream", "random_seed")
+    lines = []
+    for path in paths:
+        node: Any = values
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            lines.append(f"{path}={json.dumps(node) if not isinstance(node, str) else node}")
+    return "\n".join(lines)
 
 
 def figures_section(run: Run, record: dict, series: dict | None) -> None:
     """The figures, streaming latencies, client/server counts and the per-second charts."""
     st.markdown("#### Figures")
-    summary = figures_summary(record)
-    for start in range(0, len(summary), 6):
-        columns = st.columns(6)
-        for column, (label, value) in zip(columns, summary[start:start + 6]):
-            column.metric(label, value)
+    metric_tiles(figures_summary(record))
     streaming = streaming_latency_text(run)
     if streaming is not None:
         show_plain(streaming[1], kind=streaming[0])
@@ -156,13 +171,12 @@ def figures_section(run: Run, record: dict, series: dict | None) -> None:
         ), kind="caption")
 
     st.markdown("#### Per second")
-    figures = run_detail_figures(series)
+    smooth_s = 5 if st.toggle("Smooth the per-second series (5 s moving average)", key="detail_smooth",
+                              help="At low load a second holds one request or none: the raw series zigzags.") else 1
+    figures = run_detail_figures(series, smooth_s=smooth_s)
     if not figures:
         st.info("No per-second series for this run (it has not run yet, or k6 wrote no samples).")
-    for index in range(0, len(figures), 2):
-        columns = st.columns(2)
-        for offset, figure in enumerate(figures[index:index + 2]):
-            columns[offset].plotly_chart(figure, key=f"detail_chart_{index + offset}")
+    show_charts(figures, key="detail_chart")
 
 
 def stored_details(run: Run, series_row: RunSeries | None) -> None:

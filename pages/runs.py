@@ -15,7 +15,9 @@ from db.models import RunStatus
 from lab.analysis.compare import run_record
 from lab.specs.schema import BACKENDS, list_presets
 from pages.common import (
+    COMPARE_PAGE,
     NEW_EXPERIMENT_PAGE,
+    RECOMMENDED_TEXT,
     live_poll_interval,
     live_state,
     open_run_detail,
@@ -26,6 +28,8 @@ from pages.common import (
 from pages.view.live import panel_heading, render_phase
 from pages.view.members import current_member, person_filter, run_permission
 from pages.view.names import header
+from pages.view.result_card import render_result_card
+from pages.view.text import plain
 from pages.view.tables import SORTABLE_COLUMNS, plural, runs_table, status_badge
 from pages.view.text import show_plain
 from pages.view.page_guard import only_through_entry_file
@@ -36,9 +40,11 @@ ALL = "all"
 
 
 def live_panel(state: dict) -> None:
-    """The active run's phase and figures (or the queue waiting for a worker)."""
+    """The active run's phase and figures (or the queue waiting for a worker, or a capacity
+    search between two probes)."""
     run, queued = state["run"], state["queued"]
     if run is None:
+        searches_panel(state.get("searches") or [])
         if queued:
             with st.container(border=True):
                 st.info(f"{plural(queued, 'run')} queued; waiting for the worker "
@@ -47,15 +53,49 @@ def live_panel(state: dict) -> None:
     with st.container(border=True):
         st.markdown(panel_heading(run, queued))
         render_phase(run, startup=startup_facts(run) if run["status"] == RunStatus.STARTING else None)
-        if run["cancel_requested"]:
-            st.warning("Cancel requested; the worker is stopping the run.")
-        elif st.button("Cancel this run", key=f"cancel_live_{run['id']}", **disabled_unless("cancel", [run.get("launched_by")])):
-            try:
-                with session() as db_session:
-                    run_actions.cancel_runs(session=db_session, member=current_member(), run_ids=[run["id"]])
-                st.warning("Cancel requested; the worker is stopping the run.")
-            except run_actions.PermissionDenied as refused:  # a forged click on a disabled control
-                show_plain(f"Refused: {refused}", kind="error")
+        stop_buttons(run)
+
+
+def stop_buttons(run: dict) -> None:
+    """"Cancel this run" and, when its experiment has more to run, "Stop the experiment"."""
+    if run["cancel_requested"]:
+        st.warning("Cancel requested; the worker is stopping the run.")
+        return
+    with session() as db_session:
+        rest = [] if run["experiment_id"] is None else [
+            other.id for other in history.list_runs(session=db_session, experiment_ids=[run["experiment_id"]],
+                                                    statuses=[RunStatus.QUEUED, *RunStatus.ACTIVE])]
+    left, right = st.columns(2)
+    permitted = disabled_unless("cancel", [run.get("launched_by")], help="Stops this run; the rest of its experiment carries on.")
+    if left.button("Cancel this run", key=f"cancel_live_{run['id']}", **permitted):
+        cancel_runs([run["id"]], f"Cancel requested for run #{run['id']}.")
+    if len(rest) > 1 and right.button(f"Stop experiment #{run['experiment_id']} ({plural(len(rest), 'run')} left)",
+                                      key=f"stop_experiment_{run['experiment_id']}",
+                                      **disabled_unless("cancel", [run.get("launched_by")],
+                                                        help="Cancels this run and every queued run of its experiment.")):
+        cancel_runs(rest, f"Experiment #{run['experiment_id']} stopped: {plural(len(rest), 'run')} cancelled.")
+
+
+def cancel_runs(run_ids: list[int], message: str) -> None:
+    """Ask to cancel ``run_ids`` (queued ones at once, a running one through its worker), then say so."""
+    try:
+        with session() as db_session:
+            run_actions.cancel_runs(session=db_session, member=current_member(), run_ids=run_ids)
+    except run_actions.PermissionDenied as refused:  # a forged click on a disabled control
+        show_plain(f"Refused: {refused}", kind="error")
+        return
+    st.session_state["runs_message"] = message
+    st.rerun()
+
+
+def searches_panel(searches: list[dict]) -> None:
+    """Capacity searches still probing: their driver queues one probe at a time."""
+    for search in searches:
+        with st.container(border=True):
+            st.markdown(f"**Live: capacity search #{search['id']}** · {plain(search['state'])} · "
+                        f"{plural(search['probes'], 'probe')} so far")
+            st.caption(f"{plain(search['name'])}: the search queues its next probe as the last one ends; "
+                       "each probe shows here as a run while it runs.")
 
 
 def runs_view(query: dict, sort_by: str, descending: bool) -> None:
@@ -71,6 +111,10 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
         show_flash()
         live_panel(state)
         with session() as db_session:
+            card = history.finished_run_card(session=db_session)
+        if card is not None:
+            render_result_card(card)
+        with session() as db_session:
             runs = history.list_runs(session=db_session, **query)
             records = [run_record(run) for run in runs]
             progress_by_run = {run.id: run.progress for run in runs if run.status in RunStatus.ACTIVE}
@@ -78,8 +122,8 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
             if any(value for key, value in query.items() if key != "limit"):
                 st.info("No run matches these filters. Widen them (open Filters above).")
             else:
-                st.info("No runs yet. Start from a seed preset on New experiment: the quick scale of "
-                        "seed-exp1 takes a few minutes on a small CPU machine.")
+                st.info(f"No runs yet. Start from the recommended first experiment on New experiment: "
+                        f"{RECOMMENDED_TEXT}.")
                 st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
             return
         table = runs_table(records, sort_by=sort_by, descending=descending, progress_by_run=progress_by_run)
@@ -155,6 +199,9 @@ def selection_actions(records: list[dict]) -> None:
     buttons = st.columns(4)
     if buttons[0].button(f"Open run #{first['run_id']}", key="open_detail"):
         open_run_detail(first["run_id"])
+    if buttons[3].button(f"Compare these {len(selected)}", key="compare_selected", disabled=len(selected) < 2,
+                         help="Open Compare with the selected runs: what differs between them first."):
+        st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(str(rid) for rid in selected)})
     cancellable = [rid for rid in selected if by_id[rid]["status"] in (RunStatus.QUEUED, *RunStatus.ACTIVE)]
     if buttons[1].button("Cancel", key="cancel_selected", **disabled_unless(
             "cancel", [by_id[rid]["launched_by"] for rid in cancellable], nothing=not cancellable,
@@ -168,6 +215,12 @@ def selection_actions(records: list[dict]) -> None:
             "delete", [by_id[rid]["launched_by"] for rid in deletable], nothing=not deletable,
             help="A running run cannot be deleted; cancel it first.")):
         st.session_state["confirm_delete"] = deletable
+    delete_confirmation()
+    notes_form(first)
+
+
+def delete_confirmation() -> None:
+    """The confirmation a Delete asked for."""
     pending_delete = st.session_state.get("confirm_delete")
     if pending_delete:
         st.warning(f"Delete {plural(len(pending_delete), 'run')} and their series for good? "
@@ -184,6 +237,9 @@ def selection_actions(records: list[dict]) -> None:
             st.session_state.pop("confirm_delete", None)
             st.rerun()
 
+
+def notes_form(first: dict) -> None:
+    """Tags and notes of the first selected run."""
     with st.form(key=f"notes_{first['run_id']}"):
         st.markdown(f"**Tags and notes of run #{first['run_id']}** (the notes thread is on Run detail)")
         tags_value = st.text_input("Tags (comma separated)", value=first.get("tags") or "", key=f"edit_tags_{first['run_id']}",

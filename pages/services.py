@@ -12,7 +12,7 @@ import streamlit as st
 from lab import history
 from lab.backends import BACKENDS, managed_backend_names
 from lab.execution.detached import start_service_in_background
-from pages.common import service_manager, session, without_polling
+from pages.common import service_manager, services_state, session, without_polling
 from pages.view.members import lab_permission
 from pages.view.names import display_frame
 from pages.view.tables import uptime_text
@@ -37,19 +37,13 @@ def service_kind(status: dict) -> str:
     return ((status.get("config") or {}).get("params") or {}).get("backend") or status["kind"]
 
 
-def page() -> None:
-    st.title("Services")
-    statuses = [status.to_dict() for status in service_manager().status()]
-    with session() as db_session:
-        active = history.active_run(session=db_session)
-        active_text = f"run #{active.id} ({active.status})" if active else None
-    allowed = lab_permission()  # admins only when sign-in is on
-    if not allowed.allowed:
-        st.info(allowed.reason + ": the states and logs below are read-only for you.")
-    if active_text:
-        # Starting or stopping a service by hand now would change what the run measures.
-        st.info(f"{active_text} is using the services: starting and stopping by hand is off until it ends.")
+# The services' table and states redraw themselves this often (the sidebar reads the same state).
+SERVICES_REFRESH_S = 3.0
 
+
+def start_control(active_text: str | None) -> None:
+    """Start a service by hand (off while a run uses the services; admins only when sign-in is on)."""
+    allowed = lab_permission()
     with st.container(border=True):
         left, right = st.columns([2, 1])
         hints = start_hints()
@@ -59,16 +53,18 @@ def page() -> None:
         if right.button("Start", key="start_service", type="primary",
                         disabled=bool(active_text) or not allowed.allowed) and lab_permission().allowed:
             start_service_in_background(name)
-            st.success(f"Starting {name} in the background: its state shows below (refresh the page).")
+            services_state(fresh=True)
+            st.success(f"Starting {name} in the background: its state shows below as it changes.")
 
-    if not statuses:
-        st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
-        return
+
+def services_table(statuses: list[dict], active_text: str | None) -> None:
+    """The table, then per service its message, a Stop button and its log tail."""
+    allowed = lab_permission()
     table = pd.DataFrame(
         [{"service": s["name"], "kind": service_kind(s), "state": s["state"], "url": s["url"],
           "pid": s["pid"], "uptime": uptime_text(s["started_at"])} for s in statuses]
     )
-    st.dataframe(display_frame(table), hide_index=True, width="stretch")
+    st.dataframe(display_frame(table), hide_index=True, width="stretch", key="services_table")
     for status in statuses:
         with st.expander(plain(f"{status['name']} · {status['state']}")):
             if status["message"]:
@@ -77,10 +73,36 @@ def page() -> None:
                 f"Stop {status['name']}", key=f"stop_{status['name']}", disabled=bool(active_text) or not allowed.allowed
             ) and lab_permission().allowed:
                 service_manager().stop(status["name"])
+                services_state(fresh=True)
                 st.rerun()
             # Health and /metrics polling fill a log; what the service said is what matters.
             lines = without_polling(service_manager().log_tail(status["name"], max_lines=200)).splitlines()[-40:]
             st.code("\n".join(lines) or "(empty log)", language=None)
+
+
+def page() -> None:
+    st.title("Services")
+    with session() as db_session:
+        active = history.active_run(session=db_session)
+        active_text = f"run #{active.id} ({active.status})" if active else None
+    allowed = lab_permission()  # admins only when sign-in is on
+    if not allowed.allowed:
+        st.info(allowed.reason + ": the states and logs below are read-only for you.")
+    if active_text:
+        # Starting or stopping a service by hand now would change what the run measures.
+        st.info(f"{active_text} is using the services: starting and stopping by hand is off until it ends.")
+    start_control(active_text)
+
+    @st.fragment(run_every=SERVICES_REFRESH_S)
+    def live_table() -> None:
+        statuses = services_state()
+        if not statuses:
+            st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
+            return
+        st.caption(f"Updated every {SERVICES_REFRESH_S:g} s.")
+        services_table(statuses, active_text)
+
+    live_table()
 
 
 page()

@@ -380,7 +380,16 @@ def experiment_from_document(raw: dict[str, Any], *, quick: bool = False,
         data["repeats"] = quick_section.get("repeats", data.get("repeats", 1))
         data["scale"] = "quick"
         data["scale_note"] = quick_section.get("how", "")
-    for key, value in overrides or []:
+    return with_overrides(data, overrides or [])
+
+
+def with_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> ExperimentSpec:
+    """An experiment (as a dict) with ``key=value`` overrides applied, validated: ``grid.*`` sets
+    an axis, ``repeats``/``name``/... the experiment, a key the grid varies pins that axis to one
+    value, anything else the base run spec (``load.duration_s``)."""
+    data = copy.deepcopy(data)
+    data.setdefault("base", {})
+    for key, value in overrides:
         if key.startswith("grid."):
             data.setdefault("grid", {})[key.removeprefix("grid.")] = value if isinstance(value, list) else [value]
         elif key in ("repeats", "name", "description", "order", "order_seed"):

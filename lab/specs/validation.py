@@ -13,8 +13,9 @@ will call, or a path on disk.
 - :func:`safe_upload_name`: an uploaded file's original name, kept as metadata only: a
   plain file name, never a path.
 - :func:`check_model_on_machine`: at launch, refuse a Hub id that is neither a local
-  folder nor in the local Hugging Face cache while the machine is offline (it would fail
-  a minute later, after the server's download retries).
+  folder nor in the local Hugging Face cache while the machine is offline, or that the Hub
+  (asked with a short timeout) does not know or does not answer for (it would fail a
+  minute later, after the server's download retries).
 """
 
 from __future__ import annotations
@@ -169,20 +170,62 @@ def in_hub_cache(model: str) -> bool:
     return isinstance(found, str)
 
 
+# How long the launch check waits for the Hub, and how long its answer is reused.
+HUB_TIMEOUT_S = 3.0
+HUB_ANSWER_KEPT_S = 60.0
+DEFAULT_HUB_ENDPOINT = "https://huggingface.co"
+_hub_answers: dict[tuple[str, str], tuple[float, str]] = {}
+
+
+def hub_endpoint() -> str:
+    """The Hub's base URL: ``HF_ENDPOINT`` (as huggingface_hub reads it), else huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_HUB_ENDPOINT).rstrip("/")
+
+
+def ask_hub(model: str, *, timeout_s: float = HUB_TIMEOUT_S) -> str:
+    """Whether the Hub knows ``model``: ``"found"``, ``"missing"`` (404, or 401/403: the Hub's
+    answer for a repository that does not exist or is not yours) or ``"unreachable"`` (no answer
+    within ``timeout_s``, or an error). Answers are reused for a minute."""
+    import time
+
+    import httpx
+
+    key = (hub_endpoint(), model)
+    kept = _hub_answers.get(key)
+    if kept is not None and time.monotonic() - kept[0] < HUB_ANSWER_KEPT_S:
+        return kept[1]
+    token = os.environ.get("HF_TOKEN")
+    try:
+        response = httpx.get(f"{key[0]}/api/models/{model}", timeout=timeout_s, follow_redirects=True,
+                             headers={"Authorization": f"Bearer {token}"} if token else None)
+        answer = "found" if response.status_code == 200 else (
+            "missing" if response.status_code in (401, 403, 404) else "unreachable")
+    except httpx.HTTPError:
+        answer = "unreachable"
+    _hub_answers[key] = (time.monotonic(), answer)
+    return answer
+
+
 def check_model_on_machine(model: str, *, offline: bool | None = None) -> None:
     """Refuse (:class:`ModelNameError`) a model that is neither a local folder nor in the local
-    Hugging Face cache while the machine is offline; anything else is accepted here."""
-    if Path(model).is_dir():
+    Hugging Face cache when it cannot be downloaded: the machine is offline, or the Hub (asked
+    with a short timeout) does not know it or does not answer."""
+    if Path(model).is_dir() or in_hub_cache(model):
         return
-    if not (machine_is_offline() if offline is None else offline):
-        return
-    if in_hub_cache(model):
-        return
-    raise ModelNameError(
-        f"model {model!r} is neither a local folder nor in the Hugging Face cache, and this machine is offline "
-        "(HF_HUB_OFFLINE is set or there is no network), so it cannot be downloaded: give a local model "
-        "folder, e.g. models/SmolLM2-135M-Instruct"
-    )
+    if machine_is_offline() if offline is None else offline:
+        raise ModelNameError(
+            f"model {model!r} is neither a local folder nor in the Hugging Face cache, and this machine is offline "
+            "(HF_HUB_OFFLINE is set or there is no network), so it cannot be downloaded: give a local model "
+            "folder, e.g. models/SmolLM2-135M-Instruct"
+        )
+    answer = ask_hub(model)
+    if answer == "missing":
+        raise ModelNameError(f"model {model!r} is neither a local folder nor in the Hugging Face cache, and the "
+                             f"Hub ({hub_endpoint()}) has no model of that name: check its spelling")
+    if answer == "unreachable":
+        raise ModelNameError(f"model {model!r} is neither a local folder nor in the Hugging Face cache, and the "
+                             f"Hub ({hub_endpoint()}) did not answer within {HUB_TIMEOUT_S:g} s, so it cannot "
+                             "be downloaded: give a local model folder, e.g. models/SmolLM2-135M-Instruct")
 
 
 # --------------------------------------------------------------------------- target URLs

@@ -32,6 +32,9 @@ from lab.analysis.slo import SloError
 from lab.specs.schema import BACKENDS, SpecError, format_validation_error
 from pages.view.members import current_member
 from pages.common import RUNS_PAGE, flash, session
+from pages.view.figures import CHART_CONFIG, by_backend, readable
+from pages.view.launch import launch_button, overrides_box
+from pages.view.names import display_name, header
 from pages.view.text import plain, show_plain
 
 LIVE_REFRESH_S = 5.0
@@ -69,11 +72,15 @@ def _plan_from_form() -> CapacityPlan | None:
         probe_s = columns[3].number_input("Seconds per probe", value=defaults["probe_s"], key="capacity_probe_s")
         repeats = columns[4].number_input("Repeats per probe", min_value=1, max_value=20, value=1,
                                           key="capacity_repeats")
+        overrides = overrides_box("capacity_overrides")
         if not backends:
             raise CapacityError("choose at least one backend")
+        if overrides is None:
+            return None
         return capacity_plan(
             backends=backends, slo=[slo_text], by=by, quick=quick, min_load=min_load, max_load=max_load,
             max_probes=int(max_probes), probe_s=probe_s, repeats=int(repeats), target_url=target_url,
+            settings=overrides or None,
         )
     except (SpecError, CapacityError, SloError) as error:
         show_plain(f"This search cannot run: {error}", kind="error")
@@ -95,14 +102,22 @@ def find_capacity_section() -> None:
     except (CapacityError, SloError) as error:
         show_plain(f"This search cannot run: {error}", kind="error")
         return
-    st.caption(f"At most {plan.max_probes * plan.repeats * len(plan.backends)} runs of {plan.probe_s:g} s "
-               f"plus service start-up; SLO {plain(str(plan.parsed_slo()))}.")
-    if st.button("Find capacity", type="primary", key="capacity_launch"):
+    st.caption(f"SLO {plain(str(plan.parsed_slo()))}; the search stops early once it has found the limit, "
+               "so the estimate below is the most it can take.")
+    if launch_button(probe_specs(plan), label="Find capacity", key="capacity_launch"):
         with session() as db_session:
             experiment_id = create_experiment(session=db_session, plan=plan, launched_by=current_member().name)
         start_search_in_background(experiment_id)
         flash("success", f"Capacity search #{experiment_id} started: it queues one probe at a time.")
         st.switch_page(RUNS_PAGE)
+
+
+def probe_specs(plan: CapacityPlan) -> list[dict[str, Any]]:
+    """The runs a search queues at most: every backend's probes and repeats, at the largest load."""
+    base = plan.base.model_dump(mode="json")
+    load = {**base["load"], "duration_s": plan.probe_s}
+    return [{**base, "backend": backend, "load": load}
+            for backend in plan.backends for _ in range(plan.max_probes * plan.repeats)]
 
 
 def _search_state(experiment_id: int) -> dict[str, Any] | None:
@@ -115,7 +130,11 @@ def _render_search(experiment_id: int, key: str) -> None:
     if state is None:
         return
     st.markdown(f"#### Capacity search #{experiment_id} ({plain(state.get('state', ''))})")
-    st.plotly_chart(search_figure(state), key=f"{key}_search")
+    figure_name = state.get("slo_figure") or ""
+    chart = readable(search_figure(state), title="The probes: green passed the SLO, red did not; numbers give the order",
+                     x_title=f"load ({state.get('unit', '')})", y_title=header(figure_name) if figure_name else "SLO figure",
+                     height=400)
+    st.plotly_chart(chart, key=f"{key}_search", config=CHART_CONFIG)
     st.dataframe(capacity_table(state), hide_index=True, width="stretch")
 
 
@@ -134,5 +153,7 @@ def capacity_search_panel(experiment_id: int, key: str) -> None:
 def pareto_block(records: list[dict[str, Any]], key: str) -> None:
     """Throughput against an SLO latency figure, one curve per backend across its loads."""
     figures = ["latency_p95_s", "latency_p99_s", "latency_p50_s", "latency_avg_s", "latency_max_s"]
-    figure = st.selectbox("SLO latency figure", figures, key=f"{key}_figure")
-    st.plotly_chart(pareto_figure(records, figure), key=f"{key}_chart")
+    figure = st.selectbox("SLO latency figure", figures, key=f"{key}_figure", format_func=header)
+    chart = by_backend(pareto_figure(records, figure), x_title=header(figure), y_title=header("req_per_s"),
+                       title=f"Requests/s against {display_name(figure).label} (labels: the load)")
+    st.plotly_chart(chart, key=f"{key}_chart", config=CHART_CONFIG)

@@ -1,4 +1,11 @@
-"""Plotly figures of the pages: a run's per-second charts and the Compare charts."""
+"""Plotly figures of the pages: a run's per-second charts, the live charts and the Compare charts.
+
+One look everywhere (:func:`readable`): the title at the top left (the toolbar runs down the
+right edge, shown on hover), the legend in its own row between the title and the plot (it never covers an
+axis title, and never narrows the plot), axis titles from the names map, one unit per axis
+(a chart per unit), and one colour per backend in every chart (:func:`backend_colour`).
+Per-second series can be smoothed with a moving average (:func:`smoothed`).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,47 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from pages.view.names import header
+from lab.backends import spec_backend_names
+from pages.view.names import display_name, header
 
 SERIES_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+# Backends: the registry's order picks the colour, so a backend looks the same in every chart.
+BACKEND_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+                   "#bcbd22", "#7f7f7f")
+CHART_HEIGHT_PX = 340
+# The toolbar shows on hover only, at the top right, away from the title at the top left.
+CHART_CONFIG = {"displayModeBar": "hover", "displaylogo": False}
+
+
+def backend_colour(backend: str) -> str:
+    """The colour of ``backend`` (``naive``, ``vllm+cache``) in every chart."""
+    names = spec_backend_names()
+    index = names.index(backend) if backend in names else len(names) + sum(map(ord, backend))
+    return BACKEND_PALETTE[index % len(BACKEND_PALETTE)]
+
+
+def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, height: int = CHART_HEIGHT_PX) -> go.Figure:
+    """The one layout of every chart: title top left, legend in a row above the plot, room for the axis titles."""
+    figure.update_layout(
+        title={"text": title, "x": 0.0, "xanchor": "left", "y": 0.98, "yanchor": "top", "yref": "container",
+               "font": {"size": 15}},
+        xaxis_title=x_title, yaxis_title=y_title, height=height, template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 80, "b": 50},
+        legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None},
+        showlegend=len(figure.data) > 1, hovermode="x unified",
+        # The toolbar runs down the right edge, never across the title at the top left.
+        modebar={"orientation": "v"},
+    )
+    figure.update_xaxes(automargin=True)
+    figure.update_yaxes(automargin=True, rangemode="tozero")
+    return figure
+
+
+def smoothed(values: pd.Series, window_s: int) -> pd.Series:
+    """A per-second series as a moving average over ``window_s`` seconds (as is for 1 or less)."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    return numbers if window_s <= 1 else numbers.rolling(window_s, min_periods=1).mean()
+
 
 def series_frame(series: dict[str, Any] | None) -> pd.DataFrame:
     """k6's per-second lists as a frame indexed by second, plus output tokens/s and req/s."""
@@ -46,61 +91,64 @@ def resources_frame(series: dict[str, Any] | None, key: str = "resources") -> pd
     return pd.DataFrame(data)
 
 
-def line_figure(frame: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: str) -> go.Figure:
-    """Lines of ``columns`` against ``time_s``."""
+def line_figure(frame: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: str,
+                smooth_s: int = 1) -> go.Figure:
+    """Lines of ``columns`` (one unit) against ``time_s``, optionally smoothed over ``smooth_s`` seconds."""
     figure = go.Figure()
     for index, column in enumerate(columns):
         if column in frame:
             figure.add_trace(go.Scatter(
                 # Markers too when there are few points: a single point draws no line.
-                x=frame["time_s"], y=frame[column], mode="lines+markers" if len(frame) < 30 else "lines",
-                name=header(column),
-                line={"color": SERIES_PALETTE[index % len(SERIES_PALETTE)]},
-                connectgaps=False,
+                x=frame["time_s"], y=smoothed(frame[column], smooth_s),
+                mode="lines+markers" if len(frame) < 30 else "lines", name=display_name(column).label,
+                line={"color": SERIES_PALETTE[index % len(SERIES_PALETTE)]}, connectgaps=False,
             ))
-    figure.update_layout(title=title, xaxis_title=header("time_s"), yaxis_title=y_title, height=320,
-                         margin={"l": 40, "r": 10, "t": 40, "b": 40}, legend={"orientation": "h"})
-    return figure
+    return readable(figure, title=title + (f" ({smooth_s} s moving average)" if smooth_s > 1 else ""),
+                    x_title=header("time_s"), y_title=y_title)
 
 
-def run_detail_figures(series: dict[str, Any] | None) -> list[go.Figure]:
-    """The per-second charts of one run: throughput, latency, VUs, CPU, RSS, GPU and the backend's
-    running/waiting requests (those with data)."""
+# Per-second charts of a finished run: (title, columns, y axis), one unit each; smoothable.
+RUN_CHARTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("Output tokens per second", ("output_tok_per_s",), "output tokens/s"),
+    ("Requests finished per second", ("req_per_s",), "requests/s"),
+    ("Latency of requests finished each second", ("latency_avg_s", "latency_p50_s", "latency_p95_s"), "seconds"),
+    ("Running virtual users (requests in flight)", ("vus",), "VUs"),
+)
+
+
+def run_detail_figures(series: dict[str, Any] | None, *, smooth_s: int = 1) -> list[go.Figure]:
+    """The per-second charts of one run (those with data): throughput, requests, latency, VUs,
+    failures, then CPU, memory, GPU and the backend's running/waiting requests."""
     frame = series_frame(series)
     figures: list[go.Figure] = []
     if not frame.empty:
-        if has_data(frame, ["output_tok_per_s", "req_per_s"]):
-            figures.append(line_figure(frame, ["output_tok_per_s", "req_per_s"], title="Throughput",
-                                       y_title="per second"))
-        if has_data(frame, ["latency_avg_s", "latency_p50_s", "latency_p95_s"]):
-            figures.append(line_figure(frame, ["latency_avg_s", "latency_p50_s", "latency_p95_s"],
-                                       title="Latency of requests finished each second", y_title="seconds"))
-        if has_data(frame, ["vus"]):
-            figures.append(line_figure(frame, ["vus"], title="Running virtual users (requests in flight)",
-                                       y_title="VUs"))
+        for title, columns, y_title in RUN_CHARTS:
+            present = [column for column in columns if has_data(frame, [column])]
+            if present:
+                figures.append(line_figure(frame, present, title=title, y_title=y_title, smooth_s=smooth_s))
         if "requests_failed" in frame and pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum():
             figures.append(line_figure(frame, ["requests_failed"], title="Failed requests", y_title="per second"))
-    resources = resources_frame(series)
-    if not resources.empty:
-        cpu = [c for c in resources.columns if c.endswith("_cpu_percent") and not c.startswith("gpu")
-               and c not in ("host_cpu_percent", "steal_cpu_percent") and has_data(resources, [c])]
-        rss = [c for c in resources.columns if c.endswith("_rss_mb")]
-        gpu = [c for c in resources.columns if c.startswith("gpu_")]
-        if cpu:
-            figures.append(line_figure(resources, cpu, title="CPU", y_title="% of one core"))
-        if rss:
-            figures.append(line_figure(resources, rss, title="Resident memory", y_title="MiB"))
-        gpu_utilization = [c for c in gpu if c.endswith("_percent")]
-        gpu_memory = [c for c in gpu if c.endswith("_mb")]
-        if gpu_utilization:
-            figures.append(line_figure(resources, gpu_utilization, title="GPU utilisation", y_title="%"))
-        if gpu_memory:
-            figures.append(line_figure(resources, gpu_memory, title="GPU memory used", y_title="MiB"))
+    figures += resource_figures(resources_frame(series))
     server = resources_frame(series, "server")
     if has_data(server, ["running_requests", "waiting_requests"]):
         figures.append(line_figure(server, [c for c in ("running_requests", "waiting_requests") if c in server],
                                    title="Requests running and waiting in the backend", y_title="requests"))
     return figures
+
+
+def resource_figures(resources: pd.DataFrame) -> list[go.Figure]:
+    """CPU per process, resident memory, GPU use and memory (those sampled)."""
+    if resources.empty:
+        return []
+    cpu = [c for c in resources.columns if c.endswith("_cpu_percent") and not c.startswith("gpu")
+           and c not in ("host_cpu_percent", "steal_cpu_percent") and has_data(resources, [c])]
+    rss = [c for c in resources.columns if c.endswith("_rss_mb")]
+    gpu = [c for c in resources.columns if c.startswith("gpu_")]
+    charts = ((cpu, "CPU", "% of one core"), (rss, "Resident memory", "MiB"),
+              ([c for c in gpu if c.endswith("_percent")], "GPU utilisation", "%"),
+              ([c for c in gpu if c.endswith("_mb")], "GPU memory used", "MiB"))
+    return [line_figure(resources, columns, title=title, y_title=y_title) for columns, title, y_title in charts
+            if columns]
 
 
 def has_data(frame: pd.DataFrame, columns: Sequence[str]) -> bool:
@@ -126,9 +174,8 @@ def live_figures(live: dict[str, Any] | None) -> list[go.Figure]:
     for title, part, columns, y_title in LIVE_CHARTS:
         frame = pd.DataFrame(live.get(part) or {})
         present = [column for column in columns if has_data(frame, [column])]
-        if column_sum := [c for c in present if c == "requests_failed"]:
-            if not pd.to_numeric(frame[column_sum[0]], errors="coerce").fillna(0).sum():
-                present.remove("requests_failed")  # no failures: no line for them
+        if "requests_failed" in present and not pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum():
+            present.remove("requests_failed")  # no failures: no line for them
         if present:
             figures.append(line_figure(frame, present, title=title, y_title=y_title))
     cpu = pd.DataFrame(live.get("cpu") or {})
@@ -139,54 +186,65 @@ def live_figures(live: dict[str, Any] | None) -> list[go.Figure]:
 
 
 def _done_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    frame = pd.DataFrame([r for r in records if r.get("status") == "done"])
-    return frame
+    return pd.DataFrame([r for r in records if r.get("status") == "done"])
+
+
+def figure_vs_vus(records: Sequence[dict[str, Any]], figure_name: str, *, title: str) -> go.Figure:
+    """Mean of one figure against VUs, one line per backend in its colour."""
+    figure = go.Figure()
+    frame = _done_frame(records)
+    if not frame.empty and "vus" in frame and figure_name in frame:
+        grouped = frame.dropna(subset=["vus"]).groupby(["backend", "vus"], as_index=False)[figure_name].mean()
+        for backend, part in grouped.groupby("backend"):
+            figure.add_trace(go.Scatter(x=part["vus"], y=part[figure_name], mode="lines+markers", name=str(backend),
+                                        line={"color": backend_colour(str(backend))}))
+    return readable(figure, title=title, x_title=header("vus"), y_title=header(figure_name))
 
 
 def throughput_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
     """Mean output tokens/s against VUs, one line per backend."""
-    figure = go.Figure()
-    frame = _done_frame(records)
-    if not frame.empty and "vus" in frame:
-        grouped = frame.dropna(subset=["vus"]).groupby(["backend", "vus"], as_index=False)["output_tok_per_s"].mean()
-        for backend, part in grouped.groupby("backend"):
-            figure.add_trace(go.Scatter(x=part["vus"], y=part["output_tok_per_s"], mode="lines+markers", name=backend))
-    figure.update_layout(title="Throughput against VUs", xaxis_title="VUs", yaxis_title="output tokens/s",
-                         height=360, margin={"l": 40, "r": 10, "t": 40, "b": 40})
-    return figure
+    return figure_vs_vus(records, "output_tok_per_s", title="Output tokens/s against VUs")
+
+
+def req_per_s_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
+    """Mean requests/s against VUs, one line per backend (its own chart: another unit)."""
+    return figure_vs_vus(records, "req_per_s", title="Requests/s against VUs")
 
 
 def latency_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
-    """Mean p50/p95/p99 latency against VUs, per backend (dash style per percentile)."""
+    """Mean p50/p95/p99 latency against VUs, per backend (its colour; dash style per percentile)."""
     figure = go.Figure()
     frame = _done_frame(records)
     dashes = {"latency_p50_s": "solid", "latency_p95_s": "dash", "latency_p99_s": "dot"}
     if not frame.empty and "vus" in frame:
         present = [c for c in dashes if c in frame]
         grouped = frame.dropna(subset=["vus"]).groupby(["backend", "vus"], as_index=False)[present].mean()
-        for index, (backend, part) in enumerate(grouped.groupby("backend")):
-            color = SERIES_PALETTE[index % len(SERIES_PALETTE)]
+        for backend, part in grouped.groupby("backend"):
             for column in present:
                 figure.add_trace(go.Scatter(
                     x=part["vus"], y=part[column], mode="lines+markers",
-                    name=f"{backend} {column.removeprefix('latency_').removesuffix('_s')}",
-                    line={"color": color, "dash": dashes[column]},
+                    name=f"{backend} {display_name(column).label.removesuffix(' latency')}",
+                    line={"color": backend_colour(str(backend)), "dash": dashes[column]},
                 ))
-    figure.update_layout(title="Latency percentiles against VUs", xaxis_title="VUs", yaxis_title="seconds",
-                         height=360, margin={"l": 40, "r": 10, "t": 40, "b": 40})
-    return figure
+    return readable(figure, title="Latency percentiles against VUs", x_title=header("vus"), y_title="seconds")
 
 
-def overlaid_series_figure(series_by_label: dict[str, dict[str, Any]], column: str, *, title: str) -> go.Figure:
-    """One per-second column (e.g. ``output_tok_per_s``) of several runs on one time axis."""
+def overlaid_series_figure(series_by_run: dict[str, tuple[str, dict[str, Any]]], column: str, *, title: str,
+                           smooth_s: int = 1) -> go.Figure:
+    """One per-second column of several runs on one time axis: ``{label: (backend, series)}``;
+    a backend's colour, a dash style per run of the same backend."""
     figure = go.Figure()
-    for label, series in series_by_label.items():
+    dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+    seen: dict[str, int] = {}
+    for label, (backend, series) in series_by_run.items():
         frame = series_frame(series)
         if column in frame:
-            figure.add_trace(go.Scatter(x=frame["time_s"], y=frame[column], mode="lines", name=label))
-    figure.update_layout(title=title, xaxis_title=header("time_s"), yaxis_title=header(column), height=360,
-                         margin={"l": 40, "r": 10, "t": 40, "b": 40})
-    return figure
+            count = seen[backend] = seen.get(backend, -1) + 1
+            figure.add_trace(go.Scatter(x=frame["time_s"], y=smoothed(frame[column], smooth_s), mode="lines",
+                                        name=label, line={"color": backend_colour(backend),
+                                                          "dash": dashes[count % len(dashes)]}))
+    return readable(figure, title=title + (f" ({smooth_s} s moving average)" if smooth_s > 1 else ""),
+                    x_title=header("time_s"), y_title=header(column))
 
 
 def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure | None:
@@ -203,6 +261,15 @@ def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure | None:
                     figure.add_trace(go.Bar(x=list(grouped.index), y=[v * 100 for v in grouped.values], name=name))
     if not figure.data:
         return None
-    figure.update_layout(title="Cache hit rates", yaxis_title="% of requests / prompt tokens", barmode="group",
-                         height=360, margin={"l": 40, "r": 10, "t": 40, "b": 40})
-    return figure
+    figure.update_layout(barmode="group")
+    return readable(figure, title="Cache hit rates", x_title=header("backend"), y_title="% of requests / prompt tokens")
+
+
+def by_backend(figure: go.Figure, *, title: str, x_title: str, y_title: str) -> go.Figure:
+    """A figure built elsewhere (the report's Pareto and search charts) in the pages' look: each
+    trace named after a backend in that backend's colour, the names map's axis titles."""
+    for trace in figure.data:
+        if trace.name and trace.name.split(" ")[0] in spec_backend_names():
+            colour = backend_colour(trace.name.split(" ")[0])
+            trace.update(line={"color": colour}, marker={"color": colour})
+    return readable(figure, title=title, x_title=x_title, y_title=y_title, height=400)

@@ -13,8 +13,9 @@ from typing import Any
 
 import streamlit as st
 
+from pages.view.charts import show_charts
 from pages.view.figures import live_figures
-from pages.view.tables import format_progress, phase_text, plural, progress_fraction, status_badge
+from pages.view.tables import format_progress, metric_tiles, phase_text, plural, progress_fraction, status_badge
 from pages.view.text import plain
 
 
@@ -64,11 +65,8 @@ def render_load(run: dict[str, Any]) -> None:
                                "load time over: waiting for the requests still in flight"))
     else:
         st.progress(progress_fraction(progress), text=f"{figures['elapsed']} elapsed, {figures['remaining']} remaining")
-    columns = st.columns(4)
-    columns[0].metric("req/s so far", figures["req/s"])
-    columns[1].metric("requests done", figures["requests"])
-    columns[2].metric("failed requests", figures["errors"])
-    columns[3].metric("VUs", figures["VUs"])
+    metric_tiles([("req/s so far", figures["req/s"], None), ("requests done", figures["requests"], None),
+                  ("failed requests", figures["errors"], None), ("VUs", figures["VUs"], None)])
     render_live_charts(progress.get("live"), key=f"live_{run['id']}")
 
 
@@ -78,10 +76,7 @@ def render_live_charts(live: dict[str, Any] | None, *, key: str) -> None:
     if not figures:
         st.caption("Live charts appear after the first second of load.")
         return
-    for index in range(0, len(figures), 2):
-        columns = st.columns(2)
-        for offset, figure in enumerate(figures[index:index + 2]):
-            columns[offset].plotly_chart(figure, key=f"{key}_{index + offset}")
+    show_charts(figures, key=key)
 
 
 PHASE_NOTES = {

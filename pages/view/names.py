@@ -104,10 +104,27 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "cost_per_million_output_tokens": DisplayName("cost per 1M output tokens", "", 2),
     "name": DisplayName("worker"), "labels": DisplayName("labels"), "heartbeat_age_s": DisplayName("heartbeat age", "s", 1),
     "current_run": DisplayName("current run", thousands=False), "services": DisplayName("services on its machine"),
+    # cache hit and miss latencies, streaming, SLOs, machine figures (every run record field has a name)
+    "ttft_hit_avg_s": _seconds("TTFT avg, cache hits"), "ttft_hit_p95_s": _seconds("TTFT p95, cache hits"),
+    "ttft_miss_avg_s": _seconds("TTFT avg, cache misses"), "ttft_miss_p95_s": _seconds("TTFT p95, cache misses"),
+    "tpot_hit_avg_s": _seconds("time per output token avg, cache hits"),
+    "tpot_miss_avg_s": _seconds("time per output token avg, cache misses"),
+    "unstreamed_answers": DisplayName("answers not streamed"), "slo_evaluated": DisplayName("SLO evaluated"),
+    "steal_cpu_percent_avg": DisplayName("CPU stolen by the hypervisor avg", "% of a core", 1),
+    "steady_source": DisplayName("steady window from"),
+    "machine_calibration_before_s": _seconds("machine speed kernel before"),
+    "machine_calibration_after_s": _seconds("machine speed kernel after"),
+    "machine_speed_index": DisplayName("machine speed index", "", 2),
+    "setting": DisplayName("setting"), "what_changes": DisplayName("what changes"),
+    "differ_in": DisplayName("settings that differ"), "first": DisplayName("first cell"),
+    "second": DisplayName("second cell"), "reason": DisplayName("why no ratio"),
 }
 
 # Per-process series named after the process (``naive_cpu_percent``, ``vllm_rss_mb``).
 _PER_PROCESS = (
+    (re.compile(r"^(?P<who>.+)_ci95_(?P<end>low|high)$"),
+     lambda who, end="": DisplayName(f"{display_name(who).label}, 95% interval {end}", display_name(who).unit,
+                                     display_name(who).decimals, display_name(who).scale)),
     (re.compile(r"^(?P<who>.+)_cpu_percent$"), lambda who: DisplayName(f"{who} CPU", "% of a core", 1)),
     (re.compile(r"^(?P<who>.+)_rss_mb$"), lambda who: DisplayName(f"{who} memory", "MiB", 0)),
     (re.compile(r"^(?P<who>.+)_sd$"), lambda who: DisplayName(f"± sd of {display_name(who).label}", display_name(who).unit,
@@ -122,7 +139,7 @@ def display_name(name: str) -> DisplayName:
     for pattern, build in _PER_PROCESS:
         match = pattern.match(name)
         if match:
-            return build(match["who"])
+            return build(**match.groupdict())
     return DisplayName(name.replace("_", " "))
 
 
@@ -185,3 +202,46 @@ def display_frame(frame: pd.DataFrame, *, keep_headers: tuple[str, ...] = ()) ->
 def human_headers(frame: pd.DataFrame) -> pd.DataFrame:
     """The same values (full precision) under human headers, for a CSV a person reads."""
     return frame.rename(columns={name: header(name) for name in frame.columns})
+
+
+# Settings of a stored run spec (dotted paths) as people call them; others read as their words.
+SETTING_NAMES: dict[str, str] = {
+    "backend": "backend", "model": "model", "target_url": "target URL", "served_model_name": "served model name",
+    "max_tokens": "max tokens", "temperature": "temperature", "top_p": "top p", "warmup_requests": "warm-up requests",
+    "keep_caches_warm": "keep caches warm", "requires": "worker labels needed", "worker": "pinned worker",
+    "load.kind": "load", "load.vus": "VUs", "load.duration_s": "duration (s)", "load.rate_per_s": "arrival rate (req/s)",
+    "load.max_vus": "VU cap", "load.graceful_stop_s": "graceful stop (s)", "load.stages": "VU stages",
+    "workload.kind": "workload", "workload.prompts": "PROMPTS", "workload.sessions": "sessions",
+    "workload.max_turns": "turns per session", "workload.stream": "streamed answers",
+    "workload.system_prompt": "system prompt", "workload.dataset_path": "dataset", "workload.requests_path": "requests file",
+    "cache.policy": "cache policy", "cache.ttl_s": "cache TTL (s)", "cache.fill_first_up_to": "cache filled first (requests)",
+}
+
+
+def setting_label(path: str) -> str:
+    """A run spec setting (``load.vus``, ``vllm.max_model_len``) in words: "VUs", "vllm: max model len"."""
+    if path in SETTING_NAMES:
+        return SETTING_NAMES[path]
+    *section, last = path.split(".")
+    words = f"{last.removesuffix('_s').replace('_', ' ')} (s)" if last.endswith("_s") else last.replace("_", " ")
+    return f"{' '.join(section)}: {words}" if section else words
+
+
+def setting_value(value: Any) -> str:
+    """A setting's value as shown: "–" when unset, yes/no, lists joined."""
+    if isinstance(value, (list, tuple)):
+        return ", ".join(setting_value(item) for item in value) or MISSING
+    if is_missing(value):
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:.0f}"
+    return str(value)
+
+
+def csv_frame(frame: pd.DataFrame, *, human: bool) -> pd.DataFrame:
+    """A table for a CSV download: full precision, missing values as empty cells (never ``nan``),
+    machine names or, with ``human``, the display headers."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return human_headers(clean) if human else clean

@@ -55,9 +55,10 @@ def plural(count: int, noun: str) -> str:
 
 
 # Columns of the Runs table, in order (machine names; headers come from pages.view.names).
+# The figures a person looks for come right after the run's identity, so they are on screen at 800 px.
 RUNS_TABLE_COLUMNS: tuple[str, ...] = (
-    "run_id", "status", "experiment", "cell_label", "repeat_index", "backend", "worker_name", "model", "workload",
-    "vus", "duration_s", "req_per_s", "output_tok_per_s", "latency_avg_s", "latency_p95_s", "requests_failed",
+    "run_id", "status", "backend", "cell_label", "req_per_s", "output_tok_per_s", "latency_p95_s", "latency_avg_s",
+    "requests_failed", "vus", "duration_s", "experiment", "repeat_index", "model", "workload", "worker_name",
     "measurement_warnings", "tags", "launched_by", "created_at",
 )
 
@@ -145,34 +146,50 @@ def server_metrics_table(server_metrics: dict[str, Any] | None) -> pd.DataFrame:
     return display_frame(pd.DataFrame(rows, columns=["service", "metric", "before", "after", "change"]))
 
 
-def figures_summary(record: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(label, value)`` of a run's headline figures, formatted for ``st.metric``."""
+def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """``(label, value, help)`` of a run's headline figures for ``st.metric`` tiles: labels short
+    enough for a narrow tile (the longer wording in the help), values with their unit."""
     def with_unit(value: float | None, unit: str) -> str:
         text = format_rate(value, 0)
         return text if value is None else f"{text}{unit}"
 
+    steady_source = record.get("steady_source") or "n/a"
     return [
-        ("req/s", format_rate(record.get("req_per_s"))),
-        ("output tok/s", format_rate(record.get("output_tok_per_s"), 1)),
-        ("input tok/s", format_rate(record.get("input_tok_per_s"), 1)),
-        ("avg latency", format_seconds(record.get("latency_avg_s"))),
-        ("p50 latency", format_seconds(record.get("latency_p50_s"))),
-        ("p95 latency", format_seconds(record.get("latency_p95_s"))),
-        ("p99 latency", format_seconds(record.get("latency_p99_s"))),
-        ("max latency", format_seconds(record.get("latency_max_s"))),
-        ("requests ok", format_rate(record.get("requests_ok"), 0)),
-        ("failed requests", format_rate(record.get("requests_failed"), 0)),
-        ("prefix cache hit", format_share(record.get("prefix_cache_hit_rate"))),
-        ("response cache hit", format_share(record.get("response_cache_hit_rate"))),
-        ("server TTFT avg", format_seconds(record.get("server_ttft_avg_s"))),
-        ("backend CPU avg", with_unit(record.get("backend_cpu_percent_avg"), "%")),
-        ("backend RSS max", with_unit(record.get("backend_rss_max_mb"), " MiB")),
-        ("k6 CPU avg", with_unit(record.get("k6_cpu_percent_avg"), "%")),
-        ("other processes' CPU avg", with_unit(record.get("other_cpu_percent_avg"), "%")),
-        (f"steady output tok/s ({record.get('steady_source') or 'n/a'})",
-         format_rate(record.get("steady_output_tok_per_s"), 1)),
-        ("steady req/s", format_rate(record.get("steady_req_per_s"))),
+        ("req/s", format_rate(record.get("req_per_s")), "requests finished per second (k6, drain included)"),
+        ("output tok/s", format_rate(record.get("output_tok_per_s"), 1), None),
+        ("input tok/s", format_rate(record.get("input_tok_per_s"), 1), None),
+        ("avg latency", format_seconds(record.get("latency_avg_s")), None),
+        ("p50 latency", format_seconds(record.get("latency_p50_s")), None),
+        ("p95 latency", format_seconds(record.get("latency_p95_s")), None),
+        ("p99 latency", format_seconds(record.get("latency_p99_s")), None),
+        ("max latency", format_seconds(record.get("latency_max_s")), None),
+        ("requests ok", format_rate(record.get("requests_ok"), 0), None),
+        ("failed requests", format_rate(record.get("requests_failed"), 0), None),
+        ("prefix cache hit", format_share(record.get("prefix_cache_hit_rate")), "vLLM's prefix (KV) cache hit rate"),
+        ("Redis cache hit", format_share(record.get("response_cache_hit_rate")), "the Redis response cache's hit rate"),
+        ("server TTFT avg", format_seconds(record.get("server_ttft_avg_s")), "time to first token, from /metrics"),
+        ("backend CPU", with_unit(record.get("backend_cpu_percent_avg"), "%"), "average, % of one core"),
+        ("backend RSS", with_unit(record.get("backend_rss_max_mb"), " MiB"), "the backend's largest resident memory"),
+        ("k6 CPU", with_unit(record.get("k6_cpu_percent_avg"), "%"), "average, % of one core"),
+        ("other CPU", with_unit(record.get("other_cpu_percent_avg"), "%"),
+         "other processes' CPU on the machine during the load, average, % of one core"),
+        ("steady tok/s", format_rate(record.get("steady_output_tok_per_s"), 1),
+         f"output tokens per second in the load window only (from {steady_source})"),
+        ("steady req/s", format_rate(record.get("steady_req_per_s")), f"the load window only (from {steady_source})"),
     ]
+
+
+# Metric tiles are this wide and wrap to the next line when the page is narrow (800 px and less).
+TILE_WIDTH_PX = 150
+
+
+def metric_tiles(tiles: Sequence[tuple[str, str, str | None]], *, width_px: int = TILE_WIDTH_PX) -> None:
+    """Metric tiles in a row that wraps: each keeps its whole value at any page width."""
+    import streamlit as st
+
+    with st.container(horizontal=True, wrap=True, gap="small"):
+        for label, value, help_text in tiles:
+            st.metric(label, value, help=help_text, width=width_px, border=True)
 
 
 # -- compare -----------------------------------------------------------------------------

@@ -1,74 +1,137 @@
-"""Screenshots of every page on a seeded lab, for docs/screenshots/ (not a test).
+"""Screenshots of every page from a real small experiment, for docs/screenshots/ (not a test).
 
-Seeds a temporary lab with ``tests/ui/conftest.seed_database`` (a finished quick
-seed-exp1, a failed and a queued run), serves it with Streamlit on a free loopback port
-(no worker: nothing runs) and photographs each page in Debian's Chromium::
+One command takes them all again::
 
-    .venv/bin/python -m tests.ui.screenshots docs/screenshots after
+    .venv/bin/python -m tests.ui.screenshots docs/screenshots
+
+It starts the lab (``python -m lab start``: Streamlit and the worker) on a free loopback port
+with a temporary data folder, runs a real small experiment through the CLI (seed-exp1 at the
+quick scale on the naive server only, 1 and 2 VUs, 8 s each: the cheapest real backend), then
+photographs each page in Debian's Chromium at 1280x800 and at 800 px wide. It also reads each
+page as a person would and prints every problem it finds (and exits 1): a metric tile whose
+value or label is cut, a link cut short, a chart legend over an axis title or the chart title, a machine column
+name in the text, and at 1280x800 a New experiment whose Launch button is below the fold.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
+from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, running_lab, wait_for_app
 
-from services.supervisor import find_free_port
-from tests.ui.conftest import PROJECT_ROOT, seed_database
-from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, wait_for_app
+# (file name, path under the lab's URL, text that says the page is drawn)
+PAGES: tuple[tuple[str, str, str], ...] = (
+    ("new-experiment", "", "Launching queues runs"),
+    ("runs", "runs", "Filters"),
+    ("run-detail", "run_detail?run=1", "Per second"),
+    ("compare", "compare", "Charts"),
+    ("services", "services", "Start a service"),
+    ("workers", "workers", "workers alive"),
+)
+VIEWPORTS = {"1280": {"width": 1280, "height": 800}, "800": {"width": 800, "height": 800}}
+EXPERIMENT = ["--preset", "seed-exp1", "--quick", "--set", 'grid.backend=["naive"]', "--set", "grid.load.vus=[1, 2]",
+              "--set", "load.duration_s=8", "--set", "max_tokens=16", "--set", "load.graceful_stop_s=60"]
+# Machine names that must never reach a person's eye.
+MACHINE_NAMES = ("output_tok_per_s", "req_per_s", "latency_p95_s", "latency_avg_s", "cell_label", "run_id",
+                 "worker_name", "requests_failed", "ttft_hit_avg_s", "slo_evaluated")
 
-PAGES = {"new-experiment": ("", "Launching queues runs"), "runs": ("runs", "Filters"),
-         "run-detail": ("run_detail?run=1", "Per second"), "compare": ("compare", "Charts"),
-         "services": ("services", "Start a service"), "run-detail-failed": ("run_detail?run=5", "Run #5")}
+PROBLEMS_JS = """() => {
+  const problems = [];
+  const cut = e => e.scrollWidth > e.clientWidth + 1;
+  for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
+    const label = m.querySelector('[data-testid="stMetricLabel"]');
+    const value = m.querySelector('[data-testid="stMetricValue"]');
+    const deep = e => e && (cut(e) || Array.from(e.querySelectorAll('*')).some(cut));
+    if (deep(value)) problems.push('metric value cut: ' + label.innerText + ' = ' + value.innerText);
+    if (deep(label)) problems.push('metric label cut: ' + label.innerText);
+  }
+  for (const link of document.querySelectorAll('[data-testid="stPageLink"]')) {
+    if (cut(link) || Array.from(link.querySelectorAll('*')).some(cut)) problems.push('link cut: ' + link.innerText);
+  }
+  const overlap = (a, b) => a && b && a.width && b.width && !(a.right <= b.left || b.right <= a.left
+                                                               || a.bottom <= b.top || b.bottom <= a.top);
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    const legend = plot.querySelector('.legend');
+    const box = legend ? legend.getBoundingClientRect() : null;
+    const title = (plot.querySelector('.gtitle') || {textContent: '?'}).textContent;
+    for (const sel of ['.g-xtitle', '.g-ytitle', '.gtitle', '.xtick', '.ytick']) {
+      for (const other of plot.querySelectorAll(sel)) {
+        if (overlap(box, other.getBoundingClientRect())) problems.push('legend over ' + sel + ' in "' + title + '"');
+      }
+    }
+  }
+  return problems;
+}"""
 
 
-def main(folder: str, suffix: str) -> None:
+def launch_above_the_fold(page) -> list[str]:  # noqa: ANN001
+    """At 1280x800, New experiment's Launch button must be on the first screen."""
+    button = page.get_by_role("button", name="Launch preset").first
+    box = button.bounding_box()
+    return [] if box and box["y"] + box["height"] <= 800 else [f"Launch preset below the fold: {box}"]
+
+
+# Streamlit scrolls its main area, not the document: a full-page shot needs a viewport that tall.
+CONTENT_HEIGHT_JS = """() => Math.max(...Array.from(document.querySelectorAll(
+  '[data-testid="stMain"], [data-testid="stMainBlockContainer"], [data-testid="stSidebarContent"]'))
+  .map(e => e.scrollHeight + e.getBoundingClientRect().top))"""
+
+
+def shoot_whole_page(page, path: Path, viewport: dict) -> None:  # noqa: ANN001
+    """The page from top to bottom (the viewport stretched to the content), then the viewport back."""
+    height = max(viewport["height"], int(page.evaluate(CONTENT_HEIGHT_JS)))
+    page.set_viewport_size({"width": viewport["width"], "height": min(height, 12_000)})
+    page.wait_for_timeout(1500)  # charts re-laid out
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(viewport)
+
+
+def photograph(url: str, out: Path) -> list[str]:
+    """Every page at both widths: a full-page PNG each, and the problems found on it."""
+    from playwright.sync_api import sync_playwright
+
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        for width, viewport in VIEWPORTS.items():
+            page = browser.new_page(viewport=viewport)
+            for name, path, text in PAGES:
+                page.goto(f"{url}/{path}")
+                wait_for_app(page, text)
+                page.wait_for_timeout(3000)  # charts drawn, fragments settled
+                found = page.evaluate(PROBLEMS_JS)
+                body = page.inner_text("body")
+                found += [f"machine name shown: {n}" for n in MACHINE_NAMES if n in body]
+                if name == "new-experiment" and width == "1280":
+                    found += launch_above_the_fold(page)
+                problems += [f"{name} at {width} px: {problem}" for problem in found]
+                shoot_whole_page(page, out / f"{name}-{width}.png", viewport)
+            page.close()
+        browser.close()
+    return problems
+
+
+def main(folder: str = "docs/screenshots") -> int:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("LAB_")}
-        env["LAB_DATA_DIR"] = data_dir
-        os.environ.update(env)
-        from db.engine import get_engine
-        from lab.settings import get_settings
-
-        get_settings.cache_clear()
-        seed_database(get_engine(get_settings().resolved_database_url))
-        port = find_free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
-             "--server.headless", "true"], cwd=PROJECT_ROOT, env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(120):
-                try:
-                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.5)
-            from playwright.sync_api import sync_playwright
-
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                for name, (path, text) in PAGES.items():
-                    page.goto(f"{url}/{path}")
-                    wait_for_app(page, text)
-                    page.wait_for_timeout(3000)
-                    page.screenshot(path=str(out / f"{name}-{suffix}.png"), full_page=True)
-                browser.close()
-        finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+    with tempfile.TemporaryDirectory() as temporary:
+        data_dir = Path(temporary) / "lab-data"
+        with running_lab(data_dir, Path(temporary) / "lab.log") as url:
+            ran = subprocess.run([sys.executable, "-m", "lab", "run", *EXPERIMENT], cwd=PROJECT_ROOT,
+                                 env=lab_env(data_dir), capture_output=True, text=True, timeout=900)
+            print(ran.stdout[-3000:], ran.stderr[-2000:], sep="\n")
+            if ran.returncode != 0:
+                print(f"the experiment failed ({ran.returncode}); see above")
+                return 1
+            problems = photograph(url, out)
+    for problem in problems:
+        print("PROBLEM:", problem)
+    print(f"{len(PAGES) * len(VIEWPORTS)} screenshots in {out}; {len(problems)} problems")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    sys.exit(main(*sys.argv[1:2]))

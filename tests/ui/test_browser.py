@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -42,17 +43,13 @@ def lab_env(data_dir: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def lab_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """``python -m lab start`` on a free port; stopped (its whole process group) afterwards."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make setup` (apt-get install chromium)")
-    if not (PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct" / "config.json").is_file():
-        pytest.fail("models/SmolLM2-135M-Instruct is missing: run `make setup` first")
-    data_dir = tmp_path / "lab-data"
+@contextmanager
+def running_lab(data_dir: Path, log_path: Path) -> Iterator[str]:
+    """``python -m lab start`` (Streamlit and the worker) on a free port with ``data_dir``; its URL.
+    Stopped (its whole process group, then the services it started) afterwards."""
     port = find_free_port()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    log = (PROJECT_ROOT / "test-artifacts" / "browser-lab.log").open("w")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "lab", "start", "--port", str(port)],
         cwd=PROJECT_ROOT, env=lab_env(data_dir), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -62,29 +59,54 @@ def lab_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         deadline = time.monotonic() + 90
         while True:
             if process.poll() is not None:
-                pytest.fail(f"the lab exited with {process.returncode}; see test-artifacts/browser-lab.log")
+                raise RuntimeError(f"the lab exited with {process.returncode}; see {log_path}")
             try:
                 if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail("the lab did not answer /_stcore/health within 90 s")
+                raise RuntimeError("the lab did not answer /_stcore/health within 90 s")
             time.sleep(0.5)
-        yield url, data_dir
+        yield url
     finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=60)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait(timeout=10)
-        subprocess.run([sys.executable, "-m", "lab", "services", "down"], cwd=PROJECT_ROOT,
-                       env=lab_env(data_dir), timeout=120, check=False, capture_output=True)
+        stop_lab(process, data_dir)
         log.close()
+
+
+def stop_lab(process: subprocess.Popen, data_dir: Path) -> None:
+    """TERM the lab's process group (KILL after a minute), then stop the services it started."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=10)
+    subprocess.run([sys.executable, "-m", "lab", "services", "down"], cwd=PROJECT_ROOT,
+                   env=lab_env(data_dir), timeout=120, check=False, capture_output=True)
+
+
+def check_prerequisites() -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make setup` (apt-get install chromium)")
+    if not (PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct" / "config.json").is_file():
+        pytest.fail("models/SmolLM2-135M-Instruct is missing: run `make setup` first")
+
+
+@pytest.fixture
+def lab_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``python -m lab start`` on a free port; stopped (its whole process group) afterwards."""
+    check_prerequisites()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    data_dir = tmp_path / "lab-data"
+    try:
+        with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-lab.log") as url:
+            yield url, data_dir
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 def wait_for_app(page, text: str, timeout_ms: int = 60_000) -> None:  # noqa: ANN001
@@ -123,7 +145,7 @@ def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
 
             # Every page opens, each with its empty state.
             for path, text, name in [
-                ("runs", "No runs yet. Start from a seed preset", "02-runs-empty"),
+                ("runs", "No runs yet. Start from the recommended first experiment", "02-runs-empty"),
                 ("run_detail", "No runs yet. Launch one on New experiment", "03-run-detail-empty"),
                 ("compare", "Nothing to compare yet", "04-compare-empty"),
                 ("services", "No service has been started yet", "05-services-empty"),

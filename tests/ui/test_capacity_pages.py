@@ -24,6 +24,9 @@ def test_find_capacity_refuses_impossible_bounds_and_launches_a_search(
     assert "the minimum load 8 is above the maximum 2" in texts(app)
     assert not [b for b in app.button if b.key == "capacity_launch"]
     widget(app.number_input, "capacity_max").set_value(16.0).run()
+    # At most 12 probes with a vLLM start-up: over ten minutes, so it asks first.
+    assert "12 runs, about " in texts(app) and widget(app.button, "capacity_launch").disabled
+    widget(app.checkbox, "capacity_launch_confirm").check().run()
     widget(app.button, "capacity_launch").click().run()
     assert not app.exception, [item.value for item in app.exception]
     assert [heading.value for heading in app.title] == ["Runs"]
@@ -51,7 +54,12 @@ def test_run_detail_shows_the_search_and_compare_the_pareto_chart(seed_lab: Seed
     store.set_experiment_capacity(engine=seed_lab.engine, experiment_id=experiment_id, capacity=state)
     app = open_page(PAGES["Run detail"], run=str(run_id))
     assert f"Capacity search #{experiment_id} (running)" in texts(app)
-    assert any("Capacity search" in str(chart.proto.spec) for chart in app.get("plotly_chart"))
+    assert any("The probes: green passed the SLO" in str(chart.proto.spec) for chart in app.get("plotly_chart"))
+    # A search between two probes is followed live on Runs, like a run.
+    app = open_page(PAGES["Runs"])
+    assert f"Live: capacity search #{experiment_id}** · running · 1 probe so far" in texts(app)
     app = open_page(PAGES["Compare"])
     assert "Throughput against latency (Pareto)" in texts(app)
-    assert any("Throughput against latency_p95_s" in str(chart.proto.spec) for chart in app.get("plotly_chart"))
+    pareto = [str(chart.proto.spec) for chart in app.get("plotly_chart") if chart.key == "compare_pareto_chart"]
+    assert "against p95 latency (labels: the load)" in pareto[0] and "p95 latency (s)" in pareto[0]
+    assert "latency_p95_s" not in pareto[0]

@@ -63,6 +63,13 @@ def widget(elements, key: str):  # noqa: ANN001, ANN201
     return matches[0]
 
 
+def frame_with(app: AppTest, column: str):  # noqa: ANN201
+    """The first table on the page with a ``column`` header."""
+    frames = [frame.value for frame in app.dataframe if column in frame.value.columns]
+    assert frames, f"no table with a {column!r} column: {[list(f.value.columns) for f in app.dataframe]}"
+    return frames[0]
+
+
 def runs_in_db(seed: SeededLab) -> list[Run]:
     with Session(seed.engine) as session:
         return store.list_runs(session=session)
@@ -85,7 +92,7 @@ def test_sidebar_shows_the_queue_and_services(seed_lab: SeededLab) -> None:
 
 
 def test_empty_lab_tells_what_to_do_next(empty_lab) -> None:  # noqa: ANN001
-    assert "No runs yet. Start from a seed preset" in texts(open_page(PAGES["Runs"]))
+    assert "No runs yet. Start from the recommended first experiment" in texts(open_page(PAGES["Runs"]))
     assert "Nothing to compare yet" in texts(open_page(PAGES["Compare"]))
     assert "No runs yet. Launch one on New experiment" in texts(open_page(PAGES["Run detail"]))
     assert "No service has been started yet" in texts(open_page(PAGES["Services"]))
@@ -121,6 +128,10 @@ def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: 
     assert "<script src=\"http" not in Path(report["report.html"]).read_text()
     before = len(runs_in_db(seed_lab))
     widget(app.number_input, "reproduce_repeats").set_value(1).run()
+    # 13 runs with vLLM start-ups: over ten minutes, so the button waits for a confirmation.
+    assert "13 runs, about " in texts(app)
+    assert widget(app.button, "reproduce_queue").disabled
+    widget(app.checkbox, "reproduce_queue_confirm").check().run()
     widget(app.button, "reproduce_queue").click().run()
     assert not app.exception
     assert len(runs_in_db(seed_lab)) - before == 6 + 4 + 3  # quick exp1, exp2, exp3 cells
@@ -262,27 +273,37 @@ def test_run_detail_shows_figures_charts_logs_and_runs_again(seed_lab: SeededLab
     assert "vllm:request_success_total" in set(app.dataframe[0].value["metric"])
     before = len(runs_in_db(seed_lab))
     widget(app.button, "run_again").click().run()
+    # "Run again" opens New experiment with the run's spec in an editable form.
+    assert [heading.value for heading in app.title] == ["New experiment"]
+    assert f"Run again: run #{run_id}'s spec" in texts(app)
+    app.switch_page(PAGES["New experiment"]).run()  # AppTest reruns its own page, not the one switched to
+    lines = widget(app.text_area, "run_again_overrides").value
+    assert "backend=naive" in lines and "max_tokens=128" in lines
+    widget(app.text_area, "run_again_overrides").input(lines.replace("max_tokens=128", "max_tokens=16")).run()
+    widget(app.button, "run_again_launch").click().run()
     assert [heading.value for heading in app.title] == ["Runs"]
     runs = runs_in_db(seed_lab)
-    assert len(runs) == before + 1 and runs[0].status == RunStatus.QUEUED and runs[0].spec == runs[-1].spec
+    original = next(run for run in runs if run.id == run_id)
+    assert len(runs) == before + 1 and runs[0].status == RunStatus.QUEUED
+    assert runs[0].spec == {**original.spec, "max_tokens": 16}
 
 
 def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["Compare"])
     assert "The seed's table (seed-exp1), ours beside the seed's" in texts(app)
-    table = app.dataframe[0].value
+    table = frame_with(app, "seed throughput (tok/s)")
     assert list(table["VUs"]) == ["1", "1", "8", "8"]
     assert list(table["server"]) == ["Transformers", "vLLM", "Transformers", "vLLM"]
     assert list(table["seed throughput (tok/s)"]) == ["27.0", "139.0", "25.6", "1,045.0"]
     assert list(table["throughput (tok/s)"]) == ["22.7", "17.0", "20.1", "62.0"]
-    ratios = app.dataframe[1].value
+    ratios = frame_with(app, "value")
     assert dict(zip(ratios["ratio"], ratios["value"]))["vLLM over naive output tok/s at 8 VUs"] == f"{62.0 / 20.1:.2f}"
-    significance = app.dataframe[2].value
+    significance = frame_with(app, "what changes")
     assert set(significance["significance"]) == {"n too small (n=1 vs 1; needs 3 each)"}
-    cost = app.dataframe[3].value
+    cost = frame_with(app, "cost per 1M output tokens")
     naive_1 = cost[(cost["backend"] == "naive") & (cost["VUs"] == "1")]["cost per 1M output tokens"].iloc[0]
     assert naive_1 == f"{1.0 / (22.7 * 3600) * 1e6:,.2f}"
-    assert len(app.get("plotly_chart")) == 5  # throughput, latency, series, hit rates, Pareto
+    assert len(app.get("plotly_chart")) == 6  # tok/s, req/s, latency, hit rates, series, Pareto
     assert [button.label for button in app.get("download_button")] == [
         "Download this table (CSV)", "Download raw per-run data (CSV)"]
 
@@ -294,7 +315,7 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert "'" + FORMULA_TAG in tags and FORMULA_TAG not in tags
 
     widget(app.number_input, "compare_price").set_value(2.0).run()
-    cost = app.dataframe[3].value
+    cost = frame_with(app, "cost per 1M output tokens")
     assert cost["cost per 1M output tokens"].iloc[0] == f"{2.0 / (22.7 * 3600) * 1e6:,.2f}"
 
 
@@ -303,11 +324,12 @@ def test_compare_leaves_warned_runs_out_of_the_means_unless_asked(seed_lab: Seed
         session.get(Run, seed_lab.done_run_ids[0]).measurement_warnings = "other processes used 150% of a core"
         session.commit()
     app = open_page(PAGES["Compare"])
-    assert "1 run(s) with measurement warnings left out of the means." in texts(app)
-    assert len(app.dataframe[0].value) == 3
+    assert "1 run with measurement warnings left out of the means" in texts(app)
+    assert len(frame_with(app, "seed throughput (tok/s)")) == 3
     widget(app.toggle, "compare_include_warned").set_value(True).run()
-    assert "1 run(s) with measurement warnings included in the means." in texts(app)
-    assert len(app.dataframe[0].value) == 4
+    assert "1 run with measurement warnings included in the means." in texts(app)
+    assert "left out" not in texts(app)
+    assert len(frame_with(app, "seed throughput (tok/s)")) == 4
 
 
 def test_compare_individual_runs_without_a_preset_table(seed_lab: SeededLab) -> None:
@@ -317,7 +339,7 @@ def test_compare_individual_runs_without_a_preset_table(seed_lab: SeededLab) -> 
     assert not app.exception
     # Both runs come from seed-exp1, so its table still applies.
     assert "The seed's table (seed-exp1)" in texts(app)
-    assert len(app.dataframe[0].value) == 2
+    assert len(frame_with(app, "seed throughput (tok/s)")) == 2
 
 
 def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:

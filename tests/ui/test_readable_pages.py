@@ -16,7 +16,7 @@ from lab.analysis.compare import RECORD_FIELDS
 from lab.settings import get_settings
 from pages.view.names import DISPLAY_NAMES
 from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, texts, widget
+from tests.ui.test_pages import PAGES, frame_with, open_page, texts, widget
 
 # Machine names a rendered table must never show as a header.
 INTERNAL_NAMES = {name for name in (*RECORD_FIELDS, *DISPLAY_NAMES) if "_" in name}
@@ -95,7 +95,8 @@ def test_live_charts_during_the_load_only_those_with_data(seed_lab: SeededLab) -
     charts = app.get("plotly_chart")
     titles = [chart.proto.spec for chart in charts]
     assert len(charts) == 5  # tokens, requests, latency, backend queue, CPU
-    assert any("other processes (% of a core)" in spec for spec in titles)
+    # Legends name the process, the axis carries the unit.
+    assert any('"name":"other processes"' in spec and "% of one core" in spec for spec in titles)
     assert not any("output_tok_per_s" in spec or "naive_cpu_percent" in spec for spec in titles)
     assert "requests done=4" in texts(app)
 
@@ -149,8 +150,9 @@ def test_compare_names_the_experiments_and_drops_empty_charts(seed_lab: SeededLa
     shown = texts(app)
     assert "of 4 runs from experiment #1" in shown
     keys = [chart.key for chart in app.get("plotly_chart")]
-    assert keys == ["compare_throughput", "compare_latency", "compare_series", "compare_pareto_chart"]  # no cache-hit chart
-    ratios = list(app.dataframe[1].value["ratio"])
+    assert keys == ["compare_throughput", "compare_requests", "compare_latency", "compare_series",
+                    "compare_pareto_chart"]  # no cache-hit chart
+    ratios = list(frame_with(app, "value")["ratio"])
     assert "vLLM over naive output tok/s at 1 VU" in ratios and not any("hit" in ratio for ratio in ratios)
     assert not any("·" in ratio or "_" in ratio for ratio in ratios)
     widget(app.toggle, "compare_csv_human").set_value(True).run()

@@ -1,0 +1,55 @@
+"""The result card of a finished run on Runs: what the live panel turns into when the run ends.
+
+Its status, the headline figures with their units, its warnings or failure reason, and links
+to its Run detail and to Compare (with its experiment's done runs chosen).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from pages.common import COMPARE_PAGE, RUN_DETAIL_PAGE
+from pages.view.names import format_value, local_time
+from pages.view.tables import metric_tiles, status_badge
+from pages.view.text import plain, show_failure, show_plain
+
+# (label with unit, record field) of the card's tiles: the figures a person looks for first.
+CARD_FIGURES: tuple[tuple[str, str], ...] = (
+    ("req/s", "req_per_s"),
+    ("output tok/s", "output_tok_per_s"),
+    ("p95 latency (s)", "latency_p95_s"),
+    ("avg latency (s)", "latency_avg_s"),
+    ("failed requests", "requests_failed"),
+)
+
+
+# Five tiles fit one row inside the card at 1280 px.
+CARD_TILE_WIDTH_PX = 140
+
+
+def card_heading(card: dict[str, Any]) -> str:
+    """``Run #7 · ✅ done · naive · backend=naive vus=1 · finished 2026-12-01 12:03:04`` (Markdown, user text escaped)."""
+    return (f"**Run #{card['run_id']}** · {status_badge(card['status'])} · {plain(card['backend'])}"
+            f" · {plain(card['cell_label'])} · finished {local_time(card.get('finished_at'))}")
+
+
+def render_result_card(card: dict[str, Any]) -> None:
+    """The newest finished run's card (``lab.history.finished_run_card``)."""
+    with st.container(border=True, key="result_card"):
+        st.markdown(card_heading(card))
+        if card["status"] == "done":
+            metric_tiles([(label, format_value(name, card.get(name)), None) for label, name in CARD_FIGURES],
+                         width_px=CARD_TILE_WIDTH_PX)
+        elif card.get("status_reason"):
+            show_failure(card["status_reason"], kind="error" if card["status"] == "failed" else "info")
+        if card.get("measurement_warnings"):
+            show_plain(card["measurement_warnings"], kind="warning")
+        with st.container(horizontal=True, wrap=True, gap="medium"):  # one under the other when narrow
+            st.page_link(RUN_DETAIL_PAGE, label=f"Open run #{card['run_id']}", icon=":material/search:",
+                         query_params={"run": str(card["run_id"])})
+            siblings = card.get("experiment_done_run_ids") or []
+            if len(siblings) >= 2:
+                st.page_link(COMPARE_PAGE, label=f"Compare its experiment's {len(siblings)} done runs",
+                             icon=":material/bar_chart:", query_params={"runs": ",".join(map(str, siblings))})

@@ -1,0 +1,172 @@
+"""Issue 24 in a real headless Chromium against the real lab (``python -m lab start``) and the
+real naive server: three short runs launched from the form, followed on Runs without a reload
+until each reports itself in the result card (req/s and p95); then Compare on two runs one
+setting apart (a ratio) and on two runs two settings apart (both named, no ratio).
+
+One lab for the module: the runs the first test waits for are the ones the others compare.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from db.models import Run, RunStatus
+from tests.ui.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PROJECT_ROOT,
+    RUN_DONE_TIMEOUT_S,
+    SCREENSHOTS,
+    check_prerequisites,
+    fill,
+    running_lab,
+    shot,
+    wait_for_app,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+# What the result card reads: its text, and each tile's label and whole value.
+CARD_JS = """() => {
+  const card = document.querySelector('.st-key-result_card');
+  if (!card) { return null; }
+  const tiles = {};
+  for (const m of card.querySelectorAll('[data-testid="stMetric"]')) {
+    const label = m.querySelector('[data-testid="stMetricLabel"]').innerText.trim();
+    const value = m.querySelector('[data-testid="stMetricValue"]');
+    tiles[label] = {text: value.innerText.trim(), cut: value.scrollWidth > value.clientWidth + 1};
+  }
+  return {text: card.textContent, tiles: tiles, marker: window.__notReloaded === true};
+}"""
+TALL = {"width": 1280, "height": 4000}
+# The texts of every table cell on the page (Glide's accessible grid).
+CELLS_JS = """() => Array.from(document.querySelectorAll('[data-testid="stDataFrame"] [role="gridcell"]'))
+  .map(c => c.textContent)"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    check_prerequisites()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    data_dir = tmp_path_factory.mktemp("round3") / "lab-data"
+    with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-round3-lab.log") as url:
+        yield url, data_dir
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:  # noqa: ANN201
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def launch_grid(page, name: str, vus: str, max_tokens: str) -> None:  # noqa: ANN001
+    """Launch a grid of the naive server from the form, 5 s per run."""
+    page.get_by_role("link", name="New experiment", exact=True).first.click()
+    wait_for_app(page, "Launching queues runs")
+    page.get_by_role("tab", name="Build a grid").click()
+    fill(page, "Experiment name", name)
+    fill(page, "VUs (one or more, e.g. 1, 8, 32)", vus)
+    fill(page, "Duration per run (s)", "5")
+    fill(page, "Max tokens per request", max_tokens)
+    fill(page, "Graceful stop (s)", "120")  # a busy shared CPU can take a minute a request
+    page.get_by_role("button", name="Launch grid").click()
+    page.wait_for_url("**/runs", timeout=60_000)
+    wait_for_app(page, "Filters")
+
+
+def card_run(card: dict) -> str | None:
+    """The run number the card's heading names (None while a refresh redraws the heading)."""
+    found = re.search(r"Run\W*#\W*(\d+)", card["text"])
+    return found[1] if found else None
+
+
+def run_rows(data_dir: Path) -> list[tuple[int, str, int, int]]:
+    engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
+    with Session(engine) as session:
+        rows = [(run.id, run.status, run.vus, run.max_tokens) for run in session.scalars(select(Run).order_by(Run.id))]
+    engine.dispose()
+    return rows
+
+
+def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, Path], browser) -> None:  # noqa: ANN001
+    url, data_dir = lab
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(url)
+    wait_for_app(page, "Launching queues runs")
+    launch_grid(page, "one setting apart", "1, 2", "8")
+    launch_grid(page, "two settings apart", "2", "16")
+    assert page.url.rstrip("/").endswith("runs")
+    page.evaluate("() => { window.__notReloaded = true; }")
+    cards: dict[str, dict] = {}
+    deadline = time.monotonic() + RUN_DONE_TIMEOUT_S + 300
+    while time.monotonic() < deadline and len(cards) < 3:
+        card = page.evaluate(CARD_JS)
+        if card and card["tiles"].get("p95 latency (s)", {}).get("text", "–") != "–":
+            assert card["marker"], "the page was reloaded"
+            number = card_run(card)
+            if number is not None and number not in cards:
+                cards[number] = card
+                shot(page, f"round3-result-card-{number}")
+        if all(status in RunStatus.FINAL for _, status, _, _ in run_rows(data_dir)) and len(cards) >= 1:
+            page.wait_for_timeout(5000)  # the last refresh
+            card = page.evaluate(CARD_JS)
+            if card and card_run(card):
+                cards[card_run(card)] = card
+            break
+        page.wait_for_timeout(500)
+    rows = run_rows(data_dir)
+    assert [status for _, status, _, _ in rows] == [RunStatus.DONE] * 3, rows
+    last = cards.get(str(rows[-1][0]))
+    assert last is not None, cards.keys()
+    assert last["marker"], "the page was reloaded"
+    for label in ("req/s", "p95 latency (s)", "output tok/s"):
+        tile = last["tiles"][label]
+        assert tile["text"] not in ("", "–") and not tile["cut"], (label, tile)
+        assert float(tile["text"].replace(",", "")) > 0, (label, tile)
+    assert "✅ done" in last["text"] and f"Open run #{rows[-1][0]}" in last["text"]
+    page.close()
+
+
+def test_runs_one_setting_apart_compare_with_a_ratio(lab: tuple[str, Path], browser) -> None:  # noqa: ANN001
+    url, data_dir = lab
+    (first, _, _, _), (second, _, _, _) = run_rows(data_dir)[:2]  # VUs 1 and 2, max tokens 8
+    page = browser.new_page(viewport=TALL)  # Glide draws (and exposes) only the cells on screen
+    page.goto(f"{url}/compare?runs={first},{second}")
+    wait_for_app(page, "What differs between the chosen runs")
+    page.get_by_text("Cells one setting apart").first.wait_for(timeout=30_000)
+    text = page.inner_text("body")
+    assert "1 setting differs: VUs" in text
+    assert "No ratio applies" not in text
+    cells = page.evaluate(CELLS_JS)
+    assert "VUs 1 → 2" in cells and any(cell.endswith("x") for cell in cells), cells
+    shot(page, "round3-compare-one-setting")
+    page.close()
+
+
+def test_runs_two_settings_apart_compare_names_both_and_no_ratio(lab: tuple[str, Path], browser) -> None:  # noqa: ANN001
+    url, data_dir = lab
+    rows = run_rows(data_dir)
+    first, third = rows[0][0], rows[2][0]  # VUs 1, max tokens 8 against VUs 2, max tokens 16
+    page = browser.new_page(viewport=TALL)
+    page.goto(f"{url}/compare?runs={first},{third}")
+    wait_for_app(page, "What differs between the chosen runs")
+    page.get_by_text("No ratio applies").first.wait_for(timeout=30_000)
+    text = page.inner_text("body")
+    assert "2 settings differ:" in text and "max tokens" in text and "VUs" in text
+    assert "Cells one setting apart" not in text
+    cells = page.evaluate(CELLS_JS)
+    assert "max tokens" in cells and "VUs" in cells, cells
+    assert not any(cell.endswith("x") and cell[:-1].replace(".", "").replace(",", "").isdigit() for cell in cells)
+    shot(page, "round3-compare-two-settings")
+    page.close()
