@@ -215,14 +215,14 @@ class RunSteps:
             "cache-proxy",
             cache_proxy_config(
                 upstream_url=targets.backend_url, redis_url=redis_url, policy=spec.cache.policy, ttl_s=spec.cache.ttl_s,
-                single_flight=spec.cache.single_flight,
+                single_flight=spec.cache.single_flight, server=spec.cache.server,
             ),
             abort=self.cancel_requested,
         )
         targets.target_url, targets.proxy_url = proxy_url, proxy_url
         targets.service_names += ["redis", "cache-proxy"]
         self.service_configs["cache-proxy"] = {"policy": spec.cache.policy, "ttl_s": spec.cache.ttl_s,
-                                               "single_flight": spec.cache.single_flight}
+                                               "single_flight": spec.cache.single_flight, "server": spec.cache.server}
 
     def prepare_workload(self, spec: RunSpec) -> Path | None:
         """Write the request file the workload's k6 script replays (None if it needs none)."""
