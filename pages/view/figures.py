@@ -189,6 +189,15 @@ def _done_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([r for r in records if r.get("status") == "done"])
 
 
+def vus_axis(figure: go.Figure, vus: Sequence[float]) -> go.Figure:
+    """Ticks at the VUs measured, never fractions of a user; a log axis when they span 8x or more (1, 8, 32)."""
+    values = sorted({float(v) for v in vus if v and v > 0})
+    if values:
+        figure.update_xaxes(tickmode="array", tickvals=values, ticktext=[f"{v:g}" for v in values],
+                            type="log" if values[-1] / values[0] >= 8 else "linear")
+    return figure
+
+
 def figure_vs_vus(records: Sequence[dict[str, Any]], figure_name: str, *, title: str) -> go.Figure:
     """Mean of one figure against VUs, one line per backend in its colour."""
     figure = go.Figure()
@@ -198,6 +207,7 @@ def figure_vs_vus(records: Sequence[dict[str, Any]], figure_name: str, *, title:
         for backend, part in grouped.groupby("backend"):
             figure.add_trace(go.Scatter(x=part["vus"], y=part[figure_name], mode="lines+markers", name=str(backend),
                                         line={"color": backend_colour(str(backend))}))
+        vus_axis(figure, grouped["vus"].tolist())
     return readable(figure, title=title, x_title=header("vus"), y_title=header(figure_name))
 
 
@@ -226,6 +236,7 @@ def latency_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
                     name=f"{backend} {display_name(column).label.removesuffix(' latency')}",
                     line={"color": backend_colour(str(backend)), "dash": dashes[column]},
                 ))
+        vus_axis(figure, grouped["vus"].tolist())
     return readable(figure, title="Latency percentiles against VUs", x_title=header("vus"), y_title="seconds")
 
 
