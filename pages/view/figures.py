@@ -165,10 +165,10 @@ LIVE_CHARTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 
 
-def live_figures(live: dict[str, Any] | None) -> list[go.Figure]:
+def live_figures(live: dict[str, Any] | None, *, smooth_s: int = 1) -> list[go.Figure]:
     """The live charts of a run under load (``progress["live"]`` written by the runner), those
     with data: throughput, requests, latency, the backend's queue, CPU of each process and the
-    host's other work."""
+    host's other work; the load's series optionally smoothed over ``smooth_s`` seconds."""
     live = live or {}
     figures: list[go.Figure] = []
     for title, part, columns, y_title in LIVE_CHARTS:
@@ -177,7 +177,7 @@ def live_figures(live: dict[str, Any] | None) -> list[go.Figure]:
         if "requests_failed" in present and not pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum():
             present.remove("requests_failed")  # no failures: no line for them
         if present:
-            figures.append(line_figure(frame, present, title=title, y_title=y_title))
+            figures.append(line_figure(frame, present, title=title, y_title=y_title, smooth_s=smooth_s))
     cpu = pd.DataFrame(live.get("cpu") or {})
     cpu_columns = [c for c in cpu.columns if c != "time_s" and has_data(cpu, [c])]
     if cpu_columns:

@@ -72,7 +72,9 @@ def render_load(run: dict[str, Any]) -> None:
 
 def render_live_charts(live: dict[str, Any] | None, *, key: str) -> None:
     """The live per-second charts, two a row (none until the first second is complete)."""
-    figures = live_figures(live)
+    smooth_s = 5 if st.toggle("Smooth the per-second series (5 s moving average)", key=f"{key}_smooth",
+                              help="At low load the per-second counts jump between 0 and a few requests.") else 1
+    figures = live_figures(live, smooth_s=smooth_s)
     if not figures:
         st.caption("Live charts appear after the first second of load.")
         return
