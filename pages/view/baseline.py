@@ -78,7 +78,7 @@ def spec_downloads(run: Run) -> None:
             file_name=f"experiment-{run.experiment.id}-spec.json", mime="application/json",
             key="download_experiment_spec", on_click="ignore")
     st.caption("Rerun a spec file with `python -m lab run --spec FILE`; gate it against this baseline with "
-               "`--baseline auto --fail-on-regression output_tok_per_s=5`.")
+               "`--baseline auto --fail-on-regression FIGURE=PERCENT` (the README lists the figures).")
 
 
 def mark_buttons(run: Run, in_baseline: bool) -> None:
