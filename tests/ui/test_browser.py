@@ -74,8 +74,8 @@ def running_lab(data_dir: Path, log_path: Path) -> Iterator[str]:
         log.close()
 
 
-def stop_lab(process: subprocess.Popen, data_dir: Path) -> None:
-    """TERM the lab's process group (KILL after a minute), then stop the services it started."""
+def stop_process_group(process: subprocess.Popen) -> None:
+    """TERM a process group started with ``start_new_session`` (KILL after a minute)."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
@@ -85,6 +85,11 @@ def stop_lab(process: subprocess.Popen, data_dir: Path) -> None:
         except ProcessLookupError:
             pass
         process.wait(timeout=10)
+
+
+def stop_lab(process: subprocess.Popen, data_dir: Path) -> None:
+    """Stop the lab's process group, then the services it started."""
+    stop_process_group(process)
     subprocess.run([sys.executable, "-m", "lab", "services", "down"], cwd=PROJECT_ROOT,
                    env=lab_env(data_dir), timeout=120, check=False, capture_output=True)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Run, RunAudit, RunStatus
 from services.supervisor import find_free_port
-from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, wait_for_app
+from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, stop_process_group, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -83,7 +82,7 @@ def lab_server(tmp_path: Path, *, secrets: Callable[[int], str] | None, worker: 
             time.sleep(0.5)
         yield url
     finally:
-        stop(process)
+        stop_process_group(process)
         log.close()
 
 
@@ -92,18 +91,6 @@ def healthy(url: str) -> bool:
         return httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def stop(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=60)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        process.wait(timeout=10)
 
 
 @contextmanager
