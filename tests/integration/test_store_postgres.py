@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 from sqlalchemy.orm import Session
 
 from db import migrations, store
@@ -53,9 +53,10 @@ def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_e
     from tests.unit.test_workers import version_1_metadata
 
     with postgres_engine.begin() as connection:  # back to version 1: the v1 tables, empty
-        for table in ("run_claims", "workers", "run_series", "run_requests", "runs", "experiments", "services",
-                      "schema_version"):
-            connection.execute(text(f"DROP TABLE {table}"))
+        # Reflected, so that a table a later migration adds is dropped too, in foreign-key order.
+        every_table = MetaData()
+        every_table.reflect(connection)
+        every_table.drop_all(connection)
         old = version_1_metadata()
         old.create_all(connection)
         connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
