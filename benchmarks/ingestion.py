@@ -126,13 +126,14 @@ def generate(path: Path, *, requests: int, rate_per_s: float, seed: int = 1) -> 
 
 _CHILD = r"""
 import json, resource, sys, time
-from lab.measurement.k6_ndjson import SampleStream, _iter_chunks
+from lab.measurement.k6_ndjson import SampleStream
+from lab.measurement.k6_ndjson_files import iter_chunks
 from lab.measurement.k6_results import parse_summary
 from lab.measurement.request_figures import encode
 from pathlib import Path
 stream = SampleStream()
 started = time.perf_counter()
-for chunk in _iter_chunks(Path(sys.argv[1]), 1024 * 1024):  # pieces as the pipe gives them, during the load
+for chunk in iter_chunks(Path(sys.argv[1]), 1024 * 1024):  # pieces as the pipe gives them, during the load
     stream.feed(chunk)
 fed = time.perf_counter()
 series, samples = stream.finish()  # what is left once the load has ended

@@ -24,7 +24,7 @@ from lab.execution import run_figures
 from lab.execution.final_state import PART_WRITERS, retry_while_unreachable
 from lab.execution.k6_driver import K6Process
 from lab.execution.run_steps import RunTargets
-from lab.measurement import k6_ndjson, k6_results, request_figures, server_metrics
+from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
 from lab.measurement.results import RunResults
 from lab.specs.schema import RunSpec
@@ -78,7 +78,7 @@ class RunCollector:
         if k6 is not None:
             return k6.error_answers()
         try:
-            return dict(k6_ndjson.error_answers(self.ndjson_path))
+            return dict(k6_ndjson_files.error_answers(self.ndjson_path))
         except OSError as error:
             log.warning("run %s: k6's error answers could not be read: %s", self.run_id, error)
             return {}
@@ -92,7 +92,7 @@ class RunCollector:
             if results is None:
                 raw_copies = (self.ndjson_path, self.ndjson_path.with_name(self.ndjson_path.name + ".gz"))
                 raw_copy = next((path for path in raw_copies if path.is_file()), None)
-                results = k6_ndjson.stream_file(raw_copy) if raw_copy is not None else None
+                results = k6_ndjson_files.stream_file(raw_copy) if raw_copy is not None else None
             self._stream_results = results
         return self._stream_results
 

@@ -10,8 +10,8 @@ the run's length except for the per-request arrays: 13 bytes a request (float32 
 ok flag, float64 latency of a success for the exact run-wide percentiles), 18 more for a
 streamed one (TTFT and TPOT in ms, a cache byte each). A second's raw latencies are
 summarised once no sample has reached it for :data:`LATE_SAMPLE_WINDOW_S`.
-``stream_series(path)`` and ``stream_request_samples(path)`` read a file (plain or
-``.gz``) through it. Only workload requests (tagged ``lab_request:chat``, see
+:mod:`lab.measurement.k6_ndjson_files` reads a file (plain or ``.gz``) through it.
+Only workload requests (tagged ``lab_request:chat``, see
 :mod:`lab.measurement.k6_results`) count.
 
 The fast path relies on the exact layout k6 v1.x writes (Go's encoder: fixed key order,
@@ -23,7 +23,6 @@ is checked on the first chunk that holds samples).
 from __future__ import annotations
 
 import calendar
-import gzip
 import json
 import math
 import re
@@ -31,19 +30,15 @@ from array import array
 from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from lab.measurement.k6_results import (
     CHAT_TAG,
     CHAT_TAG_VALUE,
-    K6ResultsError,
     LatencyStats,
     percentile,
     streaming_figures_from_ms,
 )
-
-CHUNK_BYTES = 8 * 1024 * 1024
 
 # The metrics the per-second series needs, in the order of the regex alternation.
 # (Input tokens and cache hits are run totals in the summary; each extra metric here costs
@@ -133,27 +128,6 @@ def _epoch_base_s(whole: bytes, zone: bytes) -> int:
         offset_s = int(zone[1:3]) * 3600 + int(zone[4:6]) * 60
         base -= offset_s if zone[:1] == b"+" else -offset_s
     return base
-
-
-def _iter_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Yield chunks of whole lines (the last line may lack its newline); ``.gz`` files decompressed."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        remainder = b""
-        while True:
-            block = handle.read(chunk_bytes)
-            if not block:
-                break
-            if remainder:
-                block = remainder + block
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                remainder = block
-                continue
-            remainder = block[cut + 1:]
-            yield block[: cut + 1]
-        if remainder:
-            yield remainder
 
 
 _Point = tuple[bytes, bytes, "bytes | None", bytes, bytes, bytes]
@@ -490,31 +464,6 @@ def _series_from_buckets(buckets: _Buckets, *, bucket_s: float, samples_read: in
     )
 
 
-def stream_file(path: Path | str, *, bucket_s: float = 1.0) -> tuple[PerSecondSeries, RequestSamples]:
-    """A k6 NDJSON file (plain or ``.gz``) read in chunks through a :class:`SampleStream`."""
-    path = Path(path)
-    if not path.exists():
-        raise K6ResultsError(f"k6 NDJSON {path} does not exist")
-    stream = SampleStream(bucket_s=bucket_s)
-    for chunk in _iter_chunks(path):
-        stream.feed(chunk)
-    return stream.finish()
-
-
-def stream_series(path: Path | str, *, bucket_s: float = 1.0) -> PerSecondSeries:
-    """Stream a k6 NDJSON file (``--out json=FILE``) into per-bucket series.
-
-    Only workload requests (tagged ``lab_request:chat``) count; successes are k6's
-    ``expected_response:true``.
-    """
-    return stream_file(path, bucket_s=bucket_s)[0]
-
-
-def stream_request_samples(path: Path | str) -> RequestSamples:
-    """Every workload request's latency, success and (streamed runs) TTFT/TPOT from a k6 NDJSON file."""
-    return stream_file(path)[1]
-
-
 # k6/lib.js tags each failed workload request's ``lab_request_failures`` sample with the
 # answer it got (``lab_error``: the HTTP status and the error's message, or "no answer: ...").
 _ERROR_MARKER = b'"metric":"lab_request_failures"'
@@ -532,15 +481,3 @@ def count_error_answers(chunk: bytes, counts: Counter[str]) -> None:
             counts[str(data["tags"]["lab_error"])] += int(data.get("value") or 1)
         except (ValueError, KeyError, TypeError):
             continue  # a line cut short by a killed k6
-
-
-def error_answers(path: Path | str) -> Counter[str]:
-    """How many failed workload requests got each error answer, from a k6 NDJSON (lines
-    without the tag, written by a k6 script of before the tag, count nothing)."""
-    counts: Counter[str] = Counter()
-    path = Path(path)
-    if not path.is_file():
-        return counts
-    for chunk in _iter_chunks(path):
-        count_error_answers(chunk, counts)
-    return counts

@@ -15,7 +15,8 @@ from db import store
 from db.models import RunStatus
 from lab.execution import k6_driver
 from lab.measurement import request_figures
-from lab.measurement.k6_ndjson import SampleStream, stream_file
+from lab.measurement.k6_ndjson import SampleStream
+from lab.measurement.k6_ndjson_files import stream_file
 from tests.integration.test_faults import Lab, lab, stub, stub_spec  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -19,7 +19,8 @@ from lab.execution import queue_submit
 from lab.context import LabContext
 from lab.analysis.capacity_search import CapacityError
 from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
-from lab.measurement.k6_ndjson import RequestSamples, stream_request_samples
+from lab.measurement.k6_ndjson import RequestSamples
+from lab.measurement.k6_ndjson_files import stream_request_samples
 from lab.analysis.slo import SloError, evaluate, parse_slo
 
 FIXTURE_NDJSON = Path(__file__).resolve().parent.parent / "fixtures" / "k6" / "number_story.ndjson"

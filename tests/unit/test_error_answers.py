@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lab.measurement.k6_ndjson import error_answers
+from lab.measurement.k6_ndjson_files import error_answers
 
 
 def point(metric: str, tags: dict, value: float = 1) -> str:

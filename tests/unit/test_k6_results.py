@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab.execution.k6_driver import build_k6_command, describe_exit_code, script_path
-from lab.measurement.k6_ndjson import stream_series
+from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import K6ResultsError, parse_summary, percentile
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "k6"

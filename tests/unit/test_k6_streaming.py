@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.measurement.k6_ndjson import stream_series
+from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import parse_summary, streaming_figures
 from lab.measurement.results import RESULT_FIELDS, RunResults
 
@@ -124,7 +124,7 @@ def test_a_database_from_before_gets_the_streaming_columns_and_keeps_its_runs(tm
 
 
 def test_per_request_figures_of_a_streamed_run() -> None:
-    from lab.measurement.k6_ndjson import stream_request_samples
+    from lab.measurement.k6_ndjson_files import stream_request_samples
 
     requests = stream_request_samples(FIXTURES / "stream.ndjson")
     assert len(requests) == COUNTS["stream"]["completions_total"]

@@ -100,3 +100,26 @@ def test_lab_has_no_import_cycle() -> None:
                                          for a, b in zip(c, c[1:]))]
     assert real == []
 
+
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_module_or_function_over_the_size_rule() -> None:
+    """docs/ARCHITECTURE.md "Size exceptions" lists none: a module over 500 lines or a function
+    over 60 is split, not listed."""
+    too_long: list[str] = []
+    for folder in ("lab", "services", "pages", "db"):
+        for path in sorted((PROJECT_ROOT / folder).rglob("*.py")):
+            source = path.read_text(encoding="utf-8")
+            name = str(path.relative_to(PROJECT_ROOT))
+            if len(source.splitlines()) > MAX_MODULE_LINES:
+                too_long.append(f"{name}: {len(source.splitlines())} lines")
+            too_long.extend(
+                f"{name}: {node.name}() {node.end_lineno - node.lineno + 1} lines"
+                for node in ast.walk(ast.parse(source))
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+            )
+    assert too_long == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.measurement.k6_ndjson import stream_series
+from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.live import NdjsonTail, live_progress, samples_series
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "k6" / "number_story.ndjson"

@@ -16,7 +16,7 @@ from db.models import RESULT_COLUMNS, Run
 from lab.execution import experiments
 from lab.analysis.compare import RECORD_FIELDS, run_record
 from lab.analysis.safe_csv import records_to_csv
-from lab.measurement.k6_ndjson import stream_series
+from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import parse_summary
 from lab.measurement.results import RESULT_FIELDS, RunResults
 from lab.specs.schema import load_preset

@@ -17,7 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from lab.execution.k6_driver import K6Process, raw_output_path, script_path
-from lab.measurement.k6_ndjson import LATE_SAMPLE_WINDOW_S, SampleStream, stream_file
+from lab.measurement.k6_ndjson import LATE_SAMPLE_WINDOW_S, SampleStream
+from lab.measurement.k6_ndjson_files import stream_file
 from lab.measurement.k6_results import percentile
 from lab.measurement.live import StreamTail
 from lab.settings import Settings, settings_error_line
