@@ -142,6 +142,7 @@ class RunCollector:
         results = results.updated(run_figures.steady_figures(
             series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s,
             behind_cache=bool(targets.proxy_url),
+            response_cache_hits=cache["response_cache_hits"] if cache else None,
         ))
         results = results.updated({"measurement_warnings": join_warnings(*measurement_warnings(
             k6_cpu_percent_avg=results.k6_cpu_percent_avg, iterations_dropped=results.iterations_dropped,

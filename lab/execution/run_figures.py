@@ -107,18 +107,24 @@ def resource_figures(samples: Sequence[dict[str, Any]], *, backend_service: str 
 
 def steady_figures(
     series_doc: dict[str, Any], figures: dict[str, Any], backend: dict[str, Any], *,
-    load_duration_s: float | None, behind_cache: bool,
+    load_duration_s: float | None, behind_cache: bool, response_cache_hits: int | None = None,
 ) -> dict[str, Any]:
-    """Steady-state throughput in the load window: the backend's counters, else k6's series
-    (always k6's behind the response cache: the backend sees only the misses)."""
-    server = (series_doc.get("server") or {}) if not behind_cache else {}
+    """Steady-state throughput in the load window: the backend's counters, else k6's series.
+
+    Behind the response cache the backend sees only the misses, so its counters stand for
+    every answer only when the proxy counted no hit over the run (a cold 1,000-prompt cell,
+    chat); with any hit, or no count, k6's series."""
+    backend_saw_every_request = not behind_cache or response_cache_hits == 0
+    server = (series_doc.get("server") or {}) if backend_saw_every_request else {}
     client_start = series_doc.get("start_epoch_s")
     bucket_s = float(series_doc.get("bucket_s") or 1.0)
     load_start = (server.get("t") or [None])[0] or client_start
-    if server and backend.get("server_output_tokens") and backend.get("server_e2e_requests"):
-        tokens_per_request = backend["server_output_tokens"] / backend["server_e2e_requests"]
-    elif figures.get("output_tokens") and figures.get("requests_ok"):
+    # Tokens per completed request from k6 first: the server's token counter also holds the
+    # tokens of requests aborted at the graceful stop, which its request counter never counts.
+    if figures.get("output_tokens") and figures.get("requests_ok"):
         tokens_per_request = figures["output_tokens"] / figures["requests_ok"]
+    elif server and backend.get("server_output_tokens") and backend.get("server_e2e_requests"):
+        tokens_per_request = backend["server_output_tokens"] / backend["server_e2e_requests"]
     else:
         tokens_per_request = None
     steady = steady_throughput(

@@ -26,6 +26,9 @@ MIN_LATENCIES_PER_RUN = 10.0
 
 STEADY_FROM_SERVER = "server counters"
 STEADY_FROM_CLIENT = "client series"
+# A steady rate needs the counter's moves to span at least this share of the load window:
+# with requests longer than the run, completions come in one or two batches and give none.
+STEADY_MIN_SPAN_SHARE = 0.5
 
 
 def measurement_warnings(
@@ -86,12 +89,15 @@ def join_warnings(*parts: str | None) -> str | None:
     return "; ".join(part for part in parts if part) or None
 
 
-def steady_rate(times_s: Sequence[float], cumulative: Sequence[float | None], *, start_s: float, end_s: float) -> float | None:
+def steady_rate(times_s: Sequence[float], cumulative: Sequence[float | None], *, start_s: float, end_s: float,
+                min_span_s: float = 0.0) -> float | None:
     """Rate of a cumulative counter inside ``[start_s, end_s]``, event to event.
 
     Between the first and the last sample inside the window at which the counter moved,
-    the increase over the time between them; None with fewer than two such samples or
-    a counter that went backwards (a restarted server).
+    the increase over the time between them; None with fewer than two such samples, moves
+    spanning less than ``min_span_s`` (two batches of completions a second apart are no
+    rate: 32 requests in 1 s would read 32 req/s) or a counter that went backwards (a
+    restarted server).
     """
     moves: list[tuple[float, float]] = []
     previous: float | None = None
@@ -104,7 +110,7 @@ def steady_rate(times_s: Sequence[float], cumulative: Sequence[float | None], *,
     if len(moves) < 2:
         return None
     (first_t, first_value), (last_t, last_value) = moves[0], moves[-1]
-    if last_t <= first_t or last_value < first_value:
+    if last_t <= first_t or last_t - first_t < min_span_s or last_value < first_value:
         return None
     return (last_value - first_value) / (last_t - first_t)
 
@@ -154,7 +160,8 @@ def steady_throughput(
     """
     if load_start_epoch_s is None or load_duration_s <= 0:
         return SteadyThroughput(None, None, None)
-    window = {"start_s": load_start_epoch_s, "end_s": load_start_epoch_s + load_duration_s}
+    window = {"start_s": load_start_epoch_s, "end_s": load_start_epoch_s + load_duration_s,
+              "min_span_s": STEADY_MIN_SPAN_SHARE * load_duration_s}
     for source, times, tokens, requests in (
         (STEADY_FROM_SERVER, server_times_epoch_s, server_output_tokens, server_requests),
         (STEADY_FROM_CLIENT, client_times_epoch_s, cumulative(client_output_tokens) if client_output_tokens else (),

@@ -107,6 +107,35 @@ def test_steady_rate_of_a_smooth_counter_and_its_edge_cases() -> None:
     assert steady_rate([1.0, 2.0, 3.0], [10.0, 20.0, 5.0], start_s=0, end_s=5) is None  # went backwards
 
 
+def test_two_batches_of_completions_close_together_are_no_steady_rate() -> None:
+    """Requests longer than the run complete in one or two batches: 32 at 58 s and 32 at
+    59 s are not 32 req/s (the seed-scale reproduction of b062e68 stored 55 req/s that way)."""
+    times = [1000.0 + t for t in range(1, 61)]
+    per_bucket = [0] * 57 + [32, 32, 0]
+    steady = steady_throughput(load_start_epoch_s=1000.0, load_duration_s=60, client_times_epoch_s=times,
+                               client_output_tokens=[r * 128 for r in per_bucket], client_requests_ok=per_bucket,
+                               tokens_per_request=128.0)
+    assert (steady.req_per_s, steady.output_tok_per_s, steady.source) == (None, None, None)
+    assert steady_rate(times, [float(sum(per_bucket[:i + 1])) for i in range(60)], start_s=1000, end_s=1060) == 32.0
+    assert steady_rate(times, [float(sum(per_bucket[:i + 1])) for i in range(60)], start_s=1000, end_s=1060,
+                       min_span_s=30) is None
+
+
+def test_steady_req_per_s_counts_tokens_per_completed_request_from_k6() -> None:
+    """vLLM's token counter includes the tokens of requests aborted at the graceful stop; its
+    request counter does not: dividing them would make every request look longer."""
+    from lab.execution.run_figures import steady_figures
+
+    series_doc = {"server": {"t": [100.0 + t for t in range(61)], "output_tokens": [90.0 * t for t in range(61)],
+                             "requests": [float(t // 30) for t in range(61)]},
+                  "start_epoch_s": 100.0, "bucket_s": 1.0, "time_s": [], "requests_ok": [], "output_tokens": []}
+    figures = {"output_tokens": 37 * 126, "requests_ok": 37}
+    backend = {"server_output_tokens": 7200.0, "server_e2e_requests": 37.0}  # 1,300 tokens of aborted requests
+    steady = steady_figures(series_doc, figures, backend, load_duration_s=60.0, behind_cache=False)
+    assert steady["steady_output_tok_per_s"] == pytest.approx(90.0)
+    assert steady["steady_req_per_s"] == pytest.approx(90.0 / 126)
+
+
 def test_steady_throughput_prefers_the_server_counters_and_derives_req_per_s_from_tokens() -> None:
     times = [1000.0 + t for t in range(70)]
     tokens = [min(t, 60) * 128.0 for t in range(70)]  # 128 tok/s during the 60 s window, then nothing
@@ -260,6 +289,32 @@ def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
     assert cached["steady_source"] == STEADY_FROM_CLIENT
     assert cached["steady_output_tok_per_s"] == pytest.approx(40.0)
     assert cached["steady_req_per_s"] == pytest.approx(2.0)
+    hits_unknown = steady_figures(series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s,
+                                  behind_cache=True, response_cache_hits=None)
+    assert hits_unknown["steady_source"] == STEADY_FROM_CLIENT
+
+
+def test_behind_a_response_cache_that_never_hit_the_backends_counters_count_every_answer() -> None:
+    """A cold cache (every prompt new) or chat: every request reached the backend, so its
+    counters give steady figures where a run shorter than its latency has too few client
+    completions for them."""
+    from lab.execution.run_figures import steady_figures
+
+    series_doc = {
+        "server": {"t": [100.0 + t for t in range(32)], "output_tokens": [30.0 * t for t in range(32)],
+                   "requests": [t / 4 for t in range(32)]},
+        # 40 s latency in a 30 s run: one batch of 32 completions, at the end.
+        "start_epoch_s": 100.0, "bucket_s": 1.0, "time_s": [float(t) for t in range(31)],
+        "requests_ok": [0] * 30 + [32], "output_tokens": [0] * 30 + [3840],
+    }
+    figures = {"output_tokens": 3840, "requests_ok": 32}
+    backend = {"server_output_tokens": 900.0, "server_e2e_requests": 7.5}
+    cold = steady_figures(series_doc, figures, backend, load_duration_s=30.0, behind_cache=True, response_cache_hits=0)
+    assert cold["steady_source"] == STEADY_FROM_SERVER and cold["steady_output_tok_per_s"] == pytest.approx(30.0)
+    assert cold["steady_req_per_s"] == pytest.approx(0.25)
+    some_hits = steady_figures(series_doc, figures, backend, load_duration_s=30.0, behind_cache=True,
+                               response_cache_hits=3)
+    assert some_hits["steady_output_tok_per_s"] is None  # one client batch: no steady rate, and the run is warned
 
 
 def test_server_tokens_for_requests_in_flight_at_the_end_are_no_mismatch() -> None:
