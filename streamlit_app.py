@@ -115,6 +115,9 @@ def gate() -> Member | Callable[[], None]:
     return member
 
 
+SIDEBAR_WIDTH_PX = 240
+
+
 def main() -> None:
     """Route to the page chosen in the navigation, with the shared sidebar; with sign-in
     configured, every URL shows only the sign-in until the user has signed in.
@@ -122,7 +125,9 @@ def main() -> None:
     ``st.navigation`` runs first on every rerun, before anything else can stop the script:
     see pages/view/page_guard.py for what Streamlit does to a ``pages/`` folder otherwise."""
     leave_legacy_pages_mode()
-    st.set_page_config(page_title="Serving Lab", page_icon="🧪", layout="wide")
+    # 240 px of sidebar (Streamlit's default is 300) leaves a run's figures room at 800 px wide.
+    st.set_page_config(page_title="Serving Lab", page_icon="🧪", layout="wide",
+                       initial_sidebar_state=SIDEBAR_WIDTH_PX)
     allowed = gate()
     if not isinstance(allowed, Member):
         st.navigation(screen_pages(allowed), position="hidden").run()
