@@ -4,9 +4,9 @@ Interleaved rounds switch backends every few runs; keeping an experiment's backe
 side by side avoids restarts, but only matters if a restart moves the figures. This measures
 the same cell (vLLM, number-story with 50 prompts, 32 VUs, 30 s by default) alternately on a
 fresh instance (vLLM stopped just before the run) and on a warm one (the instance the
-previous run used), in pairs, and prints each run's req/s and machine-speed index, the ratio
-fresh over warm with its 95% interval (paired by pair, log scale), and the spread across
-fresh instances.
+previous run used), in pairs, and prints each run's steady req/s (vLLM's counters over the
+load window; k6's beside it) and machine-speed index, the ratio fresh over warm with its 95%
+interval (paired by pair, log scale), and the spread across fresh instances.
 
     .venv/bin/python -m benchmarks.restart_shift [--pairs 3] [--duration-s 30] [--vus 32]
 
@@ -50,16 +50,19 @@ def main(argv: list[str] | None = None) -> int:
         both = ExperimentSpec.model_validate({**spec.model_dump(), "repeats": 2, "order": "blocks"})
         first, second = run_experiment(engine=engine, settings=settings, spec=both)
         for label, run, into in (("fresh", first, fresh), ("warm", second, warm)):
-            into.append(run.req_per_s)
+            # The steady figure (vLLM's own counters over the load window): at 32 VUs a request
+            # takes about as long as the run, so k6's req/s moves with where the last ones end.
+            into.append(run.steady_req_per_s or run.req_per_s)
             calibration[run.id] = run_calibration_s(run.machine_calibration_before_s, run.machine_calibration_after_s)
-            print(f"pair {pair + 1} {label}: run #{run.id} {run.status} {run.req_per_s or 0:.3f} req/s, "
-                  f"{run.output_tok_per_s or 0:.1f} tok/s, kernel {calibration[run.id] or 0:.3f} s", flush=True)
+            print(f"pair {pair + 1} {label}: run #{run.id} {run.status} steady {run.steady_req_per_s or 0:.3f} req/s "
+                  f"({run.steady_output_tok_per_s or 0:.1f} tok/s), k6 {run.req_per_s or 0:.3f} req/s, "
+                  f"kernel {calibration[run.id] or 0:.3f} s", flush=True)
     indices = speed_indices(calibration)
     print("machine-speed index per run:", ", ".join(f"#{k} {v:.2f}" for k, v in indices.items() if v))
     interval = ratio_interval(fresh, warm, paired=True)
     if interval.ratio is not None:
         bounds = "" if interval.ci95_low is None else f" [{interval.ci95_low:.3f}, {interval.ci95_high:.3f}]"
-        print(f"fresh over warm req/s: {interval.ratio:.3f}{bounds} ({interval.method})")
+        print(f"fresh over warm steady req/s: {interval.ratio:.3f}{bounds} ({interval.method})")
     if len(fresh) > 1:
         print(f"fresh instances: mean {statistics.fmean(fresh):.3f} req/s, coefficient of variation "
               f"{statistics.stdev(fresh) / statistics.fmean(fresh):.1%}; warm: mean {statistics.fmean(warm):.3f}, "
