@@ -26,6 +26,7 @@ from typing import Any
 
 from lab.analysis.aggregation import done_runs, ratio_of_runs
 from lab.analysis.statistics import RatioInterval
+from lab.measurement.checks import STEADY_FROM_SERVER
 from lab.measurement.machine_speed import off_median, run_calibration_s, speed_indices
 
 # Identical cells whose ratio stays within this of 1 agree (their interval may still span more).
@@ -36,6 +37,12 @@ AA_TELLS_WITHIN = 1.5
 CONFIGURATION_KEYS = ("backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts",
                       "duration_s", "max_tokens")
 AA_FIGURE = "req_per_s"
+# Where every run of both cells has the backend's own steady rate, the check compares that:
+# k6's whole-test req/s moves by whole batches when a request takes about as long as the run
+# (37 or 64 requests at 32 VUs, by whether a second batch ends within the graceful stop),
+# which is the test's length, not the machine.
+AA_STEADY_FIGURE = "steady_output_tok_per_s"
+AA_FIGURE_LABELS = {AA_FIGURE: "k6 req/s", AA_STEADY_FIGURE: "steady output tok/s (backend's counters)"}
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,16 @@ def _describe(configuration: tuple) -> str:
                      if value is not None and key != "model")
 
 
-def aa_checks(records_by_preset: dict[str, list[dict[str, Any]]], *, figure: str = AA_FIGURE) -> list[AACheck]:
-    """Every configuration measured by two experiments of the reproduction, compared."""
+def aa_figure(records: Sequence[dict[str, Any]]) -> str:
+    """The figure an A/A check compares: the steady rate when every run has it from the backend's
+    counters, else k6's req/s."""
+    steady = all(r.get("steady_source") == STEADY_FROM_SERVER and r.get(AA_STEADY_FIGURE) for r in records)
+    return AA_STEADY_FIGURE if records and steady else AA_FIGURE
+
+
+def aa_checks(records_by_preset: dict[str, list[dict[str, Any]]], *, figure: str | None = None) -> list[AACheck]:
+    """Every configuration measured by two experiments of the reproduction, compared on
+    ``figure`` (by default :func:`aa_figure` of the two cells' runs)."""
     cells: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
     for preset, records in records_by_preset.items():
         for record in done_runs(records):
@@ -93,8 +108,9 @@ def aa_checks(records_by_preset: dict[str, list[dict[str, Any]]], *, figure: str
     for configuration, by_preset in cells.items():
         presets = sorted(by_preset, key=lambda p: min(str(r.get("started_at") or "") for r in by_preset[p]))
         for earlier, later in zip(presets, presets[1:]):
-            checks.append(AACheck(_describe(configuration), earlier, later, figure,
-                                  ratio_of_runs(figure, by_preset[later], by_preset[earlier])))
+            compared = figure or aa_figure([*by_preset[earlier], *by_preset[later]])
+            checks.append(AACheck(_describe(configuration), earlier, later, compared,
+                                  ratio_of_runs(compared, by_preset[later], by_preset[earlier])))
     return checks
 
 

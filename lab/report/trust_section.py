@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from lab.analysis.reproducibility import (
+    AA_FIGURE_LABELS,
     AA_TELLS_WITHIN,
     AA_TOLERANCE,
     AACheck,
@@ -77,7 +78,8 @@ def _aa_row(check: AACheck) -> dict[str, Any]:
               f" [{format_ratio(interval.ci95_low, 'x')}, {format_ratio(interval.ci95_high, 'x')}]")
     return {
         "cell": check.configuration, "experiments": f"{check.later_experiment} over {check.earlier_experiment}",
-        "req/s ratio": format_ratio(interval.ratio, "x") + bounds,
+        "figure": AA_FIGURE_LABELS.get(check.figure, check.figure),
+        "ratio": format_ratio(interval.ratio, "x") + bounds,
         "verdict": (f"drifted (x{check.drift_factor:.2f})" if check.drifted
                     else f"too wide to tell (x{check.drift_factor:.2f})" if check.too_wide
                     else "agree" if interval.ci95_low is not None else "too few repeats to tell"),
@@ -89,7 +91,9 @@ def section_blocks(trust: Trust) -> list[Block]:
     blocks: list[Block] = [("h", 2, "How far to trust these figures")]
     if trust.checks:
         blocks.append(("p", "A/A checks: the same configuration measured in two experiments of this reproduction, "
-                            f"the later over the earlier (95% interval, log scale). They agree when the ratio stays "
+                            "the later over the earlier (95% interval, log scale), on the backend's own steady "
+                            "output rate where every run has one (k6's whole-test req/s moves by whole batches when "
+                            "a request takes about as long as the run), else on k6's req/s. They agree when the ratio stays "
                             f"within {AA_TOLERANCE:.0%} of 1; when the whole interval lies beyond that, the machine "
                             "drifted between them, and every ratio's interval is widened by that factor before it is "
                             "judged, so a verdict that close to its threshold reads \"inconclusive\". An interval "

@@ -17,7 +17,8 @@ VERDICTS: tuple[str, ...] = (HELD, PARTLY, INCONCLUSIVE, NOT_HELD_HARDWARE, NOT_
 # The rules' version: a reproduction freezes the rules (with this) when it is queued, and its
 # report judges with those. Bump it with any change to VERDICT_RULES or to how they are applied.
 # 3: an A/A check too wide to show agreement widens ratio intervals by its ratio.
-RULES_VERSION = 3
+# 4: the A/A check compares the backend's steady output rate where every run has one.
+RULES_VERSION = 4
 
 
 def frozen_rules() -> dict[str, Any]:
@@ -26,7 +27,9 @@ def frozen_rules() -> dict[str, Any]:
             "interval_rule": "held or did not hold only when the whole 95% interval lies on that side; "
                              "inconclusive otherwise",
             "drift_rule": "ratio intervals are widened by an A/A check's ratio when it drifted beyond 10% or its "
-                          "interval reaches beyond 1.5x either side of 1"}
+                          "interval reaches beyond 1.5x either side of 1",
+            "aa_figure": "the backend's steady output tok/s where every run of both cells has it from its counters, "
+                         "else k6's req/s"}
 
 # The rules, as data. Each verdict names its rule; the report prints these parameters.
 VERDICT_RULES: dict[str, dict[str, Any]] = {

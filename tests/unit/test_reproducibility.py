@@ -61,3 +61,25 @@ def test_an_aa_check_too_wide_to_tell_widens_by_its_ratio():
     quiet = check(0.94, 0.80, 1.09)
     assert not quiet.too_wide and quiet.drift_factor == 1.0
     assert drift_factor([quiet, busy]) == pytest.approx(2.93)
+
+
+def test_the_aa_check_compares_the_backends_steady_rate_where_every_run_has_one() -> None:
+    """The seed-scale reproduction of b062e68: k6's req/s 0.74, 0.41, 0.41 against 0.39, 0.40,
+    0.39 (whole batches of 32 inside or outside the graceful stop); vLLM's token rate in the load
+    window 95.7, 84.5, 90.6 against 77.6, 87.7, 87.3."""
+    steady = {"steady_source": "server counters"}
+    records = {"seed-exp1": [run(4, "1-a", 0.736, steady_output_tok_per_s=95.7, repeat_index=0, **steady),
+                             run(7, "1-b", 0.411, steady_output_tok_per_s=84.5, repeat_index=1, **steady),
+                             run(16, "1-c", 0.411, steady_output_tok_per_s=90.6, repeat_index=2, **steady)],
+               "seed-exp2": [run(19, "2-a", 0.389, steady_output_tok_per_s=77.6, repeat_index=0, **steady),
+                             run(26, "2-b", 0.400, steady_output_tok_per_s=87.7, repeat_index=1, **steady),
+                             run(29, "2-c", 0.389, steady_output_tok_per_s=87.3, repeat_index=2, **steady)]}
+    [check] = aa_checks(records)
+    assert check.figure == "steady_output_tok_per_s" and not check.too_wide and not check.drifted
+    assert check.interval.ratio == pytest.approx(0.93, abs=0.02)
+    [on_k6] = aa_checks(records, figure="req_per_s")
+    assert on_k6.too_wide  # 0.76x [0.31x, 1.85x]
+    records["seed-exp2"][0] = run(19, "2-a", 0.389, steady_output_tok_per_s=77.6, repeat_index=0,
+                                  steady_source="client series")
+    [mixed] = aa_checks(records)
+    assert mixed.figure == "req_per_s"
