@@ -117,6 +117,8 @@ def assert_only_sign_in(page, where: str) -> None:  # noqa: ANN001
     body = page.inner_text("body")
     shown = [text for text in LAB_ONLY_TEXT if text in body]
     assert not shown, f"{where}: the sign-in screen also shows {shown}:\n{body[:1500]}"
+    # The button may come a rerun after the text on a loaded machine: wait for it, then count.
+    page.get_by_role("button", name="Sign in").first.wait_for(timeout=60_000)
     assert page.get_by_role("button", name="Sign in").count() == 1, where
     assert page.locator('[data-testid="stSidebarNav"]').count() == 0, where
 
