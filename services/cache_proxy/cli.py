@@ -81,5 +81,7 @@ def main(argv: Iterable[str] | None = None) -> None:
         return
     # granian builds the app in its worker process, from these settings.
     os.environ[SETTINGS_ENVIRONMENT_VARIABLE] = settings_to_environment(app.config)
-    serve_granian("services.cache_proxy.serving:app_from_environment", host=args.host, port=args.port, factory=True,
-                  header_timeout_s=args.header_timeout_s)
+    interface, factory = (("rsgi", "rsgi_app_from_environment") if args.server == "granian-rsgi"
+                          else ("asgi", "app_from_environment"))
+    serve_granian(f"services.cache_proxy.serving:{factory}", host=args.host, port=args.port, factory=True,
+                  header_timeout_s=args.header_timeout_s, interface=interface)

@@ -8,6 +8,8 @@
 - ``granian`` (Rust, hyper): its own ``header_read_timeout`` does the same. Granian loads
   its app by import path in a worker process, so the proxy's settings travel in an
   environment variable to :func:`app_from_environment`.
+- ``granian-rsgi``: granian through its own interface, RSGI (:mod:`~services.cache_proxy.rsgi`),
+  the same app behind an adapter; :func:`rsgi_app_from_environment`.
 
 The body's deadline and size limit are the app's own (:mod:`~services.cache_proxy.bodies`),
 the same under either server.
@@ -20,7 +22,7 @@ import json
 import os
 from typing import Any
 
-SERVERS = ("uvicorn", "granian")
+SERVERS = ("uvicorn", "granian", "granian-rsgi")
 DEFAULT_SERVER = "uvicorn"
 DEFAULT_HEADER_TIMEOUT_S = 5.0
 # The proxy's settings for a granian worker (JSON of ProxyConfig; the secret in hex).
@@ -86,6 +88,7 @@ def serve_uvicorn(app: Any, *, host: str, port: int, header_timeout_s: float = D
 
 def serve_granian(
     target: str, *, host: str, port: int, factory: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+    interface: str = "asgi",
 ) -> None:
     """Serve the ASGI app at import path ``target`` (``module:name``; with ``factory``, a
     function returning the app) with granian: one worker process, one I/O thread, HTTP/1."""
@@ -95,7 +98,7 @@ def serve_granian(
     from granian.log import LogLevels
 
     Granian(
-        target, address=host, port=port, interface=Interfaces.ASGI, workers=1, runtime_threads=1,
+        target, address=host, port=port, interface=Interfaces(interface), workers=1, runtime_threads=1,
         loop=Loops.uvloop, http=HTTPModes.http1, factory=factory, log_level=LogLevels.warning, log_access=False,
         http1_settings=HTTP1Settings(header_read_timeout=int(header_timeout_s * 1000)),
     ).serve()
@@ -107,6 +110,14 @@ def settings_to_environment(config: Any) -> str:
     secret = fields.get("credential_secret")
     fields["credential_secret"] = secret.hex() if secret is not None else None
     return json.dumps(fields)
+
+
+def rsgi_app_from_environment() -> Any:
+    """:func:`app_from_environment` served over RSGI (granian's factory for ``granian-rsgi``)."""
+    from services.cache_proxy.rsgi import RsgiAdapter
+
+    app = app_from_environment()
+    return RsgiAdapter(app, whole_body_max_bytes=app.config.max_body_bytes)
 
 
 def app_from_environment() -> Any:
