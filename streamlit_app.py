@@ -25,6 +25,7 @@ from pages.common import (
 )
 from lab.members import Member, RolesError
 from pages.view.members import account_box, current_member, refused_screen, roles, sign_in_configured, sign_in_screen, signed_in
+from pages.view.outage import page_survives_database_outage, view_survives_database_outage
 from pages.view.page_guard import leave_legacy_pages_mode, routed
 from pages.view.tables import status_badge
 from pages.view.text import plain
@@ -41,6 +42,7 @@ def sidebar() -> None:
     polling = live_poll_interval(live_state(fresh=True))
 
     @st.fragment(run_every=polling)
+    @view_survives_database_outage
     def queue_and_services() -> None:
         state = live_state()
         if polling and not state["pending"]:
@@ -135,9 +137,11 @@ def main() -> None:
     page = st.navigation(lab_pages())
     with st.sidebar:
         account_box(allowed)
-    sidebar()
-    with routed():
-        page.run()
+    # An unreachable database is one line on the page, retried, not Streamlit's error screen.
+    with page_survives_database_outage():
+        sidebar()
+        with routed():
+            page.run()
 
 
 main()

@@ -22,6 +22,7 @@ from pages.view.figures import run_detail_figures
 from pages.view.live import render_phase
 from pages.view.members import audit_trail, notes_thread
 from pages.view.names import local_time
+from pages.view.outage import view_survives_database_outage
 from pages.view.tables import figures_summary, metric_tiles, model_short_name, server_metrics_table, status_badge
 from pages.view.text import plain, show_failure, show_plain
 from pages.view.page_guard import only_through_entry_file
@@ -62,6 +63,7 @@ def live_run(run_id: int) -> None:
     """A queued or running run, followed live: its phase, the start-up, the load's figures and
     live charts; the page redraws in full once it has finished."""
     @st.fragment(run_every=LIVE_POLL_INTERVAL_S)
+    @view_survives_database_outage
     def live() -> None:
         with session() as db_session:
             run = history.get_run(session=db_session, run_id=run_id)

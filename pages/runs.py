@@ -28,6 +28,7 @@ from pages.common import (
 from pages.view.live import panel_heading, render_phase
 from pages.view.members import current_member, person_filter, run_permission
 from pages.view.names import header
+from pages.view.outage import view_survives_database_outage
 from pages.view.result_card import render_result_card
 from pages.view.text import plain
 from pages.view.tables import SORTABLE_COLUMNS, plural, runs_table, status_badge
@@ -104,6 +105,7 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
     polling = live_poll_interval(live_state(fresh=True))
 
     @st.fragment(run_every=polling)
+    @view_survives_database_outage
     def view() -> None:
         state = live_state()
         if polling and not state["pending"]:

@@ -15,6 +15,7 @@ from lab.execution.detached import start_service_in_background
 from pages.common import service_manager, services_state, session, without_polling
 from pages.view.members import lab_permission
 from pages.view.names import display_frame
+from pages.view.outage import view_survives_database_outage
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
 from pages.view.page_guard import only_through_entry_file
@@ -94,6 +95,7 @@ def page() -> None:
     start_control(active_text)
 
     @st.fragment(run_every=SERVICES_REFRESH_S)
+    @view_survives_database_outage
     def live_table() -> None:
         statuses = services_state()
         if not statuses:

@@ -36,6 +36,7 @@ from pages.view.figures import CHART_CONFIG, by_backend, readable
 from pages.view.launch import launch_button, overrides_box
 from pages.view.names import display_name, header
 from pages.view.text import plain, show_plain
+from pages.view.outage import view_survives_database_outage
 
 LIVE_REFRESH_S = 5.0
 
@@ -147,7 +148,7 @@ def capacity_search_panel(experiment_id: int, key: str) -> None:
     if state.get("state") == "done":
         _render_search(experiment_id, key)
         return
-    st.fragment(lambda: _render_search(experiment_id, key), run_every=LIVE_REFRESH_S)()
+    st.fragment(view_survives_database_outage(lambda: _render_search(experiment_id, key)), run_every=LIVE_REFRESH_S)()
 
 
 def pareto_block(records: list[dict[str, Any]], key: str) -> None:
