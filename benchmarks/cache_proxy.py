@@ -144,75 +144,59 @@ def compare_local_tiers(host: str, port: int, *, keys: int = 50, lookups: int = 
     return figures
 
 
-def main() -> None:
-    """Start the services, run the hit-path and miss-path comparisons, print the figures."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cache_proxy")
-    parser.add_argument("--duration-s", type=float, default=10.0)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--vus", type=int, default=32)
-    parser.add_argument("--miss-duration-s", type=float, default=8.0)
-    parser.add_argument("--tier-lookups", type=int, default=20_000, help="lookups timed per local-tier kind")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
-    args = parser.parse_args()
+def start_services(stack: ExitStack, log_dir: Path) -> dict[str, ManagedService]:
+    """Redis, the stub upstream, the seed's proxy, the lab's proxy without and with its local
+    tier, and the bare ceiling, all started under ``stack``."""
+    redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
+    redis_url = redis_url_of(redis)
+    stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
+    upstream = ["--upstream", stub.url, "--redis-url", redis_url]
+    services = {
+        "seed": ("seed-proxy", "benchmarks.seed_proxy", upstream),
+        "lab-redis": ("lab-proxy-redis", "services.cache_proxy",
+                      [*upstream, "--namespace", "bench-redis", "--local-tier-entries", "0"]),
+        "lab": ("lab-proxy", "services.cache_proxy", [*upstream, "--namespace", "bench"]),
+        "bare": ("bare", "benchmarks.bare_ceiling", []),
+    }
+    started = {name: stack.enter_context(_python_service(service_name, module, extra, log_dir))
+               for name, (service_name, module, extra) in services.items()}
+    _flushdb(redis.host, int(redis.port or 0))
+    return {"redis": redis, "stub": stub, **started}
 
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-cache-proxy-"))
-    print(f"logs and k6 summaries: {log_dir}")
-    results: dict[str, Any] = {"hit_path": {}, "miss_path": {}}
-    with ExitStack() as stack:
-        redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
-        redis_url = redis_url_of(redis)
-        stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
-        seed = stack.enter_context(
-            _python_service("seed-proxy", "benchmarks.seed_proxy", ["--upstream", stub.url, "--redis-url", redis_url], log_dir)
-        )
-        redis_only = stack.enter_context(
-            _python_service("lab-proxy-redis", "services.cache_proxy",
-                            ["--upstream", stub.url, "--redis-url", redis_url, "--namespace", "bench-redis",
-                             "--local-tier-entries", "0"], log_dir)
-        )
-        lab = stack.enter_context(
-            _python_service("lab-proxy", "services.cache_proxy",
-                            ["--upstream", stub.url, "--redis-url", redis_url, "--namespace", "bench"], log_dir)
-        )
-        bare = stack.enter_context(_python_service("bare", "benchmarks.bare_ceiling", [], log_dir))
-        _flushdb(redis.host, int(redis.port or 0))
-        tiers = compare_local_tiers(redis.host, int(redis.port or 0), lookups=args.tier_lookups)
-        results["local_tier_lookup_us"] = tiers
-        print(f"local-tier lookup: redis-py client-side cache {tiers['redis_py_client_side_cache_us']:.2f} us, "
-              f"LocalTier {tiers['local_tier_lru_us']:.2f} us per hit", flush=True)
-        targets = {"seed": seed.url, "lab-redis": redis_only.url, "lab": lab.url, "bare": bare.url}
+
+def measure_hit_path(targets: dict[str, str], *, rounds: int, vus: int, duration_s: float,
+                     log_dir: Path) -> dict[str, list[dict[str, float]]]:
+    """Warm each target, then ``rounds`` interleaved k6 runs of each; the runs by target."""
+    for name, url in targets.items():
+        run_k6(target=url, mode="warm", vus=1, duration_s=60, log_dir=log_dir, label=f"warm-{name}")
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
+    for round_number in range(1, rounds + 1):
         for name, url in targets.items():
-            run_k6(target=url, mode="warm", vus=1, duration_s=60, log_dir=log_dir, label=f"warm-{name}")
+            figures = run_k6(target=url, mode="hits", vus=vus, duration_s=duration_s,
+                             log_dir=log_dir, label=f"hits-{name}-{round_number}")
+            runs[name].append(figures)
+            print(f"round {round_number} {name:5s} {figures['req_per_s']:8.0f} req/s  "
+                  f"p50 {figures['latency_p50_ms']:6.2f} ms  p95 {figures['latency_p95_ms']:6.2f} ms  "
+                  f"p99 {figures['latency_p99_ms']:6.2f} ms  failed {figures['failed_rate']:.3f}", flush=True)
+    return runs
 
-        runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
-        for round_number in range(1, args.rounds + 1):
-            for name, url in targets.items():
-                figures = run_k6(target=url, mode="hits", vus=args.vus, duration_s=args.duration_s,
-                                 log_dir=log_dir, label=f"hits-{name}-{round_number}")
-                runs[name].append(figures)
-                print(f"round {round_number} {name:5s} {figures['req_per_s']:8.0f} req/s  "
-                      f"p50 {figures['latency_p50_ms']:6.2f} ms  p95 {figures['latency_p95_ms']:6.2f} ms  "
-                      f"p99 {figures['latency_p99_ms']:6.2f} ms  failed {figures['failed_rate']:.3f}", flush=True)
-        averages = {name: _average(name_runs) for name, name_runs in runs.items()}
-        results["hit_path"] = {"runs": runs, "average": averages}
 
-        miss_runs = {
-            "upstream direct": run_k6(target=stub.url, mode="unique", vus=1, duration_s=args.miss_duration_s,
-                                      log_dir=log_dir, label="miss-direct"),
-            "lab proxy no-store (BYPASS)": run_k6(target=lab.url, mode="unique", vus=1, duration_s=args.miss_duration_s,
-                                                  log_dir=log_dir, label="miss-nostore", no_store=True),
-            "lab proxy new prompts (MISS+store)": run_k6(target=lab.url, mode="unique", vus=1,
-                                                         duration_s=args.miss_duration_s, log_dir=log_dir,
-                                                         label="miss-store"),
-        }
-        results["miss_path"] = miss_runs
-        lab_metrics = subprocess.run(["curl", "-s", f"{lab.url}/metrics"], capture_output=True, text=True).stdout
-        results["lab_metrics_counters"] = [
-            line for line in lab_metrics.splitlines() if line.startswith("lab_cache_") and "_total " in line
-        ]
+def measure_miss_path(*, upstream_url: str, proxy_url: str, duration_s: float, log_dir: Path) -> dict[str, dict]:
+    """1 VU of new prompts: the upstream directly, the proxy bypassed, the proxy missing and storing."""
+    return {
+        "upstream direct": run_k6(target=upstream_url, mode="unique", vus=1, duration_s=duration_s,
+                                  log_dir=log_dir, label="miss-direct"),
+        "lab proxy no-store (BYPASS)": run_k6(target=proxy_url, mode="unique", vus=1, duration_s=duration_s,
+                                              log_dir=log_dir, label="miss-nostore", no_store=True),
+        "lab proxy new prompts (MISS+store)": run_k6(target=proxy_url, mode="unique", vus=1, duration_s=duration_s,
+                                                     log_dir=log_dir, label="miss-store"),
+    }
 
+
+def print_hit_path(averages: dict[str, dict[str, float]], *, vus: int, duration_s: float, rounds: int) -> dict[str, float]:
+    """The hit-path table and the lab proxies' ratios to the seed and the ceiling; the ratios."""
     print()
-    print(f"Hit path, k6 {args.vus} VUs, 50 warmed prompts, {args.duration_s:.0f} s x {args.rounds} rounds (mean):")
+    print(f"Hit path, k6 {vus} VUs, 50 warmed prompts, {duration_s:.0f} s x {rounds} rounds (mean):")
     print("| server | req/s | p50 ms | p95 ms | p99 ms | failed |")
     print("|---|---|---|---|---|---|")
     for name, figures in averages.items():
@@ -228,19 +212,60 @@ def main() -> None:
         print(f"{name}: {ratios[f'{name}_vs_seed_req_per_s']:.2f}x the seed's req/s (target >= 3.0), "
               f"{ratios[f'{name}_vs_bare_req_per_s']:.0%} of the ceiling (target >= 90%), "
               f"p99 {ratios[f'{name}_p99_over_seed_p99']:.2f} of the seed's (target <= 0.25)")
-    results["ratios"] = ratios
+    return ratios
+
+
+def print_miss_path(miss_runs: dict[str, dict], *, duration_s: float) -> dict[str, float]:
+    """The miss-path table and the p50 each proxy path adds to the upstream's; those additions."""
     print()
-    print(f"Miss path, 1 VU, {args.miss_duration_s:.0f} s each, stub upstream:")
+    print(f"Miss path, 1 VU, {duration_s:.0f} s each, stub upstream:")
     print("| path | req/s | p50 ms | p95 ms | p99 ms |")
     print("|---|---|---|---|---|")
     for name, figures in miss_runs.items():
         print(f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
               f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} |")
     direct_p50 = miss_runs["upstream direct"]["latency_p50_ms"]
+    added_p50_ms = {}
     for name in ("lab proxy no-store (BYPASS)", "lab proxy new prompts (MISS+store)"):
-        added = miss_runs[name]["latency_p50_ms"] - direct_p50
-        results.setdefault("miss_added_p50_ms", {})[name] = added
-        print(f"p50 added by {name}: {added:.2f} ms (target <= 2 ms)")
+        added_p50_ms[name] = miss_runs[name]["latency_p50_ms"] - direct_p50
+        print(f"p50 added by {name}: {added_p50_ms[name]:.2f} ms (target <= 2 ms)")
+    return added_p50_ms
+
+
+def main() -> None:
+    """Start the services, run the hit-path and miss-path comparisons, print the figures."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cache_proxy")
+    parser.add_argument("--duration-s", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--vus", type=int, default=32)
+    parser.add_argument("--miss-duration-s", type=float, default=8.0)
+    parser.add_argument("--tier-lookups", type=int, default=20_000, help="lookups timed per local-tier kind")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    args = parser.parse_args()
+
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-cache-proxy-"))
+    print(f"logs and k6 summaries: {log_dir}")
+    results: dict[str, Any] = {}
+    with ExitStack() as stack:
+        services = start_services(stack, log_dir)
+        redis = services["redis"]
+        tiers = compare_local_tiers(redis.host, int(redis.port or 0), lookups=args.tier_lookups)
+        results["local_tier_lookup_us"] = tiers
+        print(f"local-tier lookup: redis-py client-side cache {tiers['redis_py_client_side_cache_us']:.2f} us, "
+              f"LocalTier {tiers['local_tier_lru_us']:.2f} us per hit", flush=True)
+        targets = {name: services[name].url for name in ("seed", "lab-redis", "lab", "bare")}
+        runs = measure_hit_path(targets, rounds=args.rounds, vus=args.vus, duration_s=args.duration_s, log_dir=log_dir)
+        miss_runs = measure_miss_path(upstream_url=services["stub"].url, proxy_url=services["lab"].url,
+                                      duration_s=args.miss_duration_s, log_dir=log_dir)
+        lab_metrics = subprocess.run(["curl", "-s", f"{services['lab'].url}/metrics"], capture_output=True,
+                                     text=True).stdout
+    averages = {name: _average(name_runs) for name, name_runs in runs.items()}
+    results["hit_path"] = {"runs": runs, "average": averages}
+    results["miss_path"] = miss_runs
+    results["lab_metrics_counters"] = [line for line in lab_metrics.splitlines()
+                                       if line.startswith("lab_cache_") and "_total " in line]
+    results["ratios"] = print_hit_path(averages, vus=args.vus, duration_s=args.duration_s, rounds=args.rounds)
+    results["miss_added_p50_ms"] = print_miss_path(miss_runs, duration_s=args.miss_duration_s)
     print()
     print("\n".join(results["lab_metrics_counters"]))
     if args.json:
