@@ -24,7 +24,10 @@ from pages.common import (
     services_state,
 )
 from lab.members import Member, RolesError
-from pages.view.members import account_box, current_member, refused_screen, roles, sign_in_configured, sign_in_screen, signed_in
+from pages.view.members import (
+    account_box, current_member, expired_sign_in, refused_screen, roles, sign_in_again_screen, sign_in_configured,
+    sign_in_screen, signed_in,
+)
 from pages.view.outage import page_survives_database_outage, view_survives_database_outage
 from pages.view.page_guard import leave_legacy_pages_mode, routed
 from pages.view.tables import status_badge
@@ -111,6 +114,8 @@ def gate() -> Member | Callable[[], None]:
         return partial(refused_screen, f"The lab's sign-in settings are unusable: {error}")
     if not signed_in():
         return sign_in_screen
+    if (expired := expired_sign_in()) is not None:
+        return partial(sign_in_again_screen, expired)
     member = current_member()
     if not member.may_use_lab:
         return partial(refused_screen, f"{member.name} is not a member of this lab: ask one of its admins.")

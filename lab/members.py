@@ -152,6 +152,24 @@ def member_from_sign_in(claims: Mapping[str, Any], roles: RolesConfig) -> Member
     return Member(name=name, role=roles.role_of(name), signed_in=True)
 
 
+def sign_in_age_s(claims: Mapping[str, Any], now_s: float) -> float | None:
+    """Seconds since the provider signed this member in: its ``auth_time`` claim, else the ID
+    token's ``iat``; None when the claims carry neither (the age cannot be told)."""
+    for claim in ("auth_time", "iat"):
+        value = claims.get(claim)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return max(0.0, now_s - float(value))
+    return None
+
+
+def expired_sign_in_message(claims: Mapping[str, Any], *, max_age_h: float, now_s: float) -> str | None:
+    """Why this sign-in must be renewed (older than ``max_age_h``), or None while it is valid."""
+    age_s = sign_in_age_s(claims, now_s)
+    if age_s is None or age_s <= max_age_h * 3600:
+        return None
+    return f"Your sign-in is {age_s / 3600:.1f} h old, over this lab's limit of {max_age_h:g} h: sign in again."
+
+
 def member_without_sign_in(name: Any) -> Member:
     """Sign-in off: the name given in the web lab (or "unknown"); one trusted user, no roles."""
     return Member(name=clean_name(name) or UNKNOWN, role=ADMIN, signed_in=False)

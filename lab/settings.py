@@ -51,6 +51,10 @@ class Settings(BaseSettings):
         description="how long a run's final write is retried while the database is unreachable; its figures "
                     "are then kept in the run folder and written when the database returns",
     )
+    sign_in_max_age_h: float = Field(
+        default=12.0, gt=0, le=24 * 90,
+        description="with sign-in configured, a sign-in older than this (hours) is asked again, open pages included",
+    )
     allowed_target_hosts: list[str] = Field(default_factory=list, description="non-loopback hosts a run may target")
     worker_poll_interval_s: float = 1.0
     worker_name: str = Field(

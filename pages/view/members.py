@@ -7,15 +7,17 @@ Roles and permissions are decided in ``lab.members``; this module only reads Str
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
 
 from lab.members import (
-    UNKNOWN, Decision, Member, RolesConfig, RolesError, may_act_on_run, may_manage_lab, member_from_sign_in,
-    member_without_sign_in, parse_roles,
+    UNKNOWN, Decision, Member, RolesConfig, RolesError, expired_sign_in_message, may_act_on_run, may_manage_lab,
+    member_from_sign_in, member_without_sign_in, parse_roles,
 )
+from lab.settings import get_settings
 from pages.view.names import local_time
 from pages.view.text import plain
 
@@ -45,11 +47,17 @@ def signed_in() -> bool:
     return bool(st.user.get("is_logged_in", False))
 
 
+def expired_sign_in() -> str | None:
+    """Why this session's sign-in must be renewed, or None. Checked on every rerun: Streamlit
+    reads its identity cookie (kept 30 days) only when the browser connects."""
+    return expired_sign_in_message(st.user.to_dict(), max_age_h=get_settings().sign_in_max_age_h, now_s=time.time())
+
+
 def current_member() -> Member:
     """Who acts in this browser session: the signed-in member, or (sign-in off) the name
     given once in this session ("unknown" until then)."""
     if sign_in_configured():
-        if not signed_in():
+        if not signed_in() or expired_sign_in() is not None:  # nobody acts until signed in again
             return Member(name=UNKNOWN, role="", signed_in=True)
         try:
             config = roles()
@@ -64,6 +72,13 @@ def sign_in_screen() -> None:
     st.title("Serving Lab")
     st.write("This lab is shared: sign in to use it.")
     st.button("Sign in", on_click=st.login, type="primary", key="sign_in")
+
+
+def sign_in_again_screen(message: str) -> None:
+    """All a member whose sign-in expired sees: why, and the way back in."""
+    st.title("Serving Lab")
+    st.info(message)
+    st.button("Sign in again", on_click=st.login, type="primary", key="sign_in")
 
 
 def refused_screen(message: str) -> None:

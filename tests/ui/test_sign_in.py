@@ -34,3 +34,25 @@ def test_without_sign_in_the_lab_opens_directly(seed_lab) -> None:  # noqa: ANN0
     app.run()
     assert not app.exception
     assert [title.value for title in app.title] == ["New experiment"]
+
+
+def test_a_sign_in_older_than_the_labs_limit_is_asked_again(seed_lab, monkeypatch) -> None:  # noqa: ANN001
+    import time
+
+    from lab.settings import get_settings
+
+    monkeypatch.setenv("LAB_SIGN_IN_MAX_AGE_H", "2")
+    get_settings.cache_clear()
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.secrets["auth"] = AUTH
+    app.user = {"email": "ada@lab.example", "is_logged_in": True, "iat": time.time() - 3 * 3600}
+    app.run()
+    assert not app.exception, [item.value for item in app.exception]
+    assert [button.label for button in app.button] == ["Sign in again"]
+    assert "3.0 h old, over this lab's limit of 2 h" in app.info[0].value
+    assert not app.dataframe and not app.sidebar.metric and not app.tabs
+
+    app.user = {"email": "ada@lab.example", "is_logged_in": True, "iat": time.time() - 60}
+    app.run()
+    assert not app.exception and [title.value for title in app.title] == ["New experiment"]
+    get_settings.cache_clear()

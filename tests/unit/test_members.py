@@ -243,3 +243,18 @@ def test_a_previous_release_database_upgrades_with_unknown_launchers_and_nothing
     assert after["run_audit"] == [] and after["run_notes"] == []
     assert migrations.upgrade(engine) == migrations.LATEST_VERSION  # a second upgrade is a no-op
     assert dump(engine) == after
+
+
+def test_a_sign_ins_age_comes_from_auth_time_else_iat_and_only_an_old_one_expires() -> None:
+    from lab.members import expired_sign_in_message, sign_in_age_s
+
+    now_s = 1_800_000_000.0
+    assert sign_in_age_s({"iat": now_s - 90}, now_s) == 90
+    assert sign_in_age_s({"auth_time": now_s - 7200, "iat": now_s - 60}, now_s) == 7200  # re-issued tokens keep it
+    assert sign_in_age_s({"iat": now_s + 30}, now_s) == 0  # a clock a little ahead is not negative
+    for claims in ({}, {"iat": "yesterday"}, {"iat": True}, {"iat": None}):
+        assert sign_in_age_s(claims, now_s) is None
+        assert expired_sign_in_message(claims, max_age_h=1, now_s=now_s) is None  # cannot tell: not refused
+    assert expired_sign_in_message({"iat": now_s - 3599}, max_age_h=1, now_s=now_s) is None
+    assert expired_sign_in_message({"iat": now_s - 5400}, max_age_h=1, now_s=now_s) == (
+        "Your sign-in is 1.5 h old, over this lab's limit of 1 h: sign in again.")
