@@ -51,6 +51,11 @@ class Settings(BaseSettings):
         description="how long a run's final write is retried while the database is unreachable; its figures "
                     "are then kept in the run folder and written when the database returns",
     )
+    machine_calibration_repetitions: int = Field(
+        default=20, ge=0, le=1000,
+        description="repetitions of the machine-speed kernel timed before and after each run's load "
+                    "(about 0.1 s each here; 20 averages over the host's speed switches; 0: none)",
+    )
     sign_in_max_age_h: float = Field(
         default=12.0, gt=0, le=24 * 90,
         description="with sign-in configured, a sign-in older than this (hours) is asked again, open pages included",

@@ -58,6 +58,7 @@ class RunExecutor:
         self.engine = engine
         self.run_id = run_id
         self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
+        self.calibration_repetitions = settings.machine_calibration_repetitions
         self.collector = RunCollector(engine=engine, services=services, run_id=run_id, run_dir=self.steps.run_dir,
                                       contention_threshold_percent=settings.contention_warning_cpu_percent,
                                       database_retry_s=settings.final_write_retry_s,
@@ -80,11 +81,11 @@ class RunExecutor:
             steps.check_cancel()
             if spec.fills_cache_first:
                 steps.fill_cache(spec, targets, requests_file)
-            run.calibration["machine_calibration_before_s"] = calibration_s()
+            run.calibration["machine_calibration_before_s"] = calibration_s(self.calibration_repetitions)
             run.before = self.collector.scrape_all(spec, targets)
             run.loaded = True
             exit_code, run.samples = steps.drive_load(spec, targets, requests_file)
-            run.calibration["machine_calibration_after_s"] = calibration_s()
+            run.calibration["machine_calibration_after_s"] = calibration_s(self.calibration_repetitions)
             # A progress write: skipped while the database is unreachable (the final write retries).
             steps.live_write(lambda: steps.set_status(RunStatus.PARSING))
             steps.check_load(exit_code)

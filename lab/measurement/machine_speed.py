@@ -32,11 +32,11 @@ KERNEL_TIMEOUT_S = 60.0
 # seconds before and two after the load average over several switches, while contention that
 # lasts (a busy loop, another tenant) slows all of it.
 REPETITIONS = 20
-_KERNEL = f"""
-import time, numpy
+_KERNEL = """
+import sys, time, numpy
 a = numpy.random.default_rng(0).standard_normal((256, 256), dtype=numpy.float32)
 start = time.perf_counter()
-for _ in range({REPETITIONS}):
+for _ in range(int(sys.argv[1])):
     for _ in range(60):
         b = a @ a
     total = 0
@@ -48,14 +48,18 @@ print(time.perf_counter() - start)
 _ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def calibration_s() -> float | None:
-    """Seconds the fixed kernel took now (None if it could not run: the run goes on without it)."""
+def calibration_s(repetitions: int = REPETITIONS) -> float | None:
+    """Seconds ``repetitions`` of the fixed kernel took now, scaled to :data:`REPETITIONS` so
+    figures taken with other counts compare; None if it could not run (the run goes on
+    without it) or with no repetitions asked for."""
+    if repetitions <= 0:
+        return None
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _KERNEL], capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S,
+            [sys.executable, "-c", _KERNEL, str(repetitions)], capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S,
             env={**os.environ, **_ONE_THREAD}, check=True,
         )
-        return float(done.stdout.strip().splitlines()[-1])
+        return float(done.stdout.strip().splitlines()[-1]) * REPETITIONS / repetitions
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
 

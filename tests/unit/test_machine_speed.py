@@ -5,9 +5,12 @@ import pytest
 from lab.measurement.machine_speed import calibration_s, off_median, run_calibration_s, speed_indices
 
 
-def test_the_kernel_takes_a_positive_number_of_seconds() -> None:
-    seconds = calibration_s()
-    assert seconds is not None and 0 < seconds < 60
+def test_the_kernel_takes_a_positive_number_of_seconds_scaled_to_its_full_length() -> None:
+    full_s, one_s = calibration_s(), calibration_s(1)
+    assert full_s is not None and 0 < full_s < 60
+    # One repetition, scaled by 20: the same figure within the host's noise (2-3x here).
+    assert one_s is not None and full_s / 5 < one_s < full_s * 5
+    assert calibration_s(0) is None  # none asked for: the run goes on without the figure
 
 
 def test_indices_are_one_at_the_median_and_below_one_for_a_slower_run() -> None:
