@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lab import backends, workloads
+from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
 from lab.settings import get_settings
 from lab.specs.base import StrictModel
 
@@ -157,7 +158,8 @@ class CacheSpec(StrictModel):
     fill_timeout_s: float = Field(default=600, ge=1, le=7200, description="longest wait for the cache to fill")
     # uvicorn measured fastest under k6 here (BENCHMARKS.md, "ASGI servers"); granian, through ASGI
     # or its own RSGI, stays an option for machines where the load generator has cores of its own.
-    server: Literal["uvicorn", "granian", "granian-rsgi"] = Field(default="uvicorn", description="the cache proxy's HTTP server")
+    # The servers the proxy itself offers (Literal of that tuple: one list, the same one-line refusal).
+    server: Literal[PROXY_SERVERS] = Field(default="uvicorn", description="the cache proxy's HTTP server")  # type: ignore[valid-type]
 
     def fills_first(self, distinct_requests: int | None) -> bool:
         return distinct_requests is not None and 0 < distinct_requests <= self.fill_first_up_to

@@ -42,10 +42,9 @@ class RsgiAdapter:
     async def __rsgi__(self, scope: Any, protocol: Any) -> None:
         if scope.proto != "http":
             return
-        exchange = _Exchange(protocol)
         asgi_scope = asgi_scope_of(scope)
         declared_bytes = declared_body_bytes(asgi_scope["headers"])
-        exchange.whole_body = declared_bytes is not None and declared_bytes <= self.whole_body_max_bytes
+        exchange = _Exchange(protocol, whole_body=declared_bytes is not None and declared_bytes <= self.whole_body_max_bytes)
         await self.app(asgi_scope, exchange.receive, exchange.send)
         exchange.finish()
 
@@ -73,11 +72,12 @@ def _address(text: str) -> tuple[str, int] | None:
 
 
 class _Exchange:
-    """One request's ASGI ``receive`` and ``send`` over its RSGI protocol."""
+    """One request's ASGI ``receive`` and ``send`` over its RSGI protocol; ``whole_body``: read
+    the body in one piece (its declared length is within the app's limit)."""
 
-    def __init__(self, protocol: Any):
+    def __init__(self, protocol: Any, *, whole_body: bool):
         self.protocol = protocol
-        self.whole_body = False
+        self.whole_body = whole_body
         self._chunks: Any = None
         self._body_done = False
         self._status = 500
