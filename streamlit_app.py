@@ -11,22 +11,29 @@ from pathlib import Path
 
 import streamlit as st
 
+from lab.members import Member, RolesError
 from pages.common import (
     COMPARE_PAGE,
     NEW_EXPERIMENT_PAGE,
     RUN_DETAIL_PAGE,
     RUNS_PAGE,
-    TRENDS_PAGE,
     SERVICES_PAGE,
+    TRENDS_PAGE,
     WORKERS_PAGE,
     live_poll_interval,
     live_state,
     services_state,
 )
-from lab.members import Member, RolesError
 from pages.view.members import (
-    account_box, current_member, expired_sign_in, refused_screen, roles, sign_in_again_screen, sign_in_configured,
-    sign_in_screen, signed_in,
+    account_box,
+    current_member,
+    expired_sign_in,
+    refused_screen,
+    roles,
+    sign_in_again_screen,
+    sign_in_configured,
+    sign_in_screen,
+    signed_in,
 )
 from pages.view.outage import page_survives_database_outage, view_survives_database_outage
 from pages.view.page_guard import leave_legacy_pages_mode, routed
@@ -34,8 +41,11 @@ from pages.view.tables import status_badge
 from pages.view.text import plain
 
 SERVICE_STATE_ICONS = {
-    "running": ":green[:material/check_circle:]", "starting": ":orange[:material/pending:]",
-    "unhealthy": ":orange[:material/warning:]", "dead": ":red[:material/error:]", "failed": ":red[:material/error:]",
+    "running": ":green[:material/check_circle:]",
+    "starting": ":orange[:material/pending:]",
+    "unhealthy": ":orange[:material/warning:]",
+    "dead": ":red[:material/error:]",
+    "failed": ":red[:material/error:]",
 }
 
 
@@ -56,8 +66,10 @@ def sidebar() -> None:
         right.metric("running", state["active"])
         run = state["run"]
         if run:
-            st.caption(f":material/play_arrow: #{run['id']} {plain(run['backend'])} {plain(run['cell_label'])}: "
-                       f"{status_badge(run['status'], run['progress'])}")
+            st.caption(
+                f":material/play_arrow: #{run['id']} {plain(run['backend'])} {plain(run['cell_label'])}: "
+                f"{status_badge(run['status'], run['progress'])}"
+            )
         finished = ", ".join(f"{count} {status}" for status, count in state["finished"].items())
         st.caption(finished or "no finished runs yet")
         st.subheader("Services")
@@ -91,17 +103,20 @@ DEFAULT_PAGE_ALIAS = Path(PAGES[0][0]).stem
 def lab_pages() -> list:
     """The lab's pages for ``st.navigation``, plus the default page's named URL, hidden."""
     path, title, icon = PAGES[0]
-    return ([st.Page(path, title=title, icon=icon, default=True, url_path="home")]
-            + [st.Page(path, title=title, icon=icon) for path, title, icon in PAGES[1:]]
-            + [st.Page(path, title=title, icon=icon, url_path=DEFAULT_PAGE_ALIAS, visibility="hidden")])
+    return (
+        [st.Page(path, title=title, icon=icon, default=True, url_path="home")]
+        + [st.Page(path, title=title, icon=icon) for path, title, icon in PAGES[1:]]
+        + [st.Page(path, title=title, icon=icon, url_path=DEFAULT_PAGE_ALIAS, visibility="hidden")]
+    )
 
 
 def screen_pages(screen: Callable[[], None]) -> list:
     """Every page's URL (``/runs``, ``/run_detail?run=1``...) showing ``screen`` instead of the
     page: nothing of the lab, and no "page not found" for a bookmarked link."""
     title, icon = PAGES[0][1], PAGES[0][2]
-    return ([st.Page(screen, title=title, icon=icon, default=True, url_path="home")]
-            + [st.Page(screen, title=title, icon=icon, url_path=Path(path).stem) for path, title, icon in PAGES])
+    return [st.Page(screen, title=title, icon=icon, default=True, url_path="home")] + [
+        st.Page(screen, title=title, icon=icon, url_path=Path(path).stem) for path, title, icon in PAGES
+    ]
 
 
 def gate() -> Member | Callable[[], None]:
@@ -133,8 +148,7 @@ def main() -> None:
     see pages/view/page_guard.py for what Streamlit does to a ``pages/`` folder otherwise."""
     leave_legacy_pages_mode()
     # 240 px of sidebar (Streamlit's default is 300) leaves a run's figures room at 800 px wide.
-    st.set_page_config(page_title="Serving Lab", page_icon="🧪", layout="wide",
-                       initial_sidebar_state=SIDEBAR_WIDTH_PX)
+    st.set_page_config(page_title="Serving Lab", page_icon="🧪", layout="wide", initial_sidebar_state=SIDEBAR_WIDTH_PX)
     allowed = gate()
     if not isinstance(allowed, Member):
         st.navigation(screen_pages(allowed), position="hidden").run()

@@ -3,8 +3,8 @@ memory. No Redis, no upstream: what the HTTP server and k6 alone allow on this m
 the upper bound any cache proxy's hit path is compared with.
 
 Served as the proxy is (:mod:`services.cache_proxy.serving`), under ``--server uvicorn``
-(with the proxy's header deadline), ``granian`` or ``granian-rsgi`` (granian's own interface); ``--plain-uvicorn`` serves it with
-uvicorn's defaults (httptools, uvloop, no header deadline), as the seed's proxy is.
+(with the proxy's header deadline), ``granian`` or ``granian-rsgi`` (granian's own interface);
+``--plain-uvicorn`` serves it with uvicorn's defaults (httptools, uvloop, no header deadline), as the seed's proxy is.
 
 Run: ``python -m benchmarks.bare_ceiling --port N [--server uvicorn|granian|granian-rsgi] [--plain-uvicorn]``.
 """
@@ -18,9 +18,20 @@ from typing import Any
 
 FIXED_COMPLETION = json.dumps(
     {
-        "id": "bare-1", "object": "chat.completion", "created": 0, "model": "bare",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "stub answer #1 to: Write a short story about the number 7."},
-                     "finish_reason": "length"}],
+        "id": "bare-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "bare",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "stub answer #1 to: Write a short story about the number 7.",
+                },
+                "finish_reason": "length",
+            }
+        ],
         "usage": {"prompt_tokens": 40, "completion_tokens": 128, "total_tokens": 168},
     },
     separators=(",", ":"),

@@ -55,20 +55,45 @@ def _python_service(name: str, module: str, extra_args: list[str], log_dir: Path
     )
 
 
-def run_k6(*, target: str, mode: str, vus: int, duration_s: float, log_dir: Path, label: str,
-           no_store: bool = False, prompts: int = 50) -> dict[str, float]:
+def run_k6(
+    *,
+    target: str,
+    mode: str,
+    vus: int,
+    duration_s: float,
+    log_dir: Path,
+    label: str,
+    no_store: bool = False,
+    prompts: int = 50,
+) -> dict[str, float]:
     """Run the k6 script once; return req/s, error rate and latency figures in ms."""
     summary_path = log_dir / f"k6-{label}.json"
     env = {
-        "TARGET": target, "MODE": mode, "VUS": str(vus), "DURATION": f"{duration_s}s",
-        "PROMPTS": str(prompts), "NO_STORE": "1" if no_store else "0",
-        "K6_NO_USAGE_REPORT": "true", "PATH": "/usr/bin:/bin",
+        "TARGET": target,
+        "MODE": mode,
+        "VUS": str(vus),
+        "DURATION": f"{duration_s}s",
+        "PROMPTS": str(prompts),
+        "NO_STORE": "1" if no_store else "0",
+        "K6_NO_USAGE_REPORT": "true",
+        "PATH": "/usr/bin:/bin",
     }
-    argv = [str(K6_BINARY), "run", "--quiet", "--no-color", "--summary-export", str(summary_path),
-            "--summary-trend-stats", TREND_STATS, str(K6_SCRIPT)]
+    argv = [
+        str(K6_BINARY),
+        "run",
+        "--quiet",
+        "--no-color",
+        "--summary-export",
+        str(summary_path),
+        "--summary-trend-stats",
+        TREND_STATS,
+        str(K6_SCRIPT),
+    ]
     completed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=duration_s + 120)
     if completed.returncode != 0:
-        raise RuntimeError(f"k6 failed ({completed.returncode}) for {label}:\n{completed.stdout[-2000:]}\n{completed.stderr[-2000:]}")
+        raise RuntimeError(
+            f"k6 failed ({completed.returncode}) for {label}:\n{completed.stdout[-2000:]}\n{completed.stderr[-2000:]}"
+        )
     metrics = json.loads(summary_path.read_text())["metrics"]
     duration = metrics["http_req_duration"]
     return {
@@ -153,55 +178,83 @@ def start_services(stack: ExitStack, log_dir: Path) -> dict[str, ManagedService]
     upstream = ["--upstream", stub.url, "--redis-url", redis_url]
     services = {
         "seed": ("seed-proxy", "benchmarks.seed_proxy", upstream),
-        "lab-redis": ("lab-proxy-redis", "services.cache_proxy",
-                      [*upstream, "--namespace", "bench-redis", "--local-tier-entries", "0"]),
+        "lab-redis": (
+            "lab-proxy-redis",
+            "services.cache_proxy",
+            [*upstream, "--namespace", "bench-redis", "--local-tier-entries", "0"],
+        ),
         "lab": ("lab-proxy", "services.cache_proxy", [*upstream, "--namespace", "bench"]),
         "bare": ("bare", "benchmarks.bare_ceiling", []),
     }
-    started = {name: stack.enter_context(_python_service(service_name, module, extra, log_dir))
-               for name, (service_name, module, extra) in services.items()}
+    started = {
+        name: stack.enter_context(_python_service(service_name, module, extra, log_dir))
+        for name, (service_name, module, extra) in services.items()
+    }
     _flushdb(redis.host, int(redis.port or 0))
     return {"redis": redis, "stub": stub, **started}
 
 
-def measure_hit_path(targets: dict[str, str], *, rounds: int, vus: int, duration_s: float,
-                     log_dir: Path) -> dict[str, list[dict[str, float]]]:
+def measure_hit_path(
+    targets: dict[str, str], *, rounds: int, vus: int, duration_s: float, log_dir: Path
+) -> dict[str, list[dict[str, float]]]:
     """Warm each target, then ``rounds`` interleaved k6 runs of each; the runs by target."""
     for name, url in targets.items():
         run_k6(target=url, mode="warm", vus=1, duration_s=60, log_dir=log_dir, label=f"warm-{name}")
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in targets}
     for round_number in range(1, rounds + 1):
         for name, url in targets.items():
-            figures = run_k6(target=url, mode="hits", vus=vus, duration_s=duration_s,
-                             log_dir=log_dir, label=f"hits-{name}-{round_number}")
+            figures = run_k6(
+                target=url,
+                mode="hits",
+                vus=vus,
+                duration_s=duration_s,
+                log_dir=log_dir,
+                label=f"hits-{name}-{round_number}",
+            )
             runs[name].append(figures)
-            print(f"round {round_number} {name:5s} {figures['req_per_s']:8.0f} req/s  "
-                  f"p50 {figures['latency_p50_ms']:6.2f} ms  p95 {figures['latency_p95_ms']:6.2f} ms  "
-                  f"p99 {figures['latency_p99_ms']:6.2f} ms  failed {figures['failed_rate']:.3f}", flush=True)
+            print(
+                f"round {round_number} {name:5s} {figures['req_per_s']:8.0f} req/s  "
+                f"p50 {figures['latency_p50_ms']:6.2f} ms  p95 {figures['latency_p95_ms']:6.2f} ms  "
+                f"p99 {figures['latency_p99_ms']:6.2f} ms  failed {figures['failed_rate']:.3f}",
+                flush=True,
+            )
     return runs
 
 
 def measure_miss_path(*, upstream_url: str, proxy_url: str, duration_s: float, log_dir: Path) -> dict[str, dict]:
     """1 VU of new prompts: the upstream directly, the proxy bypassed, the proxy missing and storing."""
     return {
-        "upstream direct": run_k6(target=upstream_url, mode="unique", vus=1, duration_s=duration_s,
-                                  log_dir=log_dir, label="miss-direct"),
-        "lab proxy no-store (BYPASS)": run_k6(target=proxy_url, mode="unique", vus=1, duration_s=duration_s,
-                                              log_dir=log_dir, label="miss-nostore", no_store=True),
-        "lab proxy new prompts (MISS+store)": run_k6(target=proxy_url, mode="unique", vus=1, duration_s=duration_s,
-                                                     log_dir=log_dir, label="miss-store"),
+        "upstream direct": run_k6(
+            target=upstream_url, mode="unique", vus=1, duration_s=duration_s, log_dir=log_dir, label="miss-direct"
+        ),
+        "lab proxy no-store (BYPASS)": run_k6(
+            target=proxy_url,
+            mode="unique",
+            vus=1,
+            duration_s=duration_s,
+            log_dir=log_dir,
+            label="miss-nostore",
+            no_store=True,
+        ),
+        "lab proxy new prompts (MISS+store)": run_k6(
+            target=proxy_url, mode="unique", vus=1, duration_s=duration_s, log_dir=log_dir, label="miss-store"
+        ),
     }
 
 
-def print_hit_path(averages: dict[str, dict[str, float]], *, vus: int, duration_s: float, rounds: int) -> dict[str, float]:
+def print_hit_path(
+    averages: dict[str, dict[str, float]], *, vus: int, duration_s: float, rounds: int
+) -> dict[str, float]:
     """The hit-path table and the lab proxies' ratios to the seed and the ceiling; the ratios."""
     print()
     print(f"Hit path, k6 {vus} VUs, 50 warmed prompts, {duration_s:.0f} s x {rounds} rounds (mean):")
     print("| server | req/s | p50 ms | p95 ms | p99 ms | failed |")
     print("|---|---|---|---|---|---|")
     for name, figures in averages.items():
-        print(f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
-              f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} | {figures['failed_rate']:.3f} |")
+        print(
+            f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
+            f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} | {figures['failed_rate']:.3f} |"
+        )
     seed_figures, bare_figures = averages["seed"], averages["bare"]
     ratios: dict[str, float] = {}
     for name in ("lab-redis", "lab"):
@@ -209,9 +262,11 @@ def print_hit_path(averages: dict[str, dict[str, float]], *, vus: int, duration_
         ratios[f"{name}_vs_seed_req_per_s"] = figures["req_per_s"] / seed_figures["req_per_s"]
         ratios[f"{name}_vs_bare_req_per_s"] = figures["req_per_s"] / bare_figures["req_per_s"]
         ratios[f"{name}_p99_over_seed_p99"] = figures["latency_p99_ms"] / seed_figures["latency_p99_ms"]
-        print(f"{name}: {ratios[f'{name}_vs_seed_req_per_s']:.2f}x the seed's req/s (target >= 3.0), "
-              f"{ratios[f'{name}_vs_bare_req_per_s']:.0%} of the ceiling (target >= 90%), "
-              f"p99 {ratios[f'{name}_p99_over_seed_p99']:.2f} of the seed's (target <= 0.25)")
+        print(
+            f"{name}: {ratios[f'{name}_vs_seed_req_per_s']:.2f}x the seed's req/s (target >= 3.0), "
+            f"{ratios[f'{name}_vs_bare_req_per_s']:.0%} of the ceiling (target >= 90%), "
+            f"p99 {ratios[f'{name}_p99_over_seed_p99']:.2f} of the seed's (target <= 0.25)"
+        )
     return ratios
 
 
@@ -222,8 +277,10 @@ def print_miss_path(miss_runs: dict[str, dict], *, duration_s: float) -> dict[st
     print("| path | req/s | p50 ms | p95 ms | p99 ms |")
     print("|---|---|---|---|---|")
     for name, figures in miss_runs.items():
-        print(f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
-              f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} |")
+        print(
+            f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
+            f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} |"
+        )
     direct_p50 = miss_runs["upstream direct"]["latency_p50_ms"]
     added_p50_ms = {}
     for name in ("lab proxy no-store (BYPASS)", "lab proxy new prompts (MISS+store)"):
@@ -251,19 +308,28 @@ def main() -> None:
         redis = services["redis"]
         tiers = compare_local_tiers(redis.host, int(redis.port or 0), lookups=args.tier_lookups)
         results["local_tier_lookup_us"] = tiers
-        print(f"local-tier lookup: redis-py client-side cache {tiers['redis_py_client_side_cache_us']:.2f} us, "
-              f"LocalTier {tiers['local_tier_lru_us']:.2f} us per hit", flush=True)
+        print(
+            f"local-tier lookup: redis-py client-side cache {tiers['redis_py_client_side_cache_us']:.2f} us, "
+            f"LocalTier {tiers['local_tier_lru_us']:.2f} us per hit",
+            flush=True,
+        )
         targets = {name: services[name].url for name in ("seed", "lab-redis", "lab", "bare")}
         runs = measure_hit_path(targets, rounds=args.rounds, vus=args.vus, duration_s=args.duration_s, log_dir=log_dir)
-        miss_runs = measure_miss_path(upstream_url=services["stub"].url, proxy_url=services["lab"].url,
-                                      duration_s=args.miss_duration_s, log_dir=log_dir)
-        lab_metrics = subprocess.run(["curl", "-s", f"{services['lab'].url}/metrics"], capture_output=True,
-                                     text=True).stdout
+        miss_runs = measure_miss_path(
+            upstream_url=services["stub"].url,
+            proxy_url=services["lab"].url,
+            duration_s=args.miss_duration_s,
+            log_dir=log_dir,
+        )
+        lab_metrics = subprocess.run(
+            ["curl", "-s", f"{services['lab'].url}/metrics"], capture_output=True, text=True
+        ).stdout
     averages = {name: _average(name_runs) for name, name_runs in runs.items()}
     results["hit_path"] = {"runs": runs, "average": averages}
     results["miss_path"] = miss_runs
-    results["lab_metrics_counters"] = [line for line in lab_metrics.splitlines()
-                                       if line.startswith("lab_cache_") and "_total " in line]
+    results["lab_metrics_counters"] = [
+        line for line in lab_metrics.splitlines() if line.startswith("lab_cache_") and "_total " in line
+    ]
     results["ratios"] = print_hit_path(averages, vus=args.vus, duration_s=args.duration_s, rounds=args.rounds)
     results["miss_added_p50_ms"] = print_miss_path(miss_runs, duration_s=args.miss_duration_s)
     print()

@@ -23,9 +23,16 @@ from sqlalchemy.orm import Session
 BUSY_LOOP = "while True:\n    pass\n"
 
 
-def start_busy_loops_when_loaded(engine, run_id: int, *, after_s: float, count: int,  # noqa: ANN001
-                                 started: list[subprocess.Popen], started_at: list[float],
-                                 stop: threading.Event) -> None:
+def start_busy_loops_when_loaded(
+    engine,
+    run_id: int,
+    *,
+    after_s: float,
+    count: int,
+    started: list[subprocess.Popen],
+    started_at: list[float],
+    stop: threading.Event,
+) -> None:
     """Once the run is loading, wait ``after_s`` then start ``count`` busy loops."""
     from db import store
     from db.models import RunStatus
@@ -50,7 +57,9 @@ def start_busy_loops_when_loaded(engine, run_id: int, *, after_s: float, count: 
 def other_cpu_before_after(series: dict, at_epoch_s: float | None) -> tuple[float | None, float | None]:
     """Mean other-process CPU (% of a core) of the stored per-second series before and after ``at_epoch_s``."""
     resources = series.get("resources") or {}
-    pairs = [(t, v) for t, v in zip(resources.get("t") or [], resources.get("other_cpu_percent") or [])][1:]
+    pairs = [(t, v) for t, v in zip(resources.get("t") or [], resources.get("other_cpu_percent") or [], strict=False)][
+        1:
+    ]
     if at_epoch_s is None:
         at_epoch_s = float("inf")
     before = [v for t, v in pairs if v is not None and t < at_epoch_s]
@@ -68,8 +77,8 @@ def main() -> None:
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-contention-"))
     from db import store
     from db.engine import get_engine
-    from lab.execution import experiments
     from lab.context import LabContext
+    from lab.execution import experiments
     from lab.execution.worker import Worker
     from lab.settings import get_settings
     from lab.specs.schema import load_preset
@@ -79,19 +88,36 @@ def main() -> None:
     worker = Worker(context=LabContext(settings=settings))
     rows = []
     try:
-        for label, busy_loops in (("as is", 0), (f"{args.busy_loops} busy loops from {args.busy_after_s:g} s", args.busy_loops)):
-            spec = load_preset("seed-exp1", overrides=[
-                ("grid.backend", ["vllm"]), ("grid.load.vus", [args.vus]), ("load.duration_s", args.duration_s),
-            ])
+        for label, busy_loops in (
+            ("as is", 0),
+            (f"{args.busy_loops} busy loops from {args.busy_after_s:g} s", args.busy_loops),
+        ):
+            spec = load_preset(
+                "seed-exp1",
+                overrides=[
+                    ("grid.backend", ["vllm"]),
+                    ("grid.load.vus", [args.vus]),
+                    ("load.duration_s", args.duration_s),
+                ],
+            )
             with Session(engine) as session:
                 [run] = experiments.enqueue_experiment(session=session, spec=spec).runs
                 run_id = run.id
             loops: list[subprocess.Popen] = []
             loops_started_at: list[float] = []
             stop = threading.Event()
-            starter = threading.Thread(target=start_busy_loops_when_loaded, args=(engine, run_id), kwargs={
-                "after_s": args.busy_after_s, "count": busy_loops, "started": loops, "started_at": loops_started_at,
-                "stop": stop}, daemon=True)
+            starter = threading.Thread(
+                target=start_busy_loops_when_loaded,
+                args=(engine, run_id),
+                kwargs={
+                    "after_s": args.busy_after_s,
+                    "count": busy_loops,
+                    "started": loops,
+                    "started_at": loops_started_at,
+                    "stop": stop,
+                },
+                daemon=True,
+            )
             if busy_loops:
                 starter.start()
             try:
@@ -105,26 +131,51 @@ def main() -> None:
                 run = store.get_run(session=session, run_id=run_id)
                 series = store.get_run_series(session=session, run_id=run_id)
                 if busy_loops:
-                    print(f"  {len(loops)} busy loops started "
-                          f"{loops_started_at[0] - run.load_started_at.timestamp():.1f} s into the load" if loops
-                          else "  the busy loops never started", flush=True)
-                split_at = loops_started_at[0] if loops_started_at else (
-                    run.load_started_at.timestamp() + args.busy_after_s if run.load_started_at else None)
+                    print(
+                        f"  {len(loops)} busy loops started "
+                        f"{loops_started_at[0] - run.load_started_at.timestamp():.1f} s into the load"
+                        if loops
+                        else "  the busy loops never started",
+                        flush=True,
+                    )
+                split_at = (
+                    loops_started_at[0]
+                    if loops_started_at
+                    else (run.load_started_at.timestamp() + args.busy_after_s if run.load_started_at else None)
+                )
                 before, after = other_cpu_before_after(series.series if series else {}, split_at)
-                rows.append((label, run.status, run.other_cpu_percent_avg, before, after, run.steal_cpu_percent_avg,
-                             run.output_tok_per_s, run.steady_output_tok_per_s, run.measurement_warnings))
-                print(f"{label}: run #{run_id} {run.status}, other CPU {run.other_cpu_percent_avg or 0:.0f}% "
-                      f"of a core, warnings: {run.measurement_warnings}", flush=True)
+                rows.append(
+                    (
+                        label,
+                        run.status,
+                        run.other_cpu_percent_avg,
+                        before,
+                        after,
+                        run.steal_cpu_percent_avg,
+                        run.output_tok_per_s,
+                        run.steady_output_tok_per_s,
+                        run.measurement_warnings,
+                    )
+                )
+                print(
+                    f"{label}: run #{run_id} {run.status}, other CPU {run.other_cpu_percent_avg or 0:.0f}% "
+                    f"of a core, warnings: {run.measurement_warnings}",
+                    flush=True,
+                )
     finally:
         worker.services.stop_all()
     print(f"\nthreshold: {settings.contention_warning_cpu_percent:g}% of a core")
-    print(f"| run | other processes' CPU (% of a core, avg) | before / after {args.busy_after_s:g} s | steal (%) "
-          "| output tok/s (k6) | steady output tok/s | contention warning |")
+    print(
+        f"| run | other processes' CPU (% of a core, avg) | before / after {args.busy_after_s:g} s | steal (%) "
+        "| output tok/s (k6) | steady output tok/s | contention warning |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, status, other, before, after, steal, tok, steady, warnings in rows:
         warned = "yes" if warnings and "other processes used" in warnings else "no"
-        print(f"| {label} ({status}) | {other or 0:.0f} | {before or 0:.0f} / {after or 0:.0f} "
-              f"| {steal if steal is not None else '–'} | {tok or 0:.1f} | {steady or 0:.1f} | {warned} |")
+        print(
+            f"| {label} ({status}) | {other or 0:.0f} | {before or 0:.0f} / {after or 0:.0f} "
+            f"| {steal if steal is not None else '–'} | {tok or 0:.1f} | {steady or 0:.1f} | {warned} |"
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,26 +54,52 @@ def _templates() -> tuple[list[str], dict[str, str], dict[str, str]]:
             template = match.group(1) + "%s" + match.group(2) + "%s" + match.group(3)
             target = failed if tags.get("expected_response") == "false" else ok
             target.setdefault(record["metric"], template)
-    for metric in ("iterations", "iteration_duration", "data_sent", "data_received", "lab_iterations_started",
-                   "lab_requests_started", "lab_input_tokens", "lab_output_tokens", "lab_cache_hits", "vus", "vus_max"):
+    for metric in (
+        "iterations",
+        "iteration_duration",
+        "data_sent",
+        "data_received",
+        "lab_iterations_started",
+        "lab_requests_started",
+        "lab_input_tokens",
+        "lab_output_tokens",
+        "lab_cache_hits",
+        "vus",
+        "vus_max",
+    ):
         failed.setdefault(metric, ok[metric])
     return definitions, ok, failed
 
 
-_REQUEST_ORDER = ("lab_iterations_started", "lab_requests_started", "http_reqs", "http_req_duration",
-                  "http_req_blocked", "http_req_connecting", "http_req_tls_handshaking", "http_req_sending",
-                  "http_req_waiting", "http_req_receiving", "http_req_failed", "lab_cache_hits",
-                  "lab_input_tokens", "lab_output_tokens", "data_sent", "data_received",
-                  "iteration_duration", "iterations")
+_REQUEST_ORDER = (
+    "lab_iterations_started",
+    "lab_requests_started",
+    "http_reqs",
+    "http_req_duration",
+    "http_req_blocked",
+    "http_req_connecting",
+    "http_req_tls_handshaking",
+    "http_req_sending",
+    "http_req_waiting",
+    "http_req_receiving",
+    "http_req_failed",
+    "lab_cache_hits",
+    "lab_input_tokens",
+    "lab_output_tokens",
+    "data_sent",
+    "data_received",
+    "iteration_duration",
+    "iterations",
+)
 
 
 def _timestamp(epoch_s: float) -> str:
     """RFC 3339 with nanoseconds, as Go writes it."""
     whole = int(epoch_s)
-    nanos = int(round((epoch_s - whole) * 1e9))
+    nanos = round((epoch_s - whole) * 1e9)
     if nanos >= 1_000_000_000:
         whole, nanos = whole + 1, nanos - 1_000_000_000
-    base = datetime.fromtimestamp(whole, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    base = datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{nanos:09d}".rstrip("0").rstrip(".") + "Z"
 
 
@@ -102,12 +128,24 @@ def generate(path: Path, *, requests: int, rate_per_s: float, seed: int = 1) -> 
             latency_ms = rng.lognormvariate(2.5, 0.4) if is_ok else rng.uniform(1.0, 5.0)
             stamp = _timestamp(now)
             values = {
-                "lab_iterations_started": 1, "lab_requests_started": 1, "http_reqs": 1,
-                "http_req_duration": round(latency_ms, 6), "http_req_blocked": 0.004, "http_req_connecting": 0,
-                "http_req_tls_handshaking": 0, "http_req_sending": 0.031, "http_req_waiting": round(latency_ms - 0.1, 6),
-                "http_req_receiving": 0.06, "http_req_failed": 0 if is_ok else 1, "lab_cache_hits": int(rng.random() < 0.9),
-                "lab_input_tokens": 40, "lab_output_tokens": 128, "data_sent": 258, "data_received": 456,
-                "iteration_duration": round(latency_ms + 0.3, 6), "iterations": 1,
+                "lab_iterations_started": 1,
+                "lab_requests_started": 1,
+                "http_reqs": 1,
+                "http_req_duration": round(latency_ms, 6),
+                "http_req_blocked": 0.004,
+                "http_req_connecting": 0,
+                "http_req_tls_handshaking": 0,
+                "http_req_sending": 0.031,
+                "http_req_waiting": round(latency_ms - 0.1, 6),
+                "http_req_receiving": 0.06,
+                "http_req_failed": 0 if is_ok else 1,
+                "lab_cache_hits": int(rng.random() < 0.9),
+                "lab_input_tokens": 40,
+                "lab_output_tokens": 128,
+                "data_sent": 258,
+                "data_received": 456,
+                "iteration_duration": round(latency_ms + 0.3, 6),
+                "iterations": 1,
             }
             for metric in _REQUEST_ORDER:
                 if not is_ok and metric in ("lab_cache_hits", "lab_input_tokens", "lab_output_tokens"):
@@ -121,7 +159,12 @@ def generate(path: Path, *, requests: int, rate_per_s: float, seed: int = 1) -> 
         if block:
             out.write("\n".join(block) + "\n")
             lines += len(block)
-    return {"requests_ok": ok_count, "requests_failed": requests - ok_count, "lines": lines, "bytes": path.stat().st_size}
+    return {
+        "requests_ok": ok_count,
+        "requests_failed": requests - ok_count,
+        "lines": lines,
+        "bytes": path.stat().st_size,
+    }
 
 
 _CHILD = r"""
@@ -153,10 +196,25 @@ print(json.dumps({
 
 def measure(ndjson_path: Path, summary_path: Path) -> dict[str, float]:
     """Parse in a fresh interpreter and return its timings and peak RSS."""
-    baseline = subprocess.run([sys.executable, "-c", "import resource, lab.measurement.k6_ndjson; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"],
-                              cwd=ROOT, check=True, capture_output=True, text=True)
-    result = subprocess.run([sys.executable, "-c", _CHILD, str(ndjson_path), str(summary_path)],
-                            cwd=ROOT, check=True, capture_output=True, text=True)
+    baseline = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import resource, lab.measurement.k6_ndjson; "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(ndjson_path), str(summary_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     figures = json.loads(result.stdout)
     figures["interpreter_rss_mb"] = float(baseline.stdout.strip())
     return figures
@@ -175,20 +233,26 @@ def main() -> None:
         path = folder / "ingestion.ndjson"
         began = time.perf_counter()
         made = generate(path, requests=args.requests, rate_per_s=args.rate_per_s)
-        print(f"generated {made['requests_ok'] + made['requests_failed']:,} requests ({made['requests_failed']:,} failed), "
-              f"{made['lines']:,} lines, {made['bytes'] / 1e6:,.0f} MB in {time.perf_counter() - began:.1f} s")
+        print(
+            f"generated {made['requests_ok'] + made['requests_failed']:,} requests "
+            f"({made['requests_failed']:,} failed), "
+            f"{made['lines']:,} lines, {made['bytes'] / 1e6:,.0f} MB in {time.perf_counter() - began:.1f} s"
+        )
         figures = measure(path, FIXTURE_SUMMARY)
         assert figures["requests_ok"] == made["requests_ok"], (figures, made)
         assert figures["requests_failed"] == made["requests_failed"], (figures, made)
     assert figures["per_request_requests"] == made["requests_ok"] + made["requests_failed"], figures
     requests = made["requests_ok"] + made["requests_failed"]
     verdict = "PASS" if figures["after_load_s"] <= 10 and figures["peak_rss_mb"] <= 300 else "FAIL"
-    print(f"parsed as it would arrive: {figures['feed_s']:.2f} s ({requests / figures['feed_s']:,.0f} requests/s of "
-          f"parsing, one core); after the load: {figures['after_load_s']:.2f} s (finish the series, per-request "
-          f"figures encoded: {figures['per_request_stored_bytes'] / 1e6:.2f} MB); peak RSS "
-          f"{figures['peak_rss_mb']:.0f} MB (interpreter + imports alone {figures['interpreter_rss_mb']:.0f} MB); "
-          f"{figures['buckets']} buckets; latency p95 {figures['latency_p95_s'] * 1000:.1f} ms; "
-          f"target <= 10 s after the load and <= 300 MB: {verdict}")
+    print(
+        f"parsed as it would arrive: {figures['feed_s']:.2f} s ({requests / figures['feed_s']:,.0f} requests/s of "
+        f"parsing, one core); after the load: {figures['after_load_s']:.2f} s (finish the series, per-request "
+        f"figures encoded: {figures['per_request_stored_bytes'] / 1e6:.2f} MB); peak RSS "
+        f"{figures['peak_rss_mb']:.0f} MB (interpreter + imports alone {figures['interpreter_rss_mb']:.0f} MB); "
+        f"{figures['buckets']} buckets; latency p95 {figures['latency_p95_s'] * 1000:.1f} ms; "
+        f"target <= 10 s after the load and <= 300 MB: {verdict}"
+    )
+
 
 if __name__ == "__main__":
     main()

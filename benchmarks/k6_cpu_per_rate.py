@@ -26,9 +26,9 @@ def main() -> None:
     from sqlalchemy.orm import Session
 
     from db import store
-    from lab.execution import experiments
     from db.engine import get_engine
     from lab.context import LabContext
+    from lab.execution import experiments
     from lab.execution.worker import Worker
     from lab.settings import PROJECT_ROOT, get_settings
     from lab.specs.schema import ExperimentSpec, RunSpec
@@ -37,29 +37,47 @@ def main() -> None:
     settings = get_settings()
     engine = get_engine(settings.resolved_database_url)
     stub = ManagedService(
-        name="stub", argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}"],
-        log_path=Path(settings.logs_dir) / "stub.log", cwd=PROJECT_ROOT, readiness_timeout_s=30,
+        name="stub",
+        argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}"],
+        log_path=Path(settings.logs_dir) / "stub.log",
+        cwd=PROJECT_ROOT,
+        readiness_timeout_s=30,
     )
     print(f"{'target req/s':>12} {'achieved req/s':>14} {'k6 CPU %':>9} {'k6 CPU % per 1,000 req/s':>25} dropped")
     with stub:
         worker = Worker(context=LabContext(settings=settings))
         for rate in (float(value) for value in args.rates.split(",")):
-            spec = RunSpec.model_validate({
-                "backend": "external", "target_url": stub.url, "model": "stub", "max_tokens": 8,
-                "warmup_requests": 0, "workload": {"prompts": 1000},
-                "load": {"kind": "constant-arrival-rate", "rate_per_s": rate, "duration_s": args.duration_s,
-                         "max_vus": 200, "graceful_stop_s": 2},
-            })
+            spec = RunSpec.model_validate(
+                {
+                    "backend": "external",
+                    "target_url": stub.url,
+                    "model": "stub",
+                    "max_tokens": 8,
+                    "warmup_requests": 0,
+                    "workload": {"prompts": 1000},
+                    "load": {
+                        "kind": "constant-arrival-rate",
+                        "rate_per_s": rate,
+                        "duration_s": args.duration_s,
+                        "max_vus": 200,
+                        "graceful_stop_s": 2,
+                    },
+                }
+            )
             with Session(engine) as session:
-                [run] = experiments.enqueue_experiment(session=session, spec=ExperimentSpec(name="k6 cpu", base=spec)).runs
+                [run] = experiments.enqueue_experiment(
+                    session=session, spec=ExperimentSpec(name="k6 cpu", base=spec)
+                ).runs
                 run_id = run.id
             worker.run_one()
             with Session(engine) as session:
                 run = store.get_run(session=session, run_id=run_id)
                 per_1000 = (run.k6_cpu_percent_avg or 0) / run.req_per_s * 1000 if run.req_per_s else None
-                print(f"{rate:>12.0f} {run.req_per_s or 0:>14.1f} {run.k6_cpu_percent_avg or 0:>9.1f} "
-                      f"{per_1000 or 0:>25.1f} {run.iterations_dropped or 0}"
-                      + (f"  ({run.status}: {run.status_reason})" if run.status != "done" else ""))
+                print(
+                    f"{rate:>12.0f} {run.req_per_s or 0:>14.1f} {run.k6_cpu_percent_avg or 0:>9.1f} "
+                    f"{per_1000 or 0:>25.1f} {run.iterations_dropped or 0}"
+                    + (f"  ({run.status}: {run.status_reason})" if run.status != "done" else "")
+                )
 
 
 if __name__ == "__main__":

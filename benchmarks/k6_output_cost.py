@@ -56,14 +56,24 @@ OPTIONS: dict[str, tuple[str | None, list[str]]] = {
 
 def k6_argv(option: str, *, target_url: str, rate_per_s: int, duration_s: float, folder: Path) -> list[str]:
     """The lab's k6 command with the output of ``option``."""
-    env = {"TARGET": target_url, "MODEL": "stub", "MAX_TOKENS": "8", "PROMPTS": "1000",
-           "LOAD_KIND": "constant-arrival-rate", "RATE": str(rate_per_s), "TIME_UNIT": "1s",
-           "DURATION": f"{duration_s:g}s", "PRE_ALLOCATED_VUS": "50", "MAX_VUS": "200", "GRACEFUL_STOP": "2s"}
+    env = {
+        "TARGET": target_url,
+        "MODEL": "stub",
+        "MAX_TOKENS": "8",
+        "PROMPTS": "1000",
+        "LOAD_KIND": "constant-arrival-rate",
+        "RATE": str(rate_per_s),
+        "TIME_UNIT": "1s",
+        "DURATION": f"{duration_s:g}s",
+        "PRE_ALLOCATED_VUS": "50",
+        "MAX_VUS": "200",
+        "GRACEFUL_STOP": "2s",
+    }
     argv = build_k6_command(script=script_path("number-story"), env=env, summary_path=folder / "summary.json")
     out_at = argv.index("--out")
     out, extra = OPTIONS[option]
     if out is None:
-        del argv[out_at:out_at + 2]
+        del argv[out_at : out_at + 2]
     else:
         argv[out_at + 1] = out.format(folder=folder)
     return argv[:-1] + extra + argv[-1:]
@@ -93,11 +103,17 @@ def measure(option: str, *, target_url: str, rate_per_s: int, duration_s: float)
         counted = {"bytes": 0}
         self_before = resource.getrusage(resource.RUSAGE_SELF)
         began = time.monotonic()
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE if piped else subprocess.DEVNULL,
-                                   stderr=open(folder / "k6.log", "wb"), env={**os.environ, "K6_NO_USAGE_REPORT": "true"})
+        process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE if piped else subprocess.DEVNULL,
+            stderr=open(folder / "k6.log", "wb"),  # noqa: SIM115 - k6 writes to it until it exits
+            env={**os.environ, "K6_NO_USAGE_REPORT": "true"},
+        )
         reader = None
         if piped:
-            reader = threading.Thread(target=_reader, args=(process.stdout.fileno(), option.startswith("pipe"), counted))
+            reader = threading.Thread(
+                target=_reader, args=(process.stdout.fileno(), option.startswith("pipe"), counted)
+            )
             reader.start()
         if fifo is not None:
             reader = threading.Thread(target=lambda: _reader(os.open(fifo, os.O_RDONLY), True, counted))
@@ -117,7 +133,10 @@ def measure(option: str, *, target_url: str, rate_per_s: int, duration_s: float)
     reader_cpu_s = (self_after.ru_utime + self_after.ru_stime) - (self_before.ru_utime + self_before.ru_stime)
     per_s = figures["req_per_s"] or 0.0
     return {
-        "req_per_s": per_s, "requests": requests, "wall_s": wall_s, "exit": os.waitstatus_to_exitcode(status),
+        "req_per_s": per_s,
+        "requests": requests,
+        "wall_s": wall_s,
+        "exit": os.waitstatus_to_exitcode(status),
         "k6_cpu_percent": 100 * k6_cpu_s / wall_s,
         "k6_cpu_percent_per_1000_req_per_s": 100 * k6_cpu_s / wall_s / (per_s / 1000) if per_s else float("nan"),
         "bytes_per_request": counted["bytes"] / requests,
@@ -132,19 +151,26 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(OPTIONS), help="options to measure, in order")
     args = parser.parse_args()
     stub = ManagedService(
-        name="stub", argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}"],
-        log_path=Path(tempfile.mkdtemp(prefix="k6-output-stub-")) / "stub.log", cwd=PROJECT_ROOT,
+        name="stub",
+        argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}"],
+        log_path=Path(tempfile.mkdtemp(prefix="k6-output-stub-")) / "stub.log",
+        cwd=PROJECT_ROOT,
         readiness_timeout_s=30,
     )
     print(f"rate {args.rate} req/s for {args.duration_s:g} s per option; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'option':<16} {'req/s':>8} {'k6 CPU %':>9} {'k6 CPU %/1k req/s':>18} {'bytes/req':>10} "
-          f"{'reader CPU %/1k req/s':>22}")
+    print(
+        f"{'option':<16} {'req/s':>8} {'k6 CPU %':>9} {'k6 CPU %/1k req/s':>18} {'bytes/req':>10} "
+        f"{'reader CPU %/1k req/s':>22}"
+    )
     with stub:
         for option in args.only.split(","):
             row = measure(option, target_url=stub.url, rate_per_s=args.rate, duration_s=args.duration_s)
-            print(f"{option:<16} {row['req_per_s']:>8.0f} {row['k6_cpu_percent']:>9.1f} "
-                  f"{row['k6_cpu_percent_per_1000_req_per_s']:>18.1f} {row['bytes_per_request']:>10.0f} "
-                  f"{row['reader_cpu_percent_per_1000_req_per_s']:>22.1f}" + (f"  exit {row['exit']}" if row["exit"] else ""))
+            print(
+                f"{option:<16} {row['req_per_s']:>8.0f} {row['k6_cpu_percent']:>9.1f} "
+                f"{row['k6_cpu_percent_per_1000_req_per_s']:>18.1f} {row['bytes_per_request']:>10.0f} "
+                f"{row['reader_cpu_percent_per_1000_req_per_s']:>22.1f}"
+                + (f"  exit {row['exit']}" if row["exit"] else "")
+            )
 
 
 if __name__ == "__main__":

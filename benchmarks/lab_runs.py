@@ -11,8 +11,8 @@ def run_experiment(*, engine: Any, settings: Any, spec: Any) -> list[Any]:
     """Queue ``spec``, run each of its runs with a fresh worker, stop the services it started,
     and return the finished runs (detached ORM objects, in queue order)."""
     from db import store
-    from lab.execution import experiments
     from lab.context import LabContext
+    from lab.execution import experiments
     from lab.execution.worker import Worker
 
     with Session(engine) as session:

@@ -44,31 +44,40 @@ def seed(database_url: str, runs: int) -> None:
         left = runs
         while left > 0:
             repeats = max(1, min(100, left // 4))
-            experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", quick=True,
-                                                                       overrides=[("repeats", repeats)]))
+            experiments.enqueue_experiment(
+                session=session, spec=load_preset("seed-exp1", quick=True, overrides=[("repeats", repeats)])
+            )
             left -= repeats * 4
     rng = random.Random(7)
     with Session(engine) as session:
-        rows = session.execute(
-            Run.__table__.select().with_only_columns(Run.id, Run.backend, Run.vus)
-        ).all()
+        rows = session.execute(Run.__table__.select().with_only_columns(Run.id, Run.backend, Run.vus)).all()
         for run_id, backend, vus in rows:
             figures = SEEDED_FIGURES[(backend, vus)]
             noise = rng.uniform(0.9, 1.1)
-            session.execute(update(Run).where(Run.id == run_id).values(
-                status=RunStatus.DONE, requests_ok=20, requests_failed=0,
-                output_tok_per_s=figures["output_tok_per_s"] * noise, req_per_s=figures["req_per_s"] * noise,
-                latency_avg_s=figures["latency_avg_s"] / noise, latency_p50_s=figures["latency_avg_s"] / noise,
-                latency_p95_s=figures["latency_p95_s"] / noise, latency_p99_s=figures["latency_p95_s"] * 1.1,
-                latency_max_s=figures["latency_p95_s"] * 1.2,
-                environment={"cpu": "benchmark"}, server_metrics={"before": {}, "after": {}},
-            ))
+            session.execute(
+                update(Run)
+                .where(Run.id == run_id)
+                .values(
+                    status=RunStatus.DONE,
+                    requests_ok=20,
+                    requests_failed=0,
+                    output_tok_per_s=figures["output_tok_per_s"] * noise,
+                    req_per_s=figures["req_per_s"] * noise,
+                    latency_avg_s=figures["latency_avg_s"] / noise,
+                    latency_p50_s=figures["latency_avg_s"] / noise,
+                    latency_p95_s=figures["latency_p95_s"] / noise,
+                    latency_p99_s=figures["latency_p95_s"] * 1.1,
+                    latency_max_s=figures["latency_p95_s"] * 1.2,
+                    environment={"cpu": "benchmark"},
+                    server_metrics={"before": {}, "after": {}},
+                )
+            )
             session.add(RunSeries(run_id=run_id, series=fake_series(20, figures["output_tok_per_s"], vus)))
         session.commit()
     print(f"seeded {len(rows)} runs ({per_experiment} per experiment)")
 
 
-def time_page(page: str, repeats: int, *, setup=None) -> list[float]:  # noqa: ANN001
+def time_page(page: str, repeats: int, *, setup=None) -> list[float]:
     """Wall seconds of ``repeats`` fresh renders of ``page`` (app start + switch to it)."""
     from streamlit.testing.v1 import AppTest
 
@@ -112,8 +121,10 @@ def main() -> int:
             timings = time_page(page, args.repeats, setup=setup)
             results[label] = timings
             verdict = "ok" if statistics.median(timings) <= TARGET_S else "OVER TARGET"
-            print(f"{label:<42} median {statistics.median(timings):.2f} s, worst {max(timings):.2f} s "
-                  f"over {len(timings)} renders (target <= {TARGET_S} s): {verdict}")
+            print(
+                f"{label:<42} median {statistics.median(timings):.2f} s, worst {max(timings):.2f} s "
+                f"over {len(timings)} renders (target <= {TARGET_S} s): {verdict}"
+            )
         # Compare over all five experiments (2,000 runs): the heaviest choice a user can make.
         from streamlit.testing.v1 import AppTest
 
@@ -122,14 +133,16 @@ def main() -> int:
             app = AppTest.from_file(str(PROJECT_ROOT / "streamlit_app.py"), default_timeout=120)
             app.run()
             app.switch_page("pages/compare.py").run()
-            widget = [w for w in app.multiselect if w.key == "compare_experiments"][0]
+            widget = next(w for w in app.multiselect if w.key == "compare_experiments")
             started = time.perf_counter()
             widget.set_value([1, 2, 3, 4, 5]).run()
             timings.append(time.perf_counter() - started)
             assert not app.exception and app.dataframe[0].value["repeats"].sum() == 2000
-        print(f"{'Compare (all 5 experiments, 2,000 runs)':<42} median {statistics.median(timings):.2f} s, "
-              f"worst {max(timings):.2f} s over {len(timings)} renders (target <= {TARGET_S} s): "
-              f"{'ok' if statistics.median(timings) <= TARGET_S else 'OVER TARGET'}")
+        print(
+            f"{'Compare (all 5 experiments, 2,000 runs)':<42} median {statistics.median(timings):.2f} s, "
+            f"worst {max(timings):.2f} s over {len(timings)} renders (target <= {TARGET_S} s): "
+            f"{'ok' if statistics.median(timings) <= TARGET_S else 'OVER TARGET'}"
+        )
     return 0
 
 

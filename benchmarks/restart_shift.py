@@ -38,11 +38,18 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings(data_dir=Path(tempfile.mkdtemp(prefix="restart-shift-")))
     engine = get_engine(settings.resolved_database_url)
-    spec = ExperimentSpec.model_validate({
-        "name": "restart shift", "repeats": 1,
-        "base": {"backend": "vllm", "workload": {"kind": "number-story", "prompts": 50},
-                 "load": {"kind": "constant-vus", "vus": args.vus, "duration_s": args.duration_s}, "max_tokens": 128},
-    })
+    spec = ExperimentSpec.model_validate(
+        {
+            "name": "restart shift",
+            "repeats": 1,
+            "base": {
+                "backend": "vllm",
+                "workload": {"kind": "number-story", "prompts": 50},
+                "load": {"kind": "constant-vus", "vus": args.vus, "duration_s": args.duration_s},
+                "max_tokens": 128,
+            },
+        }
+    )
     fresh, warm, calibration = [], [], {}
     for pair in range(args.pairs):
         # run_experiment stops the services it started after each call: the first run of a
@@ -54,9 +61,12 @@ def main(argv: list[str] | None = None) -> int:
             # takes about as long as the run, so k6's req/s moves with where the last ones end.
             into.append(run.steady_req_per_s or run.req_per_s)
             calibration[run.id] = run_calibration_s(run.machine_calibration_before_s, run.machine_calibration_after_s)
-            print(f"pair {pair + 1} {label}: run #{run.id} {run.status} steady {run.steady_req_per_s or 0:.3f} req/s "
-                  f"({run.steady_output_tok_per_s or 0:.1f} tok/s), k6 {run.req_per_s or 0:.3f} req/s, "
-                  f"kernel {calibration[run.id] or 0:.3f} s", flush=True)
+            print(
+                f"pair {pair + 1} {label}: run #{run.id} {run.status} steady {run.steady_req_per_s or 0:.3f} req/s "
+                f"({run.steady_output_tok_per_s or 0:.1f} tok/s), k6 {run.req_per_s or 0:.3f} req/s, "
+                f"kernel {calibration[run.id] or 0:.3f} s",
+                flush=True,
+            )
     indices = speed_indices(calibration)
     print("machine-speed index per run:", ", ".join(f"#{k} {v:.2f}" for k, v in indices.items() if v))
     interval = ratio_interval(fresh, warm, paired=True)
@@ -64,9 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         bounds = "" if interval.ci95_low is None else f" [{interval.ci95_low:.3f}, {interval.ci95_high:.3f}]"
         print(f"fresh over warm steady req/s: {interval.ratio:.3f}{bounds} ({interval.method})")
     if len(fresh) > 1:
-        print(f"fresh instances: mean {statistics.fmean(fresh):.3f} req/s, coefficient of variation "
-              f"{statistics.stdev(fresh) / statistics.fmean(fresh):.1%}; warm: mean {statistics.fmean(warm):.3f}, "
-              f"CV {statistics.stdev(warm) / statistics.fmean(warm):.1%}")
+        print(
+            f"fresh instances: mean {statistics.fmean(fresh):.3f} req/s, coefficient of variation "
+            f"{statistics.stdev(fresh) / statistics.fmean(fresh):.1%}; warm: mean {statistics.fmean(warm):.3f}, "
+            f"CV {statistics.stdev(warm) / statistics.fmean(warm):.1%}"
+        )
     return 0
 
 

@@ -58,8 +58,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    uvicorn.run(build_app(upstream_url=args.upstream, redis_url=args.redis_url), host=args.host, port=args.port,
-                log_level="warning", access_log=False)
+    uvicorn.run(
+        build_app(upstream_url=args.upstream, redis_url=args.redis_url),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":

@@ -85,14 +85,19 @@ NESTING_DEPTH = 10_000
 
 
 def nesting_probe(reader: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", NESTING_CHILD.format(root=str(ROOT)), str(NESTING_DEPTH), reader],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", NESTING_CHILD.format(root=str(ROOT)), str(NESTING_DEPTH), reader],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def run_child(path: str, reader: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), path, reader],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(root=str(ROOT)), path, reader], capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -118,12 +123,16 @@ def main() -> None:
         best = min(runs[reader], key=lambda r: r["cpu_seconds"])
         results[reader] = best
         wall = statistics.median(r["seconds"] for r in runs[reader])
-        print(f"{reader:<6} {best['cpu_seconds']:5.2f} CPU s best of {args.repeats} "
-              f"({size_mb / best['cpu_seconds']:5.1f} MB/s), median wall {wall:5.2f} s, "
-              f"{best['conversations']:,} conversations, peak RSS {best['peak_rss_mb']:.0f} MB")
+        print(
+            f"{reader:<6} {best['cpu_seconds']:5.2f} CPU s best of {args.repeats} "
+            f"({size_mb / best['cpu_seconds']:5.1f} MB/s), median wall {wall:5.2f} s, "
+            f"{best['conversations']:,} conversations, peak RSS {best['peak_rss_mb']:.0f} MB"
+        )
     for reader in readers:
         probe = nesting_probe(reader)
-        print(f"{reader:<6} {NESTING_DEPTH:,} nested brackets: {probe['outcome']}, peak RSS {probe['peak_rss_mb']:.0f} MB")
+        print(
+            f"{reader:<6} {NESTING_DEPTH:,} nested brackets: {probe['outcome']}, peak RSS {probe['peak_rss_mb']:.0f} MB"
+        )
     if len(results) < 2:
         print("ijson is not installed: only the lab's reader was timed")
         return

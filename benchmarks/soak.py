@@ -73,12 +73,18 @@ def database_bytes(database: Path) -> int:
 def soak_spec(*, stub_url: str, minutes: float, vus: int, prompts: int) -> Any:
     from lab.specs.schema import ExperimentSpec, RunSpec
 
-    base = RunSpec.model_validate({
-        "backend": "external+cache", "target_url": stub_url, "model": "stub", "max_tokens": 32,
-        "warmup_requests": 0, "workload": {"kind": "number-story", "prompts": prompts},
-        "load": {"kind": "constant-vus", "vus": vus, "duration_s": minutes * 60, "graceful_stop_s": 5},
-        "cache": {"fill_first_up_to": prompts},
-    })
+    base = RunSpec.model_validate(
+        {
+            "backend": "external+cache",
+            "target_url": stub_url,
+            "model": "stub",
+            "max_tokens": 32,
+            "warmup_requests": 0,
+            "workload": {"kind": "number-story", "prompts": prompts},
+            "load": {"kind": "constant-vus", "vus": vus, "duration_s": minutes * 60, "graceful_stop_s": 5},
+            "cache": {"fill_first_up_to": prompts},
+        }
+    )
     return ExperimentSpec(name=f"soak {minutes:g} min", base=base)
 
 
@@ -87,8 +93,14 @@ def _k6_child(worker: psutil.Process, run_dir: Path) -> psutil.Process | None:
     unmeasured cache fill's goes elsewhere)."""
     summary_setting = f"SUMMARY_PATH={run_dir / 'summary.json'}"
     try:
-        return next((child for child in worker.children(recursive=True)
-                     if child.name() == "k6" and summary_setting in child.cmdline()), None)
+        return next(
+            (
+                child
+                for child in worker.children(recursive=True)
+                if child.name() == "k6" and summary_setting in child.cmdline()
+            ),
+            None,
+        )
     except psutil.Error:
         return None
 
@@ -100,12 +112,14 @@ def _rss_mb(process: psutil.Process | None) -> float | None:
         return None
 
 
-def watch(*, engine: Any, run_id: int, worker: psutil.Process, run_dir: Path, sample_s: float,
-          timeout_s: float) -> Observed:
+def watch(
+    *, engine: Any, run_id: int, worker: psutil.Process, run_dir: Path, sample_s: float, timeout_s: float
+) -> Observed:
     """Sample until the run is final (or ``timeout_s``): RSS, the run folder, k6's lifetime."""
+    from sqlalchemy.orm import Session
+
     from db import store
     from db.models import RunStatus
-    from sqlalchemy.orm import Session
 
     seen = Observed()
     began = time.monotonic()
@@ -135,20 +149,22 @@ def watch(*, engine: Any, run_id: int, worker: psutil.Process, run_dir: Path, sa
 
 def fifths(engine: Any, run_id: int) -> dict[str, float | None]:
     """req/s of the first and last fifth of the load's seconds; p99 of the first and last fifth of the requests."""
+    from sqlalchemy.orm import Session
+
     from db import store
     from lab.analysis.slo import RequestFigures
     from lab.measurement import request_figures
     from lab.measurement.k6_results import percentile
-    from sqlalchemy.orm import Session
 
     with Session(engine) as session:
         series = store.get_run_series(session=session, run_id=run_id).series or {}
         row = store.get_run_requests(session=session, run_id=run_id)
-        figures: RequestFigures = request_figures.decode(latency_s=row.latency_s, ok=row.ok, ttft_s=row.ttft_s,
-                                                         tpot_s=row.tpot_s)
+        figures: RequestFigures = request_figures.decode(
+            latency_s=row.latency_s, ok=row.ok, ttft_s=row.ttft_s, tpot_s=row.tpot_s
+        )
     per_second = (series.get("requests_ok") or [])[1:-1]  # the first and last seconds are partial
     fifth = max(1, len(per_second) // 5)
-    latencies = [latency for latency, ok in zip(figures.latency_s, figures.ok) if ok]
+    latencies = [latency for latency, ok in zip(figures.latency_s, figures.ok, strict=True) if ok]
     part = max(1, len(latencies) // 5)
     return {
         "req_per_s_first_fifth": sum(per_second[:fifth]) / fifth if per_second else None,
@@ -160,11 +176,23 @@ def fifths(engine: Any, run_id: int) -> dict[str, float | None]:
 
 def start_worker(data_dir: Path, keep_raw: str, lab_root: Path) -> subprocess.Popen[bytes]:
     """``python -m lab worker`` from ``lab_root`` (another checkout: the lab before a change)."""
-    env = {**os.environ, "LAB_DATA_DIR": str(data_dir), "LAB_KEEP_RAW": keep_raw, "LAB_WORKER_POLL_INTERVAL_S": "0.2",
-           "LAB_WORKER_NAME": "soak", "PYTHONDONTWRITEBYTECODE": "1"}
-    log = open(data_dir / "worker.log", "wb")
-    return subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=lab_root, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    env = {
+        **os.environ,
+        "LAB_DATA_DIR": str(data_dir),
+        "LAB_KEEP_RAW": keep_raw,
+        "LAB_WORKER_POLL_INTERVAL_S": "0.2",
+        "LAB_WORKER_NAME": "soak",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    log = open(data_dir / "worker.log", "wb")  # noqa: SIM115 - the worker writes to it until it exits
+    return subprocess.Popen(
+        [sys.executable, "-m", "lab", "worker"],
+        cwd=lab_root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
@@ -177,19 +205,28 @@ def stop_worker(worker: subprocess.Popen[bytes]) -> None:
         worker.wait()
 
 
-def report(run: Any, seen: Observed, *, retained_bytes: int, database_bytes: int, degradation: dict[str, Any]) -> dict[str, Any]:
+def report(
+    run: Any, seen: Observed, *, retained_bytes: int, database_bytes: int, degradation: dict[str, Any]
+) -> dict[str, Any]:
     """The figures of one soak, per request where the target is per request."""
     requests = (run.requests_ok or 0) + (run.requests_failed or 0)
-    load_end_to_stored_s = (seen.final_at_s - seen.k6_exited_at_s
-                            if seen.final_at_s is not None and seen.k6_exited_at_s is not None else None)
+    load_end_to_stored_s = (
+        seen.final_at_s - seen.k6_exited_at_s
+        if seen.final_at_s is not None and seen.k6_exited_at_s is not None
+        else None
+    )
     worker_rss = [rss for _, rss in seen.worker_rss_mb]
     k6_rss = [rss for _, rss in seen.k6_rss_mb]
     return {
-        "status": run.status, "status_reason": run.status_reason, "requests": requests,
-        "req_per_s": run.req_per_s, "latency_p99_s": run.latency_p99_s,
+        "status": run.status,
+        "status_reason": run.status_reason,
+        "requests": requests,
+        "req_per_s": run.req_per_s,
+        "latency_p99_s": run.latency_p99_s,
         "k6_cpu_percent_avg": run.k6_cpu_percent_avg,
-        "k6_cpu_percent_per_1000_req_per_s": (run.k6_cpu_percent_avg / run.req_per_s * 1000
-                                              if run.k6_cpu_percent_avg and run.req_per_s else None),
+        "k6_cpu_percent_per_1000_req_per_s": (
+            run.k6_cpu_percent_avg / run.req_per_s * 1000 if run.k6_cpu_percent_avg and run.req_per_s else None
+        ),
         "peak_run_dir_bytes": seen.run_dir_bytes_peak,
         "peak_run_dir_bytes_per_request": seen.run_dir_bytes_peak / requests if requests else None,
         "retained_run_dir_bytes": retained_bytes,
@@ -199,7 +236,8 @@ def report(run: Any, seen: Observed, *, retained_bytes: int, database_bytes: int
         "worker_rss_mb_first_last_peak": (worker_rss[0], worker_rss[-1], max(worker_rss)) if worker_rss else None,
         "k6_rss_mb_first_last_peak": (k6_rss[0], k6_rss[-1], max(k6_rss)) if k6_rss else None,
         **degradation,
-        "worker_rss_mb_over_time": seen.worker_rss_mb, "k6_rss_mb_over_time": seen.k6_rss_mb,
+        "worker_rss_mb_over_time": seen.worker_rss_mb,
+        "k6_rss_mb_over_time": seen.k6_rss_mb,
     }
 
 
@@ -211,9 +249,13 @@ def main() -> None:
     parser.add_argument("--keep-raw", default="none", choices=("none", "compressed", "all"))
     parser.add_argument("--sample-s", type=float, default=1.0, help="seconds between RSS and disk samples")
     parser.add_argument("--output", type=Path, help="write the figures as JSON here")
-    parser.add_argument("--lab-root", type=Path, default=ROOT,
-                        help="the checkout whose worker executes the run (default this one; another checkout "
-                             "measures the lab before a change, e.g. its main branch)")
+    parser.add_argument(
+        "--lab-root",
+        type=Path,
+        default=ROOT,
+        help="the checkout whose worker executes the run (default this one; another checkout "
+        "measures the lab before a change, e.g. its main branch)",
+    )
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="soak-"))
     os.environ["LAB_DATA_DIR"] = str(data_dir)
@@ -228,8 +270,11 @@ def main() -> None:
     settings = get_settings()
     engine = get_engine(settings.resolved_database_url)
     stub = ManagedService(
-        name="stub", argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}"],
-        log_path=data_dir / "stub.log", cwd=ROOT, readiness_timeout_s=30,
+        name="stub",
+        argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}"],
+        log_path=data_dir / "stub.log",
+        cwd=ROOT,
+        readiness_timeout_s=30,
     )
     with stub:
         with Session(engine) as session:
@@ -238,27 +283,47 @@ def main() -> None:
             run_id = run.id
         database = Path(settings.resolved_database_url.removeprefix("sqlite:///"))
         database_before = database_bytes(database)
-        print(f"soak: run #{run_id}, {args.minutes:g} min at {args.vus} VUs through the cache, keep_raw "
-              f"{args.keep_raw}, data in {data_dir}; load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+        print(
+            f"soak: run #{run_id}, {args.minutes:g} min at {args.vus} VUs through the cache, keep_raw "
+            f"{args.keep_raw}, data in {data_dir}; load average {os.getloadavg()[0]:.2f}",
+            file=sys.stderr,
+        )
         worker = start_worker(data_dir, args.keep_raw, args.lab_root)
         try:
-            seen = watch(engine=engine, run_id=run_id, worker=psutil.Process(worker.pid),
-                         run_dir=settings.runs_dir / str(run_id), sample_s=args.sample_s,
-                         timeout_s=args.minutes * 60 + 900)
+            seen = watch(
+                engine=engine,
+                run_id=run_id,
+                worker=psutil.Process(worker.pid),
+                run_dir=settings.runs_dir / str(run_id),
+                sample_s=args.sample_s,
+                timeout_s=args.minutes * 60 + 900,
+            )
         finally:
             stop_worker(worker)
     with Session(engine) as session:
         run = store.get_run(session=session, run_id=run_id)
         session.expunge(run)
-    figures = report(run, seen, retained_bytes=folder_bytes(settings.runs_dir / str(run_id)),
-                     database_bytes=database_bytes(database) - database_before,
-                     degradation=fifths(engine, run_id) if run.requests_ok else {})
-    figures.update(minutes=args.minutes, vus=args.vus, keep_raw=args.keep_raw, lab_root=str(args.lab_root),
-                   load_average_after=os.getloadavg()[0])
+    figures = report(
+        run,
+        seen,
+        retained_bytes=folder_bytes(settings.runs_dir / str(run_id)),
+        database_bytes=database_bytes(database) - database_before,
+        degradation=fifths(engine, run_id) if run.requests_ok else {},
+    )
+    figures.update(
+        minutes=args.minutes,
+        vus=args.vus,
+        keep_raw=args.keep_raw,
+        lab_root=str(args.lab_root),
+        load_average_after=os.getloadavg()[0],
+    )
     if args.output:
         args.output.write_text(json.dumps(figures, indent=1, default=str))
-    print(json.dumps({key: value for key, value in figures.items() if not key.endswith("_over_time")},
-                     indent=1, default=str))
+    print(
+        json.dumps(
+            {key: value for key, value in figures.items() if not key.endswith("_over_time")}, indent=1, default=str
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,13 @@ import httpx
 
 
 def time_one(url: str, model: str, prompt: str, max_tokens: int) -> dict[str, float]:
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     started = time.perf_counter()
     times: dict[str, float] = {}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
@@ -54,8 +59,10 @@ def main() -> None:
         row = time_one(url, model, f"Write a short story about the number {number}.", args.max_tokens)
         rows.append(row)
         print(json.dumps({key: round(value, 4) if isinstance(value, float) else value for key, value in row.items()}))
-    medians = {key: round(statistics.median(row[key] for row in rows), 4)
-               for key in ("headers_s", "first_bytes_s", "first_content_s", "end_s")}
+    medians = {
+        key: round(statistics.median(row[key] for row in rows), 4)
+        for key in ("headers_s", "first_bytes_s", "first_content_s", "end_s")
+    }
     print("median", json.dumps(medians))
 
 

@@ -108,8 +108,12 @@ def breakdown(events: list[dict[str, Any]], tokens: int) -> list[tuple[str, floa
     forward_total = sum(s["dur"] for s in forward) or sum(op["dur"] for op in outer_ops)
     for group, micros in sorted(by_group.items(), key=lambda item: -item[1]):
         rows.append((f"forward, {group}", micros / 1000 / tokens))
-    rows.append(("forward, between operators (Python, dispatch)",
-                 max(0.0, forward_total - sum(by_group.values())) / 1000 / tokens))
+    rows.append(
+        (
+            "forward, between operators (Python, dispatch)",
+            max(0.0, forward_total - sum(by_group.values())) / 1000 / tokens,
+        )
+    )
     if steps:
         rows.append(("model execution (vLLM's execute_* scopes)", sum(s["dur"] for s in steps) / 1000 / tokens))
     top_ops: dict[str, float] = defaultdict(float)
@@ -142,21 +146,35 @@ def main() -> None:
     config = backend.service_config(model=spec.model, options=spec.backend_options(), settings=settings)
     # No stacks, no gzip and no summary table: 3 requests already write a 440 MB trace, and the
     # table took the worker minutes after /stop_profile.
-    profiler = {"profiler": "torch", "torch_profiler_dir": str(trace_dir), "torch_profiler_with_stack": False,
-                "torch_profiler_use_gzip": False, "torch_profiler_dump_cuda_time_total": False,
-                "ignore_frontend": True}
+    profiler = {
+        "profiler": "torch",
+        "torch_profiler_dir": str(trace_dir),
+        "torch_profiler_with_stack": False,
+        "torch_profiler_use_gzip": False,
+        "torch_profiler_dump_cuda_time_total": False,
+        "ignore_frontend": True,
+    }
     config.params["argv"] = [*config.params["argv"], "--profiler-config", json.dumps(profiler)]
     config.params["env"] = {**config.params["env"], "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
     manager = ServiceManager(engine=engine, logs_dir=settings.logs_dir)
-    print(f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}, load average {os.getloadavg()[0]:.1f}, "
-          f"{'compiled' if args.compiled else 'eager'}", flush=True)
+    print(
+        f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}, load average {os.getloadavg()[0]:.1f}, "
+        f"{'compiled' if args.compiled else 'eager'}",
+        flush=True,
+    )
     try:
         url = manager.ensure("vllm", config)
+
         def story(n: int) -> list[dict[str, str]]:
             return [{"role": "user", "content": NUMBER_STORY_PROMPT.format(n=n)}]
 
-        body = {"model": spec.model, "messages": story(0), "max_tokens": args.max_tokens,
-                "temperature": 0, "ignore_eos": True}
+        body = {
+            "model": spec.model,
+            "messages": story(0),
+            "max_tokens": args.max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         with httpx.Client(base_url=url, timeout=1200) as client:
             client.post("/v1/chat/completions", json=body).raise_for_status()  # warm-up
             client.post("/start_profile").raise_for_status()
@@ -183,8 +201,10 @@ def main() -> None:
         raise SystemExit(f"no trace was written under {trace_dir.name}")
     events = [e for path in traces for e in load_trace(path)]
     bound_ms = WEIGHT_BYTES_PER_TOKEN / COPY_BANDWIDTH_BYTES_PER_S * 1000
-    print(f"{tokens} tokens in {wall_s:.1f} s under the profiler ({tokens / wall_s:.1f} tok/s, "
-          f"{wall_s / tokens * 1000:.1f} ms a token); the bandwidth bound is {bound_ms:.1f} ms a token")
+    print(
+        f"{tokens} tokens in {wall_s:.1f} s under the profiler ({tokens / wall_s:.1f} tok/s, "
+        f"{wall_s / tokens * 1000:.1f} ms a token); the bandwidth bound is {bound_ms:.1f} ms a token"
+    )
     print("\n| where | ms per token | share of a token |\n|---|---|---|")
     per_token_ms = wall_s / tokens * 1000
     for what, ms in breakdown(events, tokens):

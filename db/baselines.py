@@ -15,8 +15,15 @@ from sqlalchemy.orm import Session, selectinload
 from db.models import Baseline, Run, RunStatus, utc_now
 
 
-def set_baseline(*, session: Session, configuration_key: str, configuration: dict[str, Any], run_ids: Sequence[int],
-                 experiment_id: int | None = None, run_id: int | None = None) -> Baseline:
+def set_baseline(
+    *,
+    session: Session,
+    configuration_key: str,
+    configuration: dict[str, Any],
+    run_ids: Sequence[int],
+    experiment_id: int | None = None,
+    run_id: int | None = None,
+) -> Baseline:
     """Make ``run_ids`` the baseline of the configuration (replacing any before). Commits."""
     row = session.get(Baseline, configuration_key)
     if row is None:
@@ -44,11 +51,22 @@ def clear_baseline(*, session: Session, configuration_key: str) -> bool:
     return bool(removed)
 
 
-def done_runs_like(*, session: Session, backend: str, model: str, workload: str, max_tokens: int,
-                   limit: int = 5000) -> list[Run]:
+def done_runs_like(
+    *, session: Session, backend: str, model: str, workload: str, max_tokens: int, limit: int = 5000
+) -> list[Run]:
     """Done runs sharing the spec columns a configuration fixes (the caller compares the rest),
     oldest first: the candidates for runs of one configuration."""
-    query = (select(Run).options(selectinload(Run.experiment)).where(Run.status == RunStatus.DONE, Run.backend == backend, Run.model == model,
-                               Run.workload == workload, Run.max_tokens == max_tokens)
-             .order_by(Run.id.desc()).limit(limit))
+    query = (
+        select(Run)
+        .options(selectinload(Run.experiment))
+        .where(
+            Run.status == RunStatus.DONE,
+            Run.backend == backend,
+            Run.model == model,
+            Run.workload == workload,
+            Run.max_tokens == max_tokens,
+        )
+        .order_by(Run.id.desc())
+        .limit(limit)
+    )
     return sorted(session.scalars(query), key=lambda run: run.id)

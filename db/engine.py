@@ -16,7 +16,7 @@ _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 
 
-def _configure_sqlite(dbapi_connection, _connection_record) -> None:  # noqa: ANN001 (DB-API objects)
+def _configure_sqlite(dbapi_connection, _connection_record) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets the Streamlit readers poll while the worker writes; the busy timeout
     # makes a writer wait for another instead of failing with "database is locked".
@@ -33,9 +33,7 @@ def make_engine(database_url: str) -> Engine:
     if url.get_backend_name() == "sqlite":
         if (path := sqlite_path(database_url)) is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(
-            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
-        )
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
         event.listen(engine, "connect", _configure_sqlite)
         return engine
     return create_engine(url, pool_pre_ping=True)

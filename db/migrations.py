@@ -18,7 +18,17 @@ from contextlib import contextmanager
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
 from db.models import (
-    UNKNOWN_LAUNCHER, Base, Baseline, Experiment, Run, RunAudit, RunClaim, RunNote, RunRequests, ServiceRecord, WorkerRecord,
+    UNKNOWN_LAUNCHER,
+    Base,
+    Baseline,
+    Experiment,
+    Run,
+    RunAudit,
+    RunClaim,
+    RunNote,
+    RunRequests,
+    ServiceRecord,
+    WorkerRecord,
 )
 
 
@@ -36,7 +46,7 @@ def _add_column(connection: Connection, table_name: str, column_name: str) -> No
         return
     column = Base.metadata.tables[table_name].c[column_name]
     column_type = column.type.compile(dialect=connection.dialect)
-    connection.execute(text(f'ALTER TABLE {table_name} ADD COLUMN {column_name} {column_type}'))
+    connection.execute(text(f"ALTER TABLE {table_name} ADD COLUMN {column_name} {column_type}"))
     for index in column.table.indexes:
         if [c.name for c in index.columns] == [column_name]:
             index.create(connection, checkfirst=True)
@@ -66,9 +76,19 @@ def _experiment_wall_time_ratio(connection: Connection) -> None:
 
 
 STREAMING_COLUMNS = (
-    "ttft_avg_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_avg_s", "tpot_p95_s",
-    "ttft_hit_avg_s", "ttft_hit_p95_s", "ttft_miss_avg_s", "ttft_miss_p95_s", "tpot_hit_avg_s",
-    "tpot_miss_avg_s", "unstreamed_answers",
+    "ttft_avg_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_avg_s",
+    "tpot_p95_s",
+    "ttft_hit_avg_s",
+    "ttft_hit_p95_s",
+    "ttft_miss_avg_s",
+    "ttft_miss_p95_s",
+    "tpot_hit_avg_s",
+    "tpot_miss_avg_s",
+    "unstreamed_answers",
 )
 
 
@@ -89,12 +109,21 @@ def _capacity(connection: Connection) -> None:
 def _measurement(connection: Connection) -> None:
     """Trustworthy measurement: contention and steady-state columns; ``load_generator_warning``
     becomes ``measurement_warnings`` (its text copied over, then the old column dropped)."""
-    for column_name in ("other_cpu_percent_avg", "steal_cpu_percent_avg", "steady_output_tok_per_s",
-                        "steady_req_per_s", "steady_source", "measurement_warnings"):
+    for column_name in (
+        "other_cpu_percent_avg",
+        "steal_cpu_percent_avg",
+        "steady_output_tok_per_s",
+        "steady_req_per_s",
+        "steady_source",
+        "measurement_warnings",
+    ):
         _add_column(connection, Run.__tablename__, column_name)
     if _has_column(connection, Run.__tablename__, "load_generator_warning"):
-        connection.execute(text("UPDATE runs SET measurement_warnings = load_generator_warning "
-                                "WHERE load_generator_warning IS NOT NULL"))
+        connection.execute(
+            text(
+                "UPDATE runs SET measurement_warnings = load_generator_warning WHERE load_generator_warning IS NOT NULL"
+            )
+        )
         connection.execute(text("ALTER TABLE runs DROP COLUMN load_generator_warning"))
 
 
@@ -119,8 +148,9 @@ def _members(connection: Connection) -> None:
             continue
         # As the models create it: NOT NULL with a default, so rows written by an older lab
         # process on the same database (which names no launcher) read "unknown" too.
-        connection.execute(text(f"ALTER TABLE {table_name} ADD COLUMN launched_by VARCHAR(200) "
-                                f"DEFAULT '{UNKNOWN_LAUNCHER}' NOT NULL"))
+        connection.execute(
+            text(f"ALTER TABLE {table_name} ADD COLUMN launched_by VARCHAR(200) DEFAULT '{UNKNOWN_LAUNCHER}' NOT NULL")
+        )
         for index in Base.metadata.tables[table_name].indexes:
             if [column.name for column in index.columns] == ["launched_by"]:
                 index.create(connection, checkfirst=True)

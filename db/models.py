@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
@@ -10,7 +10,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # Who launched a run recorded before launchers were (and what a missing name is stored as).
@@ -58,9 +58,10 @@ class Experiment(Base):
     # judges with these, whatever the code says later (a reproduction's rules are fixed before its data).
     frozen_rules: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # Who queued it: the signed-in member, the name given in the web lab or the OS user of the CLI.
-    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER,
-                                             server_default=UNKNOWN_LAUNCHER, index=True)
-    runs: Mapped[list["Run"]] = relationship(back_populates="experiment", order_by="Run.id")
+    launched_by: Mapped[str] = mapped_column(
+        String(200), default=UNKNOWN_LAUNCHER, server_default=UNKNOWN_LAUNCHER, index=True
+    )
+    runs: Mapped[list[Run]] = relationship(back_populates="experiment", order_by="Run.id")
 
 
 class RunResultColumns:
@@ -147,8 +148,19 @@ class Run(RunResultColumns, Base):
     # What defines a run (its spec, the columns taken from it, its place in the grid):
     # a repeat of the run copies exactly these.
     SPEC_COLUMNS: ClassVar[tuple[str, ...]] = (
-        "cell_label", "repeat_index", "spec", "backend", "model", "workload", "load_kind", "vus",
-        "arrival_rate_per_s", "prompts", "duration_s", "max_tokens", "random_seed",
+        "cell_label",
+        "repeat_index",
+        "spec",
+        "backend",
+        "model",
+        "workload",
+        "load_kind",
+        "vus",
+        "arrival_rate_per_s",
+        "prompts",
+        "duration_s",
+        "max_tokens",
+        "random_seed",
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -171,8 +183,9 @@ class Run(RunResultColumns, Base):
     # The single note of before the notes thread (RunNote); shown as the thread's first entry.
     notes: Mapped[str] = mapped_column(Text, default="")
     # Who queued it (see Experiment.launched_by); "unknown" for runs from before it was recorded.
-    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER,
-                                             server_default=UNKNOWN_LAUNCHER, index=True)
+    launched_by: Mapped[str] = mapped_column(
+        String(200), default=UNKNOWN_LAUNCHER, server_default=UNKNOWN_LAUNCHER, index=True
+    )
 
     status: Mapped[str] = mapped_column(String(20), default=RunStatus.QUEUED, index=True)
     status_reason: Mapped[str | None] = mapped_column(Text)
@@ -196,9 +209,7 @@ class Run(RunResultColumns, Base):
     environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     experiment: Mapped[Experiment | None] = relationship(back_populates="runs")
-    series: Mapped["RunSeries | None"] = relationship(
-        back_populates="run", cascade="all, delete-orphan", uselist=False
-    )
+    series: Mapped[RunSeries | None] = relationship(back_populates="run", cascade="all, delete-orphan", uselist=False)
 
 
 # The result columns, in declaration order.

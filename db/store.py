@@ -17,8 +17,18 @@ from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from db.models import (
-    UNKNOWN_LAUNCHER, Experiment, Run, RunAudit, RunClaim, RunNote, RunRequests, RunSeries, RunStatus, ServiceRecord,
-    WorkerRecord, utc_now,
+    UNKNOWN_LAUNCHER,
+    Experiment,
+    Run,
+    RunAudit,
+    RunClaim,
+    RunNote,
+    RunRequests,
+    RunSeries,
+    RunStatus,
+    ServiceRecord,
+    WorkerRecord,
+    utc_now,
 )
 
 
@@ -40,8 +50,9 @@ def enqueue_experiment(
     The values are taken as given: callers validate (``lab.execution.experiments`` builds them from a
     validated ExperimentSpec).
     """
-    experiment = Experiment(name=name, preset=preset, scale=scale, spec=spec, frozen_rules=frozen_rules,
-                            launched_by=launched_by)
+    experiment = Experiment(
+        name=name, preset=preset, scale=scale, spec=spec, frozen_rules=frozen_rules, launched_by=launched_by
+    )
     session.add(experiment)
     for columns in runs:
         experiment.runs.append(Run(tags=tags, launched_by=launched_by, **columns))
@@ -70,15 +81,24 @@ def enqueue_run_again(*, session: Session, run_id: int, launched_by: str = UNKNO
 CLAIM_SCAN_LIMIT = 1000
 
 
-def run_fits_worker(*, requires_labels: Collection[str] | None, pinned_worker: str | None,
-                    worker_name: str | None, labels: Collection[str]) -> bool:
+def run_fits_worker(
+    *,
+    requires_labels: Collection[str] | None,
+    pinned_worker: str | None,
+    worker_name: str | None,
+    labels: Collection[str],
+) -> bool:
     """True when a worker named ``worker_name`` with ``labels`` may execute the run."""
     return (pinned_worker is None or pinned_worker == worker_name) and set(requires_labels or ()) <= set(labels)
 
 
 def claim_next_run(
-    *, engine: Engine, worker_name: str | None = None, labels: Collection[str] = (),
-    hardware: dict[str, Any] | None = None, worker_pid: int | None = None,
+    *,
+    engine: Engine,
+    worker_name: str | None = None,
+    labels: Collection[str] = (),
+    hardware: dict[str, Any] | None = None,
+    worker_pid: int | None = None,
 ) -> int | None:
     """Atomically move the oldest queued run this worker may take to ``starting``; its id, or None.
 
@@ -91,19 +111,25 @@ def claim_next_run(
             candidates = session.execute(
                 select(Run.id, Run.requires_labels, Run.pinned_worker)
                 .where(Run.status == RunStatus.QUEUED)
-                .order_by(Run.id).limit(CLAIM_SCAN_LIMIT)
+                .order_by(Run.id)
+                .limit(CLAIM_SCAN_LIMIT)
             ).all()
             eligible = [
-                run_id for run_id, requires, pinned in candidates
-                if run_fits_worker(requires_labels=requires, pinned_worker=pinned, worker_name=worker_name,
-                                   labels=labels)
+                run_id
+                for run_id, requires, pinned in candidates
+                if run_fits_worker(
+                    requires_labels=requires, pinned_worker=pinned, worker_name=worker_name, labels=labels
+                )
             ]
             if not eligible:
                 session.rollback()
                 return None
             run_id = session.scalar(
-                select(Run.id).where(Run.id.in_(eligible), Run.status == RunStatus.QUEUED)
-                .order_by(Run.id).limit(1).with_for_update(skip_locked=True)
+                select(Run.id)
+                .where(Run.id.in_(eligible), Run.status == RunStatus.QUEUED)
+                .order_by(Run.id)
+                .limit(1)
+                .with_for_update(skip_locked=True)
             )
             if run_id is None:  # all taken or being taken by others right now
                 session.rollback()
@@ -111,8 +137,13 @@ def claim_next_run(
             claimed = session.execute(
                 update(Run)
                 .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
-                .values(status=RunStatus.STARTING, started_at=utc_now(), worker_pid=worker_pid,
-                        worker_name=worker_name, worker_hardware=hardware)
+                .values(
+                    status=RunStatus.STARTING,
+                    started_at=utc_now(),
+                    worker_pid=worker_pid,
+                    worker_name=worker_name,
+                    worker_hardware=hardware,
+                )
             ).rowcount
             if claimed:
                 session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
@@ -180,8 +211,10 @@ def add_experiment_runs(
     """Queue more runs in an existing experiment (a capacity search adds its probes one by one),
     launched by whoever launched the experiment. Commits."""
     launched_by = session.scalar(select(Experiment.launched_by).where(Experiment.id == experiment_id))
-    rows = [Run(experiment_id=experiment_id, tags=tags, launched_by=launched_by or UNKNOWN_LAUNCHER, **columns)
-            for columns in runs]
+    rows = [
+        Run(experiment_id=experiment_id, tags=tags, launched_by=launched_by or UNKNOWN_LAUNCHER, **columns)
+        for columns in runs
+    ]
     session.add_all(rows)
     session.commit()
     return [row.id for row in rows]
@@ -275,8 +308,11 @@ def list_runs(
 
 def run_worker_names(*, session: Session) -> list[str]:
     """The names of the workers that claimed runs, for filters."""
-    return list(session.scalars(select(Run.worker_name).where(Run.worker_name.is_not(None)).distinct()
-                                .order_by(Run.worker_name)))
+    return list(
+        session.scalars(
+            select(Run.worker_name).where(Run.worker_name.is_not(None)).distinct().order_by(Run.worker_name)
+        )
+    )
 
 
 def run_launchers(*, session: Session) -> list[str]:
@@ -372,6 +408,7 @@ def mark_orphaned_runs_interrupted(*, engine: Engine, worker_name: str | None = 
 
 # Workers ----------------------------------------------------------------------------------
 
+
 def database_now(session: Session) -> datetime:
     """The database server's clock (PostgreSQL), so workers' own clocks need not agree."""
     if session.get_bind().dialect.name == "sqlite":
@@ -406,7 +443,8 @@ def renew_worker_heartbeat(*, engine: Engine, name: str, current_run_id: int | N
     """Say the worker is alive now (the database's clock)."""
     with Session(engine) as session:
         session.execute(
-            update(WorkerRecord).where(WorkerRecord.name == name)
+            update(WorkerRecord)
+            .where(WorkerRecord.name == name)
             .values(heartbeat_at=database_now(session), current_run_id=current_run_id, state="running")
         )
         session.commit()
@@ -452,8 +490,11 @@ def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_wor
             # Conditional: another worker may have interrupted it, or its owner finished it, meanwhile.
             changed = session.execute(
                 update(Run)
-                .where(Run.id == run_id, Run.status.in_(RunStatus.ACTIVE),
-                       Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name)
+                .where(
+                    Run.id == run_id,
+                    Run.status.in_(RunStatus.ACTIVE),
+                    Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name,
+                )
                 .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None)
             ).rowcount
             if changed:
@@ -474,6 +515,7 @@ def list_run_claims(*, session: Session) -> list[RunClaim]:
 
 # Services ---------------------------------------------------------------------------------
 # Each worker starts services on its own machine: a record is keyed by (worker, name).
+
 
 def get_service_record(*, session: Session, name: str, worker: str) -> ServiceRecord | None:
     return session.get(ServiceRecord, (worker, name))

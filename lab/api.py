@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -30,7 +30,7 @@ from db.engine import make_engine, sqlite_path
 from db.models import Experiment, RunStatus
 from lab.analysis.compare import RECORD_FIELDS, run_record
 
-__all__ = ["runs", "requests", "series", "spec", "ReadOnlyError"]
+__all__ = ["ReadOnlyError", "requests", "runs", "series", "spec"]
 
 TIMESTAMP_COLUMNS = ("created_at", "started_at", "finished_at")
 READ_STATEMENTS = ("SELECT", "WITH", "PRAGMA", "SHOW", "SET", "BEGIN", "ROLLBACK", "COMMIT", "RELEASE", "SAVEPOINT")
@@ -60,16 +60,19 @@ def _engine(database_url: str | None) -> Engine:
         if database_url not in _engines:
             path = sqlite_path(database_url)
             if path is not None and not path.is_file():
-                raise FileNotFoundError(f"no lab database at {path} (set LAB_DATA_DIR or LAB_DATABASE_URL, or pass "
-                                        "database_url=)")
+                raise FileNotFoundError(
+                    f"no lab database at {path} (set LAB_DATA_DIR or LAB_DATABASE_URL, or pass database_url=)"
+                )
             engine = make_engine(database_url)
             event.listen(engine, "before_cursor_execute", _refuse_writes)
             with engine.connect() as connection:
                 version = migrations.current_version(connection)
             if version < migrations.LATEST_VERSION:
-                raise RuntimeError(f"the database is at schema version {version}, this lab reads version "
-                                   f"{migrations.LATEST_VERSION}: open it once with the lab (python -m lab runs list) "
-                                   "to upgrade it")
+                raise RuntimeError(
+                    f"the database is at schema version {version}, this lab reads version "
+                    f"{migrations.LATEST_VERSION}: open it once with the lab (python -m lab runs list) "
+                    "to upgrade it"
+                )
             _engines[database_url] = engine
         return _engines[database_url]
 
@@ -91,7 +94,7 @@ def _as_utc(value: datetime | str | pd.Timestamp | None, what: str) -> datetime 
         moment = pd.Timestamp(value)
     except (ValueError, TypeError):
         raise ValueError(f"{what} must be a date or time (e.g. '2026-12-01' or a datetime), not {value!r}") from None
-    moment = moment.tz_localize(timezone.utc) if moment.tzinfo is None else moment.tz_convert(timezone.utc)
+    moment = moment.tz_localize(UTC) if moment.tzinfo is None else moment.tz_convert(UTC)
     return moment.to_pydatetime()
 
 
@@ -108,10 +111,17 @@ def _experiment_ids(session: Session, experiment: int | str | Sequence[int] | No
     return [int(experiment)] if isinstance(experiment, int) else [int(item) for item in experiment]
 
 
-def runs(*, experiment: int | str | Sequence[int] | None = None, preset: str | None = None,
-         backend: str | Sequence[str] | None = None, tag: str | None = None,
-         launched_after: datetime | str | None = None, launched_before: datetime | str | None = None,
-         status: str | Sequence[str] | None = None, database_url: str | None = None) -> pd.DataFrame:
+def runs(
+    *,
+    experiment: int | str | Sequence[int] | None = None,
+    preset: str | None = None,
+    backend: str | Sequence[str] | None = None,
+    tag: str | None = None,
+    launched_after: datetime | str | None = None,
+    launched_before: datetime | str | None = None,
+    status: str | Sequence[str] | None = None,
+    database_url: str | None = None,
+) -> pd.DataFrame:
     """The runs matching every filter, oldest first, one row each with the CSV export's columns
     (``run_record``'s); the timestamps as UTC datetimes. ``experiment``: an id, ids or a name;
     ``launched_after``/``_before``: when the run was queued; ``status``: e.g. "done"."""
@@ -121,8 +131,13 @@ def runs(*, experiment: int | str | Sequence[int] | None = None, preset: str | N
         raise ValueError(f"unknown status {unknown[0]!r}; statuses: {', '.join(RunStatus.ALL)}")
     with _session(database_url) as session:
         found = store.list_runs(
-            session=session, experiment_ids=_experiment_ids(session, experiment), preset=preset,
-            backends=_as_list(backend), tag=tag, statuses=statuses, newest_first=False,
+            session=session,
+            experiment_ids=_experiment_ids(session, experiment),
+            preset=preset,
+            backends=_as_list(backend),
+            tag=tag,
+            statuses=statuses,
+            newest_first=False,
             created_after=_as_utc(launched_after, "launched_after"),
             created_before=_as_utc(launched_before, "launched_before"),
         )
@@ -168,8 +183,11 @@ def series(run_id: int, *, part: str = "k6", database_url: str | None = None) ->
         return pd.DataFrame(document.get(part) or {})
     columns = {key: value for key, value in document.items() if isinstance(value, list)}
     lengths = {len(value) for value in columns.values()}
-    frame = pd.DataFrame(columns) if len(lengths) == 1 else pd.DataFrame(
-        {key: pd.Series(value) for key, value in columns.items()})
+    frame = (
+        pd.DataFrame(columns)
+        if len(lengths) == 1
+        else pd.DataFrame({key: pd.Series(value) for key, value in columns.items()})
+    )
     frame.attrs.update({key: document[key] for key in ("start_epoch_s", "bucket_s") if key in document})
     return frame
 

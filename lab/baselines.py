@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from db import baselines as baseline_store
 from db import store
 from db.models import Baseline, Run, RunStatus
-from lab.analysis.compare import run_record
 from lab import backends
+from lab.analysis.compare import run_record
 from lab.analysis.regression import GateVerdict, Threshold, change_rows, judge
 from lab.analysis.trends import TrendPoint, trend_points
 from lab.specs.configuration import (
@@ -54,8 +54,7 @@ def parse_subject(text: str) -> Subject:
     """``12`` or ``run:12`` -> run 12; ``experiment:3`` -> experiment 3; BaselineError otherwise."""
     match = SUBJECT_PATTERN.fullmatch(text.strip())
     if match is None or int(match.group(2)) < 1:
-        raise BaselineError(f"{text[:40]!r} names no run or experiment: use a run id (12 or run:12) or "
-                            "experiment:ID")
+        raise BaselineError(f"{text[:40]!r} names no run or experiment: use a run id (12 or run:12) or experiment:ID")
     return Subject(match.group(1) or "run", int(match.group(2)))
 
 
@@ -92,11 +91,16 @@ def mark_baseline(*, session: Session, subject: Subject) -> list[Baseline]:
     groups = done_by_configuration(subject=subject, runs=subject_runs(session=session, subject=subject))
     marked = []
     for key, runs in groups.items():
-        marked.append(baseline_store.set_baseline(
-            session=session, configuration_key=key, configuration=run_configuration(runs[0].spec),
-            run_ids=[run.id for run in runs], experiment_id=subject.id if subject.kind == "experiment" else None,
-            run_id=subject.id if subject.kind == "run" else None,
-        ))
+        marked.append(
+            baseline_store.set_baseline(
+                session=session,
+                configuration_key=key,
+                configuration=run_configuration(runs[0].spec),
+                run_ids=[run.id for run in runs],
+                experiment_id=subject.id if subject.kind == "experiment" else None,
+                run_id=subject.id if subject.kind == "run" else None,
+            )
+        )
     return marked
 
 
@@ -128,8 +132,11 @@ def runs_of_configuration(*, session: Session, configuration: dict[str, Any]) ->
     """Every done run of a configuration, oldest first."""
     key = configuration_key(configuration)
     candidates = baseline_store.done_runs_like(
-        session=session, backend=str(configuration.get("backend")), model=str(configuration.get("model")),
-        workload=str((configuration.get("workload") or {}).get("kind")), max_tokens=int(configuration.get("max_tokens") or 0),
+        session=session,
+        backend=str(configuration.get("backend")),
+        model=str(configuration.get("model")),
+        workload=str((configuration.get("workload") or {}).get("kind")),
+        max_tokens=int(configuration.get("max_tokens") or 0),
     )
     return [run for run in candidates if configuration_key(run.spec) == key]
 
@@ -170,8 +177,10 @@ def resolve_gate_baseline(*, session: Session, spec: ExperimentSpec, choice: str
             raise BaselineError(f"{subject} has no done run of {_cell(spec, label)}'s configuration")
         if key not in groups:
             other = next(iter(groups.values()))[0]
-            raise BaselineError(f"{subject} is a baseline of another configuration than {_cell(spec, label)} "
-                                f"(it differs in {differences_text(other.spec, spec, label)})")
+            raise BaselineError(
+                f"{subject} is a baseline of another configuration than {_cell(spec, label)} "
+                f"(it differs in {differences_text(other.spec, spec, label)})"
+            )
         resolved.cells[key] = (label, [run_record(run) for run in groups[key]])
     return resolved
 
@@ -182,12 +191,16 @@ def _marked_baselines(*, session: Session, spec: ExperimentSpec, cells: dict[str
     for key, label in cells.items():
         baseline = baseline_store.get_baseline(session=session, configuration_key=key)
         if baseline is None:
-            raise BaselineError(f"no baseline is marked for {_cell(spec, label)}'s configuration: mark one with "
-                                "`python -m lab runs baseline ID` (a run, or experiment:ID), or name one with "
-                                "--baseline ID")
+            raise BaselineError(
+                f"no baseline is marked for {_cell(spec, label)}'s configuration: mark one with "
+                "`python -m lab runs baseline ID` (a run, or experiment:ID), or name one with "
+                "--baseline ID"
+            )
         records = baseline_records(session=session, baseline=baseline)
         if not records:
-            raise BaselineError(f"the baseline of {_cell(spec, label)} ({baseline_label(baseline)}) has no done run left")
+            raise BaselineError(
+                f"the baseline of {_cell(spec, label)} ({baseline_label(baseline)}) has no done run left"
+            )
         resolved.cells[key] = (label, records)
         described.add(baseline_label(baseline))
     resolved.description = "the marked baseline: " + ", ".join(sorted(described))
@@ -215,8 +228,14 @@ def gate_verdicts(*, baseline: GateBaseline, thresholds: Sequence[Threshold], ru
     for key, (label, baseline_runs) in baseline.cells.items():
         new_runs = new_by_key.get(key, [])
         for threshold in thresholds:
-            verdicts.append(judge(label, threshold, [r.get(threshold.figure) for r in baseline_runs],
-                                  [r.get(threshold.figure) for r in new_runs]))
+            verdicts.append(
+                judge(
+                    label,
+                    threshold,
+                    [r.get(threshold.figure) for r in baseline_runs],
+                    [r.get(threshold.figure) for r in new_runs],
+                )
+            )
     return verdicts
 
 
@@ -229,8 +248,13 @@ def known_configurations(*, session: Session, limit: int = 2000) -> list[dict[st
         key = configuration_key(run.spec)
         if key not in found:
             configuration = run_configuration(run.spec)
-            found[key] = {"key": key, "label": configuration_label(configuration), "configuration": configuration,
-                          "runs": 0, "has_baseline": key in marked}
+            found[key] = {
+                "key": key,
+                "label": configuration_label(configuration),
+                "configuration": configuration,
+                "runs": 0,
+                "has_baseline": key in marked,
+            }
         found[key]["runs"] += 1
     return sorted(found.values(), key=lambda item: (not item["has_baseline"], -item["runs"]))
 
@@ -249,16 +273,24 @@ class BaselineComparison:
 
 def comparison_of(*, session: Session, baseline: Baseline) -> BaselineComparison:
     """The baseline's later runs against it, each headline figure's change with its interval."""
-    rows = change_rows(baseline_records(session=session, baseline=baseline), later_groups(session=session,
-                                                                                          baseline=baseline))
-    return BaselineComparison(baseline.configuration_key, configuration_label(baseline.configuration),
-                              baseline_label(baseline), list(baseline.run_ids), rows)
+    rows = change_rows(
+        baseline_records(session=session, baseline=baseline), later_groups(session=session, baseline=baseline)
+    )
+    return BaselineComparison(
+        baseline.configuration_key,
+        configuration_label(baseline.configuration),
+        baseline_label(baseline),
+        list(baseline.run_ids),
+        rows,
+    )
 
 
 def comparisons_for_runs(*, session: Session, run_ids: Sequence[int], limit: int = 10) -> list[BaselineComparison]:
     """The baseline comparisons of the configurations these runs ran (those with a baseline)."""
-    keys = dict.fromkeys(configuration_key(run.spec) for run in
-                         store.list_runs(session=session, run_ids=list(run_ids), newest_first=False))
+    keys = dict.fromkeys(
+        configuration_key(run.spec)
+        for run in store.list_runs(session=session, run_ids=list(run_ids), newest_first=False)
+    )
     found = []
     for key in keys:
         baseline = baseline_store.get_baseline(session=session, configuration_key=key)
@@ -277,5 +309,10 @@ def configuration_trend(*, session: Session, configuration: dict[str, Any], figu
         packages = backends.get_backend(str(configuration.get("backend"))).packages
     except ValueError:  # a kind no longer registered: its versions cannot be named
         packages = ()
-    return trend_points([run_record(run) for run in runs], [run.environment for run in runs], figure=figure,
-                        packages=packages, baseline_run_ids=baseline.run_ids if baseline else ())
+    return trend_points(
+        [run_record(run) for run in runs],
+        [run.environment for run in runs],
+        figure=figure,
+        packages=packages,
+        baseline_run_ids=baseline.run_ids if baseline else (),
+    )

@@ -11,20 +11,46 @@ import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from db.models import RunStatus
-from db.store import active_run, get_experiment, get_run, get_run_series, list_experiments, list_runs, queue_summary
-from db.store import list_run_actions, list_run_notes, run_launchers, run_worker_names
+from db.store import (
+    active_run,
+    get_experiment,
+    get_run,
+    get_run_series,
+    list_experiments,
+    list_run_actions,
+    list_run_notes,
+    list_runs,
+    queue_summary,
+    run_launchers,
+    run_worker_names,
+)
 from lab.backends import get_backend, options_sections
 
 __all__ = [
-    "active_run", "get_experiment", "get_run", "get_run_series", "list_experiments", "list_runs", "run_worker_names",
-    "run_launchers", "list_run_actions", "list_run_notes",
-    "live_state", "start_options", "last_fresh_start_s", "Estimate", "estimate_runs", "configuration_key",
-    "finished_run_card", "pending_searches",
+    "Estimate",
+    "active_run",
+    "configuration_key",
+    "estimate_runs",
+    "finished_run_card",
+    "get_experiment",
+    "get_run",
+    "get_run_series",
+    "last_fresh_start_s",
+    "list_experiments",
+    "list_run_actions",
+    "list_run_notes",
+    "list_runs",
+    "live_state",
+    "pending_searches",
+    "run_launchers",
+    "run_worker_names",
+    "start_options",
 ]
 
 # Spec parts besides backend and model that decide how a run's services start: each backend
@@ -38,18 +64,35 @@ def live_state(*, session: Session) -> dict[str, Any]:
     run as a dict, or None)."""
     counts = queue_summary(session=session)
     run = active_run(session=session)
-    active = None if run is None else {
-        "id": run.id, "status": run.status, "progress": run.progress, "backend": run.backend,
-        "cell_label": run.cell_label, "experiment_id": run.experiment_id, "spec": run.spec,
-        "model": run.model, "started_at": run.started_at.isoformat() if run.started_at else None,
-        "cancel_requested": run.cancel_requested, "environment": run.environment, "launched_by": run.launched_by,
-    }
+    active = (
+        None
+        if run is None
+        else {
+            "id": run.id,
+            "status": run.status,
+            "progress": run.progress,
+            "backend": run.backend,
+            "cell_label": run.cell_label,
+            "experiment_id": run.experiment_id,
+            "spec": run.spec,
+            "model": run.model,
+            "started_at": run.started_at.isoformat() if run.started_at else None,
+            "cancel_requested": run.cancel_requested,
+            "environment": run.environment,
+            "launched_by": run.launched_by,
+        }
+    )
     queued = counts.get(RunStatus.QUEUED, 0)
     running = sum(counts.get(status, 0) for status in RunStatus.ACTIVE)
     searches = pending_searches(session=session)
-    return {"queued": queued, "active": running, "pending": bool(queued or running or searches), "run": active,
-            "searches": searches,
-            "finished": {status: counts[status] for status in RunStatus.FINAL if counts.get(status)}}
+    return {
+        "queued": queued,
+        "active": running,
+        "pending": bool(queued or running or searches),
+        "run": active,
+        "searches": searches,
+        "finished": {status: counts[status] for status in RunStatus.FINAL if counts.get(status)},
+    }
 
 
 def start_options(spec: dict[str, Any] | None) -> dict[str, Any]:
@@ -64,8 +107,12 @@ def last_fresh_start_s(*, session: Session, backend: str, model: str, options: d
     runs = list_runs(session=session, backends=[backend], statuses=[RunStatus.DONE], limit=200)
     for run in runs:
         startup = (run.environment or {}).get("startup") or {}
-        if (startup.get("fresh") and run.model == model and startup.get("seconds") is not None
-                and start_options(run.spec) == options):
+        if (
+            startup.get("fresh")
+            and run.model == model
+            and startup.get("seconds") is not None
+            and start_options(run.spec) == options
+        ):
             return float(startup["seconds"])
     return None
 
@@ -95,8 +142,9 @@ class Estimate:
 
 def configuration_key(spec: dict[str, Any] | None) -> str:
     """A run spec without its random seed: runs with the same key measured the same configuration."""
-    return json.dumps({key: value for key, value in (spec or {}).items() if key != "random_seed"},
-                      sort_keys=True, default=str)
+    return json.dumps(
+        {key: value for key, value in (spec or {}).items() if key != "random_seed"}, sort_keys=True, default=str
+    )
 
 
 def _past_run_seconds(runs: Sequence[Any]) -> dict[str, float]:
@@ -115,8 +163,11 @@ def _past_run_seconds(runs: Sequence[Any]) -> dict[str, float]:
 def _guessed_run_seconds(spec: dict[str, Any]) -> float:
     load = spec.get("load") or {}
     stages = load.get("stages") or []
-    planned = sum(stage.get("duration_s", 0) for stage in stages) if load.get("kind") == "ramping-vus" \
+    planned = (
+        sum(stage.get("duration_s", 0) for stage in stages)
+        if load.get("kind") == "ramping-vus"
         else float(load.get("duration_s") or 0)
+    )
     return planned + UNKNOWN_GRACEFUL_STOP_SHARE * float(load.get("graceful_stop_s") or 0) + UNKNOWN_RUN_OVERHEAD_S
 
 
@@ -124,8 +175,9 @@ def _start_seconds(session: Session, spec: dict[str, Any]) -> tuple[float, bool]
     """How long the spec's services take to start and whether that is known: the last fresh
     start of the same configuration, else a guess from the backend's readiness timeout."""
     backend = str(spec.get("backend") or "")
-    known = last_fresh_start_s(session=session, backend=backend, model=str(spec.get("model") or ""),
-                               options=start_options(spec))
+    known = last_fresh_start_s(
+        session=session, backend=backend, model=str(spec.get("model") or ""), options=start_options(spec)
+    )
     if known is not None:
         return known, True
     try:
@@ -153,8 +205,13 @@ def estimate_runs(*, session: Session, specs: Sequence[dict[str, Any]]) -> Estim
         if group not in starts:
             start_s, starts[group] = _start_seconds(session, spec)
             seconds += start_s
-    return Estimate(runs=len(specs), seconds=seconds, starts=len(starts), runs_from_history=from_history,
-                    starts_from_history=sum(starts.values()))
+    return Estimate(
+        runs=len(specs),
+        seconds=seconds,
+        starts=len(starts),
+        runs_from_history=from_history,
+        starts_from_history=sum(starts.values()),
+    )
 
 
 # A capacity search still "running" after this long lost its driving process: not followed.
@@ -165,14 +222,13 @@ PENDING_SEARCH_STATES = ("queued", "running")
 def pending_searches(*, session: Session) -> list[dict[str, Any]]:
     """Capacity searches still probing (their driver queues one probe at a time, so the queue
     can be empty between probes): ``id``, ``name``, ``state``, ``probes`` done so far."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
-    since = datetime.now(timezone.utc) - timedelta(hours=SEARCH_FOLLOWED_H)
+    since = datetime.now(UTC) - timedelta(hours=SEARCH_FOLLOWED_H)
     found = []
     for experiment in list_experiments(session=session, limit=50):
         capacity = experiment.capacity or {}
-        created = experiment.created_at if experiment.created_at.tzinfo else \
-            experiment.created_at.replace(tzinfo=timezone.utc)
+        created = experiment.created_at if experiment.created_at.tzinfo else experiment.created_at.replace(tzinfo=UTC)
         if capacity.get("state") in PENDING_SEARCH_STATES and created >= since:
             probes = sum(len(entry.get("probes") or []) for entry in (capacity.get("backends") or {}).values())
             found.append({"id": experiment.id, "name": experiment.name, "state": capacity["state"], "probes": probes})
@@ -189,6 +245,9 @@ def finished_run_card(*, session: Session) -> dict[str, Any] | None:
     if not finished:
         return None
     run = max(finished, key=lambda item: (item.finished_at, item.id))
-    siblings = [] if run.experiment_id is None else list_runs(
-        session=session, experiment_ids=[run.experiment_id], statuses=[RunStatus.DONE], limit=200)
+    siblings = (
+        []
+        if run.experiment_id is None
+        else list_runs(session=session, experiment_ids=[run.experiment_id], statuses=[RunStatus.DONE], limit=200)
+    )
     return {**run_record(run), "experiment_done_run_ids": sorted(sibling.id for sibling in siblings)}

@@ -39,8 +39,13 @@ NAME_MAX_CHARS = 200
 OWNER_ACTIONS = ("cancel", "delete", "tag")
 MEMBER_ACTIONS = ("note", "run_again")
 RUN_ACTIONS = OWNER_ACTIONS + MEMBER_ACTIONS
-ACTION_WORDS = {"cancel": "cancel", "delete": "delete", "tag": "retag", "note": "add notes to",
-                "run_again": "run again"}
+ACTION_WORDS = {
+    "cancel": "cancel",
+    "delete": "delete",
+    "tag": "retag",
+    "note": "add notes to",
+    "run_again": "run again",
+}
 
 
 class RolesError(ValueError):
@@ -52,8 +57,11 @@ def clean_name(value: Any, *, max_chars: int = NAME_MAX_CHARS) -> str:
     escapes, zero-width and direction overrides), whitespace runs as one space, at most
     ``max_chars``. Markdown and HTML are kept as typed: pages show names as plain text."""
     text = "" if value is None else str(value)
-    kept = "".join(" " if char.isspace() else char for char in text
-                   if char.isspace() or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn"))
+    kept = "".join(
+        " " if char.isspace() else char
+        for char in text
+        if char.isspace() or unicodedata.category(char) not in ("Cc", "Cf", "Cs", "Co", "Cn")
+    )
     return " ".join(kept.split())[:max_chars]
 
 
@@ -93,8 +101,9 @@ def parse_roles(table: Mapping[str, Any] | None) -> RolesConfig:
     table = dict(table or {})
     for role in table:
         if role not in ROLES:
-            raise RolesError(f"unknown role {str(role)[:60]!r} in [roles] of the secrets file "
-                             f"(the roles are {', '.join(ROLES)})")
+            raise RolesError(
+                f"unknown role {str(role)[:60]!r} in [roles] of the secrets file (the roles are {', '.join(ROLES)})"
+            )
     members = _names(MEMBER, table[MEMBER]) if MEMBER in table else None
     return RolesConfig(admins=_names(ADMIN, table.get(ADMIN, [])), members=members)
 
@@ -200,8 +209,9 @@ def may_act_on_run(member: Member, *, action: str, launched_by: str | None) -> D
         return Decision(False, f"{member.name} is not a member of this lab")
     if member.is_admin or action in MEMBER_ACTIONS or same_person(member.name, launched_by):
         return ALLOWED
-    return Decision(False, f"only {launched_by or UNKNOWN} (who launched it) or an admin may "
-                           f"{ACTION_WORDS[action]} this run")
+    return Decision(
+        False, f"only {launched_by or UNKNOWN} (who launched it) or an admin may {ACTION_WORDS[action]} this run"
+    )
 
 
 def may_manage_lab(member: Member) -> Decision:

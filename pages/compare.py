@@ -16,11 +16,12 @@ import streamlit as st
 from lab import history
 from lab.analysis.compare import experiments_spanned, generic_table, run_record, split_warned
 from lab.analysis.cost import cost_table
-from lab.analysis.run_diff import CellPair, cell_pairs, settings_diff, setting_values_differ_only_in
+from lab.analysis.run_diff import CellPair, cell_pairs, setting_values_differ_only_in, settings_diff
 from lab.analysis.safe_csv import dataframe_to_csv
 from lab.analysis.seed import matching_seed_preset, seed_ratios
 from lab.specs.schema import load_preset
 from pages.common import NEW_EXPERIMENT_PAGE, session
+from pages.view.baseline import compare_baselines
 from pages.view.charts import CHART_WIDTH_PX
 from pages.view.figures import (
     CHART_CONFIG,
@@ -30,12 +31,11 @@ from pages.view.figures import (
     req_per_s_vs_vus_figure,
     throughput_vs_vus_figure,
 )
-from pages.view.baseline import compare_baselines
 from pages.view.members import person_filter
 from pages.view.names import csv_frame, display_frame, display_name, header, setting_label, setting_value
+from pages.view.page_guard import only_through_entry_file
 from pages.view.tables import interval_text, plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
-from pages.view.page_guard import only_through_entry_file
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
@@ -82,15 +82,23 @@ def choose_runs(person: str | None) -> Chosen:
     apply_link()
     mode = st.radio("Compare", ["whole experiments", "individual runs"], horizontal=True, key="compare_mode")
     with session() as db_session:
-        done = [run for run in history.list_runs(session=db_session, statuses=["done"], limit=RECENT_RUNS_LISTED)
-                if person is None or run.launched_by == person]
+        done = [
+            run
+            for run in history.list_runs(session=db_session, statuses=["done"], limit=RECENT_RUNS_LISTED)
+            if person is None or run.launched_by == person
+        ]
         if mode == "whole experiments":
             experiments = history.list_experiments(session=db_session)
             names = {e.id: f"#{e.id} {e.name}" + (f" ({e.scale})" if e.preset else "") for e in experiments}
             finished = {run.experiment_id for run in done}
             default = next((eid for eid in names if eid in finished), None)
-            chosen = st.multiselect("Experiments", list(names), default=[default] if default else [],
-                                    format_func=names.get, key="compare_experiments")
+            chosen = st.multiselect(
+                "Experiments",
+                list(names),
+                default=[default] if default else [],
+                format_func=names.get,
+                key="compare_experiments",
+            )
             runs = history.list_runs(session=db_session, experiment_ids=chosen, newest_first=False) if chosen else []
         else:
             linked = [rid for rid in st.session_state.get("compare_runs", []) if rid not in {r.id for r in done}]
@@ -99,8 +107,14 @@ def choose_runs(person: str | None) -> Chosen:
             if "compare_runs" in st.session_state:  # a link may name runs deleted since
                 st.session_state["compare_runs"] = [rid for rid in st.session_state["compare_runs"] if rid in names]
             default = None if "compare_runs" in st.session_state else newest_experiment_runs(done)
-            chosen = st.multiselect("Runs", list(names), default=default, format_func=names.get, key="compare_runs",
-                                    help="Done runs by default; runs ticked on Runs too.")
+            chosen = st.multiselect(
+                "Runs",
+                list(names),
+                default=default,
+                format_func=names.get,
+                key="compare_runs",
+                help="Done runs by default; runs ticked on Runs too.",
+            )
             runs = history.list_runs(session=db_session, run_ids=chosen, newest_first=False) if chosen else []
         runs = [run for run in runs if person is None or run.launched_by == person]
         return Chosen([run_record(run) for run in runs], {run.id: run.spec for run in runs})
@@ -115,16 +129,25 @@ def diff_section(chosen: Chosen) -> None:
         st.caption("One run chosen: nothing to set beside it. Choose two or more.")
         return
     if not rows:
-        st.caption(f"The {plural(len(records), 'chosen run')} have the same settings (their random seeds aside): "
-                   "repeats of one cell.")
+        st.caption(
+            f"The {plural(len(records), 'chosen run')} have the same settings (their random seeds aside): "
+            "repeats of one cell."
+        )
         return
     shown = records[:MAX_DIFF_COLUMNS]
     labels = {record["run_id"]: f"#{record['run_id']} {record['backend']}" for record in shown}
-    table = pd.DataFrame([{"setting": setting_label(row["setting"]),
-                           **{labels[rid]: setting_value(row[rid]) for rid in labels}} for row in rows])
-    st.caption(f"{plural(len(rows), 'setting')} {'differs' if len(rows) == 1 else 'differ'}: "
-               + ", ".join(setting_label(row["setting"]) for row in rows) + ". Every other setting is the same."
-               + (f" Columns show the first {MAX_DIFF_COLUMNS} runs." if len(records) > MAX_DIFF_COLUMNS else ""))
+    table = pd.DataFrame(
+        [
+            {"setting": setting_label(row["setting"]), **{labels[rid]: setting_value(row[rid]) for rid in labels}}
+            for row in rows
+        ]
+    )
+    st.caption(
+        f"{plural(len(rows), 'setting')} {'differs' if len(rows) == 1 else 'differ'}: "
+        + ", ".join(setting_label(row["setting"]) for row in rows)
+        + ". Every other setting is the same."
+        + (f" Columns show the first {MAX_DIFF_COLUMNS} runs." if len(records) > MAX_DIFF_COLUMNS else "")
+    )
     st.dataframe(table, hide_index=True, width="stretch", key="compare_diff")
 
 
@@ -139,8 +162,12 @@ def runs_to_average(records: list[dict]) -> list[dict] | None:
         st.caption(f"{plural(len(records) - len(done), 'chosen run')} not done: left out of the figures.")
     workers = sorted({record["worker_name"] for record in done if record["worker_name"]})
     if len(workers) > 1:
-        worker = st.selectbox("Worker", ["all workers", *workers], key="compare_worker",
-                              help="The runs came from several machines: compare one machine's at a time.")
+        worker = st.selectbox(
+            "Worker",
+            ["all workers", *workers],
+            key="compare_worker",
+            help="The runs came from several machines: compare one machine's at a time.",
+        )
         done = done if worker == "all workers" else [record for record in done if record["worker_name"] == worker]
     return without_warned(done)
 
@@ -148,20 +175,27 @@ def runs_to_average(records: list[dict]) -> list[dict] | None:
 def without_warned(done: list[dict]) -> list[dict]:
     """The toggle for warned runs and one message that agrees with it."""
     clean, warned = split_warned(done)
-    include = st.toggle("Include runs with measurement warnings", value=False, key="compare_include_warned",
-                        help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run "
-                             "too short for its latency: left out of the means by default.")
+    include = st.toggle(
+        "Include runs with measurement warnings",
+        value=False,
+        key="compare_include_warned",
+        help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run "
+        "too short for its latency: left out of the means by default.",
+    )
     if not warned:
         return done
     if include:
         st.caption(f"{plural(len(warned), 'run')} with measurement warnings included in the means.")
         return done
     if clean:
-        st.caption(f"{plural(len(warned), 'run')} with measurement warnings left out of the means "
-                   "(switch them in above).")
+        st.caption(
+            f"{plural(len(warned), 'run')} with measurement warnings left out of the means (switch them in above)."
+        )
         return clean
-    st.warning("Every chosen run carries a measurement warning (see Run detail), so the means use them all: "
-               "read them with care.")
+    st.warning(
+        "Every chosen run carries a measurement warning (see Run detail), so the means use them all: "
+        "read them with care."
+    )
     return done
 
 
@@ -171,18 +205,21 @@ def main_table(done: list[dict], preset: str | None, price_per_hour: float) -> p
         ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
         several = len({r["experiment_id"] for r in done}) > 1
         st.subheader(f"The seed's table ({plain(preset)}), ours beside the seed's")
-        st.caption("`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
-                   "ours are means over repeats with their 95% confidence interval [low, high], of "
-                   f"{plural(len(done), 'run')} from experiment{'s' if several else ''} "
-                   f"{experiments_spanned(done)}; throughput is k6's (whole test, drain included, like the seed's), "
-                   "steady throughput the load window only"
-                   + (f", measured on {plain(ran_on)}." if ran_on else "."))
+        st.caption(
+            "`seed ...` columns are the published figures (RTX 4060, Qwen3-0.6B); "
+            "ours are means over repeats with their 95% confidence interval [low, high], of "
+            f"{plural(len(done), 'run')} from experiment{'s' if several else ''} "
+            f"{experiments_spanned(done)}; throughput is k6's (whole test, drain included, like the seed's), "
+            "steady throughput the load window only" + (f", measured on {plain(ran_on)}." if ran_on else ".")
+        )
         table = seed_comparison_table(preset, done)
     else:
         st.subheader("Figures by backend and load")
-        st.caption(f"Means over repeats of {plural(len(done), 'done run')} from experiments "
-                   f"{experiments_spanned(done)} (the experiments column says which each row spans). "
-                   "No single seed preset matches the choice, so no seed figures.")
+        st.caption(
+            f"Means over repeats of {plural(len(done), 'done run')} from experiments "
+            f"{experiments_spanned(done)} (the experiments column says which each row spans). "
+            "No single seed preset matches the choice, so no seed figures."
+        )
         table = generic_table(done, price_per_hour=price_per_hour)
     st.dataframe(display_frame(table), hide_index=True, width="stretch", key="compare_table")
     return table
@@ -191,18 +228,34 @@ def main_table(done: list[dict], preset: str | None, price_per_hour: float) -> p
 def downloads(table: pd.DataFrame, records: list[dict]) -> None:
     """The shown table and the raw per-run records as CSV, machine or human column names;
     missing values are empty cells either way."""
-    human = st.toggle("Human column names in the CSV files", value=False, key="compare_csv_human",
-                      help="Off: machine names (output_tok_per_s) for scripts. Either way numbers keep full precision.")
+    human = st.toggle(
+        "Human column names in the CSV files",
+        value=False,
+        key="compare_csv_human",
+        help="Off: machine names (output_tok_per_s) for scripts. Either way numbers keep full precision.",
+    )
     table_csv = dataframe_to_csv(csv_frame(table, human=human))
     raw_csv = dataframe_to_csv(csv_frame(pd.DataFrame(records), human=human))
     # Kept for the page's tests, which cannot read a download's bytes.
     st.session_state["compare_table_csv"] = table_csv
     st.session_state["compare_raw_csv"] = raw_csv
     left, right = st.columns(2)
-    left.download_button("Download this table (CSV)", table_csv, file_name="comparison.csv", mime="text/csv",
-                         key="download_table", on_click="ignore")
-    right.download_button("Download raw per-run data (CSV)", raw_csv, file_name="runs.csv", mime="text/csv",
-                          key="download_raw", on_click="ignore")
+    left.download_button(
+        "Download this table (CSV)",
+        table_csv,
+        file_name="comparison.csv",
+        mime="text/csv",
+        key="download_table",
+        on_click="ignore",
+    )
+    right.download_button(
+        "Download raw per-run data (CSV)",
+        raw_csv,
+        file_name="runs.csv",
+        mime="text/csv",
+        key="download_raw",
+        on_click="ignore",
+    )
 
 
 def seed_ratio_section(done: list[dict], chosen: Chosen, preset: str | None) -> bool:
@@ -213,14 +266,19 @@ def seed_ratio_section(done: list[dict], chosen: Chosen, preset: str | None) -> 
     axes = list(load_preset(preset).grid)
     others = setting_values_differ_only_in(done, chosen.specs_of(done), axes)
     if others:
-        st.caption("The seed's ratios are left out: besides the seed's own axes the runs also differ in "
-                   + ", ".join(setting_label(name) for name in others) + ".")
+        st.caption(
+            "The seed's ratios are left out: besides the seed's own axes the runs also differ in "
+            + ", ".join(setting_label(name) for name in others)
+            + "."
+        )
         return False
     rows = [row for row in ratios_rows(seed_ratios(preset, done)) if row["value"] is not None]
     if not rows:
         return False
-    st.caption("The seed's ratios over our runs (each cell one setting apart from the other), "
-               "with their 95% interval over the repeats.")
+    st.caption(
+        "The seed's ratios over our runs (each cell one setting apart from the other), "
+        "with their 95% interval over the repeats."
+    )
     frame = pd.DataFrame(rows)
     st.dataframe(display_frame(frame), hide_index=True, width="stretch", key="compare_seed_ratios")
     return True
@@ -234,18 +292,29 @@ def ratios_section(done: list[dict], chosen: Chosen, preset: str | None) -> None
     comparable = [pair for pair in pairs if pair.comparable]
     apart = [pair for pair in pairs if not pair.comparable]
     if comparable:
-        st.caption("Cells one setting apart, every other setting the same: the ratio of their means (second over "
-                   "first), its 95% interval and Welch's t-test on the repeats (under 3 repeats a side: n too small).")
-        st.dataframe(display_frame(pd.DataFrame(ratio_rows(comparable))), hide_index=True, width="stretch",
-                     key="compare_ratios")
+        st.caption(
+            "Cells one setting apart, every other setting the same: the ratio of their means (second over "
+            "first), its 95% interval and Welch's t-test on the repeats (under 3 repeats a side: n too small)."
+        )
+        st.dataframe(
+            display_frame(pd.DataFrame(ratio_rows(comparable))), hide_index=True, width="stretch", key="compare_ratios"
+        )
     if apart:
-        st.caption("No ratio between these cells: they differ in more than one setting, so a ratio would mix "
-                   "the effects. Their means side by side:")
-        st.dataframe(display_frame(pd.DataFrame(side_by_side_rows(apart[:MAX_PAIRS_SHOWN]))), hide_index=True,
-                     width="stretch", key="compare_no_ratio")
+        st.caption(
+            "No ratio between these cells: they differ in more than one setting, so a ratio would mix "
+            "the effects. Their means side by side:"
+        )
+        st.dataframe(
+            display_frame(pd.DataFrame(side_by_side_rows(apart[:MAX_PAIRS_SHOWN]))),
+            hide_index=True,
+            width="stretch",
+            key="compare_no_ratio",
+        )
     if not (seed_shown or comparable):
-        st.info("No ratio applies: a ratio needs two cells that differ in one setting and agree on all others"
-                + (" (the chosen runs are all one cell)." if not pairs else "."))
+        st.info(
+            "No ratio applies: a ratio needs two cells that differ in one setting and agree on all others"
+            + (" (the chosen runs are all one cell)." if not pairs else ".")
+        )
 
 
 def cell_text(pair: CellPair, which: str) -> str:
@@ -260,11 +329,17 @@ def ratio_rows(pairs: list[CellPair]) -> list[dict]:
     for pair in pairs:
         ((name, low, high),) = pair.differences
         for found in pair.ratios:
-            rows.append({"what_changes": f"{setting_label(name)} {setting_value(low)} → {setting_value(high)}",
-                         "figure": display_name(found.figure).header, "ratio": f"{found.ratio:,.2f}x"
-                         if found.ratio is not None else None, "ratio_interval": interval_text(found),
-                         "significance": found.significance, "first": cell_text(pair, "first"),
-                         "second": cell_text(pair, "second")})
+            rows.append(
+                {
+                    "what_changes": f"{setting_label(name)} {setting_value(low)} → {setting_value(high)}",
+                    "figure": display_name(found.figure).header,
+                    "ratio": f"{found.ratio:,.2f}x" if found.ratio is not None else None,
+                    "ratio_interval": interval_text(found),
+                    "significance": found.significance,
+                    "first": cell_text(pair, "first"),
+                    "second": cell_text(pair, "second"),
+                }
+            )
     return rows
 
 
@@ -272,14 +347,19 @@ def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
     """One row per pair of cells more than one setting apart: what differs, and their means."""
     rows = []
     for pair in pairs:
-        row = {"first": cell_text(pair, "first"), "second": cell_text(pair, "second"),
-               "differ_in": "; ".join(f"{setting_label(name)} {setting_value(a)} vs {setting_value(b)}"
-                                      for name, a, b in pair.differences)}
+        row = {
+            "first": cell_text(pair, "first"),
+            "second": cell_text(pair, "second"),
+            "differ_in": "; ".join(
+                f"{setting_label(name)} {setting_value(a)} vs {setting_value(b)}" for name, a, b in pair.differences
+            ),
+        }
         for figure in PAIR_FIGURES:
             for which, cell in (("first", pair.first), ("second", pair.second)):
                 values = [record[figure] for record in cell.records if record.get(figure) is not None]
                 row[f"{header(figure)}, {which}"] = (
-                    None if not values else f"{sum(values) / len(values):,.{display_name(figure).decimals or 0}f}")
+                    None if not values else f"{sum(values) / len(values):,.{display_name(figure).decimals or 0}f}"
+                )
         rows.append(row)
     return rows
 
@@ -287,8 +367,12 @@ def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
 def charts_section(done: list[dict]) -> None:
     """Throughput, requests and latency by VUs, the runs' output tok/s over time, cache hit rates."""
     st.subheader("Charts")
-    charts = {"compare_throughput": throughput_vs_vus_figure(done), "compare_requests": req_per_s_vs_vus_figure(done),
-              "compare_latency": latency_vs_vus_figure(done), "compare_hits": hit_rates_figure(done)}
+    charts = {
+        "compare_throughput": throughput_vs_vus_figure(done),
+        "compare_requests": req_per_s_vs_vus_figure(done),
+        "compare_latency": latency_vs_vus_figure(done),
+        "compare_hits": hit_rates_figure(done),
+    }
     with st.container(horizontal=True, wrap=True, gap="small"):
         for key, figure in charts.items():
             if figure is not None:  # no cache involved: no chart of nothing
@@ -301,8 +385,11 @@ def charts_section(done: list[dict]) -> None:
             if row is not None:
                 label = chart_label(f"#{record['run_id']} {record['backend']} {record['cell_label']}")
                 series_by_run[label] = (record["backend"], row.series)
-    st.plotly_chart(overlaid_series_figure(series_by_run, "output_tok_per_s", title="Output tokens/s over time",
-                                           smooth_s=smooth_s), key="compare_series", config=CHART_CONFIG)
+    st.plotly_chart(
+        overlaid_series_figure(series_by_run, "output_tok_per_s", title="Output tokens/s over time", smooth_s=smooth_s),
+        key="compare_series",
+        config=CHART_CONFIG,
+    )
     if len(done) > MAX_OVERLAID_RUNS:
         st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
 
@@ -312,8 +399,10 @@ def page() -> None:
     with session() as db_session:
         has_runs = bool(history.list_runs(session=db_session, statuses=["done"], limit=1))
     if not has_runs:
-        st.info("Nothing to compare yet: no run has finished. Launch a seed preset on New experiment "
-                "(the quick scale takes minutes), then come back.")
+        st.info(
+            "Nothing to compare yet: no run has finished. Launch a seed preset on New experiment "
+            "(the quick scale takes minutes), then come back."
+        )
         st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
         return
     with session() as db_session:
@@ -323,8 +412,14 @@ def page() -> None:
     done = runs_to_average(chosen.records)
     if done is None:
         return
-    price_per_hour = st.number_input("Machine price per hour (any currency)", min_value=0.0, value=1.0, step=0.1,
-                                     key="compare_price", help="What an hour of this hardware costs you.")
+    price_per_hour = st.number_input(
+        "Machine price per hour (any currency)",
+        min_value=0.0,
+        value=1.0,
+        step=0.1,
+        key="compare_price",
+        help="What an hour of this hardware costs you.",
+    )
     preset = matching_seed_preset(done)
     table = main_table(done, preset, price_per_hour)
     downloads(table, chosen.records)

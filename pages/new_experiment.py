@@ -9,16 +9,16 @@ from __future__ import annotations
 import streamlit as st
 
 from lab.execution import experiments
-from lab.workloads.datasets import DatasetError
-from lab.workloads.uploads import list_uploads, record_upload, save_upload
 from lab.specs.grid_form import check_grid_form
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
+from lab.workloads.datasets import DatasetError
+from lab.workloads.uploads import list_uploads, record_upload, save_upload
 from pages.common import RECOMMENDED_PRESET, RECOMMENDED_TEXT, RUNS_PAGE, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields
 from pages.view.launch import experiment_run_specs, launch_button, overridden, overrides_box
 from pages.view.members import current_member
-from pages.view.text import show_plain
 from pages.view.page_guard import only_through_entry_file
+from pages.view.text import show_plain
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
@@ -26,12 +26,16 @@ only_through_entry_file()  # run on its own (not from the entry file), a page re
 def launch(spec: ExperimentSpec, tags: str) -> None:
     """Queue ``spec`` and go to the Runs page."""
     with session() as db_session:
-        experiment = experiments.enqueue_experiment(session=db_session, spec=spec, tags=tags,
-                                                    launched_by=current_member().name)
+        experiment = experiments.enqueue_experiment(
+            session=db_session, spec=spec, tags=tags, launched_by=current_member().name
+        )
         count, experiment_id = len(experiment.runs), experiment.id
     st.session_state.pop("run_again_spec", None)
-    flash("success", f"Experiment #{experiment_id} queued: {count} run{'s' if count != 1 else ''}. "
-                     "The worker runs them one at a time; this page follows the running one.")
+    flash(
+        "success",
+        f"Experiment #{experiment_id} queued: {count} run{'s' if count != 1 else ''}. "
+        "The worker runs them one at a time; this page follows the running one.",
+    )
     st.switch_page(RUNS_PAGE)
 
 
@@ -39,12 +43,17 @@ def preset_choice() -> tuple[str, bool, int]:
     """The preset (the recommended first experiment by default), its scale and repeats, in one row."""
     presets = list_presets()
     name_col, quick_col, repeats_col = st.columns([3, 2, 1])
-    name = name_col.selectbox("Preset", presets, key="preset_name",
-                              index=presets.index(RECOMMENDED_PRESET) if RECOMMENDED_PRESET in presets else 0,
-                              help=f"Recommended first: {RECOMMENDED_TEXT}.")
+    name = name_col.selectbox(
+        "Preset",
+        presets,
+        key="preset_name",
+        index=presets.index(RECOMMENDED_PRESET) if RECOMMENDED_PRESET in presets else 0,
+        help=f"Recommended first: {RECOMMENDED_TEXT}.",
+    )
     quick_col.write("")
-    quick = quick_col.toggle("Quick scale", value=True, key="preset_quick",
-                             help="Shorter cells for a small CPU machine.")
+    quick = quick_col.toggle(
+        "Quick scale", value=True, key="preset_quick", help="Shorter cells for a small CPU machine."
+    )
     repeats = repeats_col.number_input("Repeats per cell", min_value=1, max_value=100, value=1, key="preset_repeats")
     return name, quick, int(repeats)
 
@@ -70,8 +79,10 @@ def preset_section() -> None:
         tags = st.text_input("Tags (comma separated)", key="preset_tags")
         changed = overridden(spec, overrides) if overrides is not None else None
         if changed is not None:
-            st.json({"grid": changed.grid, "repeats": changed.repeats, "base": changed.base.model_dump(mode="json")},
-                    expanded=False)
+            st.json(
+                {"grid": changed.grid, "repeats": changed.repeats, "base": changed.base.model_dump(mode="json")},
+                expanded=False,
+            )
     with launch_slot:
         if changed is None:
             st.button("Launch preset", type="primary", key="launch_preset", disabled=True)
@@ -92,8 +103,11 @@ def grid_section() -> None:
     if spec is not None and overrides:
         changed = overridden(spec, overrides)
         specs = experiment_run_specs(changed) if changed is not None else []
-    clicked = launch_button(specs, label="Launch grid", key="launch_grid") if specs else \
-        st.button("Launch grid", type="primary", key="launch_grid")
+    clicked = (
+        launch_button(specs, label="Launch grid", key="launch_grid")
+        if specs
+        else st.button("Launch grid", type="primary", key="launch_grid")
+    )
     spec = checked_launch(form, errors, clicked=clicked)
     if spec is not None and overrides is not None:
         spec = overridden(spec, overrides)
@@ -115,7 +129,9 @@ def run_again_section(run_again: dict) -> None:
             st.json((spec or base).base.model_dump(mode="json"), expanded=False)
         left, right = st.columns([3, 1])
         with left:
-            clicked = spec is not None and launch_button(experiment_run_specs(spec), label="Launch", key="run_again_launch")
+            clicked = spec is not None and launch_button(
+                experiment_run_specs(spec), label="Launch", key="run_again_launch"
+            )
         if right.button("Close", key="run_again_close"):
             st.session_state.pop("run_again_spec", None)
             st.rerun()
@@ -125,22 +141,38 @@ def run_again_section(run_again: dict) -> None:
 
 def upload_section() -> None:
     """Upload a ShareGPT JSON file or a JSONL of requests; it is checked, then stored under a generated name."""
-    st.caption(f"Up to {settings().upload_max_bytes // 2**20} MiB. The file is checked before it is kept; "
-               "it is stored under a generated name.")
-    kind = st.radio("File kind", ["sharegpt", "jsonl"], horizontal=True, key="upload_kind",
-                    format_func={"sharegpt": "ShareGPT (JSON array)", "jsonl": "requests (JSONL)"}.get)
-    uploaded = st.file_uploader("Dataset file", type=["json"] if kind == "sharegpt" else ["jsonl"],
-                                key=f"upload_file_{kind}")
+    st.caption(
+        f"Up to {settings().upload_max_bytes // 2**20} MiB. The file is checked before it is kept; "
+        "it is stored under a generated name."
+    )
+    kind = st.radio(
+        "File kind",
+        ["sharegpt", "jsonl"],
+        horizontal=True,
+        key="upload_kind",
+        format_func={"sharegpt": "ShareGPT (JSON array)", "jsonl": "requests (JSONL)"}.get,
+    )
+    uploaded = st.file_uploader(
+        "Dataset file", type=["json"] if kind == "sharegpt" else ["jsonl"], key=f"upload_file_{kind}"
+    )
     if uploaded is not None and st.button("Check and save", key="upload_save"):
         try:
-            saved = save_upload(data=uploaded.getvalue(), original_name=uploaded.name, kind=kind,
-                                upload_dir=settings().uploads_dir, max_bytes=settings().upload_max_bytes)
+            saved = save_upload(
+                data=uploaded.getvalue(),
+                original_name=uploaded.name,
+                kind=kind,
+                upload_dir=settings().uploads_dir,
+                max_bytes=settings().upload_max_bytes,
+            )
         except DatasetError as error:
             show_plain(f"Not saved: {error}", kind="error")
         else:
             record_upload(saved)
-            show_plain(f"Saved {saved.original_name}: {saved.items:,} items, {saved.usable:,} usable. "
-                       "Choose it in the grid's workload field.", kind="success")
+            show_plain(
+                f"Saved {saved.original_name}: {saved.items:,} items, {saved.usable:,} usable. "
+                "Choose it in the grid's workload field.",
+                kind="success",
+            )
             for note in saved.notes:
                 show_plain(note, kind="info")
     stored = list_uploads(settings().uploads_dir, kind)
@@ -160,12 +192,16 @@ def reproduce_section() -> None:
     )
     quick = st.toggle("Quick scale (for a small CPU box)", value=True, key="reproduce_quick")
     repeats = st.number_input("Repeats per cell", min_value=1, max_value=10, value=3, key="reproduce_repeats")
-    allow_dirty = st.checkbox("Allow uncommitted changes in the lab's code (the report will say so)",
-                              key="reproduce_allow_dirty")
+    allow_dirty = st.checkbox(
+        "Allow uncommitted changes in the lab's code (the report will say so)", key="reproduce_allow_dirty"
+    )
     from lab.report.build import PRESETS
 
-    specs = [run for preset in PRESETS
-             for run in experiment_run_specs(load_preset(preset, quick=quick, overrides=[("repeats", int(repeats))]))]
+    specs = [
+        run
+        for preset in PRESETS
+        for run in experiment_run_specs(load_preset(preset, quick=quick, overrides=[("repeats", int(repeats))]))
+    ]
     if launch_button(specs, label="Queue the reproduction", key="reproduce_queue"):
         try:
             meta = enqueue_reproduction(settings=settings(), quick=quick, repeats=int(repeats), allow_dirty=allow_dirty)
@@ -173,21 +209,27 @@ def reproduce_section() -> None:
             st.error(str(error))
             return
         count = sum(len(m["run_ids"]) for m in meta.values())
-        flash("success", f"Reproduction queued: {count} runs in {len(meta)} experiments. When they are done, "
-                         "come back here to write the report.")
+        flash(
+            "success",
+            f"Reproduction queued: {count} runs in {len(meta)} experiments. When they are done, "
+            "come back here to write the report.",
+        )
         st.switch_page(RUNS_PAGE)
     st.divider()
     latest = latest_reproduction(settings=settings())
     if not latest:
         st.info("No seed experiment has been run yet: queue the reproduction first.")
         return
-    st.caption("The report uses the newest experiment of each preset: "
-               + ", ".join(f"{preset} (#{meta['ids'][0]})" for preset, meta in latest.items()))
+    st.caption(
+        "The report uses the newest experiment of each preset: "
+        + ", ".join(f"{preset} (#{meta['ids'][0]})" for preset, meta in latest.items())
+    )
     if st.button("Write the report", key="reproduce_report"):
         output_dir = settings().data_dir / "reports" / datetime.now().strftime("%Y%m%d-%H%M%S")
         with st.spinner("Writing the report (charts are rendered to PNG too)..."):
-            written, all_done = report_from_experiments(settings=settings(), experiments_meta=latest,
-                                                        output_dir=output_dir)
+            written, all_done = report_from_experiments(
+                settings=settings(), experiments_meta=latest, output_dir=output_dir
+            )
         st.session_state["reproduction_report"] = {name: str(path) for name, path in written.items()}
         if not all_done:
             st.warning("Some runs are not done (failed, cancelled or still queued); the report lists them.")
@@ -196,10 +238,20 @@ def reproduce_section() -> None:
         from pathlib import Path
 
         show_plain(f"Report written to {Path(report['README.md']).parent}", kind="success")
-        st.download_button("Download report.html", Path(report["report.html"]).read_bytes(),
-                           file_name="report.html", mime="text/html", key="reproduce_html")
-        st.download_button("Download README.md", Path(report["README.md"]).read_bytes(),
-                           file_name="README.md", mime="text/markdown", key="reproduce_md")
+        st.download_button(
+            "Download report.html",
+            Path(report["report.html"]).read_bytes(),
+            file_name="report.html",
+            mime="text/html",
+            key="reproduce_html",
+        )
+        st.download_button(
+            "Download README.md",
+            Path(report["README.md"]).read_bytes(),
+            file_name="README.md",
+            mime="text/markdown",
+            key="reproduce_md",
+        )
 
 
 def page() -> None:

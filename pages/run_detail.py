@@ -9,13 +9,11 @@ from typing import Any
 import streamlit as st
 from pydantic import ValidationError
 
-from lab import history
 from db.models import Run, RunSeries, RunStatus
+from lab import history
 from lab.analysis.compare import run_record
 from lab.specs.schema import RunSpec, format_validation_error
-from pages.common import (
-    LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, session, show_flash, startup_facts, without_polling,
-)
+from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, session, show_flash, startup_facts, without_polling
 from pages.view.baseline import baseline_panel
 from pages.view.charts import show_charts
 from pages.view.figures import run_detail_figures
@@ -23,9 +21,9 @@ from pages.view.live import render_phase
 from pages.view.members import audit_trail, notes_thread
 from pages.view.names import local_time
 from pages.view.outage import view_survives_database_outage
+from pages.view.page_guard import only_through_entry_file
 from pages.view.tables import figures_summary, metric_tiles, model_short_name, server_metrics_table, status_badge
 from pages.view.text import plain, show_failure, show_plain
-from pages.view.page_guard import only_through_entry_file
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
@@ -62,16 +60,27 @@ def chosen_run_id(recent: list[tuple[int, str]]) -> int | None:
 def live_run(run_id: int) -> None:
     """A queued or running run, followed live: its phase, the start-up, the load's figures and
     live charts; the page redraws in full once it has finished."""
+
     @st.fragment(run_every=LIVE_POLL_INTERVAL_S)
     @view_survives_database_outage
     def live() -> None:
         with session() as db_session:
             run = history.get_run(session=db_session, run_id=run_id)
-            state = None if run is None else {
-                "id": run.id, "status": run.status, "progress": run.progress, "backend": run.backend,
-                "cell_label": run.cell_label, "started_at": run.started_at.isoformat() if run.started_at else None,
-                "model": run.model, "spec": run.spec, "cancel_requested": run.cancel_requested,
-            }
+            state = (
+                None
+                if run is None
+                else {
+                    "id": run.id,
+                    "status": run.status,
+                    "progress": run.progress,
+                    "backend": run.backend,
+                    "cell_label": run.cell_label,
+                    "started_at": run.started_at.isoformat() if run.started_at else None,
+                    "model": run.model,
+                    "spec": run.spec,
+                    "cancel_requested": run.cancel_requested,
+                }
+            )
         if state is None or state["status"] not in (RunStatus.QUEUED, *RunStatus.ACTIVE):
             st.rerun()  # finished (or deleted): show the whole page once, without polling
         st.subheader(f"Run #{run_id} · {status_badge(state['status'], state['progress'])}")
@@ -95,23 +104,29 @@ def streaming_latency_text(run: object) -> tuple[str, str] | None:
     if client_s is None:
         return None
     server_s = getattr(run, "server_ttft_avg_s", None)
-    text = (f"Client TTFT (time to first byte of a streamed answer): avg {_ms(client_s)}, "
-            f"p95 {_ms(run.ttft_p95_s)}; TPOT avg {_ms(run.tpot_avg_s)}, p95 {_ms(run.tpot_p95_s)}")
+    text = (
+        f"Client TTFT (time to first byte of a streamed answer): avg {_ms(client_s)}, "
+        f"p95 {_ms(run.ttft_p95_s)}; TPOT avg {_ms(run.tpot_avg_s)}, p95 {_ms(run.tpot_p95_s)}"
+    )
     if server_s is not None:
         text += f" · server TTFT avg {_ms(server_s)} (client − server: {(client_s - server_s) * 1000:+,.0f} ms)"
     if run.ttft_hit_p95_s is not None or run.ttft_miss_p95_s is not None:
         text += f" · cache HIT TTFT p95 {_ms(run.ttft_hit_p95_s)}, MISS p95 {_ms(run.ttft_miss_p95_s)}"
     if unstreamed:
-        return "warning", (f"{unstreamed} answers were not streamed (one JSON body): their TTFT is the time to the "
-                           f"whole answer. " + text)
+        return "warning", (
+            f"{unstreamed} answers were not streamed (one JSON body): their TTFT is the time to the "
+            f"whole answer. " + text
+        )
     return "caption", text
 
 
 def choose_run() -> int | None:
     """The run picker (the run in the URL or the session by default); None when there are no runs."""
     with session() as db_session:
-        recent = [(run.id, f"#{run.id} {run.backend} {run.cell_label} ({status_badge(run.status, run.progress)})")
-                  for run in history.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)]
+        recent = [
+            (run.id, f"#{run.id} {run.backend} {run.cell_label} ({status_badge(run.status, run.progress)})")
+            for run in history.list_runs(session=db_session, limit=RECENT_RUNS_LISTED)
+        ]
     if not recent:
         st.info("No runs yet. Launch one on New experiment, then open it here from Runs.")
         return None
@@ -120,8 +135,13 @@ def choose_run() -> int | None:
     if default_id is not None and default_id not in labels:
         labels[default_id] = f"#{default_id}"
     options = list(labels)
-    run_id = st.selectbox("Run", options, index=options.index(default_id) if default_id in labels else 0,
-                          format_func=labels.get, key=f"detail_select_{default_id}")
+    run_id = st.selectbox(
+        "Run",
+        options,
+        index=options.index(default_id) if default_id in labels else 0,
+        format_func=labels.get,
+        key=f"detail_select_{default_id}",
+    )
     if run_id != default_id:
         st.session_state["detail_run_id"] = run_id
         st.query_params["run"] = str(run_id)
@@ -129,24 +149,42 @@ def choose_run() -> int | None:
 
 
 def run_again_button(run: Run) -> None:
-    """"Run again": New experiment opens with this run's spec in an editable form."""
-    if st.button("Run again…", key="run_again", help="Opens New experiment with this run's spec, every setting editable."):
+    """ "Run again": New experiment opens with this run's spec in an editable form."""
+    if st.button(
+        "Run again…", key="run_again", help="Opens New experiment with this run's spec, every setting editable."
+    ):
         try:
             spec = RunSpec.model_validate(run.spec)
         except ValidationError as error:
-            show_plain(f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}",
-                       kind="error")
+            show_plain(
+                f"Cannot run it again, its spec is no longer valid here: {format_validation_error(error)}", kind="error"
+            )
             return
-        st.session_state["run_again_spec"] = {"run_id": run.id, "spec": spec.model_dump(mode="json"),
-                                         "lines": run_again_lines(spec)}
+        st.session_state["run_again_spec"] = {
+            "run_id": run.id,
+            "spec": spec.model_dump(mode="json"),
+            "lines": run_again_lines(spec),
+        }
         st.switch_page(NEW_EXPERIMENT_PAGE)
 
 
 def run_again_lines(spec: RunSpec) -> str:
     """The settings a person most often changes, as ``key=value`` lines filled with the run's values."""
     values = spec.model_dump(mode="json")
-    paths = ("backend", "model", "load.kind", "load.vus", "load.rate_per_s", "load.duration_s", "load.graceful_stop_s",
-             "max_tokens", "workload.kind", "workload.prompts", "workload.stream", "random_seed")
+    paths = (
+        "backend",
+        "model",
+        "load.kind",
+        "load.vus",
+        "load.rate_per_s",
+        "load.duration_s",
+        "load.graceful_stop_s",
+        "max_tokens",
+        "workload.kind",
+        "workload.prompts",
+        "workload.stream",
+        "random_seed",
+    )
     lines = []
     for path in paths:
         node: Any = values
@@ -165,16 +203,31 @@ def figures_section(run: Run, record: dict, series: dict | None) -> None:
     if streaming is not None:
         show_plain(streaming[1], kind=streaming[0])
     if run.count_check:
-        show_plain("Client/server counts: " + "; ".join(
-            f"{name.replace('_', ' ')}: client {check.get('client')}, server {check.get('server')}"
-            + (f" (difference {check['difference_ratio'] * 100:+.1f}%)"
-               if check.get("difference_ratio") is not None else "")
-            for name, check in run.count_check.items() if isinstance(check, dict)
-        ), kind="caption")
+        show_plain(
+            "Client/server counts: "
+            + "; ".join(
+                f"{name.replace('_', ' ')}: client {check.get('client')}, server {check.get('server')}"
+                + (
+                    f" (difference {check['difference_ratio'] * 100:+.1f}%)"
+                    if check.get("difference_ratio") is not None
+                    else ""
+                )
+                for name, check in run.count_check.items()
+                if isinstance(check, dict)
+            ),
+            kind="caption",
+        )
 
     st.markdown("#### Per second")
-    smooth_s = 5 if st.toggle("Smooth the per-second series (5 s moving average)", key="detail_smooth",
-                              help="At low load a second holds one request or none: the raw series zigzags.") else 1
+    smooth_s = (
+        5
+        if st.toggle(
+            "Smooth the per-second series (5 s moving average)",
+            key="detail_smooth",
+            help="At low load a second holds one request or none: the raw series zigzags.",
+        )
+        else 1
+    )
     figures = run_detail_figures(series, smooth_s=smooth_s)
     if not figures:
         st.info("No per-second series for this run (it has not run yet, or k6 wrote no samples).")
@@ -204,8 +257,10 @@ def stored_details(run: Run, series_row: RunSeries | None) -> None:
         else:
             st.caption("Not captured yet.")
     with session() as db_session:
-        notes, actions = (history.list_run_notes(session=db_session, run_id=run.id),
-                          history.list_run_actions(session=db_session, run_id=run.id))
+        notes, actions = (
+            history.list_run_notes(session=db_session, run_id=run.id),
+            history.list_run_actions(session=db_session, run_id=run.id),
+        )
     st.markdown("#### Tags and notes")
     show_plain(f"tags: {run.tags or '–'}", kind="caption")
     notes_thread(run.notes, notes)
@@ -234,9 +289,11 @@ def page() -> None:
         live_run(run.id)
     else:
         st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
-    show_plain(f"{run.backend} · {model_short_name(run.model)} · {run.workload} · {run.cell_label} · "
-               f"repeat {run.repeat_index}{experiment} · created {local_time(run.created_at)} by {run.launched_by}",
-               kind="caption")
+    show_plain(
+        f"{run.backend} · {model_short_name(run.model)} · {run.workload} · {run.cell_label} · "
+        f"repeat {run.repeat_index}{experiment} · created {local_time(run.created_at)} by {run.launched_by}",
+        kind="caption",
+    )
     if run.status_reason:
         show_failure(run.status_reason, kind="error" if run.status == RunStatus.FAILED else "info")
     if run.measurement_warnings:

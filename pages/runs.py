@@ -6,12 +6,12 @@ queued or active, and not at all otherwise (``run_every=None``).
 
 from __future__ import annotations
 
-from datetime import datetime, time, timezone
+from datetime import UTC, datetime, time
 
 import streamlit as st
 
-from lab import history, run_actions
 from db.models import RunStatus
+from lab import history, run_actions
 from lab.analysis.compare import run_record
 from lab.specs.schema import BACKENDS, list_presets
 from pages.common import (
@@ -29,11 +29,10 @@ from pages.view.live import panel_heading, render_phase
 from pages.view.members import current_member, person_filter, run_permission
 from pages.view.names import header
 from pages.view.outage import view_survives_database_outage
-from pages.view.result_card import render_result_card
-from pages.view.text import plain
-from pages.view.tables import SORTABLE_COLUMNS, plural, runs_table, status_badge
-from pages.view.text import show_plain
 from pages.view.page_guard import only_through_entry_file
+from pages.view.result_card import render_result_card
+from pages.view.tables import SORTABLE_COLUMNS, plural, runs_table, status_badge
+from pages.view.text import plain, show_plain
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
@@ -48,8 +47,10 @@ def live_panel(state: dict) -> None:
         searches_panel(state.get("searches") or [])
         if queued:
             with st.container(border=True):
-                st.info(f"{plural(queued, 'run')} queued; waiting for the worker "
-                        "(`python -m lab start` runs one beside the web lab).")
+                st.info(
+                    f"{plural(queued, 'run')} queued; waiting for the worker "
+                    "(`python -m lab start` runs one beside the web lab)."
+                )
         return
     with st.container(border=True):
         st.markdown(panel_heading(run, queued))
@@ -58,22 +59,36 @@ def live_panel(state: dict) -> None:
 
 
 def stop_buttons(run: dict) -> None:
-    """"Cancel this run" and, when its experiment has more to run, "Stop the experiment"."""
+    """ "Cancel this run" and, when its experiment has more to run, "Stop the experiment"."""
     if run["cancel_requested"]:
         st.warning("Cancel requested; the worker is stopping the run.")
         return
     with session() as db_session:
-        rest = [] if run["experiment_id"] is None else [
-            other.id for other in history.list_runs(session=db_session, experiment_ids=[run["experiment_id"]],
-                                                    statuses=[RunStatus.QUEUED, *RunStatus.ACTIVE])]
+        rest = (
+            []
+            if run["experiment_id"] is None
+            else [
+                other.id
+                for other in history.list_runs(
+                    session=db_session,
+                    experiment_ids=[run["experiment_id"]],
+                    statuses=[RunStatus.QUEUED, *RunStatus.ACTIVE],
+                )
+            ]
+        )
     left, right = st.columns(2)
-    permitted = disabled_unless("cancel", [run.get("launched_by")], help="Stops this run; the rest of its experiment carries on.")
+    permitted = disabled_unless(
+        "cancel", [run.get("launched_by")], help="Stops this run; the rest of its experiment carries on."
+    )
     if left.button("Cancel this run", key=f"cancel_live_{run['id']}", **permitted):
         cancel_runs([run["id"]], f"Cancel requested for run #{run['id']}.")
-    if len(rest) > 1 and right.button(f"Stop experiment #{run['experiment_id']} ({plural(len(rest), 'run')} left)",
-                                      key=f"stop_experiment_{run['experiment_id']}",
-                                      **disabled_unless("cancel", [run.get("launched_by")],
-                                                        help="Cancels this run and every queued run of its experiment.")):
+    if len(rest) > 1 and right.button(
+        f"Stop experiment #{run['experiment_id']} ({plural(len(rest), 'run')} left)",
+        key=f"stop_experiment_{run['experiment_id']}",
+        **disabled_unless(
+            "cancel", [run.get("launched_by")], help="Cancels this run and every queued run of its experiment."
+        ),
+    ):
         cancel_runs(rest, f"Experiment #{run['experiment_id']} stopped: {plural(len(rest), 'run')} cancelled.")
 
 
@@ -93,10 +108,14 @@ def searches_panel(searches: list[dict]) -> None:
     """Capacity searches still probing: their driver queues one probe at a time."""
     for search in searches:
         with st.container(border=True):
-            st.markdown(f"**Live: capacity search #{search['id']}** · {plain(search['state'])} · "
-                        f"{plural(search['probes'], 'probe')} so far")
-            st.caption(f"{plain(search['name'])}: the search queues its next probe as the last one ends; "
-                       "each probe shows here as a run while it runs.")
+            st.markdown(
+                f"**Live: capacity search #{search['id']}** · {plain(search['state'])} · "
+                f"{plural(search['probes'], 'probe')} so far"
+            )
+            st.caption(
+                f"{plain(search['name'])}: the search queues its next probe as the last one ends; "
+                "each probe shows here as a run while it runs."
+            )
 
 
 def runs_view(query: dict, sort_by: str, descending: bool) -> None:
@@ -124,15 +143,18 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
             if any(value for key, value in query.items() if key != "limit"):
                 st.info("No run matches these filters. Widen them (open Filters above).")
             else:
-                st.info(f"No runs yet. Start from the recommended first experiment on New experiment: "
-                        f"{RECOMMENDED_TEXT}.")
+                st.info(
+                    f"No runs yet. Start from the recommended first experiment on New experiment: {RECOMMENDED_TEXT}."
+                )
                 st.page_link(NEW_EXPERIMENT_PAGE, label="New experiment", icon=":material/science:")
             return
         table = runs_table(records, sort_by=sort_by, descending=descending, progress_by_run=progress_by_run)
-        st.caption(plural(len(table), "run")
-                   + (" (limit reached: narrow the filters)" if len(table) >= query["limit"] else ""))
-        event = st.dataframe(table, key="runs_table", on_select="rerun", selection_mode="multi-row",
-                             hide_index=True, width="stretch")
+        st.caption(
+            plural(len(table), "run") + (" (limit reached: narrow the filters)" if len(table) >= query["limit"] else "")
+        )
+        event = st.dataframe(
+            table, key="runs_table", on_select="rerun", selection_mode="multi-row", hide_index=True, width="stretch"
+        )
         chosen = [int(table.iloc[row][header("run_id")]) for row in event.selection.rows if row < len(table)]
         if chosen != st.session_state.get("runs_table_chosen", []):
             # A selection made in the table drives the actions below it: redraw the whole page.
@@ -153,24 +175,27 @@ def filters() -> dict:
         row1 = st.columns(4)
         experiment_names = dict(experiment_choices)
         experiment_id = row1[0].selectbox(
-            "Experiment", [ALL] + [eid for eid, _ in experiment_choices], key="filter_experiment",
+            "Experiment",
+            [ALL] + [eid for eid, _ in experiment_choices],
+            key="filter_experiment",
             format_func=lambda value: "all experiments" if value == ALL else f"#{value} {experiment_names[value]}",
         )
-        preset = row1[1].selectbox("Preset", [ALL] + list_presets(), key="filter_preset")
+        preset = row1[1].selectbox("Preset", [ALL, *list_presets()], key="filter_preset")
         backends = row1[2].multiselect("Backend", BACKENDS, key="filter_backends")
         statuses = row1[3].multiselect("Status", RunStatus.ALL, key="filter_statuses", format_func=status_badge)
         row2 = st.columns(5)
         model = row2[0].text_input("Model contains", key="filter_model")
         tag = row2[1].text_input("Tag", key="filter_tag")
         dates = row2[2].date_input("Created between", value=(), key="filter_dates")
-        limit = row2[3].number_input("Show at most", min_value=10, max_value=100_000, value=2000, step=100,
-                                     key="filter_limit")
-        worker = row2[4].selectbox("Worker", [ALL] + workers, key="filter_worker")
+        limit = row2[3].number_input(
+            "Show at most", min_value=10, max_value=100_000, value=2000, step=100, key="filter_limit"
+        )
+        worker = row2[4].selectbox("Worker", [ALL, *workers], key="filter_worker")
         launched_by = person_filter(st, launchers, key="filter_launched_by")
     created_after = created_before = None
     if isinstance(dates, (list, tuple)) and len(dates) == 2:
-        created_after = datetime.combine(dates[0], time.min, tzinfo=timezone.utc)
-        created_before = datetime.combine(dates[1], time.max, tzinfo=timezone.utc)
+        created_after = datetime.combine(dates[0], time.min, tzinfo=UTC)
+        created_before = datetime.combine(dates[1], time.max, tzinfo=UTC)
     return {
         "experiment_ids": None if experiment_id == ALL else [experiment_id],
         "preset": None if preset == ALL else preset,
@@ -190,8 +215,12 @@ def selection_actions(records: list[dict]) -> None:
     """Open, cancel, edit tags and notes, or delete the selected runs."""
     by_id = {record["run_id"]: record for record in records}
     selected = st.multiselect(
-        "Selected runs", list(by_id), key="runs_selected",
-        format_func=lambda rid: f"#{rid} {by_id[rid]['backend']} {by_id[rid]['cell_label']} ({status_badge(by_id[rid]['status'])})",
+        "Selected runs",
+        list(by_id),
+        key="runs_selected",
+        format_func=lambda rid: (
+            f"#{rid} {by_id[rid]['backend']} {by_id[rid]['cell_label']} ({status_badge(by_id[rid]['status'])})"
+        ),
         help="Select rows in the table or pick runs here.",
     )
     if not selected:
@@ -201,21 +230,39 @@ def selection_actions(records: list[dict]) -> None:
     buttons = st.columns(4)
     if buttons[0].button(f"Open run #{first['run_id']}", key="open_detail"):
         open_run_detail(first["run_id"])
-    if buttons[3].button(f"Compare these {len(selected)}", key="compare_selected", disabled=len(selected) < 2,
-                         help="Open Compare with the selected runs: what differs between them first."):
+    if buttons[3].button(
+        f"Compare these {len(selected)}",
+        key="compare_selected",
+        disabled=len(selected) < 2,
+        help="Open Compare with the selected runs: what differs between them first.",
+    ):
         st.switch_page(COMPARE_PAGE, query_params={"runs": ",".join(str(rid) for rid in selected)})
     cancellable = [rid for rid in selected if by_id[rid]["status"] in (RunStatus.QUEUED, *RunStatus.ACTIVE)]
-    if buttons[1].button("Cancel", key="cancel_selected", **disabled_unless(
-            "cancel", [by_id[rid]["launched_by"] for rid in cancellable], nothing=not cancellable,
-            help="Queued runs are cancelled at once, a running one through its worker.")):
+    if buttons[1].button(
+        "Cancel",
+        key="cancel_selected",
+        **disabled_unless(
+            "cancel",
+            [by_id[rid]["launched_by"] for rid in cancellable],
+            nothing=not cancellable,
+            help="Queued runs are cancelled at once, a running one through its worker.",
+        ),
+    ):
         with session() as db_session:
             run_actions.cancel_runs(session=db_session, member=current_member(), run_ids=cancellable)
         st.session_state["runs_message"] = f"Cancel requested for {plural(len(cancellable), 'run')}."
         st.rerun()
     deletable = [rid for rid in selected if by_id[rid]["status"] not in RunStatus.ACTIVE]
-    if buttons[2].button("Delete…", key="delete_selected", **disabled_unless(
-            "delete", [by_id[rid]["launched_by"] for rid in deletable], nothing=not deletable,
-            help="A running run cannot be deleted; cancel it first.")):
+    if buttons[2].button(
+        "Delete…",
+        key="delete_selected",
+        **disabled_unless(
+            "delete",
+            [by_id[rid]["launched_by"] for rid in deletable],
+            nothing=not deletable,
+            help="A running run cannot be deleted; cancel it first.",
+        ),
+    ):
         st.session_state["confirm_delete"] = deletable
     delete_confirmation()
     notes_form(first)
@@ -225,8 +272,10 @@ def delete_confirmation() -> None:
     """The confirmation a Delete asked for."""
     pending_delete = st.session_state.get("confirm_delete")
     if pending_delete:
-        st.warning(f"Delete {plural(len(pending_delete), 'run')} and their series for good? "
-                   f"({', '.join('#' + str(r) for r in pending_delete[:20])})")
+        st.warning(
+            f"Delete {plural(len(pending_delete), 'run')} and their series for good? "
+            f"({', '.join('#' + str(r) for r in pending_delete[:20])})"
+        )
         yes, no = st.columns(2)
         if yes.button(f"Yes, delete {plural(len(pending_delete), 'run')}", type="primary", key="confirm_delete_yes"):
             with session() as db_session:
@@ -244,14 +293,22 @@ def notes_form(first: dict) -> None:
     """Tags and notes of the first selected run."""
     with st.form(key=f"notes_{first['run_id']}"):
         st.markdown(f"**Tags and notes of run #{first['run_id']}** (the notes thread is on Run detail)")
-        tags_value = st.text_input("Tags (comma separated)", value=first.get("tags") or "", key=f"edit_tags_{first['run_id']}",
-                                   **disabled_unless("tag", [first["launched_by"]]))
+        tags_value = st.text_input(
+            "Tags (comma separated)",
+            value=first.get("tags") or "",
+            key=f"edit_tags_{first['run_id']}",
+            **disabled_unless("tag", [first["launched_by"]]),
+        )
         notes_value = st.text_area("Add a note", value="", key=f"edit_notes_{first['run_id']}")
         if st.form_submit_button("Save tags and notes"):
             with session() as db_session:
                 if tags_value != (first.get("tags") or ""):
-                    run_actions.set_tags(session=db_session, member=current_member(), run_id=first["run_id"], tags=tags_value)
-                run_actions.add_note(session=db_session, member=current_member(), run_id=first["run_id"], text=notes_value)
+                    run_actions.set_tags(
+                        session=db_session, member=current_member(), run_id=first["run_id"], tags=tags_value
+                    )
+                run_actions.add_note(
+                    session=db_session, member=current_member(), run_id=first["run_id"], text=notes_value
+                )
             st.session_state["runs_message"] = f"Saved tags and notes of run #{first['run_id']}."
             st.rerun()
 

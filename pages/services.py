@@ -16,9 +16,9 @@ from pages.common import service_manager, services_state, session, without_polli
 from pages.view.members import lab_permission
 from pages.view.names import display_frame
 from pages.view.outage import view_survives_database_outage
+from pages.view.page_guard import only_through_entry_file
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
-from pages.view.page_guard import only_through_entry_file
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
@@ -48,11 +48,16 @@ def start_control(active_text: str | None) -> None:
     with st.container(border=True):
         left, right = st.columns([2, 1])
         hints = start_hints()
-        name = left.selectbox("Start a service", list(hints), key="service_to_start",
-                              format_func=lambda n: f"{n} ({hints[n]})")
+        name = left.selectbox(
+            "Start a service", list(hints), key="service_to_start", format_func=lambda n: f"{n} ({hints[n]})"
+        )
         right.write("")
-        if right.button("Start", key="start_service", type="primary",
-                        disabled=bool(active_text) or not allowed.allowed) and lab_permission().allowed:
+        if (
+            right.button(
+                "Start", key="start_service", type="primary", disabled=bool(active_text) or not allowed.allowed
+            )
+            and lab_permission().allowed
+        ):
             start_service_in_background(name)
             services_state(fresh=True)
             st.success(f"Starting {name} in the background: its state shows below as it changes.")
@@ -62,17 +67,32 @@ def services_table(statuses: list[dict], active_text: str | None) -> None:
     """The table, then per service its message, a Stop button and its log tail."""
     allowed = lab_permission()
     table = pd.DataFrame(
-        [{"service": s["name"], "kind": service_kind(s), "state": s["state"], "url": s["url"],
-          "pid": s["pid"], "uptime": uptime_text(s["started_at"])} for s in statuses]
+        [
+            {
+                "service": s["name"],
+                "kind": service_kind(s),
+                "state": s["state"],
+                "url": s["url"],
+                "pid": s["pid"],
+                "uptime": uptime_text(s["started_at"]),
+            }
+            for s in statuses
+        ]
     )
     st.dataframe(display_frame(table), hide_index=True, width="stretch", key="services_table")
     for status in statuses:
         with st.expander(plain(f"{status['name']} · {status['state']}")):
             if status["message"]:
                 show_plain(status["message"][-2000:], kind="caption")
-            if status["state"] in ("running", "unhealthy", "starting") and st.button(
-                f"Stop {status['name']}", key=f"stop_{status['name']}", disabled=bool(active_text) or not allowed.allowed
-            ) and lab_permission().allowed:
+            if (
+                status["state"] in ("running", "unhealthy", "starting")
+                and st.button(
+                    f"Stop {status['name']}",
+                    key=f"stop_{status['name']}",
+                    disabled=bool(active_text) or not allowed.allowed,
+                )
+                and lab_permission().allowed
+            ):
                 service_manager().stop(status["name"])
                 services_state(fresh=True)
                 st.rerun()

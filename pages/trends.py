@@ -25,12 +25,19 @@ def choose_configuration() -> dict | None:
         st.info("No run has finished yet: a trend needs done runs. Launch one on New experiment.")
         return None
     by_key = {item["key"]: item for item in configurations}
-    labels = {key: f"{'★ ' if item['has_baseline'] else ''}{item['label']} ({item['runs']} runs)"
-              for key, item in by_key.items()}
+    labels = {
+        key: f"{'★ ' if item['has_baseline'] else ''}{item['label']} ({item['runs']} runs)"
+        for key, item in by_key.items()
+    }
     if st.session_state.get("trends_configuration") not in by_key:
         st.session_state.pop("trends_configuration", None)  # a key from another database or a deleted run
-    key = st.selectbox("Configuration (★: has a baseline)", list(labels), format_func=labels.get,
-                       key="trends_configuration", help="A configuration is a run spec without its seed.")
+    key = st.selectbox(
+        "Configuration (★: has a baseline)",
+        list(labels),
+        format_func=labels.get,
+        key="trends_configuration",
+        help="A configuration is a run spec without its seed.",
+    )
     return by_key[key]
 
 
@@ -42,15 +49,16 @@ def page() -> None:
         return
     figure = st.selectbox("Figure", list(FIGURE_DIRECTIONS), format_func=header, key="trends_figure")
     with session() as db_session:
-        points = baselines.configuration_trend(session=db_session, configuration=chosen["configuration"],
-                                               figure=figure)
+        points = baselines.configuration_trend(session=db_session, configuration=chosen["configuration"], figure=figure)
     if not any(point.value is not None for point in points):
         show_plain(f"No run of this configuration measured {header(figure)}.", kind="info")
         return
     st.plotly_chart(trend_figure(points, figure), key="trends_chart")
-    st.caption("One point a done run, by when it was queued; bars: each experiment's mean with its 95% interval; "
-               "stars and the band: the baseline's runs, their mean and its 95% interval. Hover a run for its "
-               "lab commit, engine version and model hash.")
+    st.caption(
+        "One point a done run, by when it was queued; bars: each experiment's mean with its 95% interval; "
+        "stars and the band: the baseline's runs, their mean and its 95% interval. Hover a run for its "
+        "lab commit, engine version and model hash."
+    )
     st.dataframe(trend_table(points, figure), hide_index=True, width="stretch")
 
 

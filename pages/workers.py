@@ -26,15 +26,20 @@ def page() -> None:
     with session() as db_session:
         rows = worker_overview(session=db_session, lease_s=lease_s)
     if not rows:
-        st.info("No worker has registered yet. `python -m lab start` starts one named after this host; "
-                "more machines join with `python -m lab worker --name NAME --labels gpu` on the same "
-                "PostgreSQL database (see docs/SCALING.md).")
+        st.info(
+            "No worker has registered yet. `python -m lab start` starts one named after this host; "
+            "more machines join with `python -m lab worker --name NAME --labels gpu` on the same "
+            "PostgreSQL database (see docs/SCALING.md)."
+        )
         return
     alive = sum(row.state == "alive" for row in rows)
-    st.caption(f"{alive} of {len(rows)} workers alive. A worker silent for more than {lease_s:g} s is lost: "
-               "another worker marks its runs interrupted. Services run on each worker's own machine.")
-    st.dataframe(display_frame(pd.DataFrame([dataclasses.asdict(row) for row in rows])), hide_index=True,
-                 width="stretch")
+    st.caption(
+        f"{alive} of {len(rows)} workers alive. A worker silent for more than {lease_s:g} s is lost: "
+        "another worker marks its runs interrupted. Services run on each worker's own machine."
+    )
+    st.dataframe(
+        display_frame(pd.DataFrame([dataclasses.asdict(row) for row in rows])), hide_index=True, width="stretch"
+    )
     if st.button("Refresh", key="workers_refresh", icon=":material/refresh:"):
         st.rerun()
 

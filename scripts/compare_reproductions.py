@@ -39,7 +39,7 @@ def claim_rows(report: Path) -> list[ClaimRow]:
         raise SystemExit(f"{readme}: no 'Claim by claim' section") from None
     header: list[str] | None = None
     rows: list[ClaimRow] = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("## "):
             break
         if not line.startswith("|") or line.startswith("|---"):
@@ -48,7 +48,7 @@ def claim_rows(report: Path) -> list[ClaimRow]:
         if header is None:
             header = cells
             continue
-        row = dict(zip(header, cells))
+        row = dict(zip(header, cells, strict=False))
         rows.append(ClaimRow(claim=row["claim (seed)"], ours=row["ours"], verdict=row["verdict"]))
     return rows
 
@@ -59,8 +59,10 @@ def conflicts(first: str, second: str) -> bool:
 
 def comparison_markdown(first: list[ClaimRow], second: list[ClaimRow], names: tuple[str, str]) -> str:
     by_claim = {row.claim: row for row in second}
-    lines = [f"| claim | {names[0]}: ours | {names[0]} | {names[1]}: ours | {names[1]} | agree |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"| claim | {names[0]}: ours | {names[0]} | {names[1]}: ours | {names[1]} | agree |",
+        "|---|---|---|---|---|---|",
+    ]
     count = 0
     for row in first:
         other = by_claim.get(row.claim)
@@ -69,8 +71,10 @@ def comparison_markdown(first: list[ClaimRow], second: list[ClaimRow], names: tu
             continue
         conflict = conflicts(row.verdict, other.verdict)
         count += conflict
-        lines.append(f"| {row.claim} | {row.ours} | {row.verdict} | {other.ours} | {other.verdict} | "
-                     f"{'**no**' if conflict else 'yes'} |")
+        lines.append(
+            f"| {row.claim} | {row.ours} | {row.verdict} | {other.ours} | {other.verdict} | "
+            f"{'**no**' if conflict else 'yes'} |"
+        )
     lines += ["", f"Conflicts (held in one, partly or did not hold in the other): {count} of {len(first)} claims."]
     return "\n".join(lines)
 

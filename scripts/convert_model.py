@@ -49,10 +49,7 @@ def convert(gguf_path: Path, output: Path) -> None:
     directory, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(
-        directory,
-        gguf_file=name,
-        dtype=torch.bfloat16,
-        quantization_config=GgufConfig(gguf_file=name, dequantize=True),
+        directory, gguf_file=name, dtype=torch.bfloat16, quantization_config=GgufConfig(gguf_file=name, dequantize=True)
     )
     # Dequantized weights are plain tensors; drop the GGUF quantizer so that
     # save_pretrained does not refuse ("... QuantizationMethod.GGUF ... not serializable").

@@ -48,7 +48,11 @@ class ServiceConfig:
 
 
 def command_config(
-    *, backend: str, argv: list[str], env: dict[str, str] | None = None, health_path: str = "/health",
+    *,
+    backend: str,
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    health_path: str = "/health",
     readiness_timeout_s: float = 180.0,
 ) -> ServiceConfig:
     """A server started from ``argv`` (``{host}`` and ``{port}`` are filled in) that is ready
@@ -56,7 +60,10 @@ def command_config(
     return ServiceConfig(
         "command",
         {
-            "backend": backend, "argv": list(argv), "env": dict(env or {}), "health_path": health_path,
+            "backend": backend,
+            "argv": list(argv),
+            "env": dict(env or {}),
+            "health_path": health_path,
             "readiness_timeout_s": readiness_timeout_s,
         },
     )
@@ -67,7 +74,12 @@ def redis_config(*, maxmemory: str = "256mb") -> ServiceConfig:
 
 
 def cache_proxy_config(
-    *, upstream_url: str, redis_url: str, policy: str = "all", ttl_s: int | None = None, single_flight: bool = True,
+    *,
+    upstream_url: str,
+    redis_url: str,
+    policy: str = "all",
+    ttl_s: int | None = None,
+    single_flight: bool = True,
     server: str = DEFAULT_PROXY_SERVER,
 ) -> ServiceConfig:
     """The response cache in front of ``upstream_url``; ``server``: the HTTP server it runs
@@ -87,21 +99,18 @@ def cache_proxy_config(
     )
 
 
-def build_service(
-    name: str,
-    config: ServiceConfig,
-    *,
-    log_path: Path,
-    port: int | None = None,
-) -> ManagedService:
+def build_service(name: str, config: ServiceConfig, *, log_path: Path, port: int | None = None) -> ManagedService:
     """The (not yet started) :class:`ManagedService` for ``config``."""
     params = config.params
     python = sys.executable
     common = {"name": name, "log_path": log_path, "port": port, "cwd": PROJECT_ROOT}
     if config.kind == "command":
         return ManagedService(
-            argv=list(params["argv"]), env=dict(params["env"]), health_path=params["health_path"],
-            readiness_timeout_s=float(params["readiness_timeout_s"]), **common,
+            argv=list(params["argv"]),
+            env=dict(params["env"]),
+            health_path=params["health_path"],
+            readiness_timeout_s=float(params["readiness_timeout_s"]),
+            **common,
         )
     if config.kind == "redis":
         return ManagedService(
@@ -112,9 +121,19 @@ def build_service(
         )
     if config.kind == "cache-proxy":
         argv = [
-            python, "-m", "services.cache_proxy",
-            "--upstream", params["upstream_url"], "--redis-url", params["redis_url"],
-            "--policy", params["policy"], "--host", "{host}", "--port", "{port}",
+            python,
+            "-m",
+            "services.cache_proxy",
+            "--upstream",
+            params["upstream_url"],
+            "--redis-url",
+            params["redis_url"],
+            "--policy",
+            params["policy"],
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
         ]
         if params.get("ttl_s"):
             argv += ["--ttl-s", str(params["ttl_s"])]

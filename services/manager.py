@@ -9,12 +9,12 @@ each worker manages the services on its own machine, under its own name.
 
 from __future__ import annotations
 
-import socket
 import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +55,7 @@ def process_matches(pid: int | None, created_at_epoch_s: float | None) -> bool:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False
-        if created_at_epoch_s is not None and abs(process.create_time() - created_at_epoch_s) > 1.0:
-            return False
-        return True
+        return not (created_at_epoch_s is not None and abs(process.create_time() - created_at_epoch_s) > 1.0)
     except psutil.NoSuchProcess:
         return False
 
@@ -126,15 +124,30 @@ class ServiceManager:
         log_path = self.logs_dir / f"{name}.log"
         service = build_service(name, config, log_path=log_path)
         store.upsert_service_record(
-            engine=self.engine, worker=self.worker, name=name, kind=config.kind, state="starting",
-            config=config.to_dict(), config_hash=config.config_hash, log_path=str(log_path), owner_pid=self.owner_pid,
-            pid=None, url=None, port=None, message=None,
+            engine=self.engine,
+            worker=self.worker,
+            name=name,
+            kind=config.kind,
+            state="starting",
+            config=config.to_dict(),
+            config_hash=config.config_hash,
+            log_path=str(log_path),
+            owner_pid=self.owner_pid,
+            pid=None,
+            url=None,
+            port=None,
+            message=None,
         )
+
         def record_spawn(pid: int) -> None:
             # Record the pid as soon as the child exists, so a crash during the
             # (long) readiness wait still leaves a trace to clean up.
             store.upsert_service_record(
-                engine=self.engine, worker=self.worker, name=name, pid=pid, port=service.port,
+                engine=self.engine,
+                worker=self.worker,
+                name=name,
+                pid=pid,
+                port=service.port,
                 process_created_at_epoch_s=psutil.Process(pid).create_time(),
             )
 
@@ -149,8 +162,12 @@ class ServiceManager:
             raise
         url = self._service_url(service, config.kind)
         store.upsert_service_record(
-            engine=self.engine, worker=self.worker, name=name, state="running", url=url,
-            started_at=datetime.fromtimestamp(service.started_at or time.time(), timezone.utc),
+            engine=self.engine,
+            worker=self.worker,
+            name=name,
+            state="running",
+            url=url,
+            started_at=datetime.fromtimestamp(service.started_at or time.time(), UTC),
         )
         return url
 
@@ -219,10 +236,15 @@ class ServiceManager:
                 state = record.state
             result.append(
                 ServiceStatus(
-                    name=record.name, kind=record.kind, state=state, url=record.url if alive else None,
+                    name=record.name,
+                    kind=record.kind,
+                    state=state,
+                    url=record.url if alive else None,
                     pid=record.pid if alive else None,
                     started_at=record.started_at.isoformat() if record.started_at and alive else None,
-                    config=record.config, log_path=record.log_path, message=record.message,
+                    config=record.config,
+                    log_path=record.log_path,
+                    message=record.message,
                 )
             )
         return result

@@ -36,9 +36,7 @@ class ChatMessage(BaseModel):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(
-            str(part.get("text", "")) for part in self.content if part.get("type", "text") == "text"
-        )
+        return "".join(str(part.get("text", "")) for part in self.content if part.get("type", "text") == "text")
 
 
 class StreamOptions(BaseModel):
@@ -106,7 +104,7 @@ class Usage(BaseModel):
     total_tokens: int
 
     @classmethod
-    def of(cls, *, prompt_tokens: int, completion_tokens: int) -> "Usage":
+    def of(cls, *, prompt_tokens: int, completion_tokens: int) -> Usage:
         """Usage with ``total_tokens`` filled in."""
         return cls(
             prompt_tokens=prompt_tokens,

@@ -7,6 +7,7 @@ Nothing here knows about services or k6: it is the neutral ground both stand on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -64,10 +65,8 @@ def _group_of(pid: int) -> int | None:
 def _signal_group(process_group_id: int | None, signal_number: int) -> None:
     if process_group_id is None or process_group_id == os.getpgid(0):
         return  # never signal the lab's own group
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process_group_id, signal_number)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def stop_process_tree(pid: int, *, grace_s: float = 10.0, process_group_id: int | None = None) -> None:
@@ -81,10 +80,8 @@ def stop_process_tree(pid: int, *, grace_s: float = 10.0, process_group_id: int 
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
-        try:
+        with contextlib.suppress(ProcessLookupError):
             group = os.getpgid(pid)
-        except ProcessLookupError:
-            pass
     except psutil.NoSuchProcess:
         processes = []
     if not processes:
@@ -94,23 +91,17 @@ def stop_process_tree(pid: int, *, grace_s: float = 10.0, process_group_id: int 
     stop_processes(processes, grace_s=grace_s, process_group_id=group)
 
 
-def stop_processes(
-    processes: Sequence[psutil.Process], *, grace_s: float, process_group_id: int | None = None
-) -> None:
+def stop_processes(processes: Sequence[psutil.Process], *, grace_s: float, process_group_id: int | None = None) -> None:
     """TERM ``processes`` (and their group, if given), wait up to ``grace_s`` for them to
     exit, then KILL the ones left. Processes already gone are skipped."""
     for process in processes:
-        try:
+        with contextlib.suppress(psutil.Error):
             process.terminate()
-        except psutil.Error:
-            pass
     _signal_group(process_group_id, signal.SIGTERM)
     _, alive = psutil.wait_procs(processes, timeout=grace_s)
     for process in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             process.kill()
-        except psutil.Error:
-            pass
     _signal_group(process_group_id, signal.SIGKILL)
     psutil.wait_procs(alive, timeout=5)
 
@@ -119,7 +110,11 @@ def start_detached(argv: Sequence[str], *, cwd: Path = PROJECT_ROOT) -> int:
     """Start ``argv`` in its own session, detached from our terminal and output, so it
     outlives its starter (a Streamlit rerun); returns its pid. Nobody waits for it."""
     process = subprocess.Popen(
-        list(argv), cwd=cwd, start_new_session=True,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        list(argv),
+        cwd=cwd,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return process.pid

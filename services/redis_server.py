@@ -24,21 +24,31 @@ def redis_binary() -> str:
     return shutil.which("redis-server") or DEFAULT_REDIS_BINARY
 
 
-def redis_server_argv(port: int | str = "{port}", *, maxmemory: str = DEFAULT_MAXMEMORY, binary: str | None = None) -> list[str]:
+def redis_server_argv(
+    port: int | str = "{port}", *, maxmemory: str = DEFAULT_MAXMEMORY, binary: str | None = None
+) -> list[str]:
     """argv for a private, memory-only redis-server on ``127.0.0.1:port``.
 
     ``port`` defaults to the supervisor's ``{port}`` placeholder.
     """
     return [
         binary or redis_binary(),
-        "--port", str(port),
-        "--bind", LOOPBACK_HOST,
-        "--save", "",
-        "--appendonly", "no",
-        "--maxmemory", maxmemory,
-        "--maxmemory-policy", "allkeys-lru",
-        "--protected-mode", "yes",
-        "--daemonize", "no",
+        "--port",
+        str(port),
+        "--bind",
+        LOOPBACK_HOST,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--maxmemory",
+        maxmemory,
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--protected-mode",
+        "yes",
+        "--daemonize",
+        "no",
     ]
 
 

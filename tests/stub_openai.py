@@ -24,8 +24,9 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import uvicorn
 
@@ -84,7 +85,9 @@ def build_app(
         raise ValueError(f"unknown cache_mode {cache_mode!r}")
     stats = StubStats()
 
-    async def respond(send: Send, status: int, payload: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    async def respond(
+        send: Send, status: int, payload: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         body = json.dumps(payload).encode()
         all_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         all_headers.extend(headers or [])
@@ -139,7 +142,11 @@ def build_app(
                 "created": int(time.time()),
                 "model": model,
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": COMPLETION_TEXT}, "finish_reason": "length"}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": COMPLETION_TEXT},
+                        "finish_reason": "length",
+                    }
                 ],
                 "usage": {
                     "prompt_tokens": prompt_tokens,
@@ -152,11 +159,21 @@ def build_app(
 
     async def stream(send: Send, number: int, model: str, headers: list[tuple[bytes, bytes]], gap_s: float) -> None:
         def event(payload: dict[str, Any]) -> bytes:
-            base = {"id": f"chatcmpl-stub-{number}", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+            base = {
+                "id": f"chatcmpl-stub-{number}",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+            }
             return b"data: " + json.dumps({**base, **payload}).encode() + b"\n\n"
 
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"), *headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), *headers],
+            }
+        )
         for index in range(completion_tokens):
             if index and gap_s > 0:
                 await asyncio.sleep(gap_s)
@@ -164,8 +181,11 @@ def build_app(
             finish = "length" if index == completion_tokens - 1 else None
             chunk = event({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                 "total_tokens": prompt_tokens + completion_tokens}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
         await send({"type": "http.response.body", "body": event({"choices": [], "usage": usage}) + b"data: [DONE]\n\n"})
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -185,11 +205,18 @@ def build_app(
         elif method == "GET" and path == "/health":
             await respond(send, 200 if healthy else 503, {"status": "ok" if healthy else "unhealthy"})
         elif method == "GET" and path == "/v1/models":
-            await respond(send, 200 if healthy else 503, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
+            await respond(
+                send, 200 if healthy else 503, {"object": "list", "data": [{"id": "stub", "object": "model"}]}
+            )
         elif method == "GET" and path == "/metrics" and metrics is not None:
             status, content_type, body = metrics
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
         elif method == "GET" and path == "/stats":
             await respond(send, 200, stats.as_dict())
@@ -213,7 +240,9 @@ class StubServer:
     def __init__(self, *, port: int, **app_options: Any) -> None:
         self.port = port
         self.app = build_app(**app_options)
-        config = uvicorn.Config(self.app, host=LOOPBACK_HOST, port=port, log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            self.app, host=LOOPBACK_HOST, port=port, log_level="warning", access_log=False, lifespan="on"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=f"stub-openai-{port}", daemon=True)
 
@@ -227,7 +256,7 @@ class StubServer:
         """The stub's server-side counters."""
         return self.app.stats  # type: ignore[attr-defined,no-any-return]
 
-    def start(self, timeout_s: float = 10.0) -> "StubServer":
+    def start(self, timeout_s: float = 10.0) -> StubServer:
         """Start serving; block until uvicorn is listening."""
         self._thread.start()
         deadline = time.monotonic() + timeout_s
@@ -242,7 +271,7 @@ class StubServer:
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> "StubServer":
+    def __enter__(self) -> StubServer:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

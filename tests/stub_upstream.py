@@ -163,8 +163,15 @@ def _stream_answer(
     send_done = headers.get("x-stub-no-done") != "1"
 
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        document = {"id": answer.answer_id, "object": "chat.completion.chunk", "created": answer.created,
-                    "model": answer.model, "system_fingerprint": answer.fingerprint, "choices": choices, **extra}
+        document = {
+            "id": answer.answer_id,
+            "object": "chat.completion.chunk",
+            "created": answer.created,
+            "model": answer.model,
+            "system_fingerprint": answer.fingerprint,
+            "choices": choices,
+            **extra,
+        }
         return b"data: " + json.dumps(document).encode() + b"\n\n"
 
     async def events() -> AsyncIterator[bytes]:
@@ -223,7 +230,9 @@ async def _answer(request: Request) -> Response:
         fingerprint = fingerprint_of_key(api_keys, key)
     status_code = int(_header_number(headers, "x-stub-status", 200))
     if status_code != 200:
-        return _json_response({"error": {"message": f"stub error {status_code}", "type": "stub"}}, status_code=status_code)
+        return _json_response(
+            {"error": {"message": f"stub error {status_code}", "type": "stub"}}, status_code=status_code
+        )
     try:
         body = json.loads(await request.body())
     except (ValueError, RecursionError):
@@ -236,8 +245,15 @@ async def _answer(request: Request) -> Response:
     answer_id = f"stub-{call_number}"
     model = str(body.get("model", STUB_MODEL))
     if headers.get("x-stub-no-choices") == "1":
-        return _json_response({"id": answer_id, "object": "chat.completion", "model": model, "choices": [],
-                             "system_fingerprint": fingerprint})
+        return _json_response(
+            {
+                "id": answer_id,
+                "object": "chat.completion",
+                "model": model,
+                "choices": [],
+                "system_fingerprint": fingerprint,
+            }
+        )
     answer = _Answer(answer_id, created, model, fingerprint, is_chat)
     if body.get("stream") is True:
         return _stream_answer(headers, body, words, finish_reason, answer)
@@ -251,8 +267,15 @@ async def _answer(request: Request) -> Response:
         else {"index": 0, "text": text, "finish_reason": finish_reason}
     )
     return _json_response(
-        {"id": answer_id, "object": "chat.completion" if is_chat else "text_completion", "created": created,
-         "model": model, "system_fingerprint": fingerprint, "choices": [choice], "usage": _usage(body, len(words))}
+        {
+            "id": answer_id,
+            "object": "chat.completion" if is_chat else "text_completion",
+            "created": created,
+            "model": model,
+            "system_fingerprint": fingerprint,
+            "choices": [choice],
+            "usage": _usage(body, len(words)),
+        }
     )
 
 
@@ -265,8 +288,9 @@ async def _models(request: Request) -> Response:
 
 
 async def _calls(request: Request) -> Response:
-    return _json_response({"completions": _Counter.completions, "tokens": _Counter.tokens,
-                           "abandoned": _Counter.abandoned})
+    return _json_response(
+        {"completions": _Counter.completions, "tokens": _Counter.tokens, "abandoned": _Counter.abandoned}
+    )
 
 
 async def _reset(request: Request) -> Response:

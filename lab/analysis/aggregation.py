@@ -57,7 +57,7 @@ def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: S
     is negative, see :func:`~lab.analysis.statistics.positive_mean_interval`) and the repeat count ``n``."""
     rows = []
     for group_key, members in done_groups(records, keys).items():
-        row: dict[str, Any] = dict(zip(keys, group_key))
+        row: dict[str, Any] = dict(zip(keys, group_key, strict=True))
         row["n"] = len(members)
         row["requests_failed"] = sum(int(m.get("requests_failed") or 0) for m in members)
         # Still in flight when the graceful stop ended the test: neither done nor failed.
@@ -83,8 +83,9 @@ def _by_round(records: Sequence[dict[str, Any]], figure: str) -> dict[tuple, flo
     return values
 
 
-def ratio_of_runs(figure: str, numerator_runs: Sequence[dict[str, Any]],
-                  denominator_runs: Sequence[dict[str, Any]]) -> RatioInterval:
+def ratio_of_runs(
+    figure: str, numerator_runs: Sequence[dict[str, Any]], denominator_runs: Sequence[dict[str, Any]]
+) -> RatioInterval:
     """The ratio of ``figure`` between two sets of runs, with its 95% interval. Paired by round
     when both sides ran the same rounds of one experiment (each round's two runs saw the same
     machine; with blocks the pairing is arbitrary but still valid), unpaired otherwise."""
@@ -96,9 +97,12 @@ def ratio_of_runs(figure: str, numerator_runs: Sequence[dict[str, Any]],
     return ratio_interval(list(top.values()), list(bottom.values()))
 
 
-def ratio_between(records: Sequence[dict[str, Any]], figure: str, numerator: dict[str, Any],
-                  denominator: dict[str, Any]) -> RatioInterval:
+def ratio_between(
+    records: Sequence[dict[str, Any]], figure: str, numerator: dict[str, Any], denominator: dict[str, Any]
+) -> RatioInterval:
     """:func:`ratio_of_runs` between the runs matching ``numerator`` and those matching ``denominator``."""
+
     def matching(match: dict[str, Any]) -> list[dict[str, Any]]:
         return [r for r in records if all(r.get(k) == v for k, v in match.items())]
+
     return ratio_of_runs(figure, matching(numerator), matching(denominator))

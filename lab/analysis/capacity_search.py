@@ -119,8 +119,9 @@ def search_capacity(probe: Callable[[float], ProbeResult], bounds: SearchBounds)
 
     first = measure(bounds.min_load)
     if not first.passed:
-        return CapacityResult(None, f"the minimum load {bounds.min_load:g} already broke the SLO", probes,
-                              lowest_failing_load=first.load)
+        return CapacityResult(
+            None, f"the minimum load {bounds.min_load:g} already broke the SLO", probes, lowest_failing_load=first.load
+        )
     last_pass, first_fail = first, None
     # Phase 1: geometric growth.
     while first_fail is None:
@@ -136,7 +137,8 @@ def search_capacity(probe: Callable[[float], ProbeResult], bounds: SearchBounds)
                 current.load,
                 f"saturated: throughput rose under {SATURATION_MIN_GAIN:.0%} from load {last_pass.load:g} to "
                 f"{current.load:g} while the SLO figure grew",
-                probes, saturated=True,
+                probes,
+                saturated=True,
             )
         else:
             last_pass = current

@@ -20,16 +20,47 @@ from lab.measurement.results import RESULT_FIELDS
 
 # A run as a record: who and what it was, then its results (one field list: lab.measurement.results).
 RECORD_FIELDS: tuple[str, ...] = (
-    "run_id", "experiment_id", "experiment", "preset", "cell_label", "repeat_index", "status", "status_reason",
-    "backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts", "duration_s", "max_tokens",
-    "random_seed", "tags", "launched_by", "created_at", "started_at", "finished_at", "worker_name", "hardware",
+    "run_id",
+    "experiment_id",
+    "experiment",
+    "preset",
+    "cell_label",
+    "repeat_index",
+    "status",
+    "status_reason",
+    "backend",
+    "model",
+    "workload",
+    "load_kind",
+    "vus",
+    "arrival_rate_per_s",
+    "prompts",
+    "duration_s",
+    "max_tokens",
+    "random_seed",
+    "tags",
+    "launched_by",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "worker_name",
+    "hardware",
     *RESULT_FIELDS,
 )
 # The Compare page's cells when no seed table applies, and the figures it averages.
 GENERIC_KEYS = ("backend", "workload", "vus", "arrival_rate_per_s", "prompts", "max_tokens")
-GENERIC_FIGURES = ("req_per_s", "output_tok_per_s", "steady_output_tok_per_s", "latency_avg_s", "latency_p50_s",
-                   "latency_p95_s", "latency_p99_s", "latency_max_s", "prefix_cache_hit_rate",
-                   "response_cache_hit_rate")
+GENERIC_FIGURES = (
+    "req_per_s",
+    "output_tok_per_s",
+    "steady_output_tok_per_s",
+    "latency_avg_s",
+    "latency_p50_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "latency_max_s",
+    "prefix_cache_hit_rate",
+    "response_cache_hit_rate",
+)
 
 
 def run_record(run: Any) -> dict[str, Any]:
@@ -56,9 +87,7 @@ def split_warned(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return kept, [r for r in records if r.get("measurement_warnings")]
 
 
-def cell_comparisons(
-    records: Sequence[dict[str, Any]], keys: Sequence[str], figure: str
-) -> list[dict[str, Any]]:
+def cell_comparisons(records: Sequence[dict[str, Any]], keys: Sequence[str], figure: str) -> list[dict[str, Any]]:
     """Every pair of cells (done runs grouped by ``keys``) that differ in one key only: the
     ratio of their ``figure`` means, its 95% interval (log scale, paired by round within one
     experiment: see :func:`~lab.analysis.aggregation.ratio_of_runs`; None under two repeats) and
@@ -67,10 +96,12 @@ def cell_comparisons(
     groups = done_groups(records, keys)
     rows = []
     # Numbers in numeric order (8 VUs before 32), so a ratio reads "higher over lower".
-    cells = sorted(groups, key=lambda k: tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in k))
+    cells = sorted(
+        groups, key=lambda k: tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in k)
+    )
     for index, first in enumerate(cells):
-        for second in cells[index + 1:]:
-            differing = [i for i, (a, b) in enumerate(zip(first, second)) if a != b]
+        for second in cells[index + 1 :]:
+            differing = [i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b]
             if len(differing) != 1:
                 continue
             first_values = [m.get(figure) for m in groups[first]]
@@ -78,17 +109,23 @@ def cell_comparisons(
             first_mean, second_mean = mean_interval(first_values).mean, mean_interval(second_values).mean
             if first_mean is None or second_mean is None:
                 continue
-            same = ", ".join(f"{keys[i]} {first[i]}" for i in range(len(keys)) if i not in differing and first[i] is not None)
+            same = ", ".join(
+                f"{keys[i]} {first[i]}" for i in range(len(keys)) if i not in differing and first[i] is not None
+            )
             key = keys[differing[0]]
             interval = ratio_of_runs(figure, groups[second], groups[first])
-            rows.append({
-                "figure": figure, "cell": f"{key} {second[differing[0]]} over {key} {first[differing[0]]}"
-                + (f" ({same})" if same else ""),
-                "ratio": ratio(second_mean, first_mean),
-                "ratio_ci95_low": interval.ci95_low, "ratio_ci95_high": interval.ci95_high,
-                "interval_method": interval.method if interval.ci95_low is not None else None,
-                "significance": welch_test(second_values, first_values).verdict,
-            })
+            rows.append(
+                {
+                    "figure": figure,
+                    "cell": f"{key} {second[differing[0]]} over {key} {first[differing[0]]}"
+                    + (f" ({same})" if same else ""),
+                    "ratio": ratio(second_mean, first_mean),
+                    "ratio_ci95_low": interval.ci95_low,
+                    "ratio_ci95_high": interval.ci95_high,
+                    "interval_method": interval.method if interval.ci95_low is not None else None,
+                    "significance": welch_test(second_values, first_values).verdict,
+                }
+            )
     return rows
 
 
@@ -106,8 +143,10 @@ def grid_comparisons(
             node = node.get(key) if isinstance(node, dict) else None
         return node if isinstance(node, (str, int, float, bool)) or node is None else str(node)
 
-    keyed = [{**record, **{f"axis:{path}": axis_value(spec, path) for path in axes}}
-             for record, spec in zip(records, specs)]
+    keyed = [
+        {**record, **{f"axis:{path}": axis_value(spec, path) for path in axes}}
+        for record, spec in zip(records, specs, strict=True)
+    ]
     rows = cell_comparisons(keyed, [f"axis:{path}" for path in axes], figure)
     for row in rows:
         row["cell"] = row["cell"].replace("axis:", "")

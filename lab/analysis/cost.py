@@ -21,9 +21,17 @@ def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.D
     """Per backend and VUs: mean output tok/s and what a million output tokens cost (machine names)."""
     rows = aggregate(records, ("backend", "vus"), ("output_tok_per_s",))
     frame = pd.DataFrame(
-        [{"backend": row["backend"], "vus": row["vus"], "output_tok_per_s": row["output_tok_per_s"],
-          "cost_per_million_output_tokens": cost_per_million_output_tokens(row["output_tok_per_s"], price_per_hour)}
-         for row in rows],
+        [
+            {
+                "backend": row["backend"],
+                "vus": row["vus"],
+                "output_tok_per_s": row["output_tok_per_s"],
+                "cost_per_million_output_tokens": cost_per_million_output_tokens(
+                    row["output_tok_per_s"], price_per_hour
+                ),
+            }
+            for row in rows
+        ],
         columns=["backend", "vus", "output_tok_per_s", "cost_per_million_output_tokens"],
     )
     return frame.sort_values(["backend", "vus"], na_position="last").reset_index(drop=True)

@@ -35,8 +35,7 @@ def verdicts_over(judge: Callable[[float], str], low: float, high: float) -> lis
     return seen
 
 
-def interval_verdict(judge: Callable[[float], str], point: float | None, low: float | None,
-                     high: float | None) -> str:
+def interval_verdict(judge: Callable[[float], str], point: float | None, low: float | None, high: float | None) -> str:
     """``judge(point)`` when the interval is unknown (one repeat); otherwise the one verdict
     the whole interval gets, or :data:`INCONCLUSIVE` when it spans more than one."""
     if point is None:

@@ -22,17 +22,48 @@ HIGHER_IS_BETTER = 1
 LOWER_IS_BETTER = -1
 # Figures a gate may watch, each with the direction that is better.
 FIGURE_DIRECTIONS: dict[str, int] = {
-    **{name: HIGHER_IS_BETTER for name in (
-        "req_per_s", "output_tok_per_s", "input_tok_per_s", "steady_output_tok_per_s", "steady_req_per_s",
-        "goodput_req_per_s", "slo_attainment", "prefix_cache_hit_rate", "response_cache_hit_rate")},
-    **{name: LOWER_IS_BETTER for name in (
-        "latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s",
-        "ttft_avg_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_avg_s", "tpot_p95_s", "server_ttft_avg_s",
-        "server_time_per_output_token_avg_s")},
+    **{
+        name: HIGHER_IS_BETTER
+        for name in (
+            "req_per_s",
+            "output_tok_per_s",
+            "input_tok_per_s",
+            "steady_output_tok_per_s",
+            "steady_req_per_s",
+            "goodput_req_per_s",
+            "slo_attainment",
+            "prefix_cache_hit_rate",
+            "response_cache_hit_rate",
+        )
+    },
+    **{
+        name: LOWER_IS_BETTER
+        for name in (
+            "latency_avg_s",
+            "latency_p50_s",
+            "latency_p90_s",
+            "latency_p95_s",
+            "latency_p99_s",
+            "latency_max_s",
+            "ttft_avg_s",
+            "ttft_p50_s",
+            "ttft_p95_s",
+            "ttft_p99_s",
+            "tpot_avg_s",
+            "tpot_p95_s",
+            "server_ttft_avg_s",
+            "server_time_per_output_token_avg_s",
+        )
+    },
 }
 # The figures Compare and Run detail show against a baseline (those a run measured).
 HEADLINE_FIGURES: tuple[str, ...] = (
-    "output_tok_per_s", "req_per_s", "steady_output_tok_per_s", "latency_avg_s", "latency_p95_s", "ttft_p95_s",
+    "output_tok_per_s",
+    "req_per_s",
+    "steady_output_tok_per_s",
+    "latency_avg_s",
+    "latency_p95_s",
+    "ttft_p95_s",
     "tpot_avg_s",
 )
 MAX_THRESHOLD_PERCENT = 10_000.0
@@ -61,17 +92,20 @@ def parse_threshold(text: str) -> Threshold:
         raise GateInputError(f"--fail-on-regression needs FIGURE=PERCENT (e.g. output_tok_per_s=5), got {text[:80]!r}")
     figure, raw = (part.strip() for part in text.split("=", 1))
     if figure not in FIGURE_DIRECTIONS:
-        raise GateInputError(f"unknown figure {figure[:60]!r} in --fail-on-regression; figures: "
-                             f"{', '.join(FIGURE_DIRECTIONS)}")
+        raise GateInputError(
+            f"unknown figure {figure[:60]!r} in --fail-on-regression; figures: {', '.join(FIGURE_DIRECTIONS)}"
+        )
     number = raw.removesuffix("%").strip()
     try:
         percent = float(number)
     except ValueError:
-        raise GateInputError(f"the threshold of {figure} is not a number: {raw[:40]!r} (a percentage, "
-                             f"e.g. {figure}=5)") from None
+        raise GateInputError(
+            f"the threshold of {figure} is not a number: {raw[:40]!r} (a percentage, e.g. {figure}=5)"
+        ) from None
     if not math.isfinite(percent) or not 0 <= percent <= MAX_THRESHOLD_PERCENT:
-        raise GateInputError(f"the threshold of {figure} must be a percentage from 0 to {MAX_THRESHOLD_PERCENT:g}, "
-                             f"not {raw[:40]}")
+        raise GateInputError(
+            f"the threshold of {figure} must be a percentage from 0 to {MAX_THRESHOLD_PERCENT:g}, not {raw[:40]}"
+        )
     return Threshold(figure, percent)
 
 
@@ -114,8 +148,10 @@ class FigureChange:
         if self.change is None:
             return "not measured on both sides"
         if self.significant is None:
-            return (f"too few runs to tell (n={self.n_later} vs {self.n_baseline}; "
-                    f"needs {MIN_REPEATS_FOR_SIGNIFICANCE} a side)")
+            return (
+                f"too few runs to tell (n={self.n_later} vs {self.n_baseline}; "
+                f"needs {MIN_REPEATS_FOR_SIGNIFICANCE} a side)"
+            )
         if not self.significant:
             return "no significant change"
         return "significantly worse" if (self.worse_by or 0) > 0 else "significantly better"
@@ -131,13 +167,13 @@ def figure_change(figure: str, baseline_values: Sequence[object], later_values: 
     decided = min(n_later, n_baseline) >= MIN_REPEATS_FOR_SIGNIFICANCE and interval.ci95_low is not None
     low = None if interval.ci95_low is None else interval.ci95_low - 1
     high = None if interval.ci95_high is None else interval.ci95_high - 1
-    return FigureChange(figure, *means, interval.ratio - 1, low, high, n_baseline, n_later,
-                        interval.excludes(1.0) if decided else None)
+    return FigureChange(
+        figure, *means, interval.ratio - 1, low, high, n_baseline, n_later, interval.excludes(1.0) if decided else None
+    )
 
 
 def _mean(values: Sequence[object]) -> float | None:
-    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
-               and math.isfinite(v)]
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
     return sum(numbers) / len(numbers) if numbers else None
 
 
@@ -169,27 +205,40 @@ class GateVerdict:
         figure = self.threshold.figure
         runs = f"{self.change.n_later} new vs {self.change.n_baseline} baseline runs"
         if self.outcome == REGRESSION:
-            return (f"REGRESSION {where}{figure}: {change_text(self.change)}, worse than the baseline by more than "
-                    f"{self.threshold.percent:g}% and significant ({runs})")
+            return (
+                f"REGRESSION {where}{figure}: {change_text(self.change)}, worse than the baseline by more than "
+                f"{self.threshold.percent:g}% and significant ({runs})"
+            )
         if self.outcome == UNDECIDED:
             return f"CANNOT DECIDE {where}{figure}: {change_text(self.change)}; {self.change.verdict} ({runs})"
-        return (f"ok {where}{figure}: {change_text(self.change)}; {self.change.verdict}, threshold "
-                f"{self.threshold.percent:g}% ({runs})")
+        return (
+            f"ok {where}{figure}: {change_text(self.change)}; {self.change.verdict}, threshold "
+            f"{self.threshold.percent:g}% ({runs})"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The verdict as JSON data (``--json``)."""
         change = self.change
         return {
-            "cell": self.cell, "figure": self.threshold.figure, "threshold_percent": self.threshold.percent,
-            "outcome": self.outcome, "baseline_mean": change.baseline_mean, "new_mean": change.later_mean,
-            "change": change.change, "change_ci95_low": change.change_ci95_low,
-            "change_ci95_high": change.change_ci95_high, "significant": change.significant,
-            "n_baseline": change.n_baseline, "n_new": change.n_later, "message": self.line(),
+            "cell": self.cell,
+            "figure": self.threshold.figure,
+            "threshold_percent": self.threshold.percent,
+            "outcome": self.outcome,
+            "baseline_mean": change.baseline_mean,
+            "new_mean": change.later_mean,
+            "change": change.change,
+            "change_ci95_low": change.change_ci95_low,
+            "change_ci95_high": change.change_ci95_high,
+            "significant": change.significant,
+            "n_baseline": change.n_baseline,
+            "n_new": change.n_later,
+            "message": self.line(),
         }
 
 
-def judge(cell: str, threshold: Threshold, baseline_values: Sequence[object],
-          later_values: Sequence[object]) -> GateVerdict:
+def judge(
+    cell: str, threshold: Threshold, baseline_values: Sequence[object], later_values: Sequence[object]
+) -> GateVerdict:
     """The gate's verdict on one figure of one cell."""
     change = figure_change(threshold.figure, baseline_values, later_values)
     if change.change is None or change.significant is None:
@@ -220,13 +269,18 @@ def gate_summary(exit_code: int) -> str:
         EXIT_PASSED: "gate passed: no watched figure regressed significantly beyond its threshold",
         EXIT_REGRESSION: f"gate FAILED: regression (exit code {EXIT_REGRESSION})",
         EXIT_RUNS_FAILED: f"gate FAILED: not every run finished done (exit code {EXIT_RUNS_FAILED})",
-        EXIT_UNDECIDED: (f"gate CANNOT DECIDE: too few runs to tell (exit code {EXIT_UNDECIDED}); run more "
-                         f"repeats (at least {MIN_REPEATS_FOR_SIGNIFICANCE} a side), this is not a pass"),
+        EXIT_UNDECIDED: (
+            f"gate CANNOT DECIDE: too few runs to tell (exit code {EXIT_UNDECIDED}); run more "
+            f"repeats (at least {MIN_REPEATS_FOR_SIGNIFICANCE} a side), this is not a pass"
+        ),
     }.get(exit_code, f"gate ended with exit code {exit_code}")
 
 
-def change_rows(baseline: Sequence[dict[str, Any]], later_groups: Sequence[tuple[str, Sequence[dict[str, Any]]]],
-                figures: Sequence[str] = HEADLINE_FIGURES) -> list[dict[str, Any]]:
+def change_rows(
+    baseline: Sequence[dict[str, Any]],
+    later_groups: Sequence[tuple[str, Sequence[dict[str, Any]]]],
+    figures: Sequence[str] = HEADLINE_FIGURES,
+) -> list[dict[str, Any]]:
     """One row per later group (label, its run records) and figure measured on both sides: the
     means, the change with its 95% interval and the verdict. Records are run records (dicts)."""
     rows = []
@@ -235,11 +289,20 @@ def change_rows(baseline: Sequence[dict[str, Any]], later_groups: Sequence[tuple
             change = figure_change(figure, [r.get(figure) for r in baseline], [r.get(figure) for r in records])
             if change.change is None:
                 continue
-            rows.append({
-                "later runs": label, "figure": figure, "baseline": change.baseline_mean, "later": change.later_mean,
-                "change": percent_text(change.change),
-                "95% interval": ("–" if change.change_ci95_low is None else
-                                 f"{percent_text(change.change_ci95_low)} to {percent_text(change.change_ci95_high)}"),
-                "runs": f"{change.n_later} vs {change.n_baseline}", "verdict": change.verdict,
-            })
+            rows.append(
+                {
+                    "later runs": label,
+                    "figure": figure,
+                    "baseline": change.baseline_mean,
+                    "later": change.later_mean,
+                    "change": percent_text(change.change),
+                    "95% interval": (
+                        "–"
+                        if change.change_ci95_low is None
+                        else f"{percent_text(change.change_ci95_low)} to {percent_text(change.change_ci95_high)}"
+                    ),
+                    "runs": f"{change.n_later} vs {change.n_baseline}",
+                    "verdict": change.verdict,
+                }
+            )
     return rows

@@ -20,6 +20,7 @@ provenance fields added (``lab_git_commit``, ``lab_git_dirty``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,17 @@ AA_TOLERANCE = 0.10
 # A check whose interval reaches beyond this factor either side of 1 is too wide to tell.
 AA_TELLS_WITHIN = 1.5
 # What makes two cells the same configuration (with the spec's settings these columns carry).
-CONFIGURATION_KEYS = ("backend", "model", "workload", "load_kind", "vus", "arrival_rate_per_s", "prompts",
-                      "duration_s", "max_tokens")
+CONFIGURATION_KEYS = (
+    "backend",
+    "model",
+    "workload",
+    "load_kind",
+    "vus",
+    "arrival_rate_per_s",
+    "prompts",
+    "duration_s",
+    "max_tokens",
+)
 AA_FIGURE = "req_per_s"
 # Where every run of both cells has the backend's own steady rate, the check compares that:
 # k6's whole-test req/s moves by whole batches when a request takes about as long as the run
@@ -86,8 +96,11 @@ def _configuration(record: dict[str, Any]) -> tuple:
 
 
 def _describe(configuration: tuple) -> str:
-    return ", ".join(f"{key} {value}" for key, value in zip(CONFIGURATION_KEYS, configuration)
-                     if value is not None and key != "model")
+    return ", ".join(
+        f"{key} {value}"
+        for key, value in zip(CONFIGURATION_KEYS, configuration, strict=True)
+        if value is not None and key != "model"
+    )
 
 
 def aa_figure(records: Sequence[dict[str, Any]]) -> str:
@@ -107,10 +120,17 @@ def aa_checks(records_by_preset: dict[str, list[dict[str, Any]]], *, figure: str
     checks = []
     for configuration, by_preset in cells.items():
         presets = sorted(by_preset, key=lambda p: min(str(r.get("started_at") or "") for r in by_preset[p]))
-        for earlier, later in zip(presets, presets[1:]):
+        for earlier, later in itertools.pairwise(presets):
             compared = figure or aa_figure([*by_preset[earlier], *by_preset[later]])
-            checks.append(AACheck(_describe(configuration), earlier, later, compared,
-                                  ratio_of_runs(compared, by_preset[later], by_preset[earlier])))
+            checks.append(
+                AACheck(
+                    _describe(configuration),
+                    earlier,
+                    later,
+                    compared,
+                    ratio_of_runs(compared, by_preset[later], by_preset[earlier]),
+                )
+            )
     return checks
 
 
@@ -121,18 +141,27 @@ def drift_factor(checks: Iterable[AACheck]) -> float:
 
 def machine_speed_by_run(records: Sequence[dict[str, Any]]) -> dict[int, float | None]:
     """Each run's machine-speed index over ``records`` (1.0 = their median run)."""
-    return speed_indices({
-        record["run_id"]: run_calibration_s(record.get("machine_calibration_before_s"),
-                                            record.get("machine_calibration_after_s"))
-        for record in records if record.get("run_id") is not None
-    })
+    return speed_indices(
+        {
+            record["run_id"]: run_calibration_s(
+                record.get("machine_calibration_before_s"), record.get("machine_calibration_after_s")
+            )
+            for record in records
+            if record.get("run_id") is not None
+        }
+    )
 
 
-def runs_off_median(records: Sequence[dict[str, Any]], speed_by_run: dict[int, float | None]) -> list[tuple[int, float]]:
+def runs_off_median(
+    records: Sequence[dict[str, Any]], speed_by_run: dict[int, float | None]
+) -> list[tuple[int, float]]:
     """(run id, index) of the done runs among ``records`` measured on a machine more than 10%
     away from the median speed."""
-    return [(record["run_id"], speed_by_run[record["run_id"]]) for record in done_runs(records)
-            if off_median(speed_by_run.get(record.get("run_id")))]  # type: ignore[misc]
+    return [
+        (record["run_id"], speed_by_run[record["run_id"]])
+        for record in done_runs(records)
+        if off_median(speed_by_run.get(record.get("run_id")))
+    ]  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -149,12 +178,17 @@ class Provenance:
     def sentence(self) -> str:
         if not self.commits:
             return "The runs recorded no lab commit."
-        dirty = (f" Runs {', '.join(f'#{r}' for r in self.dirty_runs)} ran on a tree with uncommitted changes."
-                 if self.dirty_runs else " Every run ran on a clean tree.")
+        dirty = (
+            f" Runs {', '.join(f'#{r}' for r in self.dirty_runs)} ran on a tree with uncommitted changes."
+            if self.dirty_runs
+            else " Every run ran on a clean tree."
+        )
         if len(self.commits) == 1:
             return f"Every run came from lab commit {self.commits[0]}.{dirty}"
-        return (f"The runs came from {len(self.commits)} lab commits ({', '.join(self.commits)}): the code changed "
-                f"while they were taken.{dirty}")
+        return (
+            f"The runs came from {len(self.commits)} lab commits ({', '.join(self.commits)}): the code changed "
+            f"while they were taken.{dirty}"
+        )
 
 
 def provenance_of(records: Sequence[dict[str, Any]]) -> Provenance:

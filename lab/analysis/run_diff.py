@@ -43,15 +43,16 @@ def differing_settings(specs: Sequence[dict[str, Any] | None]) -> list[str]:
     names: dict[str, None] = {}
     for flat in flats:
         names.update(dict.fromkeys(flat))
-    return [name for name in names if name not in REPEAT_SETTINGS
-            and len({repr(flat.get(name)) for flat in flats}) > 1]
+    return [name for name in names if name not in REPEAT_SETTINGS and len({repr(flat.get(name)) for flat in flats}) > 1]
 
 
 def settings_diff(runs: Sequence[tuple[int, dict[str, Any] | None]]) -> list[dict[str, Any]]:
     """One row per differing setting: ``{"setting": path, run_id: value, ...}`` for ``(run_id, spec)`` pairs."""
     flats = {run_id: flatten_spec(spec) for run_id, spec in runs}
-    return [{"setting": name, **{run_id: flat.get(name) for run_id, flat in flats.items()}}
-            for name in differing_settings([spec for _, spec in runs])]
+    return [
+        {"setting": name, **{run_id: flat.get(name) for run_id, flat in flats.items()}}
+        for name in differing_settings([spec for _, spec in runs])
+    ]
 
 
 @dataclass
@@ -95,7 +96,7 @@ class CellPair:
 
 def cells_of(records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None]) -> list[Cell]:
     """Done runs grouped by their settings, one cell per distinct set (``records`` and ``specs`` in step)."""
-    done = [(record, spec) for record, spec in zip(records, specs) if record.get("status") == "done"]
+    done = [(record, spec) for record, spec in zip(records, specs, strict=True) if record.get("status") == "done"]
     names = differing_settings([spec for _, spec in done])
     cells: dict[str, Cell] = {}
     for record, spec in done:
@@ -118,21 +119,30 @@ def figure_ratio(figure: str, first: Cell, second: Cell) -> FigureRatio | None:
     if first_mean is None or second_mean is None:
         return None
     interval = ratio_of_runs(figure, second.records, first.records)
-    return FigureRatio(figure, ratio(second_mean, first_mean), interval.ci95_low, interval.ci95_high,
-                       interval.method if interval.ci95_low is not None else None,
-                       welch_test(second_values, first_values).verdict)
+    return FigureRatio(
+        figure,
+        ratio(second_mean, first_mean),
+        interval.ci95_low,
+        interval.ci95_high,
+        interval.method if interval.ci95_low is not None else None,
+        welch_test(second_values, first_values).verdict,
+    )
 
 
-def cell_pairs(records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None],
-               figures: Sequence[str]) -> list[CellPair]:
+def cell_pairs(
+    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None], figures: Sequence[str]
+) -> list[CellPair]:
     """Every pair of cells (at most ``MAX_CELLS_PAIRED`` cells), comparable pairs first; each
     comparable pair with the ratio of each of ``figures`` that both cells measured."""
     cells = cells_of(records, specs)[:MAX_CELLS_PAIRED]
     pairs = []
     for index, first in enumerate(cells):
-        for second in cells[index + 1:]:
-            differences = tuple((name, first.values[name], second.values[name]) for name in first.values
-                                if repr(first.values[name]) != repr(second.values[name]))
+        for second in cells[index + 1 :]:
+            differences = tuple(
+                (name, first.values[name], second.values[name])
+                for name in first.values
+                if repr(first.values[name]) != repr(second.values[name])
+            )
             ratios: tuple[FigureRatio, ...] = ()
             if len(differences) == 1:
                 ratios = tuple(found for figure in figures if (found := figure_ratio(figure, first, second)))
@@ -140,8 +150,9 @@ def cell_pairs(records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any]
     return sorted(pairs, key=lambda pair: not pair.comparable)
 
 
-def setting_values_differ_only_in(records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None],
-                                  allowed: Sequence[str]) -> list[str]:
+def setting_values_differ_only_in(
+    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None], allowed: Sequence[str]
+) -> list[str]:
     """The differing settings of the done runs that are not among ``allowed`` (empty: only those vary)."""
-    done_specs = [spec for record, spec in zip(records, specs) if record.get("status") == "done"]
+    done_specs = [spec for record, spec in zip(records, specs, strict=True) if record.get("status") == "done"]
     return [name for name in differing_settings(done_specs) if name not in allowed]

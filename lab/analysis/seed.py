@@ -42,14 +42,19 @@ class SeedFigures:
     def as_record(self) -> dict[str, Any]:
         """The row as a done run of the backend that reproduces its set-up, so one code computes
         the seed's ratios and ours."""
-        figures = {f.name: getattr(self, f.name) for f in fields(self)
-                   if f.name not in ("setup", "response_cache_hits_as_written")}
+        figures = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("setup", "response_cache_hits_as_written")
+        }
         return {**figures, "status": "done", "backend": seed_setup_backend(self.setup)}
 
 
 # How the seed's tables name its set-ups, and experiment 2's "set-up" column.
 SERVER_NAMES: dict[SeedSetup, str] = {
-    SeedSetup.NAIVE: "Transformers", SeedSetup.VLLM: "vLLM", SeedSetup.VLLM_CACHE: "vLLM + Redis",
+    SeedSetup.NAIVE: "Transformers",
+    SeedSetup.VLLM: "vLLM",
+    SeedSetup.VLLM_CACHE: "vLLM + Redis",
 }
 EXP2_SETUP_NAMES: dict[SeedSetup, str] = {SeedSetup.VLLM: "vLLM direct", SeedSetup.VLLM_CACHE: "vLLM + Redis"}
 
@@ -67,17 +72,40 @@ SEED_EXP2: tuple[SeedFigures, ...] = (
     SeedFigures(_CACHED, prompts=50, req_per_s=2811.0, latency_avg_s=0.0113, latency_p95_s=0.0144, latency_max_s=1.43),
     SeedFigures(_VLLM, prompts=1000, req_per_s=27.1, latency_avg_s=1.17, latency_p95_s=1.23, latency_max_s=1.46),
     # The seed states experiment 2's hit rate for 1,000 prompts only ("hit rate 98%").
-    SeedFigures(_CACHED, prompts=1000, req_per_s=944.0, latency_avg_s=0.0338, latency_p95_s=0.0151, latency_max_s=1.58,
-                response_cache_hit_rate=0.98),
+    SeedFigures(
+        _CACHED,
+        prompts=1000,
+        req_per_s=944.0,
+        latency_avg_s=0.0338,
+        latency_p95_s=0.0151,
+        latency_max_s=1.58,
+        response_cache_hit_rate=0.98,
+    ),
 )
 SEED_EXP3: tuple[SeedFigures, ...] = (
-    SeedFigures(_NAIVE, req_per_s=0.29, output_tok_per_s=27.0, input_tok_per_s=276.0, latency_avg_s=48.2,
-                latency_p95_s=87.0),
-    SeedFigures(_VLLM, req_per_s=11.8, output_tok_per_s=1195.0, input_tok_per_s=14049.0, latency_avg_s=2.53,
-                latency_p95_s=4.66, prefix_cache_hit_rate=0.821),
-    SeedFigures(_CACHED, req_per_s=11.9, output_tok_per_s=1213.0, input_tok_per_s=14144.0, latency_avg_s=2.55,
-                latency_p95_s=4.53, prefix_cache_hit_rate=0.821, response_cache_hit_rate=1 / 836,
-                response_cache_hits_as_written="1/836"),
+    SeedFigures(
+        _NAIVE, req_per_s=0.29, output_tok_per_s=27.0, input_tok_per_s=276.0, latency_avg_s=48.2, latency_p95_s=87.0
+    ),
+    SeedFigures(
+        _VLLM,
+        req_per_s=11.8,
+        output_tok_per_s=1195.0,
+        input_tok_per_s=14049.0,
+        latency_avg_s=2.53,
+        latency_p95_s=4.66,
+        prefix_cache_hit_rate=0.821,
+    ),
+    SeedFigures(
+        _CACHED,
+        req_per_s=11.9,
+        output_tok_per_s=1213.0,
+        input_tok_per_s=14144.0,
+        latency_avg_s=2.55,
+        latency_p95_s=4.53,
+        prefix_cache_hit_rate=0.821,
+        response_cache_hit_rate=1 / 836,
+        response_cache_hits_as_written="1/836",
+    ),
 )
 
 
@@ -98,23 +126,52 @@ class SeedExperiment:
 
     def published_row(self, setup: SeedSetup | None, load_value: Any = None) -> SeedFigures | None:
         """The seed's row for ``setup`` at ``load_value`` of the experiment's load; None if it has none."""
-        return next((row for row in self.published if row.setup is setup
-                     and (self.load is None or getattr(row, self.load) == load_value)), None)
+        return next(
+            (
+                row
+                for row in self.published
+                if row.setup is setup and (self.load is None or getattr(row, self.load) == load_value)
+            ),
+            None,
+        )
 
     def records(self) -> list[dict[str, Any]]:
         """The published rows as done run records (see :meth:`SeedFigures.as_record`)."""
         return [row.as_record() for row in self.published]
 
 
-SEED_EXPERIMENTS: dict[str, SeedExperiment] = {experiment.preset: experiment for experiment in (
-    SeedExperiment("seed-exp1", SEED_EXP1, "vus",
-                   (OUTPUT_TOK_PER_S, REQ_PER_S, LATENCY_AVG_S, "latency_p95_s", "steady_output_tok_per_s")),
-    SeedExperiment("seed-exp2", SEED_EXP2, "prompts",
-                   (REQ_PER_S, LATENCY_AVG_S, "latency_p95_s", LATENCY_MAX_S, RESPONSE_HIT_RATE)),
-    SeedExperiment("seed-exp3", SEED_EXP3, None,
-                   (REQ_PER_S, OUTPUT_TOK_PER_S, "input_tok_per_s", LATENCY_AVG_S, "latency_p95_s", PREFIX_HIT_RATE,
-                    RESPONSE_HIT_RATE, "response_cache_hits")),
-)}
+SEED_EXPERIMENTS: dict[str, SeedExperiment] = {
+    experiment.preset: experiment
+    for experiment in (
+        SeedExperiment(
+            "seed-exp1",
+            SEED_EXP1,
+            "vus",
+            (OUTPUT_TOK_PER_S, REQ_PER_S, LATENCY_AVG_S, "latency_p95_s", "steady_output_tok_per_s"),
+        ),
+        SeedExperiment(
+            "seed-exp2",
+            SEED_EXP2,
+            "prompts",
+            (REQ_PER_S, LATENCY_AVG_S, "latency_p95_s", LATENCY_MAX_S, RESPONSE_HIT_RATE),
+        ),
+        SeedExperiment(
+            "seed-exp3",
+            SEED_EXP3,
+            None,
+            (
+                REQ_PER_S,
+                OUTPUT_TOK_PER_S,
+                "input_tok_per_s",
+                LATENCY_AVG_S,
+                "latency_p95_s",
+                PREFIX_HIT_RATE,
+                RESPONSE_HIT_RATE,
+                "response_cache_hits",
+            ),
+        ),
+    )
+}
 
 
 def matching_seed_preset(records: Sequence[dict[str, Any]]) -> str | None:
@@ -127,6 +184,7 @@ def matching_seed_preset(records: Sequence[dict[str, Any]]) -> str | None:
 
 
 # -- ours beside the seed's ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SeedTableRow:
@@ -161,6 +219,7 @@ def seed_table_rows(preset: str, records: Sequence[dict[str, Any]]) -> list[Seed
 
 
 # -- the ratios the seed drew its conclusions from ---------------------------------------------
+
 
 @dataclass(frozen=True)
 class SetupRatio:
@@ -210,28 +269,39 @@ def setup_mean(records: Sequence[dict[str, Any]], figure: str, setup: SeedSetup,
 def hit_rate(records: Sequence[dict[str, Any]], figure: str, setup: SeedSetup, prompts: int | None = None) -> HitRate:
     """``setup``'s mean ``figure`` (a share) with its 95% interval, kept within [0, 1]."""
     match = {"prompts": prompts} if prompts is not None else {}
-    values = [r.get(figure) for r in done_runs(records)
-              if r.get("backend") == seed_setup_backend(setup) and all(r.get(k) == v for k, v in match.items())]
+    values = [
+        r.get(figure)
+        for r in done_runs(records)
+        if r.get("backend") == seed_setup_backend(setup) and all(r.get(k) == v for k, v in match.items())
+    ]
     interval = positive_mean_interval(values)
     high = None if interval.ci95_high is None else min(1.0, interval.ci95_high)
     return HitRate(setup, figure, setup_mean(records, figure, setup, **match), prompts, interval.ci95_low, high)
 
 
-def setup_ratio(records: Sequence[dict[str, Any]], figure: str, numerator: SeedSetup, denominator: SeedSetup,
-                **load: Any) -> SetupRatio:
+def setup_ratio(
+    records: Sequence[dict[str, Any]], figure: str, numerator: SeedSetup, denominator: SeedSetup, **load: Any
+) -> SetupRatio:
     """``numerator`` over ``denominator`` in ``figure``, at one ``vus=`` or ``prompts=`` when given."""
     value = ratio(setup_mean(records, figure, numerator, **load), setup_mean(records, figure, denominator, **load))
-    interval = ratio_between(records, figure, {"backend": seed_setup_backend(numerator), **load},
-                             {"backend": seed_setup_backend(denominator), **load})
+    interval = ratio_between(
+        records,
+        figure,
+        {"backend": seed_setup_backend(numerator), **load},
+        {"backend": seed_setup_backend(denominator), **load},
+    )
     return SetupRatio(figure, numerator, denominator, value, **load, interval=interval)
 
 
-def growth(records: Sequence[dict[str, Any]], setup: SeedSetup, figure: str, low_vus: int,
-           high_vus: int) -> GrowthRatio:
+def growth(
+    records: Sequence[dict[str, Any]], setup: SeedSetup, figure: str, low_vus: int, high_vus: int
+) -> GrowthRatio:
     """``setup``'s ``figure`` at ``high_vus`` over at ``low_vus``."""
     value = ratio(setup_mean(records, figure, setup, vus=high_vus), setup_mean(records, figure, setup, vus=low_vus))
     backend = seed_setup_backend(setup)
-    interval = ratio_between(records, figure, {"backend": backend, "vus": high_vus}, {"backend": backend, "vus": low_vus})
+    interval = ratio_between(
+        records, figure, {"backend": backend, "vus": high_vus}, {"backend": backend, "vus": low_vus}
+    )
     return GrowthRatio(setup, figure, low_vus, high_vus, value, interval)
 
 
@@ -260,9 +330,14 @@ def exp1_ratios(records: Sequence[dict[str, Any]]) -> Exp1Ratios:
     vus_values = sorted({r["vus"] for r in done_runs(records) if r.get("vus") is not None})
     speedups = tuple(setup_ratio(records, OUTPUT_TOK_PER_S, _VLLM, _NAIVE, vus=vus) for vus in vus_values)
     span = vus_range(records)
-    growths = () if span is None else tuple(
-        growth(records, setup, figure, *span)
-        for setup in (_NAIVE, _VLLM) for figure in (OUTPUT_TOK_PER_S, LATENCY_AVG_S)
+    growths = (
+        ()
+        if span is None
+        else tuple(
+            growth(records, setup, figure, *span)
+            for setup in (_NAIVE, _VLLM)
+            for figure in (OUTPUT_TOK_PER_S, LATENCY_AVG_S)
+        )
     )
     return Exp1Ratios(speedups, growths, hit_rate(records, PREFIX_HIT_RATE, _VLLM))
 

@@ -222,7 +222,9 @@ def _meets(values: list[float | None], index: int, threshold_s: float) -> bool:
     return value is not None and value <= threshold_s
 
 
-def _reason(outcomes: list[LimitOutcome], failure_rate: float | None, max_failure_rate: float | None, total: int) -> str:
+def _reason(
+    outcomes: list[LimitOutcome], failure_rate: float | None, max_failure_rate: float | None, total: int
+) -> str:
     if total == 0:
         return "no request finished"
     broken = []

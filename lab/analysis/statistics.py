@@ -85,7 +85,9 @@ def welch_test(first: Iterable[object], second: Iterable[object], *, alpha: floa
     """
     a, b = finite_numbers(first), finite_numbers(second)
     if min(len(a), len(b)) < MIN_REPEATS_FOR_SIGNIFICANCE:
-        return Significance(None, None, f"n too small (n={len(a)} vs {len(b)}; needs {MIN_REPEATS_FOR_SIGNIFICANCE} each)")
+        return Significance(
+            None, None, f"n too small (n={len(a)} vs {len(b)}; needs {MIN_REPEATS_FOR_SIGNIFICANCE} each)"
+        )
     if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
         # scipy returns NaN here; identical constant samples do not differ, distinct ones do.
         same = statistics.fmean(a) == statistics.fmean(b)
@@ -93,7 +95,9 @@ def welch_test(first: Iterable[object], second: Iterable[object], *, alpha: floa
     result = scipy_stats.ttest_ind(a, b, equal_var=False)
     p_value = float(result.pvalue)
     significant = p_value < alpha
-    return Significance(p_value, significant, f"{'significant' if significant else 'not significant'} (p={p_value:.3g})")
+    return Significance(
+        p_value, significant, f"{'significant' if significant else 'not significant'} (p={p_value:.3g})"
+    )
 
 
 @dataclass(frozen=True)
@@ -114,13 +118,19 @@ class RatioInterval:
             return False
         return self.ci95_low > value or self.ci95_high < value
 
-    def widened(self, factor: float) -> "RatioInterval":
+    def widened(self, factor: float) -> RatioInterval:
         """The interval stretched by a multiplicative ``factor`` (>= 1) at both ends: a drift the
         machine showed between identical cells is an uncertainty the repeats did not see."""
         if self.ci95_low is None or self.ci95_high is None or factor <= 1:
             return self
-        return RatioInterval(self.ratio, self.ci95_low / factor, self.ci95_high * factor, self.n_numerator,
-                             self.n_denominator, f"{self.method}, widened x{factor:.3g} for drift")
+        return RatioInterval(
+            self.ratio,
+            self.ci95_low / factor,
+            self.ci95_high * factor,
+            self.n_numerator,
+            self.n_denominator,
+            f"{self.method}, widened x{factor:.3g} for drift",
+        )
 
 
 PAIRED_LOG = "paired by round, t interval of the per-round log ratios"
@@ -153,11 +163,15 @@ def ratio_interval(
     if not a or not b or statistics.fmean(b) <= 0 or statistics.fmean(a) <= 0:
         return RatioInterval(None, None, None, len(a), len(b), method)
     if paired and len(a) == len(b) and min(a) > 0 and min(b) > 0:
-        logs = [math.log(x / y) for x, y in zip(a, b)]
+        logs = [math.log(x / y) for x, y in zip(a, b, strict=True)]
         center = statistics.fmean(logs)
         if len(logs) < 2:
             return RatioInterval(math.exp(center), None, None, len(a), len(b), method)
-        half = float(scipy_stats.t.ppf((1 + confidence) / 2, df=len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+        half = (
+            float(scipy_stats.t.ppf((1 + confidence) / 2, df=len(logs) - 1))
+            * statistics.stdev(logs)
+            / math.sqrt(len(logs))
+        )
         return RatioInterval(math.exp(center), math.exp(center - half), math.exp(center + half), len(a), len(b), method)
     method = UNPAIRED_LOG
     ratio = statistics.fmean(a) / statistics.fmean(b)

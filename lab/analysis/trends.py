@@ -63,19 +63,30 @@ def short_commit(label: str | None) -> str:
     return label.removesuffix("-dirty")[:12] + ("-dirty" if dirty else "")
 
 
-def trend_points(records: Sequence[dict[str, Any]], environments: Sequence[dict[str, Any] | None], *, figure: str,
-                 packages: Sequence[str], baseline_run_ids: Collection[int]) -> list[TrendPoint]:
+def trend_points(
+    records: Sequence[dict[str, Any]],
+    environments: Sequence[dict[str, Any] | None],
+    *,
+    figure: str,
+    packages: Sequence[str],
+    baseline_run_ids: Collection[int],
+) -> list[TrendPoint]:
     """One point per run record (oldest first), beside its environment."""
     points = []
-    for record, environment in zip(records, environments):
+    for record, environment in zip(records, environments, strict=True):
         value = finite_numbers([record.get(figure)])
-        points.append(TrendPoint(
-            run_id=int(record["run_id"]), experiment_id=record.get("experiment_id"),
-            created_at=str(record.get("created_at") or ""), value=value[0] if value else None,
-            lab_commit=short_commit((environment or {}).get("lab_git_commit")),
-            engine_version=engine_version(packages, environment), model_hash=model_hash(environment),
-            in_baseline=int(record["run_id"]) in set(baseline_run_ids),
-        ))
+        points.append(
+            TrendPoint(
+                run_id=int(record["run_id"]),
+                experiment_id=record.get("experiment_id"),
+                created_at=str(record.get("created_at") or ""),
+                value=value[0] if value else None,
+                lab_commit=short_commit((environment or {}).get("lab_git_commit")),
+                engine_version=engine_version(packages, environment),
+                model_hash=model_hash(environment),
+                in_baseline=int(record["run_id"]) in set(baseline_run_ids),
+            )
+        )
     return sorted(points, key=lambda point: point.run_id)
 
 
@@ -87,8 +98,11 @@ def experiment_means(points: Sequence[TrendPoint]) -> list[ExperimentMean]:
     means = []
     for experiment_id, members in groups.items():
         interval = positive_mean_interval(point.value for point in members)
-        means.append(ExperimentMean(experiment_id, members[0].created_at, interval.mean, interval.ci95_low,
-                                    interval.ci95_high, interval.n))
+        means.append(
+            ExperimentMean(
+                experiment_id, members[0].created_at, interval.mean, interval.ci95_low, interval.ci95_high, interval.n
+            )
+        )
     return means
 
 
@@ -98,5 +112,11 @@ def baseline_band(points: Sequence[TrendPoint]) -> ExperimentMean | None:
     if not members:
         return None
     interval = positive_mean_interval(point.value for point in members)
-    return ExperimentMean(members[0].experiment_id, members[0].created_at, interval.mean, interval.ci95_low,
-                          interval.ci95_high, interval.n)
+    return ExperimentMean(
+        members[0].experiment_id,
+        members[0].created_at,
+        interval.mean,
+        interval.ci95_low,
+        interval.ci95_high,
+        interval.n,
+    )

@@ -2,9 +2,9 @@
 
 A backend declares, in one class (see :class:`Backend`): its options model (the spec's
 section of the same name) and the options a person sets (:class:`~lab.specs.fields.OptionField`:
-the New experiment form shows them, the CLI's ``--set`` help names them), how the lab launches it (argv, environment, readiness), the
-names of its Prometheus samples for the lab's figures, how its caches reset, how to ask
-for a fixed output length, its start hint and the packages a run records. Nothing
+the New experiment form shows them, the CLI's ``--set`` help names them), how the lab launches it
+(argv, environment, readiness), the names of its Prometheus samples for the lab's figures, how its
+caches reset, how to ask for a fixed output length, its start hint and the packages a run records. Nothing
 outside this package names a backend kind. ``<kind>+cache`` puts the response cache in
 front of any kind: a composition, not a kind of its own.
 
@@ -121,11 +121,11 @@ class Backend:
     seed_setup: ClassVar[SeedSetup | None] = None
     seed_cached_setup: ClassVar[SeedSetup | None] = None
 
-    def launch(self, *, model: str, options: Any, settings: "Settings") -> Launch:
+    def launch(self, *, model: str, options: Any, settings: Settings) -> Launch:
         """The server's launch description for ``model`` (already validated) and ``options``."""
         raise NotImplementedError(f"the {self.name} backend is not started by the lab")
 
-    def service_config(self, *, model: str, options: Any, settings: "Settings") -> ServiceConfig:
+    def service_config(self, *, model: str, options: Any, settings: Settings) -> ServiceConfig:
         """What the service manager runs (a generic command service); ValueError with a clear
         message for a rejected or missing model."""
         from lab.specs.validation import validate_model_name
@@ -133,7 +133,10 @@ class Backend:
         launch = self.launch(model=validate_model_name(model), options=options, settings=settings)
         timeout_s = settings.readiness_timeout_s.get(self.name, launch.readiness_timeout_s)
         return command_config(
-            backend=self.name, argv=launch.argv, env=launch.env, health_path=launch.health_path,
+            backend=self.name,
+            argv=launch.argv,
+            env=launch.env,
+            health_path=launch.health_path,
             readiness_timeout_s=timeout_s,
         )
 
@@ -178,9 +181,7 @@ def get_backend(name: str) -> Backend:
     try:
         return BACKENDS[base]
     except KeyError:
-        raise UnknownBackendError(
-            f"unknown backend {name!r}; backends: {', '.join(spec_backend_names())}"
-        ) from None
+        raise UnknownBackendError(f"unknown backend {name!r}; backends: {', '.join(spec_backend_names())}") from None
 
 
 def backend_names() -> list[str]:
@@ -226,7 +227,7 @@ def options_sections() -> dict[str, type[BaseModel]]:
     return {name: backend.options_model for name, backend in BACKENDS.items() if backend.options_model is not None}
 
 
-def default_service_config(name: str, *, model: str, settings: "Settings") -> ServiceConfig:
+def default_service_config(name: str, *, model: str, settings: Settings) -> ServiceConfig:
     """The service of backend ``name`` for ``model`` with the kind's default options."""
     backend = get_backend(name)
     return backend.service_config(model=model, options=backend.default_options(), settings=settings)
@@ -244,4 +245,7 @@ def post_reset(url: str) -> str | None:
 
 
 # The built-in kinds register themselves on import; their order is the order of the form.
-from lab.backends import naive, vllm, llamacpp, external  # noqa: E402,F401
+# isort: off
+# Registration order is the order the form and the CLI list the kinds in.
+from lab.backends import naive, vllm, llamacpp, external  # noqa: E402, F401 - registers the kinds
+# isort: on

@@ -88,7 +88,7 @@ class LlamaCppBackend(Backend):
     packages = ("llama-cpp-python", GGUF_DISTRIBUTION)
     readiness_timeout_s = 120.0
 
-    def launch(self, *, model: str, options: LlamaCppOptions, settings: "Settings") -> Launch:
+    def launch(self, *, model: str, options: LlamaCppOptions, settings: Settings) -> Launch:
         if importlib.util.find_spec("llama_cpp") is None:
             raise ValueError(
                 "llama-cpp-python is not installed in the lab's environment (pip install 'llama-cpp-python[server]')"
@@ -97,14 +97,26 @@ class LlamaCppBackend(Backend):
         argv = [
             # Through services.first_chunk, around the server's app factory: headers leave
             # with the first token's chunk (the server takes no middleware option).
-            sys.executable, "-m", "services.first_chunk", "llama_cpp.server", "llama_cpp.server.app:create_app",
-            "--model", gguf,
+            sys.executable,
+            "-m",
+            "services.first_chunk",
+            "llama_cpp.server",
+            "llama_cpp.server.app:create_app",
+            "--model",
+            gguf,
             # Requests name the spec's model; the alias makes the server answer to it.
-            "--model_alias", model,
-            "--chat_format", options.chat_format,
-            "--n_threads", str(options.n_threads or os.cpu_count() or 1),
-            "--n_ctx", str(options.n_ctx),
-            "--host", "{host}", "--port", "{port}",
+            "--model_alias",
+            model,
+            "--chat_format",
+            options.chat_format,
+            "--n_threads",
+            str(options.n_threads or os.cpu_count() or 1),
+            "--n_ctx",
+            str(options.n_ctx),
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
         ]
         env = {"OMP_WAIT_POLICY": "ACTIVE" if options.spin_wait else "PASSIVE"}
         return Launch(argv=argv, env=env, health_path="/v1/models", readiness_timeout_s=self.readiness_timeout_s)

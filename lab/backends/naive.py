@@ -52,8 +52,11 @@ class NaiveBackend(Backend):
     options_model = NaiveOptions
     option_fields = (
         OptionField("naive.dtype", "Weights dtype"),
-        OptionField("naive.torch_threads", "Torch threads",
-                    help="best: one fewer than the cores; torch: torch's own choice; or a count"),
+        OptionField(
+            "naive.torch_threads",
+            "Torch threads",
+            help="best: one fewer than the cores; torch: torch's own choice; or a count",
+        ),
     )
     # The naive server exports vLLM's names where the meaning is the same (no prefix cache).
     metrics = MetricNames(**{**VLLM_METRICS.__dict__, "prefix_cache_hits": None, "prefix_cache_queries": None})
@@ -61,11 +64,19 @@ class NaiveBackend(Backend):
     packages = ("torch", "transformers", "fastapi", "uvicorn")
     readiness_timeout_s = 180.0
 
-    def launch(self, *, model: str, options: NaiveOptions, settings: "Settings") -> Launch:
+    def launch(self, *, model: str, options: NaiveOptions, settings: Settings) -> Launch:
         argv = [
-            sys.executable, "-m", "services.naive_server",
-            "--model", model, "--dtype", options.dtype,
-            "--host", "{host}", "--port", "{port}",
+            sys.executable,
+            "-m",
+            "services.naive_server",
+            "--model",
+            model,
+            "--dtype",
+            options.dtype,
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
         ]
         # The resolved count lands in the argv, which the run's environment records.
         if (threads := options.resolved_torch_threads(usable_cores())) is not None:

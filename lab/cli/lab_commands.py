@@ -57,7 +57,6 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
     Neither child outlives this process, even when it is killed (see lab/cli/start_guard.py).
     """
     from lab.cli.start_guard import PARENT_PID_ENV, LabPidFile, die_with_parent
-
     from lab.members import check_settings_at_start
 
     if (problem := check_settings_at_start(PROJECT_ROOT)) is not None:  # e.g. an unknown role name
@@ -70,16 +69,28 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
         return 1
     if stale := pid_file.clear_stale():
         print(f"stopped what a killed lab left running (pids {', '.join(map(str, stale))})", file=sys.stderr)
-    context.engine  # create or upgrade the database before anything reads it
+    _ = context.engine  # create or upgrade the database before anything reads it
     me = os.getpid()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT,
-        env={**os.environ, PARENT_PID_ENV: str(me)}, preexec_fn=die_with_parent(me),
+        [sys.executable, "-m", "lab", "worker"],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, PARENT_PID_ENV: str(me)},
+        preexec_fn=die_with_parent(me),
     )
     streamlit_argv = [
-        sys.executable, "-m", "streamlit", "run", str(PROJECT_ROOT / "streamlit_app.py"),
-        "--server.address", settings.host, "--server.port", str(args.port), "--server.headless", "true",
-        "--browser.gatherUsageStats", "false",
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(PROJECT_ROOT / "streamlit_app.py"),
+        "--server.address",
+        settings.host,
+        "--server.port",
+        str(args.port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
     ]
     streamlit: subprocess.Popen | None = None
     try:
@@ -118,5 +129,10 @@ def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
         return 1
     if args.report_only:
         return report_only(settings=context.settings, quick=args.quick, output_dir=output)
-    return reproduce(settings=context.settings, quick=args.quick, repeats=args.repeats, output_dir=output,
-                     allow_dirty=args.allow_dirty)
+    return reproduce(
+        settings=context.settings,
+        quick=args.quick,
+        repeats=args.repeats,
+        output_dir=output,
+        allow_dirty=args.allow_dirty,
+    )

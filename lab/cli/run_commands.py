@@ -92,12 +92,17 @@ def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, A
     for figure, label in (("req_per_s", "req/s"), ("output_tok_per_s", "output tok/s")):
         for row in grid_comparisons(records, run_specs, axes, figure):
             if row["ratio"] is not None:
-                interval = ("" if row["ratio_ci95_low"] is None
-                            else f" [95% CI {row['ratio_ci95_low']:,.2f}x, {row['ratio_ci95_high']:,.2f}x]")
+                interval = (
+                    ""
+                    if row["ratio_ci95_low"] is None
+                    else f" [95% CI {row['ratio_ci95_low']:,.2f}x, {row['ratio_ci95_high']:,.2f}x]"
+                )
                 lines.append(f"  {label}: {row['cell']}: {row['ratio']:,.2f}x{interval} ({row['significance']})")
     if lines:
-        print("ratios of means over repeats, cells differing in one setting "
-              "(intervals on a log scale, paired by round when the cells ran in the same rounds):")
+        print(
+            "ratios of means over repeats, cells differing in one setting "
+            "(intervals on a log scale, paired by round when the cells ran in the same rounds):"
+        )
         print("\n".join(lines))
 
 
@@ -105,9 +110,13 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(records, indent=2, default=str))
         return
-    header = f"{'id':>4} {'backend':<15} {'cell':<28} {'status':<11} {'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
+    header = (
+        f"{'id':>4} {'backend':<15} {'cell':<28} {'status':<11} "
+        f"{'req/s':>8} {'out tok/s':>9} {'avg s':>7} {'p95 s':>7} {'fail':>5}"
+    )
     print(header)
     for r in records:
+
         def fmt(value: Any, spec: str) -> str:
             return format(value, spec) if isinstance(value, (int, float)) else "-"
 
@@ -158,8 +167,11 @@ def cmd_runs_recover(context: LabContext) -> int:
     if left:
         print(f"runs {', '.join(map(str, left))}: already final, their kept states were set aside")
     if len(pending):
-        print(f"error: the database did not take the final states of runs "
-              f"{', '.join(map(str, pending.remaining()))}; try again when it answers", file=sys.stderr)
+        print(
+            f"error: the database did not take the final states of runs "
+            f"{', '.join(map(str, pending.remaining()))}; try again when it answers",
+            file=sys.stderr,
+        )
         return 1
     if not found:
         print("no final state waits in the run folders")
@@ -168,8 +180,8 @@ def cmd_runs_recover(context: LabContext) -> int:
 
 def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
     """Evaluate one stored run against an SLO from its per-request figures."""
-    from lab.measurement import request_figures
     from lab.analysis.slo import SloError, parse_slo
+    from lab.measurement import request_figures
 
     try:
         slo = parse_slo(args.slo)
@@ -186,9 +198,14 @@ def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
     if args.save:
         request_figures.save_evaluation(engine=engine, run_id=args.id, evaluation=evaluation)
     result = {
-        "run_id": args.id, "slo": str(slo), "passed": evaluation.passed, "reason": evaluation.reason,
-        "requests_total": evaluation.requests_total, "requests_good": evaluation.requests_good,
-        "goodput_req_per_s": evaluation.goodput_req_per_s, "slo_attainment": evaluation.attainment,
+        "run_id": args.id,
+        "slo": str(slo),
+        "passed": evaluation.passed,
+        "reason": evaluation.reason,
+        "requests_total": evaluation.requests_total,
+        "requests_good": evaluation.requests_good,
+        "goodput_req_per_s": evaluation.goodput_req_per_s,
+        "slo_attainment": evaluation.attainment,
         "failure_rate": evaluation.failure_rate,
         "limits": {o.limit.name: o.value_s for o in evaluation.limits},
     }
@@ -197,6 +214,8 @@ def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
         return 0
     goodput = "-" if evaluation.goodput_req_per_s is None else f"{evaluation.goodput_req_per_s:.3f}"
     attainment = "-" if evaluation.attainment is None else f"{evaluation.attainment:.1%}"
-    print(f"run #{args.id} against {slo}: {'PASS' if evaluation.passed else 'FAIL'} ({evaluation.reason}); "
-          f"goodput {goodput} req/s, attainment {attainment} ({evaluation.requests_good}/{evaluation.requests_total})")
+    print(
+        f"run #{args.id} against {slo}: {'PASS' if evaluation.passed else 'FAIL'} ({evaluation.reason}); "
+        f"goodput {goodput} req/s, attainment {attainment} ({evaluation.requests_good}/{evaluation.requests_total})"
+    )
     return 0

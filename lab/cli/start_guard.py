@@ -65,7 +65,7 @@ class ProcessId:
     created_at_epoch_s: float
 
     @classmethod
-    def of(cls, pid: int) -> "ProcessId":
+    def of(cls, pid: int) -> ProcessId:
         return cls(pid, psutil.Process(pid).create_time())
 
     def process(self) -> psutil.Process | None:

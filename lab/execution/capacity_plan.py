@@ -25,14 +25,28 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.members import os_user
-from lab.measurement import request_figures
 from lab import backends
-from lab.analysis.capacity_search import CapacityError, CapacityResult, ProbeResult, SearchBounds, conservative_pass, search_capacity
-from lab.execution.experiments import run_columns
+from lab.analysis.capacity_search import (
+    CapacityError,
+    CapacityResult,
+    ProbeResult,
+    SearchBounds,
+    conservative_pass,
+    search_capacity,
+)
 from lab.analysis.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
-from lab.specs.schema import PRESETS_DIR, ExperimentSpec, RunSpec, SpecError, format_validation_error, set_dotted_lenient
+from lab.execution.experiments import run_columns
+from lab.measurement import request_figures
+from lab.members import os_user
 from lab.specs.base import StrictModel
+from lab.specs.schema import (
+    PRESETS_DIR,
+    ExperimentSpec,
+    RunSpec,
+    SpecError,
+    format_validation_error,
+    set_dotted_lenient,
+)
 from services.processes import start_detached
 
 
@@ -55,7 +69,9 @@ class LoadDimension:
         else:
             spec_data["load"]["rate_per_s"] = float(load)
             # Enough VUs for the rate at latencies up to a minute, within the spec's cap.
-            spec_data["load"]["max_vus"] = max(int(spec_data["load"].get("max_vus") or 1), min(1024, int(load * 60) + 1))
+            spec_data["load"]["max_vus"] = max(
+                int(spec_data["load"].get("max_vus") or 1), min(1024, int(load * 60) + 1)
+            )
 
     def label(self, load: float) -> str:
         return f"{int(load)} VUs" if self.integer else f"{load:g} req/s"
@@ -97,8 +113,10 @@ class CapacityPlan(StrictModel):
         return SearchBounds(
             min_load=dimension.default_min if self.min_load is None else self.min_load,
             max_load=dimension.default_max if self.max_load is None else self.max_load,
-            max_probes=self.max_probes, growth_factor=self.growth_factor,
-            resolution=self.resolution or dimension.resolution, integer=dimension.integer,
+            max_probes=self.max_probes,
+            growth_factor=self.growth_factor,
+            resolution=self.resolution or dimension.resolution,
+            integer=dimension.integer,
         )
 
     def probe_spec(self, backend: str, load: float) -> RunSpec:
@@ -135,7 +153,9 @@ def check_plan(plan: CapacityPlan) -> Slo:
             try:
                 plan.probe_spec(name, load)
             except ValidationError as error:
-                raise CapacityError(f"{name} at {plan.dimension.label(load)}: {format_validation_error(error)}") from None
+                raise CapacityError(
+                    f"{name} at {plan.dimension.label(load)}: {format_validation_error(error)}"
+                ) from None
     return slo
 
 
@@ -194,15 +214,25 @@ def create_experiment(*, session: Session, plan: CapacityPlan, tags: str = "", l
     launched by ``launched_by``: by default the operating-system user, as for the CLI)."""
     check_plan(plan)
     spec = ExperimentSpec(
-        name=plan.name, preset=plan.preset, description=f"capacity search under {plan.parsed_slo()}",
-        base=plan.base, grid={"backend": list(plan.backends)}, repeats=plan.repeats, scale=plan.scale,
+        name=plan.name,
+        preset=plan.preset,
+        description=f"capacity search under {plan.parsed_slo()}",
+        base=plan.base,
+        grid={"backend": list(plan.backends)},
+        repeats=plan.repeats,
+        scale=plan.scale,
     )
     experiment = store.enqueue_experiment(
-        session=session, name=plan.name, preset=plan.preset, scale=plan.scale, spec=spec.model_dump(mode="json"),
-        runs=[], tags=tags, launched_by=launched_by or os_user(),
+        session=session,
+        name=plan.name,
+        preset=plan.preset,
+        scale=plan.scale,
+        spec=spec.model_dump(mode="json"),
+        runs=[],
+        tags=tags,
+        launched_by=launched_by or os_user(),
     )
-    store.set_experiment_capacity(engine=session.get_bind(), experiment_id=experiment.id,
-                                  capacity=initial_state(plan))
+    store.set_experiment_capacity(engine=session.get_bind(), experiment_id=experiment.id, capacity=initial_state(plan))
     return experiment.id
 
 
@@ -221,7 +251,12 @@ def _result_state(result: CapacityResult) -> dict[str, Any]:
 
 
 def run_search(
-    *, engine: Engine, experiment_id: int, plan: CapacityPlan, wait: Callable[[list[int]], None], tags: str = "",
+    *,
+    engine: Engine,
+    experiment_id: int,
+    plan: CapacityPlan,
+    wait: Callable[[list[int]], None],
+    tags: str = "",
     on_probe: Callable[[str, ProbeResult], None] | None = None,
 ) -> dict[str, Any]:
     """Search every backend of ``plan`` in turn; returns (and stores) the final state."""
@@ -239,8 +274,16 @@ def run_search(
         save()
 
         def probe(load: float, backend: str = backend, entry: dict[str, Any] = entry) -> ProbeResult:
-            result = measure_probe(engine=engine, experiment_id=experiment_id, plan=plan, slo=slo, backend=backend,
-                                   load=load, wait=wait, tags=tags)
+            result = measure_probe(
+                engine=engine,
+                experiment_id=experiment_id,
+                plan=plan,
+                slo=slo,
+                backend=backend,
+                load=load,
+                wait=wait,
+                tags=tags,
+            )
             entry["probes"].append(_probe_state(result))
             save()
             if on_probe:
@@ -266,8 +309,15 @@ def run_search(
 
 
 def measure_probe(
-    *, engine: Engine, experiment_id: int, plan: CapacityPlan, slo: Slo, backend: str, load: float,
-    wait: Callable[[list[int]], None], tags: str = "",
+    *,
+    engine: Engine,
+    experiment_id: int,
+    plan: CapacityPlan,
+    slo: Slo,
+    backend: str,
+    load: float,
+    wait: Callable[[list[int]], None],
+    tags: str = "",
 ) -> ProbeResult:
     """Queue ``plan.repeats`` runs of ``backend`` at ``load``, wait, evaluate, decide."""
     load = int(load) if plan.dimension.integer else float(load)
@@ -303,14 +353,27 @@ def measure_probe(
     passed = passed and not notes
     note = "; ".join([note, *notes]) if notes else note
     return ProbeResult(
-        load=load, passed=passed, throughput=_mean(throughputs), slo_figure_s=figure_s,
-        goodput_req_per_s=_mean([e.goodput_req_per_s for e in evaluations]), run_ids=tuple(run_ids), note=note,
+        load=load,
+        passed=passed,
+        throughput=_mean(throughputs),
+        slo_figure_s=figure_s,
+        goodput_req_per_s=_mean([e.goodput_req_per_s for e in evaluations]),
+        run_ids=tuple(run_ids),
+        note=note,
     )
 
 
 __all__ = [
-    "CapacityError", "CapacityPlan", "LOAD_DIMENSIONS", "ProbeAborted", "SloError", "check_plan",
-    "create_experiment", "decide_probe", "measure_probe", "run_search",
+    "LOAD_DIMENSIONS",
+    "CapacityError",
+    "CapacityPlan",
+    "ProbeAborted",
+    "SloError",
+    "check_plan",
+    "create_experiment",
+    "decide_probe",
+    "measure_probe",
+    "run_search",
 ]
 
 
@@ -383,10 +446,20 @@ def default_max_load(by: str, *, quick: bool) -> float:
 
 
 def capacity_plan(
-    *, backends: list[str], slo: list[str], by: Literal["vus", "rate"] = "vus", quick: bool = False,
-    min_load: float | None = None, max_load: float | None = None, max_probes: int | None = None,
-    probe_s: float | None = None, repeats: int = 1, target_url: str | None = None,
-    settings: list[tuple[str, Any]] | None = None, name: str | None = None, preset: str | None = None,
+    *,
+    backends: list[str],
+    slo: list[str],
+    by: Literal["vus", "rate"] = "vus",
+    quick: bool = False,
+    min_load: float | None = None,
+    max_load: float | None = None,
+    max_probes: int | None = None,
+    probe_s: float | None = None,
+    repeats: int = 1,
+    target_url: str | None = None,
+    settings: list[tuple[str, Any]] | None = None,
+    name: str | None = None,
+    preset: str | None = None,
 ) -> CapacityPlan:
     """A search set up by hand: the spec's default run (the seed's number story), a shorter
     graceful stop at the quick scale, ``settings`` (``(dotted key, value)``) applied, and the
@@ -399,9 +472,16 @@ def capacity_plan(
     for key, value in settings or []:
         set_dotted_lenient(base, key, value)
     return CapacityPlan(
-        name=name or f"Capacity: {', '.join(backends)} under {', '.join(slo)}", backends=backends,
-        base=RunSpec.model_validate({**base, "backend": backends[0]}), slo=slo, by=by, min_load=min_load,
+        name=name or f"Capacity: {', '.join(backends)} under {', '.join(slo)}",
+        backends=backends,
+        base=RunSpec.model_validate({**base, "backend": backends[0]}),
+        slo=slo,
+        by=by,
+        min_load=min_load,
         max_load=max_load if max_load is not None else default_max_load(by, quick=quick),
         max_probes=max_probes if max_probes is not None else int(defaults["max_probes"]),
-        probe_s=probe_s or defaults["probe_s"], repeats=repeats, scale=scale, preset=preset,
+        probe_s=probe_s or defaults["probe_s"],
+        repeats=repeats,
+        scale=scale,
+        preset=preset,
     )

@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Experiment, Run, RunStatus
+
 # Queue actions the pages take on stored runs: db.store's own, reached through the domain.
 from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401
-from lab.members import os_user
 from lab.execution.round_order import BLOCKS, INTERLEAVED, QueuedRun, draw_order_seed, plan_runs
+from lab.members import os_user
 from lab.specs.schema import ExperimentSpec, RunSpec
 from lab.workloads import get_workload
 
@@ -99,13 +100,25 @@ def queue_plan(spec: ExperimentSpec, *, first_group: str | None = None) -> tuple
     order = spec.order if spec.repeats > 1 else BLOCKS
     if order == INTERLEAVED and spec.order_seed is None:
         spec = spec.model_copy(update={"order_seed": draw_order_seed()})
-    plan = plan_runs(spec.distinct_cells(), repeats=spec.repeats, order=order, seed=spec.order_seed or 0,
-                     group_of=lambda cell: service_group(cell[1]), first_group=first_group)
+    plan = plan_runs(
+        spec.distinct_cells(),
+        repeats=spec.repeats,
+        order=order,
+        seed=spec.order_seed or 0,
+        group_of=lambda cell: service_group(cell[1]),
+        first_group=first_group,
+    )
     return spec, plan
 
 
-def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = "",
-                       frozen_rules: dict[str, Any] | None = None, launched_by: str | None = None) -> Experiment:
+def enqueue_experiment(
+    *,
+    session: Session,
+    spec: ExperimentSpec,
+    tags: str = "",
+    frozen_rules: dict[str, Any] | None = None,
+    launched_by: str | None = None,
+) -> Experiment:
     """Store an experiment and queue one run per grid cell and repeat, in the order of
     :func:`queue_plan` (the queue claims oldest first). ``frozen_rules``: the verdict rules
     its report will judge by, fixed now, before its data. ``launched_by``: who queues it (the
@@ -119,6 +132,13 @@ def enqueue_experiment(*, session: Session, spec: ExperimentSpec, tags: str = ""
         run_spec = RunSpec.model_validate({**run_spec.model_dump(), "random_seed": seed})
         runs.append({"cell_label": cell_label, "repeat_index": queued.round_index, **run_columns(run_spec)})
     return store.enqueue_experiment(
-        session=session, name=spec.name, preset=spec.preset, scale=spec.scale, spec=spec.model_dump(mode="json"),
-        runs=runs, tags=tags, frozen_rules=frozen_rules, launched_by=launched_by or os_user(),
+        session=session,
+        name=spec.name,
+        preset=spec.preset,
+        scale=spec.scale,
+        spec=spec.model_dump(mode="json"),
+        runs=runs,
+        tags=tags,
+        frozen_rules=frozen_rules,
+        launched_by=launched_by or os_user(),
     )

@@ -61,7 +61,9 @@ def retry_while_unreachable(action: Callable[[], T], *, budget_s: float) -> T:
         except SQLAlchemyError as error:
             attempt += 1
             delay_s = decisions.next_final_write_delay_s(
-                attempt, unreachable=decisions.database_unreachable(error), remaining_s=deadline - time.monotonic(),
+                attempt,
+                unreachable=decisions.database_unreachable(error),
+                remaining_s=deadline - time.monotonic(),
                 delays_s=(),
             )
             if delay_s is None:
@@ -111,8 +113,14 @@ class PendingFinalStates:
         """The run ids still waiting to be written."""
         return sorted(self._values_by_run_id)
 
-    def add(self, run_id: int, values: dict[str, Any], *, run_dir: Path | None = None,
-            parts: Mapping[str, dict[str, Any]] | None = None) -> None:
+    def add(
+        self,
+        run_id: int,
+        values: dict[str, Any],
+        *,
+        run_dir: Path | None = None,
+        parts: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
         """Hold a final state (and the run's ``parts`` not written either: series, requests)."""
         self._values_by_run_id[run_id], self._parts_by_run_id[run_id] = values, dict(parts or {})
         if run_dir is None:
@@ -167,16 +175,23 @@ class PendingFinalStates:
 class FinalStateWriter:
     """Writes one run's final state with its reason and figures."""
 
-    def __init__(self, *, engine: Engine, run_id: int, run_dir: Path, pending: PendingFinalStates,
-                 retry_s: float = 60.0) -> None:
+    def __init__(
+        self, *, engine: Engine, run_id: int, run_dir: Path, pending: PendingFinalStates, retry_s: float = 60.0
+    ) -> None:
         self.engine = engine
         self.run_id = run_id
         self.run_dir = run_dir
         self.pending = pending
         self.retry_s = retry_s
 
-    def write(self, status: str, *, reason: str | None = None, parts: Mapping[str, dict[str, Any]] | None = None,
-              **columns: Any) -> None:
+    def write(
+        self,
+        status: str,
+        *,
+        reason: str | None = None,
+        parts: Mapping[str, dict[str, Any]] | None = None,
+        **columns: Any,
+    ) -> None:
         """Write the final state (after ``parts``, the run's rows not written yet): tried again
         while the database cannot be reached (then kept for later, figures whole); for other
         failures, tried again, then without the figures."""
@@ -196,23 +211,31 @@ class FinalStateWriter:
                 if tries:
                     log.warning("run %s: its final state was written after %d failed tries", self.run_id, tries)
                 return
-            except Exception as error:  # noqa: BLE001 (a database error, or a figure it cannot store)
+            except Exception as error:
                 problem = decisions.write_failure_message(error) or (
                     f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
                 )
                 unreachable = decisions.database_unreachable(error)
             tries, failures = tries + 1, failures + (0 if unreachable else 1)
-            delay_s = decisions.next_final_write_delay_s(failures if not unreachable else tries, unreachable=unreachable,
-                                                         remaining_s=deadline - time.monotonic(),
-                                                         delays_s=FINAL_WRITE_RETRY_DELAYS_S)
+            delay_s = decisions.next_final_write_delay_s(
+                failures if not unreachable else tries,
+                unreachable=unreachable,
+                remaining_s=deadline - time.monotonic(),
+                delays_s=FINAL_WRITE_RETRY_DELAYS_S,
+            )
             if delay_s is None:
                 break
             time.sleep(delay_s)
         # An unreachable database: the whole final state, figures included, waits for it.
         self.pending.add(self.run_id, values if unreachable else attempt_values, run_dir=self.run_dir, parts=parts)
-        log.error("run %s ended %s but the database could not record it (%s); it is kept in %s and written when "
-                  "the database answers again (by the worker, or python -m lab runs recover)", self.run_id, status,
-                  problem, self.run_dir / PENDING_FINAL_STATE_FILE)
+        log.error(
+            "run %s ended %s but the database could not record it (%s); it is kept in %s and written when "
+            "the database answers again (by the worker, or python -m lab runs recover)",
+            self.run_id,
+            status,
+            problem,
+            self.run_dir / PENDING_FINAL_STATE_FILE,
+        )
 
     def _free_run_folder_space(self) -> str | None:
         """Remove this run's largest regenerable files; says which."""

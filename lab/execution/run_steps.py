@@ -148,13 +148,17 @@ class RunSteps:
         backend_pid_before = self.services.pid_of(spec.base_backend)
         startup_began = time.monotonic()
         targets = self.bring_up_services(spec)
-        self.watch = ServiceWatch(services=self.services, names=targets.service_names, run_id=self.run_id,
-                                  lost=self.lost_services)
+        self.watch = ServiceWatch(
+            services=self.services, names=targets.service_names, run_id=self.run_id, lost=self.lost_services
+        )
         self.watch.check("start-up")  # the backend may have died while the cache's services started
-        startup = {"seconds": round(time.monotonic() - startup_began, 1),
-                   "fresh": self.services.pid_of(spec.base_backend) not in (None, backend_pid_before)}
+        startup = {
+            "seconds": round(time.monotonic() - startup_began, 1),
+            "fresh": self.services.pid_of(spec.base_backend) not in (None, backend_pid_before),
+        }
         store.update_run(
-            engine=self.engine, run_id=self.run_id,
+            engine=self.engine,
+            run_id=self.run_id,
             environment={**run_environment, "services": self.service_configs, "startup": startup},
         )
         return targets
@@ -214,15 +218,23 @@ class RunSteps:
         proxy_url = self.services.ensure(
             "cache-proxy",
             cache_proxy_config(
-                upstream_url=targets.backend_url, redis_url=redis_url, policy=spec.cache.policy, ttl_s=spec.cache.ttl_s,
-                single_flight=spec.cache.single_flight, server=spec.cache.server,
+                upstream_url=targets.backend_url,
+                redis_url=redis_url,
+                policy=spec.cache.policy,
+                ttl_s=spec.cache.ttl_s,
+                single_flight=spec.cache.single_flight,
+                server=spec.cache.server,
             ),
             abort=self.cancel_requested,
         )
         targets.target_url, targets.proxy_url = proxy_url, proxy_url
         targets.service_names += ["redis", "cache-proxy"]
-        self.service_configs["cache-proxy"] = {"policy": spec.cache.policy, "ttl_s": spec.cache.ttl_s,
-                                               "single_flight": spec.cache.single_flight, "server": spec.cache.server}
+        self.service_configs["cache-proxy"] = {
+            "policy": spec.cache.policy,
+            "ttl_s": spec.cache.ttl_s,
+            "single_flight": spec.cache.single_flight,
+            "server": spec.cache.server,
+        }
 
     def prepare_workload(self, spec: RunSpec) -> Path | None:
         """Write the request file the workload's k6 script replays (None if it needs none)."""
@@ -241,7 +253,11 @@ class RunSteps:
             try:
                 # Watched while it waits: a backend that dies mid-request ends the run at once.
                 response = wait_watching(
-                    lambda: httpx.post(f"{targets.backend_url}/v1/chat/completions", json=body, timeout=WARMUP_TIMEOUT_S),
+                    lambda: httpx.post(
+                        f"{targets.backend_url}/v1/chat/completions",
+                        json=body,  # noqa: B023 - called within this iteration
+                        timeout=WARMUP_TIMEOUT_S,
+                    ),
                     every_second=lambda: self.watch_phase("warm-up"),
                 )
             except httpx.HTTPError as error:
@@ -275,8 +291,13 @@ class RunSteps:
         # The same requests from the same VUs, for as long as filling may take.
         env.update(LOAD_KIND="constant-vus", VUS=str(spec.load.peak_vus), DURATION=f"{spec.cache.fill_timeout_s:g}s")
         fill_dir = self.run_dir / "fill"
-        k6 = K6Process(script=script_path(spec.workload.kind), env=env, summary_path=fill_dir / "summary.json",
-                       ndjson_path=fill_dir / "k6.ndjson", log_path=fill_dir / "k6.log")
+        k6 = K6Process(
+            script=script_path(spec.workload.kind),
+            env=env,
+            summary_path=fill_dir / "summary.json",
+            ndjson_path=fill_dir / "k6.ndjson",
+            log_path=fill_dir / "k6.log",
+        )
         began = time.monotonic()
         stored_before = self._cache_stores(targets)
         k6.start()
@@ -287,10 +308,13 @@ class RunSteps:
                 k6.cancel(grace_s=FILL_CANCEL_GRACE_S)
             shutil.rmtree(fill_dir, ignore_errors=True)  # unmeasured: nothing of it is kept
         if stored < wanted:
-            raise RunFailed(f"the response cache stored {stored:.0f} of {wanted} distinct requests in "
-                            f"{time.monotonic() - began:.0f} s (cache.fill_timeout_s {spec.cache.fill_timeout_s:g})")
-        log.info("run %s: cache filled with %d distinct requests in %.0f s", self.run_id, wanted,
-                 time.monotonic() - began)
+            raise RunFailed(
+                f"the response cache stored {stored:.0f} of {wanted} distinct requests in "
+                f"{time.monotonic() - began:.0f} s (cache.fill_timeout_s {spec.cache.fill_timeout_s:g})"
+            )
+        log.info(
+            "run %s: cache filled with %d distinct requests in %.0f s", self.run_id, wanted, time.monotonic() - began
+        )
 
     def _follow_fill(self, k6: K6Process, targets: RunTargets, *, wanted: int, stored_before: float) -> float:
         """Once a second while the fill's k6 runs: a cancel, a dead service, requests that all
@@ -307,8 +331,10 @@ class RunSteps:
             if decisions.fill_failing(seconds_since_stored=stalled_s, failed_since_stored=failed):
                 common = decisions.most_common_error_answer(k6.error_answers())
                 quoted = f"; the most common error answer: {common[0]}" if common else ""
-                raise RunFailed(f"the cache fill stopped: {failed} requests to {targets.backend_url} (through the "
-                                f"response cache) failed and no answer was stored in {stalled_s:.0f} s{quoted}")
+                raise RunFailed(
+                    f"the cache fill stopped: {failed} requests to {targets.backend_url} (through the "
+                    f"response cache) failed and no answer was stored in {stalled_s:.0f} s{quoted}"
+                )
         return stored
 
     @staticmethod
@@ -344,7 +370,9 @@ class RunSteps:
             raise ended_early
         return exit_code, samples
 
-    def _follow_load(self, spec: RunSpec, targets: RunTargets, sampler: ResourceSampler) -> RunCancelled | RunFailed | None:
+    def _follow_load(
+        self, spec: RunSpec, targets: RunTargets, sampler: ResourceSampler
+    ) -> RunCancelled | RunFailed | None:
         """Once a second while k6 runs: its progress to the run (skipped while the database is
         unreachable), the backend's gauges, a cancel or a dead service (k6 is then stopped).
         Returns what ended the load early, if anything."""
@@ -359,13 +387,27 @@ class RunSteps:
             elapsed_s = time.monotonic() - started
             tail.read_new()
             progress_now = decisions.load_progress(
-                elapsed_s=elapsed_s, planned_s=spec.load.planned_duration_s, graceful_stop_s=spec.load.graceful_stop_s,
-                vus=progress.vus, output_tokens=progress.output_tokens,
-                requests_ok=tail.requests_ok_total, requests_failed=tail.requests_failed_total,
-                live=live.live_progress(tail, origin_epoch_s=load_started_epoch_s, resource_samples=sampler.samples,
-                                        server_samples=self.server_samples),
+                elapsed_s=elapsed_s,
+                planned_s=spec.load.planned_duration_s,
+                graceful_stop_s=spec.load.graceful_stop_s,
+                vus=progress.vus,
+                output_tokens=progress.output_tokens,
+                requests_ok=tail.requests_ok_total,
+                requests_failed=tail.requests_failed_total,
+                live=live.live_progress(
+                    tail,
+                    origin_epoch_s=load_started_epoch_s,
+                    resource_samples=sampler.samples,
+                    server_samples=self.server_samples,
+                ),
             )
-            self.live_write(lambda: store.update_run(engine=self.engine, run_id=self.run_id, progress=progress_now))
+            self.live_write(
+                lambda: store.update_run(
+                    engine=self.engine,
+                    run_id=self.run_id,
+                    progress=progress_now,  # noqa: B023 - called within this iteration
+                )
+            )
             self.sample_server_gauges(spec.backend_kind, targets)
             ended_early: RunCancelled | RunFailed | None
             if self.cancel_requested():
@@ -382,20 +424,25 @@ class RunSteps:
     def sample_server_gauges(self, backend: Backend, targets: RunTargets) -> None:
         """Requests running and waiting in the backend now, and its token and request counters
         (those it exports)."""
-        snapshot = server_metrics.scrape(targets.backend_url, prefixes=backend.metrics.prefixes,
-                                         timeout_s=GAUGE_SCRAPE_TIMEOUT_S)
+        snapshot = server_metrics.scrape(
+            targets.backend_url, prefixes=backend.metrics.prefixes, timeout_s=GAUGE_SCRAPE_TIMEOUT_S
+        )
         if snapshot is None:
             return
-        self.server_samples.append({
-            "t": time.time(), **server_metrics.gauges(snapshot, backend.metrics),
-            **server_metrics.counters(snapshot, backend.metrics),
-        })
+        self.server_samples.append(
+            {
+                "t": time.time(),
+                **server_metrics.gauges(snapshot, backend.metrics),
+                **server_metrics.counters(snapshot, backend.metrics),
+            }
+        )
 
     def check_load(self, exit_code: int) -> None:
         """Raise RunFailed when k6 failed or wrote no summary (its figures cannot be used)."""
         exit_message = self.k6.exit_message() if self.k6 is not None else describe_exit_code(exit_code)
-        failure = decisions.load_failure(exit_code=exit_code, summary_written=(self.run_dir / "summary.json").is_file(),
-                                         exit_message=exit_message)
+        failure = decisions.load_failure(
+            exit_code=exit_code, summary_written=(self.run_dir / "summary.json").is_file(), exit_message=exit_message
+        )
         if failure:
             raise RunFailed(failure)
 

@@ -68,7 +68,7 @@ class RunWaiter:
         self._worker: Worker | None = None
         self._serving: AbstractContextManager[Worker] | None = None
 
-    def __enter__(self) -> "RunWaiter":
+    def __enter__(self) -> RunWaiter:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -146,6 +146,8 @@ def run_pending(*, worker: Worker, engine: Engine, run_ids: list[int], quiet: bo
         if not quiet:
             with Session(engine) as session:
                 run = store.get_run(session=session, run_id=run_id)
-                print(f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
-                      + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
-                      file=sys.stderr)
+                print(
+                    f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
+                    + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
+                    file=sys.stderr,
+                )

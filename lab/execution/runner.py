@@ -52,19 +52,34 @@ class RunExecutor:
     """Executes one claimed run."""
 
     def __init__(
-        self, *, engine: Engine, settings: Settings, services: ServiceManager, run_id: int,
+        self,
+        *,
+        engine: Engine,
+        settings: Settings,
+        services: ServiceManager,
+        run_id: int,
         pending_final_states: PendingFinalStates,
     ) -> None:
         self.engine = engine
         self.run_id = run_id
         self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
         self.calibration_repetitions = settings.machine_calibration_repetitions
-        self.collector = RunCollector(engine=engine, services=services, run_id=run_id, run_dir=self.steps.run_dir,
-                                      contention_threshold_percent=settings.contention_warning_cpu_percent,
-                                      database_retry_s=settings.final_write_retry_s,
-                                      k6_process=lambda: self.steps.k6)
-        self.final_state = FinalStateWriter(engine=engine, run_id=run_id, run_dir=self.steps.run_dir,
-                                            pending=pending_final_states, retry_s=settings.final_write_retry_s)
+        self.collector = RunCollector(
+            engine=engine,
+            services=services,
+            run_id=run_id,
+            run_dir=self.steps.run_dir,
+            contention_threshold_percent=settings.contention_warning_cpu_percent,
+            database_retry_s=settings.final_write_retry_s,
+            k6_process=lambda: self.steps.k6,
+        )
+        self.final_state = FinalStateWriter(
+            engine=engine,
+            run_id=run_id,
+            run_dir=self.steps.run_dir,
+            pending=pending_final_states,
+            retry_s=settings.final_write_retry_s,
+        )
 
     def execute(self) -> str:
         """Take the run from starting to a final state; returns that state."""
@@ -92,20 +107,28 @@ class RunExecutor:
             columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
             return self._store({**columns, **run.calibration})
         except (RunCancelled, ServiceStartAborted):
-            self.final_state.write(RunStatus.CANCELLED, reason="cancelled by the user", **self._partial_columns(run),
-                                   parts=self.collector.unsaved_parts)
+            self.final_state.write(
+                RunStatus.CANCELLED,
+                reason="cancelled by the user",
+                **self._partial_columns(run),
+                parts=self.collector.unsaved_parts,
+            )
             return RunStatus.CANCELLED
-        except Exception as error:  # noqa: BLE001 (any failure ends the run with its reason)
+        except Exception as error:
             return self._fail(run, error)
         except BaseException:
             # Ctrl-C or a stop signal: leave the run in a final state, never stuck "running",
             # with what k6 had written by then.
             try:
                 columns = self._partial_columns(run)
-            except BaseException:  # noqa: BLE001 (a second stop signal: the state matters more)
+            except BaseException:
                 columns = {}
-            self.final_state.write(RunStatus.INTERRUPTED, reason="the lab was stopped during this run", **columns,
-                                   parts=self.collector.unsaved_parts)
+            self.final_state.write(
+                RunStatus.INTERRUPTED,
+                reason="the lab was stopped during this run",
+                **columns,
+                parts=self.collector.unsaved_parts,
+            )
             raise
         finally:
             steps.stop_k6()
@@ -113,8 +136,11 @@ class RunExecutor:
     def _store(self, columns: dict[str, Any]) -> str:
         """The run's figures with its warnings, in its final state (done, or failed without a success)."""
         columns["measurement_warnings"] = decisions.run_warnings(
-            columns, lost_services=self.steps.lost_services, cache_errors=self.collector.cache_errors,
-            disk_note=self._run_folder_full(), metrics_problems=self.collector.metrics_problems,
+            columns,
+            lost_services=self.steps.lost_services,
+            cache_errors=self.collector.cache_errors,
+            disk_note=self._run_folder_full(),
+            metrics_problems=self.collector.metrics_problems,
         )
         error_answers = self.collector.error_answers() if not columns.get("requests_ok") else {}
         status, reason = decisions.final_state(columns, error_answers=error_answers)
@@ -131,8 +157,9 @@ class RunExecutor:
             log.error("run %s failed: %s", self.run_id, failure.log_line)
         else:
             log.exception("run %s failed", self.run_id)
-        self.final_state.write(RunStatus.FAILED, reason=failure.reason, **self._partial_columns(run),
-                               parts=self.collector.unsaved_parts)
+        self.final_state.write(
+            RunStatus.FAILED, reason=failure.reason, **self._partial_columns(run), parts=self.collector.unsaved_parts
+        )
         if run.targets is not None:
             self._stop_dead_services(run.targets)
         return RunStatus.FAILED
@@ -142,8 +169,9 @@ class RunExecutor:
         if not run.loaded or run.targets is None or run.spec is None:
             return {}
         self.steps.stop_k6()
-        partial = self.collector.partial_columns(run.spec, run.targets, run.before, run.samples,
-                                                 self.steps.server_samples)
+        partial = self.collector.partial_columns(
+            run.spec, run.targets, run.before, run.samples, self.steps.server_samples
+        )
         return {**partial, **run.calibration} if partial else partial
 
     def _run_folder_full(self) -> str | None:
@@ -162,6 +190,10 @@ class RunExecutor:
             try:
                 if services.pid_of(name) is None or name in ALWAYS_RESTARTED_SERVICES:
                     services.stop(name)
-            except Exception as error:  # noqa: BLE001 (one service's record must not keep the others running)
-                log.error("run %s: could not stop %s: %s", self.run_id, name,
-                          decisions.write_failure_message(error) or f"{type(error).__name__}: {error}")
+            except Exception as error:
+                log.error(
+                    "run %s: could not stop %s: %s",
+                    self.run_id,
+                    name,
+                    decisions.write_failure_message(error) or f"{type(error).__name__}: {error}",
+                )

@@ -73,7 +73,7 @@ class ServiceWatch:
         """The service's last non-empty log line (None when it cannot be read)."""
         try:
             tail = self.services.log_tail(name, LOG_LINES_READ)
-        except Exception:  # noqa: BLE001 (the reason matters more than its detail)
+        except Exception:
             return None
         lines = [line for line in tail.splitlines() if line.strip()]
         return lines[-1] if lines else None
@@ -98,4 +98,3 @@ def wait_watching(call: Callable[[], T], *, every_second: Callable[[], None]) ->
                 raise
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
-

@@ -74,8 +74,12 @@ class Worker:
         with Session(self.engine) as session:
             record = store.get_worker(session=session, name=self.name)
             age_s = store.heartbeat_age_s(session=session, record=record) if record is not None else None
-            if record is not None and record.state == "running" and age_s is not None \
-                    and age_s < self.settings.worker_lease_s:
+            if (
+                record is not None
+                and record.state == "running"
+                and age_s is not None
+                and age_s < self.settings.worker_lease_s
+            ):
                 # Same host and its process gone: this is a restart, not a second worker.
                 restarted = record.host == host and (
                     record.pid == os.getpid() or not psutil.pid_exists(record.pid or 0)
@@ -98,15 +102,18 @@ class Worker:
         """
         self.pending_final_states.load(self.settings.runs_dir)
         if written := self.pending_final_states.save(self.engine):
-            log.warning("wrote the final states of runs %s, kept in their folders while the database was unreachable",
-                        written)
+            log.warning(
+                "wrote the final states of runs %s, kept in their folders while the database was unreachable", written
+            )
         interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine, worker_name=self.name)
         stale = self.services.stop_stale()
         k6_pids = self._stop_orphaned_k6(interrupted)
         if interrupted or stale or k6_pids:
             log.warning(
                 "recovered: runs interrupted %s, stale services stopped %s, orphaned k6 stopped %s",
-                interrupted, stale, k6_pids,
+                interrupted,
+                stale,
+                k6_pids,
             )
 
     def _stop_orphaned_k6(self, run_ids: list[int]) -> list[int]:
@@ -150,11 +157,11 @@ class Worker:
                 if not failing:
                     log.warning("heartbeat failed (%s); retrying", write_failure_message(error))
                 failing = True
-            except Exception:  # noqa: BLE001 (a database hiccup must not end the worker)
+            except Exception:
                 log.exception("heartbeat failed; retrying")
 
     @contextmanager
-    def serving(self) -> Iterator["Worker"]:
+    def serving(self) -> Iterator[Worker]:
         """Registered, recovered and heart-beating for the duration of the block."""
         self.register()
         self.recover()
@@ -169,7 +176,7 @@ class Worker:
             thread.join(timeout=HEARTBEAT_JOIN_TIMEOUT_S)
             try:
                 store.mark_worker_stopped(engine=self.engine, name=self.name)
-            except Exception:  # noqa: BLE001 (stopping anyway; the lease covers a missed update)
+            except Exception:
                 log.exception("could not mark worker %s stopped", self.name)
 
     # -- runs -----------------------------------------------------------------------------
@@ -179,15 +186,23 @@ class Worker:
         if len(self.pending_final_states) and (written := self.pending_final_states.save(self.engine)):
             log.warning("the database answers again: wrote the final states of runs %s", written)
         run_id = store.claim_next_run(
-            engine=self.engine, worker_name=self.name, labels=self.labels, hardware=self.hardware,
+            engine=self.engine,
+            worker_name=self.name,
+            labels=self.labels,
+            hardware=self.hardware,
             worker_pid=os.getpid(),
         )
         if run_id is None:
             return None
         self._current_run_id = run_id
         try:
-            RunExecutor(engine=self.engine, settings=self.settings, services=self.services, run_id=run_id,
-                        pending_final_states=self.pending_final_states).execute()
+            RunExecutor(
+                engine=self.engine,
+                settings=self.settings,
+                services=self.services,
+                run_id=run_id,
+                pending_final_states=self.pending_final_states,
+            ).execute()
         finally:
             self._current_run_id = None
         self._record_wall_time_ratio(run_id)
@@ -212,7 +227,7 @@ class Worker:
                 try:
                     ran = self.run_one()
                     claim_problem = None
-                except Exception as error:  # noqa: BLE001 (the worker must outlive any one run)
+                except Exception as error:
                     if problem := write_failure_message(error):
                         if problem != claim_problem:  # once, not every poll, while the disk stays full
                             log.error("the worker could not claim a run: %s; going on", problem)
@@ -230,7 +245,8 @@ class Worker:
         url = self.settings.resolved_database_url
         if self._database and sqlite_file_identity(url) != self._database:
             raise DatabaseReplacedError(
-                f"the database file {sqlite_path(url)} was removed or replaced while the worker ran; start the lab again"
+                f"the database file {sqlite_path(url)} was removed or replaced while the worker ran; "
+                "start the lab again"
             )
 
     def stop(self) -> None:
@@ -242,11 +258,16 @@ def stop_own_services(manager: ServiceManager) -> None:
     written (a full disk) must not leave the next one running. One line per failure."""
     try:
         with Session(manager.engine) as session:
-            names = [record.name for record in store.list_service_records(session=session)
-                     if record.owner_pid == manager.owner_pid]
+            names = [
+                record.name
+                for record in store.list_service_records(session=session)
+                if record.owner_pid == manager.owner_pid
+            ]
     except SQLAlchemyError as error:
-        print(f"error: cannot read the services' records ({str(getattr(error, 'orig', error)).splitlines()[0]})",
-              file=sys.stderr)
+        print(
+            f"error: cannot read the services' records ({str(getattr(error, 'orig', error)).splitlines()[0]})",
+            file=sys.stderr,
+        )
         return
     order = {"cache-proxy": 0, "redis": 1}  # dependants first
     for name in sorted(names, key=lambda n: order.get(n, 9)):

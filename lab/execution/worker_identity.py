@@ -35,8 +35,9 @@ def _gpus_by_nvml() -> list[dict[str, Any]] | None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             name = pynvml.nvmlDeviceGetName(handle)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
-            gpus.append({"name": name.decode() if isinstance(name, bytes) else name,
-                         "memory_gib": round(memory / 2**30, 1)})
+            gpus.append(
+                {"name": name.decode() if isinstance(name, bytes) else name, "memory_gib": round(memory / 2**30, 1)}
+            )
         return gpus
     finally:
         pynvml.nvmlShutdown()
@@ -46,7 +47,10 @@ def _gpus_by_nvidia_smi() -> list[dict[str, Any]]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
@@ -121,10 +125,16 @@ def worker_overview(*, session: Session, lease_s: float) -> list[WorkerOverview]
         if record.current_run_id and state == "alive":
             run = store.get_run(session=session, run_id=record.current_run_id)
             current = f"#{run.id} {run.backend} {run.cell_label}: {run.status}" if run else ""
-        rows.append(WorkerOverview(
-            name=record.name, host=record.host, labels=", ".join(record.labels or []),
-            hardware=hardware_summary(record.hardware), state=state,
-            heartbeat_age_s=round(age_s, 1) if age_s is not None else None, current_run=current,
-            services=", ".join(services_by_worker.get(record.name, [])),
-        ))
+        rows.append(
+            WorkerOverview(
+                name=record.name,
+                host=record.host,
+                labels=", ".join(record.labels or []),
+                hardware=hardware_summary(record.hardware),
+                state=state,
+                heartbeat_age_s=round(age_s, 1) if age_s is not None else None,
+                current_run=current,
+                services=", ".join(services_by_worker.get(record.name, [])),
+            )
+        )
     return rows

@@ -25,7 +25,7 @@ class WorkerLock:
     def acquire(self) -> None:
         """Take the lock, or raise WorkerBusyError when another process holds it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path, "a+")
+        handle = open(self.path, "a+")  # noqa: SIM115 - held open while the lock is held
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as error:
@@ -42,7 +42,7 @@ class WorkerLock:
             self._handle.close()
             self._handle = None
 
-    def __enter__(self) -> "WorkerLock":
+    def __enter__(self) -> WorkerLock:
         self.acquire()
         return self
 

@@ -55,8 +55,10 @@ def measurement_warnings(
             "load, so give k6 more CPU (fewer other processes) or lower the load, and compare with care"
         )
     if iterations_dropped:
-        warnings.append(f"{iterations_dropped} iterations were dropped (arrival rate not reached): raise "
-                        "load.max_vus or lower the rate")
+        warnings.append(
+            f"{iterations_dropped} iterations were dropped (arrival rate not reached): raise "
+            "load.max_vus or lower the rate"
+        )
     if other_cpu_percent_avg is not None and other_cpu_percent_avg > contention_threshold_percent:
         warnings.append(
             f"other processes used {other_cpu_percent_avg:.0f}% of a core on average (threshold "
@@ -74,8 +76,12 @@ def measurement_warnings(
                 f"(client {check.get('client'):g}, server {check.get('server'):g}): one side missed requests, so read "
                 "the service log for errors"
             )
-    if (not steady_figures_available and latency_avg_s and load_duration_s
-            and load_duration_s < MIN_LATENCIES_PER_RUN * latency_avg_s):
+    if (
+        not steady_figures_available
+        and latency_avg_s
+        and load_duration_s
+        and load_duration_s < MIN_LATENCIES_PER_RUN * latency_avg_s
+    ):
         warnings.append(
             f"the load lasted {load_duration_s:g} s, less than {MIN_LATENCIES_PER_RUN:g} times the mean latency "
             f"({latency_avg_s:.2f} s): where the last requests end moves req/s and tok/s, prefer the steady figures "
@@ -89,8 +95,14 @@ def join_warnings(*parts: str | None) -> str | None:
     return "; ".join(part for part in parts if part) or None
 
 
-def steady_rate(times_s: Sequence[float], cumulative: Sequence[float | None], *, start_s: float, end_s: float,
-                min_span_s: float = 0.0) -> float | None:
+def steady_rate(
+    times_s: Sequence[float],
+    cumulative: Sequence[float | None],
+    *,
+    start_s: float,
+    end_s: float,
+    min_span_s: float = 0.0,
+) -> float | None:
     """Rate of a cumulative counter inside ``[start_s, end_s]``, event to event.
 
     Between the first and the last sample inside the window at which the counter moved,
@@ -101,7 +113,7 @@ def steady_rate(times_s: Sequence[float], cumulative: Sequence[float | None], *,
     """
     moves: list[tuple[float, float]] = []
     previous: float | None = None
-    for time_s, value in zip(times_s, cumulative):
+    for time_s, value in zip(times_s, cumulative, strict=False):
         if value is None:
             continue
         if previous is not None and value != previous and start_s <= time_s <= end_s:
@@ -133,9 +145,11 @@ class SteadyThroughput:
     source: str | None
 
     def as_figures(self) -> dict[str, Any]:
-        return {"steady_output_tok_per_s": self.output_tok_per_s, "steady_req_per_s": self.req_per_s,
-                "steady_source": self.source if self.output_tok_per_s is not None or self.req_per_s is not None
-                else None}
+        return {
+            "steady_output_tok_per_s": self.output_tok_per_s,
+            "steady_req_per_s": self.req_per_s,
+            "steady_source": self.source if self.output_tok_per_s is not None or self.req_per_s is not None else None,
+        }
 
 
 def steady_throughput(
@@ -160,12 +174,19 @@ def steady_throughput(
     """
     if load_start_epoch_s is None or load_duration_s <= 0:
         return SteadyThroughput(None, None, None)
-    window = {"start_s": load_start_epoch_s, "end_s": load_start_epoch_s + load_duration_s,
-              "min_span_s": STEADY_MIN_SPAN_SHARE * load_duration_s}
+    window = {
+        "start_s": load_start_epoch_s,
+        "end_s": load_start_epoch_s + load_duration_s,
+        "min_span_s": STEADY_MIN_SPAN_SHARE * load_duration_s,
+    }
     for source, times, tokens, requests in (
         (STEADY_FROM_SERVER, server_times_epoch_s, server_output_tokens, server_requests),
-        (STEADY_FROM_CLIENT, client_times_epoch_s, cumulative(client_output_tokens) if client_output_tokens else (),
-         cumulative(client_requests_ok) if client_requests_ok else ()),
+        (
+            STEADY_FROM_CLIENT,
+            client_times_epoch_s,
+            cumulative(client_output_tokens) if client_output_tokens else (),
+            cumulative(client_requests_ok) if client_requests_ok else (),
+        ),
     ):
         token_rate = steady_rate(times, tokens, **window) if tokens and any(v for v in tokens) else None
         request_rate = steady_rate(times, requests, **window) if requests else None
@@ -179,25 +200,40 @@ def steady_throughput(
     return SteadyThroughput(None, None, None)
 
 
-
 # The warnings measurement_warnings writes, by their opening words: these are recomputed from a
 # run's stored figures; any other note (a fail-open cache, a full disk, unreadable /metrics) is
 # an event of the run itself and kept as stored.
-_RECOMPUTED_OPENINGS = ("k6 used ", "iterations were dropped", "other processes used ", "client and server ",
-                        "the load lasted ")
+_RECOMPUTED_OPENINGS = (
+    "k6 used ",
+    "iterations were dropped",
+    "other processes used ",
+    "client and server ",
+    "the load lasted ",
+)
 
 
-def recomputed_warnings(stored: str | None, *, columns: Mapping[str, Any], count_check: Mapping[str, Any] | None,
-                        contention_threshold_percent: float = CONTENTION_WARNING_CPU_PERCENT) -> str | None:
+def recomputed_warnings(
+    stored: str | None,
+    *,
+    columns: Mapping[str, Any],
+    count_check: Mapping[str, Any] | None,
+    contention_threshold_percent: float = CONTENTION_WARNING_CPU_PERCENT,
+) -> str | None:
     """A stored run's warnings as the current code would write them: the figure-based ones
     recomputed from its stored figures and count check, the event notes kept as they were."""
-    kept = [note for note in (stored or "").split("; ")
-            if note and not any(opening in note[:40] for opening in _RECOMPUTED_OPENINGS)]
+    kept = [
+        note
+        for note in (stored or "").split("; ")
+        if note and not any(opening in note[:40] for opening in _RECOMPUTED_OPENINGS)
+    ]
     fresh = measurement_warnings(
-        k6_cpu_percent_avg=columns.get("k6_cpu_percent_avg"), iterations_dropped=columns.get("iterations_dropped"),
+        k6_cpu_percent_avg=columns.get("k6_cpu_percent_avg"),
+        iterations_dropped=columns.get("iterations_dropped"),
         other_cpu_percent_avg=columns.get("other_cpu_percent_avg"),
-        contention_threshold_percent=contention_threshold_percent, count_check=count_check,
-        latency_avg_s=columns.get("latency_avg_s"), load_duration_s=columns.get("duration_s"),
+        contention_threshold_percent=contention_threshold_percent,
+        count_check=count_check,
+        latency_avg_s=columns.get("latency_avg_s"),
+        load_duration_s=columns.get("duration_s"),
         steady_figures_available=columns.get("steady_output_tok_per_s") is not None
         or columns.get("steady_req_per_s") is not None,
     )

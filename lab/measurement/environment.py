@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import os
@@ -49,7 +50,10 @@ def gpu_model() -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=5, check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         return out.splitlines()[0] if out else None
     except (OSError, subprocess.SubprocessError):
@@ -72,8 +76,9 @@ class Provenance:
 
 
 def _git(*argv: str) -> str:
-    return subprocess.run(["git", *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", *argv], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=True
+    ).stdout
 
 
 def provenance() -> Provenance:
@@ -89,10 +94,8 @@ def provenance() -> Provenance:
     digest = hashlib.sha256(diff.encode())
     for name in sorted(filter(None, new_files)):
         digest.update(name.encode() + b"\0")
-        try:
+        with contextlib.suppress(OSError):
             digest.update((PROJECT_ROOT / name).read_bytes())
-        except OSError:
-            pass
     if not diff and not any(new_files):
         return Provenance(commit, False, None)
     return Provenance(commit, True, digest.hexdigest())
@@ -129,6 +132,10 @@ def capture(*, model: str, k6_version: str | None = None) -> dict[str, Any]:
     """Everything needed to judge whether two runs are comparable."""
     code = provenance()
     return {
-        **_static_environment(), **model_identity(model), "k6_version": k6_version,
-        "lab_git_commit": code.label, "lab_git_dirty": code.dirty, "lab_git_diff_sha256": code.diff_sha256,
+        **_static_environment(),
+        **model_identity(model),
+        "k6_version": k6_version,
+        "lab_git_commit": code.label,
+        "lab_git_dirty": code.dirty,
+        "lab_git_diff_sha256": code.diff_sha256,
     }

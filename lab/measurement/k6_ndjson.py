@@ -32,13 +32,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from lab.measurement.k6_results import (
-    CHAT_TAG,
-    CHAT_TAG_VALUE,
-    LatencyStats,
-    percentile,
-    streaming_figures_from_ms,
-)
+from lab.measurement.k6_results import CHAT_TAG, CHAT_TAG_VALUE, LatencyStats, percentile, streaming_figures_from_ms
 
 # The metrics the per-second series needs, in the order of the regex alternation.
 # (Input tokens and cache hits are run totals in the summary; each extra metric here costs
@@ -79,11 +73,19 @@ class PerSecondSeries:
     output_tokens_total: int
     samples_read: int
     # Per-request client TTFT/TPOT in ms, keyed ``ttft``, ``tpot``, ``ttft_hit``... (streamed runs).
-    stream_trends_ms: dict[str, "array[float]"] = field(default_factory=dict)
+    stream_trends_ms: dict[str, array[float]] = field(default_factory=dict)
     unstreamed_answers: int = 0
 
-    COLUMNS: ClassVar[tuple[str, ...]] = ("time_s", "requests_ok", "requests_failed", "output_tokens", "latency_avg_s", "latency_p50_s",
-               "latency_p95_s", "vus")
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "time_s",
+        "requests_ok",
+        "requests_failed",
+        "output_tokens",
+        "latency_avg_s",
+        "latency_p50_s",
+        "latency_p95_s",
+        "vus",
+    )
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -95,7 +97,9 @@ class PerSecondSeries:
 
     def totals(self) -> dict[str, Any]:
         """Run-wide figures from the stream: ``latency_*_s`` over successes, request and token counts."""
-        totals: dict[str, Any] = {f"latency_{key}": value for key, value in asdict(self.latency).items() if key != "count"}
+        totals: dict[str, Any] = {
+            f"latency_{key}": value for key, value in asdict(self.latency).items() if key != "count"
+        }
         totals.update(
             requests_ok=self.requests_ok_total,
             requests_failed=self.requests_failed_total,
@@ -156,14 +160,16 @@ def _json_points(chunk: bytes) -> list[_Point]:
         if match is None:
             continue
         tags = json.dumps(sample.get("tags") or {}, separators=(",", ":"), sort_keys=True)[1:-1]
-        points.append((
-            metric.encode(),
-            match.group(1).encode(),
-            match.group(2).encode() if match.group(2) else None,
-            match.group(3).encode(),
-            repr(float(sample["value"])).encode(),
-            tags.encode(),
-        ))
+        points.append(
+            (
+                metric.encode(),
+                match.group(1).encode(),
+                match.group(2).encode() if match.group(2) else None,
+                match.group(3).encode(),
+                repr(float(sample["value"])).encode(),
+                tags.encode(),
+            )
+        )
     return points
 
 
@@ -212,10 +218,10 @@ class RequestSamples:
     successful streamed request, in the order written; empty when the run was not streamed.
     """
 
-    latency_s: "array[float]"
+    latency_s: array[float]
     ok: bytearray
-    ttft_s: "array[float]"
-    tpot_s: "array[float]"
+    ttft_s: array[float]
+    tpot_s: array[float]
 
     def __len__(self) -> int:
         return len(self.ok)
@@ -232,11 +238,11 @@ class _Buckets:
     vus: dict[int, float] = field(default_factory=dict)
     seen: set[int] = field(default_factory=set)
     # Every success's latency (ms, float64: the run-wide percentiles exactly as k6's).
-    success_latencies_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    success_latencies_ms: array[float] = field(default_factory=lambda: array("d"))
     # Streamed runs: every TTFT and TPOT point (ms) with its cache outcome (one byte).
-    ttft_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    ttft_ms: array[float] = field(default_factory=lambda: array("d"))
     ttft_cache: bytearray = field(default_factory=bytearray)
-    tpot_ms: "array[float]" = field(default_factory=lambda: array("d"))
+    tpot_ms: array[float] = field(default_factory=lambda: array("d"))
     tpot_cache: bytearray = field(default_factory=bytearray)
     unstreamed: int = 0
     # Memo of k6's whole-second timestamps -> Unix seconds (many samples share one second).
@@ -266,16 +272,18 @@ def _add_stream_trend(buckets: _Buckets, metric: bytes, value: float, tags: byte
         buckets.tpot_cache.append(cache)
 
 
-def _stream_trends_ms(buckets: _Buckets) -> dict[str, "array[float]"]:
+def _stream_trends_ms(buckets: _Buckets) -> dict[str, array[float]]:
     """TTFT and TPOT points by figure (``ttft``, ``ttft_hit``, ``tpot_miss``...), as k6's sub-metrics split them."""
-    trends: dict[str, "array[float]"] = {}
-    for name, values_ms, caches in (("ttft", buckets.ttft_ms, buckets.ttft_cache),
-                                    ("tpot", buckets.tpot_ms, buckets.tpot_cache)):
+    trends: dict[str, array[float]] = {}
+    for name, values_ms, caches in (
+        ("ttft", buckets.ttft_ms, buckets.ttft_cache),
+        ("tpot", buckets.tpot_ms, buckets.tpot_cache),
+    ):
         if not values_ms:
             continue
         trends[name] = values_ms
         for outcome, suffix in _CACHE_SUFFIXES.items():
-            split = array("d", (value for value, cache in zip(values_ms, caches) if cache == outcome))
+            split = array("d", (value for value, cache in zip(values_ms, caches, strict=True) if cache == outcome))
             if split:
                 trends[name + suffix] = split
     return trends
@@ -320,10 +328,14 @@ def _close_second(buckets: _Buckets, index: int) -> None:
     """Summarise one bucket's raw latencies (merged with what an earlier close of it kept)."""
     latencies = buckets.latencies_ms.pop(index)
     latencies.sort()
-    closed = _ClosedSecond(len(latencies), math.fsum(latencies), percentile(latencies, 0.50), percentile(latencies, 0.95))
+    closed = _ClosedSecond(
+        len(latencies), math.fsum(latencies), percentile(latencies, 0.50), percentile(latencies, 0.95)
+    )
     earlier = buckets.closed.get(index)
     if earlier is not None:  # late samples of a closed second: counts and sums stay exact
-        closed = _ClosedSecond(earlier.count + closed.count, earlier.sum_ms + closed.sum_ms, earlier.p50_ms, earlier.p95_ms)
+        closed = _ClosedSecond(
+            earlier.count + closed.count, earlier.sum_ms + closed.sum_ms, earlier.p50_ms, earlier.p95_ms
+        )
     buckets.closed[index] = closed
 
 
@@ -374,7 +386,7 @@ class SampleStream:
         if cut < 0:
             self._remainder = block
             return 0
-        self._remainder = block[cut + 1:]
+        self._remainder = block[cut + 1 :]
         return self._feed_lines(block[: cut + 1])
 
     def _feed_lines(self, chunk: bytes) -> int:
@@ -416,7 +428,7 @@ class SampleStream:
         return series, self.requests
 
 
-def _latency_stats(values_ms: "array[float]") -> LatencyStats:
+def _latency_stats(values_ms: array[float]) -> LatencyStats:
     """k6's figures over ``values_ms`` (sorted in a numpy copy: 8 bytes a value, not a list of floats)."""
     import numpy  # only here: the lab's other modules need not load it
 
@@ -428,8 +440,13 @@ def _latency_stats(values_ms: "array[float]") -> LatencyStats:
         return float(percentile(ordered, fraction)) / 1000.0  # type: ignore[arg-type]
 
     return LatencyStats(
-        count=len(ordered), avg_s=float(ordered.sum()) / len(ordered) / 1000.0, min_s=float(ordered[0]) / 1000.0,
-        p50_s=seconds(0.50), p90_s=seconds(0.90), p95_s=seconds(0.95), p99_s=seconds(0.99),
+        count=len(ordered),
+        avg_s=float(ordered.sum()) / len(ordered) / 1000.0,
+        min_s=float(ordered[0]) / 1000.0,
+        p50_s=seconds(0.50),
+        p90_s=seconds(0.90),
+        p95_s=seconds(0.95),
+        p99_s=seconds(0.99),
         max_s=float(ordered[-1]) / 1000.0,
     )
 

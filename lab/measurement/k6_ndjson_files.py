@@ -33,7 +33,7 @@ def iter_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
             if cut < 0:
                 remainder = block
                 continue
-            remainder = block[cut + 1:]
+            remainder = block[cut + 1 :]
             yield block[: cut + 1]
         if remainder:
             yield remainder

@@ -61,7 +61,7 @@ class LatencyStats:
     max_s: float | None
 
     @classmethod
-    def from_ms(cls, values_ms: list[float]) -> "LatencyStats":
+    def from_ms(cls, values_ms: list[float]) -> LatencyStats:
         """Stats of latencies given in milliseconds (the list is sorted in place)."""
         if not values_ms:
             return cls(0, None, None, None, None, None, None, None)
@@ -106,7 +106,7 @@ def _first_metric(metrics: dict[str, Any], names: Sequence[str]) -> dict[str, An
 def _count(values: dict[str, Any] | None, key: str = "count") -> int:
     if not values:
         return 0
-    return int(round(float(values.get(key, 0) or 0)))
+    return round(float(values.get(key, 0) or 0))
 
 
 def _ms_to_s(values: dict[str, Any] | None, key: str) -> float | None:
@@ -159,7 +159,10 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
     """
     data = load_summary(path)
     metrics: dict[str, Any] = data["metrics"]
-    success_names = [f"http_req_duration{{{_CHAT_SELECTOR},expected_response:true}}", "http_req_duration{expected_response:true}"]
+    success_names = [
+        f"http_req_duration{{{_CHAT_SELECTOR},expected_response:true}}",
+        "http_req_duration{expected_response:true}",
+    ]
     latency_source = next((name for name in success_names if name in metrics), "http_req_duration")
     latency = _metric_values(metrics, latency_source)
     reqs = _first_metric(metrics, [f"http_reqs{{{_CHAT_SELECTOR}}}", "http_reqs"])
@@ -225,12 +228,17 @@ def _latency_figures(
     failed_latency = _metric_values(metrics, f"http_req_duration{{{_CHAT_SELECTOR},expected_response:false}}")
     figures = {
         f"latency_{name}_s": _ms_to_s(latency, statistic) if requests_ok else None
-        for name, statistic in (("avg", "avg"), ("min", "min"), ("p50", "med"), ("p90", "p(90)"),
-                                ("p95", "p(95)"), ("p99", "p(99)"), ("max", "max"))
+        for name, statistic in (
+            ("avg", "avg"),
+            ("min", "min"),
+            ("p50", "med"),
+            ("p90", "p(90)"),
+            ("p95", "p(95)"),
+            ("p99", "p(99)"),
+            ("max", "max"),
+        )
     }
-    figures["latency_failed_avg_s"] = (
-        _ms_to_s(failed_latency, "avg") if requests_failed and failed_latency else None
-    )
+    figures["latency_failed_avg_s"] = _ms_to_s(failed_latency, "avg") if requests_failed and failed_latency else None
     return figures
 
 

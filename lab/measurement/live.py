@@ -49,11 +49,17 @@ class StreamTail:
         first = math.floor(origin_epoch_s)
         last = math.floor(until_epoch_s) - 1  # the current second is still filling
         seconds = range(max(first, last - MAX_LIVE_POINTS + 1), last + 1)
-        out: dict[str, list[Any]] = {"time_s": [], "output_tok_per_s": [], "req_per_s": [],
-                                     "latency_avg_s": [], "latency_p95_s": [], "requests_failed": []}
+        out: dict[str, list[Any]] = {
+            "time_s": [],
+            "output_tok_per_s": [],
+            "req_per_s": [],
+            "latency_avg_s": [],
+            "latency_p95_s": [],
+            "requests_failed": [],
+        }
         with self.lock:
             figures = [self.stream.second_figures(second) for second in seconds]
-        for second, (ok, failed, tokens, avg_ms, p95_ms) in zip(seconds, figures):
+        for second, (ok, failed, tokens, avg_ms, p95_ms) in zip(seconds, figures, strict=False):
             out["time_s"].append(second - first)
             out["output_tok_per_s"].append(int(tokens))
             out["req_per_s"].append(ok)
@@ -84,15 +90,27 @@ class NdjsonTail(StreamTail):
             return self.stream.feed(block)
 
 
-def samples_series(samples: list[dict[str, Any]], *, origin_epoch_s: float, keys: tuple[str, ...] | None = None,
-                   suffixes: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> dict[str, list[Any]]:
+def samples_series(
+    samples: list[dict[str, Any]],
+    *,
+    origin_epoch_s: float,
+    keys: tuple[str, ...] | None = None,
+    suffixes: tuple[str, ...] = (),
+    exclude: tuple[str, ...] = (),
+) -> dict[str, list[Any]]:
     """Samples taken once a second (``{"t": epoch, name: value}``) as aligned lists on the load's clock.
 
     Keeps ``keys`` and every key ending with one of ``suffixes``; the newest points only.
     """
     recent = [sample for sample in samples[-MAX_LIVE_POINTS:] if sample.get("t", 0) >= origin_epoch_s]
-    names = sorted({key for sample in recent for key in sample
-                    if key != "t" and key not in exclude and ((keys and key in keys) or key.endswith(suffixes))})
+    names = sorted(
+        {
+            key
+            for sample in recent
+            for key in sample
+            if key != "t" and key not in exclude and ((keys and key in keys) or key.endswith(suffixes))
+        }
+    )
     if not recent or not names:
         return {}
     out: dict[str, list[Any]] = {"time_s": [round(sample["t"] - origin_epoch_s, 1) for sample in recent]}
@@ -101,15 +119,27 @@ def samples_series(samples: list[dict[str, Any]], *, origin_epoch_s: float, keys
     return out
 
 
-def live_progress(tail: StreamTail, *, origin_epoch_s: float, resource_samples: list[dict[str, Any]],
-                  server_samples: list[dict[str, Any]], now_epoch_s: float | None = None) -> dict[str, Any]:
+def live_progress(
+    tail: StreamTail,
+    *,
+    origin_epoch_s: float,
+    resource_samples: list[dict[str, Any]],
+    server_samples: list[dict[str, Any]],
+    now_epoch_s: float | None = None,
+) -> dict[str, Any]:
     """The ``live`` part of a run's progress: k6's per-second figures, CPU (backend, k6, the
     host's other work) and the backend's running and waiting requests."""
     now = time.time() if now_epoch_s is None else now_epoch_s
     return {
         "k6": tail.series(origin_epoch_s=origin_epoch_s, until_epoch_s=now),
-        "cpu": samples_series(resource_samples, origin_epoch_s=origin_epoch_s, keys=("other_cpu_percent",),
-                              suffixes=("_cpu_percent",), exclude=("host_cpu_percent", "steal_cpu_percent")),
-        "server": samples_series(server_samples, origin_epoch_s=origin_epoch_s,
-                                 keys=("running_requests", "waiting_requests")),
+        "cpu": samples_series(
+            resource_samples,
+            origin_epoch_s=origin_epoch_s,
+            keys=("other_cpu_percent",),
+            suffixes=("_cpu_percent",),
+            exclude=("host_cpu_percent", "steal_cpu_percent"),
+        ),
+        "server": samples_series(
+            server_samples, origin_epoch_s=origin_epoch_s, keys=("running_requests", "waiting_requests")
+        ),
     }

@@ -56,8 +56,12 @@ def calibration_s(repetitions: int = REPETITIONS) -> float | None:
         return None
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _KERNEL, str(repetitions)], capture_output=True, text=True, timeout=KERNEL_TIMEOUT_S,
-            env={**os.environ, **_ONE_THREAD}, check=True,
+            [sys.executable, "-c", _KERNEL, str(repetitions)],
+            capture_output=True,
+            text=True,
+            timeout=KERNEL_TIMEOUT_S,
+            env={**os.environ, **_ONE_THREAD},
+            check=True,
         )
         return float(done.stdout.strip().splitlines()[-1]) * REPETITIONS / repetitions
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):

@@ -9,6 +9,7 @@ kernel reports it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -38,14 +39,17 @@ def read_gpu() -> dict[str, float] | None:
         utilization = pynvml.nvmlDeviceGetUtilizationRates(handle)
         memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
         return {"gpu_utilization_percent": float(utilization.gpu), "gpu_memory_used_mb": memory.used / 2**20}
-    except Exception:  # noqa: BLE001 (no NVML: fall back to nvidia-smi, then to nothing)
+    except Exception:
         pass
     if shutil.which("nvidia-smi") is None:
         return None
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-            capture_output=True, text=True, timeout=5, check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         utilization_text, memory_text = (part.strip() for part in out.split(",")[:2])
         return {"gpu_utilization_percent": float(utilization_text), "gpu_memory_used_mb": float(memory_text)}
@@ -71,7 +75,7 @@ class ResourceSampler:
         self.has_gpu = read_gpu() is not None
         self._host = HostCpu()
 
-    def start(self) -> "ResourceSampler":
+    def start(self) -> ResourceSampler:
         self._thread.start()
         return self
 
@@ -106,10 +110,8 @@ class ResourceSampler:
                 sample[f"{label}_cpu_percent"] = cpu_percent
                 sample[f"{label}_rss_mb"] = rss_bytes / 2**20
             if os.getpid() not in counted:  # the lab itself (this worker: sampler, progress, parsing)
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     own_cpu_percent += self._cpu_percent(psutil.Process(os.getpid()))
-                except psutil.NoSuchProcess:
-                    pass
             sample.update(self._host.sample(own_cpu_percent=own_cpu_percent))
             if self.has_gpu:
                 sample.update(read_gpu() or {})
@@ -136,6 +138,7 @@ def host_cpu_shares(previous: Any, current: Any, *, cores: int, own_cpu_percent:
     Busy excludes idle, iowait and steal; guest time is already inside user time on Linux.
     Shares are in % of one core, so 2 busy cores read 200.
     """
+
     def field(times: Any, name: str) -> float:
         return float(getattr(times, name, 0.0) or 0.0)
 
@@ -159,10 +162,7 @@ def summarise(samples: list[dict[str, Any]], label: str) -> dict[str, float | No
     psutil's first cpu_percent reading is always 0)."""
     cpu = [s[f"{label}_cpu_percent"] for s in samples[1:] if f"{label}_cpu_percent" in s]
     rss = [s[f"{label}_rss_mb"] for s in samples if f"{label}_rss_mb" in s]
-    return {
-        "cpu_percent_avg": sum(cpu) / len(cpu) if cpu else None,
-        "rss_max_mb": max(rss) if rss else None,
-    }
+    return {"cpu_percent_avg": sum(cpu) / len(cpu) if cpu else None, "rss_max_mb": max(rss) if rss else None}
 
 
 def summarise_host(samples: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -26,11 +26,11 @@ class _RunResultsMethods:
     """The behaviour of :class:`RunResults` (its fields come from the store's column list)."""
 
     @classmethod
-    def from_figures(cls, figures: Mapping[str, Any]) -> "RunResults":
+    def from_figures(cls, figures: Mapping[str, Any]) -> RunResults:
         """The result fields found in ``figures`` (other keys are ignored)."""
         return cls(**{name: figures[name] for name in RESULT_FIELDS if name in figures})  # type: ignore[call-arg]
 
-    def updated(self, figures: Mapping[str, Any]) -> "RunResults":
+    def updated(self, figures: Mapping[str, Any]) -> RunResults:
         """A copy with the result fields of ``figures`` that are known (not None) written over."""
         known = {name: value for name, value in figures.items() if name in RESULT_FIELDS and value is not None}
         return dataclasses.replace(self, **known)  # type: ignore[type-var]
@@ -51,6 +51,4 @@ RunResults = dataclasses.make_dataclass(
     frozen=True,
     namespace={"__module__": __name__},
 )
-RunResults.__doc__ = (
-    "A run's figures, one per result column of the store, units in the names; None when not measured."
-)
+RunResults.__doc__ = "A run's figures, one per result column of the store, units in the names; None when not measured."

@@ -121,7 +121,9 @@ def _get(change: Snapshot, name: str | None) -> float | None:
 def backend_figures(change: Snapshot, names: MetricNames) -> dict[str, Any]:
     """Figures from a backend's metric deltas over a run, read with its ``names``."""
     return {
-        "prefix_cache_hit_rate": _ratio(_get(change, names.prefix_cache_hits), _get(change, names.prefix_cache_queries)),
+        "prefix_cache_hit_rate": _ratio(
+            _get(change, names.prefix_cache_hits), _get(change, names.prefix_cache_queries)
+        ),
         "server_ttft_avg_s": _ratio(_get(change, names.ttft_sum), _get(change, names.ttft_count)),
         "server_time_per_output_token_avg_s": _ratio(
             _get(change, names.time_per_output_token_sum), _get(change, names.time_per_output_token_count)
@@ -178,8 +180,12 @@ def count_check(
 
     ``in_flight_allowance``: how much more the server may count for requests still in flight
     when k6 stopped (served, never counted by k6), kept with the check when there is any."""
-    check: dict[str, Any] = {"client": client_count, "server": server_count, "difference": None,
-                             "difference_ratio": None}
+    check: dict[str, Any] = {
+        "client": client_count,
+        "server": server_count,
+        "difference": None,
+        "difference_ratio": None,
+    }
     if client_count is not None and server_count is not None:
         difference = server_count - client_count
         check.update(difference=difference, difference_ratio=difference / client_count if client_count else None)

@@ -15,6 +15,15 @@ from lab.report.build import (
 )
 
 __all__ = [
-    "PRESETS", "QUICK_REPORT_DIR", "REPORT_COMMAND", "REPORT_DIR", "DirtyTreeError", "enqueue_reproduction", "latest_reproduction",
-    "report_from_experiments", "report_only", "reproduce", "write_report",
+    "PRESETS",
+    "QUICK_REPORT_DIR",
+    "REPORT_COMMAND",
+    "REPORT_DIR",
+    "DirtyTreeError",
+    "enqueue_reproduction",
+    "latest_reproduction",
+    "report_from_experiments",
+    "report_only",
+    "reproduce",
+    "write_report",
 ]

@@ -93,22 +93,43 @@ def build_blocks(
     return blocks
 
 
-def _head_blocks(records_by_preset: dict[str, list[dict[str, Any]]], experiments_meta: dict[str, dict[str, Any]],
-                 generated_at: datetime, command: str, verdicts: list[dict[str, Any]], trust: Trust) -> list[Block]:
+def _head_blocks(
+    records_by_preset: dict[str, list[dict[str, Any]]],
+    experiments_meta: dict[str, dict[str, Any]],
+    generated_at: datetime,
+    command: str,
+    verdicts: list[dict[str, Any]],
+    trust: Trust,
+) -> list[Block]:
     counts = {v: sum(1 for item in verdicts if item["verdict"] == v) for v in VERDICTS}
     all_records = [r for records in records_by_preset.values() for r in records]
     scales = sorted({meta.get("scale", "full") for meta in experiments_meta.values()}) or ["full"]
     quick = "quick" in scales
     return [
         ("h", 1, "Reproducing the seed's experiments" + (": quick scale" if quick else "")),
-        *([("p", "**Quick scale, not the seed's.** Each cell is shorter (and some lighter) than the seed's; the "
-                 "Scaling table says how each differs. The seed-scale report is one folder up.")] if quick else []),
-        ("p", f"Generated {generated_at.isoformat(timespec='seconds')} by `{command}` "
-              f"(scale: {', '.join(scales)}). {len(done_runs(all_records))} of {len(all_records)} runs finished. "
-              "This is a record of one measurement: regenerate it when the lab changes."),
+        *(
+            [
+                (
+                    "p",
+                    "**Quick scale, not the seed's.** Each cell is shorter (and some lighter) than the seed's; the "
+                    "Scaling table says how each differs. The seed-scale report is one folder up.",
+                )
+            ]
+            if quick
+            else []
+        ),
+        (
+            "p",
+            f"Generated {generated_at.isoformat(timespec='seconds')} by `{command}` "
+            f"(scale: {', '.join(scales)}). {len(done_runs(all_records))} of {len(all_records)} runs finished. "
+            "This is a record of one measurement: regenerate it when the lab changes.",
+        ),
         *header_blocks(trust),
-        ("p", "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]) + ". The seed's set-up: "
-              f"{SEED_HARDWARE}."),
+        (
+            "p",
+            "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]) + ". The seed's set-up: "
+            f"{SEED_HARDWARE}.",
+        ),
     ]
 
 
@@ -118,33 +139,60 @@ def _scaling_blocks(experiments_meta: dict[str, dict[str, Any]]) -> list[Block]:
         ("p", f"The seed: {SEED_SCALE}. Here:"),
         ("table", scaling_table(experiments_meta)),
         *([("p", overhead)] if (overhead := overhead_sentence(experiments_meta)) else []),
-        ("p", "Figures are means over repeats with their 95% confidence interval [low, high] where there are at "
-              "least two (Student's t with n-1 degrees of freedom on the log scale, so a figure that cannot be "
-              "negative never gets a negative bound). Ratios carry a 95% interval too: paired by round when both "
-              "cells ran in the same interleaved rounds (the t interval of the per-round log ratios), otherwise the "
-              "log of the ratio of means with Welch's degrees of freedom. Throughput is k6's (everything completed "
-              "over the whole test, drain included, like the seed's); steady throughput counts the load window "
-              "only. Failed requests are summed over repeats."),
+        (
+            "p",
+            "Figures are means over repeats with their 95% confidence interval [low, high] where there are at "
+            "least two (Student's t with n-1 degrees of freedom on the log scale, so a figure that cannot be "
+            "negative never gets a negative bound). Ratios carry a 95% interval too: paired by round when both "
+            "cells ran in the same interleaved rounds (the t interval of the per-round log ratios), otherwise the "
+            "log of the ratio of means with Welch's degrees of freedom. Throughput is k6's (everything completed "
+            "over the whole test, drain included, like the seed's); steady throughput counts the load window "
+            "only. Failed requests are summed over repeats.",
+        ),
     ]
 
 
 def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
     return [
         ("h", 2, "Claim by claim"),
-        ("table", pd.DataFrame([{
-            "claim (seed)": v["claim"], "figure": v["figure"], "seed": v["seed_text"], "ours": v["ours_text"],
-            "verdict": v["verdict"], "why": v["reason"],
-        } for v in verdicts])),
-        ("p", "Rules (in code: lab/report/verdicts.py VERDICT_RULES), applied to the whole 95% interval of our "
-              "figure: a verdict is given only when every value in the interval gets it, \"inconclusive\" "
-              "otherwise:"),
-        ("list", [f"{name}: {rule['text']}" for name, rule in VERDICT_RULES.items()
-                  if any(v["rule"] == name for v in verdicts)]),
-        ("p", f"Every \"why\" is computed from these runs' figures and the environment. \"{NOT_HELD_HARDWARE}\" "
-              "means the figure did not hold and a measured resource of this machine bounds it (named with its "
-              "figure): other hardware, such as the seed's GPU, would change it. \"did not hold\" has no such "
-              f"bound: the claim itself is in question here. \"{NOT_MEASURABLE}\" means the figure is cut off by "
-              "what the run could hold (named): it is not judged."),
+        (
+            "table",
+            pd.DataFrame(
+                [
+                    {
+                        "claim (seed)": v["claim"],
+                        "figure": v["figure"],
+                        "seed": v["seed_text"],
+                        "ours": v["ours_text"],
+                        "verdict": v["verdict"],
+                        "why": v["reason"],
+                    }
+                    for v in verdicts
+                ]
+            ),
+        ),
+        (
+            "p",
+            "Rules (in code: lab/report/verdicts.py VERDICT_RULES), applied to the whole 95% interval of our "
+            'figure: a verdict is given only when every value in the interval gets it, "inconclusive" '
+            "otherwise:",
+        ),
+        (
+            "list",
+            [
+                f"{name}: {rule['text']}"
+                for name, rule in VERDICT_RULES.items()
+                if any(v["rule"] == name for v in verdicts)
+            ],
+        ),
+        (
+            "p",
+            f'Every "why" is computed from these runs\' figures and the environment. "{NOT_HELD_HARDWARE}" '
+            "means the figure did not hold and a measured resource of this machine bounds it (named with its "
+            'figure): other hardware, such as the seed\'s GPU, would change it. "did not hold" has no such '
+            f'bound: the claim itself is in question here. "{NOT_MEASURABLE}" means the figure is cut off by '
+            "what the run could hold (named): it is not judged.",
+        ),
     ]
 
 
@@ -155,22 +203,38 @@ def _experiment_blocks(preset: str, records: list[dict[str, Any]], meta: dict[st
     blocks.append(("h", 3, "Ours"))
     ours = our_table(preset, records)
     blocks.append(("table", ours) if not ours.empty else ("p", "No run of this experiment finished."))
-    blocks += [("h", 3, "Seed"), ("table", seed_table(preset)), ("h", 3, "Ratios"),
-               ("table", pd.DataFrame(ratio_rows(preset, records), columns=["figure", "ours", "seed"]))]
+    blocks += [
+        ("h", 3, "Seed"),
+        ("table", seed_table(preset)),
+        ("h", 3, "Ratios"),
+        ("table", pd.DataFrame(ratio_rows(preset, records), columns=["figure", "ours", "seed"])),
+    ]
     blocks += [("chart", stem, title) for stem, title in EXPERIMENT_CHARTS[preset]]
     return blocks
 
 
-def _tail_blocks(records_by_preset: dict[str, list[dict[str, Any]]], price_per_hour: float | None,
-                 capacity: CapacitySection | None, png_note: str | None) -> list[Block]:
+def _tail_blocks(
+    records_by_preset: dict[str, list[dict[str, Any]]],
+    price_per_hour: float | None,
+    capacity: CapacitySection | None,
+    png_note: str | None,
+) -> list[Block]:
     blocks: list[Block] = [("h", 2, "What the original left open")]
-    blocks.append(("p", "Server-side time to first token and time per output token (from the backend's "
-                        "/metrics), resource use sampled while the load ran, and failures, per cell, mean [95% CI] over "
-                        "repeats. Client-side TTFT and time per output token need streamed requests (`workload.stream`); "
-                        "the seed's were not streamed, so they show only for cells that streamed. "
-                        "Cost per token needs a price per hour: "
-                        + (f"{price_per_hour:g} per hour was used." if price_per_hour is not None
-                           else "none was given, so it is left out.")))
+    blocks.append(
+        (
+            "p",
+            "Server-side time to first token and time per output token (from the backend's "
+            "/metrics), resource use sampled while the load ran, and failures, per cell, mean [95% CI] over "
+            "repeats. Client-side TTFT and time per output token need streamed requests (`workload.stream`); "
+            "the seed's were not streamed, so they show only for cells that streamed. "
+            "Cost per token needs a price per hour: "
+            + (
+                f"{price_per_hour:g} per hour was used."
+                if price_per_hour is not None
+                else "none was given, so it is left out."
+            ),
+        )
+    )
     blocks.append(("table", open_questions_table(records_by_preset, price_per_hour=price_per_hour)))
     if capacity is not None:
         blocks.extend(capacity.blocks())
@@ -179,8 +243,9 @@ def _tail_blocks(records_by_preset: dict[str, list[dict[str, Any]]], price_per_h
     problems = problem_rows(records_by_preset)
     blocks.append(("table", pd.DataFrame(problems)) if problems else ("p", "None: every run finished done."))
     if png_note:
-        blocks.append(("p", f"PNG copies of the charts could not be written ({scrub_paths(png_note)}); "
-                            "report.html has them."))
+        blocks.append(
+            ("p", f"PNG copies of the charts could not be written ({scrub_paths(png_note)}); report.html has them.")
+        )
     blocks.append(("p", "Every run's figures: runs.csv. Interactive charts: report.html (self-contained)."))
     return blocks
 
@@ -191,9 +256,11 @@ def overhead_sentence(experiments_meta: dict[str, dict[str, Any]]) -> str | None
     measured_s = sum(meta.get("measured_s") or 0 for meta in experiments_meta.values())
     if not wall_s or not measured_s:
         return None
-    return (f"Wall time {wall_s:.0f} s for {measured_s:.0f} s of measured load (k6's test durations, drain "
-            f"included): a wall-time ratio of {wall_s / measured_s:.2f} (the rest is the lab starting "
-            "services, warming up and parsing).")
+    return (
+        f"Wall time {wall_s:.0f} s for {measured_s:.0f} s of measured load (k6's test durations, drain "
+        f"included): a wall-time ratio of {wall_s / measured_s:.2f} (the rest is the lab starting "
+        "services, warming up and parsing)."
+    )
 
 
 def write_report(
@@ -229,16 +296,26 @@ def write_report(
     if capacity is not None:
         charts.update(capacity.charts())
     png_paths, png_note = write_pngs(charts, output_dir / "charts") if write_png else ({}, None)
-    blocks = build_blocks(records_by_preset=records_by_preset, experiments_meta=experiments_meta,
-                          environment=environment, generated_at=generated_at, command=command, verdicts=verdicts,
-                          png_note=png_note, price_per_hour=price_per_hour, capacity=capacity, trust=trust)
+    blocks = build_blocks(
+        records_by_preset=records_by_preset,
+        experiments_meta=experiments_meta,
+        environment=environment,
+        generated_at=generated_at,
+        command=command,
+        verdicts=verdicts,
+        png_note=png_note,
+        price_per_hour=price_per_hour,
+        capacity=capacity,
+        trust=trust,
+    )
     written: dict[str, Path] = {}
     markdown_path = output_dir / "README.md"
     markdown_path.write_text(render_markdown(blocks, png_paths=png_paths, output_dir=output_dir), encoding="utf-8")
     written["README.md"] = markdown_path
     html_path = output_dir / "report.html"
-    html_path.write_text(render_html(blocks, charts=charts, title="Serving Lab: reproducing the seed"),
-                         encoding="utf-8")
+    html_path.write_text(
+        render_html(blocks, charts=charts, title="Serving Lab: reproducing the seed"), encoding="utf-8"
+    )
     written["report.html"] = html_path
     csv_path = output_dir / "runs.csv"
     all_records = [r for records in records_by_preset.values() for r in records]
@@ -251,13 +328,21 @@ def write_report(
 
 # -- the whole reproduction ---------------------------------------------------------------
 
+
 def _meta_from_spec(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] | None = None) -> dict[str, Any]:
     vus = spec.grid.get("load.vus") or [spec.base.load.peak_vus]
     return {
-        "name": spec.name, "scale": spec.scale, "scale_note": spec.scale_note, "ids": [experiment_id],
-        "duration_s": spec.base.load.duration_s, "vus": list(vus), "repeats": spec.repeats,
-        "order": spec.order if spec.repeats > 1 else "blocks", "order_seed": spec.order_seed,
-        "rules_version": (frozen_rules or {}).get("version"), "allowed_dirty": bool((frozen_rules or {}).get("allowed_dirty")),
+        "name": spec.name,
+        "scale": spec.scale,
+        "scale_note": spec.scale_note,
+        "ids": [experiment_id],
+        "duration_s": spec.base.load.duration_s,
+        "vus": list(vus),
+        "repeats": spec.repeats,
+        "order": spec.order if spec.repeats > 1 else "blocks",
+        "order_seed": spec.order_seed,
+        "rules_version": (frozen_rules or {}).get("version"),
+        "allowed_dirty": bool((frozen_rules or {}).get("allowed_dirty")),
     }
 
 
@@ -269,7 +354,7 @@ REPRODUCE_TAG = "reproduce"
 
 
 def enqueue_reproduction(
-    *, settings: Any, quick: bool, repeats: int | None, presets: Sequence[str] = PRESETS, allow_dirty: bool = False,
+    *, settings: Any, quick: bool, repeats: int | None, presets: Sequence[str] = PRESETS, allow_dirty: bool = False
 ) -> dict[str, dict[str, Any]]:
     """Queue the seed presets (tagged ``reproduce``), with the verdict rules frozen on each;
     returns per preset its meta and run ids. DirtyTreeError when the checkout has uncommitted
@@ -282,8 +367,10 @@ def enqueue_reproduction(
 
     code = provenance()
     if code.dirty and not allow_dirty:
-        raise DirtyTreeError(f"the lab's checkout has uncommitted changes (commit {code.commit}): commit them, or "
-                             "pass --allow-dirty (the report will say so at the top)")
+        raise DirtyTreeError(
+            f"the lab's checkout has uncommitted changes (commit {code.commit}): commit them, or "
+            "pass --allow-dirty (the report will say so at the top)"
+        )
     rules = {**frozen_rules(), "lab_git_commit": code.label, "allowed_dirty": code.dirty}
     from sqlalchemy.orm import Session
 
@@ -297,10 +384,12 @@ def enqueue_reproduction(
     for preset in presets:
         spec = load_preset(preset, quick=quick, overrides=overrides)
         with Session(engine) as session:
-            experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=REPRODUCE_TAG,
-                                                        frozen_rules=rules)
-            experiments_meta[preset] = _meta_from_spec(ExperimentSpec.model_validate(experiment.spec), experiment.id,
-                                                       rules)
+            experiment = experiments.enqueue_experiment(
+                session=session, spec=spec, tags=REPRODUCE_TAG, frozen_rules=rules
+            )
+            experiments_meta[preset] = _meta_from_spec(
+                ExperimentSpec.model_validate(experiment.spec), experiment.id, rules
+            )
             experiments_meta[preset]["run_ids"] = [run.id for run in experiment.runs]
     return experiments_meta
 
@@ -368,17 +457,23 @@ def report_from_experiments(
                 environment = next((dict(run.environment) for run in runs if run.environment), {})
         capacity = latest_capacity_section(session=session)
     if not environment:
-        from lab.measurement import environment as lab_environment
         from lab.execution.k6_driver import k6_version
+        from lab.measurement import environment as lab_environment
 
         environment = lab_environment.capture(model=settings.default_model, k6_version=k6_version())
     meta_without_run_ids = {p: {k: v for k, v in m.items() if k != "run_ids"} for p, m in experiments_meta.items()}
-    written = write_report(records_by_preset=records_by_preset, experiments_meta=meta_without_run_ids,
-                           environment=environment, output_dir=Path(output_dir),
-                           generated_at=datetime.now().astimezone(), price_per_hour=price_per_hour,
-                           command=command, capacity=capacity,
-                           frozen_rules_versions=tuple(m.get("rules_version") for m in experiments_meta.values()),
-                           allowed_dirty=any(m.get("allowed_dirty") for m in experiments_meta.values()))
+    written = write_report(
+        records_by_preset=records_by_preset,
+        experiments_meta=meta_without_run_ids,
+        environment=environment,
+        output_dir=Path(output_dir),
+        generated_at=datetime.now().astimezone(),
+        price_per_hour=price_per_hour,
+        command=command,
+        capacity=capacity,
+        frozen_rules_versions=tuple(m.get("rules_version") for m in experiments_meta.values()),
+        allowed_dirty=any(m.get("allowed_dirty") for m in experiments_meta.values()),
+    )
     all_records = [r for records in records_by_preset.values() for r in records]
     return written, bool(all_records) and all(r.get("status") == "done" for r in all_records)
 
@@ -401,18 +496,27 @@ def reproduce(
     from lab.execution import run_waiter
 
     try:
-        experiments_meta = enqueue_reproduction(settings=settings, quick=quick, repeats=repeats, presets=presets,
-                                                allow_dirty=allow_dirty)
+        experiments_meta = enqueue_reproduction(
+            settings=settings, quick=quick, repeats=repeats, presets=presets, allow_dirty=allow_dirty
+        )
     except DirtyTreeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    for preset, meta in experiments_meta.items():
-        print(f"experiment #{meta['ids'][0]}: {meta['name']}: {len(meta['run_ids'])} runs queued"
-              + (f" ({meta['scale_note']})" if meta["scale_note"] else ""), file=sys.stderr)
-    run_waiter.wait_for_runs(settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]])
+    for meta in experiments_meta.values():
+        print(
+            f"experiment #{meta['ids'][0]}: {meta['name']}: {len(meta['run_ids'])} runs queued"
+            + (f" ({meta['scale_note']})" if meta["scale_note"] else ""),
+            file=sys.stderr,
+        )
+    run_waiter.wait_for_runs(
+        settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]]
+    )
     command = reproduction_command(quick=quick, repeats=repeats)
     written, all_done = report_from_experiments(
-        settings=settings, experiments_meta=experiments_meta, output_dir=output_dir, command=command,
+        settings=settings,
+        experiments_meta=experiments_meta,
+        output_dir=output_dir,
+        command=command,
         price_per_hour=price_per_hour,
     )
     print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
@@ -432,10 +536,14 @@ def report_only(*, settings: Any, quick: bool, output_dir: Path) -> int:
     scale = "quick" if quick else "full"
     experiments_meta = latest_reproduction(settings=settings, scale=scale)
     if not experiments_meta:
-        print(f"error: no {scale}-scale reproduction is stored: run {reproduction_command(quick=quick, repeats=None)} "
-              "first", file=sys.stderr)
+        print(
+            f"error: no {scale}-scale reproduction is stored: run {reproduction_command(quick=quick, repeats=None)} "
+            "first",
+            file=sys.stderr,
+        )
         return 2
-    written, all_done = report_from_experiments(settings=settings, experiments_meta=experiments_meta,
-                                                output_dir=output_dir)
+    written, all_done = report_from_experiments(
+        settings=settings, experiments_meta=experiments_meta, output_dir=output_dir
+    )
     print(f"report written: {written['README.md']} and {written['report.html']}", file=sys.stderr)
     return 0 if all_done else 1

@@ -31,19 +31,22 @@ def capacity_table(state: dict[str, Any]) -> pd.DataFrame:
     for backend, entry in state.get("backends", {}).items():
         capacity = entry.get("capacity_load")
         goodput = entry.get("goodput_req_per_s")
-        rows.append({
-            "backend": backend,
-            f"capacity ({unit})": "none (the smallest load broke the SLO)" if capacity is None and entry.get(
-                "state") == "done" else ("–" if capacity is None else f"{capacity:g}"),
-            "goodput (req/s)": "–" if goodput is None else f"{goodput:.3g}",
-            "probes": len(entry.get("probes", [])),
-            "bounding runs": ", ".join(f"#{i}" for i in entry.get("bounding_run_ids", [])) or "–",
-            "search": entry.get("stop_reason") or entry.get("state", ""),
-        })
+        rows.append(
+            {
+                "backend": backend,
+                f"capacity ({unit})": "none (the smallest load broke the SLO)"
+                if capacity is None and entry.get("state") == "done"
+                else ("–" if capacity is None else f"{capacity:g}"),
+                "goodput (req/s)": "–" if goodput is None else f"{goodput:.3g}",
+                "probes": len(entry.get("probes", [])),
+                "bounding runs": ", ".join(f"#{i}" for i in entry.get("bounding_run_ids", [])) or "–",
+                "search": entry.get("stop_reason") or entry.get("state", ""),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def search_figure(state: dict[str, Any]):  # noqa: ANN201
+def search_figure(state: dict[str, Any]):
     """Each probe a point: load against the SLO figure, green when it passed, red when not;
     the SLO limit as a dashed line."""
     import plotly.graph_objects as go
@@ -55,20 +58,38 @@ def search_figure(state: dict[str, Any]):  # noqa: ANN201
         probes = [p for p in entry.get("probes", []) if p.get("slo_figure_s") is not None]
         if not probes:
             continue
-        fig.add_trace(go.Scatter(
-            name=backend, x=[p["load"] for p in probes], y=[p["slo_figure_s"] for p in probes], mode="markers+text",
-            text=[str(i + 1) for i in range(len(probes))], textposition="top center",
-            marker=dict(size=12, symbol=symbols[index % len(symbols)],
-                        color=[PASS_COLOUR if p["passed"] else FAIL_COLOUR for p in probes]),
-            hovertext=[f"{backend} probe {i + 1}: {'pass' if p['passed'] else 'fail'}; {p.get('note', '')}"
-                       for i, p in enumerate(probes)],
-        ))
+        fig.add_trace(
+            go.Scatter(
+                name=backend,
+                x=[p["load"] for p in probes],
+                y=[p["slo_figure_s"] for p in probes],
+                mode="markers+text",
+                text=[str(i + 1) for i in range(len(probes))],
+                textposition="top center",
+                marker=dict(
+                    size=12,
+                    symbol=symbols[index % len(symbols)],
+                    color=[PASS_COLOUR if p["passed"] else FAIL_COLOUR for p in probes],
+                ),
+                hovertext=[
+                    f"{backend} probe {i + 1}: {'pass' if p['passed'] else 'fail'}; {p.get('note', '')}"
+                    for i, p in enumerate(probes)
+                ],
+            )
+        )
     if state.get("slo_threshold_s") is not None:
-        fig.add_hline(y=state["slo_threshold_s"], line_dash="dash", line_color="#555",
-                      annotation_text=f"limit {state['slo_threshold_s']:g} s")
-    fig.update_layout(title=f"Capacity search: {figure_name} by load (green pass, red fail; numbers: probe order)",
-                      xaxis_title=f"load ({state.get('unit', '')})", yaxis_title=f"{figure_name}",
-                      template="plotly_white")
+        fig.add_hline(
+            y=state["slo_threshold_s"],
+            line_dash="dash",
+            line_color="#555",
+            annotation_text=f"limit {state['slo_threshold_s']:g} s",
+        )
+    fig.update_layout(
+        title=f"Capacity search: {figure_name} by load (green pass, red fail; numbers: probe order)",
+        xaxis_title=f"load ({state.get('unit', '')})",
+        yaxis_title=f"{figure_name}",
+        template="plotly_white",
+    )
     return fig
 
 
@@ -77,37 +98,55 @@ def pareto_points(records: Sequence[dict[str, Any]], figure: str = "latency_p95_
     grouped: dict[str, dict[float, list[dict[str, Any]]]] = {}
     for record in records:
         load = _load_of(record)
-        if record.get("status") != "done" or load is None or record.get(figure) is None \
-                or record.get("req_per_s") is None:
+        if (
+            record.get("status") != "done"
+            or load is None
+            or record.get(figure) is None
+            or record.get("req_per_s") is None
+        ):
             continue
         grouped.setdefault(record["backend"], {}).setdefault(float(load), []).append(record)
     points: dict[str, list[dict[str, Any]]] = {}
     for backend, by_load in grouped.items():
         points[backend] = [
-            {"load": load, figure: sum(r[figure] for r in rows) / len(rows),
-             "req_per_s": sum(r["req_per_s"] for r in rows) / len(rows), "runs": [r["run_id"] for r in rows]}
+            {
+                "load": load,
+                figure: sum(r[figure] for r in rows) / len(rows),
+                "req_per_s": sum(r["req_per_s"] for r in rows) / len(rows),
+                "runs": [r["run_id"] for r in rows],
+            }
             for load, rows in sorted(by_load.items())
         ]
     return points
 
 
-def pareto_figure(records: Sequence[dict[str, Any]], figure: str = "latency_p95_s",
-                  limit_s: float | None = None):  # noqa: ANN201
+def pareto_figure(records: Sequence[dict[str, Any]], figure: str = "latency_p95_s", limit_s: float | None = None):
     """Throughput against the SLO latency figure, one curve per backend across its loads."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for backend, points in pareto_points(records, figure).items():
-        fig.add_trace(go.Scatter(
-            name=backend, x=[p[figure] for p in points], y=[p["req_per_s"] for p in points], mode="lines+markers+text",
-            text=[f"{p['load']:g}" for p in points], textposition="top center",
-            hovertext=[f"{backend} at load {p['load']:g}: runs {', '.join(f'#{i}' for i in p['runs'])}"
-                       for p in points],
-        ))
+        fig.add_trace(
+            go.Scatter(
+                name=backend,
+                x=[p[figure] for p in points],
+                y=[p["req_per_s"] for p in points],
+                mode="lines+markers+text",
+                text=[f"{p['load']:g}" for p in points],
+                textposition="top center",
+                hovertext=[
+                    f"{backend} at load {p['load']:g}: runs {', '.join(f'#{i}' for i in p['runs'])}" for p in points
+                ],
+            )
+        )
     if limit_s is not None:
         fig.add_vline(x=limit_s, line_dash="dash", line_color="#555", annotation_text=f"limit {limit_s:g} s")
-    fig.update_layout(title=f"Throughput against {figure} (labels: load)", xaxis_title=f"{figure}",
-                      yaxis_title="requests per second", template="plotly_white")
+    fig.update_layout(
+        title=f"Throughput against {figure} (labels: load)",
+        xaxis_title=f"{figure}",
+        yaxis_title="requests per second",
+        template="plotly_white",
+    )
     return fig
 
 
@@ -116,11 +155,14 @@ def capacity_blocks(state: dict[str, Any], experiment_id: int, scale_note: str =
     plan = state.get("plan", {})
     blocks: list[tuple] = [
         ("h", 2, SECTION_TITLE),
-        ("p", "The seed measured fixed loads; a lab member asks how much load each stack holds before "
-              f"latency breaks a target. Capacity search #{experiment_id} answers it for the SLO "
-              f"{', '.join(plan.get('slo', []))}: the load grows geometrically until the SLO fails or the "
-              "backend saturates, then bisects; every probe is a stored run."
-              + (f" Scale: {scale_note}." if scale_note else "")),
+        (
+            "p",
+            "The seed measured fixed loads; a lab member asks how much load each stack holds before "
+            f"latency breaks a target. Capacity search #{experiment_id} answers it for the SLO "
+            f"{', '.join(plan.get('slo', []))}: the load grows geometrically until the SLO fails or the "
+            "backend saturates, then bisects; every probe is a stored run."
+            + (f" Scale: {scale_note}." if scale_note else ""),
+        ),
         ("table", capacity_table(state)),
         ("chart", PARETO_STEM, "Throughput against the SLO figure, per backend"),
         ("chart", SEARCH_STEM, "The probes of the search"),
@@ -162,11 +204,16 @@ def latest_capacity_section(*, session: Any, preset: str = CAPACITY_PRESET) -> C
     from db.models import Experiment
     from lab.report.publish import published_record, scrub_tree
 
-    experiment = session.scalar(select(Experiment).where(Experiment.preset == preset, Experiment.capacity.is_not(None))
-                                .order_by(Experiment.id.desc()).limit(1))
+    experiment = session.scalar(
+        select(Experiment)
+        .where(Experiment.preset == preset, Experiment.capacity.is_not(None))
+        .order_by(Experiment.id.desc())
+        .limit(1)
+    )
     if experiment is None:
         return None
     runs = store.list_runs(session=session, experiment_ids=[experiment.id], newest_first=False)
     scale_note = "quick scale" if experiment.scale == "quick" else ""
-    return CapacitySection(experiment.id, scrub_tree(dict(experiment.capacity)), [published_record(run) for run in runs],
-                           scale_note)
+    return CapacitySection(
+        experiment.id, scrub_tree(dict(experiment.capacity)), [published_record(run) for run in runs], scale_note
+    )

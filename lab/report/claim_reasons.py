@@ -73,8 +73,10 @@ def _cpu_bound(evidence: Evidence, what: str, **match: Any) -> str | None:
     if busy is None or busy < SATURATED_SHARE:
         return None
     backend_cpu = evidence.mean("backend_cpu_percent_avg", **match)
-    return (f"CPU: {busy:.0%} of the {evidence.cores} cores were busy {what} (the backend alone "
-            f"{_num(backend_cpu, 0)}% of one core)")
+    return (
+        f"CPU: {busy:.0%} of the {evidence.cores} cores were busy {what} (the backend alone "
+        f"{_num(backend_cpu, 0)}% of one core)"
+    )
 
 
 def _no_gpu_bound(evidence: Evidence) -> str | None:
@@ -95,8 +97,10 @@ def _tpot_change(evidence: Evidence, setup: SeedSetup, low: int, high: int) -> s
     tpot_high = evidence.mean("server_time_per_output_token_avg_s", setup, vus=high)
     if not tpot_low or tpot_high is None:
         return ""
-    return (f"; the server's time per output token went from {tpot_low * 1000:.0f} ms to {tpot_high * 1000:.0f} ms "
-            f"({tpot_high / tpot_low:.1f}x): each step decodes more sequences on the same cores")
+    return (
+        f"; the server's time per output token went from {tpot_low * 1000:.0f} ms to {tpot_high * 1000:.0f} ms "
+        f"({tpot_high / tpot_low:.1f}x): each step decodes more sequences on the same cores"
+    )
 
 
 def explain_speedup_1vu(evidence: Evidence) -> Reason:
@@ -106,8 +110,10 @@ def explain_speedup_1vu(evidence: Evidence) -> Reason:
     bound = _no_gpu_bound(evidence)
     if bound:
         cpu = evidence.mean("backend_cpu_percent_avg", setup=_VLLM, vus=1)
-        text += (f"; the seed's mechanism (CUDA graphs cutting kernel-launch overhead) exists only on a GPU, "
-                 f"and here vLLM's engine decoded on the CPU at {_num(cpu, 0)}% of one core")
+        text += (
+            f"; the seed's mechanism (CUDA graphs cutting kernel-launch overhead) exists only on a GPU, "
+            f"and here vLLM's engine decoded on the CPU at {_num(cpu, 0)}% of one core"
+        )
     return Reason(text, bound)
 
 
@@ -120,9 +126,10 @@ def explain_vllm_growth(evidence: Evidence) -> Reason:
     tok_high = evidence.mean("output_tok_per_s", setup=_VLLM, vus=high)
     lat_low = evidence.mean("latency_avg_s", setup=_VLLM, vus=low)
     lat_high = evidence.mean("latency_avg_s", setup=_VLLM, vus=high)
-    text = (f"from {low} to {high} VUs vLLM went from {_num(tok_low)} to {_num(tok_high)} output tok/s and its "
-            f"average latency from {_num(lat_low, 2)} s to {_num(lat_high, 2)} s"
-            + _tpot_change(evidence, _VLLM, low, high))
+    text = (
+        f"from {low} to {high} VUs vLLM went from {_num(tok_low)} to {_num(tok_high)} output tok/s and its "
+        f"average latency from {_num(lat_low, 2)} s to {_num(lat_high, 2)} s" + _tpot_change(evidence, _VLLM, low, high)
+    )
     bound = _saturation_bound(evidence, f"at {high} VUs", setup=_VLLM, vus=high)
     if bound:
         text += "; batching cannot add throughput once the cores are saturated"
@@ -140,20 +147,29 @@ def explain_naive_growth(evidence: Evidence) -> Reason:
     interrupted = evidence.mean("iterations_interrupted", setup=_NAIVE, vus=high)
     # Serial: at N VUs a request waits for the N-1 before it, so latency / N is one generation.
     service_s = lat_low / low if lat_low is not None else None
-    text = (f"the naive server answers one request at a time: about {_num(service_s, 1)} s a generation (at {low} "
-            f"VU{'s' if low != 1 else ''}), so at {high} VUs a request can queue behind {high - 1} others (about "
-            f"{_num((service_s or 0) * (high - 1), 0)} s)")
+    text = (
+        f"the naive server answers one request at a time: about {_num(service_s, 1)} s a generation (at {low} "
+        f"VU{'s' if low != 1 else ''}), so at {high} VUs a request can queue behind {high - 1} others (about "
+        f"{_num((service_s or 0) * (high - 1), 0)} s)"
+    )
     if test_s is not None:
-        text += (f"; the test lasted {_num(test_s, 0)} s, which caps the latency of the requests that completed "
-                 f"({_num(lat_high, 1)} s on average)")
+        text += (
+            f"; the test lasted {_num(test_s, 0)} s, which caps the latency of the requests that completed "
+            f"({_num(lat_high, 1)} s on average)"
+        )
     if interrupted:
-        text += f", and {_num(interrupted, 0)} requests were still queued when k6's graceful stop ended it (counted apart)"
+        text += (
+            f", and {_num(interrupted, 0)} requests were still queued when k6's graceful stop ended it (counted apart)"
+        )
     return Reason(text)
 
 
 def _block_size(evidence: Evidence) -> int | None:
-    sizes = {r.get("vllm_block_size") for r in done_runs(evidence.records)
-             if seed_setup_of(r.get("backend")) in (_VLLM, _CACHED)}
+    sizes = {
+        r.get("vllm_block_size")
+        for r in done_runs(evidence.records)
+        if seed_setup_of(r.get("backend")) in (_VLLM, _CACHED)
+    }
     sizes.discard(None)
     return sizes.pop() if len(sizes) == 1 else None
 
@@ -196,25 +212,38 @@ def explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
         if direct is None or fill_s is None or run_s is None:
             return Reason("the direct or the cached run is missing")
         if cache_filled_first(evidence.records, prompts):
-            return Reason(f"the cache was filled with all {prompts:,} prompts before the measured {run_s:.0f} s "
-                          f"(unmeasured: at the {direct:.2f} req/s direct vLLM served, storing them takes at least "
-                          f"{fill_s:,.0f} s), so the window measured the hit path: {format_share(hit)} of requests "
-                          f"hit, {_num(cached, 0)} req/s cached")
+            return Reason(
+                f"the cache was filled with all {prompts:,} prompts before the measured {run_s:.0f} s "
+                f"(unmeasured: at the {direct:.2f} req/s direct vLLM served, storing them takes at least "
+                f"{fill_s:,.0f} s), so the window measured the hit path: {format_share(hit)} of requests "
+                f"hit, {_num(cached, 0)} req/s cached"
+            )
         # A hit costs milliseconds, so the misses set the pace: each distinct prompt misses once.
-        text = (f"every distinct prompt misses once at the backend's speed: direct vLLM served {direct:.2f} req/s, so "
-                f"storing {prompts:,} prompts takes at least {fill_s:,.0f} s; the run lasted {run_s:.0f} s")
+        text = (
+            f"every distinct prompt misses once at the backend's speed: direct vLLM served {direct:.2f} req/s, so "
+            f"storing {prompts:,} prompts takes at least {fill_s:,.0f} s; the run lasted {run_s:.0f} s"
+        )
         bound = None
         if fill_s > run_s:
-            text += (f", so at most {run_s / fill_s:.0%} of the prompts were stored by its end "
-                     f"(hit rate measured: {format_share(hit)})")
+            text += (
+                f", so at most {run_s / fill_s:.0%} of the prompts were stored by its end "
+                f"(hit rate measured: {format_share(hit)})"
+            )
             seed_direct = setup_mean(_seed_records("seed-exp2"), "req_per_s", _VLLM, prompts=prompts)
-            bound = (f"generation speed: {direct:.2f} req/s direct at {_num(evidence.mean('vus', setup=_VLLM), 0)} "
-                     f"VUs against the seed's GPU {seed_direct:g} req/s (which stores them in "
-                     f"{prompts / seed_direct:.0f} s)" if seed_direct else f"generation speed: {direct:.2f} req/s direct")
+            bound = (
+                f"generation speed: {direct:.2f} req/s direct at {_num(evidence.mean('vus', setup=_VLLM), 0)} "
+                f"VUs against the seed's GPU {seed_direct:g} req/s (which stores them in "
+                f"{prompts / seed_direct:.0f} s)"
+                if seed_direct
+                else f"generation speed: {direct:.2f} req/s direct"
+            )
         else:
-            text += (f", so all could be stored after about {fill_s:.0f} s, leaving the rest of the run to hits: "
-                     f"{format_share(hit)} of requests hit, {_num(cached, 0)} req/s cached")
+            text += (
+                f", so all could be stored after about {fill_s:.0f} s, leaving the rest of the run to hits: "
+                f"{format_share(hit)} of requests hit, {_num(cached, 0)} req/s cached"
+            )
         return Reason(text, bound)
+
     return explain
 
 
@@ -222,8 +251,11 @@ def explain_max_latency(prompts: int) -> Callable[[Evidence], Reason]:
     def explain(evidence: Evidence) -> Reason:
         cached = evidence.mean("latency_max_s", setup=_CACHED, prompts=prompts)
         direct = evidence.mean("latency_max_s", setup=_VLLM, prompts=prompts)
-        return Reason(f"the slowest request took {_num(cached, 2)} s through the cache and {_num(direct, 2)} s "
-                      "direct: a miss is a full generation at the same concurrency either way")
+        return Reason(
+            f"the slowest request took {_num(cached, 2)} s through the cache and {_num(direct, 2)} s "
+            "direct: a miss is a full generation at the same concurrency either way"
+        )
+
     return explain
 
 
@@ -241,9 +273,11 @@ def explain_exp3_prefix(evidence: Evidence) -> Reason:
     requests = evidence.mean("requests_ok", setup=_VLLM)
     vus = evidence.mean("vus", setup=_VLLM)
     run_s = evidence.mean("duration_s", setup=_VLLM)
-    text = (f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}; a turn reuses the full "
-            "blocks of the system prompt and of its session's earlier turns, so the share grows with the turns each "
-            "session reaches within the run")
+    text = (
+        f"prompts averaged {_num(tokens, 0)} tokens with block size {block or '?'}; a turn reuses the full "
+        "blocks of the system prompt and of its session's earlier turns, so the share grows with the turns each "
+        "session reaches within the run"
+    )
     if not requests or not vus or not run_s:
         return Reason(text)
     turns_per_vu = requests / vus
@@ -254,17 +288,21 @@ def explain_exp3_prefix(evidence: Evidence) -> Reason:
     if seed_turns_per_vu:
         text += f", about {seed_turns_per_vu:.0f} at the seed's {seed_rate:g} req/s"
         if turns_per_vu < seed_turns_per_vu / 2:
-            bound = (f"generation speed: {evidence.mean('req_per_s', setup=_VLLM):.2f} req/s at {vus:.0f} VUs "
-                     f"against the seed's GPU {seed_rate:g} req/s, so the later turns of a session, which reuse the "
-                     "most, are rarely reached in a run")
+            bound = (
+                f"generation speed: {evidence.mean('req_per_s', setup=_VLLM):.2f} req/s at {vus:.0f} VUs "
+                f"against the seed's GPU {seed_rate:g} req/s, so the later turns of a session, which reuse the "
+                "most, are rarely reached in a run"
+            )
     return Reason(text, bound)
 
 
 def explain_rare(evidence: Evidence) -> Reason:
     hits = evidence.mean("response_cache_hits", setup=_CACHED)
     requests = evidence.mean("requests_ok", setup=_CACHED)
-    return Reason(f"{_num(hits, 0)} hits in {_num(requests, 0)} requests per run: a chat request carries its whole "
-                  "conversation, so it repeats only when a session is replayed from the start")
+    return Reason(
+        f"{_num(hits, 0)} hits in {_num(requests, 0)} requests per run: a chat request carries its whole "
+        "conversation, so it repeats only when a session is replayed from the start"
+    )
 
 
 def explain_cheap(evidence: Evidence) -> Reason:
@@ -274,8 +312,10 @@ def explain_cheap(evidence: Evidence) -> Reason:
     return Reason(text, _cpu_bound(evidence, "through the proxy", setup=_CACHED))
 
 
-
 def cache_filled_first(records: Sequence[dict[str, Any]], prompts: int) -> bool:
     """Whether the cached cell with ``prompts`` filled its cache before the measured window."""
-    return any(r.get("cache_filled_first") for r in done_runs(records)
-               if seed_setup_of(r.get("backend")) is _CACHED and r.get("prompts") == prompts)
+    return any(
+        r.get("cache_filled_first")
+        for r in done_runs(records)
+        if seed_setup_of(r.get("backend")) is _CACHED and r.get("prompts") == prompts
+    )

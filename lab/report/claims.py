@@ -11,6 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lab.analysis.aggregation import done_runs, vus_range
+from lab.analysis.interval_verdicts import interval_verdict
+from lab.analysis.reproducibility import runs_off_median
 from lab.analysis.seed import (
     LATENCY_AVG_S,
     SEED_EXPERIMENTS,
@@ -21,8 +23,6 @@ from lab.analysis.seed import (
     seed_growth,
     setup_mean,
 )
-from lab.analysis.interval_verdicts import interval_verdict
-from lab.analysis.reproducibility import runs_off_median
 from lab.backends import SeedSetup, seed_setup_of
 from lab.report.claim_reasons import (
     Evidence,
@@ -81,8 +81,13 @@ def _measured(found: Any, seed: float | None, figure: str) -> Measurement:
     interval = getattr(found, "interval", None)
     if interval is not None:
         return Measurement(found.value, seed, figure, ours_low=interval.ci95_low, ours_high=interval.ci95_high)
-    return Measurement(found.value, seed, figure, ours_low=getattr(found, "ci95_low", None),
-                       ours_high=getattr(found, "ci95_high", None))
+    return Measurement(
+        found.value,
+        seed,
+        figure,
+        ours_low=getattr(found, "ci95_low", None),
+        ours_high=getattr(found, "ci95_high", None),
+    )
 
 
 @dataclass(frozen=True)
@@ -111,14 +116,17 @@ def _growth(setup: SeedSetup, figure: str) -> Callable[[list[dict[str, Any]]], M
             return Measurement(None, None, f"{setup.value} {what}, highest over lowest VUs")
         low, high = span
         seed = seed_growth(setup, figure, low, high)
-        measurement = _measured(exp1_ratios(records).growth_of(setup, figure), seed.value,
-                                f"{SERVER_NAMES[setup]} {what} at {high} VUs over {low} VU "
-                                f"(seed: {seed.high_vus} over {seed.low_vus})")
+        measurement = _measured(
+            exp1_ratios(records).growth_of(setup, figure),
+            seed.value,
+            f"{SERVER_NAMES[setup]} {what} at {high} VUs over {low} VU (seed: {seed.high_vus} over {seed.low_vus})",
+        )
         if figure == LATENCY_AVG_S:
             cap = latency_cap(records, setup, high)
             if cap:
                 return replace(measurement, censored=cap)
         return measurement
+
     return measure
 
 
@@ -134,20 +142,27 @@ def latency_cap(records: Sequence[dict[str, Any]], setup: SeedSetup, vus: int) -
         test_s, longest_s = record.get("duration_s"), record.get("latency_max_s")
         waiting = record.get("iterations_interrupted") or 0
         if test_s and longest_s and waiting and longest_s >= CENSORED_LATENCY_SHARE * test_s:
-            return (f"the test lasted {test_s:g} s and its longest finished request took {longest_s:.0f} s with "
-                    f"{waiting} still waiting at the end (run #{record.get('run_id')}): latencies longer than the "
-                    "test cannot be measured, so the mean is cut off by the test's length")
+            return (
+                f"the test lasted {test_s:g} s and its longest finished request took {longest_s:.0f} s with "
+                f"{waiting} still waiting at the end (run #{record.get('run_id')}): latencies longer than the "
+                "test cannot be measured, so the mean is cut off by the test's length"
+            )
     return None
 
 
 def _speedup_at_1_vu(records: list[dict[str, Any]]) -> Measurement:
     ours = next((r for r in exp1_ratios(records).speedups if r.vus == 1), None)
-    return _measured(ours, exp1_ratios(_seed_records("seed-exp1")).speedup_at(1), "vLLM over naive output tok/s at 1 VU")
+    return _measured(
+        ours, exp1_ratios(_seed_records("seed-exp1")).speedup_at(1), "vLLM over naive output tok/s at 1 VU"
+    )
 
 
 def _prefix_hit_exp1(records: list[dict[str, Any]]) -> Measurement:
-    return _measured(exp1_ratios(records).prefix_cache_hit_rate, None,
-                     "vLLM prefix-cache hit rate, number-story prompt (seed: 'very high', not stated)")
+    return _measured(
+        exp1_ratios(records).prefix_cache_hit_rate,
+        None,
+        "vLLM prefix-cache hit rate, number-story prompt (seed: 'very high', not stated)",
+    )
 
 
 def _exp2_found(records: Sequence[dict[str, Any]], prompts: int, pick: Callable[[Any], Any]) -> Any:
@@ -159,6 +174,7 @@ def _exp2(prompts: int, pick: Callable[[Any], Any], figure: str) -> Callable[[li
     def measure(records: list[dict[str, Any]]) -> Measurement:
         seed = _exp2_found(_seed_records("seed-exp2"), prompts, pick)
         return _measured(_exp2_found(records, prompts, pick), seed.value if seed else None, figure)
+
     return measure
 
 
@@ -166,92 +182,197 @@ def fill_cap(records: Sequence[dict[str, Any]], prompts: int) -> str | None:
     """Why the cache cannot hold ``prompts`` distinct answers within the run (each miss costs one
     direct generation), or None when it can."""
     direct = setup_mean(records, "req_per_s", _VLLM, prompts=prompts)
-    test_s = next((r.get("duration_s") for r in done_runs(records) if r.get("prompts") == prompts
-                   and r.get("duration_s")), None)
+    test_s = next(
+        (r.get("duration_s") for r in done_runs(records) if r.get("prompts") == prompts and r.get("duration_s")), None
+    )
     if cache_filled_first(records, prompts) or not direct or not test_s or prompts / direct <= test_s:
         return None
-    return (f"storing {prompts:,} distinct answers takes at least {prompts / direct:,.0f} s at the direct "
-            f"{direct:.2f} req/s, and the run lasted {test_s:g} s: the cache cannot fill within the run")
+    return (
+        f"storing {prompts:,} distinct answers takes at least {prompts / direct:,.0f} s at the direct "
+        f"{direct:.2f} req/s, and the run lasted {test_s:g} s: the cache cannot fill within the run"
+    )
 
 
-def _censored_by_fill(prompts: int, measure: Callable[[list[dict[str, Any]]], Measurement]
-                      ) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _censored_by_fill(
+    prompts: int, measure: Callable[[list[dict[str, Any]]], Measurement]
+) -> Callable[[list[dict[str, Any]]], Measurement]:
     def censored_measure(records: list[dict[str, Any]]) -> Measurement:
         measurement = measure(records)
         cap = fill_cap(records, prompts)
         return replace(measurement, censored=cap) if cap else measurement
+
     return censored_measure
 
 
 def _cache_speedup(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
-    return _censored_by_fill(prompts, _exp2(prompts, lambda ratios: ratios.cached_over_direct,
-                                            f"cached over direct req/s, {prompts} prompts"))
+    return _censored_by_fill(
+        prompts,
+        _exp2(prompts, lambda ratios: ratios.cached_over_direct, f"cached over direct req/s, {prompts} prompts"),
+    )
 
 
 def _cache_hit_rate(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
-    return _censored_by_fill(prompts, _exp2(prompts, lambda ratios: ratios.hit_rate,
-                                            f"response-cache hit rate, {prompts} prompts"))
+    return _censored_by_fill(
+        prompts, _exp2(prompts, lambda ratios: ratios.hit_rate, f"response-cache hit rate, {prompts} prompts")
+    )
 
 
 def _max_latency(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
-    measure_ratio = _exp2(prompts, lambda ratios: ratios.max_latency_cached_over_direct,
-                          f"max latency cached over direct, {prompts} prompts")
+    measure_ratio = _exp2(
+        prompts,
+        lambda ratios: ratios.max_latency_cached_over_direct,
+        f"max latency cached over direct, {prompts} prompts",
+    )
 
     def measure(records: list[dict[str, Any]]) -> Measurement:
         measurement = measure_ratio(records)
         if cache_filled_first(records, prompts):
-            return Measurement(None, measurement.seed, measurement.figure,
-                               "the cache was filled before the measured window, so the window "
-                               "held no miss: this claim is about the misses")
+            return Measurement(
+                None,
+                measurement.seed,
+                measurement.figure,
+                "the cache was filled before the measured window, so the window "
+                "held no miss: this claim is about the misses",
+            )
         return measurement
+
     return measure
 
 
 def _exp3(pick: Callable[[Any], Any], label: str) -> Callable[[list[dict[str, Any]]], Measurement]:
     def measure(records: list[dict[str, Any]]) -> Measurement:
         return _measured(pick(exp3_ratios(records)), pick(exp3_ratios(_seed_records("seed-exp3"))).value, label)
+
     return measure
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("exp1-speedup-1vu", "seed-exp1", "At 1 VU vLLM is ~5x faster (CUDA graphs cut CPU launch overhead).",
-          "gain", "x", _speedup_at_1_vu, explain_speedup_1vu),
-    Claim("exp1-vllm-throughput-growth", "seed-exp1",
-          "From 1 to 32 VUs vLLM's throughput grows ~25x (continuous batching)...",
-          "gain", "x", _growth(_VLLM, "output_tok_per_s"), explain_vllm_growth),
-    Claim("exp1-vllm-latency-growth", "seed-exp1", "...while its latency grows only 1.2x.",
-          "steady", "x", _growth(_VLLM, "latency_avg_s"), explain_vllm_growth),
-    Claim("exp1-naive-latency-growth", "seed-exp1",
-          "The naive server serialises requests, so its latency grows ~10x.",
-          "factor", "x", _growth(_NAIVE, "latency_avg_s"), explain_naive_growth),
-    Claim("exp1-prefix-cache", "seed-exp1",
-          "Prefix caching (PagedAttention KV cache) reuses the shared prompt prefix.",
-          "high_share", "share", _prefix_hit_exp1, explain_prefix),
-    Claim("exp2-cache-speedup-50", "seed-exp2", "~100x more req/s with 50 distinct prompts.",
-          "gain", "x", _cache_speedup(50), explain_cache(50)),
-    Claim("exp2-cache-speedup-1000", "seed-exp2", "~35x with 1000 prompts...",
-          "gain", "x", _cache_speedup(1000), explain_cache(1000)),
-    Claim("exp2-hit-rate-1000", "seed-exp2", "...(hit rate 98%).",
-          "share", "share", _cache_hit_rate(1000), explain_cache(1000)),
-    Claim("exp2-max-latency-50", "seed-exp2", "Max latency is unchanged: misses still cost a full generation (50 prompts).",
-          "steady", "x", _max_latency(50), explain_max_latency(50)),
-    Claim("exp2-max-latency-1000", "seed-exp2", "Max latency is unchanged: misses still cost a full generation (1000 prompts).",
-          "steady", "x", _max_latency(1000), explain_max_latency(1000)),
-    Claim("exp3-vllm-over-naive", "seed-exp3", "In multi-turn chat vLLM is ~40x the naive server.",
-          "gain", "x", _exp3(lambda ratios: ratios.vllm_over_naive, "vLLM over naive req/s, multi-turn chat"),
-          explain_exp3_speedup),
-    Claim("exp3-prefix-hit", "seed-exp3", "The KV prefix cache still hits 82%.",
-          "share", "share", _exp3(lambda ratios: ratios.prefix_cache_hit_rate,
-                                     "vLLM prefix-cache hit rate, multi-turn chat"),
-          explain_exp3_prefix),
-    Claim("exp3-response-cache-rare", "seed-exp3", "The response cache almost never hits in chat (1 of 836)...",
-          "rare", "share", _exp3(lambda ratios: ratios.response_cache_hit_rate,
-                                    "response-cache hit rate, multi-turn chat"),
-          explain_rare),
-    Claim("exp3-response-cache-cheap", "seed-exp3", "...yet costs almost nothing.",
-          "cheap", "x", _exp3(lambda ratios: ratios.cached_over_direct,
-                                  "vLLM + Redis over vLLM req/s, multi-turn chat"),
-          explain_cheap),
+    Claim(
+        "exp1-speedup-1vu",
+        "seed-exp1",
+        "At 1 VU vLLM is ~5x faster (CUDA graphs cut CPU launch overhead).",
+        "gain",
+        "x",
+        _speedup_at_1_vu,
+        explain_speedup_1vu,
+    ),
+    Claim(
+        "exp1-vllm-throughput-growth",
+        "seed-exp1",
+        "From 1 to 32 VUs vLLM's throughput grows ~25x (continuous batching)...",
+        "gain",
+        "x",
+        _growth(_VLLM, "output_tok_per_s"),
+        explain_vllm_growth,
+    ),
+    Claim(
+        "exp1-vllm-latency-growth",
+        "seed-exp1",
+        "...while its latency grows only 1.2x.",
+        "steady",
+        "x",
+        _growth(_VLLM, "latency_avg_s"),
+        explain_vllm_growth,
+    ),
+    Claim(
+        "exp1-naive-latency-growth",
+        "seed-exp1",
+        "The naive server serialises requests, so its latency grows ~10x.",
+        "factor",
+        "x",
+        _growth(_NAIVE, "latency_avg_s"),
+        explain_naive_growth,
+    ),
+    Claim(
+        "exp1-prefix-cache",
+        "seed-exp1",
+        "Prefix caching (PagedAttention KV cache) reuses the shared prompt prefix.",
+        "high_share",
+        "share",
+        _prefix_hit_exp1,
+        explain_prefix,
+    ),
+    Claim(
+        "exp2-cache-speedup-50",
+        "seed-exp2",
+        "~100x more req/s with 50 distinct prompts.",
+        "gain",
+        "x",
+        _cache_speedup(50),
+        explain_cache(50),
+    ),
+    Claim(
+        "exp2-cache-speedup-1000",
+        "seed-exp2",
+        "~35x with 1000 prompts...",
+        "gain",
+        "x",
+        _cache_speedup(1000),
+        explain_cache(1000),
+    ),
+    Claim(
+        "exp2-hit-rate-1000",
+        "seed-exp2",
+        "...(hit rate 98%).",
+        "share",
+        "share",
+        _cache_hit_rate(1000),
+        explain_cache(1000),
+    ),
+    Claim(
+        "exp2-max-latency-50",
+        "seed-exp2",
+        "Max latency is unchanged: misses still cost a full generation (50 prompts).",
+        "steady",
+        "x",
+        _max_latency(50),
+        explain_max_latency(50),
+    ),
+    Claim(
+        "exp2-max-latency-1000",
+        "seed-exp2",
+        "Max latency is unchanged: misses still cost a full generation (1000 prompts).",
+        "steady",
+        "x",
+        _max_latency(1000),
+        explain_max_latency(1000),
+    ),
+    Claim(
+        "exp3-vllm-over-naive",
+        "seed-exp3",
+        "In multi-turn chat vLLM is ~40x the naive server.",
+        "gain",
+        "x",
+        _exp3(lambda ratios: ratios.vllm_over_naive, "vLLM over naive req/s, multi-turn chat"),
+        explain_exp3_speedup,
+    ),
+    Claim(
+        "exp3-prefix-hit",
+        "seed-exp3",
+        "The KV prefix cache still hits 82%.",
+        "share",
+        "share",
+        _exp3(lambda ratios: ratios.prefix_cache_hit_rate, "vLLM prefix-cache hit rate, multi-turn chat"),
+        explain_exp3_prefix,
+    ),
+    Claim(
+        "exp3-response-cache-rare",
+        "seed-exp3",
+        "The response cache almost never hits in chat (1 of 836)...",
+        "rare",
+        "share",
+        _exp3(lambda ratios: ratios.response_cache_hit_rate, "response-cache hit rate, multi-turn chat"),
+        explain_rare,
+    ),
+    Claim(
+        "exp3-response-cache-cheap",
+        "seed-exp3",
+        "...yet costs almost nothing.",
+        "cheap",
+        "x",
+        _exp3(lambda ratios: ratios.cached_over_direct, "vLLM + Redis over vLLM req/s, multi-turn chat"),
+        explain_cheap,
+    ),
 )
 
 
@@ -293,8 +414,11 @@ def _speed_note(records: Sequence[dict[str, Any]], speed_by_run: dict[int, float
 
 
 def evaluate_claims(
-    records_by_preset: dict[str, list[dict[str, Any]]], environment: dict[str, Any] | None = None, *,
-    drift: float = 1.0, speed_by_run: dict[int, float | None] | None = None,
+    records_by_preset: dict[str, list[dict[str, Any]]],
+    environment: dict[str, Any] | None = None,
+    *,
+    drift: float = 1.0,
+    speed_by_run: dict[int, float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every claim in ``CLAIMS`` with our figure and its 95% interval, the seed's, the verdict,
     its rule and a reason computed from the runs' figures and the environment (``bound``: the
@@ -314,31 +438,50 @@ def evaluate_claims(
         bound = None
         if verdict == NOT_MEASURED:
             reason = measurement.why_not_measured or (
-                "no done run measured this figure" if not done_runs(records)
-                else "the runs needed for this figure are missing or did not report it")
+                "no done run measured this figure"
+                if not done_runs(records)
+                else "the runs needed for this figure are missing or did not report it"
+            )
         elif verdict == NOT_MEASURABLE:
             explanation = claim.explain(Evidence(records=list(records), environment=dict(environment or {})))
             reason = f"ours {ours_text}, but {measurement.censored}: {explanation.text}"
             bound = explanation.bound
         else:
-            against = f"against the seed's {seed_text}" if measurement.seed is not None else "(the seed gives no figure)"
+            against = (
+                f"against the seed's {seed_text}" if measurement.seed is not None else "(the seed gives no figure)"
+            )
             explanation = claim.explain(Evidence(records=list(records), environment=dict(environment or {})))
-            reason = (f"ours {ours_text} {against}{_how_far(measurement, claim.unit)}"
-                      f"{_load_caveat(claim.preset, records)}: {explanation.text}")
+            reason = (
+                f"ours {ours_text} {against}{_how_far(measurement, claim.unit)}"
+                f"{_load_caveat(claim.preset, records)}: {explanation.text}"
+            )
             if verdict not in (HELD, INCONCLUSIVE) and explanation.bound:
                 bound = explanation.bound
                 reason += f". Bounded here by {bound}"
                 if verdict == NOT_HELD:
                     verdict = NOT_HELD_HARDWARE
             if verdict == INCONCLUSIVE:
-                reason += (". The interval spans the rule's threshold"
-                           + (f" once widened by the machine's drift (x{drift:.2f})" if drift > 1 else ""))
+                reason += ". The interval spans the rule's threshold" + (
+                    f" once widened by the machine's drift (x{drift:.2f})" if drift > 1 else ""
+                )
         reason += _speed_note(records, speed_by_run or {})
-        results.append({
-            "key": claim.key, "preset": claim.preset, "claim": claim.seed_words, "figure": measurement.figure,
-            "ours": measurement.ours, "ours_low": measurement.ours_low, "ours_high": measurement.ours_high,
-            "seed": measurement.seed, "ours_text": ours_text, "seed_text": seed_text,
-            "verdict": verdict, "rule": claim.rule, "rule_text": VERDICT_RULES[claim.rule]["text"], "reason": reason,
-            "bound": bound,
-        })
+        results.append(
+            {
+                "key": claim.key,
+                "preset": claim.preset,
+                "claim": claim.seed_words,
+                "figure": measurement.figure,
+                "ours": measurement.ours,
+                "ours_low": measurement.ours_low,
+                "ours_high": measurement.ours_high,
+                "seed": measurement.seed,
+                "ours_text": ours_text,
+                "seed_text": seed_text,
+                "verdict": verdict,
+                "rule": claim.rule,
+                "rule_text": VERDICT_RULES[claim.rule]["text"],
+                "reason": reason,
+                "bound": bound,
+            }
+        )
     return results

@@ -8,6 +8,7 @@ absolute path by its last part.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -38,12 +39,11 @@ def _labels_for(data_dir: Path | None) -> tuple[tuple[str, str], ...]:
     labels = [(str(PROJECT_ROOT), "<lab>")]
     if data_dir is not None:
         labels.append((str(data_dir.resolve()), "<data>"))
-    try:
+    with contextlib.suppress(RuntimeError):  # no HOME and no passwd entry (a container's --user)
         labels.append((str(Path.home()), "~"))
-    except RuntimeError:  # no HOME and no passwd entry (a container's --user)
-        pass
-    return tuple(sorted(((folder, label) for folder, label in labels if folder not in ("", "/")),
-                        key=lambda pair: -len(pair[0])))
+    return tuple(
+        sorted(((folder, label) for folder, label in labels if folder not in ("", "/")), key=lambda pair: -len(pair[0]))
+    )
 
 
 # "--block-size 32" or "--block-size=32" in a recorded vLLM command line.
@@ -107,8 +107,9 @@ def published_record(run: Any) -> dict[str, Any]:
     # Which code took the run, and the warnings as today's code writes them from its figures.
     record["lab_git_commit"] = environment.get("lab_git_commit")
     record["lab_git_dirty"] = environment.get("lab_git_dirty")
-    record["measurement_warnings"] = recomputed_warnings(record.get("measurement_warnings"), columns=record,
-                                                         count_check=run.count_check)
+    record["measurement_warnings"] = recomputed_warnings(
+        record.get("measurement_warnings"), columns=record, count_check=run.count_check
+    )
     return scrub_record(record)
 
 

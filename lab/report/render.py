@@ -25,8 +25,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     """A GitHub Markdown table (no tabulate needed)."""
     if frame.empty:
         return "_no rows_"
-    lines = ["| " + " | ".join(_markdown_cell(c) for c in frame.columns) + " |",
-             "|" + "---|" * len(frame.columns)]
+    lines = ["| " + " | ".join(_markdown_cell(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     for row in frame.itertuples(index=False):
         lines.append("| " + " | ".join(_markdown_cell(v) for v in row) + " |")
     return "\n".join(lines)
@@ -61,8 +60,11 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 
 def render_html(blocks: list[Block], *, charts: dict[str, Any], title: str) -> str:
     """One self-contained HTML page: Plotly's JavaScript inlined once, before the first chart."""
-    out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-           f"<title>{html.escape(title)}</title><style>{HTML_STYLE}</style></head><body>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{HTML_STYLE}</style></head><body>",
+    ]
     plotly_included = False
     for block in blocks:
         kind = block[0]
@@ -71,13 +73,19 @@ def render_html(blocks: list[Block], *, charts: dict[str, Any], title: str) -> s
         elif kind == "p":
             out.append(f"<p>{html.escape(block[1])}</p>")
         elif kind == "table":
-            out.append(block[1].to_html(index=False, escape=True, border=0, na_rep="–") if not block[1].empty
-                       else "<p><em>no rows</em></p>")
+            out.append(
+                block[1].to_html(index=False, escape=True, border=0, na_rep="–")
+                if not block[1].empty
+                else "<p><em>no rows</em></p>"
+            )
         elif kind == "list":
             out.append("<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in block[1]) + "</ul>")
         elif kind == "chart" and block[1] in charts:
-            out.append(charts[block[1]].to_html(full_html=False, include_plotlyjs=not plotly_included,
-                                                default_width="100%", default_height="480px"))
+            out.append(
+                charts[block[1]].to_html(
+                    full_html=False, include_plotlyjs=not plotly_included, default_width="100%", default_height="480px"
+                )
+            )
             plotly_included = True
     out.append("</body></html>")
     return "\n".join(out)

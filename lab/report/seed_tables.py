@@ -73,35 +73,53 @@ def _exp3_ours(row: SeedTableRow) -> Cells:
         "avg latency": with_interval(ours, "latency_avg_s", format_seconds),
         "p95 latency": with_interval(ours, "latency_p95_s", format_seconds),
         # The naive server has no prefix cache; only a backend behind the response cache has Redis hits.
-        "vLLM prefix hit": format_share(ours.get("prefix_cache_hit_rate")) if row.setup is not SeedSetup.NAIVE
+        "vLLM prefix hit": format_share(ours.get("prefix_cache_hit_rate"))
+        if row.setup is not SeedSetup.NAIVE
         else MISSING,
         "Redis hit": format_share(ours.get("response_cache_hit_rate")) if behind_cache(row.backend) else MISSING,
     }
 
 
 def _exp1_seed(seed: SeedFigures) -> Cells:
-    return {"throughput (tok/s)": _tenths(seed.output_tok_per_s), "req/s": format_rate(seed.req_per_s),
-            "avg latency": format_seconds(seed.latency_avg_s), "p95 latency": format_seconds(seed.latency_p95_s)}
+    return {
+        "throughput (tok/s)": _tenths(seed.output_tok_per_s),
+        "req/s": format_rate(seed.req_per_s),
+        "avg latency": format_seconds(seed.latency_avg_s),
+        "p95 latency": format_seconds(seed.latency_p95_s),
+    }
 
 
 def _exp2_seed(seed: SeedFigures) -> Cells:
-    return {"req/s": format_rate(seed.req_per_s), "avg latency": format_seconds(seed.latency_avg_s),
-            "p95 latency": format_seconds(seed.latency_p95_s), "max latency": format_seconds(seed.latency_max_s)}
+    return {
+        "req/s": format_rate(seed.req_per_s),
+        "avg latency": format_seconds(seed.latency_avg_s),
+        "p95 latency": format_seconds(seed.latency_p95_s),
+        "max latency": format_seconds(seed.latency_max_s),
+    }
 
 
 def _exp3_seed(seed: SeedFigures) -> Cells:
     return {
-        "req/s": format_rate(seed.req_per_s), "output tok/s": _whole(seed.output_tok_per_s),
-        "input tok/s": _whole(seed.input_tok_per_s), "avg latency": format_seconds(seed.latency_avg_s),
-        "p95 latency": format_seconds(seed.latency_p95_s), "vLLM prefix hit": format_share(seed.prefix_cache_hit_rate),
+        "req/s": format_rate(seed.req_per_s),
+        "output tok/s": _whole(seed.output_tok_per_s),
+        "input tok/s": _whole(seed.input_tok_per_s),
+        "avg latency": format_seconds(seed.latency_avg_s),
+        "p95 latency": format_seconds(seed.latency_p95_s),
+        "vLLM prefix hit": format_share(seed.prefix_cache_hit_rate),
         "Redis hit": seed.response_cache_hits_as_written or MISSING,
     }
 
 
-_OURS: dict[str, Callable[[SeedTableRow], Cells]] = {"seed-exp1": _exp1_ours, "seed-exp2": _exp2_ours,
-                                                     "seed-exp3": _exp3_ours}
-_SEED: dict[str, Callable[[SeedFigures], Cells]] = {"seed-exp1": _exp1_seed, "seed-exp2": _exp2_seed,
-                                                    "seed-exp3": _exp3_seed}
+_OURS: dict[str, Callable[[SeedTableRow], Cells]] = {
+    "seed-exp1": _exp1_ours,
+    "seed-exp2": _exp2_ours,
+    "seed-exp3": _exp3_ours,
+}
+_SEED: dict[str, Callable[[SeedFigures], Cells]] = {
+    "seed-exp1": _exp1_seed,
+    "seed-exp2": _exp2_seed,
+    "seed-exp3": _exp3_seed,
+}
 
 
 def our_cells(preset: str, row: SeedTableRow) -> Cells:
@@ -110,7 +128,8 @@ def our_cells(preset: str, row: SeedTableRow) -> Cells:
     return {
         **key_cells(preset, row.setup, row.backend, row.ours.get(load) if load else None),
         **_OURS[preset](row),
-        "repeats": row.ours["n"], "failed requests": row.ours["requests_failed"],
+        "repeats": row.ours["n"],
+        "failed requests": row.ours["requests_failed"],
         "interrupted at the end": row.ours["requests_interrupted"],
     }
 
@@ -127,12 +146,20 @@ def seed_table(preset: str) -> pd.DataFrame:
     if preset not in SEED_EXPERIMENTS:
         raise ValueError(f"no seed table for {preset!r}")
     experiment = SEED_EXPERIMENTS[preset]
-    return pd.DataFrame([
-        {**key_cells(preset, seed.setup, seed_setup_backend(seed.setup),
-                     getattr(seed, experiment.load) if experiment.load else None),
-         **seed_cells(preset, seed)}
-        for seed in experiment.published
-    ])
+    return pd.DataFrame(
+        [
+            {
+                **key_cells(
+                    preset,
+                    seed.setup,
+                    seed_setup_backend(seed.setup),
+                    getattr(seed, experiment.load) if experiment.load else None,
+                ),
+                **seed_cells(preset, seed),
+            }
+            for seed in experiment.published
+        ]
+    )
 
 
 def our_table(preset: str, records: list[dict[str, Any]]) -> pd.DataFrame:

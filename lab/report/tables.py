@@ -10,13 +10,20 @@ import pandas as pd
 
 from lab.analysis.aggregation import aggregate, vus_range
 from lab.analysis.cost import cost_per_million_output_tokens
-from lab.analysis.seed import SERVER_NAMES, SEED_EXPERIMENTS, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
+from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
 from lab.backends import SeedSetup, seed_setup_of
 from lab.report.formatting import format_rate, format_ratio, format_seconds, ratio_with_bounds, with_interval
 from lab.report.seed_tables import our_table, seed_table
 
-__all__ = ["environment_table", "open_questions_table", "our_table", "problem_rows", "ratio_rows", "scaling_table",
-           "seed_table"]
+__all__ = [
+    "environment_table",
+    "open_questions_table",
+    "our_table",
+    "problem_rows",
+    "ratio_rows",
+    "scaling_table",
+    "seed_table",
+]
 
 
 def ours_text(found: Any, unit: str) -> str:
@@ -24,8 +31,11 @@ def ours_text(found: Any, unit: str) -> str:
     if found is None:
         return format_ratio(None, unit)
     interval = getattr(found, "interval", None)
-    low, high = ((interval.ci95_low, interval.ci95_high) if interval is not None
-                 else (getattr(found, "ci95_low", None), getattr(found, "ci95_high", None)))
+    low, high = (
+        (interval.ci95_low, interval.ci95_high)
+        if interval is not None
+        else (getattr(found, "ci95_low", None), getattr(found, "ci95_high", None))
+    )
     return ratio_with_bounds(found.value, low, high, unit)
 
 
@@ -34,20 +44,33 @@ def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     rows = []
     for vus in sorted({r.vus for r in ours.speedups} | {r.vus for r in seed.speedups}):
         mine = next((r for r in ours.speedups if r.vus == vus), None)
-        rows.append({"figure": f"vLLM over naive output tok/s at {vus} VU{'s' if vus != 1 else ''}",
-                     "ours": ours_text(mine, "x"), "seed": format_ratio(seed.speedup_at(vus), "x")})
+        rows.append(
+            {
+                "figure": f"vLLM over naive output tok/s at {vus} VU{'s' if vus != 1 else ''}",
+                "ours": ours_text(mine, "x"),
+                "seed": format_ratio(seed.speedup_at(vus), "x"),
+            }
+        )
     low, high = vus_range(records) or (1, 32)
     for setup in (SeedSetup.VLLM, SeedSetup.NAIVE):
         for figure, what in (("output_tok_per_s", "output tok/s"), ("latency_avg_s", "avg latency")):
             mine, theirs = ours.growth_of(setup, figure), seed_growth(setup, figure, low, high)
             span = (theirs.low_vus, theirs.high_vus)
-            rows.append({
-                "figure": f"{SERVER_NAMES[setup]} {what} growth, {low} to {high} VUs"
-                          + (f" (seed: {span[0]} to {span[1]})" if span != (low, high) else ""),
-                "ours": ours_text(mine, "x"), "seed": format_ratio(theirs.value, "x"),
-            })
-    rows.append({"figure": "vLLM prefix-cache hit rate", "ours": ours_text(ours.prefix_cache_hit_rate, "share"),
-                 "seed": "not stated ('very high')"})
+            rows.append(
+                {
+                    "figure": f"{SERVER_NAMES[setup]} {what} growth, {low} to {high} VUs"
+                    + (f" (seed: {span[0]} to {span[1]})" if span != (low, high) else ""),
+                    "ours": ours_text(mine, "x"),
+                    "seed": format_ratio(theirs.value, "x"),
+                }
+            )
+    rows.append(
+        {
+            "figure": "vLLM prefix-cache hit rate",
+            "ours": ours_text(ours.prefix_cache_hit_rate, "share"),
+            "seed": "not stated ('very high')",
+        }
+    )
     return rows
 
 
@@ -56,15 +79,22 @@ def _exp2_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     rows = []
     for prompts in sorted(set(ours) | set(seed)):
         mine, theirs = ours.get(prompts), seed.get(prompts)
-        pairs = (("cached over direct req/s", "x", lambda r: r.cached_over_direct),
-                 ("response-cache hit rate", "share", lambda r: r.hit_rate),
-                 ("max latency cached over direct", "x", lambda r: r.max_latency_cached_over_direct))
+        pairs = (
+            ("cached over direct req/s", "x", lambda r: r.cached_over_direct),
+            ("response-cache hit rate", "share", lambda r: r.hit_rate),
+            ("max latency cached over direct", "x", lambda r: r.max_latency_cached_over_direct),
+        )
         for label, unit, found in pairs:
             seed_value = found(theirs).value if theirs else None
             # The seed states its hit rate for 1,000 prompts only; a missing ratio is "–" as everywhere.
             seed_text = "not stated" if unit == "share" and seed_value is None else format_ratio(seed_value, unit)
-            rows.append({"figure": f"{label}, {prompts} prompts",
-                         "ours": ours_text(found(mine) if mine else None, unit), "seed": seed_text})
+            rows.append(
+                {
+                    "figure": f"{label}, {prompts} prompts",
+                    "ours": ours_text(found(mine) if mine else None, unit),
+                    "seed": seed_text,
+                }
+            )
     return rows
 
 
@@ -111,15 +141,24 @@ def open_questions_table(
 ) -> pd.DataFrame:
     """Per cell: server-side TTFT and time per output token, resource use, failures, mean [95% CI]."""
     rows = []
-    streamed = [figure for figure in STREAMED_FIGURES
-                if any(r.get(figure[0]) is not None for records in records_by_preset.values() for r in records)]
+    streamed = [
+        figure
+        for figure in STREAMED_FIGURES
+        if any(r.get(figure[0]) is not None for records in records_by_preset.values() for r in records)
+    ]
     shown = (*OPEN_FIGURES, *streamed)
     figures = [name for name, _, _ in shown] + ["output_tok_per_s"]
     for preset, records in records_by_preset.items():
-        for row in sorted(aggregate(records, ("backend", "vus", "prompts", "workload"), figures),
-                          key=lambda r: (str(r["backend"]), r["vus"] or 0, r["prompts"] or 0)):
-            cell = {"experiment": preset, "server": SERVER_NAMES.get(seed_setup_of(row["backend"]), row["backend"]),
-                    "VUs": row["vus"], "PROMPTS": row["prompts"] if row["prompts"] is not None else "–"}
+        for row in sorted(
+            aggregate(records, ("backend", "vus", "prompts", "workload"), figures),
+            key=lambda r: (str(r["backend"]), r["vus"] or 0, r["prompts"] or 0),
+        ):
+            cell = {
+                "experiment": preset,
+                "server": SERVER_NAMES.get(seed_setup_of(row["backend"]), row["backend"]),
+                "VUs": row["vus"],
+                "PROMPTS": row["prompts"] if row["prompts"] is not None else "–",
+            }
             for name, label, formatter in shown:
                 cell[label] = with_interval(row, name, formatter)
             if price_per_hour is not None:
@@ -142,9 +181,17 @@ def problem_rows(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dic
             elif r.get("measurement_warnings"):
                 problem = "warning: " + str(r["measurement_warnings"])[:300]
             if problem:
-                rows.append({"run": r.get("run_id"), "experiment": preset, "server": r.get("backend"),
-                             "cell": r.get("cell_label"), "repeat": r.get("repeat_index"),
-                             "status": r.get("status"), "reason": problem})
+                rows.append(
+                    {
+                        "run": r.get("run_id"),
+                        "experiment": preset,
+                        "server": r.get("backend"),
+                        "cell": r.get("cell_label"),
+                        "repeat": r.get("repeat_index"),
+                        "status": r.get("status"),
+                        "reason": problem,
+                    }
+                )
     return rows
 
 
@@ -170,14 +217,18 @@ def scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per experiment: its scale, seconds per cell, VUs, repeats and how it differs from the seed."""
     rows = []
     for preset, meta in experiments_meta.items():
-        rows.append({
-            "experiment": preset, "scale": meta.get("scale", "full"),
-            "seconds per cell": meta.get("duration_s", "–"),
-            "VUs": ", ".join(str(v) for v in meta.get("vus", [])) or "–",
-            "repeats per cell": meta.get("repeats", "–"),
-            "lab experiment ids": ", ".join(f"#{i}" for i in meta.get("ids", [])) or "–",
-            "wall time / measured": f"{meta['wall_s'] / meta['measured_s']:.2f}"
-            if meta.get("wall_s") and meta.get("measured_s") else "–",
-            "how it differs from the seed": meta.get("scale_note") or "the seed's set-up",
-        })
+        rows.append(
+            {
+                "experiment": preset,
+                "scale": meta.get("scale", "full"),
+                "seconds per cell": meta.get("duration_s", "–"),
+                "VUs": ", ".join(str(v) for v in meta.get("vus", [])) or "–",
+                "repeats per cell": meta.get("repeats", "–"),
+                "lab experiment ids": ", ".join(f"#{i}" for i in meta.get("ids", [])) or "–",
+                "wall time / measured": f"{meta['wall_s'] / meta['measured_s']:.2f}"
+                if meta.get("wall_s") and meta.get("measured_s")
+                else "–",
+                "how it differs from the seed": meta.get("scale_note") or "the seed's set-up",
+            }
+        )
     return pd.DataFrame(rows)

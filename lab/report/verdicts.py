@@ -23,13 +23,17 @@ RULES_VERSION = 4
 
 def frozen_rules() -> dict[str, Any]:
     """The rules in force now, as an experiment stores them when it is queued."""
-    return {"version": RULES_VERSION, "rules": {name: dict(rule) for name, rule in VERDICT_RULES.items()},
-            "interval_rule": "held or did not hold only when the whole 95% interval lies on that side; "
-                             "inconclusive otherwise",
-            "drift_rule": "ratio intervals are widened by an A/A check's ratio when it drifted beyond 10% or its "
-                          "interval reaches beyond 1.5x either side of 1",
-            "aa_figure": "the backend's steady output tok/s where every run of both cells has it from its counters, "
-                         "else k6's req/s"}
+    return {
+        "version": RULES_VERSION,
+        "rules": {name: dict(rule) for name, rule in VERDICT_RULES.items()},
+        "interval_rule": "held or did not hold only when the whole 95% interval lies on that side; "
+        "inconclusive otherwise",
+        "drift_rule": "ratio intervals are widened by an A/A check's ratio when it drifted beyond 10% or its "
+        "interval reaches beyond 1.5x either side of 1",
+        "aa_figure": "the backend's steady output tok/s where every run of both cells has it from its counters, "
+        "else k6's req/s",
+    }
+
 
 # The rules, as data. Each verdict names its rule; the report prints these parameters.
 VERDICT_RULES: dict[str, dict[str, Any]] = {
@@ -38,28 +42,28 @@ VERDICT_RULES: dict[str, dict[str, Any]] = {
         "held_within_factor": 2.0,  # ours between seed/2 and seed*2
         "direction_margin": 0.10,  # "same direction": ours above 1.1 where the seed's is above 1 (below 0.9 if below)
         "text": "held if ours is within a factor of 2 of the seed's figure; partly if it points the same way "
-                "(above 1.1 where the seed's is above 1) but is further off; did not hold otherwise",
+        "(above 1.1 where the seed's is above 1) but is further off; did not hold otherwise",
     },
     # A claimed gain ("~5x faster", "~100x more req/s"): a stronger gain holds the claim too.
     "gain": {
         "held_at_least_fraction": 0.5,  # ours at least half the seed's
         "direction_margin": 0.10,
         "text": "held if ours is at least half the seed's figure (a larger gain holds the claim too); partly if "
-                "it is still a gain (above 1.1); did not hold otherwise",
+        "it is still a gain (above 1.1); did not hold otherwise",
     },
     # A claimed near-constant ("latency grows only 1.2x", "max latency unchanged").
     "steady": {
         "held_within_factor": 1.5,
         "partly_within_factor": 3.0,
         "text": "held if ours is within a factor of 1.5 of the seed's figure; partly within a factor of 3; "
-                "did not hold otherwise",
+        "did not hold otherwise",
     },
     # A claimed share ("hit rate 98%", "prefix cache hits 82%").
     "share": {
         "held_within_points": 0.10,
         "partly_at_least_fraction": 0.5,
         "text": "held if ours is within 10 percentage points of the seed's; partly if at least half of it; "
-                "did not hold otherwise",
+        "did not hold otherwise",
     },
     # "Prefix caching reuses the shared prompt prefix" (hit rates "very high").
     "high_share": {
@@ -78,7 +82,7 @@ VERDICT_RULES: dict[str, dict[str, Any]] = {
         "held_at_least": 0.90,
         "partly_at_least": 0.75,
         "text": "held if the cached set-up keeps at least 90% of the direct req/s; partly at least 75%; "
-                "did not hold otherwise",
+        "did not hold otherwise",
     },
 }
 

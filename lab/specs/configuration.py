@@ -9,6 +9,7 @@ SHA-256 of its canonical JSON.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from functools import lru_cache
@@ -35,10 +36,8 @@ def normalised_spec(spec: dict[str, Any] | RunSpec) -> dict[str, Any]:
 def _normalised_text(spec_text: str) -> str:
     # Cached by the stored text: a page lists the configurations of thousands of runs.
     spec = json.loads(spec_text)
-    try:
+    with contextlib.suppress(ValidationError, ValueError):
         spec = RunSpec.model_validate(spec).model_dump(mode="json")
-    except (ValidationError, ValueError):
-        pass
     return json.dumps(spec, sort_keys=True)
 
 
@@ -67,8 +66,10 @@ def configuration_label(configuration: dict[str, Any]) -> str:
         load_text = f"{load.get('rate_per_s')} req/s"
     else:
         load_text = f"{load.get('vus')} VUs"
-    return (f"{configuration.get('backend')} · {model} · {workload.get('kind')} · {load_text} · "
-            f"{load.get('duration_s')} s · max tokens {configuration.get('max_tokens')}")
+    return (
+        f"{configuration.get('backend')} · {model} · {workload.get('kind')} · {load_text} · "
+        f"{load.get('duration_s')} s · max tokens {configuration.get('max_tokens')}"
+    )
 
 
 def flattened(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -91,5 +92,8 @@ def configuration_differences(first: dict[str, Any], second: dict[str, Any]) -> 
     def shown(value: Any) -> str:
         return "(absent)" if value is missing else json.dumps(value, default=str)[:60]
 
-    return [f"{path}: {shown(a.get(path, missing))} vs {shown(b.get(path, missing))}"
-            for path in sorted(set(a) | set(b)) if a.get(path, missing) != b.get(path, missing)]
+    return [
+        f"{path}: {shown(a.get(path, missing))} vs {shown(b.get(path, missing))}"
+        for path in sorted(set(a) | set(b))
+        if a.get(path, missing) != b.get(path, missing)
+    ]

@@ -47,8 +47,9 @@ def fields_of_model(model: type[BaseModel], section: str | None = None) -> tuple
     what a kind that declares no fields of its own shows."""
     prefix = f"{section}." if section else ""
     return tuple(
-        OptionField(f"{prefix}{name}", info.title or info.description or name.replace("_", " "),
-                    help=info.description or "")
+        OptionField(
+            f"{prefix}{name}", info.title or info.description or name.replace("_", " "), help=info.description or ""
+        )
         for name, info in model.model_fields.items()
     )
 

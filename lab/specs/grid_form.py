@@ -156,8 +156,11 @@ def _setting_errors(form: GridForm) -> dict[str, str]:
 
 def _experiment_data(form: GridForm, axis: str, values: list[Any]) -> dict[str, Any]:
     """The ExperimentSpec's data for a form whose fields each passed their check."""
-    load: dict[str, Any] = {"kind": form.load_kind, "duration_s": form.duration_s,
-                            "graceful_stop_s": form.graceful_stop_s}
+    load: dict[str, Any] = {
+        "kind": form.load_kind,
+        "duration_s": form.duration_s,
+        "graceful_stop_s": form.graceful_stop_s,
+    }
     if axis == "load.rate_per_s":
         load["rate_per_s"] = values[0]
     elif len(values) == 1:

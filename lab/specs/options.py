@@ -53,15 +53,15 @@ class OptionInput:
 def workload_owner(kind: str) -> OptionOwner:
     """Workload ``kind``'s options: flat fields of the spec's ``workload`` part, or its section."""
     workload = workloads.get_workload(kind)
-    return OptionOwner(f"the {kind} workload", workload.form_fields(), workload.section,
-                       workload.options_model, WorkloadSpec)
+    return OptionOwner(
+        f"the {kind} workload", workload.form_fields(), workload.section, workload.options_model, WorkloadSpec
+    )
 
 
 def backend_owner(kind: str) -> OptionOwner:
     """Backend ``kind``'s options (``+cache`` stripped): its section, named after it."""
     backend = backends.get_backend(kind)
-    return OptionOwner(f"the {backend.name} backend", backend.form_fields(), backend.name,
-                       backend.options_model, None)
+    return OptionOwner(f"the {backend.name} backend", backend.form_fields(), backend.name, backend.options_model, None)
 
 
 def backend_kinds(spec_backends: list[str]) -> list[str]:
@@ -78,10 +78,7 @@ def backend_kinds(spec_backends: list[str]) -> list[str]:
 
 def _field_info(owner: OptionOwner, option: OptionField) -> FieldInfo:
     """The pydantic field behind a declared option: its section's model or the flat fields'."""
-    if option.section:
-        model = owner.options_model if option.section == owner.section else None
-    else:
-        model = owner.flat_model
+    model = (owner.options_model if option.section == owner.section else None) if option.section else owner.flat_model
     if model is None or option.name not in model.model_fields:
         raise ValueError(f"{owner.title} declares {option.path!r}, which its options model lacks")
     return model.model_fields[option.name]
@@ -173,9 +170,12 @@ def option_errors(owner: OptionOwner, values: dict[str, Any]) -> dict[str, str]:
             continue  # not collected: the model's default applies
         elif option.section:
             section_values[option.name] = value
-        elif owner.flat_model is not None and value is not None:
-            if message := _flat_error(owner.flat_model, option.name, value):
-                errors[option.path] = f"{option.name.replace('_', ' ')}: {message}"
+        elif (
+            owner.flat_model is not None
+            and value is not None
+            and (message := _flat_error(owner.flat_model, option.name, value))
+        ):
+            errors[option.path] = f"{option.name.replace('_', ' ')}: {message}"
     if owner.section and owner.options_model is not None and section_values:
         errors.update(_section_errors(owner.section, owner.options_model, section_values))
     return errors

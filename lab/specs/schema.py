@@ -19,9 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lab import backends, workloads
-from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
 from lab.settings import get_settings
 from lab.specs.base import StrictModel
+from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -82,7 +82,7 @@ class LoadSpec(StrictModel):
     graceful_stop_s: float = Field(default=30, ge=0, le=3600, description="wait for in-flight requests at the end")
 
     @model_validator(mode="after")
-    def _check_kind_fields(self) -> "LoadSpec":
+    def _check_kind_fields(self) -> LoadSpec:
         if self.kind == "ramping-vus" and not self.stages:
             raise ValueError("ramping-vus needs at least one stage")
         if self.kind == "constant-arrival-rate" and self.rate_per_s is None:
@@ -132,7 +132,7 @@ class WorkloadSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _check_workload(self) -> "WorkloadSpec":
+    def _check_workload(self) -> WorkloadSpec:
         _validate_sections(self, workloads.options_sections(), "the workload")
         workloads.get_workload(self.kind).check(self)
         return self
@@ -153,8 +153,12 @@ class CacheSpec(StrictModel):
     # cache has stored every distinct request of the workload, then the measured load starts.
     # Only for workloads with at most this many distinct requests (0: never), so one grid can
     # fill 50 prompts first and still start 1,000 prompts cold.
-    fill_first_up_to: int = Field(default=0, ge=0, le=100_000,
-                                  description="fill the cache first when there are at most this many distinct requests")
+    fill_first_up_to: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="fill the cache first when there are at most this many distinct requests",
+    )
     fill_timeout_s: float = Field(default=600, ge=1, le=7200, description="longest wait for the cache to fill")
     # uvicorn measured fastest under k6 here (BENCHMARKS.md, "ASGI servers"); granian, through ASGI
     # or its own RSGI, stays an option for machines where the load generator has cores of its own.
@@ -215,7 +219,7 @@ class RunSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _check_target(self) -> "RunSpec":
+    def _check_target(self) -> RunSpec:
         _validate_sections(self, backends.options_sections(), "a run")
         if not self.backend_kind.managed:
             if not self.target_url:
@@ -229,8 +233,10 @@ class RunSpec(BaseModel):
             from lab.workloads import get_workload
 
             if get_workload(self.workload.kind).distinct_requests(self) is None:
-                raise ValueError(f"cache.fill_first_up_to needs a workload with a known set of distinct requests; "
-                                 f"{self.workload.kind} has none")
+                raise ValueError(
+                    f"cache.fill_first_up_to needs a workload with a known set of distinct requests; "
+                    f"{self.workload.kind} has none"
+                )
         return self
 
     @property
@@ -277,7 +283,7 @@ class ExperimentSpec(StrictModel):
     scale_note: str = ""
 
     @model_validator(mode="after")
-    def _grid_is_valid(self) -> "ExperimentSpec":
+    def _grid_is_valid(self) -> ExperimentSpec:
         for path, values in self.grid.items():
             if not values:
                 raise ValueError(f"grid axis {path!r} has no values")
@@ -285,9 +291,11 @@ class ExperimentSpec(StrictModel):
         cells = math.prod(len(values) for values in self.grid.values())
         limit = get_settings().max_runs_per_launch
         if cells * self.repeats > limit:
-            raise ValueError(f"this experiment would queue {cells * self.repeats:,} runs ({cells:,} cells x "
-                             f"{self.repeats} repeats); one launch may queue at most {limit:,} "
-                             "(setting LAB_MAX_RUNS_PER_LAUNCH)")
+            raise ValueError(
+                f"this experiment would queue {cells * self.repeats:,} runs ({cells:,} cells x "
+                f"{self.repeats} repeats); one launch may queue at most {limit:,} "
+                "(setting LAB_MAX_RUNS_PER_LAUNCH)"
+            )
         self.expand()  # every cell must be a valid RunSpec
         return self
 
@@ -299,7 +307,7 @@ class ExperimentSpec(StrictModel):
         for combination in itertools.product(*(values for _, values in axes)) if axes else [()]:
             data = copy.deepcopy(base)
             label_parts = []
-            for (path, _), value in zip(axes, combination):
+            for (path, _), value in zip(axes, combination, strict=True):
                 set_dotted(data, path, value)
                 label_parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
             try:
@@ -368,8 +376,9 @@ def load_preset(name: str, *, quick: bool = False, overrides: list[tuple[str, An
     return experiment_from_document({**raw, "preset": name}, quick=quick, overrides=overrides)
 
 
-def experiment_from_document(raw: dict[str, Any], *, quick: bool = False,
-                             overrides: list[tuple[str, Any]] | None = None) -> ExperimentSpec:
+def experiment_from_document(
+    raw: dict[str, Any], *, quick: bool = False, overrides: list[tuple[str, Any]] | None = None
+) -> ExperimentSpec:
     """An :class:`ExperimentSpec` from a preset's document (a preset file, or a spec file of the
     same schema: the experiment's fields plus an optional ``quick`` section), at the quick
     scale if asked, with ``key=value`` overrides applied (see :func:`load_preset`)."""

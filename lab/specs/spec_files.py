@@ -43,21 +43,24 @@ def read_spec_document(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"spec file {path.name} is not valid TOML ({error})") from None
     if not isinstance(document, dict):
-        raise SpecError(f"spec file {path.name} must hold a table of settings at the top, not a "
-                        f"{type(document).__name__}")
+        raise SpecError(
+            f"spec file {path.name} must hold a table of settings at the top, not a {type(document).__name__}"
+        )
     return document
 
 
-def load_spec_file(path: Path | str, *, quick: bool = False,
-                   overrides: list[tuple[str, Any]] | None = None) -> ExperimentSpec:
+def load_spec_file(
+    path: Path | str, *, quick: bool = False, overrides: list[tuple[str, Any]] | None = None
+) -> ExperimentSpec:
     """The experiment a spec file describes, at the quick scale if asked, with ``--set``
     overrides applied as for a preset; SpecError (one line, the file named) when invalid."""
     path = Path(path)
     document = read_spec_document(path)
     unknown = [key for key in document if key not in SPEC_FILE_KEYS]
     if unknown:
-        raise SpecError(f"spec file {path.name}: unknown key {unknown[0]!r} (a spec file has: "
-                        f"{', '.join(SPEC_FILE_KEYS)})")
+        raise SpecError(
+            f"spec file {path.name}: unknown key {unknown[0]!r} (a spec file has: {', '.join(SPEC_FILE_KEYS)})"
+        )
     document.setdefault("name", path.stem)
     try:
         return experiment_from_document(document, quick=quick, overrides=overrides)
@@ -72,8 +75,9 @@ def experiment_spec_document(*, stored_spec: dict[str, Any]) -> dict[str, Any]:
     return dict(stored_spec)
 
 
-def run_spec_document(*, run_id: int, stored_spec: dict[str, Any], cell_label: str = "",
-                      experiment_name: str | None = None) -> dict[str, Any]:
+def run_spec_document(
+    *, run_id: int, stored_spec: dict[str, Any], cell_label: str = "", experiment_name: str | None = None
+) -> dict[str, Any]:
     """One run's stored spec as a spec file: an experiment of that run alone (its seed kept, one
     repeat), so rerunning the file queues a run of the same spec."""
     source = f" of experiment {experiment_name!r}" if experiment_name else ""

@@ -153,7 +153,7 @@ def machine_is_offline() -> bool:
             fields = line.split()
             if path.name == "route" and len(fields) > 1 and fields[1] == default_prefix:
                 return False
-            if path.name == "ipv6_route" and line.startswith(default_prefix) and not fields[-1] == "lo":
+            if path.name == "ipv6_route" and line.startswith(default_prefix) and fields[-1] != "lo":
                 return False
     return readable  # no default route anywhere; where /proc says nothing, assume online
 
@@ -196,10 +196,17 @@ def ask_hub(model: str, *, timeout_s: float = HUB_TIMEOUT_S) -> str:
         return kept[1]
     token = os.environ.get("HF_TOKEN")
     try:
-        response = httpx.get(f"{key[0]}/api/models/{model}", timeout=timeout_s, follow_redirects=True,
-                             headers={"Authorization": f"Bearer {token}"} if token else None)
-        answer = "found" if response.status_code == 200 else (
-            "missing" if response.status_code in (401, 403, 404) else "unreachable")
+        response = httpx.get(
+            f"{key[0]}/api/models/{model}",
+            timeout=timeout_s,
+            follow_redirects=True,
+            headers={"Authorization": f"Bearer {token}"} if token else None,
+        )
+        answer = (
+            "found"
+            if response.status_code == 200
+            else ("missing" if response.status_code in (401, 403, 404) else "unreachable")
+        )
     except httpx.HTTPError:
         answer = "unreachable"
     _hub_answers[key] = (time.monotonic(), answer)
@@ -220,12 +227,16 @@ def check_model_on_machine(model: str, *, offline: bool | None = None) -> None:
         )
     answer = ask_hub(model)
     if answer == "missing":
-        raise ModelNameError(f"model {model!r} is neither a local folder nor in the Hugging Face cache, and the "
-                             f"Hub ({hub_endpoint()}) has no model of that name: check its spelling")
+        raise ModelNameError(
+            f"model {model!r} is neither a local folder nor in the Hugging Face cache, and the "
+            f"Hub ({hub_endpoint()}) has no model of that name: check its spelling"
+        )
     if answer == "unreachable":
-        raise ModelNameError(f"model {model!r} is neither a local folder nor in the Hugging Face cache, and the "
-                             f"Hub ({hub_endpoint()}) did not answer within {HUB_TIMEOUT_S:g} s, so it cannot "
-                             "be downloaded: give a local model folder, e.g. models/SmolLM2-135M-Instruct")
+        raise ModelNameError(
+            f"model {model!r} is neither a local folder nor in the Hugging Face cache, and the "
+            f"Hub ({hub_endpoint()}) did not answer within {HUB_TIMEOUT_S:g} s, so it cannot "
+            "be downloaded: give a local model folder, e.g. models/SmolLM2-135M-Instruct"
+        )
 
 
 # --------------------------------------------------------------------------- target URLs
@@ -252,8 +263,9 @@ def _is_loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool
     return address.is_loopback
 
 
-def _host_is_allowed(host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None,
-                     allowed_hosts: Collection[str]) -> bool:
+def _host_is_allowed(
+    host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None, allowed_hosts: Collection[str]
+) -> bool:
     """Whether ``host`` (or its literal address) is named in ``allowed_hosts``.
 
     Entries are host names or addresses (case-insensitive, IPv6 with or without

@@ -70,7 +70,7 @@ def option_value(workload: WorkloadSettings, option: OptionField) -> Any:
     return getattr(holder, option.name, None) if holder is not None else None
 
 
-def check_named_files(workload_kind: "Workload", workload: WorkloadSettings) -> None:
+def check_named_files(workload_kind: Workload, workload: WorkloadSettings) -> None:
     """Raise ValueError when a file the spec names (an option with an upload kind: a request
     file, a dataset) exists but is not a regular file under the size limit."""
     from lab.workloads.input_files import check_input_path
@@ -111,7 +111,7 @@ class Workload:
         where the workload sends that many distinct prompts; None otherwise."""
         return None
 
-    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path | None:
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: Backend) -> Path | None:
         """Write the request file k6 replays into ``run_dir``; None when the script needs none."""
         return None
 
@@ -176,4 +176,7 @@ def write_sessions(sessions: list[Any], path: Path) -> Path:
     return datasets.write_requests_file(sessions, path)
 
 
-from lab.workloads import number_story, sharegpt_chat, custom, synthetic  # noqa: E402,F401
+# isort: off
+# Registration order is the order the form and the CLI list the kinds in.
+from lab.workloads import number_story, sharegpt_chat, custom, synthetic  # noqa: E402, F401 - registers the kinds
+# isort: on

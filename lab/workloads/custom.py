@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.specs.fields import OptionField
-from lab.workloads import datasets
-from lab.workloads import RunSettings, Workload, WorkloadSettings, check_named_files, register, write_sessions
+from lab.workloads import RunSettings, Workload, WorkloadSettings, check_named_files, datasets, register, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
@@ -25,6 +24,6 @@ class Custom(Workload):
             raise ValueError("the custom workload needs a JSONL file of requests (requests_path)")
         check_named_files(self, workload)
 
-    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: Backend) -> Path:
         requests = datasets.load_custom_requests(str(spec.workload.requests_path))
         return write_sessions(datasets.custom_requests_as_sessions(requests), run_dir / "requests.json")

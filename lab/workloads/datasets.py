@@ -125,10 +125,10 @@ def _check_request(request: Any, line_number: int) -> dict:
     """Validate one chat request object from line ``line_number``; return it."""
     where = f"line {line_number}"
     if not isinstance(request, dict):
-        raise DatasetError(f"{where}: expected a JSON object with \"messages\", got {type(request).__name__}")
+        raise DatasetError(f'{where}: expected a JSON object with "messages", got {type(request).__name__}')
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise DatasetError(f"{where}: \"messages\" must be a non-empty list of {{role, content}} objects")
+        raise DatasetError(f'{where}: "messages" must be a non-empty list of {{role, content}} objects')
     for index, message in enumerate(messages, start=1):
         if not isinstance(message, dict):
             raise DatasetError(f"{where}: message {index} must be an object with role and content")
@@ -176,7 +176,7 @@ def parse_jsonl_requests(lines: Iterable[str]) -> list[dict]:
         if len(requests) > MAX_CUSTOM_REQUESTS:
             raise DatasetError(f"more than {MAX_CUSTOM_REQUESTS:,} requests; split the file")
     if not requests:
-        raise DatasetError("the file holds no requests (one JSON object with \"messages\" per line)")
+        raise DatasetError('the file holds no requests (one JSON object with "messages" per line)')
     return requests
 
 

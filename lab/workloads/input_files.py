@@ -23,10 +23,14 @@ class DatasetError(ValueError):
     """A dataset or request file cannot be used; the message says why, for the user
     (defined here, the lowest module, and re-exported by :mod:`lab.workloads.datasets`)."""
 
+
 # What a file that is not a regular one is, in words, by the test on its mode.
 SPECIAL_FILE_KINDS = (
-    (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
 )
 RULE = "requests and datasets are read only from regular files"
 
@@ -63,8 +67,10 @@ def file_problem(path: Path | str, mode: int, size_bytes: int, *, max_bytes: int
 
 
 def too_large(path: Path | str, max_bytes: int) -> str:
-    return (f"{path} is larger than {human_bytes(max_bytes)}, the limit for request and dataset files "
-            "(LAB_INPUT_FILE_MAX_BYTES)")
+    return (
+        f"{path} is larger than {human_bytes(max_bytes)}, the limit for request and dataset files "
+        "(LAB_INPUT_FILE_MAX_BYTES)"
+    )
 
 
 def check_input_path(path: Path | str, *, max_bytes: int | None = None) -> None:
@@ -91,7 +97,7 @@ class _BoundedReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # noqa: ANN001 (a writable buffer)
+    def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
         # One byte past the limit is enough to know the file is too large (never more).
         count = os.readv(self._descriptor, [view[: self._max_bytes + 1 - self._read]])
@@ -130,8 +136,9 @@ def open_input_binary(path: Path | str, *, what: str, max_bytes: int | None = No
 
 def open_input_text(path: Path | str, *, what: str, max_bytes: int | None = None, newline: str | None = None) -> TextIO:
     """:func:`open_input_binary` decoded as strict UTF-8."""
-    return io.TextIOWrapper(open_input_binary(path, what=what, max_bytes=max_bytes), encoding="utf-8",
-                            errors="strict", newline=newline)
+    return io.TextIOWrapper(
+        open_input_binary(path, what=what, max_bytes=max_bytes), encoding="utf-8", errors="strict", newline=newline
+    )
 
 
 def read_input_text(path: Path | str, *, what: str, max_bytes: int | None = None) -> str:

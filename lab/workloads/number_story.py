@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 from lab.specs.fields import OptionField
 from lab.workloads import Messages, RunSettings, Workload, register
 

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lab.specs.fields import OptionField
-from lab.workloads import datasets, sharegpt_reader
-from lab.workloads import RunSettings, Workload, register, write_sessions
+from lab.workloads import RunSettings, Workload, datasets, register, sharegpt_reader, write_sessions
 
 if TYPE_CHECKING:
     from lab.backends import Backend
@@ -31,12 +30,15 @@ class SharegptChat(Workload):
         OptionField("dataset_path", "ShareGPT file", upload="sharegpt", none_label="the bundled ShareGPT file"),
     )
 
-    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: Backend) -> Path:
         workload = spec.workload
         source = workload.dataset_path or str(sharegpt_reader.default_sharegpt_path())
         sessions = datasets.build_chat_sessions(
-            conversations(source), sessions=workload.sessions, max_turns=workload.max_turns,
-            system_prompt=workload.system_prompt, seed=spec.random_seed,
+            conversations(source),
+            sessions=workload.sessions,
+            max_turns=workload.max_turns,
+            system_prompt=workload.system_prompt,
+            seed=spec.random_seed,
             max_session_chars=workload.max_session_chars,
         )
         return write_sessions(sessions, run_dir / "requests.json")

@@ -100,7 +100,7 @@ class _TextCursor:
     the buffer is refilled, so ``consumed + position`` is the offset in the whole text.
     """
 
-    __slots__ = ("read", "buffer", "position", "consumed", "at_eof")
+    __slots__ = ("at_eof", "buffer", "consumed", "position", "read")
 
     def __init__(self, read: Callable[[int], str]) -> None:
         self.read = read
@@ -169,9 +169,7 @@ def _separator_continues(cursor: _TextCursor) -> bool:
         _close_array(cursor)
         return False
     if char != ",":
-        raise DatasetError(
-            f"invalid JSON at character {cursor.offset()}: expected ',' or ']' between conversations"
-        )
+        raise DatasetError(f"invalid JSON at character {cursor.offset()}: expected ',' or ']' between conversations")
     cursor.position += 1
     return True
 
@@ -186,18 +184,14 @@ def _decode_element(cursor: _TextCursor, decoder: json.JSONDecoder, stats: Share
             element, end = decoder.raw_decode(cursor.buffer, cursor.position)
         except json.JSONDecodeError as error:
             if not _looks_truncated(error, len(cursor.buffer)):
-                raise DatasetError(
-                    f"invalid JSON at character {cursor.consumed + error.pos}: {error.msg}"
-                ) from error
+                raise DatasetError(f"invalid JSON at character {cursor.consumed + error.pos}: {error.msg}") from error
             if cursor.refill():
                 continue
             stats.truncated = True
             stats.dropped_trailing_chars = len(cursor.buffer) - cursor.position
             return _TRUNCATED
         except RecursionError as error:
-            raise DatasetError(
-                f"the element at character {cursor.offset()} is nested too deeply to read"
-            ) from error
+            raise DatasetError(f"the element at character {cursor.offset()} is nested too deeply to read") from error
         except ValueError as error:  # e.g. an integer with too many digits
             raise DatasetError(f"unreadable value near character {cursor.offset()}: {error}") from error
         # A bare number may continue in the next chunk; read more before trusting it.
@@ -291,6 +285,7 @@ def iter_sharegpt_conversations(
     # A regular file under the size limit only, read with a bound (never a FIFO or a device).
     handle = open_input_text(file_path, what="dataset file", newline="")
     with handle:
+
         def read(size: int) -> str:
             try:
                 return handle.read(size)

@@ -35,14 +35,20 @@ class SyntheticOptions(StrictModel):
     """The ``workload.synthetic`` section."""
 
     prompts: int = Field(default=100, ge=1, le=100_000, description="distinct prompts, replayed in turn")
-    input_tokens_mean: int = Field(default=512, ge=16, le=1_000_000, description="prompt tokens, chat template included")
-    input_tokens_spread: int = Field(default=0, ge=0, le=1_000_000, description="standard deviation of the prompt tokens")
+    input_tokens_mean: int = Field(
+        default=512, ge=16, le=1_000_000, description="prompt tokens, chat template included"
+    )
+    input_tokens_spread: int = Field(
+        default=0, ge=0, le=1_000_000, description="standard deviation of the prompt tokens"
+    )
     shared_prefix_tokens: int = Field(default=0, ge=0, le=1_000_000, description="leading tokens every prompt shares")
     fixed_output: bool = Field(default=True, description="every answer exactly max_tokens long")
-    tokenizer: str | None = Field(default=None, description="tokenizer folder; the run's model (or the default) otherwise")
+    tokenizer: str | None = Field(
+        default=None, description="tokenizer folder; the run's model (or the default) otherwise"
+    )
 
     @model_validator(mode="after")
-    def _prefix_fits(self) -> "SyntheticOptions":
+    def _prefix_fits(self) -> SyntheticOptions:
         if self.shared_prefix_tokens >= self.input_tokens_mean:
             raise ValueError("shared_prefix_tokens must be smaller than input_tokens_mean")
         return self
@@ -114,12 +120,16 @@ class PromptBuilder:
             if length == total_tokens:
                 break
             change = total_tokens - length
-            body = body + [rng.choice(self.words) for _ in range(change)] if change > 0 else body[: max(1, len(body) + change)]
+            body = (
+                body + [rng.choice(self.words) for _ in range(change)]
+                if change > 0
+                else body[: max(1, len(body) + change)]
+            )
             length = self.templated_tokens("".join(prefix + body))
         return self.messages("".join(prefix + body)), length
 
 
-def synthetic_sessions(spec: RunSettings, options: SyntheticOptions, backend: "Backend") -> tuple[list[Any], list[int]]:
+def synthetic_sessions(spec: RunSettings, options: SyntheticOptions, backend: Backend) -> tuple[list[Any], list[int]]:
     """One-turn sessions (request objects) and the templated length of each prompt."""
     builder = PromptBuilder(tokenizer_path(spec, options), spec.workload.system_prompt)
     rng = random.Random(spec.random_seed)
@@ -151,15 +161,21 @@ class Synthetic(Workload):
         OptionField("synthetic.fixed_output", "Every answer exactly max tokens long"),
     )
 
-    def prepare(self, spec: RunSettings, run_dir: Path, backend: "Backend") -> Path:
+    def prepare(self, spec: RunSettings, run_dir: Path, backend: Backend) -> Path:
         options = spec.workload.options()
         sessions, lengths = synthetic_sessions(spec, options, backend)
         run_dir.mkdir(parents=True, exist_ok=True)
         # What was built, for a reader checking the lengths against the server's counts.
-        (run_dir / "synthetic.json").write_text(json.dumps({
-            "prompt_tokens_mean": sum(lengths) / len(lengths), "prompt_tokens_min": min(lengths),
-            "prompt_tokens_max": max(lengths), "tokenizer": tokenizer_path(spec, options),
-        }))
+        (run_dir / "synthetic.json").write_text(
+            json.dumps(
+                {
+                    "prompt_tokens_mean": sum(lengths) / len(lengths),
+                    "prompt_tokens_min": min(lengths),
+                    "prompt_tokens_max": max(lengths),
+                    "tokenizer": tokenizer_path(spec, options),
+                }
+            )
+        )
         return write_sessions(sessions, run_dir / "requests.json")
 
     def distinct_requests(self, spec: RunSettings) -> int | None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+
 from lab.specs.fields import UploadKind
 from lab.specs.validation import UploadNameError, safe_upload_name
 from lab.workloads.datasets import DatasetError, atomic_write_bytes, is_replayable, parse_jsonl_requests
@@ -76,12 +77,12 @@ def _check_sharegpt_upload(text: str) -> tuple[int, int, ShareGPTReadStats]:
         if is_replayable(conversation.messages):
             usable += 1
     if stats.elements and not stats.conversations:
-        raise DatasetError(
-            "not a ShareGPT file: no element has a \"conversations\" list of {\"from\", \"value\"} messages"
-        )
+        raise DatasetError('not a ShareGPT file: no element has a "conversations" list of {"from", "value"} messages')
     if not usable:
-        detail = "it is cut off before the first conversation ends" if stats.truncated and not complete else (
-            "no conversation starts with a human turn and alternates human/gpt"
+        detail = (
+            "it is cut off before the first conversation ends"
+            if stats.truncated and not complete
+            else ("no conversation starts with a human turn and alternates human/gpt")
         )
         raise DatasetError(f"no usable conversation in the file: {detail}")
     return complete, usable, stats
@@ -93,9 +94,7 @@ def _upload_text(data: bytes, display_name: str, max_bytes: int) -> str:
         raise DatasetError("upload data must be bytes")
     size_bytes = len(data)
     if size_bytes > max_bytes:
-        raise DatasetError(
-            f"{display_name} is {human_size(size_bytes)}; the upload limit is {human_size(max_bytes)}"
-        )
+        raise DatasetError(f"{display_name} is {human_size(size_bytes)}; the upload limit is {human_size(max_bytes)}")
     if size_bytes == 0 or not bytes(data).strip():
         raise DatasetError(f"{display_name} is empty")
     try:
@@ -126,14 +125,7 @@ def _check_contents(text: str, kind: UploadKind) -> _CheckedContents:
     return checked
 
 
-def save_upload(
-    *,
-    data: bytes,
-    original_name: str,
-    kind: UploadKind,
-    upload_dir: Path,
-    max_bytes: int,
-) -> SavedUpload:
+def save_upload(*, data: bytes, original_name: str, kind: UploadKind, upload_dir: Path, max_bytes: int) -> SavedUpload:
     """Validate an uploaded dataset, then store it as ``upload_dir/<uuid>.json[l]``.
 
     Checked before anything is written: the original name (:func:`safe_upload_name`;
@@ -179,9 +171,12 @@ def record_upload(saved: SavedUpload) -> Path:
     """Write a small sidecar beside an accepted upload (original name, counts, when) for the pages."""
     meta_path = saved.path.with_name(saved.path.name + UPLOAD_META_SUFFIX)
     meta = {
-        "original_name": saved.original_name, "kind": saved.kind, "size_bytes": saved.size_bytes,
-        "items": saved.items, "usable": saved.usable,
-        "saved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "original_name": saved.original_name,
+        "kind": saved.kind,
+        "size_bytes": saved.size_bytes,
+        "items": saved.items,
+        "usable": saved.usable,
+        "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     meta_path.write_text(json.dumps(meta), encoding="utf-8")
     return meta_path
@@ -193,8 +188,11 @@ def list_uploads(upload_dir: Path, kind: UploadKind) -> list[tuple[str, str]]:
     if not upload_dir.is_dir():
         return []
     # Regular files only (is_file): a FIFO or a device placed there is never offered.
-    files = [p for p in upload_dir.iterdir()
-             if p.suffix == suffix and not p.name.endswith(UPLOAD_META_SUFFIX) and p.is_file()]
+    files = [
+        p
+        for p in upload_dir.iterdir()
+        if p.suffix == suffix and not p.name.endswith(UPLOAD_META_SUFFIX) and p.is_file()
+    ]
     result = []
     for path in sorted(files, key=lambda p: p.stat().st_mtime, reverse=True):
         meta_path = path.with_name(path.name + UPLOAD_META_SUFFIX)

@@ -22,7 +22,6 @@ from pages.view.names import header
 from pages.view.text import chart_label, show_plain
 
 
-
 def _number(value: Any) -> str:
     return "–" if value is None else f"{value:,.4g}"
 
@@ -40,8 +39,11 @@ def change_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 def comparison_block(comparison: BaselineComparison) -> None:
     """One configuration's baseline and its later runs' changes."""
-    show_plain(f"{comparison.configuration_label} · baseline: {comparison.baseline_label} (runs "
-               f"#{', #'.join(map(str, comparison.baseline_run_ids))})", kind="caption")
+    show_plain(
+        f"{comparison.configuration_label} · baseline: {comparison.baseline_label} (runs "
+        f"#{', #'.join(map(str, comparison.baseline_run_ids))})",
+        kind="caption",
+    )
     if not comparison.rows:
         st.caption("No later run of this configuration yet.")
         return
@@ -65,31 +67,50 @@ def mark(subject: Subject, *, clear: bool = False) -> None:
 
 def spec_downloads(run: Run) -> None:
     """The run's (and its experiment's) spec file, to rerun with ``python -m lab run --spec``."""
-    document = run_spec_document(run_id=run.id, stored_spec=run.spec, cell_label=run.cell_label,
-                                 experiment_name=run.experiment.name if run.experiment else None)
+    document = run_spec_document(
+        run_id=run.id,
+        stored_spec=run.spec,
+        cell_label=run.cell_label,
+        experiment_name=run.experiment.name if run.experiment else None,
+    )
     columns = st.columns(2)
-    columns[0].download_button("Download this run's spec file (JSON)", spec_file_text(document),
-                               file_name=f"run-{run.id}-spec.json", mime="application/json",
-                               key="download_run_spec", on_click="ignore")
+    columns[0].download_button(
+        "Download this run's spec file (JSON)",
+        spec_file_text(document),
+        file_name=f"run-{run.id}-spec.json",
+        mime="application/json",
+        key="download_run_spec",
+        on_click="ignore",
+    )
     if run.experiment is not None:
         columns[1].download_button(
             f"Download experiment #{run.experiment.id}'s spec file (JSON)",
             spec_file_text(experiment_spec_document(stored_spec=run.experiment.spec)),
-            file_name=f"experiment-{run.experiment.id}-spec.json", mime="application/json",
-            key="download_experiment_spec", on_click="ignore")
-    st.caption("Rerun a spec file with `python -m lab run --spec FILE`; gate it against this baseline with "
-               "`--baseline auto --fail-on-regression FIGURE=PERCENT` (the README lists the figures).")
+            file_name=f"experiment-{run.experiment.id}-spec.json",
+            mime="application/json",
+            key="download_experiment_spec",
+            on_click="ignore",
+        )
+    st.caption(
+        "Rerun a spec file with `python -m lab run --spec FILE`; gate it against this baseline with "
+        "`--baseline auto --fail-on-regression FIGURE=PERCENT` (the README lists the figures)."
+    )
 
 
 def mark_buttons(run: Run, in_baseline: bool) -> None:
     """Mark the run, or its experiment, as the baseline; or unmark it."""
     columns = st.columns(3)
-    if columns[0].button("Mark this run as the baseline", key="baseline_mark_run",
-                         help="The baseline of its configuration: the spec without its seed."):
+    if columns[0].button(
+        "Mark this run as the baseline",
+        key="baseline_mark_run",
+        help="The baseline of its configuration: the spec without its seed.",
+    ):
         mark(Subject("run", run.id))
     if run.experiment is not None and columns[1].button(
-            f"Mark experiment #{run.experiment.id} as the baseline", key="baseline_mark_experiment",
-            help="Each configuration it ran (one per grid cell) gets its done runs as the baseline."):
+        f"Mark experiment #{run.experiment.id} as the baseline",
+        key="baseline_mark_experiment",
+        help="Each configuration it ran (one per grid cell) gets its done runs as the baseline.",
+    ):
         mark(Subject("experiment", run.experiment.id))
     if in_baseline and columns[2].button("Unmark the baseline", key="baseline_clear"):
         mark(Subject("run", run.id), clear=True)
@@ -123,18 +144,24 @@ def compare_baselines(records: Sequence[dict[str, Any]]) -> None:
         comparisons = baselines.comparisons_for_runs(session=db_session, run_ids=[r["run_id"] for r in records])
     st.subheader("Against the baseline")
     if not comparisons:
-        st.caption("No baseline is marked for these runs' configurations (mark one on Run detail, or "
-                   "`python -m lab runs baseline ID`).")
+        st.caption(
+            "No baseline is marked for these runs' configurations (mark one on Run detail, or "
+            "`python -m lab runs baseline ID`)."
+        )
         return
-    st.caption("Each later experiment of a configuration against its baseline: the change of its mean, the 95% "
-               "interval of the change (log scale, unpaired) and whether it is significant (the interval leaves "
-               "out no change; under 3 runs a side, too few to tell).")
+    st.caption(
+        "Each later experiment of a configuration against its baseline: the change of its mean, the 95% "
+        "interval of the change (log scale, unpaired) and whether it is significant (the interval leaves "
+        "out no change; under 3 runs a side, too few to tell)."
+    )
     for comparison in comparisons:
         comparison_block(comparison)
 
 
-HOVER = ("run #%{customdata[0]} · experiment %{customdata[1]}<br>%{x}<br>%{y:,.4g}<br>lab commit %{customdata[2]}"
-         "<br>engine %{customdata[3]}<br>model hash %{customdata[4]}<extra></extra>")
+HOVER = (
+    "run #%{customdata[0]} · experiment %{customdata[1]}<br>%{x}<br>%{y:,.4g}<br>lab commit %{customdata[2]}"
+    "<br>engine %{customdata[3]}<br>model hash %{customdata[4]}<extra></extra>"
+)
 
 
 def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
@@ -148,32 +175,68 @@ def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
     if band is not None and band.mean is not None:
         chart.add_hline(y=band.mean, line_dash="dash", line_color="green", annotation_text="baseline mean")
     means = experiment_means(measured)
-    chart.add_trace(go.Scatter(
-        x=[mean.created_at for mean in means], y=[mean.mean for mean in means], mode="markers",
-        name="experiment mean, 95% CI", marker={"symbol": "line-ew-open", "size": 18},
-        error_y={"type": "data", "symmetric": False,
-                 "array": [(m.ci95_high - m.mean) if m.ci95_high is not None else 0 for m in means],
-                 "arrayminus": [(m.mean - m.ci95_low) if m.ci95_low is not None else 0 for m in means]},
-        hovertemplate="experiment mean %{y:,.4g}<extra></extra>"))
+    chart.add_trace(
+        go.Scatter(
+            x=[mean.created_at for mean in means],
+            y=[mean.mean for mean in means],
+            mode="markers",
+            name="experiment mean, 95% CI",
+            marker={"symbol": "line-ew-open", "size": 18},
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [(m.ci95_high - m.mean) if m.ci95_high is not None else 0 for m in means],
+                "arrayminus": [(m.mean - m.ci95_low) if m.ci95_low is not None else 0 for m in means],
+            },
+            hovertemplate="experiment mean %{y:,.4g}<extra></extra>",
+        )
+    )
     for in_baseline, name, symbol in ((False, "runs", "circle"), (True, "baseline runs", "star")):
         subset = [point for point in measured if point.in_baseline == in_baseline]
         if subset:
-            chart.add_trace(go.Scatter(
-                x=[point.created_at for point in subset], y=[point.value for point in subset], mode="markers",
-                name=name, marker={"symbol": symbol, "size": 12 if in_baseline else 8},
-                customdata=[[point.run_id, point.experiment_id or "–", chart_label(point.lab_commit),
-                             chart_label(point.engine_version), point.model_hash] for point in subset],
-                hovertemplate=HOVER))
-    chart.update_layout(title=f"{header(figure)} over time", xaxis_title="queued at", yaxis_title=header(figure),
-                        legend={"orientation": "h"})
+            chart.add_trace(
+                go.Scatter(
+                    x=[point.created_at for point in subset],
+                    y=[point.value for point in subset],
+                    mode="markers",
+                    name=name,
+                    marker={"symbol": symbol, "size": 12 if in_baseline else 8},
+                    customdata=[
+                        [
+                            point.run_id,
+                            point.experiment_id or "–",
+                            chart_label(point.lab_commit),
+                            chart_label(point.engine_version),
+                            point.model_hash,
+                        ]
+                        for point in subset
+                    ],
+                    hovertemplate=HOVER,
+                )
+            )
+    chart.update_layout(
+        title=f"{header(figure)} over time",
+        xaxis_title="queued at",
+        yaxis_title=header(figure),
+        legend={"orientation": "h"},
+    )
     return chart
 
 
 def trend_table(points: Sequence[TrendPoint], figure: str) -> pd.DataFrame:
     """The trend's points as a table: run, experiment, time, the figure and what each ran with."""
-    return pd.DataFrame([{
-        "run": point.run_id, "experiment": point.experiment_id, "queued at": point.created_at[:19],
-        header(figure): _number(point.value), "lab commit": point.lab_commit, "engine": point.engine_version,
-        "model hash": point.model_hash, "baseline": "yes" if point.in_baseline else "",
-    } for point in points])
-
+    return pd.DataFrame(
+        [
+            {
+                "run": point.run_id,
+                "experiment": point.experiment_id,
+                "queued at": point.created_at[:19],
+                header(figure): _number(point.value),
+                "lab commit": point.lab_commit,
+                "engine": point.engine_version,
+                "model hash": point.model_hash,
+                "baseline": "yes" if point.in_baseline else "",
+            }
+            for point in points
+        ]
+    )

@@ -11,15 +11,16 @@ from typing import Any
 import streamlit as st
 from pydantic import ValidationError
 
-from lab.backends import get_backend, managed_backend_names
 from lab.analysis.capacity_search import CapacityError
+from lab.analysis.slo import SloError
+from lab.backends import get_backend, managed_backend_names
 from lab.execution.capacity_plan import (
     CAPACITY_DEFAULTS,
     LOAD_DIMENSIONS,
     CapacityPlan,
     capacity_plan,
-    capacity_state,
     capacity_preset_note,
+    capacity_state,
     check_plan,
     create_experiment,
     default_max_load,
@@ -28,15 +29,14 @@ from lab.execution.capacity_plan import (
     start_search_in_background,
 )
 from lab.report.capacity_section import capacity_table, pareto_figure, search_figure
-from lab.analysis.slo import SloError
 from lab.specs.schema import BACKENDS, SpecError, format_validation_error
-from pages.view.members import current_member
 from pages.common import RUNS_PAGE, flash, session
 from pages.view.figures import CHART_CONFIG, by_backend, readable
 from pages.view.launch import launch_button, overrides_box
+from pages.view.members import current_member
 from pages.view.names import display_name, header
-from pages.view.text import plain, show_plain
 from pages.view.outage import view_survives_database_outage
+from pages.view.text import plain, show_plain
 
 LIVE_REFRESH_S = 5.0
 
@@ -57,30 +57,50 @@ def _plan_from_form() -> CapacityPlan | None:
         target_url = None
         if any(not get_backend(name).managed for name in backends):
             target_url = st.text_input("Target URL (external server)", key="capacity_target_url") or None
-        slo_text = st.text_input("SLO (comma separated)", value="latency_p95_s<=10", key="capacity_slo",
-                                 help="Limits on per-request figures: latency_p95_s<=10, ttft_p99_s<=1 "
-                                      "(streamed runs), failure_rate<=0.01")
-        by = st.radio("Load dimension", list(LOAD_DIMENSIONS), horizontal=True, key="capacity_by",
-                      format_func=lambda name: f"{LOAD_DIMENSIONS[name].load_kind} ({LOAD_DIMENSIONS[name].unit})")
+        slo_text = st.text_input(
+            "SLO (comma separated)",
+            value="latency_p95_s<=10",
+            key="capacity_slo",
+            help="Limits on per-request figures: latency_p95_s<=10, ttft_p99_s<=1 (streamed runs), failure_rate<=0.01",
+        )
+        by = st.radio(
+            "Load dimension",
+            list(LOAD_DIMENSIONS),
+            horizontal=True,
+            key="capacity_by",
+            format_func=lambda name: f"{LOAD_DIMENSIONS[name].load_kind} ({LOAD_DIMENSIONS[name].unit})",
+        )
         defaults = CAPACITY_DEFAULTS["quick" if quick else "full"]
         columns = st.columns(5)
-        min_load = columns[0].number_input("Smallest load", value=float(LOAD_DIMENSIONS[by].default_min),
-                                           key="capacity_min")
-        max_load = columns[1].number_input("Largest load", value=float(default_max_load(by, quick=quick)),
-                                           key="capacity_max")
-        max_probes = columns[2].number_input("Probes per backend", value=int(defaults["max_probes"]), step=1,
-                                             key="capacity_probes")
+        min_load = columns[0].number_input(
+            "Smallest load", value=float(LOAD_DIMENSIONS[by].default_min), key="capacity_min"
+        )
+        max_load = columns[1].number_input(
+            "Largest load", value=float(default_max_load(by, quick=quick)), key="capacity_max"
+        )
+        max_probes = columns[2].number_input(
+            "Probes per backend", value=int(defaults["max_probes"]), step=1, key="capacity_probes"
+        )
         probe_s = columns[3].number_input("Seconds per probe", value=defaults["probe_s"], key="capacity_probe_s")
-        repeats = columns[4].number_input("Repeats per probe", min_value=1, max_value=20, value=1,
-                                          key="capacity_repeats")
+        repeats = columns[4].number_input(
+            "Repeats per probe", min_value=1, max_value=20, value=1, key="capacity_repeats"
+        )
         overrides = overrides_box("capacity_overrides")
         if not backends:
             raise CapacityError("choose at least one backend")
         if overrides is None:
             return None
         return capacity_plan(
-            backends=backends, slo=[slo_text], by=by, quick=quick, min_load=min_load, max_load=max_load,
-            max_probes=int(max_probes), probe_s=probe_s, repeats=int(repeats), target_url=target_url,
+            backends=backends,
+            slo=[slo_text],
+            by=by,
+            quick=quick,
+            min_load=min_load,
+            max_load=max_load,
+            max_probes=int(max_probes),
+            probe_s=probe_s,
+            repeats=int(repeats),
+            target_url=target_url,
             settings=overrides or None,
         )
     except (SpecError, CapacityError, SloError) as error:
@@ -92,9 +112,11 @@ def _plan_from_form() -> CapacityPlan | None:
 
 def find_capacity_section() -> None:
     """The "Find capacity" tab: per backend, the largest load that meets an SLO."""
-    st.write("Finds, per backend, the largest load that meets an SLO: the load grows geometrically until the "
-             "SLO fails or the backend saturates, then bisects. Every probe is a run of one experiment; "
-             "follow the search on Run detail.")
+    st.write(
+        "Finds, per backend, the largest load that meets an SLO: the load grows geometrically until the "
+        "SLO fails or the backend saturates, then bisects. Every probe is a run of one experiment; "
+        "follow the search on Run detail."
+    )
     plan = _plan_from_form()
     if plan is None:
         return
@@ -103,8 +125,10 @@ def find_capacity_section() -> None:
     except (CapacityError, SloError) as error:
         show_plain(f"This search cannot run: {error}", kind="error")
         return
-    st.caption(f"SLO {plain(str(plan.parsed_slo()))}; the search stops early once it has found the limit, "
-               "so the estimate below is the most it can take.")
+    st.caption(
+        f"SLO {plain(str(plan.parsed_slo()))}; the search stops early once it has found the limit, "
+        "so the estimate below is the most it can take."
+    )
     if launch_button(probe_specs(plan), label="Find capacity", key="capacity_launch"):
         with session() as db_session:
             experiment_id = create_experiment(session=db_session, plan=plan, launched_by=current_member().name)
@@ -117,8 +141,11 @@ def probe_specs(plan: CapacityPlan) -> list[dict[str, Any]]:
     """The runs a search queues at most: every backend's probes and repeats, at the largest load."""
     base = plan.base.model_dump(mode="json")
     load = {**base["load"], "duration_s": plan.probe_s}
-    return [{**base, "backend": backend, "load": load}
-            for backend in plan.backends for _ in range(plan.max_probes * plan.repeats)]
+    return [
+        {**base, "backend": backend, "load": load}
+        for backend in plan.backends
+        for _ in range(plan.max_probes * plan.repeats)
+    ]
 
 
 def _search_state(experiment_id: int) -> dict[str, Any] | None:
@@ -132,9 +159,13 @@ def _render_search(experiment_id: int, key: str) -> None:
         return
     st.markdown(f"#### Capacity search #{experiment_id} ({plain(state.get('state', ''))})")
     figure_name = state.get("slo_figure") or ""
-    chart = readable(search_figure(state), title="The probes: green passed the SLO, red did not; numbers give the order",
-                     x_title=f"load ({state.get('unit', '')})", y_title=header(figure_name) if figure_name else "SLO figure",
-                     height=400)
+    chart = readable(
+        search_figure(state),
+        title="The probes: green passed the SLO, red did not; numbers give the order",
+        x_title=f"load ({state.get('unit', '')})",
+        y_title=header(figure_name) if figure_name else "SLO figure",
+        height=400,
+    )
     st.plotly_chart(chart, key=f"{key}_search", config=CHART_CONFIG)
     st.dataframe(capacity_table(state), hide_index=True, width="stretch")
 
@@ -155,6 +186,10 @@ def pareto_block(records: list[dict[str, Any]], key: str) -> None:
     """Throughput against an SLO latency figure, one curve per backend across its loads."""
     figures = ["latency_p95_s", "latency_p99_s", "latency_p50_s", "latency_avg_s", "latency_max_s"]
     figure = st.selectbox("SLO latency figure", figures, key=f"{key}_figure", format_func=header)
-    chart = by_backend(pareto_figure(records, figure), x_title=header(figure), y_title=header("req_per_s"),
-                       title=f"Requests/s against {display_name(figure).label} (labels: the load)")
+    chart = by_backend(
+        pareto_figure(records, figure),
+        x_title=header(figure),
+        y_title=header("req_per_s"),
+        title=f"Requests/s against {display_name(figure).label} (labels: the load)",
+    )
     st.plotly_chart(chart, key=f"{key}_chart", config=CHART_CONFIG)

@@ -20,8 +20,18 @@ from pages.view.names import display_name, header
 
 SERIES_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 # Backends: the registry's order picks the colour, so a backend looks the same in every chart.
-BACKEND_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
-                   "#bcbd22", "#7f7f7f")
+BACKEND_PALETTE = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+)
 CHART_HEIGHT_PX = 340
 # The toolbar shows on hover only, at the top right, away from the title at the top left.
 CHART_CONFIG = {"displayModeBar": "hover", "displaylogo": False}
@@ -37,12 +47,23 @@ def backend_colour(backend: str) -> str:
 def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, height: int = CHART_HEIGHT_PX) -> go.Figure:
     """The one layout of every chart: title top left, legend in a row above the plot, room for the axis titles."""
     figure.update_layout(
-        title={"text": title, "x": 0.0, "xanchor": "left", "y": 0.98, "yanchor": "top", "yref": "container",
-               "font": {"size": 15}},
-        xaxis_title=x_title, yaxis_title=y_title, height=height, template="plotly_white",
+        title={
+            "text": title,
+            "x": 0.0,
+            "xanchor": "left",
+            "y": 0.98,
+            "yanchor": "top",
+            "yref": "container",
+            "font": {"size": 15},
+        },
+        xaxis_title=x_title,
+        yaxis_title=y_title,
+        height=height,
+        template="plotly_white",
         margin={"l": 60, "r": 20, "t": 80, "b": 50},
         legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None},
-        showlegend=len(figure.data) > 1, hovermode="x unified",
+        showlegend=len(figure.data) > 1,
+        hovermode="x unified",
         # The toolbar runs down the right edge, never across the title at the top left.
         modebar={"orientation": "v"},
     )
@@ -62,7 +83,8 @@ def series_frame(series: dict[str, Any] | None) -> pd.DataFrame:
     series = series or {}
     time_s = series.get("time_s") or []
     columns = {
-        key: value for key, value in series.items()
+        key: value
+        for key, value in series.items()
         if isinstance(value, list) and len(value) == len(time_s) and key != "time_s"
     }
     frame = pd.DataFrame({"time_s": time_s, **columns})
@@ -91,20 +113,30 @@ def resources_frame(series: dict[str, Any] | None, key: str = "resources") -> pd
     return pd.DataFrame(data)
 
 
-def line_figure(frame: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: str,
-                smooth_s: int = 1) -> go.Figure:
+def line_figure(
+    frame: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: str, smooth_s: int = 1
+) -> go.Figure:
     """Lines of ``columns`` (one unit) against ``time_s``, optionally smoothed over ``smooth_s`` seconds."""
     figure = go.Figure()
     for index, column in enumerate(columns):
         if column in frame:
-            figure.add_trace(go.Scatter(
-                # Markers too when there are few points: a single point draws no line.
-                x=frame["time_s"], y=smoothed(frame[column], smooth_s),
-                mode="lines+markers" if len(frame) < 30 else "lines", name=display_name(column).label,
-                line={"color": SERIES_PALETTE[index % len(SERIES_PALETTE)]}, connectgaps=False,
-            ))
-    return readable(figure, title=title + (f" ({smooth_s} s moving average)" if smooth_s > 1 else ""),
-                    x_title=header("time_s"), y_title=y_title)
+            figure.add_trace(
+                go.Scatter(
+                    # Markers too when there are few points: a single point draws no line.
+                    x=frame["time_s"],
+                    y=smoothed(frame[column], smooth_s),
+                    mode="lines+markers" if len(frame) < 30 else "lines",
+                    name=display_name(column).label,
+                    line={"color": SERIES_PALETTE[index % len(SERIES_PALETTE)]},
+                    connectgaps=False,
+                )
+            )
+    return readable(
+        figure,
+        title=title + (f" ({smooth_s} s moving average)" if smooth_s > 1 else ""),
+        x_title=header("time_s"),
+        y_title=y_title,
+    )
 
 
 # Per-second charts of a finished run: (title, columns, y axis), one unit each; smoothable.
@@ -131,8 +163,14 @@ def run_detail_figures(series: dict[str, Any] | None, *, smooth_s: int = 1) -> l
     figures += resource_figures(resources_frame(series))
     server = resources_frame(series, "server")
     if has_data(server, ["running_requests", "waiting_requests"]):
-        figures.append(line_figure(server, [c for c in ("running_requests", "waiting_requests") if c in server],
-                                   title="Requests running and waiting in the backend", y_title="requests"))
+        figures.append(
+            line_figure(
+                server,
+                [c for c in ("running_requests", "waiting_requests") if c in server],
+                title="Requests running and waiting in the backend",
+                y_title="requests",
+            )
+        )
     return figures
 
 
@@ -140,15 +178,25 @@ def resource_figures(resources: pd.DataFrame) -> list[go.Figure]:
     """CPU per process, resident memory, GPU use and memory (those sampled)."""
     if resources.empty:
         return []
-    cpu = [c for c in resources.columns if c.endswith("_cpu_percent") and not c.startswith("gpu")
-           and c not in ("host_cpu_percent", "steal_cpu_percent") and has_data(resources, [c])]
+    cpu = [
+        c
+        for c in resources.columns
+        if c.endswith("_cpu_percent")
+        and not c.startswith("gpu")
+        and c not in ("host_cpu_percent", "steal_cpu_percent")
+        and has_data(resources, [c])
+    ]
     rss = [c for c in resources.columns if c.endswith("_rss_mb")]
     gpu = [c for c in resources.columns if c.startswith("gpu_")]
-    charts = ((cpu, "CPU", "% of one core"), (rss, "Resident memory", "MiB"),
-              ([c for c in gpu if c.endswith("_percent")], "GPU utilisation", "%"),
-              ([c for c in gpu if c.endswith("_mb")], "GPU memory used", "MiB"))
-    return [line_figure(resources, columns, title=title, y_title=y_title) for columns, title, y_title in charts
-            if columns]
+    charts = (
+        (cpu, "CPU", "% of one core"),
+        (rss, "Resident memory", "MiB"),
+        ([c for c in gpu if c.endswith("_percent")], "GPU utilisation", "%"),
+        ([c for c in gpu if c.endswith("_mb")], "GPU memory used", "MiB"),
+    )
+    return [
+        line_figure(resources, columns, title=title, y_title=y_title) for columns, title, y_title in charts if columns
+    ]
 
 
 def has_data(frame: pd.DataFrame, columns: Sequence[str]) -> bool:
@@ -174,7 +222,10 @@ def live_figures(live: dict[str, Any] | None, *, smooth_s: int = 1) -> list[go.F
     for title, part, columns, y_title in LIVE_CHARTS:
         frame = pd.DataFrame(live.get(part) or {})
         present = [column for column in columns if has_data(frame, [column])]
-        if "requests_failed" in present and not pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum():
+        if (
+            "requests_failed" in present
+            and not pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum()
+        ):
             present.remove("requests_failed")  # no failures: no line for them
         if present:
             figures.append(line_figure(frame, present, title=title, y_title=y_title, smooth_s=smooth_s))
@@ -193,8 +244,12 @@ def vus_axis(figure: go.Figure, vus: Sequence[float]) -> go.Figure:
     """Ticks at the VUs measured, never fractions of a user; a log axis when they span 8x or more (1, 8, 32)."""
     values = sorted({float(v) for v in vus if v and v > 0})
     if values:
-        figure.update_xaxes(tickmode="array", tickvals=values, ticktext=[f"{v:g}" for v in values],
-                            type="log" if values[-1] / values[0] >= 8 else "linear")
+        figure.update_xaxes(
+            tickmode="array",
+            tickvals=values,
+            ticktext=[f"{v:g}" for v in values],
+            type="log" if values[-1] / values[0] >= 8 else "linear",
+        )
     return figure
 
 
@@ -205,8 +260,15 @@ def figure_vs_vus(records: Sequence[dict[str, Any]], figure_name: str, *, title:
     if not frame.empty and "vus" in frame and figure_name in frame:
         grouped = frame.dropna(subset=["vus"]).groupby(["backend", "vus"], as_index=False)[figure_name].mean()
         for backend, part in grouped.groupby("backend"):
-            figure.add_trace(go.Scatter(x=part["vus"], y=part[figure_name], mode="lines+markers", name=str(backend),
-                                        line={"color": backend_colour(str(backend))}))
+            figure.add_trace(
+                go.Scatter(
+                    x=part["vus"],
+                    y=part[figure_name],
+                    mode="lines+markers",
+                    name=str(backend),
+                    line={"color": backend_colour(str(backend))},
+                )
+            )
         vus_axis(figure, grouped["vus"].tolist())
     return readable(figure, title=title, x_title=header("vus"), y_title=header(figure_name))
 
@@ -231,17 +293,22 @@ def latency_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
         grouped = frame.dropna(subset=["vus"]).groupby(["backend", "vus"], as_index=False)[present].mean()
         for backend, part in grouped.groupby("backend"):
             for column in present:
-                figure.add_trace(go.Scatter(
-                    x=part["vus"], y=part[column], mode="lines+markers",
-                    name=f"{backend} {display_name(column).label.removesuffix(' latency')}",
-                    line={"color": backend_colour(str(backend)), "dash": dashes[column]},
-                ))
+                figure.add_trace(
+                    go.Scatter(
+                        x=part["vus"],
+                        y=part[column],
+                        mode="lines+markers",
+                        name=f"{backend} {display_name(column).label.removesuffix(' latency')}",
+                        line={"color": backend_colour(str(backend)), "dash": dashes[column]},
+                    )
+                )
         vus_axis(figure, grouped["vus"].tolist())
     return readable(figure, title="Latency percentiles against VUs", x_title=header("vus"), y_title="seconds")
 
 
-def overlaid_series_figure(series_by_run: dict[str, tuple[str, dict[str, Any]]], column: str, *, title: str,
-                           smooth_s: int = 1) -> go.Figure:
+def overlaid_series_figure(
+    series_by_run: dict[str, tuple[str, dict[str, Any]]], column: str, *, title: str, smooth_s: int = 1
+) -> go.Figure:
     """One per-second column of several runs on one time axis: ``{label: (backend, series)}``;
     a backend's colour, a dash style per run of the same backend."""
     figure = go.Figure()
@@ -251,11 +318,21 @@ def overlaid_series_figure(series_by_run: dict[str, tuple[str, dict[str, Any]]],
         frame = series_frame(series)
         if column in frame:
             count = seen[backend] = seen.get(backend, -1) + 1
-            figure.add_trace(go.Scatter(x=frame["time_s"], y=smoothed(frame[column], smooth_s), mode="lines",
-                                        name=label, line={"color": backend_colour(backend),
-                                                          "dash": dashes[count % len(dashes)]}))
-    return readable(figure, title=title + (f" ({smooth_s} s moving average)" if smooth_s > 1 else ""),
-                    x_title=header("time_s"), y_title=header(column))
+            figure.add_trace(
+                go.Scatter(
+                    x=frame["time_s"],
+                    y=smoothed(frame[column], smooth_s),
+                    mode="lines",
+                    name=label,
+                    line={"color": backend_colour(backend), "dash": dashes[count % len(dashes)]},
+                )
+            )
+    return readable(
+        figure,
+        title=title + (f" ({smooth_s} s moving average)" if smooth_s > 1 else ""),
+        x_title=header("time_s"),
+        y_title=header(column),
+    )
 
 
 def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure | None:

@@ -49,15 +49,28 @@ def option_widget(owner: str, field: OptionInput) -> Any:
         labels = dict(uploads)
         paths = [path for path, _ in uploads]
         if option.required:
-            return st.selectbox(option.label, paths, format_func=labels.get, key=key, index=None, help=help_text,
-                                placeholder="upload a file below first")
-        return st.selectbox(option.label, [None, *paths], key=key, help=help_text,
-                            format_func=lambda path: option.none_label if path is None else labels[path])
+            return st.selectbox(
+                option.label,
+                paths,
+                format_func=labels.get,
+                key=key,
+                index=None,
+                help=help_text,
+                placeholder="upload a file below first",
+            )
+        return st.selectbox(
+            option.label,
+            [None, *paths],
+            key=key,
+            help=help_text,
+            format_func=lambda path: option.none_label if path is None else labels[path],
+        )
     if field.kind == "bool":
         return st.checkbox(option.label, value=bool(field.default), key=key, help=help_text)
     if field.kind == "choice":
-        return st.selectbox(option.label, field.choices, index=field.choices.index(field.default), key=key,
-                            help=help_text)
+        return st.selectbox(
+            option.label, field.choices, index=field.choices.index(field.default), key=key, help=help_text
+        )
     if field.kind in ("int", "float"):
         cast: Callable[[Any], Any] = int if field.kind == "int" else float
         step = cast(option.step) if option.step is not None else cast(1)
@@ -108,8 +121,9 @@ def _request_fields(form: GridForm, errors: dict[str, str]) -> None:
 
 def _load_fields(form: GridForm, errors: dict[str, str]) -> None:
     """The right column: load kind and levels, duration, graceful stop, repeats, cache policy."""
-    form.load_kind = st.radio("Load", list(LOAD_KINDS), format_func=LOAD_KINDS.get, key="grid_load_kind",
-                              horizontal=True)
+    form.load_kind = st.radio(
+        "Load", list(LOAD_KINDS), format_func=LOAD_KINDS.get, key="grid_load_kind", horizontal=True
+    )
     if form.load_kind == "constant-vus":
         form.vus_text = st.text_input("VUs (one or more, e.g. 1, 8, 32)", value="1", key="grid_vus")
         field_error(errors, "vus_text")
@@ -118,13 +132,15 @@ def _load_fields(form: GridForm, errors: dict[str, str]) -> None:
         field_error(errors, "rates_text")
     form.duration_s = float(st.number_input("Duration per run (s)", value=20.0, step=5.0, key="grid_duration"))
     field_error(errors, "duration_s")
-    form.graceful_stop_s = float(st.number_input("Graceful stop (s)", value=30.0, step=5.0,
-                                                 key="grid_graceful_stop", help=GRACEFUL_STOP_HELP))
+    form.graceful_stop_s = float(
+        st.number_input("Graceful stop (s)", value=30.0, step=5.0, key="grid_graceful_stop", help=GRACEFUL_STOP_HELP)
+    )
     field_error(errors, "graceful_stop_s")
     form.repeats = int(st.number_input("Repeats per cell", value=1, step=1, key="grid_repeats"))
     field_error(errors, "repeats")
-    form.cache_policy = st.selectbox("Cache policy (for +cache backends)", ["all", "deterministic"],
-                                     key="grid_cache_policy", help=CACHE_POLICY_HELP)
+    form.cache_policy = st.selectbox(
+        "Cache policy (for +cache backends)", ["all", "deterministic"], key="grid_cache_policy", help=CACHE_POLICY_HELP
+    )
 
 
 def grid_form_fields(errors: dict[str, str]) -> GridForm:
@@ -136,8 +152,9 @@ def grid_form_fields(errors: dict[str, str]) -> GridForm:
     field_error(errors, "backends")
     backend_fields(form, errors)
     if any(is_external(backend) for backend in form.backends):
-        form.target_url = st.text_input("Target URL (external server)", key="grid_target_url",
-                                        placeholder="http://127.0.0.1:8000")
+        form.target_url = st.text_input(
+            "Target URL (external server)", key="grid_target_url", placeholder="http://127.0.0.1:8000"
+        )
         field_error(errors, "target_url")
     form.model = st.text_input("Model (folder or Hugging Face id)", value=form.model, key="grid_model")
     field_error(errors, "model")

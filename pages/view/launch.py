@@ -16,8 +16,10 @@ from pages.view.text import plain
 
 # Anything longer asks for a confirmation before it is queued.
 CONFIRM_ABOVE_S = 600.0
-OVERRIDES_HELP = ("One setting a line, as the CLI's --set: load.duration_s=20, max_tokens=32, "
-                  "grid.load.vus=[1, 4] (an axis), repeats=3, vllm.dtype=float32. Values are JSON where they parse.")
+OVERRIDES_HELP = (
+    "One setting a line, as the CLI's --set: load.duration_s=20, max_tokens=32, "
+    "grid.load.vus=[1, 4] (an axis), repeats=3, vllm.dtype=float32. Values are JSON where they parse."
+)
 
 
 def duration_text(seconds: float) -> str:
@@ -33,12 +35,16 @@ def estimate_text(estimate: history.Estimate) -> str:
     if estimate.runs_from_history == estimate.runs and estimate.starts_from_history == estimate.starts:
         source = "from past runs of the same configurations"
     elif estimate.runs_from_history or estimate.starts_from_history:
-        source = (f"{estimate.runs_from_history} of {plural(estimate.runs, 'run')} and {estimate.starts_from_history} "
-                  f"of {plural(estimate.starts, 'start-up')} timed from past runs, the rest guessed")
+        source = (
+            f"{estimate.runs_from_history} of {plural(estimate.runs, 'run')} and {estimate.starts_from_history} "
+            f"of {plural(estimate.starts, 'start-up')} timed from past runs, the rest guessed"
+        )
     else:
         source = "no past run of these configurations: load plus half the graceful stop, start-up guessed"
-    return (f"{plural(estimate.runs, 'run')}, {duration_text(estimate.seconds)} in all "
-            f"({plural(estimate.starts, 'service start')}, warm-up and graceful stops included; {source}).")
+    return (
+        f"{plural(estimate.runs, 'run')}, {duration_text(estimate.seconds)} in all "
+        f"({plural(estimate.starts, 'service start')}, warm-up and graceful stops included; {source})."
+    )
 
 
 @st.cache_data(ttl=30.0, show_spinner=False)
@@ -70,15 +76,23 @@ def launch_button(specs: list[dict[str, Any]], *, label: str, key: str) -> bool:
     st.caption(plain(estimate_text(estimate)))
     long = estimate.seconds > CONFIRM_ABOVE_S
     confirmed = not long or st.checkbox(
-        f"Yes, queue {plural(estimate.runs, 'run')} taking {duration_text(estimate.seconds)}", key=f"{key}_confirm",
-        help="Launches estimated at over ten minutes ask first; the queue can be stopped on Runs.")
+        f"Yes, queue {plural(estimate.runs, 'run')} taking {duration_text(estimate.seconds)}",
+        key=f"{key}_confirm",
+        help="Launches estimated at over ten minutes ask first; the queue can be stopped on Runs.",
+    )
     return st.button(label, type="primary", key=key, disabled=not confirmed)
 
 
 def overrides_box(key: str, *, value: str = "") -> list[tuple[str, Any]] | None:
     """The ``key=value`` lines typed (None, after a message beside the box, when one is not one)."""
-    text = st.text_area("Change settings (key=value, one a line)", value=value, key=key, help=OVERRIDES_HELP,
-                        height=100, placeholder="load.duration_s=20\nmax_tokens=32")
+    text = st.text_area(
+        "Change settings (key=value, one a line)",
+        value=value,
+        key=key,
+        help=OVERRIDES_HELP,
+        height=100,
+        placeholder="load.duration_s=20\nmax_tokens=32",
+    )
     try:
         return [parse_set_option(line.strip()) for line in text.splitlines() if line.strip()]
     except SpecError as error:

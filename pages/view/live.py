@@ -8,7 +8,7 @@ start-up facts; the Runs page and Run detail call it inside their refreshing fra
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import streamlit as st
@@ -25,26 +25,32 @@ def seconds_since(iso: str | None) -> float | None:
         return None
     moment = datetime.fromisoformat(iso)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return max(0.0, (datetime.now(timezone.utc) - moment).total_seconds())
+        moment = moment.replace(tzinfo=UTC)
+    return max(0.0, (datetime.now(UTC) - moment).total_seconds())
 
 
 def panel_heading(run: dict[str, Any], queued: int) -> str:
     """``Live: run #7 · 🚀 starting · naive · backend=naive vus=1 · 2 more queued`` (Markdown, user text escaped)."""
-    return (f"**Live: run #{run['id']}** · {status_badge(run['status'], run['progress'])}"
-            f" · {plain(run['backend'])} · {plain(run['cell_label'])}"
-            + (f" · {plural(queued, 'more run')} queued" if queued else ""))
+    return (
+        f"**Live: run #{run['id']}** · {status_badge(run['status'], run['progress'])}"
+        f" · {plain(run['backend'])} · {plain(run['cell_label'])}"
+        + (f" · {plural(queued, 'more run')} queued" if queued else "")
+    )
 
 
-def render_startup(run: dict[str, Any], *, service: str | None, last_line: str | None,
-                   expected_s: float | None) -> None:
+def render_startup(
+    run: dict[str, Any], *, service: str | None, last_line: str | None, expected_s: float | None
+) -> None:
     """Starting: how long it has taken, what the service last logged, how long it took last time."""
     elapsed_s = seconds_since(run.get("started_at"))
     parts = [f"starting {plain(service or run['backend'])}"]
     if elapsed_s is not None:
         parts.append(f"{elapsed_s:.0f} s elapsed")
-    parts.append(f"the last start of this configuration took {expected_s:.0f} s" if expected_s is not None
-                 else "no earlier start of this configuration to compare with")
+    parts.append(
+        f"the last start of this configuration took {expected_s:.0f} s"
+        if expected_s is not None
+        else "no earlier start of this configuration to compare with"
+    )
     st.caption(" · ".join(parts))
     if expected_s and elapsed_s is not None:
         st.progress(min(1.0, elapsed_s / expected_s) if expected_s else 0.0)
@@ -60,20 +66,40 @@ def render_load(run: dict[str, Any]) -> None:
     if progress.get("phase") == "draining":
         in_flight = progress.get("in_flight")
         grace = progress.get("graceful_stop_s")
-        st.progress(1.0, text=(f"load time over: waiting for {plural(in_flight, 'request') if in_flight is not None else 'the requests'} "
-                               f"still in flight (graceful stop, at most {grace:g} s)" if grace is not None else
-                               "load time over: waiting for the requests still in flight"))
+        st.progress(
+            1.0,
+            text=(
+                "load time over: waiting for "
+                f"{plural(in_flight, 'request') if in_flight is not None else 'the requests'} "
+                f"still in flight (graceful stop, at most {grace:g} s)"
+                if grace is not None
+                else "load time over: waiting for the requests still in flight"
+            ),
+        )
     else:
         st.progress(progress_fraction(progress), text=f"{figures['elapsed']} elapsed, {figures['remaining']} remaining")
-    metric_tiles([("req/s so far", figures["req/s"], None), ("requests done", figures["requests"], None),
-                  ("failed requests", figures["errors"], None), ("VUs", figures["VUs"], None)])
+    metric_tiles(
+        [
+            ("req/s so far", figures["req/s"], None),
+            ("requests done", figures["requests"], None),
+            ("failed requests", figures["errors"], None),
+            ("VUs", figures["VUs"], None),
+        ]
+    )
     render_live_charts(progress.get("live"), key=f"live_{run['id']}")
 
 
 def render_live_charts(live: dict[str, Any] | None, *, key: str) -> None:
     """The live per-second charts, two a row (none until the first second is complete)."""
-    smooth_s = 5 if st.toggle("Smooth the per-second series (5 s moving average)", key=f"{key}_smooth",
-                              help="At low load the per-second counts jump between 0 and a few requests.") else 1
+    smooth_s = (
+        5
+        if st.toggle(
+            "Smooth the per-second series (5 s moving average)",
+            key=f"{key}_smooth",
+            help="At low load the per-second counts jump between 0 and a few requests.",
+        )
+        else 1
+    )
     figures = live_figures(live, smooth_s=smooth_s)
     if not figures:
         st.caption("Live charts appear after the first second of load.")

@@ -14,8 +14,17 @@ from typing import Any
 import streamlit as st
 
 from lab.members import (
-    UNKNOWN, Decision, Member, RolesConfig, RolesError, expired_sign_in_message, may_act_on_run, may_manage_lab,
-    member_from_sign_in, member_without_sign_in, parse_roles,
+    UNKNOWN,
+    Decision,
+    Member,
+    RolesConfig,
+    RolesError,
+    expired_sign_in_message,
+    may_act_on_run,
+    may_manage_lab,
+    member_from_sign_in,
+    member_without_sign_in,
+    parse_roles,
 )
 from lab.settings import get_settings
 from pages.view.names import local_time
@@ -30,7 +39,7 @@ def sign_in_configured() -> bool:
     """True when an OIDC provider is set in the secrets file (``[auth]``): a shared lab."""
     try:
         return "auth" in st.secrets
-    except Exception:  # noqa: BLE001 (no secrets file at all: a personal lab, no sign-in)
+    except Exception:
         return False
 
 
@@ -38,7 +47,7 @@ def roles() -> RolesConfig:
     """The ``[roles]`` settings (RolesError when they name an unknown role)."""
     try:
         table = st.secrets.get("roles")
-    except Exception:  # noqa: BLE001 (no secrets file)
+    except Exception:
         table = None
     return parse_roles(dict(table) if table is not None else None)
 
@@ -102,8 +111,11 @@ def account_box(member: Member) -> None:
             st.session_state.pop(NAME_KEY, None)
             st.rerun()
         return
-    typed = st.text_input("Your name (recorded on the runs you launch)", key="member_name_input",
-                          help="Asked once per browser session; not a login.")
+    typed = st.text_input(
+        "Your name (recorded on the runs you launch)",
+        key="member_name_input",
+        help="Asked once per browser session; not a login.",
+    )
     if typed.strip():
         st.session_state[NAME_KEY] = member_without_sign_in(typed).name
         st.rerun()
@@ -113,9 +125,12 @@ def person_filter(container: Any, names: Sequence[str], *, key: str) -> str | No
     """A "launched by" select (anyone, mine, or one name); the name to filter on, or None."""
     member = current_member()
     choices = [ANYONE, MINE, *[name for name in names if name]]
-    chosen = container.selectbox("Launched by", choices, key=key,
-                                 format_func=lambda value: {ANYONE: "anyone", MINE: f"mine ({member.name})"}.get(
-                                     value, value))
+    chosen = container.selectbox(
+        "Launched by",
+        choices,
+        key=key,
+        format_func=lambda value: {ANYONE: "anyone", MINE: f"mine ({member.name})"}.get(value, value),
+    )
     if chosen == ANYONE:
         return None
     return member.name if chosen == MINE else chosen
@@ -149,5 +164,7 @@ def audit_trail(actions: Sequence[Any]) -> None:
         st.caption("Nobody has acted on this run yet.")
         return
     for action in actions:
-        st.caption(f"{local_time(action.at)} · {plain(action.actor)} · {plain(action.action.replace('_', ' '))}"
-                   + (f": {plain(action.detail)}" if action.detail else ""))
+        st.caption(
+            f"{local_time(action.at)} · {plain(action.actor)} · {plain(action.action.replace('_', ' '))}"
+            + (f": {plain(action.detail)}" if action.detail else "")
+        )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -46,30 +46,52 @@ def _share(label: str) -> DisplayName:
 
 DISPLAY_NAMES: dict[str, DisplayName] = {
     # identity and set-up
-    "run_id": DisplayName("run", thousands=False), "run": DisplayName("run", thousands=False),
+    "run_id": DisplayName("run", thousands=False),
+    "run": DisplayName("run", thousands=False),
     "experiment_id": DisplayName("experiment #", thousands=False),
-    "experiment": DisplayName("experiment"), "experiments": DisplayName("experiments"),
-    "preset": DisplayName("preset"), "cell_label": DisplayName("cell"), "repeat_index": DisplayName("repeat"),
-    "status": DisplayName("status"), "status_reason": DisplayName("reason"), "backend": DisplayName("backend"),
-    "model": DisplayName("model"), "workload": DisplayName("workload"), "load_kind": DisplayName("load"),
-    "vus": DisplayName("VUs"), "arrival_rate_per_s": DisplayName("arrival rate", "req/s", 2),
-    "prompts": DisplayName("PROMPTS"), "duration_s": DisplayName("duration", "s", 0),
-    "max_tokens": DisplayName("max tokens"), "random_seed": DisplayName("seed", thousands=False), "tags": DisplayName("tags"),
+    "experiment": DisplayName("experiment"),
+    "experiments": DisplayName("experiments"),
+    "preset": DisplayName("preset"),
+    "cell_label": DisplayName("cell"),
+    "repeat_index": DisplayName("repeat"),
+    "status": DisplayName("status"),
+    "status_reason": DisplayName("reason"),
+    "backend": DisplayName("backend"),
+    "model": DisplayName("model"),
+    "workload": DisplayName("workload"),
+    "load_kind": DisplayName("load"),
+    "vus": DisplayName("VUs"),
+    "arrival_rate_per_s": DisplayName("arrival rate", "req/s", 2),
+    "prompts": DisplayName("PROMPTS"),
+    "duration_s": DisplayName("duration", "s", 0),
+    "max_tokens": DisplayName("max tokens"),
+    "random_seed": DisplayName("seed", thousands=False),
+    "tags": DisplayName("tags"),
     "launched_by": DisplayName("launched by"),
-    "created_at": DisplayName("created"), "started_at": DisplayName("started"),
-    "finished_at": DisplayName("finished"), "worker_name": DisplayName("worker"), "hardware": DisplayName("hardware"),
+    "created_at": DisplayName("created"),
+    "started_at": DisplayName("started"),
+    "finished_at": DisplayName("finished"),
+    "worker_name": DisplayName("worker"),
+    "hardware": DisplayName("hardware"),
     "n": DisplayName("runs"),
     # results
-    "requests_ok": DisplayName("requests ok"), "requests_failed": DisplayName("failed requests"),
-    "req_per_s": DisplayName("req/s", "", 2), "output_tok_per_s": DisplayName("output tok/s", "", 1),
+    "requests_ok": DisplayName("requests ok"),
+    "requests_failed": DisplayName("failed requests"),
+    "req_per_s": DisplayName("req/s", "", 2),
+    "output_tok_per_s": DisplayName("output tok/s", "", 1),
     "input_tok_per_s": DisplayName("input tok/s", "", 1),
-    "latency_avg_s": _seconds("avg latency"), "latency_p50_s": _seconds("p50 latency"),
-    "latency_p90_s": _seconds("p90 latency"), "latency_p95_s": _seconds("p95 latency"),
-    "latency_p99_s": _seconds("p99 latency"), "latency_max_s": _seconds("max latency"),
+    "latency_avg_s": _seconds("avg latency"),
+    "latency_p50_s": _seconds("p50 latency"),
+    "latency_p90_s": _seconds("p90 latency"),
+    "latency_p95_s": _seconds("p95 latency"),
+    "latency_p99_s": _seconds("p99 latency"),
+    "latency_max_s": _seconds("max latency"),
     "iterations_completed": DisplayName("iterations done"),
     "iterations_interrupted": DisplayName("iterations cut by the stop"),
-    "iterations_dropped": DisplayName("iterations dropped"), "measured_duration_s": DisplayName("measured", "s", 1),
-    "prefix_cache_hit_rate": _share("vLLM prefix cache hit"), "response_cache_hit_rate": _share("Redis cache hit"),
+    "iterations_dropped": DisplayName("iterations dropped"),
+    "measured_duration_s": DisplayName("measured", "s", 1),
+    "prefix_cache_hit_rate": _share("vLLM prefix cache hit"),
+    "response_cache_hit_rate": _share("Redis cache hit"),
     "response_cache_hits": DisplayName("Redis cache hits"),
     "response_cache_store_errors": DisplayName("cache store errors"),
     "server_ttft_avg_s": _seconds("server TTFT avg"),
@@ -79,56 +101,94 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "backend_rss_max_mb": DisplayName("backend memory max", "MiB", 0),
     "gpu_utilization_avg_percent": DisplayName("GPU use avg", "%", 1),
     # measurement (issue 13), capacity (issue 15)
-    "ttft_avg_s": _seconds("TTFT avg"), "ttft_p50_s": _seconds("TTFT p50"), "ttft_p95_s": _seconds("TTFT p95"),
-    "ttft_p99_s": _seconds("TTFT p99"), "tpot_avg_s": _seconds("time per output token avg"),
+    "ttft_avg_s": _seconds("TTFT avg"),
+    "ttft_p50_s": _seconds("TTFT p50"),
+    "ttft_p95_s": _seconds("TTFT p95"),
+    "ttft_p99_s": _seconds("TTFT p99"),
+    "tpot_avg_s": _seconds("time per output token avg"),
     "tpot_p95_s": _seconds("time per output token p95"),
     "other_cpu_percent_avg": DisplayName("other processes' CPU avg", "% of a core", 1),
     "measurement_warnings": DisplayName("measurement warnings"),
     "steady_output_tok_per_s": DisplayName("steady output tok/s", "", 1),
-    "steady_req_per_s": DisplayName("steady req/s", "", 2), "goodput_req_per_s": DisplayName("goodput", "req/s", 2),
+    "steady_req_per_s": DisplayName("steady req/s", "", 2),
+    "goodput_req_per_s": DisplayName("goodput", "req/s", 2),
     "slo_attainment": _share("SLO attainment"),
     # per-second series (charts)
     "time_s": DisplayName("time since the load started", "s", 0),
-    "running_requests": DisplayName("running in the backend"), "waiting_requests": DisplayName("waiting in the backend"),
+    "running_requests": DisplayName("running in the backend"),
+    "waiting_requests": DisplayName("waiting in the backend"),
     "other_cpu_percent": DisplayName("other processes", "% of a core", 1),
     "requests_in_flight": DisplayName("requests in flight"),
     # services, workers, server metrics, ratios, cost
-    "service": DisplayName("service"), "kind": DisplayName("kind"), "state": DisplayName("state"),
-    "url": DisplayName("URL"), "pid": DisplayName("PID", thousands=False), "uptime": DisplayName("uptime"),
-    "metric": DisplayName("metric"), "before": DisplayName("before", "", 3), "after": DisplayName("after", "", 3),
-    "change": DisplayName("change", "", 3), "ratio": DisplayName("ratio"), "value": DisplayName("value", "", 2),
-    "ratio_interval": DisplayName("95% interval"), "ratio_ci95_low": DisplayName("ratio, 95% interval low", "", 2),
+    "service": DisplayName("service"),
+    "kind": DisplayName("kind"),
+    "state": DisplayName("state"),
+    "url": DisplayName("URL"),
+    "pid": DisplayName("PID", thousands=False),
+    "uptime": DisplayName("uptime"),
+    "metric": DisplayName("metric"),
+    "before": DisplayName("before", "", 3),
+    "after": DisplayName("after", "", 3),
+    "change": DisplayName("change", "", 3),
+    "ratio": DisplayName("ratio"),
+    "value": DisplayName("value", "", 2),
+    "ratio_interval": DisplayName("95% interval"),
+    "ratio_ci95_low": DisplayName("ratio, 95% interval low", "", 2),
     "ratio_ci95_high": DisplayName("ratio, 95% interval high", "", 2),
-    "interval_method": DisplayName("how the interval was computed"), "figure": DisplayName("figure"),
-    "cell": DisplayName("cells compared"), "significance": DisplayName("significance"),
+    "interval_method": DisplayName("how the interval was computed"),
+    "figure": DisplayName("figure"),
+    "cell": DisplayName("cells compared"),
+    "significance": DisplayName("significance"),
     "cost_per_million_output_tokens": DisplayName("cost per 1M output tokens", "", 2),
-    "name": DisplayName("worker"), "labels": DisplayName("labels"), "heartbeat_age_s": DisplayName("heartbeat age", "s", 1),
-    "current_run": DisplayName("current run", thousands=False), "services": DisplayName("services on its machine"),
+    "name": DisplayName("worker"),
+    "labels": DisplayName("labels"),
+    "heartbeat_age_s": DisplayName("heartbeat age", "s", 1),
+    "current_run": DisplayName("current run", thousands=False),
+    "services": DisplayName("services on its machine"),
     # cache hit and miss latencies, streaming, SLOs, machine figures (every run record field has a name)
-    "ttft_hit_avg_s": _seconds("TTFT avg, cache hits"), "ttft_hit_p95_s": _seconds("TTFT p95, cache hits"),
-    "ttft_miss_avg_s": _seconds("TTFT avg, cache misses"), "ttft_miss_p95_s": _seconds("TTFT p95, cache misses"),
+    "ttft_hit_avg_s": _seconds("TTFT avg, cache hits"),
+    "ttft_hit_p95_s": _seconds("TTFT p95, cache hits"),
+    "ttft_miss_avg_s": _seconds("TTFT avg, cache misses"),
+    "ttft_miss_p95_s": _seconds("TTFT p95, cache misses"),
     "tpot_hit_avg_s": _seconds("time per output token avg, cache hits"),
     "tpot_miss_avg_s": _seconds("time per output token avg, cache misses"),
-    "unstreamed_answers": DisplayName("answers not streamed"), "slo_evaluated": DisplayName("SLO evaluated"),
+    "unstreamed_answers": DisplayName("answers not streamed"),
+    "slo_evaluated": DisplayName("SLO evaluated"),
     "steal_cpu_percent_avg": DisplayName("CPU stolen by the hypervisor avg", "% of a core", 1),
     "steady_source": DisplayName("steady window from"),
     "machine_calibration_before_s": _seconds("machine speed kernel before"),
     "machine_calibration_after_s": _seconds("machine speed kernel after"),
     "machine_speed_index": DisplayName("machine speed index", "", 2),
-    "setting": DisplayName("setting"), "what_changes": DisplayName("what changes"),
-    "differ_in": DisplayName("settings that differ"), "first": DisplayName("first cell"),
-    "second": DisplayName("second cell"), "reason": DisplayName("why no ratio"),
+    "setting": DisplayName("setting"),
+    "what_changes": DisplayName("what changes"),
+    "differ_in": DisplayName("settings that differ"),
+    "first": DisplayName("first cell"),
+    "second": DisplayName("second cell"),
+    "reason": DisplayName("why no ratio"),
 }
 
 # Per-process series named after the process (``naive_cpu_percent``, ``vllm_rss_mb``).
 _PER_PROCESS = (
-    (re.compile(r"^(?P<who>.+)_ci95_(?P<end>low|high)$"),
-     lambda who, end="": DisplayName(f"{display_name(who).label}, 95% interval {end}", display_name(who).unit,
-                                     display_name(who).decimals, display_name(who).scale)),
+    (
+        re.compile(r"^(?P<who>.+)_ci95_(?P<end>low|high)$"),
+        lambda who, end="": DisplayName(
+            f"{display_name(who).label}, 95% interval {end}",
+            display_name(who).unit,
+            display_name(who).decimals,
+            display_name(who).scale,
+        ),
+    ),
     (re.compile(r"^(?P<who>.+)_cpu_percent$"), lambda who: DisplayName(f"{who} CPU", "% of a core", 1)),
     (re.compile(r"^(?P<who>.+)_rss_mb$"), lambda who: DisplayName(f"{who} memory", "MiB", 0)),
-    (re.compile(r"^(?P<who>.+)_sd$"), lambda who: DisplayName(f"± sd of {display_name(who).label}", display_name(who).unit,
-                                                             display_name(who).decimals, display_name(who).scale)),
+    (
+        re.compile(r"^(?P<who>.+)_sd$"),
+        lambda who: DisplayName(
+            f"± sd of {display_name(who).label}",
+            display_name(who).unit,
+            display_name(who).decimals,
+            display_name(who).scale,
+        ),
+    ),
 )
 
 
@@ -166,7 +226,7 @@ def local_time(value: Any) -> str:
     except ValueError:
         return str(value)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)  # the database stores UTC
+        moment = moment.replace(tzinfo=UTC)  # the database stores UTC
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -192,10 +252,13 @@ def format_value(name: str, value: Any) -> str:
 
 def display_frame(frame: pd.DataFrame, *, keep_headers: tuple[str, ...] = ()) -> pd.DataFrame:
     """``frame`` as shown to a person: human headers, every cell a rounded display string."""
-    shown = pd.DataFrame({
-        (name if name in keep_headers else header(name)): [format_value(name, value) for value in frame[name]]
-        for name in frame.columns
-    }, index=frame.index)
+    shown = pd.DataFrame(
+        {
+            (name if name in keep_headers else header(name)): [format_value(name, value) for value in frame[name]]
+            for name in frame.columns
+        },
+        index=frame.index,
+    )
     return shown.reset_index(drop=True)
 
 
@@ -206,15 +269,35 @@ def human_headers(frame: pd.DataFrame) -> pd.DataFrame:
 
 # Settings of a stored run spec (dotted paths) as people call them; others read as their words.
 SETTING_NAMES: dict[str, str] = {
-    "backend": "backend", "model": "model", "target_url": "target URL", "served_model_name": "served model name",
-    "max_tokens": "max tokens", "temperature": "temperature", "top_p": "top p", "warmup_requests": "warm-up requests",
-    "keep_caches_warm": "keep caches warm", "requires": "worker labels needed", "worker": "pinned worker",
-    "load.kind": "load", "load.vus": "VUs", "load.duration_s": "duration (s)", "load.rate_per_s": "arrival rate (req/s)",
-    "load.max_vus": "VU cap", "load.graceful_stop_s": "graceful stop (s)", "load.stages": "VU stages",
-    "workload.kind": "workload", "workload.prompts": "PROMPTS", "workload.sessions": "sessions",
-    "workload.max_turns": "turns per session", "workload.stream": "streamed answers",
-    "workload.system_prompt": "system prompt", "workload.dataset_path": "dataset", "workload.requests_path": "requests file",
-    "cache.policy": "cache policy", "cache.ttl_s": "cache TTL (s)", "cache.fill_first_up_to": "cache filled first (requests)",
+    "backend": "backend",
+    "model": "model",
+    "target_url": "target URL",
+    "served_model_name": "served model name",
+    "max_tokens": "max tokens",
+    "temperature": "temperature",
+    "top_p": "top p",
+    "warmup_requests": "warm-up requests",
+    "keep_caches_warm": "keep caches warm",
+    "requires": "worker labels needed",
+    "worker": "pinned worker",
+    "load.kind": "load",
+    "load.vus": "VUs",
+    "load.duration_s": "duration (s)",
+    "load.rate_per_s": "arrival rate (req/s)",
+    "load.max_vus": "VU cap",
+    "load.graceful_stop_s": "graceful stop (s)",
+    "load.stages": "VU stages",
+    "workload.kind": "workload",
+    "workload.prompts": "PROMPTS",
+    "workload.sessions": "sessions",
+    "workload.max_turns": "turns per session",
+    "workload.stream": "streamed answers",
+    "workload.system_prompt": "system prompt",
+    "workload.dataset_path": "dataset",
+    "workload.requests_path": "requests file",
+    "cache.policy": "cache policy",
+    "cache.ttl_s": "cache TTL (s)",
+    "cache.fill_first_up_to": "cache filled first (requests)",
 }
 
 

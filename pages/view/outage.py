@@ -14,7 +14,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import streamlit as st
@@ -38,13 +38,15 @@ def outage_reason(error: BaseException) -> str | None:
 
 
 def outage_message(reason: str, since: datetime) -> str:
-    return (f"The lab's database is not answering ({reason}), since {since:%H:%M:%S} UTC. Runs in progress "
-            f"go on and store their figures once it is back; this view tries again every few seconds.")
+    return (
+        f"The lab's database is not answering ({reason}), since {since:%H:%M:%S} UTC. Runs in progress "
+        f"go on and store their figures once it is back; this view tries again every few seconds."
+    )
 
 
 def show_outage(reason: str) -> None:
     """The outage's one line; the time it was first seen is kept until the database answers."""
-    since = st.session_state.setdefault(_SINCE_KEY, datetime.now(timezone.utc))
+    since = st.session_state.setdefault(_SINCE_KEY, datetime.now(UTC))
     st.warning(outage_message(reason, since), icon=":material/cloud_off:")
 
 
@@ -79,6 +81,7 @@ def _retry_the_page() -> None:
 def view_survives_database_outage(view: Callable[..., Any]) -> Callable[..., Any]:
     """For a live view's fragment: an unreachable database shows its line in the view, which
     tries again at its next refresh."""
+
     @functools.wraps(view)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:

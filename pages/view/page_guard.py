@@ -16,11 +16,10 @@ to the same page (same URL, same query string) through the gate.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-
-import types
 
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
@@ -58,7 +57,7 @@ def run_entry_file() -> None:
     path = ctx.pages_manager.main_script_path
     module = types.ModuleType("__main__")
     module.__dict__["__file__"] = path
-    exec(ctx.pages_manager.get_page_script_byte_code(path), module.__dict__)  # noqa: S102
+    exec(ctx.pages_manager.get_page_script_byte_code(path), module.__dict__)
 
 
 def only_through_entry_file() -> None:

@@ -30,9 +30,13 @@ CARD_TILE_WIDTH_PX = 140
 
 
 def card_heading(card: dict[str, Any]) -> str:
-    """``Run #7 · ✅ done · naive · backend=naive vus=1 · finished 2026-12-01 12:03:04`` (Markdown, user text escaped)."""
-    return (f"**Run #{card['run_id']}** · {status_badge(card['status'])} · {plain(card['backend'])}"
-            f" · {plain(card['cell_label'])} · finished {local_time(card.get('finished_at'))}")
+    """``Run #7 · ✅ done · naive · backend=naive vus=1 · finished 2026-12-01 12:03:04``.
+
+    Markdown, user text escaped."""
+    return (
+        f"**Run #{card['run_id']}** · {status_badge(card['status'])} · {plain(card['backend'])}"
+        f" · {plain(card['cell_label'])} · finished {local_time(card.get('finished_at'))}"
+    )
 
 
 def render_result_card(card: dict[str, Any]) -> None:
@@ -40,16 +44,26 @@ def render_result_card(card: dict[str, Any]) -> None:
     with st.container(border=True, key="result_card"):
         st.markdown(card_heading(card))
         if card["status"] == "done":
-            metric_tiles([(label, format_value(name, card.get(name)), None) for label, name in CARD_FIGURES],
-                         width_px=CARD_TILE_WIDTH_PX)
+            metric_tiles(
+                [(label, format_value(name, card.get(name)), None) for label, name in CARD_FIGURES],
+                width_px=CARD_TILE_WIDTH_PX,
+            )
         elif card.get("status_reason"):
             show_failure(card["status_reason"], kind="error" if card["status"] == "failed" else "info")
         if card.get("measurement_warnings"):
             show_plain(card["measurement_warnings"], kind="warning")
         with st.container(horizontal=True, wrap=True, gap="medium"):  # one under the other when narrow
-            st.page_link(RUN_DETAIL_PAGE, label=f"Open run #{card['run_id']}", icon=":material/search:",
-                         query_params={"run": str(card["run_id"])})
+            st.page_link(
+                RUN_DETAIL_PAGE,
+                label=f"Open run #{card['run_id']}",
+                icon=":material/search:",
+                query_params={"run": str(card["run_id"])},
+            )
             siblings = card.get("experiment_done_run_ids") or []
             if len(siblings) >= 2:
-                st.page_link(COMPARE_PAGE, label=f"Compare its experiment's {len(siblings)} done runs",
-                             icon=":material/bar_chart:", query_params={"runs": ",".join(map(str, siblings))})
+                st.page_link(
+                    COMPARE_PAGE,
+                    label=f"Compare its experiment's {len(siblings)} done runs",
+                    icon=":material/bar_chart:",
+                    query_params={"runs": ",".join(map(str, siblings))},
+                )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,15 @@ from pages.view.names import display_frame, display_name
 # One status vocabulary for the live panel, the Runs table and the sidebar: a run's
 # status, and while it loads its phase (load, then draining while in-flight requests finish).
 STATUS_ICONS: dict[str, str] = {
-    "queued": "⏳", "starting": "🚀", "warming": "🔥", "running": "▶️", "parsing": "🧮",
-    "done": "✅", "failed": "❌", "cancelled": "⏹️", "interrupted": "⚠️",
+    "queued": "⏳",
+    "starting": "🚀",
+    "warming": "🔥",
+    "running": "▶️",
+    "parsing": "🧮",
+    "done": "✅",
+    "failed": "❌",
+    "cancelled": "⏹️",
+    "interrupted": "⚠️",
 }
 STATUS_WORDS: dict[str, str] = {"warming": "warming up", "running": "load", "parsing": "collecting"}
 
@@ -57,9 +64,26 @@ def plural(count: int, noun: str) -> str:
 # Columns of the Runs table, in order (machine names; headers come from pages.view.names).
 # The figures a person looks for come right after the run's identity, so they are on screen at 800 px.
 RUNS_TABLE_COLUMNS: tuple[str, ...] = (
-    "run_id", "status", "backend", "cell_label", "req_per_s", "output_tok_per_s", "latency_p95_s", "latency_avg_s",
-    "requests_failed", "vus", "duration_s", "experiment", "repeat_index", "model", "workload", "worker_name",
-    "measurement_warnings", "tags", "launched_by", "created_at",
+    "run_id",
+    "status",
+    "backend",
+    "cell_label",
+    "req_per_s",
+    "output_tok_per_s",
+    "latency_p95_s",
+    "latency_avg_s",
+    "requests_failed",
+    "vus",
+    "duration_s",
+    "experiment",
+    "repeat_index",
+    "model",
+    "workload",
+    "worker_name",
+    "measurement_warnings",
+    "tags",
+    "launched_by",
+    "created_at",
 )
 
 SORTABLE_COLUMNS: dict[str, str] = {
@@ -81,8 +105,13 @@ def model_short_name(model: str | None) -> str:
     return Path(model).name if "/" in model and Path(model).is_absolute() else model
 
 
-def runs_table(records: Sequence[dict[str, Any]], *, sort_by: str = "run_id", descending: bool = True,
-               progress_by_run: dict[int, dict[str, Any] | None] | None = None) -> pd.DataFrame:
+def runs_table(
+    records: Sequence[dict[str, Any]],
+    *,
+    sort_by: str = "run_id",
+    descending: bool = True,
+    progress_by_run: dict[int, dict[str, Any] | None] | None = None,
+) -> pd.DataFrame:
     """The Runs page table from run records (``lab.analysis.compare.run_record``), sorted, for display:
     human headers, rounded figures, "–" for missing, local times, a running run's phase.
 
@@ -94,8 +123,10 @@ def runs_table(records: Sequence[dict[str, Any]], *, sort_by: str = "run_id", de
     if sort_by in frame.columns:
         frame = frame.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable")
     progress_by_run = progress_by_run or {}
-    frame["status"] = [status_badge(status, progress_by_run.get(run_id))
-                       for status, run_id in zip(frame["status"], frame["run_id"])]
+    frame["status"] = [
+        status_badge(status, progress_by_run.get(run_id))
+        for status, run_id in zip(frame["status"], frame["run_id"], strict=True)
+    ]
     frame["model"] = frame["model"].map(model_short_name)
     return display_frame(frame[list(RUNS_TABLE_COLUMNS)])
 
@@ -128,6 +159,7 @@ def progress_fraction(progress: dict[str, Any] | None) -> float:
         return 0.0
     return min(1.0, max(0.0, float(value)))
 
+
 def server_metrics_table(server_metrics: dict[str, Any] | None) -> pd.DataFrame:
     """Server metrics before and after the load, and the change, one row per sample name."""
     server_metrics = server_metrics or {}
@@ -139,16 +171,24 @@ def server_metrics_table(server_metrics: dict[str, Any] | None) -> pd.DataFrame:
         last = after.get(service) or {}
         for name in sorted(set(first) | set(last)):
             start, end = first.get(name), last.get(name)
-            rows.append({
-                "service": service, "metric": name, "before": start, "after": end,
-                "change": end - start if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None,
-            })
+            rows.append(
+                {
+                    "service": service,
+                    "metric": name,
+                    "before": start,
+                    "after": end,
+                    "change": end - start
+                    if isinstance(start, (int, float)) and isinstance(end, (int, float))
+                    else None,
+                }
+            )
     return display_frame(pd.DataFrame(rows, columns=["service", "metric", "before", "after", "change"]))
 
 
 def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]:
     """``(label, value, help)`` of a run's headline figures for ``st.metric`` tiles: labels short
     enough for a narrow tile (the longer wording in the help), values with their unit."""
+
     def with_unit(value: float | None, unit: str) -> str:
         text = format_rate(value, 0)
         return text if value is None else f"{text}{unit}"
@@ -171,10 +211,16 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]
         ("backend CPU", with_unit(record.get("backend_cpu_percent_avg"), "%"), "average, % of one core"),
         ("backend RSS", with_unit(record.get("backend_rss_max_mb"), " MiB"), "the backend's largest resident memory"),
         ("k6 CPU", with_unit(record.get("k6_cpu_percent_avg"), "%"), "average, % of one core"),
-        ("other CPU", with_unit(record.get("other_cpu_percent_avg"), "%"),
-         "other processes' CPU on the machine during the load, average, % of one core"),
-        ("steady tok/s", format_rate(record.get("steady_output_tok_per_s"), 1),
-         f"output tokens per second in the load window only (from {steady_source})"),
+        (
+            "other CPU",
+            with_unit(record.get("other_cpu_percent_avg"), "%"),
+            "other processes' CPU on the machine during the load, average, % of one core",
+        ),
+        (
+            "steady tok/s",
+            format_rate(record.get("steady_output_tok_per_s"), 1),
+            f"output tokens per second in the load window only (from {steady_source})",
+        ),
         ("steady req/s", format_rate(record.get("steady_req_per_s")), f"the load window only (from {steady_source})"),
     ]
 
@@ -194,18 +240,26 @@ def metric_tiles(tiles: Sequence[tuple[str, str, str | None]], *, width_px: int 
 
 # -- compare -----------------------------------------------------------------------------
 
+
 def seed_comparison_table(preset: str, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The seed's table of ``preset`` with ours (mean [95% CI] over repeats) and the seed's
     published figures beside them (``seed ...`` columns)."""
-    return pd.DataFrame([
-        {**our_cells(preset, row), **{f"seed {column}": text for column, text in seed_cells(preset, row.seed).items()}}
-        for row in seed_table_rows(preset, records)
-    ])
+    return pd.DataFrame(
+        [
+            {
+                **our_cells(preset, row),
+                **{f"seed {column}": text for column, text in seed_cells(preset, row.seed).items()},
+            }
+            for row in seed_table_rows(preset, records)
+        ]
+    )
 
 
 # How a ratio's words name the seed's set-ups.
 SETUP_WORDS: dict[SeedSetup, str] = {
-    SeedSetup.NAIVE: "naive", SeedSetup.VLLM: "vLLM", SeedSetup.VLLM_CACHE: "vLLM + Redis",
+    SeedSetup.NAIVE: "naive",
+    SeedSetup.VLLM: "vLLM",
+    SeedSetup.VLLM_CACHE: "vLLM + Redis",
 }
 
 
@@ -224,8 +278,10 @@ def ratio_label(ratio: Ratio) -> str:
 
 def ratios_rows(ratios: Sequence[Ratio]) -> list[dict[str, Any]]:
     """Seed ratios as ``{"ratio", "value", "95% interval"}`` rows in words."""
-    return [{"ratio": ratio_label(ratio), "value": ratio.value, "ratio_interval": interval_text(ratio.interval)}
-            for ratio in ratios]
+    return [
+        {"ratio": ratio_label(ratio), "value": ratio.value, "ratio_interval": interval_text(ratio.interval)}
+        for ratio in ratios
+    ]
 
 
 def interval_text(interval: Any) -> str:
@@ -244,8 +300,8 @@ def uptime_text(started_at: str | None, now: datetime | None = None) -> str:
     except ValueError:
         return "–"
     if started.tzinfo is None:
-        started = started.replace(tzinfo=timezone.utc)
-    seconds = max(0, int(((now or datetime.now(timezone.utc)) - started).total_seconds()))
+        started = started.replace(tzinfo=UTC)
+    seconds = max(0, int(((now or datetime.now(UTC)) - started).total_seconds()))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"

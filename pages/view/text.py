@@ -61,7 +61,7 @@ def failure_headline(reason: str | None) -> str:
         exceptions = [line for line in lines if _EXCEPTION_LINE.match(line)]
         if exceptions:
             return exceptions[-1]
-    frames = ("Traceback (", "File \"", "^", "~")
+    frames = ("Traceback (", 'File "', "^", "~")
     return next((line for line in lines if not line.startswith(frames)), lines[-1])
 
 

@@ -99,9 +99,11 @@ class CacheProxy:
         # Redis share per-credential entries only when they share the secret).
         self._credential_secret = config.credential_secret or os.urandom(32)
         self.local_tier = (
-            LocalTier(max_entries=config.local_tier_entries, max_bytes=config.local_tier_max_bytes,
-                      prepare=prepared_hit)
-            if config.local_tier_entries > 0 and config.local_tier_max_bytes > 0 else None
+            LocalTier(
+                max_entries=config.local_tier_entries, max_bytes=config.local_tier_max_bytes, prepare=prepared_hit
+            )
+            if config.local_tier_entries > 0 and config.local_tier_max_bytes > 0
+            else None
         )
         self.flights = UpstreamFlights(upstream_url=self.upstream_url, metrics=self.metrics, store=self._store)
         self.keyer = OffLoopKeyer()
@@ -120,8 +122,9 @@ class CacheProxy:
             )
             self.flights.http = self.http
         if self.redis is None:
-            self.redis = PipelinedRedis(self.config.redis_url, timeout_s=self.config.redis_timeout_s,
-                                        local_tier=self.local_tier)
+            self.redis = PipelinedRedis(
+                self.config.redis_url, timeout_s=self.config.redis_timeout_s, local_tier=self.local_tier
+            )
 
     async def close(self) -> None:
         """Close the shared clients and stop the keying process."""
@@ -178,8 +181,9 @@ class CacheProxy:
             else:
                 raw_body = await self._read_body(scope, receive, send)
                 if raw_body is not None:
-                    await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None,
-                                            record=False)
+                    await self.flights.call(
+                        scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False
+                    )
         except BadRequestTarget as error:
             # Raised before any response started (see upstream.upstream_request).
             await send_bad_request(send, str(error))
@@ -187,8 +191,9 @@ class CacheProxy:
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The request body, or None once the request was refused (413, 408) or the client left."""
         try:
-            return await read_limited_body(receive, scope["headers"], max_body_bytes=self.config.max_body_bytes,
-                                           deadlines=self.body_deadlines)
+            return await read_limited_body(
+                receive, scope["headers"], max_body_bytes=self.config.max_body_bytes, deadlines=self.body_deadlines
+            )
         except BodyTooLarge:
             self.metrics.refused_bodies.inc()
             await send_too_large(send, receive, max_body_bytes=self.config.max_body_bytes)
@@ -207,8 +212,9 @@ class CacheProxy:
         if raw_body is None:
             return
         started_at = time.perf_counter()
-        requester = requester_fingerprint(scope["headers"], scope.get("query_string") or b"",
-                                          secret=self._credential_secret)
+        requester = requester_fingerprint(
+            scope["headers"], scope.get("query_string") or b"", secret=self._credential_secret
+        )
         if requester is not None and self.config.credentials == "bypass":
             self.metrics.bypasses.inc()
             self.metrics.credential_bypasses.inc()
@@ -222,8 +228,9 @@ class CacheProxy:
             self.metrics.unkeyable_bodies.inc()
             await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False)
             return
-        mode = decide_cache_mode(body=policy_fields, cache_control=request_cache_control(scope["headers"]),
-                                 policy=self.config.policy)
+        mode = decide_cache_mode(
+            body=policy_fields, cache_control=request_cache_control(scope["headers"]), policy=self.config.policy
+        )
         if mode is CacheMode.BYPASS:
             self.metrics.bypasses.inc()
             await self.flights.call(scope, receive, send, raw_body, streaming, XCache.BYPASS, store_key=None)
@@ -299,15 +306,30 @@ class CacheProxy:
         """
         if len(raw_body) > PARSED_REQUEST_MEMO_MAX_BODY_BYTES:  # not hashed for the memo either
             if len(raw_body) >= self.config.off_loop_key_min_bytes:
-                return await self.keyer.key(raw_body, upstream_identity=self.upstream_identity, path=path,
-                                            namespace=self.config.namespace, requester=requester)
-            return key_request(raw_body, upstream_identity=self.upstream_identity, path=path,
-                               namespace=self.config.namespace, requester=requester)
+                return await self.keyer.key(
+                    raw_body,
+                    upstream_identity=self.upstream_identity,
+                    path=path,
+                    namespace=self.config.namespace,
+                    requester=requester,
+                )
+            return key_request(
+                raw_body,
+                upstream_identity=self.upstream_identity,
+                path=path,
+                namespace=self.config.namespace,
+                requester=requester,
+            )
         memo_key = (path, requester, raw_body)
         keyed = self._keyed_requests.get(memo_key)
         if keyed is None:
-            keyed = key_request(raw_body, upstream_identity=self.upstream_identity, path=path,
-                                namespace=self.config.namespace, requester=requester)
+            keyed = key_request(
+                raw_body,
+                upstream_identity=self.upstream_identity,
+                path=path,
+                namespace=self.config.namespace,
+                requester=requester,
+            )
             if len(self._keyed_requests) >= PARSED_REQUEST_MEMO_ENTRIES:
                 self._keyed_requests.clear()
             self._keyed_requests[memo_key] = keyed
@@ -357,7 +379,9 @@ class CacheProxy:
         if redis_reachable:
             self._redis_ok()
         document = {
-            "status": "ok" if upstream_reachable and redis_reachable else ("degraded" if upstream_reachable else "unavailable"),
+            "status": "ok"
+            if upstream_reachable and redis_reachable
+            else ("degraded" if upstream_reachable else "unavailable"),
             "upstream": {"url": self.upstream_url, "reachable": upstream_reachable, "status_code": upstream_status},
             "redis": {"reachable": redis_reachable, "circuit": self.breaker.state},
             "policy": self.config.policy,
@@ -417,11 +441,22 @@ def build_app(
     """
     return CacheProxy(
         ProxyConfig(
-            upstream_url=upstream_url, redis_url=redis_url, policy=policy, credentials=credentials,
-            credential_secret=credential_secret, ttl_s=ttl_s, namespace=namespace,
-            single_flight=single_flight, redis_timeout_s=redis_timeout_s, upstream_timeout_s=float(upstream_timeout_s),
-            breaker_failure_threshold=breaker_failure_threshold, breaker_open_s=breaker_open_s,
-            upstream_identity=upstream_identity, local_tier_entries=local_tier_entries,
-            local_tier_max_bytes=local_tier_max_bytes, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
+            upstream_url=upstream_url,
+            redis_url=redis_url,
+            policy=policy,
+            credentials=credentials,
+            credential_secret=credential_secret,
+            ttl_s=ttl_s,
+            namespace=namespace,
+            single_flight=single_flight,
+            redis_timeout_s=redis_timeout_s,
+            upstream_timeout_s=float(upstream_timeout_s),
+            breaker_failure_threshold=breaker_failure_threshold,
+            breaker_open_s=breaker_open_s,
+            upstream_identity=upstream_identity,
+            local_tier_entries=local_tier_entries,
+            local_tier_max_bytes=local_tier_max_bytes,
+            max_body_bytes=max_body_bytes,
+            body_timeout_s=body_timeout_s,
         )
     )

@@ -107,7 +107,7 @@ class BodyDeadlines:
 
 
 async def read_limited_body(
-    receive: Receive, headers: Iterable[tuple[bytes, bytes]], *, max_body_bytes: int, deadlines: BodyDeadlines,
+    receive: Receive, headers: Iterable[tuple[bytes, bytes]], *, max_body_bytes: int, deadlines: BodyDeadlines
 ) -> bytes:
     """The whole request body; raise :class:`BodyTooLarge` (before reading when the
     declared length is over ``max_body_bytes``), :class:`BodyReadTimeout` when it took
@@ -121,8 +121,9 @@ async def read_limited_body(
         # whose tasks ignore cancel): each receive is raced against the deadline instead.
         started_at = asyncio.get_running_loop().time()
         try:
-            return await _read_all(partial(_receive_in_time, receive, deadlines, started_at),
-                                   max_body_bytes=max_body_bytes)
+            return await _read_all(
+                partial(_receive_in_time, receive, deadlines, started_at), max_body_bytes=max_body_bytes
+            )
         except BodyReadTimeout:
             raise BodyReadTimeout(f"the body did not arrive within {deadlines.timeout_s:g} s") from None
     deadlines.start(task)
@@ -187,8 +188,7 @@ def _wake(woken: asyncio.Future[None], _: object) -> None:
 async def send_too_large(send: Send, receive: Receive, *, max_body_bytes: int) -> None:
     """Answer 413 and close; meanwhile read and drop what the client still sends (for
     :data:`DRAIN_AFTER_REFUSAL_S` at most), so it sees the answer, not a reset."""
-    body = error_body(f"the request body is over the proxy's limit of {max_body_bytes} bytes",
-                      "request_too_large")
+    body = error_body(f"the request body is over the proxy's limit of {max_body_bytes} bytes", "request_too_large")
     await send({"type": "http.response.start", "status": 413, "headers": _closing_headers(body)})
     await send({"type": "http.response.body", "body": body, "more_body": True})
     drain = BodyDeadlines(DRAIN_AFTER_REFUSAL_S)
@@ -211,8 +211,7 @@ async def send_read_timeout(send: Send, message: str) -> None:
 
 
 def _closing_headers(body: bytes) -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-            (b"connection", b"close")]
+    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), (b"connection", b"close")]
 
 
 class OffLoopKeyer:
@@ -222,7 +221,7 @@ class OffLoopKeyer:
         self._pool: ProcessPoolExecutor | None = None
 
     async def key(
-        self, raw_body: bytes, *, upstream_identity: str, path: str, namespace: str, requester: str | None,
+        self, raw_body: bytes, *, upstream_identity: str, path: str, namespace: str, requester: str | None
     ) -> KeyedRequest:
         """:func:`~services.cache_proxy.keys.key_request` in the worker; raise
         :class:`UnkeyableBody` (also when the worker died on this body)."""
@@ -231,8 +230,16 @@ class OffLoopKeyer:
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         pool = self._pool
         try:
-            future = asyncio.wrap_future(pool.submit(key_request, raw_body, upstream_identity=upstream_identity,
-                                                     path=path, namespace=namespace, requester=requester))
+            future = asyncio.wrap_future(
+                pool.submit(
+                    key_request,
+                    raw_body,
+                    upstream_identity=upstream_identity,
+                    path=path,
+                    namespace=namespace,
+                    requester=requester,
+                )
+            )
             # Waited for, then read: its exception is raised here, not thrown in by the server's
             # scheduler (granian cannot resume a coroutine after that; see resp.py).
             await asyncio.wait((future,))

@@ -25,7 +25,8 @@ from services.cache_proxy.serving import (
 def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     """Command-line arguments of the standalone proxy."""
     parser = argparse.ArgumentParser(
-        prog="python -m services.cache_proxy", description=(services.cache_proxy.__doc__ or "").split("\n")[0],
+        prog="python -m services.cache_proxy",
+        description=(services.cache_proxy.__doc__ or "").split("\n")[0],
         epilog="Credentials: " + CREDENTIAL_MODES_HELP,
     )
     parser.add_argument("--upstream", required=True, help="base URL of an OpenAI-compatible server")
@@ -33,16 +34,24 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument(
-        "--policy", choices=POLICIES, default="all",
+        "--policy",
+        choices=POLICIES,
+        default="all",
         help="all: cache every successful answer; deterministic: only requests with temperature 0 or an integer "
-             "seed, and n 1 (a missing temperature means 1.0, sampled, on vLLM and the naive server: not cached)",
+        "seed, and n 1 (a missing temperature means 1.0, sampled, on vLLM and the naive server: not cached)",
     )
-    parser.add_argument("--credentials", choices=CREDENTIAL_MODES, default="bypass",
-                        help="requests carrying credentials: bypass the cache (default) or cache per credential")
     parser.add_argument(
-        "--credential-secret-file", type=argparse.FileType("rb"), default=None,
+        "--credentials",
+        choices=CREDENTIAL_MODES,
+        default="bypass",
+        help="requests carrying credentials: bypass the cache (default) or cache per credential",
+    )
+    parser.add_argument(
+        "--credential-secret-file",
+        type=argparse.FileType("rb"),
+        default=None,
         help="file holding the HMAC secret of per-credential keys (default: random per start; proxies sharing "
-             "one Redis share per-credential entries only with the same secret)",
+        "one Redis share per-credential entries only with the same secret)",
     )
     parser.add_argument("--ttl-s", type=int, default=None)
     parser.add_argument("--namespace", default="lab")
@@ -50,17 +59,37 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--redis-timeout-s", type=float, default=0.05)
     parser.add_argument("--upstream-timeout-s", type=float, default=600.0)
     parser.add_argument("--upstream-identity", default=None, help="key identity of the upstream (default: its URL)")
-    parser.add_argument("--local-tier-entries", type=int, default=4096,
-                        help="entries of the in-process tier kept coherent by Redis invalidations (0: off)")
-    parser.add_argument("--local-tier-max-bytes", type=int, default=64 * 1024 * 1024,
-                        help="bytes of stored answers the in-process tier may hold")
+    parser.add_argument(
+        "--local-tier-entries",
+        type=int,
+        default=4096,
+        help="entries of the in-process tier kept coherent by Redis invalidations (0: off)",
+    )
+    parser.add_argument(
+        "--local-tier-max-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="bytes of stored answers the in-process tier may hold",
+    )
     parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER, help="the HTTP server")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
-                        help="larger request bodies get 413 (checked on Content-Length before reading)")
-    parser.add_argument("--header-timeout-s", type=float, default=DEFAULT_HEADER_TIMEOUT_S,
-                        help="a request's headers must arrive within this, or the connection is closed")
-    parser.add_argument("--body-timeout-s", type=float, default=DEFAULT_BODY_TIMEOUT_S,
-                        help="a request's whole body must arrive within this, or 408")
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="larger request bodies get 413 (checked on Content-Length before reading)",
+    )
+    parser.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        help="a request's headers must arrive within this, or the connection is closed",
+    )
+    parser.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=DEFAULT_BODY_TIMEOUT_S,
+        help="a request's whole body must arrive within this, or 408",
+    )
     return parser.parse_args(list(argv) if argv is not None else None)
 
 
@@ -68,20 +97,35 @@ def main(argv: Iterable[str] | None = None) -> None:
     """Serve the proxy with ``--server`` on ``--host:--port``."""
     args = parse_args(argv)
     app = build_app(
-        upstream_url=args.upstream, redis_url=args.redis_url, policy=args.policy, credentials=args.credentials,
+        upstream_url=args.upstream,
+        redis_url=args.redis_url,
+        policy=args.policy,
+        credentials=args.credentials,
         credential_secret=args.credential_secret_file.read().strip() if args.credential_secret_file else None,
         ttl_s=args.ttl_s,
-        namespace=args.namespace, single_flight=not args.no_single_flight, redis_timeout_s=args.redis_timeout_s,
-        upstream_timeout_s=args.upstream_timeout_s, upstream_identity=args.upstream_identity,
-        local_tier_entries=args.local_tier_entries, local_tier_max_bytes=args.local_tier_max_bytes,
-        max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout_s,
+        namespace=args.namespace,
+        single_flight=not args.no_single_flight,
+        redis_timeout_s=args.redis_timeout_s,
+        upstream_timeout_s=args.upstream_timeout_s,
+        upstream_identity=args.upstream_identity,
+        local_tier_entries=args.local_tier_entries,
+        local_tier_max_bytes=args.local_tier_max_bytes,
+        max_body_bytes=args.max_body_bytes,
+        body_timeout_s=args.body_timeout_s,
     )
     if args.server == "uvicorn":
         serve_uvicorn(app, host=args.host, port=args.port, header_timeout_s=args.header_timeout_s)
         return
     # granian builds the app in its worker process, from these settings.
     os.environ[SETTINGS_ENVIRONMENT_VARIABLE] = settings_to_environment(app.config)
-    interface, factory = (("rsgi", "rsgi_app_from_environment") if args.server == "granian-rsgi"
-                          else ("asgi", "app_from_environment"))
-    serve_granian(f"services.cache_proxy.serving:{factory}", host=args.host, port=args.port, factory=True,
-                  header_timeout_s=args.header_timeout_s, interface=interface)
+    interface, factory = (
+        ("rsgi", "rsgi_app_from_environment") if args.server == "granian-rsgi" else ("asgi", "app_from_environment")
+    )
+    serve_granian(
+        f"services.cache_proxy.serving:{factory}",
+        host=args.host,
+        port=args.port,
+        factory=True,
+        header_timeout_s=args.header_timeout_s,
+        interface=interface,
+    )

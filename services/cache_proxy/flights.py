@@ -25,12 +25,7 @@ from typing import Any
 import httpx
 
 from services.cache_proxy.metrics import ProxyMetrics
-from services.cache_proxy.policy import (
-    XCache,
-    is_cacheable_json_answer,
-    is_storable_stream,
-    response_allows_storing,
-)
+from services.cache_proxy.policy import XCache, is_cacheable_json_answer, is_storable_stream, response_allows_storing
 from services.cache_proxy.responses import (
     JSON_CONTENT_TYPE,
     SSE_CONTENT_TYPE,
@@ -143,15 +138,30 @@ class UpstreamFlights:
         self._inflight: dict[str, Flight] = {}
 
     async def miss(
-        self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool, key: str,
-        *, single_flight: bool,
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        raw_body: bytes,
+        streaming: bool,
+        key: str,
+        *,
+        single_flight: bool,
     ) -> None:
         """A miss: ask upstream and store when allowed; with single-flight, join an
         identical call in flight instead of making another."""
         flight = self._inflight.get(key) if single_flight else None
         if flight is None:
-            await self.call(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key,
-                            group_key=key if single_flight else None)
+            await self.call(
+                scope,
+                receive,
+                send,
+                raw_body,
+                streaming,
+                XCache.MISS,
+                store_key=key,
+                group_key=key if single_flight else None,
+            )
             return
         flight.waiters += 1
         if not await wait_or_leave(flight, receive):
@@ -163,12 +173,22 @@ class UpstreamFlights:
             await self.call(scope, receive, send, raw_body, streaming, XCache.MISS, store_key=key)
             return
         self.metrics.single_flight_shared.inc()
-        await send_whole(send, answer.status_code, json_headers(answer.body, XCache.MISS, answer.content_type),
-                         answer.body)
+        await send_whole(
+            send, answer.status_code, json_headers(answer.body, XCache.MISS, answer.content_type), answer.body
+        )
 
     async def call(
-        self, scope: Scope, receive: Receive, send: Send, raw_body: bytes, streaming: bool, x_cache: XCache,
-        *, store_key: str | None, group_key: str | None = None, record: bool = True,
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        raw_body: bytes,
+        streaming: bool,
+        x_cache: XCache,
+        *,
+        store_key: str | None,
+        group_key: str | None = None,
+        record: bool = True,
     ) -> None:
         """Call upstream for one client, answer it (as the answer arrives when
         ``streaming``), store the answer under ``store_key`` when allowed; cancelled when
@@ -178,8 +198,14 @@ class UpstreamFlights:
         request = upstream_request(self.http, self.upstream_url, scope, raw_body)
         flight = Flight()
         if streaming:
-            worker = self._relay(flight, request, send, x_cache, store_key=store_key,
-                                 record=record and (store_key is not None or group_key is not None))
+            worker = self._relay(
+                flight,
+                request,
+                send,
+                x_cache,
+                store_key=store_key,
+                record=record and (store_key is not None or group_key is not None),
+            )
         else:
             worker = self._fetch_whole(request, store_key=store_key)
         flight.task = asyncio.ensure_future(worker)
@@ -195,8 +221,11 @@ class UpstreamFlights:
             return
         whole = outcome.whole
         if whole is not None:
-            headers = whole.headers + [(b"x-cache", (XCache.ERROR if whole.store_failed else x_cache).value),
-                                       (b"content-length", b"%d" % len(whole.body))]
+            headers = [
+                *whole.headers,
+                (b"x-cache", (XCache.ERROR if whole.store_failed else x_cache).value),
+                (b"content-length", b"%d" % len(whole.body)),
+            ]
             await send_whole(send, whole.status_code, headers, whole.body)
 
     def _join_group(self, group_key: str, flight: Flight) -> None:
@@ -226,13 +255,20 @@ class UpstreamFlights:
         if store_key is not None and shareable:
             stored_type = JSON_CONTENT_TYPE if content_type.startswith(JSON_CONTENT_TYPE) else content_type
             store_failed = not await self.store(store_key, stored_type, body)
-        headers = [(name, value) for name, value in forwarded_response_headers(response, XCache.MISS)
-                   if name != b"x-cache"]
+        headers = [
+            (name, value) for name, value in forwarded_response_headers(response, XCache.MISS) if name != b"x-cache"
+        ]
         whole = WholeResponse(response.status_code, headers, body, store_failed)
         return FlightOutcome(UpstreamAnswer(response.status_code, content_type, body) if shareable else None, whole)
 
     async def _relay(
-        self, flight: Flight, request: httpx.Request, send: Send, x_cache: XCache, *, store_key: str | None,
+        self,
+        flight: Flight,
+        request: httpx.Request,
+        send: Send,
+        x_cache: XCache,
+        *,
+        store_key: str | None,
         record: bool,
     ) -> FlightOutcome:
         """Pass an answer through as it arrives; once complete (an SSE stream ending with
@@ -257,8 +293,9 @@ class UpstreamFlights:
             await response.aclose()
             self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
         whole = b"".join(relayed.chunks)
-        shareable = record and is_storable_stream(response.status_code, response.headers.multi_items(), whole,
-                                                  is_sse=is_sse)
+        shareable = record and is_storable_stream(
+            response.status_code, response.headers.multi_items(), whole, is_sse=is_sse
+        )
         # Only a stream is stored for a stream request: a hit is served only in the kind asked for.
         if shareable and store_key is not None and is_sse:
             await self.store(store_key, SSE_CONTENT_TYPE, whole)

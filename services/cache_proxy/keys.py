@@ -51,11 +51,30 @@ MAX_KEYABLE_NESTING_DEPTH = 64
 # contains one of CREDENTIAL_HEADER_NAME_PARTS counts: guessing too wide only splits or
 # bypasses the cache (a miss), guessing too narrow could serve one user's answer to another.
 CREDENTIAL_HEADER_NAMES: frozenset[bytes] = frozenset(
-    {b"authorization", b"proxy-authorization", b"cookie", b"api-key", b"x-api-key", b"openai-organization",
-     b"openai-project", b"x-forwarded-user", b"x-remote-user", b"remote-user", b"x-forwarded-email"}
+    {
+        b"authorization",
+        b"proxy-authorization",
+        b"cookie",
+        b"api-key",
+        b"x-api-key",
+        b"openai-organization",
+        b"openai-project",
+        b"x-forwarded-user",
+        b"x-remote-user",
+        b"remote-user",
+        b"x-forwarded-email",
+    }
 )
 CREDENTIAL_HEADER_NAME_PARTS: tuple[bytes, ...] = (
-    b"auth", b"key", b"token", b"secret", b"cookie", b"session", b"passw", b"credential", b"signature",
+    b"auth",
+    b"key",
+    b"token",
+    b"secret",
+    b"cookie",
+    b"session",
+    b"passw",
+    b"credential",
+    b"signature",
 )
 
 
@@ -92,11 +111,7 @@ def _normalize_value(value: Any) -> Any:
 def canonical_json(value: Any) -> str:
     """Serialise ``value`` canonically: sorted keys, no whitespace, numbers normalised."""
     return json.dumps(
-        _normalize_value(value),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
+        _normalize_value(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
 
 
@@ -112,8 +127,7 @@ def key_prefix(namespace: str) -> str:
 
 
 def cache_key(
-    *, upstream_identity: str, path: str, body: Mapping[str, Any], namespace: str = "lab",
-    requester: str | None = None,
+    *, upstream_identity: str, path: str, body: Mapping[str, Any], namespace: str = "lab", requester: str | None = None
 ) -> str:
     """Return the Redis key for ``body`` sent to ``path`` on ``upstream_identity``.
 
@@ -184,7 +198,9 @@ def parse_keyable_body(raw_body: bytes) -> dict[str, Any]:
     """
     try:
         body = json.loads(
-            raw_body, object_pairs_hook=_object_without_duplicates, parse_constant=_reject_constant,
+            raw_body,
+            object_pairs_hook=_object_without_duplicates,
+            parse_constant=_reject_constant,
             parse_float=_finite_float,
         )
     except UnkeyableBody:
@@ -221,11 +237,11 @@ def key_request(
     """Parse and key a request body (:func:`parse_keyable_body`, :func:`cache_key`); raise
     :class:`UnkeyableBody`. Pure and picklable, so large bodies can be keyed in another process."""
     body = parse_keyable_body(raw_body)
-    key = cache_key(upstream_identity=upstream_identity, path=path, body=body, namespace=namespace,
-                    requester=requester)
+    key = cache_key(upstream_identity=upstream_identity, path=path, body=body, namespace=namespace, requester=requester)
     policy_fields = {
         name: (body[name] if body[name] is None or isinstance(body[name], (bool, int, float)) else [])
-        for name in POLICY_FIELDS if name in body
+        for name in POLICY_FIELDS
+        if name in body
     }
     return KeyedRequest(policy_fields, body.get("stream") is True, key)
 
@@ -246,9 +262,7 @@ def is_credential_header(name: bytes) -> bool:
     return verdict
 
 
-def requester_fingerprint(
-    headers: Iterable[tuple[bytes, bytes]], query_string: bytes, *, secret: bytes
-) -> str | None:
+def requester_fingerprint(headers: Iterable[tuple[bytes, bytes]], query_string: bytes, *, secret: bytes) -> str | None:
     """Who is asking, as a keyed hash: HMAC-SHA256 (with the proxy's ``secret``) of every
     credential header (:func:`is_credential_header`) and of the query string (an
     ``?api-key=`` rides there). None when the request carries neither.

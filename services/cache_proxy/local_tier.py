@@ -25,7 +25,11 @@ class LocalTier:
     """
 
     def __init__(
-        self, *, max_entries: int, max_bytes: int, clock: Callable[[], float] = time.monotonic,
+        self,
+        *,
+        max_entries: int,
+        max_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
         prepare: Callable[[bytes], Any] = bytes,
     ):
         self.max_entries = max_entries

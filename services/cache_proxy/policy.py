@@ -47,7 +47,6 @@ class XCache(bytes, enum.Enum):
     ERROR = b"ERROR"
 
 
-
 def parse_cache_control(value: str | bytes | None) -> frozenset[str]:
     """Directive names of a ``Cache-Control`` header, lower-case (``"no-cache, max-age=0"``
     -> ``{"no-cache", "max-age"}``)."""
@@ -110,9 +109,7 @@ def is_cacheable_json_answer(status_code: int, body: bytes) -> bool:
     return isinstance(document, dict) and isinstance(document.get("choices"), list) and bool(document["choices"])
 
 
-def is_storable_stream(
-    status_code: int, headers: Iterable[tuple[str, str]], whole: bytes, *, is_sse: bool
-) -> bool:
+def is_storable_stream(status_code: int, headers: Iterable[tuple[str, str]], whole: bytes, *, is_sse: bool) -> bool:
     """True for a whole passed-through answer a shared cache may keep: a 2xx the upstream
     lets us store, and an SSE stream that completed or a cacheable JSON answer."""
     if not 200 <= status_code < 300 or not response_allows_storing(headers):

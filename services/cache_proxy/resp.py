@@ -174,7 +174,7 @@ class PipelinedRedis:
             _, protocol = await asyncio.wait_for(
                 loop.create_connection(_RespProtocol, self.host, self.port), timeout=max(self.timeout_s, 0.2)
             )
-        except (OSError, asyncio.TimeoutError) as error:
+        except (TimeoutError, OSError) as error:
             raise RedisUnavailable(f"cannot connect to Redis at {self.host}:{self.port}: {error!r}") from error
         return protocol
 
@@ -185,7 +185,7 @@ class PipelinedRedis:
         protocol.transport.write(encode_command(*parts))
         try:
             reply = await asyncio.wait_for(future, timeout=max(self.timeout_s, 1.0))
-        except asyncio.TimeoutError as error:
+        except TimeoutError as error:
             raise RedisUnavailable(f"Redis did not answer {parts[0]!r} in time") from error
         if isinstance(reply, Exception):
             raise reply

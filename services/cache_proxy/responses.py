@@ -24,8 +24,16 @@ Send = Callable[[Message], Awaitable[None]]
 # the upstream compress (we pass bytes through and store them as sent).
 REQUEST_HEADERS_NOT_FORWARDED = frozenset(
     {
-        b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te",
-        b"upgrade", b"proxy-connection", b"accept-encoding", b"cache-control",
+        b"host",
+        b"content-length",
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"te",
+        b"upgrade",
+        b"proxy-connection",
+        b"accept-encoding",
+        b"cache-control",
     }
 )
 RESPONSE_HEADERS_NOT_FORWARDED = frozenset(

@@ -44,7 +44,9 @@ class RsgiAdapter:
             return
         asgi_scope = asgi_scope_of(scope)
         declared_bytes = declared_body_bytes(asgi_scope["headers"])
-        exchange = _Exchange(protocol, whole_body=declared_bytes is not None and declared_bytes <= self.whole_body_max_bytes)
+        exchange = _Exchange(
+            protocol, whole_body=declared_bytes is not None and declared_bytes <= self.whole_body_max_bytes
+        )
         await self.app(asgi_scope, exchange.receive, exchange.send)
         exchange.finish()
 

@@ -82,12 +82,25 @@ def serve_uvicorn(app: Any, *, host: str, port: int, header_timeout_s: float = D
     import uvicorn
 
     # uvloop under both servers, so a comparison of the two compares the servers.
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-                loop="uvloop", http=header_timeout_protocol(header_timeout_s))  # type: ignore[arg-type]
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        loop="uvloop",
+        http=header_timeout_protocol(header_timeout_s),
+    )  # type: ignore[arg-type]
 
 
 def serve_granian(
-    target: str, *, host: str, port: int, factory: bool = False, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+    target: str,
+    *,
+    host: str,
+    port: int,
+    factory: bool = False,
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
     interface: str = "asgi",
 ) -> None:
     """Serve the ASGI app at import path ``target`` (``module:name``; with ``factory``, a
@@ -98,8 +111,17 @@ def serve_granian(
     from granian.log import LogLevels
 
     Granian(
-        target, address=host, port=port, interface=Interfaces(interface), workers=1, runtime_threads=1,
-        loop=Loops.uvloop, http=HTTPModes.http1, factory=factory, log_level=LogLevels.warning, log_access=False,
+        target,
+        address=host,
+        port=port,
+        interface=Interfaces(interface),
+        workers=1,
+        runtime_threads=1,
+        loop=Loops.uvloop,
+        http=HTTPModes.http1,
+        factory=factory,
+        log_level=LogLevels.warning,
+        log_access=False,
         http1_settings=HTTP1Settings(header_read_timeout=int(header_timeout_s * 1000)),
     ).serve()
 

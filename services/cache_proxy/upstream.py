@@ -54,9 +54,7 @@ def upstream_request(http: httpx.AsyncClient, upstream_url: str, scope: Scope, r
         raise BadRequestTarget(f"the request cannot be forwarded: {error}") from error
 
 
-async def relay_stream(
-    response: httpx.Response, send: Send, start: dict[str, Any], *, record: bool,
-) -> RelayedStream:
+async def relay_stream(response: httpx.Response, send: Send, start: dict[str, Any], *, record: bool) -> RelayedStream:
     """Send the upstream's chunks to the client as they arrive, ``start`` with the first.
 
     Raises ``httpx.HTTPError`` when the upstream failed before anything was sent (the

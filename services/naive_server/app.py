@@ -70,7 +70,9 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-async def _start_unless_gone(engine: "NaiveEngine", prepared: PreparedRequest, gone: asyncio.Task) -> GenerationJob | None:
+async def _start_unless_gone(
+    engine: NaiveEngine, prepared: PreparedRequest, gone: asyncio.Task
+) -> GenerationJob | None:
     """Wait for the generation lock, or for the client to leave first (then None: a request k6
     abandoned at the end of a test must not hold the server for a whole generation)."""
     starting = asyncio.ensure_future(engine.start(prepared))
@@ -212,8 +214,7 @@ async def chat_completions(request: Request) -> Response:
     if chat_request.model is not None and chat_request.model not in engine.accepted_model_names:
         raise OpenAIError(
             404,
-            f"The model '{chat_request.model}' does not exist; this server serves "
-            f"'{engine.served_model_name}'.",
+            f"The model '{chat_request.model}' does not exist; this server serves '{engine.served_model_name}'.",
             param="model",
             code="model_not_found",
         )
@@ -297,8 +298,13 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def _openai_error(request: Request, error: OpenAIError) -> JSONResponse:
         # The answer's reason in the service log too (the access line has only the status):
         # a run whose requests all fail shows why in the log stored with it.
-        LOGGER.warning("%s %s answered %d: %s", request.method, request.url.path, error.status_code,
-                       " ".join(error.message.split())[:500])
+        LOGGER.warning(
+            "%s %s answered %d: %s",
+            request.method,
+            request.url.path,
+            error.status_code,
+            " ".join(error.message.split())[:500],
+        )
         return error.to_response()
 
     @app.exception_handler(StarletteHTTPException)
@@ -317,11 +323,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def build_app(
-    *,
-    model_path: str,
-    dtype: str = "bfloat16",
-    max_body_bytes: int = 1_000_000,
-    served_model_name: str | None = None,
+    *, model_path: str, dtype: str = "bfloat16", max_body_bytes: int = 1_000_000, served_model_name: str | None = None
 ) -> FastAPI:
     """The naive server as a FastAPI app; the model loads in the app's lifespan.
 
@@ -329,7 +331,9 @@ def build_app(
     """
     app = FastAPI(title="Serving Lab naive Transformers server", lifespan=_lifespan)
     app.add_middleware(HeadersWithFirstChunk)  # headers leave with the first token's chunk
-    app.state.engine = NaiveEngine(model_path=model_path, dtype=dtype, served_model_name=served_model_name or model_path)
+    app.state.engine = NaiveEngine(
+        model_path=model_path, dtype=dtype, served_model_name=served_model_name or model_path
+    )
     app.state.max_body_bytes = max_body_bytes
     _add_error_handlers(app)
     app.include_router(router)

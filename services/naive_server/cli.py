@@ -15,7 +15,9 @@ from services.naive_server.engine import TORCH_DTYPES
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options of ``python -m services.naive_server``."""
-    parser = argparse.ArgumentParser(prog="python -m services.naive_server", description=(services.naive_server.__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m services.naive_server", description=(services.naive_server.__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("--model", required=True, help="Hugging Face model folder (or hub id available offline)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
     parser.add_argument("--port", type=int, default=8000)

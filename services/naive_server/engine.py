@@ -9,6 +9,7 @@ whose :meth:`~GenerationJob.events` yields text deltas as tokens arrive, then on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -29,11 +30,7 @@ from services.openai_protocol import DEFAULT_MAX_TOKENS, ChatCompletionRequest, 
 
 LOGGER = logging.getLogger(__name__)
 
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
-}
+TORCH_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -76,10 +73,8 @@ class _QueueStreamer(BaseStreamer):
         self._prompt_seen = False
 
     def _send(self, kind: str, payload: Any) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is shutting down
             self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, payload, time.perf_counter()))
-        except RuntimeError:  # the loop is closed: the server is shutting down
-            pass
 
     def put(self, value: torch.Tensor) -> None:
         """Called by ``generate``: first with the prompt (skipped), then per new token."""
@@ -107,11 +102,10 @@ class _CancelCriteria(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self._event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
-
 class GenerationJob:
     """One running ``generate``: it holds the engine's lock until :meth:`aclose`."""
 
-    def __init__(self, engine: "NaiveEngine", prepared: PreparedRequest) -> None:
+    def __init__(self, engine: NaiveEngine, prepared: PreparedRequest) -> None:
         self._engine = engine
         self._prepared = prepared
         self._queue: asyncio.Queue[tuple[str, Any, float]] = asyncio.Queue()
@@ -169,8 +163,7 @@ class GenerationJob:
         else:
             metrics.e2e_request_latency_s.observe(time.perf_counter() - prepared.arrival_s)
             if first_token_s is not None and previous_token_s is not None and completion_tokens > 1:
-                metrics.time_per_output_token_s.observe(
-                    (previous_token_s - first_token_s) / (completion_tokens - 1))
+                metrics.time_per_output_token_s.observe((previous_token_s - first_token_s) / (completion_tokens - 1))
             metrics.record_success(finish_reason)
         yield Finished(finish_reason, prepared.prompt_tokens, completion_tokens)
 
@@ -245,7 +238,10 @@ class NaiveEngine:
         self.ready = True
         LOGGER.info(
             "loaded %s (%s, context %d tokens) in %.1f s",
-            self.model_path, self.dtype, self.context_length_tokens, time.perf_counter() - started_s,
+            self.model_path,
+            self.dtype,
+            self.context_length_tokens,
+            time.perf_counter() - started_s,
         )
 
     def prepare(self, request: ChatCompletionRequest, arrival_s: float) -> PreparedRequest:
@@ -262,8 +258,10 @@ class NaiveEngine:
         context = self.context_length_tokens
         requested = request.requested_max_tokens()
         if prompt_tokens >= context or (requested is not None and prompt_tokens + requested > context):
-            asked = f"you requested {prompt_tokens + (requested or 0)} tokens ({prompt_tokens} in the messages, " \
-                    f"{requested or 0} in the completion)"
+            asked = (
+                f"you requested {prompt_tokens + (requested or 0)} tokens ({prompt_tokens} in the messages, "
+                f"{requested or 0} in the completion)"
+            )
             raise OpenAIError(
                 400,
                 f"This model's maximum context length is {context} tokens. However, {asked}. "
@@ -337,5 +335,3 @@ class NaiveEngine:
             LOGGER.exception("generate failed")
             streamer.fail(error)
             raise
-
-

@@ -53,8 +53,17 @@ class PostgresCluster:
         return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120)
 
     def start(self) -> subprocess.CompletedProcess[str]:
-        return self._as_postgres(f"{self.bin_dir}/pg_ctl", "-D", self.data_dir, "-w", "-l", f"{self.data_dir}/log",
-                                 "-o", f"-p {self.port} -h 127.0.0.1 -k {self.data_dir}", "start")
+        return self._as_postgres(
+            f"{self.bin_dir}/pg_ctl",
+            "-D",
+            self.data_dir,
+            "-w",
+            "-l",
+            f"{self.data_dir}/log",
+            "-o",
+            f"-p {self.port} -h 127.0.0.1 -k {self.data_dir}",
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> subprocess.CompletedProcess[str]:
         return self._as_postgres(f"{self.bin_dir}/pg_ctl", "-D", self.data_dir, "-m", mode, "stop")

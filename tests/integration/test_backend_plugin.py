@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from lab import cli
-from lab.backends import Backend, Launch, MetricNames, get_backend, register, unregister
 from lab.analysis.compare import run_record
 from lab.analysis.safe_csv import records_to_csv
+from lab.backends import Backend, Launch, MetricNames, get_backend, register, unregister
 from lab.report.seed_tables import our_table
 from lab.settings import get_settings
 
@@ -60,11 +60,25 @@ def test_a_kind_registered_in_a_test_runs_through_the_cli_the_runner_and_compare
     assert cli.main(["services", "up", KIND]) == 0
     assert capsys.readouterr().out.startswith(f"{KIND}: http://127.0.0.1:")
 
-    code = cli.main([
-        "run", "--preset", "seed-exp1", "--quick", "--json",
-        "--set", f"backend={KIND}", "--set", "grid.load.vus=[1, 2]", "--set", "load.duration_s=3",
-        "--set", "load.graceful_stop_s=5", "--set", "max_tokens=16",
-    ])
+    code = cli.main(
+        [
+            "run",
+            "--preset",
+            "seed-exp1",
+            "--quick",
+            "--json",
+            "--set",
+            f"backend={KIND}",
+            "--set",
+            "grid.load.vus=[1, 2]",
+            "--set",
+            "load.duration_s=3",
+            "--set",
+            "load.graceful_stop_s=5",
+            "--set",
+            "max_tokens=16",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
 
     engine = get_engine(get_settings().resolved_database_url)
@@ -86,11 +100,27 @@ def test_a_kind_registered_in_a_test_runs_through_the_cli_the_runner_and_compare
     assert KIND in records_to_csv(records)
 
     # The same kind behind the response cache is a composition, not a kind of its own.
-    code = cli.main([
-        "run", "--preset", "seed-exp1", "--quick", "--json",
-        "--set", f"backend={KIND}+cache", "--set", "grid.load.vus=[2]", "--set", "load.duration_s=3",
-        "--set", "load.graceful_stop_s=5", "--set", "max_tokens=16", "--set", "workload.prompts=2",
-    ])
+    code = cli.main(
+        [
+            "run",
+            "--preset",
+            "seed-exp1",
+            "--quick",
+            "--json",
+            "--set",
+            f"backend={KIND}+cache",
+            "--set",
+            "grid.load.vus=[2]",
+            "--set",
+            "load.duration_s=3",
+            "--set",
+            "load.graceful_stop_s=5",
+            "--set",
+            "max_tokens=16",
+            "--set",
+            "workload.prompts=2",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     with Session(engine) as session:
         cached = run_record(store.list_runs(session=session, limit=1)[0])

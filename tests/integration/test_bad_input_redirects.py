@@ -28,12 +28,12 @@ def test_k6_never_follows_a_redirect_to_another_host(tmp_path: Path) -> None:
     elsewhere_hits: list[str] = []
 
     class Elsewhere(BaseHTTPRequestHandler):  # where a redirect would send the load
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             elsewhere_hits.append(self.path)
             self.send_response(200)
             self.end_headers()
 
-        do_POST = do_GET  # noqa: N815
+        do_POST = do_GET
 
         def log_message(self, *args: object) -> None:
             pass
@@ -41,13 +41,13 @@ def test_k6_never_follows_a_redirect_to_another_host(tmp_path: Path) -> None:
     elsewhere = serve(Elsewhere)
 
     class Redirecting(BaseHTTPRequestHandler):  # a healthy target that redirects every completion
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Length", "2")
             self.end_headers()
             self.wfile.write(b"{}")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(307)
             self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_port}/v1/chat/completions")
@@ -61,9 +61,17 @@ def test_k6_never_follows_a_redirect_to_another_host(tmp_path: Path) -> None:
     try:
         k6 = K6Process(
             script=script_path("number-story"),
-            env={"TARGET": f"http://127.0.0.1:{target.server_port}", "MODEL": "m", "VUS": "1", "DURATION": "2s",
-                 "GRACEFUL_STOP": "1s", "REQUEST_TIMEOUT": "5s"},
-            summary_path=tmp_path / "summary.json", ndjson_path=tmp_path / "k6.ndjson", log_path=tmp_path / "k6.log",
+            env={
+                "TARGET": f"http://127.0.0.1:{target.server_port}",
+                "MODEL": "m",
+                "VUS": "1",
+                "DURATION": "2s",
+                "GRACEFUL_STOP": "1s",
+                "REQUEST_TIMEOUT": "5s",
+            },
+            summary_path=tmp_path / "summary.json",
+            ndjson_path=tmp_path / "k6.ndjson",
+            log_path=tmp_path / "k6.log",
         )
         k6.start()
         k6.wait(timeout_s=60)

@@ -40,8 +40,11 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _stub(log_dir: Path, name: str, *extra_args: str) -> ManagedService:
     return ManagedService(
-        name=name, argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}", *extra_args],
-        log_path=log_dir / f"{name}.log", readiness_timeout_s=30.0, cwd=REPO_ROOT,
+        name=name,
+        argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}", *extra_args],
+        log_path=log_dir / f"{name}.log",
+        readiness_timeout_s=30.0,
+        cwd=REPO_ROOT,
     )
 
 
@@ -57,7 +60,7 @@ def open_stub(log_dir: Path) -> Iterator[ManagedService]:
         yield service
 
 
-def _proxy(upstream: ManagedService, redis_service, log_dir: Path, *extra_args: str) -> Iterator[ManagedService]:  # noqa: ANN001
+def _proxy(upstream: ManagedService, redis_service, log_dir: Path, *extra_args: str) -> Iterator[ManagedService]:
     service = start_proxy(upstream.url, redis_service.redis_url, log_dir, *extra_args)
     try:
         yield service
@@ -66,18 +69,18 @@ def _proxy(upstream: ManagedService, redis_service, log_dir: Path, *extra_args: 
 
 
 @pytest.fixture(scope="module")
-def keyed_proxy(keyed_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:  # noqa: ANN001
+def keyed_proxy(keyed_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:
     """The default proxy (credentials bypass the cache) before the key-checking stub."""
     yield from _proxy(keyed_stub, redis_service, log_dir)
 
 
 @pytest.fixture(scope="module")
-def per_credential_proxy(keyed_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:  # noqa: ANN001
+def per_credential_proxy(keyed_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:
     yield from _proxy(keyed_stub, redis_service, log_dir, "--credentials", "per-credential")
 
 
 @pytest.fixture(scope="module")
-def open_proxy(open_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:  # noqa: ANN001
+def open_proxy(open_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:
     yield from _proxy(open_stub, redis_service, log_dir)
 
 
@@ -218,8 +221,14 @@ def _raw_http(url: str, request: bytes) -> bytes:
 
 @pytest.mark.parametrize(
     "request_line",
-    [b"OPTIONS * HTTP/1.1", b"GET * HTTP/1.1", b"POST * HTTP/1.1", b"GET //evil.example/x HTTP/1.1",
-     b"GET /v1/models%0d%0aX-Injected:%201 HTTP/1.1", b"GET /%2e%2e/%2e%2e/etc HTTP/1.1"],
+    [
+        b"OPTIONS * HTTP/1.1",
+        b"GET * HTTP/1.1",
+        b"POST * HTTP/1.1",
+        b"GET //evil.example/x HTTP/1.1",
+        b"GET /v1/models%0d%0aX-Injected:%201 HTTP/1.1",
+        b"GET /%2e%2e/%2e%2e/etc HTTP/1.1",
+    ],
 )
 def test_odd_request_targets_are_answered_below_500(open_proxy: ManagedService, request_line: bytes) -> None:
     reply = _raw_http(open_proxy.url, request_line + b"\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
@@ -234,8 +243,12 @@ def test_odd_request_targets_are_answered_below_500(open_proxy: ManagedService, 
 
 @pytest.mark.parametrize(
     "response_header",
-    ["Cache-Control: no-store", "Cache-Control: private, max-age=60", "Cache-Control: max-age=5, No-Store",
-     "Set-Cookie: session=abc"],
+    [
+        "Cache-Control: no-store",
+        "Cache-Control: private, max-age=60",
+        "Cache-Control: max-age=5, No-Store",
+        "Set-Cookie: session=abc",
+    ],
 )
 def test_answers_the_upstream_marks_private_are_not_stored(open_proxy: ManagedService, response_header: str) -> None:
     body = chat(f"upstream cache-control {uuid.uuid4()}")
@@ -263,8 +276,11 @@ def test_every_cache_control_request_line_counts(open_proxy: ManagedService) -> 
 
 def test_retry_after_is_kept_on_the_plain_path(open_proxy: ManagedService) -> None:
     with httpx.Client(base_url=open_proxy.url, timeout=30) as client:
-        limited = client.post(CHAT_PATH, json=chat(f"rate limited {uuid.uuid4()}"),
-                              headers={"x-stub-status": "429", "x-stub-response-header": "Retry-After: 7"})
+        limited = client.post(
+            CHAT_PATH,
+            json=chat(f"rate limited {uuid.uuid4()}"),
+            headers={"x-stub-status": "429", "x-stub-response-header": "Retry-After: 7"},
+        )
     assert limited.status_code == 429
     assert limited.headers["retry-after"] == "7"
     assert limited.headers["x-cache"] == "MISS"
@@ -275,10 +291,15 @@ def test_retry_after_is_kept_on_the_plain_path(open_proxy: ManagedService) -> No
 
 
 def test_deterministic_policy_does_not_cache_a_missing_temperature_and_says_so(
-    open_stub: ManagedService, redis_service, log_dir: Path  # noqa: ANN001
+    open_stub: ManagedService, redis_service, log_dir: Path
 ) -> None:
-    help_text = subprocess.run([sys.executable, "-m", "services.cache_proxy", "--help"], capture_output=True,
-                               text=True, cwd=REPO_ROOT, check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "services.cache_proxy", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=True,
+    ).stdout
     assert "missing temperature means 1.0" in " ".join(help_text.split())
     for proxy in _proxy(open_stub, redis_service, log_dir, "--policy", "deterministic"):
         with httpx.Client(base_url=proxy.url, timeout=30) as client:
@@ -293,19 +314,30 @@ def test_deterministic_policy_does_not_cache_a_missing_temperature_and_says_so(
 # --- property: arbitrary JSON and headers through the real proxy ---------------------------------------
 
 json_scalars = (
-    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats(allow_nan=True, allow_infinity=True)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=12)
 )
 json_values = st.recursive(
-    json_scalars, lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children,
-                                                                                     max_size=3),
+    json_scalars,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
     max_leaves=10,
 )
 request_bodies = st.one_of(
     json_values,
-    st.fixed_dictionaries({"model": st.just("stub-model"), "messages": st.just([{"role": "user", "content": "hi"}])},
-                          optional={"temperature": json_scalars, "max_tokens": json_scalars, "stream": st.booleans(),
-                                    "seed": json_scalars, "n": json_scalars, "extra": json_values}),
+    st.fixed_dictionaries(
+        {"model": st.just("stub-model"), "messages": st.just([{"role": "user", "content": "hi"}])},
+        optional={
+            "temperature": json_scalars,
+            "max_tokens": json_scalars,
+            "stream": st.booleans(),
+            "seed": json_scalars,
+            "n": json_scalars,
+            "extra": json_values,
+        },
+    ),
 )
 header_names = st.from_regex(r"\A(x-[a-z]{1,8}|cache-control|cookie|authorization|api-key|x-api-key|pragma)\Z")
 header_values = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=20).map(str.strip)
@@ -341,16 +373,21 @@ def test_property_no_5xx_and_no_answer_for_another_credential(
 
     @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
     @given(
-        body=request_bodies, raw_variant=st.booleans(),
+        body=request_bodies,
+        raw_variant=st.booleans(),
         headers=st.dictionaries(header_names, header_values, max_size=3),
-        first=credentials, second=credentials, spelling=credential_spellings,
+        first=credentials,
+        second=credentials,
+        spelling=credential_spellings,
     )
-    def check(body: object, raw_variant: bool, headers: dict[str, str], first: str | None, second: str | None,
-              spelling: str) -> None:
+    def check(
+        body: object, raw_variant: bool, headers: dict[str, str], first: str | None, second: str | None, spelling: str
+    ) -> None:
         # NaN and Infinity go out as Python writes them (not JSON), a second time re-spaced.
         content = json.dumps(body, indent=1 if raw_variant else None).encode()
-        plain_headers = {name: value for name, value in headers.items()
-                         if name not in ("authorization", "api-key", "x-api-key")}
+        plain_headers = {
+            name: value for name, value in headers.items() if name not in ("authorization", "api-key", "x-api-key")
+        }
         for key in (first, second, first):
             sent = {**plain_headers, **_credential_headers(key, spelling), "content-type": "application/json"}
             _check_answer(client.post(CHAT_PATH, content=content, headers=sent), sent)

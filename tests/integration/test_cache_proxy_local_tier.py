@@ -31,12 +31,12 @@ def _metric(proxy: ManagedService, name: str) -> float:
     raise AssertionError(f"{name} not in the metrics")
 
 
-def _redis(redis_service, *parts: bytes) -> bytes:  # noqa: ANN001
+def _redis(redis_service, *parts: bytes) -> bytes:
     return redis_command(redis_service.host, int(redis_service.port), *parts)
 
 
 @pytest.fixture(scope="module")
-def twin_proxies(open_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[tuple[ManagedService, ...]]:  # noqa: ANN001
+def twin_proxies(open_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[tuple[ManagedService, ...]]:
     namespace = f"twins-{uuid.uuid4().hex[:8]}"
     first = start_proxy(open_stub.url, redis_service.redis_url, log_dir, "--namespace", namespace)
     second = start_proxy(open_stub.url, redis_service.redis_url, log_dir, "--namespace", namespace)
@@ -62,14 +62,21 @@ def _warm_local(client: httpx.Client, proxy: ManagedService, body: dict) -> byte
 def _key_of(proxy: ManagedService, upstream: ManagedService, body: dict) -> bytes:
     from services.cache_proxy.keys import cache_key, normalize_upstream_identity
 
-    return cache_key(upstream_identity=normalize_upstream_identity(upstream.url), path=CHAT_PATH, body=body,
-                     namespace=proxy.namespace).encode()  # type: ignore[attr-defined]
+    return cache_key(
+        upstream_identity=normalize_upstream_identity(upstream.url),
+        path=CHAT_PATH,
+        body=body,
+        namespace=proxy.namespace,
+    ).encode()  # type: ignore[attr-defined]
 
 
-def test_an_entry_overwritten_through_another_proxy_is_not_served_locally(twin_proxies, open_stub) -> None:  # noqa: ANN001
+def test_an_entry_overwritten_through_another_proxy_is_not_served_locally(twin_proxies, open_stub) -> None:
     first, second = twin_proxies
     body = chat(f"overwrite {uuid.uuid4()}")
-    with httpx.Client(base_url=first.url, timeout=30) as client_a, httpx.Client(base_url=second.url, timeout=30) as client_b:
+    with (
+        httpx.Client(base_url=first.url, timeout=30) as client_a,
+        httpx.Client(base_url=second.url, timeout=30) as client_b,
+    ):
         old = _warm_local(client_a, first, body)
         refreshed = client_b.post(CHAT_PATH, json=body, headers={"cache-control": "no-cache"})
         assert refreshed.headers["x-cache"] == "MISS" and refreshed.content != old
@@ -77,9 +84,12 @@ def test_an_entry_overwritten_through_another_proxy_is_not_served_locally(twin_p
         assert after.headers["x-cache"] == "HIT" and after.content == refreshed.content
 
 
-def test_an_entry_deleted_or_flushed_in_redis_is_not_served_locally(twin_proxies, open_stub, redis_service) -> None:  # noqa: ANN001
+def test_an_entry_deleted_or_flushed_in_redis_is_not_served_locally(twin_proxies, open_stub, redis_service) -> None:
     first, second = twin_proxies
-    with httpx.Client(base_url=first.url, timeout=30) as client_a, httpx.Client(base_url=second.url, timeout=30) as client_b:
+    with (
+        httpx.Client(base_url=first.url, timeout=30) as client_a,
+        httpx.Client(base_url=second.url, timeout=30) as client_b,
+    ):
         deleted = chat(f"deleted {uuid.uuid4()}")
         _warm_local(client_a, first, deleted)
         assert _redis(redis_service, b"DEL", _key_of(first, open_stub, deleted)) == b":1\r\n"
@@ -90,7 +100,7 @@ def test_an_entry_deleted_or_flushed_in_redis_is_not_served_locally(twin_proxies
         assert client_a.post(CHAT_PATH, json=flushed).headers["x-cache"] == "MISS"
 
 
-def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_service, log_dir: Path) -> None:  # noqa: ANN001
+def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_service, log_dir: Path) -> None:
     for proxy in _proxy(open_stub, redis_service, log_dir, "--ttl-s", "1"):
         proxy.namespace = proxy.name.removeprefix("cache-proxy-")  # type: ignore[attr-defined]
         with httpx.Client(base_url=proxy.url, timeout=30) as client:

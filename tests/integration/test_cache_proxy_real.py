@@ -33,8 +33,20 @@ def start_proxy(upstream_url: str, redis_url: str, log_dir: Path, *extra_args: s
     namespace = f"test-{uuid.uuid4().hex[:8]}"
     service = ManagedService(
         name=f"cache-proxy-{namespace}",
-        argv=[sys.executable, "-m", "services.cache_proxy", "--upstream", upstream_url, "--redis-url", redis_url,
-              "--port", "{port}", "--namespace", namespace, *extra_args],
+        argv=[
+            sys.executable,
+            "-m",
+            "services.cache_proxy",
+            "--upstream",
+            upstream_url,
+            "--redis-url",
+            redis_url,
+            "--port",
+            "{port}",
+            "--namespace",
+            namespace,
+            *extra_args,
+        ],
         log_path=log_dir / f"cache-proxy-{namespace}.log",
         readiness_timeout_s=30.0,
         cwd=REPO_ROOT,
@@ -58,8 +70,11 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def stub_upstream(log_dir: Path) -> Iterator[ManagedService]:
     service = ManagedService(
-        name="stub-upstream", argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}"],
-        log_path=log_dir / "stub.log", readiness_timeout_s=30.0, cwd=REPO_ROOT,
+        name="stub-upstream",
+        argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}"],
+        log_path=log_dir / "stub.log",
+        readiness_timeout_s=30.0,
+        cwd=REPO_ROOT,
     )
     with service:
         yield service
@@ -75,7 +90,9 @@ def stub_proxy(stub_upstream: ManagedService, redis_service: ManagedService, log
 
 
 @pytest.fixture(scope="module")
-def naive_proxy(naive_service: ManagedService, redis_service: ManagedService, log_dir: Path) -> Iterator[ManagedService]:
+def naive_proxy(
+    naive_service: ManagedService, redis_service: ManagedService, log_dir: Path
+) -> Iterator[ManagedService]:
     service = start_proxy(naive_service.url, redis_service.redis_url, log_dir)  # type: ignore[attr-defined]
     try:
         yield service
@@ -95,8 +112,12 @@ def naive_model_name(naive_proxy: ManagedService) -> str:
 def test_naive_miss_then_hit_is_byte_identical_and_variants_share_the_entry(
     naive_proxy: ManagedService, naive_model_name: str
 ) -> None:
-    body = {"model": naive_model_name, "messages": [{"role": "user", "content": "Name one colour."}],
-            "max_tokens": 6, "temperature": 0}
+    body = {
+        "model": naive_model_name,
+        "messages": [{"role": "user", "content": "Name one colour."}],
+        "max_tokens": 6,
+        "temperature": 0,
+    }
     with httpx.Client(base_url=naive_proxy.url, timeout=120) as client:
         first = client.post(CHAT_PATH, content=json.dumps(body))
         assert first.status_code == 200, first.text
@@ -109,8 +130,9 @@ def test_naive_miss_then_hit_is_byte_identical_and_variants_share_the_entry(
         assert second.content == first.content
         assert hit_s < 0.5
         reordered = dict(reversed(list(body.items())))
-        variant = client.post(CHAT_PATH, content=json.dumps(reordered, indent=3),
-                              headers={"content-type": "application/json"})
+        variant = client.post(
+            CHAT_PATH, content=json.dumps(reordered, indent=3), headers={"content-type": "application/json"}
+        )
         assert variant.headers["x-cache"] == "HIT"
         assert variant.content == first.content
         other_tokens = client.post(CHAT_PATH, json={**body, "max_tokens": 5})
@@ -123,8 +145,14 @@ def test_naive_miss_then_hit_is_byte_identical_and_variants_share_the_entry(
 def test_naive_streaming_miss_and_hit_give_the_same_text_finish_and_usage(
     naive_proxy: ManagedService, naive_model_name: str
 ) -> None:
-    body = {"model": naive_model_name, "messages": [{"role": "user", "content": "Say hello."}],
-            "max_tokens": 6, "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": naive_model_name,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 6,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.Client(base_url=naive_proxy.url, timeout=120) as client:
         with client.stream("POST", CHAT_PATH, json=body) as first:
             assert first.headers["x-cache"] == "MISS"
@@ -242,9 +270,14 @@ def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: Man
         assert health.status_code == 200
         assert health.json()["upstream"]["reachable"] is True and health.json()["redis"]["reachable"] is True
         metrics = client.get("/metrics").text
-        for name in ("lab_cache_hits_total", "lab_cache_misses_total", "lab_cache_bypasses_total",
-                     "lab_cache_store_errors_total", "lab_cache_hit_latency_seconds_bucket",
-                     "lab_cache_upstream_latency_seconds_bucket"):
+        for name in (
+            "lab_cache_hits_total",
+            "lab_cache_misses_total",
+            "lab_cache_bypasses_total",
+            "lab_cache_store_errors_total",
+            "lab_cache_hit_latency_seconds_bucket",
+            "lab_cache_upstream_latency_seconds_bucket",
+        ):
             assert name in metrics
         hits = [line for line in metrics.splitlines() if line.startswith("lab_cache_hits_total")]
         assert float(hits[0].split()[-1]) >= 1

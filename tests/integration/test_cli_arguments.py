@@ -18,27 +18,34 @@ pytestmark = pytest.mark.integration
 
 def lab(data_dir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lab", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "lab", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "LAB_DATA_DIR": str(data_dir)},
     )
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["runs", "export", "--csv", "{folder}"], "error: cannot write"),
-    (["runs", "export", "--csv", "{folder}/missing/x.csv"], "No such file or directory"),
-    (["runs", "export", "--csv", "/proc/version"], "error: cannot write"),
-    (["runs", "export", "99999999999999999999999999", "--csv", "{folder}/x.csv"], "a run id must be between"),
-    (["runs", "export", "--", "-3", "--csv", "{folder}/x.csv"], "a run id must be between"),
-    (["runs", "export", "1e3", "--csv", "{folder}/x.csv"], "a run id must be a whole number"),
-    (["runs", "export", "٣", "--csv", "{folder}/x.csv"], "a run id must be a whole number"),
-    (["runs", "export", "7", "--csv", "{folder}/x.csv"], "error: no run with id 7"),
-    (["runs", "list", "--limit", "-1"], "a limit must be between"),
-    (["runs", "list", "--limit", "10000000000000000000000"], "a limit must be between"),
-    (["start", "--port", "0"], "a port must be between"),
-    (["run", "--preset", "seed-exp1", "--repeats", "99999999999999"], "repeats must be between"),
-    (["reproduce", "--repeats", "-2"], "repeats must be between"),
-    (["reproduce", "--quick", "--output", "/proc/version/report"], "error: "),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["runs", "export", "--csv", "{folder}"], "error: cannot write"),
+        (["runs", "export", "--csv", "{folder}/missing/x.csv"], "No such file or directory"),
+        (["runs", "export", "--csv", "/proc/version"], "error: cannot write"),
+        (["runs", "export", "99999999999999999999999999", "--csv", "{folder}/x.csv"], "a run id must be between"),
+        (["runs", "export", "--", "-3", "--csv", "{folder}/x.csv"], "a run id must be between"),
+        (["runs", "export", "1e3", "--csv", "{folder}/x.csv"], "a run id must be a whole number"),
+        (["runs", "export", "٣", "--csv", "{folder}/x.csv"], "a run id must be a whole number"),
+        (["runs", "export", "7", "--csv", "{folder}/x.csv"], "error: no run with id 7"),
+        (["runs", "list", "--limit", "-1"], "a limit must be between"),
+        (["runs", "list", "--limit", "10000000000000000000000"], "a limit must be between"),
+        (["start", "--port", "0"], "a port must be between"),
+        (["run", "--preset", "seed-exp1", "--repeats", "99999999999999"], "repeats must be between"),
+        (["reproduce", "--repeats", "-2"], "repeats must be between"),
+        (["reproduce", "--quick", "--output", "/proc/version/report"], "error: "),
+    ],
+)
 def test_bad_ids_numbers_and_paths_are_one_clear_line(tmp_path: Path, args: list[str], expected: str) -> None:
     result = lab(tmp_path / "data", *[arg.replace("{folder}", str(tmp_path)) for arg in args])
     assert result.returncode in (1, 2), result.stderr
@@ -65,8 +72,9 @@ def test_lab_run_ends_with_one_line_when_the_worker_uses_a_removed_database(tmp_
     """A worker (here a stand-in that never notices) holds the lock and a removed file."""
     data_dir = tmp_path / "data"
     assert lab(data_dir, "runs", "list").returncode == 0  # creates the database
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(data_dir)], cwd=PROJECT_ROOT, text=True,
-                              stdout=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(data_dir)], cwd=PROJECT_ROOT, text=True, stdout=subprocess.PIPE
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         for name in ("lab.db", "lab.db-wal", "lab.db-shm"):

@@ -28,8 +28,8 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import make_engine
 from db.models import Run, RunStatus
-from lab.execution import experiments
 from lab.context import LabContext
+from lab.execution import experiments
 from lab.execution.worker import Worker
 from lab.execution.worker_lock import WorkerBusyError, WorkerLock
 from lab.settings import Settings
@@ -122,25 +122,40 @@ def stub(tmp_path: Path) -> Iterator[ManagedService]:
     service = ManagedService(
         name="stub",
         argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}", "--delay-s", "0.2"],
-        log_path=tmp_path / "stub.log", cwd=PROJECT_ROOT, readiness_timeout_s=30,
+        log_path=tmp_path / "stub.log",
+        cwd=PROJECT_ROOT,
+        readiness_timeout_s=30,
     )
     with service:
         yield service
 
 
 def naive_spec(*, duration_s: float, **changes: object) -> RunSpec:
-    return RunSpec.model_validate({
-        "backend": "naive", "model": str(DEFAULT_MODEL), "max_tokens": 8, "warmup_requests": 1,
-        "load": {"vus": 1, "duration_s": duration_s, "graceful_stop_s": 5}, **changes,
-    })
+    return RunSpec.model_validate(
+        {
+            "backend": "naive",
+            "model": str(DEFAULT_MODEL),
+            "max_tokens": 8,
+            "warmup_requests": 1,
+            "load": {"vus": 1, "duration_s": duration_s, "graceful_stop_s": 5},
+            **changes,
+        }
+    )
 
 
 def stub_spec(url: str, *, duration_s: float, backend: str = "external", vus: int = 2, **changes: object) -> RunSpec:
-    return RunSpec.model_validate({
-        "backend": backend, "target_url": url, "model": "stub", "max_tokens": 8, "warmup_requests": 0,
-        "workload": {"prompts": 10_000}, "load": {"vus": vus, "duration_s": duration_s, "graceful_stop_s": 2},
-        **changes,
-    })
+    return RunSpec.model_validate(
+        {
+            "backend": backend,
+            "target_url": url,
+            "model": "stub",
+            "max_tokens": 8,
+            "warmup_requests": 0,
+            "workload": {"prompts": 10_000},
+            "load": {"vus": vus, "duration_s": duration_s, "graceful_stop_s": 2},
+            **changes,
+        }
+    )
 
 
 def is_running(run: Run, at_least: int = 2) -> bool:
@@ -236,7 +251,9 @@ def test_redis_killed_mid_run_the_proxy_fails_open_and_the_run_completes(lab: La
 # --------------------------------------------------------------------------- k6 killed
 
 
-def test_k6_killed_mid_run_fails_the_run_with_the_reason_and_writes_nothing_half_way(lab: Lab, stub: ManagedService) -> None:
+def test_k6_killed_mid_run_fails_the_run_with_the_reason_and_writes_nothing_half_way(
+    lab: Lab, stub: ManagedService
+) -> None:
     [run_id] = lab.enqueue(stub_spec(stub.url, duration_s=20))
     lab.start_worker()
     lab.wait_for(run_id, is_running)
@@ -264,20 +281,34 @@ def test_the_lab_worker_killed_mid_run_and_restarted_leaves_an_interrupted_run_a
     lab = Lab(data_dir)  # the test's view of the same database
     [run_id] = lab.enqueue(naive_spec(duration_s=120))
     run_dir = lab.settings.runs_dir / str(run_id)
-    worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "lab", "worker"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     restarted: subprocess.Popen | None = None
     try:
         lab.wait_for(run_id, is_running, timeout_s=120)
         naive_pid = ServiceManager(engine=lab.engine, logs_dir=lab.settings.logs_dir).pid_of("naive")
         assert naive_pid and k6_processes(run_dir)
-        family = [psutil.Process(naive_pid), *psutil.Process(naive_pid).children(recursive=True), *k6_processes(run_dir)]
+        family = [
+            psutil.Process(naive_pid),
+            *psutil.Process(naive_pid).children(recursive=True),
+            *k6_processes(run_dir),
+        ]
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         assert lab.run(run_id).status == RunStatus.RUNNING  # what a crash leaves behind
 
-        restarted = subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT, env=env,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        restarted = subprocess.Popen(
+            [sys.executable, "-m", "lab", "worker"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         run = lab.wait_for(run_id, lambda r: r.status == RunStatus.INTERRUPTED, timeout_s=60)
         assert "the lab stopped while this run was running" in run.status_reason
         deadline = time.monotonic() + 30
@@ -343,8 +374,14 @@ def test_a_lock_held_beyond_the_busy_timeout_is_a_clear_error_and_loses_nothing(
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "lab", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
 def test_an_unusable_data_directory_is_a_clear_cli_error(tmp_path: Path) -> None:
@@ -361,8 +398,14 @@ def test_a_read_only_database_is_a_clear_error_and_keeps_the_history(lab: Lab, s
     ids = lab.enqueue(stub_spec(stub.url, duration_s=2), stub_spec(stub.url, duration_s=2))
     database = lab.settings.data_dir / "lab.db"
     read_only = f"sqlite:///file:{database}?mode=ro&uri=true"
-    result = cli("run", "--preset", "seed-exp1", "--set", "load.vus=1",
-                 env={"LAB_DATA_DIR": str(lab.settings.data_dir), "LAB_DATABASE_URL": read_only})
+    result = cli(
+        "run",
+        "--preset",
+        "seed-exp1",
+        "--set",
+        "load.vus=1",
+        env={"LAB_DATA_DIR": str(lab.settings.data_dir), "LAB_DATABASE_URL": read_only},
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert "readonly" in result.stderr or "read-only" in result.stderr
@@ -436,7 +479,9 @@ def test_two_launches_at_once_are_both_queued_and_run_one_after_the_other(lab: L
 # --------------------------------------------------------------------------- schema upgrade
 
 
-def test_upgrading_a_database_file_with_history_keeps_every_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_upgrading_a_database_file_with_history_keeps_every_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from db import migrations
 
     lab = Lab(tmp_path / "lab-data")  # the shipped version, created as the shipped lab creates it
@@ -447,7 +492,7 @@ def test_upgrading_a_database_file_with_history_keeps_every_run(tmp_path: Path, 
     finally:
         lab.close()
 
-    def add_column(connection) -> None:  # noqa: ANN001 (a future release adds a column)
+    def add_column(connection) -> None:
         connection.execute(text("ALTER TABLE runs ADD COLUMN energy_joules FLOAT"))
 
     shipped = migrations.LATEST_VERSION
@@ -458,7 +503,9 @@ def test_upgrading_a_database_file_with_history_keeps_every_run(tmp_path: Path, 
     with upgraded.connect() as connection:
         assert migrations.current_version(connection) == shipped + 1
         assert [row[0] for row in connection.execute(text("SELECT id FROM runs ORDER BY id"))] == ids
-        assert connection.execute(text("SELECT requests_ok, req_per_s FROM runs WHERE id = :i"), {"i": ids[0]}).one() == (7, 1.5)
+        assert connection.execute(
+            text("SELECT requests_ok, req_per_s FROM runs WHERE id = :i"), {"i": ids[0]}
+        ).one() == (7, 1.5)
         assert connection.execute(text("SELECT count(*) FROM run_series")).scalar() == 1
         assert connection.execute(text("PRAGMA integrity_check")).scalar() == "ok"
     upgraded.dispose()

@@ -41,14 +41,14 @@ def tiny_runs_dir(lab: Lab) -> Iterator[Path]:  # noqa: F811
 
 
 def test_a_disk_that_fills_up_mid_run_still_ends_the_run_with_its_reason(
-    lab: Lab, stub, tiny_runs_dir: Path, caplog: pytest.LogCaptureFixture  # noqa: ANN001, F811
+    lab: Lab, stub, tiny_runs_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     lab.settings.keep_raw = "all"  # a raw copy on disk, as k6's own file was before: it fills the disk
     [run_id] = lab.enqueue(stub_spec(stub.url, duration_s=20, vus=4))
     lab.start_worker()
     lab.join_worker(timeout_s=120)
     run = lab.run(run_id)
-    assert run.status in RunStatus.FINAL and run.status != RunStatus.DONE or run.requests_ok, run.status
+    assert (run.status in RunStatus.FINAL and run.status != RunStatus.DONE) or run.requests_ok, run.status
     assert run.finished_at is not None and run.progress is None
     assert run.status_reason, "a run that ended on a full disk must say why"
     assert "No space left on device" in run.status_reason or run.status == RunStatus.DONE
@@ -64,7 +64,9 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
         pytest.skip("mounting a tmpfs needs root")
     mount_point = tmp_path / "small-disk"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(mount_point)], capture_output=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", str(mount_point)], capture_output=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
     lab = Lab(mount_point / "lab-data")
@@ -83,13 +85,19 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def test_sigterm_mid_run_keeps_the_partial_figures_and_series(tmp_path: Path, stub) -> None:  # noqa: ANN001, F811
+def test_sigterm_mid_run_keeps_the_partial_figures_and_series(tmp_path: Path, stub) -> None:  # noqa: F811
     data_dir = tmp_path / "lab-data"
     lab = Lab(data_dir)
     [run_id] = lab.enqueue(stub_spec(stub.url, duration_s=60, vus=2))
     env = {**os.environ, "LAB_DATA_DIR": str(data_dir), "LAB_WORKER_POLL_INTERVAL_S": "0.2"}
-    worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "lab", "worker"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lab.wait_for(run_id, lambda r: is_running(r, at_least=6), timeout_s=90)
         time.sleep(2.0)
@@ -121,9 +129,7 @@ NOT_PROMETHEUS = {
 
 
 @pytest.mark.parametrize("kind", sorted(NOT_PROMETHEUS))
-def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_client_figures(
-    lab: Lab, kind: str  # noqa: F811
-) -> None:
+def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_client_figures(lab: Lab, kind: str) -> None:
     with StubServer(port=find_free_port(), delay_s=0.05, metrics=NOT_PROMETHEUS[kind]) as target:
         [run_id] = lab.enqueue(stub_spec(target.url, duration_s=2, vus=1))
         lab.run_queue()
@@ -138,8 +144,14 @@ def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_clie
 def test_a_database_file_removed_under_an_idle_worker_ends_it_and_the_cli_with_one_line(tmp_path: Path) -> None:
     data_dir = tmp_path / "lab-data"
     env = {**os.environ, "LAB_DATA_DIR": str(data_dir), "LAB_WORKER_POLL_INTERVAL_S": "0.2"}
-    worker = subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "lab", "worker"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (data_dir / "worker.lock").exists() or not (data_dir / "worker.lock").read_text().strip():
@@ -165,7 +177,7 @@ def test_a_metrics_page_that_trickles_in_is_given_up_on_not_waited_for() -> None
     from lab.measurement.server_metrics import read_metrics
 
     class Trickle(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.end_headers()

@@ -41,7 +41,9 @@ def _k6(tmp_path: Path, workload: str, env: dict[str, str], keep_raw: str = "all
 
 
 def test_constant_vus_counts_match_the_server(tmp_path: Path, stub: StubServer) -> None:
-    process = _k6(tmp_path, "number-story", {"TARGET": stub.url, "MODEL": "stub", "VUS": "4", "DURATION": "3s", "PROMPTS": "50"})
+    process = _k6(
+        tmp_path, "number-story", {"TARGET": stub.url, "MODEL": "stub", "VUS": "4", "DURATION": "3s", "PROMPTS": "50"}
+    )
     process.start()
     time.sleep(1.5)
     progress = process.progress()
@@ -72,8 +74,9 @@ def test_constant_vus_counts_match_the_server(tmp_path: Path, stub: StubServer) 
 
 
 def test_samples_come_through_the_pipe_and_nothing_is_left_on_disk(tmp_path: Path, stub: StubServer) -> None:
-    process = _k6(tmp_path, "number-story", {"TARGET": stub.url, "MODEL": "stub", "VUS": "2", "DURATION": "2s"},
-                  keep_raw="none")
+    process = _k6(
+        tmp_path, "number-story", {"TARGET": stub.url, "MODEL": "stub", "VUS": "2", "DURATION": "2s"}, keep_raw="none"
+    )
     process.start()
     assert process.wait(timeout_s=60) == 0, process.exit_message()
     series, per_request = process.results()
@@ -103,17 +106,29 @@ def test_cancel_mid_run_still_writes_a_summary_with_interrupted_iterations(tmp_p
 
 def test_chat_replay_sends_each_turn_tagged(tmp_path: Path, stub: StubServer) -> None:
     sessions = [
-        [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Question {index}"}],
-         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Question {index}"},
-          {"role": "assistant", "content": "Answer"}, {"role": "user", "content": "And then?"}]]
+        [
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Question {index}"}],
+            [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": f"Question {index}"},
+                {"role": "assistant", "content": "Answer"},
+                {"role": "user", "content": "And then?"},
+            ],
+        ]
         for index in range(5)
     ]
     requests_file = tmp_path / "requests.json"
     requests_file.write_text(json.dumps(sessions))
-    process = _k6(tmp_path, "sharegpt-chat", {
-        "TARGET": stub.url, "REQUESTS_FILE": str(requests_file), "LOAD_KIND": "ramping-vus",
-        "STAGES": json.dumps([{"duration": "1s", "target": 2}, {"duration": "1s", "target": 2}]),
-    })
+    process = _k6(
+        tmp_path,
+        "sharegpt-chat",
+        {
+            "TARGET": stub.url,
+            "REQUESTS_FILE": str(requests_file),
+            "LOAD_KIND": "ramping-vus",
+            "STAGES": json.dumps([{"duration": "1s", "target": 2}, {"duration": "1s", "target": 2}]),
+        },
+    )
     process.start()
     assert process.wait(timeout_s=60) == 0, process.exit_message()
     figures = parse_summary(process.summary_path)
@@ -122,8 +137,11 @@ def test_chat_replay_sends_each_turn_tagged(tmp_path: Path, stub: StubServer) ->
     # Five distinct sessions replayed in a loop: from the sixth session on, every turn repeats.
     assert figures["cache_hits"] == stub.stats.cache_hits
     process.results()  # the raw copy is complete once the pipe is read to its end
-    turns = {json.loads(line)["data"]["tags"].get("turn") for line in process.ndjson_path.open()
-             if '"metric":"http_reqs","type":"Point"' in line and '"lab_request":"chat"' in line}
+    turns = {
+        json.loads(line)["data"]["tags"].get("turn")
+        for line in process.ndjson_path.open()
+        if '"metric":"http_reqs","type":"Point"' in line and '"lab_request":"chat"' in line
+    }
     assert turns == {"0", "1"}
 
 
@@ -140,14 +158,24 @@ def test_unhealthy_target_aborts_with_a_clear_message(tmp_path: Path) -> None:
 
 def test_constant_arrival_rate_records_dropped_iterations(tmp_path: Path) -> None:
     with StubServer(port=find_free_port(), delay_s=0.3) as slow:
-        process = _k6(tmp_path, "number-story", {
-            "TARGET": slow.url, "LOAD_KIND": "constant-arrival-rate", "RATE": "20", "DURATION": "2s",
-            "PRE_ALLOCATED_VUS": "2", "MAX_VUS": "2",
-        })
+        process = _k6(
+            tmp_path,
+            "number-story",
+            {
+                "TARGET": slow.url,
+                "LOAD_KIND": "constant-arrival-rate",
+                "RATE": "20",
+                "DURATION": "2s",
+                "PRE_ALLOCATED_VUS": "2",
+                "MAX_VUS": "2",
+            },
+        )
         process.start()
         assert process.wait(timeout_s=60) == 0, process.exit_message()
         served = slow.stats.completions_ok
     figures = parse_summary(process.summary_path)
     assert figures["requests_ok"] == served
     assert figures["iterations_dropped"] >= 20  # 40 asked, 2 VUs x ~6 answered
-    assert figures["iterations_completed"] + figures["iterations_dropped"] + figures["iterations_interrupted"] == pytest.approx(40, abs=2)
+    assert figures["iterations_completed"] + figures["iterations_dropped"] + figures[
+        "iterations_interrupted"
+    ] == pytest.approx(40, abs=2)

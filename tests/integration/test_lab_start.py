@@ -3,6 +3,7 @@ and a start after a SIGKILL clears what the killed one left and takes the port a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,8 +26,13 @@ pytestmark = pytest.mark.integration
 def start_lab(data_dir: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "LAB_DATA_DIR": str(data_dir)}
     return subprocess.Popen(
-        [sys.executable, "-m", "lab", "start", "--port", str(port)], cwd=PROJECT_ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [sys.executable, "-m", "lab", "start", "--port", str(port)],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
@@ -83,10 +89,8 @@ def test_sigkill_of_start_takes_its_children_and_a_second_start_works(tmp_path: 
             if process is not None and process.poll() is None:
                 process.kill()
         for pid in children:
-            try:
+            with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
 
 
 def test_a_start_clears_children_a_killed_start_left(tmp_path: Path) -> None:
@@ -112,7 +116,9 @@ def test_a_pid_file_never_stops_a_process_that_reused_a_pid(tmp_path: Path) -> N
     try:
         wrong_time = ProcessId(unrelated.pid, psutil.Process(unrelated.pid).create_time() - 1000)
         gone = ProcessId(2**22 + 7, 1.0)
-        (tmp_path / "lab-start.json").write_text(json.dumps({"owner": gone.__dict__, "children": [wrong_time.__dict__]}))
+        (tmp_path / "lab-start.json").write_text(
+            json.dumps({"owner": gone.__dict__, "children": [wrong_time.__dict__]})
+        )
         assert LabPidFile(tmp_path).clear_stale(grace_s=1) == []
         assert unrelated.poll() is None
     finally:

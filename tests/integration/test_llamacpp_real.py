@@ -43,9 +43,21 @@ def test_services_up_llamacpp_answers_a_story_and_a_run_measures_it(tmp_path: Pa
         assert [(s["name"], s["state"]) for s in status] == [("llamacpp", "running")]
 
         run = lab(
-            "run", "--preset", "engines-cpu", "--quick", "--json", "--set", "backend=llamacpp",
-            "--set", "grid.load.vus=[2]", "--set", "load.duration_s=5", "--set", "max_tokens=32",
-            env=env, timeout=600,
+            "run",
+            "--preset",
+            "engines-cpu",
+            "--quick",
+            "--json",
+            "--set",
+            "backend=llamacpp",
+            "--set",
+            "grid.load.vus=[2]",
+            "--set",
+            "load.duration_s=5",
+            "--set",
+            "max_tokens=32",
+            env=env,
+            timeout=600,
         )
         assert run.returncode == 0, run.stderr
         (record,) = json.loads(run.stdout)

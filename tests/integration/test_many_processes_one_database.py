@@ -44,12 +44,19 @@ with Session(get_engine(url)) as session:
 def open_at_once(url: str) -> list[str]:
     """Start ``PROCESSES`` processes that open ``url`` at one instant; the errors of those that failed."""
     start_at = time.time() + 6.0  # enough for every process to have imported the lab (2 busy cores)
-    children = [subprocess.Popen([sys.executable, "-c", OPEN_AT, url, str(start_at)], cwd=CHECKOUT,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for _ in range(PROCESSES)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN_AT, url, str(start_at)],
+            cwd=CHECKOUT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
     failures = []
     for child in children:
-        out, err = child.communicate(timeout=120)
+        _out, err = child.communicate(timeout=120)
         if child.returncode != 0:
             failures.append((err.strip().splitlines() or ["?"])[-1][:200])
     return failures
@@ -94,10 +101,19 @@ def test_many_lab_cli_processes_on_a_first_release_sqlite_file(tmp_path: Path) -
     version_1_database(make_engine(f"sqlite:///{data_dir / 'lab.db'}"))
     env = {**os.environ, "LAB_DATA_DIR": str(data_dir)}
     env.pop("LAB_DATABASE_URL", None)
-    children = [subprocess.Popen([sys.executable, "-m", "lab", "runs", "list"], cwd=CHECKOUT, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for _ in range(PROCESSES)]
-    failures = [err.strip()[-200:] for child in children
-                for _, err in [child.communicate(timeout=120)] if child.returncode != 0]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "lab", "runs", "list"],
+            cwd=CHECKOUT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
+    failures = [
+        err.strip()[-200:] for child in children for _, err in [child.communicate(timeout=120)] if child.returncode != 0
+    ]
     assert failures == [], f"{len(failures)} of {PROCESSES} failed: {failures}"
     check_schema(f"sqlite:///{data_dir / 'lab.db'}", runs=1)

@@ -90,10 +90,14 @@ def test_metrics_counters_move(naive_service: Any) -> None:
     before = counter_totals(naive_service.url)
     body = complete(naive_service.url, max_tokens=8, temperature=0)
     after = counter_totals(naive_service.url)
-    assert after["vllm:prompt_tokens_total"] - before.get("vllm:prompt_tokens_total", 0) == body["usage"]["prompt_tokens"]
+    assert (
+        after["vllm:prompt_tokens_total"] - before.get("vllm:prompt_tokens_total", 0) == body["usage"]["prompt_tokens"]
+    )
     assert (
         after["vllm:generation_tokens_total"] - before.get("vllm:generation_tokens_total", 0)
         == body["usage"]["completion_tokens"]
     )
     assert after["vllm:request_success_total"] - before.get("vllm:request_success_total", 0) == 1
-    assert after["vllm:e2e_request_latency_seconds_count"] - before.get("vllm:e2e_request_latency_seconds_count", 0) == 1
+    assert (
+        after["vllm:e2e_request_latency_seconds_count"] - before.get("vllm:e2e_request_latency_seconds_count", 0) == 1
+    )

@@ -46,8 +46,13 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def stub(log_dir: Path) -> Iterator[ManagedService]:
-    service = ManagedService(name="hostile-stub", argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}"],
-                             log_path=log_dir / "stub.log", readiness_timeout_s=30.0, cwd=REPO_ROOT)
+    service = ManagedService(
+        name="hostile-stub",
+        argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}"],
+        log_path=log_dir / "stub.log",
+        readiness_timeout_s=30.0,
+        cwd=REPO_ROOT,
+    )
     with service:
         yield service
 
@@ -57,15 +62,31 @@ def start_proxy(upstream_url: str, redis_url: str, log_dir: Path, *extra_args: s
     namespace = f"hostile-{uuid.uuid4().hex[:8]}"
     service = ManagedService(
         name=f"cache-proxy-{namespace}",
-        argv=[sys.executable, "-m", "services.cache_proxy", "--upstream", upstream_url, "--redis-url", redis_url,
-              "--port", "{port}", "--namespace", namespace, *extra_args],
-        log_path=log_dir / f"cache-proxy-{namespace}.log", readiness_timeout_s=30.0, cwd=REPO_ROOT,
+        argv=[
+            sys.executable,
+            "-m",
+            "services.cache_proxy",
+            "--upstream",
+            upstream_url,
+            "--redis-url",
+            redis_url,
+            "--port",
+            "{port}",
+            "--namespace",
+            namespace,
+            *extra_args,
+        ],
+        log_path=log_dir / f"cache-proxy-{namespace}.log",
+        readiness_timeout_s=30.0,
+        cwd=REPO_ROOT,
     )
     return service.start(), namespace
 
 
 @pytest.fixture(scope="module", params=SERVERS)
-def proxy(request: pytest.FixtureRequest, stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:  # noqa: ANN001
+def proxy(
+    request: pytest.FixtureRequest, stub: ManagedService, redis_service, log_dir: Path
+) -> Iterator[ManagedService]:
     """The proxy with its default settings, under each server."""
     service, _ = start_proxy(stub.url, redis_service.redis_url, log_dir, "--server", request.param)
     try:
@@ -84,8 +105,12 @@ def host_port(url: str) -> tuple[str, int]:
 
 
 def raw_request(body: bytes, headers: dict[str, str] | None = None, *, content_length: int | None = None) -> bytes:
-    lines = [f"POST {CHAT_PATH} HTTP/1.1", "Host: proxy", "Content-Type: application/json",
-             f"Content-Length: {len(body) if content_length is None else content_length}"]
+    lines = [
+        f"POST {CHAT_PATH} HTTP/1.1",
+        "Host: proxy",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body) if content_length is None else content_length}",
+    ]
     lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
@@ -104,8 +129,10 @@ def long_chat(**fields: object) -> dict:
 
 # --- a client that leaves takes its upstream call with it -------------------------------------
 
-SLOW_WORDS = {"plain": ({"x-stub-word-delay-s": "0.02"}, {}),
-              "stream": ({"x-stub-chunk-delay-s": "0.02"}, {"stream": True})}
+SLOW_WORDS = {
+    "plain": ({"x-stub-word-delay-s": "0.02"}, {}),
+    "stream": ({"x-stub-chunk-delay-s": "0.02"}, {"stream": True}),
+}
 
 
 @pytest.mark.parametrize("kind", SLOW_WORDS)
@@ -124,11 +151,15 @@ def test_a_client_leaving_stops_the_upstream_generation_within_a_second(
         figures[target] = (one_second_after["tokens"], two_seconds_after["tokens"])
         assert one_second_after["tokens"] == two_seconds_after["tokens"], (target, figures)
         assert one_second_after["abandoned"] == 1 and one_second_after["tokens"] < 90, (target, one_second_after)
-    print(f"words generated after a client left at 0.5 s ({kind}): direct {figures[stub.url]}, "
-          f"through the proxy {figures[proxy.url]}")
+    print(
+        f"words generated after a client left at 0.5 s ({kind}): direct {figures[stub.url]}, "
+        f"through the proxy {figures[proxy.url]}"
+    )
 
 
-def test_a_single_flight_call_ends_only_when_its_last_waiter_leaves(proxy: ManagedService, stub: ManagedService) -> None:
+def test_a_single_flight_call_ends_only_when_its_last_waiter_leaves(
+    proxy: ManagedService, stub: ManagedService
+) -> None:
     headers = {"x-stub-word-delay-s": "0.01"}
     body = long_chat()
     httpx.post(f"{stub.url}/stub/reset")
@@ -143,8 +174,10 @@ def test_a_single_flight_call_ends_only_when_its_last_waiter_leaves(proxy: Manag
     # Both leave: the call ends.
     body = long_chat()
     httpx.post(f"{stub.url}/stub/reset")
-    waiters = [threading.Thread(target=send_and_leave, args=(proxy.url, body, headers), kwargs={"after_s": after_s})
-               for after_s in (0.5, 0.8)]
+    waiters = [
+        threading.Thread(target=send_and_leave, args=(proxy.url, body, headers), kwargs={"after_s": after_s})
+        for after_s in (0.5, 0.8)
+    ]
     for waiter in waiters:
         waiter.start()
         time.sleep(0.1)
@@ -163,9 +196,7 @@ def naive_metric(url: str, name: str) -> float:
     return float(match.group(1))
 
 
-def test_a_client_leaving_through_the_proxy_stops_the_naive_server(
-    naive_service, redis_service, log_dir: Path  # noqa: ANN001
-) -> None:
+def test_a_client_leaving_through_the_proxy_stops_the_naive_server(naive_service, redis_service, log_dir: Path) -> None:
     service, _ = start_proxy(naive_service.url, redis_service.redis_url, log_dir)
     try:
         model = httpx.get(f"{naive_service.url}/v1/models", timeout=10).json()["data"][0]["id"]
@@ -173,8 +204,14 @@ def test_a_client_leaving_through_the_proxy_stops_the_naive_server(
         assert httpx.post(f"{naive_service.url}{CHAT_PATH}", json=warm_up, timeout=120).status_code == 200
         figures = {}
         for name, target in (("direct", naive_service.url), ("through the proxy", service.url)):
-            body = {"model": model, "max_tokens": 600, "temperature": 0, "messages": [
-                {"role": "user", "content": f"Count from 1 to 1000, one number per line. ({uuid.uuid4()})"}]}
+            body = {
+                "model": model,
+                "max_tokens": 600,
+                "temperature": 0,
+                "messages": [
+                    {"role": "user", "content": f"Count from 1 to 1000, one number per line. ({uuid.uuid4()})"}
+                ],
+            }
             before = naive_metric(naive_service.url, "vllm:generation_tokens_total")
             send_and_leave(target, body, {}, after_s=0.5)
             time.sleep(1.0)
@@ -216,8 +253,9 @@ def test_bodies_over_the_limit_get_413_without_being_read(proxy: ManagedService)
     with httpx.Client(base_url=proxy.url, timeout=30) as client:
         over = client.post(CHAT_PATH, content=b" " * (9 * 1024 * 1024), headers={"content-type": "application/json"})
         assert over.status_code == 413 and "limit" in over.json()["error"]["message"]
-        chunked = client.post(CHAT_PATH, content=iter([b" " * (1024 * 1024)] * 10),
-                              headers={"content-type": "application/json"})
+        chunked = client.post(
+            CHAT_PATH, content=iter([b" " * (1024 * 1024)] * 10), headers={"content-type": "application/json"}
+        )
         assert chunked.status_code == 413
         under = client.post(CHAT_PATH, json=chat("x" * 1_000_000))
         assert under.status_code == 200 and under.headers["x-cache"] in ("MISS", "HIT")
@@ -237,7 +275,7 @@ def hits_while(proxy_url: str, body: dict, running: threading.Event, latencies: 
 
 
 def test_a_25_mb_body_leaves_other_clients_hits_under_50_ms_p99(
-    stub: ManagedService, redis_service, log_dir: Path, tmp_path: Path  # noqa: ANN001
+    stub: ManagedService, redis_service, log_dir: Path, tmp_path: Path
 ) -> None:
     service, _ = start_proxy(stub.url, redis_service.redis_url, log_dir, "--max-body-bytes", str(64 * 1024 * 1024))
     try:
@@ -245,8 +283,10 @@ def test_a_25_mb_body_leaves_other_clients_hits_under_50_ms_p99(
         assert httpx.post(f"{service.url}{CHAT_PATH}", json=hit, timeout=30).headers["x-cache"] == "MISS"
         large = tmp_path / "large.json"
         numbers = (b"1," * 12_500_000)[:-1]
-        large.write_bytes(b'{"model": "stub-model", "max_tokens": 4, "messages": [{"role": "user", "content": "big"}],'
-                          b' "x": [' + numbers + b"]}")
+        large.write_bytes(
+            b'{"model": "stub-model", "max_tokens": 4, "messages": [{"role": "user", "content": "big"}],'
+            b' "x": [' + numbers + b"]}"
+        )
         running = threading.Event()
         running.set()
         latencies: list[float] = []
@@ -256,8 +296,25 @@ def test_a_25_mb_body_leaves_other_clients_hits_under_50_ms_p99(
         time.sleep(0.5)
         started_at = time.perf_counter()
         posted = subprocess.run(
-            ["curl", "-s", "-o", "/dev/null", "-D", "-", "-H", "content-type: application/json", "-H", "Expect:",
-             "--data-binary", f"@{large}", f"{service.url}{CHAT_PATH}"], capture_output=True, text=True, timeout=120)
+            [
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-D",
+                "-",
+                "-H",
+                "content-type: application/json",
+                "-H",
+                "Expect:",
+                "--data-binary",
+                f"@{large}",
+                f"{service.url}{CHAT_PATH}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         large_s = time.perf_counter() - started_at
         time.sleep(0.2)
         running.clear()
@@ -267,8 +324,10 @@ def test_a_25_mb_body_leaves_other_clients_hits_under_50_ms_p99(
         assert states == {"HIT"}
         latencies.sort()
         p99_ms = latencies[int(len(latencies) * 0.99)] * 1000
-        print(f"25 MB body answered in {large_s:.1f} s; meanwhile {len(latencies)} hits, p50 "
-              f"{latencies[len(latencies) // 2] * 1000:.1f} ms, p99 {p99_ms:.1f} ms, max {latencies[-1] * 1000:.1f} ms")
+        print(
+            f"25 MB body answered in {large_s:.1f} s; meanwhile {len(latencies)} hits, p50 "
+            f"{latencies[len(latencies) // 2] * 1000:.1f} ms, p99 {p99_ms:.1f} ms, max {latencies[-1] * 1000:.1f} ms"
+        )
         assert len(latencies) > 100 and p99_ms < 50
     finally:
         service.stop()
@@ -281,9 +340,11 @@ def open_slow_connections(url: str) -> dict[str, list[socket.socket]]:
     """200 connections sending their headers a byte a second, 20 silent ones, and 20 sending
     a body a byte a second."""
     groups: dict[str, list[socket.socket]] = {"headers": [], "silent": [], "body": []}
-    for group, count, first_bytes in (("headers", 200, f"POST {CHAT_PATH} HTTP/1.1\r\nHost: x\r\n".encode()),
-                                      ("silent", 20, b""),
-                                      ("body", 20, raw_request(b"{", content_length=1000))):
+    for group, count, first_bytes in (
+        ("headers", 200, f"POST {CHAT_PATH} HTTP/1.1\r\nHost: x\r\n".encode()),
+        ("silent", 20, b""),
+        ("body", 20, raw_request(b"{", content_length=1000)),
+    ):
         for _ in range(count):
             sock = socket.create_connection(host_port(url), timeout=5)
             sock.sendall(first_bytes)
@@ -321,8 +382,10 @@ def test_slow_headers_and_bodies_are_cut_off(proxy: ManagedService) -> None:
     for sockets in groups.values():
         for sock in sockets:
             sock.close()
-    print(f"slow connections all closed after (s): {closed_after_s}; still open: "
-          f"{ {group: len(sockets) for group, sockets in open_now.items()} }")
+    print(
+        f"slow connections all closed after (s): {closed_after_s}; still open: "
+        f"{ {group: len(sockets) for group, sockets in open_now.items()} }"
+    )
     assert not any(open_now.values())
     assert closed_after_s["headers"] <= DEFAULT_HEADER_TIMEOUT_S + 3
     assert closed_after_s["body"] <= 14
@@ -333,7 +396,7 @@ def test_slow_headers_and_bodies_are_cut_off(proxy: ManagedService) -> None:
 
 @pytest.fixture(scope="module", params=SERVERS)
 def keyed_proxy(
-    request: pytest.FixtureRequest, stub: ManagedService, redis_service, log_dir: Path  # noqa: ANN001
+    request: pytest.FixtureRequest, stub: ManagedService, redis_service, log_dir: Path
 ) -> Iterator[tuple[ManagedService, str]]:
     service, namespace = start_proxy(stub.url, redis_service.redis_url, log_dir, "--server", request.param)
     try:
@@ -343,11 +406,14 @@ def keyed_proxy(
 
 
 def key_of(stub: ManagedService, namespace: str, body: dict) -> str:
-    return cache_key(upstream_identity=normalize_upstream_identity(stub.url), path=CHAT_PATH, body=body,
-                     namespace=namespace)
+    return cache_key(
+        upstream_identity=normalize_upstream_identity(stub.url), path=CHAT_PATH, body=body, namespace=namespace
+    )
 
 
-STREAM_ANSWER = b'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+STREAM_ANSWER = (
+    b'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+)
 BAD_VALUES = {
     "garbage": (False, b"\x00\xff\xfe garbage"),
     "unknown tag": (False, b'x{"choices": [{"message": {"content": "x"}}]}'),
@@ -362,7 +428,7 @@ BAD_VALUES = {
 
 @pytest.mark.parametrize("case", BAD_VALUES)
 def test_corrupted_entries_are_served_as_misses_and_repaired(
-    keyed_proxy: tuple[ManagedService, str], stub: ManagedService, redis_service, case: str  # noqa: ANN001
+    keyed_proxy: tuple[ManagedService, str], stub: ManagedService, redis_service, case: str
 ) -> None:
     service, namespace = keyed_proxy
     streaming, bad_value = BAD_VALUES[case]
@@ -378,14 +444,17 @@ def test_corrupted_entries_are_served_as_misses_and_repaired(
 
 @pytest.mark.parametrize("redis_type", ["list", "hash", "set"])
 def test_a_key_of_another_redis_type_is_a_repaired_miss_not_an_outage(
-    keyed_proxy: tuple[ManagedService, str], stub: ManagedService, redis_service, redis_type: str  # noqa: ANN001
+    keyed_proxy: tuple[ManagedService, str], stub: ManagedService, redis_service, redis_type: str
 ) -> None:
     service, namespace = keyed_proxy
     body, other = chat(f"wrongtype {uuid.uuid4()}"), chat(f"an ordinary prompt {uuid.uuid4()}")
     store = redis.Redis.from_url(redis_service.redis_url)
     key = key_of(stub, namespace, body)
-    {"list": lambda: store.rpush(key, "x"), "hash": lambda: store.hset(key, "f", "v"),
-     "set": lambda: store.sadd(key, "x")}[redis_type]()
+    {
+        "list": lambda: store.rpush(key, "x"),
+        "hash": lambda: store.hset(key, "f", "v"),
+        "set": lambda: store.sadd(key, "x"),
+    }[redis_type]()
     with httpx.Client(base_url=service.url, timeout=30) as client:
         errors_before = _metric(client, "lab_cache_errors_total")
         assert client.post(CHAT_PATH, json=other).headers["x-cache"] == "MISS"

@@ -36,17 +36,29 @@ GATE = ["--baseline", "auto", "--fail-on-regression", "output_tok_per_s=5"]
 def lab_cli(data_dir: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "LAB_DATA_DIR": str(data_dir)}
     env.pop("LAB_DATABASE_URL", None)
-    return subprocess.run([sys.executable, "-m", "lab", *argv], cwd=PROJECT_ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "lab", *argv], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def write_spec(path: Path, port: int, repeats: int) -> Path:
-    path.write_text(json.dumps({
-        "name": "gate", "repeats": repeats,
-        "base": {"backend": "external", "target_url": f"http://127.0.0.1:{port}", "model": "stub",
-                 "max_tokens": 8, "warmup_requests": 0, "workload": {"prompts": 10_000},
-                 "load": {"vus": 2, "duration_s": 3, "graceful_stop_s": 2}},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "name": "gate",
+                "repeats": repeats,
+                "base": {
+                    "backend": "external",
+                    "target_url": f"http://127.0.0.1:{port}",
+                    "model": "stub",
+                    "max_tokens": 8,
+                    "warmup_requests": 0,
+                    "workload": {"prompts": 10_000},
+                    "load": {"vus": 2, "duration_s": 3, "graceful_stop_s": 2},
+                },
+            }
+        )
+    )
     return path
 
 
@@ -64,8 +76,17 @@ def test_the_gate_passes_fails_and_cannot_decide_against_a_slowed_stub(tmp_path:
     assert "ok output_tok_per_s: " in fast.stdout and "gate passed" in fast.stdout
     with StubServer(port=port, delay_s=FAST_DELAY_S * SLOWDOWN):
         slow = lab_cli(data, "run", "--spec", str(spec), *GATE)
-        one_a_side = lab_cli(data, "run", "--spec", str(single), "--baseline", f"run:{records[0]['run_id']}",
-                             "--fail-on-regression", "output_tok_per_s=5", "--json")
+        one_a_side = lab_cli(
+            data,
+            "run",
+            "--spec",
+            str(single),
+            "--baseline",
+            f"run:{records[0]['run_id']}",
+            "--fail-on-regression",
+            "output_tok_per_s=5",
+            "--json",
+        )
     assert slow.returncode == EXIT_REGRESSION, slow.stdout[-2000:] + slow.stderr[-2000:]
     [line] = [line for line in slow.stdout.splitlines() if "REGRESSION" in line]
     assert line.strip().startswith("REGRESSION output_tok_per_s: -") and "significant (3 new vs 3" in line
@@ -115,8 +136,9 @@ def assert_api_matches_csv(url: str, exported: pd.DataFrame) -> None:
         assert requests[requests.ok].latency_s.max() == pytest.approx(row.latency_max_s, rel=1e-5)
 
 
-def test_the_api_and_baselines_on_postgresql(postgres_database_url: str, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_and_baselines_on_postgresql(
+    postgres_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from lab import baselines, cli
     from lab.baselines import Subject
     from lab.settings import get_settings
@@ -137,7 +159,9 @@ def test_the_api_and_baselines_on_postgresql(postgres_database_url: str, tmp_pat
         assert list(frame.columns) == list(exported.columns)
         pd.testing.assert_series_equal(frame.output_tok_per_s, exported.output_tok_per_s, check_names=False)
         assert len(api.requests(run_ids[0], database_url=postgres_database_url)) == 4
-        assert api.runs(status="done", launched_after="2000-01-01", database_url=postgres_database_url).run_id.tolist() \
+        assert (
+            api.runs(status="done", launched_after="2000-01-01", database_url=postgres_database_url).run_id.tolist()
             == run_ids
+        )
     finally:
         get_settings.cache_clear()

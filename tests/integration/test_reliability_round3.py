@@ -46,8 +46,10 @@ STUB_KIND = "stubengine"
 
 
 # The stub logs nothing itself (uvicorn at warning level): one line first, so the reason has a line to quote.
-STUB_ENGINE_MAIN = ("import runpy, sys; print('stub engine serving on port', sys.argv[4], flush=True); "
-                    "sys.argv[0] = 'stub_openai'; runpy.run_module('tests.stub_openai', run_name='__main__')")
+STUB_ENGINE_MAIN = (
+    "import runpy, sys; print('stub engine serving on port', sys.argv[4], flush=True); "
+    "sys.argv[0] = 'stub_openai'; runpy.run_module('tests.stub_openai', run_name='__main__')"
+)
 
 
 class StubEngine(Backend):
@@ -89,20 +91,20 @@ def fresh_database(server_url: str) -> str:
     return make_url(server_url).set(database="lab_outage").render_as_string(hide_password=False)
 
 
-def read_run(engine, run_id: int) -> Run:  # noqa: ANN001
+def read_run(engine, run_id: int) -> Run:
     with Session(engine) as session:
         run = session.get(Run, run_id)
         session.expunge(run)
         return run
 
 
-def wait_until(predicate, timeout_s: float, what: str) -> Any:  # noqa: ANN001
+def wait_until(predicate, timeout_s: float, what: str) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             if value := predicate():
                 return value
-        except Exception:  # noqa: BLE001 (the database may be away on purpose)
+        except Exception:
             pass
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
@@ -110,11 +112,21 @@ def wait_until(predicate, timeout_s: float, what: str) -> Any:  # noqa: ANN001
 
 def start_worker(tmp_path: Path, database_url: str, **env: str) -> subprocess.Popen[bytes]:
     """A real ``python -m lab worker`` on the given database, its output in ``worker.log``."""
-    environment = {**os.environ, "LAB_DATA_DIR": str(tmp_path / "data"), "LAB_DATABASE_URL": database_url,
-                   "LAB_WORKER_POLL_INTERVAL_S": "0.2", **env}
+    environment = {
+        **os.environ,
+        "LAB_DATA_DIR": str(tmp_path / "data"),
+        "LAB_DATABASE_URL": database_url,
+        "LAB_WORKER_POLL_INTERVAL_S": "0.2",
+        **env,
+    }
     with open(tmp_path / "worker.log", "wb") as log_file:
-        return subprocess.Popen([sys.executable, "-m", "lab", "worker"], cwd=PROJECT_ROOT, env=environment,
-                                stdout=log_file, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "lab", "worker"],
+            cwd=PROJECT_ROOT,
+            env=environment,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def stop_worker(worker: subprocess.Popen[bytes], tmp_path: Path) -> str:
@@ -133,7 +145,7 @@ def stop_worker(worker: subprocess.Popen[bytes], tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("outage", ["mid-run", "past-the-end"])
 def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
-    cluster: PostgresCluster, stub: ManagedService, tmp_path: Path, outage: str,  # noqa: F811
+    cluster: PostgresCluster, stub: ManagedService, tmp_path: Path, outage: str
 ) -> None:
     """PostgreSQL stopped for 8 s under load: the load goes on and the run ends done with every
     request k6 counted. ``past-the-end``: the database is still away when the run ends (the
@@ -144,13 +156,18 @@ def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
     upgrade(engine)
     spec = stub_spec(stub.url, duration_s=14, vus=4)
     with Session(engine) as session:
-        [run_id] = [run.id for run in experiments.enqueue_experiment(
-            session=session, spec=ExperimentSpec(name="outage", base=spec)).runs]
+        [run_id] = [
+            run.id
+            for run in experiments.enqueue_experiment(
+                session=session, spec=ExperimentSpec(name="outage", base=spec)
+            ).runs
+        ]
     worker = start_worker(tmp_path, url, LAB_FINAL_WRITE_RETRY_S="2" if outage == "past-the-end" else "60")
     run_dir = tmp_path / "data" / "runs" / str(run_id)
     try:
-        started = wait_until(lambda: (read_run(engine, run_id).progress or {}).get("elapsed_s", 0) >= 3, 60,
-                             "the load to run 3 s")
+        started = wait_until(
+            lambda: (read_run(engine, run_id).progress or {}).get("elapsed_s", 0) >= 3, 60, "the load to run 3 s"
+        )
         assert started
         engine.dispose()
         assert cluster.stop().returncode == 0
@@ -160,8 +177,9 @@ def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
         time.sleep(max(0.0, 8.0 - (time.monotonic() - stopped_at)))
         outage_s = time.monotonic() - stopped_at
         assert cluster.start().returncode == 0
-        run = wait_until(lambda: (r := read_run(engine, run_id)).status in RunStatus.FINAL and r, 120,
-                         "the run's final state")
+        run = wait_until(
+            lambda: (r := read_run(engine, run_id)).status in RunStatus.FINAL and r, 120, "the run's final state"
+        )
     finally:
         output = stop_worker(worker, tmp_path)
     summary = parse_summary(run_dir / "summary.json")
@@ -172,8 +190,10 @@ def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
     assert not (run_dir / PENDING_FINAL_STATE_FILE).exists()
     with Session(engine) as session:
         assert store.get_run_series(session=session, run_id=run_id) is not None
-    print(f"outage {outage}: database away {outage_s:.1f} s; run {run.status}, requests_ok {run.requests_ok} "
-          f"(summary {summary['requests_ok']})")
+    print(
+        f"outage {outage}: database away {outage_s:.1f} s; run {run.status}, requests_ok {run.requests_ok} "
+        f"(summary {summary['requests_ok']})"
+    )
     engine.dispose()
 
 
@@ -181,16 +201,21 @@ def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
 
 
 def fill_spec(backend: str, **changes: Any) -> RunSpec:
-    return RunSpec.model_validate({
-        "backend": backend, "model": str(DEFAULT_MODEL), "max_tokens": 8, "warmup_requests": 1,
-        "workload": {"prompts": 400}, "cache": {"fill_first_up_to": 1000, "fill_timeout_s": 600},
-        "load": {"vus": 2, "duration_s": 5, "graceful_stop_s": 2}, **changes,
-    })
+    return RunSpec.model_validate(
+        {
+            "backend": backend,
+            "model": str(DEFAULT_MODEL),
+            "max_tokens": 8,
+            "warmup_requests": 1,
+            "workload": {"prompts": 400},
+            "cache": {"fill_first_up_to": 1000, "fill_timeout_s": 600},
+            "load": {"vus": 2, "duration_s": 5, "graceful_stop_s": 2},
+            **changes,
+        }
+    )
 
 
-def test_a_managed_backend_killed_during_the_cache_fill_ends_the_run_within_15_s(
-    lab: Lab, stub_kind: str  # noqa: F811
-) -> None:
+def test_a_managed_backend_killed_during_the_cache_fill_ends_the_run_within_15_s(lab: Lab, stub_kind: str) -> None:
     [run_id] = lab.enqueue(fill_spec(f"{stub_kind}+cache"))
     lab.start_worker()
     run_dir = lab.settings.runs_dir / str(run_id)
@@ -204,19 +229,20 @@ def test_a_managed_backend_killed_during_the_cache_fill_ends_the_run_within_15_s
     took_s = time.monotonic() - killed_at
     lab.join_worker(timeout_s=30)
     assert run.status == RunStatus.FAILED
-    assert run.status_reason.startswith(f"the {stub_kind} service died during the cache fill; its last log line: "
-                                        "stub engine serving on port "), run.status_reason
+    assert run.status_reason.startswith(
+        f"the {stub_kind} service died during the cache fill; its last log line: stub engine serving on port "
+    ), run.status_reason
     assert took_s < 15, took_s
     print(f"backend killed during the fill: run failed {took_s:.1f} s later: {run.status_reason}")
 
 
-def test_an_external_upstream_gone_during_the_cache_fill_ends_the_run_within_15_s(
-    lab: Lab, tmp_path: Path  # noqa: F811
-) -> None:
+def test_an_external_upstream_gone_during_the_cache_fill_ends_the_run_within_15_s(lab: Lab, tmp_path: Path) -> None:
     upstream = ManagedService(
-        name="upstream", argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}",
-                               "--delay-s", "0.3"],
-        log_path=tmp_path / "upstream.log", cwd=PROJECT_ROOT, readiness_timeout_s=30,
+        name="upstream",
+        argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}", "--delay-s", "0.3"],
+        log_path=tmp_path / "upstream.log",
+        cwd=PROJECT_ROOT,
+        readiness_timeout_s=30,
     )
     with upstream:
         [run_id] = lab.enqueue(fill_spec("external+cache", target_url=upstream.url, model="stub"))
@@ -246,13 +272,17 @@ REQUEST_LINE = '{"messages": [{"role": "user", "content": "Say hi."}]}\n'
 
 
 def test_request_files_that_became_a_fifo_or_dev_zero_fail_their_run_in_one_line(
-    lab: Lab, stub: ManagedService, tmp_path: Path  # noqa: F811
+    lab: Lab, stub: ManagedService, tmp_path: Path
 ) -> None:
     paths = {name: tmp_path / f"{name}.jsonl" for name in ("fifo", "zero", "good")}
     for path in paths.values():
         path.write_text(REQUEST_LINE * 5)
-    ids = lab.enqueue(*[stub_spec(stub.url, duration_s=2, workload={"kind": "custom", "requests_path": str(path)})
-                        for path in paths.values()])
+    ids = lab.enqueue(
+        *[
+            stub_spec(stub.url, duration_s=2, workload={"kind": "custom", "requests_path": str(path)})
+            for path in paths.values()
+        ]
+    )
     paths["fifo"].unlink()
     os.mkfifo(paths["fifo"])  # no writer: an open for reading would block for good
     paths["zero"].unlink()
@@ -266,8 +296,10 @@ def test_request_files_that_became_a_fifo_or_dev_zero_fail_their_run_in_one_line
         assert str(path) in run.status_reason and kind in run.status_reason and "regular file" in run.status_reason
         assert "\n" not in run.status_reason
     assert good_run.status == RunStatus.DONE, good_run.status_reason  # the worker went on
-    print(f"FIFO: {fifo_run.status_reason}\n/dev/zero: {zero_run.status_reason}\nqueue of 3 in "
-          f"{time.monotonic() - began:.1f} s")
+    print(
+        f"FIFO: {fifo_run.status_reason}\n/dev/zero: {zero_run.status_reason}\nqueue of 3 in "
+        f"{time.monotonic() - began:.1f} s"
+    )
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
@@ -279,8 +311,23 @@ def test_the_real_cli_refuses_a_fifo_and_dev_zero_in_one_line(tmp_path: Path, ki
         path = Path("/dev/zero")
     began = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "lab", "run", "--preset", "seed-exp1", "--quick", "--set", "workload.kind=custom",
-         "--set", f"workload.requests_path={path}"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "lab",
+            "run",
+            "--preset",
+            "seed-exp1",
+            "--quick",
+            "--set",
+            "workload.kind=custom",
+            "--set",
+            f"workload.requests_path={path}",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "LAB_DATA_DIR": str(tmp_path / "data")},
     )
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
@@ -296,13 +343,16 @@ def test_a_run_whose_prompts_exceed_the_context_says_so_and_the_log_keeps_it(lab
     requests = tmp_path / "long.jsonl"
     # SmolLM2's context is 8,192 tokens: 9,000 one-token words do not fit.
     requests.write_text(json.dumps({"messages": [{"role": "user", "content": " word" * 9000}]}) + "\n")
-    [run_id] = lab.enqueue(naive_spec(duration_s=3, warmup_requests=0,
-                                      workload={"kind": "custom", "requests_path": str(requests)}))
+    [run_id] = lab.enqueue(
+        naive_spec(duration_s=3, warmup_requests=0, workload={"kind": "custom", "requests_path": str(requests)})
+    )
     lab.run_queue()
     run = lab.run(run_id)
     assert run.status == RunStatus.FAILED
-    assert "the most common error answer" in run.status_reason and "400 This model's maximum context length is" \
-        in run.status_reason, run.status_reason
+    assert (
+        "the most common error answer" in run.status_reason
+        and "400 This model's maximum context length is" in run.status_reason
+    ), run.status_reason
     assert "lengthen the duration" not in run.status_reason
     with Session(lab.engine) as session:
         tails = store.get_run_series(session=session, run_id=run_id).service_log_tails

@@ -8,18 +8,18 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.execution import experiments
 from lab.analysis.compare import run_record
 from lab.analysis.seed import exp2_ratios
-from lab.report.seed_tables import our_table
 from lab.context import LabContext
+from lab.execution import experiments
 from lab.execution.worker import Worker
+from lab.report.seed_tables import our_table
 from lab.specs.schema import load_preset
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 
 
-def run_experiment(engine, settings, spec) -> list[dict]:  # noqa: ANN001
+def run_experiment(engine, settings, spec) -> list[dict]:
     with Session(engine) as session:
         run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
     worker = Worker(context=LabContext(settings=settings))
@@ -30,7 +30,9 @@ def run_experiment(engine, settings, spec) -> list[dict]:  # noqa: ANN001
         records = []
         for run in runs:
             series = store.get_run_series(session=session, run_id=run.id)
-            records.append(run_record(run) | {"count_check": run.count_check, "series": series.series if series else {}})
+            records.append(
+                run_record(run) | {"count_check": run.count_check, "series": series.series if series else {}}
+            )
         return records
 
 
@@ -39,11 +41,13 @@ def assert_done(records: list[dict]) -> None:
     assert not failed, failed
 
 
-def test_quick_experiment_2_cache_hits_and_beats_direct(lab_engine, lab_settings, vllm_service) -> None:  # noqa: ANN001
+def test_quick_experiment_2_cache_hits_and_beats_direct(lab_engine, lab_settings, vllm_service) -> None:
     # Few distinct prompts and short answers so the cache warms within seconds on 2 CPU cores.
-    spec = load_preset("seed-exp2", quick=True, overrides=[
-        ("load.duration_s", 8), ("load.vus", 4), ("max_tokens", 16), ("grid.workload.prompts", [5]),
-    ])
+    spec = load_preset(
+        "seed-exp2",
+        quick=True,
+        overrides=[("load.duration_s", 8), ("load.vus", 4), ("max_tokens", 16), ("grid.workload.prompts", [5])],
+    )
     records = run_experiment(lab_engine, lab_settings, spec)
     assert_done(records)
     direct = next(r for r in records if r["backend"] == "vllm")
@@ -57,30 +61,55 @@ def test_quick_experiment_2_cache_hits_and_beats_direct(lab_engine, lab_settings
     assert abs(check["difference_ratio"]) <= 0.02, check
 
 
-def test_filling_the_cache_first_measures_only_hits(lab_engine, lab_settings, vllm_service) -> None:  # noqa: ANN001
-    spec = load_preset("seed-exp2", quick=True, overrides=[
-        ("load.duration_s", 5), ("load.vus", 4), ("max_tokens", 16), ("grid.workload.prompts", [5]),
-        ("grid.backend", ["vllm+cache"]), ("cache.fill_first_up_to", 5),
-    ])
+def test_filling_the_cache_first_measures_only_hits(lab_engine, lab_settings, vllm_service) -> None:
+    spec = load_preset(
+        "seed-exp2",
+        quick=True,
+        overrides=[
+            ("load.duration_s", 5),
+            ("load.vus", 4),
+            ("max_tokens", 16),
+            ("grid.workload.prompts", [5]),
+            ("grid.backend", ["vllm+cache"]),
+            ("cache.fill_first_up_to", 5),
+        ],
+    )
     [cached] = run_experiment(lab_engine, lab_settings, spec)
     assert_done([cached])
     # The fill ran before the measured window: every measured request was a hit.
     assert cached["response_cache_hit_rate"] == 1.0 and cached["requests_ok"] > 20
 
 
-def test_quick_experiment_1_stores_complete_runs_for_both_backends(lab_engine, lab_settings, vllm_service, naive_service) -> None:  # noqa: ANN001
-    spec = load_preset("seed-exp1", quick=True, overrides=[
-        ("load.duration_s", 6), ("max_tokens", 24), ("grid.load.vus", [1, 2]),
-    ])
+def test_quick_experiment_1_stores_complete_runs_for_both_backends(
+    lab_engine, lab_settings, vllm_service, naive_service
+) -> None:
+    spec = load_preset(
+        "seed-exp1", quick=True, overrides=[("load.duration_s", 6), ("max_tokens", 24), ("grid.load.vus", [1, 2])]
+    )
     records = run_experiment(lab_engine, lab_settings, spec)
     assert_done(records)
     assert {(r["backend"], r["vus"]) for r in records} == {(b, v) for b in ("naive", "vllm") for v in (1, 2)}
     for r in records:
-        for field in ("requests_ok", "req_per_s", "output_tok_per_s", "input_tok_per_s", "latency_avg_s",
-                      "latency_p50_s", "latency_p90_s", "latency_p95_s", "latency_p99_s", "latency_max_s",
-                      "iterations_completed", "iterations_interrupted", "server_ttft_avg_s",
-                      "server_time_per_output_token_avg_s", "k6_cpu_percent_avg", "backend_cpu_percent_avg",
-                      "backend_rss_max_mb", "measured_duration_s"):
+        for field in (
+            "requests_ok",
+            "req_per_s",
+            "output_tok_per_s",
+            "input_tok_per_s",
+            "latency_avg_s",
+            "latency_p50_s",
+            "latency_p90_s",
+            "latency_p95_s",
+            "latency_p99_s",
+            "latency_max_s",
+            "iterations_completed",
+            "iterations_interrupted",
+            "server_ttft_avg_s",
+            "server_time_per_output_token_avg_s",
+            "k6_cpu_percent_avg",
+            "backend_cpu_percent_avg",
+            "backend_rss_max_mb",
+            "measured_duration_s",
+        ):
             assert r[field] is not None, (r["backend"], r["vus"], field)
         assert r["requests_ok"] > 0 and r["requests_failed"] == 0
         assert r["latency_p50_s"] <= r["latency_p95_s"] <= r["latency_max_s"]
@@ -97,14 +126,21 @@ def test_quick_experiment_1_stores_complete_runs_for_both_backends(lab_engine, l
     assert len(our_table("seed-exp1", records)) == 4
 
 
-def test_a_run_against_a_dead_external_target_fails_with_a_reason(lab_engine, lab_settings) -> None:  # noqa: ANN001
+def test_a_run_against_a_dead_external_target_fails_with_a_reason(lab_engine, lab_settings) -> None:
     from services.supervisor import find_free_port
 
     port = find_free_port()
-    spec = load_preset("seed-exp1", overrides=[
-        ("backend", "external"), ("target_url", f"http://127.0.0.1:{port}"), ("grid.backend", ["external"]),
-        ("grid.load.vus", [1]), ("load.duration_s", 2), ("warmup_requests", 0),
-    ])
+    spec = load_preset(
+        "seed-exp1",
+        overrides=[
+            ("backend", "external"),
+            ("target_url", f"http://127.0.0.1:{port}"),
+            ("grid.backend", ["external"]),
+            ("grid.load.vus", [1]),
+            ("load.duration_s", 2),
+            ("warmup_requests", 0),
+        ],
+    )
     [record] = run_experiment(lab_engine, lab_settings, spec)
     assert record["status"] == RunStatus.FAILED
     assert "not healthy" in record["status_reason"] or "k6" in record["status_reason"]

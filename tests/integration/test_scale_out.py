@@ -21,10 +21,10 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db import store
-from lab.execution import experiments
 from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import RunStatus
+from lab.execution import experiments
 from lab.settings import PROJECT_ROOT
 from lab.specs.schema import ExperimentSpec, RunSpec
 from services.supervisor import find_free_port
@@ -44,14 +44,21 @@ class WorkerProcess:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / "worker.log"
         env = {
-            **os.environ, "LAB_DATABASE_URL": database_url, "LAB_DATA_DIR": str(data_dir),
-            "LAB_WORKER_LEASE_S": str(LEASE_S), "LAB_WORKER_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
+            **os.environ,
+            "LAB_DATABASE_URL": database_url,
+            "LAB_DATA_DIR": str(data_dir),
+            "LAB_WORKER_LEASE_S": str(LEASE_S),
+            "LAB_WORKER_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
             "LAB_WORKER_POLL_INTERVAL_S": "0.2",
         }
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "lab", "worker", "--name", name, "--labels", labels],
-                cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def log(self) -> str:
@@ -97,8 +104,10 @@ def start_workers(postgres_database_url: str, shared_engine: Engine, tmp_path: P
 
     def start(*name_labels: tuple[str, str]) -> list[WorkerProcess]:
         # Started back to back, before either has registered: they race for the same queue.
-        workers = [WorkerProcess(name=name, labels=labels, database_url=postgres_database_url,
-                                 data_dir=tmp_path / name) for name, labels in name_labels]
+        workers = [
+            WorkerProcess(name=name, labels=labels, database_url=postgres_database_url, data_dir=tmp_path / name)
+            for name, labels in name_labels
+        ]
         started.extend(workers)
         wait_until(lambda: all(registered(shared_engine, w.name) for w in workers), 60, "workers to register", workers)
         return workers
@@ -114,7 +123,7 @@ def registered(engine: Engine, name: str) -> bool:
         return record is not None and record.state == "running"
 
 
-def wait_until(predicate, timeout_s: float, what: str, workers: list[WorkerProcess] = ()) -> None:  # noqa: ANN001
+def wait_until(predicate, timeout_s: float, what: str, workers: list[WorkerProcess] = ()) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -126,11 +135,18 @@ def wait_until(predicate, timeout_s: float, what: str, workers: list[WorkerProce
 
 
 def stub_run(url: str, *, duration_s: float, **placement: object) -> RunSpec:
-    return RunSpec.model_validate({
-        "backend": "external", "target_url": url, "model": "stub", "max_tokens": 8, "warmup_requests": 0,
-        "workload": {"prompts": 1000}, "load": {"vus": 1, "duration_s": duration_s, "graceful_stop_s": 1},
-        **placement,
-    })
+    return RunSpec.model_validate(
+        {
+            "backend": "external",
+            "target_url": url,
+            "model": "stub",
+            "max_tokens": 8,
+            "warmup_requests": 0,
+            "workload": {"prompts": 1000},
+            "load": {"vus": 1, "duration_s": duration_s, "graceful_stop_s": 1},
+            **placement,
+        }
+    )
 
 
 def enqueue(engine: Engine, spec: RunSpec, *, repeats: int = 1) -> list[int]:
@@ -160,7 +176,7 @@ def claims(engine: Engine) -> list[tuple[int, str]]:
 
 def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_workers_run(
     stub: StubServer, shared_engine: Engine, start_workers
-) -> None:  # noqa: ANN001
+) -> None:
     cpu, gpu = start_workers(("cpu-box", "cpu"), ("gpu-box", "cpu,gpu"))
     gpu_runs = enqueue(shared_engine, stub_run(stub.url, duration_s=2, requires=["gpu"]), repeats=2)
     free_runs = enqueue(shared_engine, stub_run(stub.url, duration_s=2), repeats=6)
@@ -168,8 +184,9 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
     wait_until(lambda: all_final(shared_engine, every), 300, "the 8 runs", [cpu, gpu])
 
     runs = runs_by_id(shared_engine, every)
-    assert {run_id: run.status for run_id, run in runs.items()} == dict.fromkeys(every, RunStatus.DONE), \
-        {run_id: run.status_reason for run_id, run in runs.items()}
+    assert {run_id: run.status for run_id, run in runs.items()} == dict.fromkeys(every, RunStatus.DONE), {
+        run_id: run.status_reason for run_id, run in runs.items()
+    }
     claim_log = claims(shared_engine)
     assert Counter(run_id for run_id, _ in claim_log) == Counter(every)  # each run claimed exactly once
     assert {runs[run_id].worker_name for run_id in gpu_runs} == {"gpu-box"}  # never the cpu worker
@@ -178,13 +195,21 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
 
     # SIGKILL the cpu worker mid-run: the gpu worker interrupts its run within lease + heartbeat.
     [victim] = enqueue(shared_engine, stub_run(stub.url, duration_s=60, worker="cpu-box"))
-    wait_until(lambda: runs_by_id(shared_engine, [victim])[victim].status == RunStatus.RUNNING, 60,
-               "the pinned run to load", [cpu, gpu])
+    wait_until(
+        lambda: runs_by_id(shared_engine, [victim])[victim].status == RunStatus.RUNNING,
+        60,
+        "the pinned run to load",
+        [cpu, gpu],
+    )
     os.kill(cpu.process.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     [after] = enqueue(shared_engine, stub_run(stub.url, duration_s=2))
-    wait_until(lambda: runs_by_id(shared_engine, [victim])[victim].status == RunStatus.INTERRUPTED,
-               LEASE_S + HEARTBEAT_S + 30, "the killed worker's run to be interrupted", [gpu])
+    wait_until(
+        lambda: runs_by_id(shared_engine, [victim])[victim].status == RunStatus.INTERRUPTED,
+        LEASE_S + HEARTBEAT_S + 30,
+        "the killed worker's run to be interrupted",
+        [gpu],
+    )
     # The bound a user relies on, plus slack for a busy shared machine (polls, process start).
     assert time.monotonic() - killed_at <= LEASE_S + HEARTBEAT_S + 5
     reason = runs_by_id(shared_engine, [victim])[victim].status_reason
@@ -195,8 +220,12 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
 
     # Cancel from here (as the web lab on any machine would) reaches the worker running it.
     [cancelled] = enqueue(shared_engine, stub_run(stub.url, duration_s=60))
-    wait_until(lambda: runs_by_id(shared_engine, [cancelled])[cancelled].status == RunStatus.RUNNING, 60,
-               "the run to load", [gpu])
+    wait_until(
+        lambda: runs_by_id(shared_engine, [cancelled])[cancelled].status == RunStatus.RUNNING,
+        60,
+        "the run to load",
+        [gpu],
+    )
     with Session(shared_engine) as session:
         store.request_cancel(session=session, run_id=cancelled)
     wait_until(lambda: all_final(shared_engine, [cancelled]), 30, "the cancel to reach gpu-box", [gpu])
@@ -205,14 +234,15 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
 
 def test_workers_started_together_on_an_empty_queue_never_claim_a_run_twice(
     stub: StubServer, shared_engine: Engine, start_workers
-) -> None:  # noqa: ANN001
+) -> None:
     first, second = start_workers(("box-1", "cpu"), ("box-2", "cpu"))
     run_ids = enqueue(shared_engine, stub_run(stub.url, duration_s=1), repeats=20)  # 20 at once, one commit
     wait_until(lambda: all_final(shared_engine, run_ids), 600, "the 20 runs", [first, second])
 
     runs = runs_by_id(shared_engine, run_ids)
-    assert all(run.status == RunStatus.DONE for run in runs.values()), \
-        {run_id: run.status_reason for run_id, run in runs.items() if run.status != RunStatus.DONE}
+    assert all(run.status == RunStatus.DONE for run in runs.values()), {
+        run_id: run.status_reason for run_id, run in runs.items() if run.status != RunStatus.DONE
+    }
     claim_log = claims(shared_engine)
     assert sorted(run_id for run_id, _ in claim_log) == sorted(run_ids)  # no run claimed twice, none lost
     assert {runs[run_id].worker_name for run_id, _ in claim_log} <= {"box-1", "box-2"}

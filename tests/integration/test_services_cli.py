@@ -25,15 +25,25 @@ STORY = [{"role": "user", "content": "Write a short story about the number 7."}]
 
 def lab(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lab", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "lab", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
     )
 
 
 def stream_text(url: str, model: str) -> tuple[str, dict | None]:
     text, usage = "", None
-    body = {"model": model, "messages": STORY, "max_tokens": 32, "stream": True,
-            "stream_options": {"include_usage": True}, "temperature": 0}
+    body = {
+        "model": model,
+        "messages": STORY,
+        "max_tokens": 32,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+    }
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
@@ -48,14 +58,21 @@ def stream_text(url: str, model: str) -> tuple[str, dict | None]:
 
 @pytest.mark.parametrize("model", ["-rf", "models/x;reboot", "$(id)"])
 def test_a_rejected_model_name_starts_nothing(model: str, tmp_path: Path) -> None:
-    result = lab("services", "up", "naive", env={"LAB_DATA_DIR": str(tmp_path), "LAB_DEFAULT_MODEL": model}, timeout=120)
+    result = lab(
+        "services", "up", "naive", env={"LAB_DATA_DIR": str(tmp_path), "LAB_DEFAULT_MODEL": model}, timeout=120
+    )
     assert result.returncode == 2
     assert "error: model name must not" in result.stderr
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
-    result = lab("services", "up", "naive", env={"LAB_DATA_DIR": str(tmp_path), "LAB_DEFAULT_MODEL": "/no/such/model"},
-                 timeout=120)
+    result = lab(
+        "services",
+        "up",
+        "naive",
+        env={"LAB_DATA_DIR": str(tmp_path), "LAB_DEFAULT_MODEL": "/no/such/model"},
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "model folder not found: /no/such/model" in result.stderr
 
@@ -69,7 +86,10 @@ def test_no_orphan_after_the_lab_process_is_killed(tmp_path: Path) -> None:
     """A lab process that owns services is SIGKILLed; the next worker finds and stops them."""
     env = {**os.environ, "LAB_DATA_DIR": str(tmp_path)}
     owner = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent("""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
             import os, time
             from db.engine import get_engine
             from lab.settings import get_settings
@@ -83,8 +103,12 @@ def test_no_orphan_after_the_lab_process_is_killed(tmp_path: Path) -> None:
             manager.ensure("naive", default_service_config("naive", model=settings.default_model, settings=settings))
             print("UP", flush=True)
             time.sleep(600)
-        """)],
-        cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert owner.stdout.readline().strip() == "UP"
@@ -112,7 +136,7 @@ def test_no_orphan_after_the_lab_process_is_killed(tmp_path: Path) -> None:
 
 @pytest.mark.runs_last
 @pytest.mark.vllm
-def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_path) -> None:  # noqa: ANN001
+def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_path) -> None:
     result = lab("services", "up", "naive", "vllm")
     assert result.returncode == 0, result.stderr[-3000:]
     status = {s["name"]: s for s in json.loads(lab("services", "status", "--json").stdout)}
@@ -122,8 +146,9 @@ def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_
         assert url.startswith("http://127.0.0.1:") and status[name]["started_at"]
         model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]  # the name it serves
         before = httpx.get(f"{url}/metrics").text
-        answer = httpx.post(f"{url}/v1/chat/completions", json={"model": model, "messages": STORY, "max_tokens": 48},
-                            timeout=300).json()
+        answer = httpx.post(
+            f"{url}/v1/chat/completions", json={"model": model, "messages": STORY, "max_tokens": 48}, timeout=300
+        ).json()
         content = answer["choices"][0]["message"]["content"]
         assert len(content.split()) >= 10, content  # a real story, not an empty answer
         assert answer["usage"]["completion_tokens"] > 0 and answer["usage"]["prompt_tokens"] > 20
@@ -132,8 +157,10 @@ def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_
         after = httpx.get(f"{url}/metrics").text
         from lab.measurement.server_metrics import parse_metrics_text
 
-        moved = (parse_metrics_text(after, ("vllm:",))["vllm:generation_tokens_total"]
-                 - parse_metrics_text(before, ("vllm:",))["vllm:generation_tokens_total"])
+        moved = (
+            parse_metrics_text(after, ("vllm:",))["vllm:generation_tokens_total"]
+            - parse_metrics_text(before, ("vllm:",))["vllm:generation_tokens_total"]
+        )
         assert moved >= answer["usage"]["completion_tokens"] + usage["completion_tokens"]
     pids = [s["pid"] for s in status.values() if s["pid"]]
     family = []

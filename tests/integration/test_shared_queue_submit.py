@@ -22,19 +22,45 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 def _lab_run(database_url: str, data_dir: Path, target_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LAB_DATABASE_URL": database_url, "LAB_DATA_DIR": str(data_dir),
-           "LAB_WORKER_NAME": "cli-box"}
+    env = {**os.environ, "LAB_DATABASE_URL": database_url, "LAB_DATA_DIR": str(data_dir), "LAB_WORKER_NAME": "cli-box"}
     return subprocess.run(
-        [sys.executable, "-m", "lab", "run", "--preset", "seed-exp1", "--quick", "--json",
-         "--set", "backend=external", "--set", f"target_url={target_url}", "--set", "model=stub",
-         "--set", "grid.load.vus=[1]", "--set", "load.duration_s=2", "--set", "load.graceful_stop_s=2",
-         "--set", "max_tokens=8", "--set", "warmup_requests=0", *extra],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "lab",
+            "run",
+            "--preset",
+            "seed-exp1",
+            "--quick",
+            "--json",
+            "--set",
+            "backend=external",
+            "--set",
+            f"target_url={target_url}",
+            "--set",
+            "model=stub",
+            "--set",
+            "grid.load.vus=[1]",
+            "--set",
+            "load.duration_s=2",
+            "--set",
+            "load.graceful_stop_s=2",
+            "--set",
+            "max_tokens=8",
+            "--set",
+            "warmup_requests=0",
+            *extra,
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
 
 
 def test_lab_run_only_queues_when_a_live_worker_shares_the_database(
-    postgres_database_url: str, shared_engine: Engine, start_workers, stub: StubServer, tmp_path: Path,  # noqa: ANN001, F811
+    postgres_database_url: str, shared_engine: Engine, start_workers, stub: StubServer, tmp_path: Path
 ) -> None:
     start_workers(("box-1", ""))
     result = _lab_run(postgres_database_url, tmp_path / "cli-data", stub.url)
@@ -47,8 +73,12 @@ def test_lab_run_only_queues_when_a_live_worker_shares_the_database(
     assert not (tmp_path / "cli-data" / "runs").exists()  # nothing executed here
 
 
-def test_local_runs_here_as_before(postgres_database_url: str, shared_engine: Engine, stub: StubServer,  # noqa: F811
-                                   tmp_path: Path) -> None:
+def test_local_runs_here_as_before(
+    postgres_database_url: str,
+    shared_engine: Engine,
+    stub: StubServer,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     result = _lab_run(postgres_database_url, tmp_path / "cli-data", stub.url, "--local")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taken by worker" not in result.stderr

@@ -22,21 +22,26 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture()
-def postgres_engine(postgres_database_url: str):  # noqa: ANN201
+def postgres_engine(postgres_database_url: str):
     engine = make_engine(postgres_database_url)
     migrations.upgrade(engine)
     yield engine
     engine.dispose()
 
 
-def test_queue_and_figures_on_postgresql(postgres_engine) -> None:  # noqa: ANN001
+def test_queue_and_figures_on_postgresql(postgres_engine) -> None:
     spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1, 8])])
     with Session(postgres_engine) as session:
         ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec, tags="pg").runs]
     first = store.claim_next_run(engine=postgres_engine, worker_pid=os.getpid())
     assert first == ids[0]
-    store.set_run_status(engine=postgres_engine, run_id=first, status=RunStatus.DONE, req_per_s=1.5,
-                         count_check={"requests": {"difference": 0}})
+    store.set_run_status(
+        engine=postgres_engine,
+        run_id=first,
+        status=RunStatus.DONE,
+        req_per_s=1.5,
+        count_check={"requests": {"difference": 0}},
+    )
     store.save_run_series(engine=postgres_engine, run_id=first, series={"time_s": [0.0, 1.0]})
     with Session(postgres_engine) as session:
         assert store.request_cancel(session=session, run_id=ids[1]) == RunStatus.CANCELLED
@@ -49,7 +54,7 @@ def test_queue_and_figures_on_postgresql(postgres_engine) -> None:  # noqa: ANN0
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == len(ids)
 
 
-def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_engine) -> None:  # noqa: ANN001
+def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_engine) -> None:
     from tests.unit.test_workers import version_1_metadata
 
     with postgres_engine.begin() as connection:  # back to version 1: the v1 tables, empty
@@ -60,9 +65,22 @@ def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_e
         old = version_1_metadata()
         old.create_all(connection)
         connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
-        connection.execute(old.tables["runs"].insert().values(
-            spec={}, backend="naive", model="m", workload="number-story", load_kind="constant-vus", duration_s=20,
-            max_tokens=16, random_seed=1, status=RunStatus.DONE, req_per_s=2.5))
+        connection.execute(
+            old.tables["runs"]
+            .insert()
+            .values(
+                spec={},
+                backend="naive",
+                model="m",
+                workload="number-story",
+                load_kind="constant-vus",
+                duration_s=20,
+                max_tokens=16,
+                random_seed=1,
+                status=RunStatus.DONE,
+                req_per_s=2.5,
+            )
+        )
         connection.execute(old.tables["services"].insert().values(name="naive", kind="naive", state="stopped"))
     assert migrations.upgrade(postgres_engine) == 1
     with Session(postgres_engine) as session:

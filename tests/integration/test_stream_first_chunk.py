@@ -45,8 +45,13 @@ def timed_stream(url: str, body: dict[str, Any], headers: dict[str, str] | None 
     for line in b"".join(raw for _, raw in reads).decode().splitlines():
         if line.startswith("data: {") and '"usage"' in line:
             usage = json.loads(line[6:]).get("usage") or usage
-    return {"headers_s": headers_s, "reads": reads, "content_reads_s": content_reads, "x_cache": x_cache,
-            "usage": usage}
+    return {
+        "headers_s": headers_s,
+        "reads": reads,
+        "content_reads_s": content_reads,
+        "x_cache": x_cache,
+        "usage": usage,
+    }
 
 
 def _has_content(raw: bytes) -> bool:
@@ -62,8 +67,14 @@ def _has_content(raw: bytes) -> bool:
 
 
 def stream_body(model: str, max_tokens: int = 48) -> dict[str, Any]:
-    return {"model": model, "messages": STORY, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    return {
+        "model": model,
+        "messages": STORY,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
 def model_of(url: str) -> str:
@@ -110,14 +121,32 @@ def test_llamacpp_streams_token_by_token(service_manager: Any, default_model_pat
 @pytest.fixture(scope="module")
 def stub_and_proxy(redis_service: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     log_dir = tmp_path_factory.mktemp("stream-proxy")
-    stub = ManagedService(name="stream-stub", argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}"],
-                          log_path=log_dir / "stub.log", readiness_timeout_s=30.0, cwd=REPO_ROOT)
+    stub = ManagedService(
+        name="stream-stub",
+        argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}"],
+        log_path=log_dir / "stub.log",
+        readiness_timeout_s=30.0,
+        cwd=REPO_ROOT,
+    )
     with stub:
         proxy = ManagedService(
             name="stream-proxy",
-            argv=[sys.executable, "-m", "services.cache_proxy", "--upstream", stub.url, "--redis-url",
-                  redis_service.redis_url, "--port", "{port}", "--namespace", f"test-{uuid.uuid4().hex[:8]}"],
-            log_path=log_dir / "proxy.log", readiness_timeout_s=30.0, cwd=REPO_ROOT,
+            argv=[
+                sys.executable,
+                "-m",
+                "services.cache_proxy",
+                "--upstream",
+                stub.url,
+                "--redis-url",
+                redis_service.redis_url,
+                "--port",
+                "{port}",
+                "--namespace",
+                f"test-{uuid.uuid4().hex[:8]}",
+            ],
+            log_path=log_dir / "proxy.log",
+            readiness_timeout_s=30.0,
+            cwd=REPO_ROOT,
         )
         with proxy:
             yield stub.url, proxy.url

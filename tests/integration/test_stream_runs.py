@@ -14,17 +14,25 @@ from tests.stub_openai import StubServer
 pytestmark = pytest.mark.integration
 
 
-def streamed_external_run(engine, settings, url: str) -> dict:  # noqa: ANN001
-    spec = load_preset("seed-exp1", overrides=[
-        ("backend", "external"), ("target_url", url), ("grid.backend", ["external"]), ("grid.load.vus", [2]),
-        ("load.duration_s", 3), ("warmup_requests", 0), ("workload.stream", True),
-    ])
+def streamed_external_run(engine, settings, url: str) -> dict:
+    spec = load_preset(
+        "seed-exp1",
+        overrides=[
+            ("backend", "external"),
+            ("target_url", url),
+            ("grid.backend", ["external"]),
+            ("grid.load.vus", [2]),
+            ("load.duration_s", 3),
+            ("warmup_requests", 0),
+            ("workload.stream", True),
+        ],
+    )
     [record] = run_experiment(engine, settings, spec)
     assert record["status"] == RunStatus.DONE, record["status_reason"]
     return record
 
 
-def test_a_streamed_run_stores_client_ttft_and_tpot(lab_engine, lab_settings) -> None:  # noqa: ANN001
+def test_a_streamed_run_stores_client_ttft_and_tpot(lab_engine, lab_settings) -> None:
     with StubServer(port=find_free_port(), delay_s=0.2, token_delay_s=0.01, completion_tokens=16) as stub:
         record = streamed_external_run(lab_engine, lab_settings, stub.url)
     assert 0.2 <= record["ttft_avg_s"] < record["latency_avg_s"]
@@ -34,7 +42,7 @@ def test_a_streamed_run_stores_client_ttft_and_tpot(lab_engine, lab_settings) ->
     assert record["ttft_hit_avg_s"] is None  # no response cache answered
 
 
-def test_a_target_that_ignores_stream_is_timed_to_the_whole_body_and_flagged(lab_engine, lab_settings) -> None:  # noqa: ANN001
+def test_a_target_that_ignores_stream_is_timed_to_the_whole_body_and_flagged(lab_engine, lab_settings) -> None:
     with StubServer(port=find_free_port(), delay_s=0.2, streams=False) as stub:
         record = streamed_external_run(lab_engine, lab_settings, stub.url)
     assert record["unstreamed_answers"] == record["requests_ok"] > 0

@@ -16,7 +16,8 @@ from db.engine import get_engine
 from lab import backends, cli, workloads
 from lab.analysis.compare import run_record
 from lab.settings import get_settings
-from tests.integration.test_backend_plugin import KIND as BACKEND, StubEngine
+from tests.integration.test_backend_plugin import KIND as BACKEND
+from tests.integration.test_backend_plugin import StubEngine
 from tests.ui.test_pages import PAGES, open_page
 from tests.ui.test_workload_plugin import KIND, SECTION, CountUp
 
@@ -43,11 +44,29 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_a_workload_registered_in_a_test_runs_through_the_worker_and_shows_in_compare(
     plugins: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = cli.main([
-        "run", "--preset", "engines-cpu", "--quick", "--json", "--set", f"grid.backend=[\"{BACKEND}\"]",
-        "--set", f"workload.kind={KIND}", "--set", f"workload.{SECTION}.prompts=2", "--set", "grid.load.vus=[1]",
-        "--set", "load.duration_s=3", "--set", "load.graceful_stop_s=5", "--set", "max_tokens=16",
-    ])
+    code = cli.main(
+        [
+            "run",
+            "--preset",
+            "engines-cpu",
+            "--quick",
+            "--json",
+            "--set",
+            f'grid.backend=["{BACKEND}"]',
+            "--set",
+            f"workload.kind={KIND}",
+            "--set",
+            f"workload.{SECTION}.prompts=2",
+            "--set",
+            "grid.load.vus=[1]",
+            "--set",
+            "load.duration_s=3",
+            "--set",
+            "load.graceful_stop_s=5",
+            "--set",
+            "max_tokens=16",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
 
     with Session(get_engine(get_settings().resolved_database_url)) as session:

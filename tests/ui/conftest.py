@@ -101,26 +101,39 @@ def seed_database(engine: Engine) -> SeededLab:
         with Session(engine) as session:
             run = session.get(Run, run_id)
             backend, vus, tok = run.backend, run.vus, run.output_tok_per_s
-        store.save_run_series(engine=engine, run_id=run_id, series=fake_series(20, tok, vus),
-                              service_log_tails={backend: f"{backend} log line 1\n{backend} log line 2"})
+        store.save_run_series(
+            engine=engine,
+            run_id=run_id,
+            series=fake_series(20, tok, vus),
+            service_log_tails={backend: f"{backend} log line 1\n{backend} log line 2"},
+        )
     # A failed run, a queued run and one whose tag is formula-like.
     with Session(engine, expire_on_commit=False) as session:
         other = experiments.enqueue_experiment(
-            session=session, spec=load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1]),
-                                                                                  ("grid.backend", ["naive"])]),
+            session=session,
+            spec=load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1]), ("grid.backend", ["naive"])]),
         )
         failed_id = other.runs[0].id
         queued = experiments.enqueue_experiment(
-            session=session, spec=load_preset("seed-exp2", quick=True, overrides=[("grid.backend", ["vllm"]),
-                                                                                  ("grid.workload.prompts", [50])]),
+            session=session,
+            spec=load_preset(
+                "seed-exp2", quick=True, overrides=[("grid.backend", ["vllm"]), ("grid.workload.prompts", [50])]
+            ),
         )
         queued_id = queued.runs[0].id
-    store.set_run_status(engine=engine, run_id=failed_id, status=RunStatus.FAILED,
-                         reason="the naive service did not start: port in use")
+    store.set_run_status(
+        engine=engine, run_id=failed_id, status=RunStatus.FAILED, reason="the naive service did not start: port in use"
+    )
     with Session(engine) as session:
         store.set_run_notes(session=session, run_id=done_ids[0], tags=FORMULA_TAG, notes="first run")
-    return SeededLab(data_dir=Path(), engine=engine, experiment_id=experiment_id, done_run_ids=done_ids,
-                     failed_run_id=failed_id, queued_run_id=queued_id)
+    return SeededLab(
+        data_dir=Path(),
+        engine=engine,
+        experiment_id=experiment_id,
+        done_run_ids=done_ids,
+        failed_run_id=failed_id,
+        queued_run_id=queued_id,
+    )
 
 
 @pytest.fixture

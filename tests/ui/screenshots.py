@@ -32,11 +32,34 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("workers", "workers", "workers alive"),
 )
 VIEWPORTS = {"1280": {"width": 1280, "height": 800}, "800": {"width": 800, "height": 800}}
-EXPERIMENT = ["--preset", "seed-exp1", "--quick", "--set", 'grid.backend=["naive"]', "--set", "grid.load.vus=[1, 2]",
-              "--set", "load.duration_s=8", "--set", "max_tokens=16", "--set", "load.graceful_stop_s=60"]
+EXPERIMENT = [
+    "--preset",
+    "seed-exp1",
+    "--quick",
+    "--set",
+    'grid.backend=["naive"]',
+    "--set",
+    "grid.load.vus=[1, 2]",
+    "--set",
+    "load.duration_s=8",
+    "--set",
+    "max_tokens=16",
+    "--set",
+    "load.graceful_stop_s=60",
+]
 # Machine names that must never reach a person's eye.
-MACHINE_NAMES = ("output_tok_per_s", "req_per_s", "latency_p95_s", "latency_avg_s", "cell_label", "run_id",
-                 "worker_name", "requests_failed", "ttft_hit_avg_s", "slo_evaluated")
+MACHINE_NAMES = (
+    "output_tok_per_s",
+    "req_per_s",
+    "latency_p95_s",
+    "latency_avg_s",
+    "cell_label",
+    "run_id",
+    "worker_name",
+    "requests_failed",
+    "ttft_hit_avg_s",
+    "slo_evaluated",
+)
 
 PROBLEMS_JS = """() => {
   const problems = [];
@@ -67,7 +90,7 @@ PROBLEMS_JS = """() => {
 }"""
 
 
-def launch_above_the_fold(page) -> list[str]:  # noqa: ANN001
+def launch_above_the_fold(page) -> list[str]:
     """At 1280x800, New experiment's Launch button must be on the first screen."""
     button = page.get_by_role("button", name="Launch preset").first
     box = button.bounding_box()
@@ -80,7 +103,7 @@ CONTENT_HEIGHT_JS = """() => Math.max(...Array.from(document.querySelectorAll(
   .map(e => e.scrollHeight + e.getBoundingClientRect().top))"""
 
 
-def shoot_whole_page(page, path: Path, viewport: dict) -> None:  # noqa: ANN001
+def shoot_whole_page(page, path: Path, viewport: dict) -> None:
     """The page from top to bottom (the viewport stretched to the content), then the viewport back."""
     height = max(viewport["height"], int(page.evaluate(CONTENT_HEIGHT_JS)))
     page.set_viewport_size({"width": viewport["width"], "height": min(height, 12_000)})
@@ -120,8 +143,14 @@ def main(folder: str = "docs/screenshots") -> int:
     with tempfile.TemporaryDirectory() as temporary:
         data_dir = Path(temporary) / "lab-data"
         with running_lab(data_dir, Path(temporary) / "lab.log") as url:
-            ran = subprocess.run([sys.executable, "-m", "lab", "run", *EXPERIMENT], cwd=PROJECT_ROOT,
-                                 env=lab_env(data_dir), capture_output=True, text=True, timeout=900)
+            ran = subprocess.run(
+                [sys.executable, "-m", "lab", "run", *EXPERIMENT],
+                cwd=PROJECT_ROOT,
+                env=lab_env(data_dir),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             print(ran.stdout[-3000:], ran.stderr[-2000:], sep="\n")
             if ran.returncode != 0:
                 print(f"the experiment failed ({ran.returncode}); see above")

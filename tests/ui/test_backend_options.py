@@ -31,14 +31,17 @@ def test_only_the_chosen_backends_options_are_shown(seed_lab: SeededLab) -> None
     app = open_page(PAGES["New experiment"])
     widget(app.multiselect, "grid_backends").set_value(["llamacpp", "vllm+cache", "external"]).run()
     assert [block.label for block in app.expander if block.label.endswith(" options")] == [
-        "llama.cpp options", "vLLM options"]  # the external kind declares none
+        "llama.cpp options",
+        "vLLM options",
+    ]  # the external kind declares none
     llamacpp = expander(app, "llama.cpp options")
     assert widget(llamacpp.number_input, N_CTX_KEY).value == 4096  # the options model's default
     assert widget(llamacpp.number_input, "grid_backend_llamacpp.n_threads").value is None  # all cores
     assert widget(expander(app, "vLLM options").selectbox, "grid_backend_vllm.dtype").value == "best"
     widget(app.multiselect, "grid_backends").set_value(["naive"]).run()
     assert [block.label for block in app.expander if block.label.endswith(" options")] == [
-        "Transformers (naive) options"]
+        "Transformers (naive) options"
+    ]
 
 
 def test_a_bad_backend_option_is_refused_beside_it_and_a_good_one_reaches_the_spec(seed_lab: SeededLab) -> None:
@@ -61,8 +64,11 @@ def test_a_bad_backend_option_is_refused_beside_it_and_a_good_one_reaches_the_sp
     widget(app.button, "launch_grid").click().run()
     assert not app.exception
     assert [heading.value for heading in app.title] == ["Runs"]
-    new = {run.backend: run for run in runs_in_db(seed_lab)
-           if run.experiment and run.experiment.name == "backend options grid"}
+    new = {
+        run.backend: run
+        for run in runs_in_db(seed_lab)
+        if run.experiment and run.experiment.name == "backend options grid"
+    }
     assert sorted(new) == ["llamacpp", "vllm+cache"] and len(runs_in_db(seed_lab)) - before == 2
     for run in new.values():  # every cell carries every chosen kind's section
         assert run.spec["llamacpp"]["n_ctx"] == 2048

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -31,8 +31,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
 RUN_DONE_TIMEOUT_S = 600  # a shared 2-core machine at load 15 took 2.5 min to start the naive server
 
@@ -52,7 +58,11 @@ def running_lab(data_dir: Path, log_path: Path) -> Iterator[str]:
     log = log_path.open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "lab", "start", "--port", str(port)],
-        cwd=PROJECT_ROOT, env=lab_env(data_dir), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=PROJECT_ROOT,
+        env=lab_env(data_dir),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -80,18 +90,22 @@ def stop_process_group(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
     except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         process.wait(timeout=10)
 
 
 def stop_lab(process: subprocess.Popen, data_dir: Path) -> None:
     """Stop the lab's process group, then the services it started."""
     stop_process_group(process)
-    subprocess.run([sys.executable, "-m", "lab", "services", "down"], cwd=PROJECT_ROOT,
-                   env=lab_env(data_dir), timeout=120, check=False, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "lab", "services", "down"],
+        cwd=PROJECT_ROOT,
+        env=lab_env(data_dir),
+        timeout=120,
+        check=False,
+        capture_output=True,
+    )
 
 
 def check_prerequisites() -> None:
@@ -114,19 +128,17 @@ def lab_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         pytest.fail(str(error))
 
 
-def wait_for_app(page, text: str, timeout_ms: int = 60_000) -> None:  # noqa: ANN001
+def wait_for_app(page, text: str, timeout_ms: int = 60_000) -> None:
     """Wait until Streamlit has rendered ``text`` and finished running the script."""
     page.get_by_text(text, exact=False).first.wait_for(timeout=timeout_ms)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms
-    )
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
 
 
-def shot(page, name: str) -> None:  # noqa: ANN001
+def shot(page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
-def fill(page, label: str, value: str) -> None:  # noqa: ANN001
+def fill(page, label: str, value: str) -> None:
     """Type into a Streamlit input and commit it (Enter), as a user would."""
     box = page.get_by_label(label, exact=True)
     box.fill(value)
@@ -155,8 +167,13 @@ def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
                 ("compare", "Nothing to compare yet", "04-compare-empty"),
                 ("services", "No service has been started yet", "05-services-empty"),
             ]:
-                page.get_by_role("link", name={"runs": "Runs", "run_detail": "Run detail", "compare": "Compare",
-                                               "services": "Services"}[path], exact=True).first.click()
+                page.get_by_role(
+                    "link",
+                    name={"runs": "Runs", "run_detail": "Run detail", "compare": "Compare", "services": "Services"}[
+                        path
+                    ],
+                    exact=True,
+                ).first.click()
                 wait_for_app(page, text)
                 assert page.url.rstrip("/").endswith(path)
                 shot(page, name)
@@ -186,7 +203,8 @@ def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
             with Session(engine) as session:
                 runs = session.scalars(select(Run).order_by(Run.id)).all()
                 assert [run.status for run in runs] == [RunStatus.DONE, RunStatus.DONE], [
-                    (run.status, run.status_reason) for run in runs]
+                    (run.status, run.status_reason) for run in runs
+                ]
                 assert [run.vus for run in runs] == [1, 2]
                 assert all(run.requests_ok and run.output_tok_per_s for run in runs)
                 run_ids = [run.id for run in runs]

@@ -58,7 +58,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator:  # noqa: ANN201
+def browser() -> Iterator:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -67,7 +67,7 @@ def browser() -> Iterator:  # noqa: ANN201
         chromium.close()
 
 
-def launch_grid(page, name: str, vus: str, max_tokens: str) -> None:  # noqa: ANN001
+def launch_grid(page, name: str, vus: str, max_tokens: str) -> None:
     """Launch a grid of the naive server from the form, 5 s per run."""
     page.get_by_role("link", name="New experiment", exact=True).first.click()
     wait_for_app(page, "Launching queues runs")
@@ -96,7 +96,7 @@ def run_rows(data_dir: Path) -> list[tuple[int, str, int, int]]:
     return rows
 
 
-def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, Path], browser) -> None:  # noqa: ANN001
+def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, Path], browser) -> None:
     url, data_dir = lab
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(url)
@@ -135,7 +135,7 @@ def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, P
     page.close()
 
 
-def test_runs_one_setting_apart_compare_with_a_ratio(lab: tuple[str, Path], browser) -> None:  # noqa: ANN001
+def test_runs_one_setting_apart_compare_with_a_ratio(lab: tuple[str, Path], browser) -> None:
     url, data_dir = lab
     (first, _, _, _), (second, _, _, _) = run_rows(data_dir)[:2]  # VUs 1 and 2, max tokens 8
     page = browser.new_page(viewport=TALL)
@@ -151,7 +151,7 @@ def test_runs_one_setting_apart_compare_with_a_ratio(lab: tuple[str, Path], brow
     page.close()
 
 
-def test_runs_two_settings_apart_compare_names_both_and_no_ratio(lab: tuple[str, Path], browser) -> None:  # noqa: ANN001
+def test_runs_two_settings_apart_compare_names_both_and_no_ratio(lab: tuple[str, Path], browser) -> None:
     url, data_dir = lab
     rows = run_rows(data_dir)
     first, third = rows[0][0], rows[2][0]  # VUs 1, max tokens 8 against VUs 2, max tokens 16

@@ -43,14 +43,36 @@ def test_run_detail_shows_the_search_and_compare_the_pareto_chart(seed_lab: Seed
     plan = CapacityPlan.model_validate({"backends": ["naive"], "slo": ["latency_p95_s<=10"], "max_load": 8})
     with Session(seed_lab.engine) as session:
         experiment_id = create_experiment(session=session, plan=plan)
-        [run_id] = store.add_experiment_runs(session=session, experiment_id=experiment_id, runs=[
-            {"cell_label": "naive vus=1", "repeat_index": 0, **run_columns(plan.probe_spec("naive", 1))}])
-    store.set_run_status(engine=seed_lab.engine, run_id=run_id, status=RunStatus.DONE, req_per_s=0.2,
-                         latency_p95_s=6.0)
-    state = {**plan.model_dump(), "plan": plan.model_dump(mode="json"), "unit": "VUs", "slo_figure": "latency_p95_s",
-             "slo_threshold_s": 10.0, "state": "running", "backends": {"naive": {"state": "searching", "probes": [
-                 {"load": 1, "passed": True, "throughput": 0.2, "slo_figure_s": 6.0, "goodput_req_per_s": 0.2,
-                  "run_ids": [run_id], "note": "latency_p95_s 6 s <= 10 s"}]}}}
+        [run_id] = store.add_experiment_runs(
+            session=session,
+            experiment_id=experiment_id,
+            runs=[{"cell_label": "naive vus=1", "repeat_index": 0, **run_columns(plan.probe_spec("naive", 1))}],
+        )
+    store.set_run_status(engine=seed_lab.engine, run_id=run_id, status=RunStatus.DONE, req_per_s=0.2, latency_p95_s=6.0)
+    state = {
+        **plan.model_dump(),
+        "plan": plan.model_dump(mode="json"),
+        "unit": "VUs",
+        "slo_figure": "latency_p95_s",
+        "slo_threshold_s": 10.0,
+        "state": "running",
+        "backends": {
+            "naive": {
+                "state": "searching",
+                "probes": [
+                    {
+                        "load": 1,
+                        "passed": True,
+                        "throughput": 0.2,
+                        "slo_figure_s": 6.0,
+                        "goodput_req_per_s": 0.2,
+                        "run_ids": [run_id],
+                        "note": "latency_p95_s 6 s <= 10 s",
+                    }
+                ],
+            }
+        },
+    }
     store.set_experiment_capacity(engine=seed_lab.engine, experiment_id=experiment_id, capacity=state)
     app = open_page(PAGES["Run detail"], run=str(run_id))
     assert f"Capacity search #{experiment_id} (running)" in texts(app)

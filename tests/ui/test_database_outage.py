@@ -32,7 +32,8 @@ def warnings_of(app: AppTest) -> list[str]:
 
 @pytest.mark.parametrize("page_file", sorted(LAB_PAGES))
 def test_every_page_without_its_database_says_so_in_one_line(
-        lab_data_dir: Path, monkeypatch: pytest.MonkeyPatch, page_file: str) -> None:
+    lab_data_dir: Path, monkeypatch: pytest.MonkeyPatch, page_file: str
+) -> None:
     monkeypatch.setenv("LAB_DATABASE_URL", f"postgresql+psycopg://lab@127.0.0.1:{closed_port()}/lab")
     get_settings.cache_clear()
     app = AppTest.from_file(APP, default_timeout=60)
@@ -44,7 +45,7 @@ def test_every_page_without_its_database_says_so_in_one_line(
     assert "Connection refused" in outage_lines[0] and "Runs in progress go on" in outage_lines[0]
 
 
-def test_a_page_that_loses_its_database_says_so_then_recovers(seed_lab, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_a_page_that_loses_its_database_says_so_then_recovers(seed_lab, monkeypatch: pytest.MonkeyPatch) -> None:
     from lab import history
 
     app = AppTest.from_file(APP, default_timeout=60)
@@ -106,7 +107,9 @@ def test_a_live_view_shows_the_outage_in_itself_and_other_errors_as_errors() -> 
 
 
 def test_only_an_unreachable_database_is_an_outage() -> None:
-    assert outage_reason(OperationalError("x", {}, Exception("connection refused\nmore detail"))) == "connection refused"
+    assert (
+        outage_reason(OperationalError("x", {}, Exception("connection refused\nmore detail"))) == "connection refused"
+    )
     assert outage_reason(OperationalError("x", {}, Exception("database is locked"))) == "database is locked"
     assert outage_reason(IntegrityError("x", {}, Exception("UNIQUE constraint failed"))) is None
     assert outage_reason(OperationalError("x", {}, Exception("no such table: runs"))) is None

@@ -19,12 +19,19 @@ from tests.ui.test_sign_in import AUTH
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
 PAGE_FILES = sorted(path.name for path in (PROJECT_ROOT / "pages").glob("*.py"))
-LAB_PAGES = {"new_experiment.py": "New experiment", "runs.py": "Runs", "run_detail.py": "Run detail",
-             "compare.py": "Compare", "trends.py": "Trends", "services.py": "Services", "workers.py": "Workers"}
+LAB_PAGES = {
+    "new_experiment.py": "New experiment",
+    "runs.py": "Runs",
+    "run_detail.py": "Run detail",
+    "compare.py": "Compare",
+    "trends.py": "Trends",
+    "services.py": "Services",
+    "workers.py": "Workers",
+}
 
 
 @pytest.mark.parametrize("page_file", PAGE_FILES)
-def test_a_page_module_run_on_its_own_renders_nothing(seed_lab, page_file: str) -> None:  # noqa: ANN001
+def test_a_page_module_run_on_its_own_renders_nothing(seed_lab, page_file: str) -> None:
     app = AppTest.from_file(str(PROJECT_ROOT / "pages" / page_file), default_timeout=60)
     app.run()
     assert not app.exception, [item.value for item in app.exception]
@@ -33,8 +40,7 @@ def test_a_page_module_run_on_its_own_renders_nothing(seed_lab, page_file: str) 
 
 
 @pytest.mark.parametrize("page_file", sorted(LAB_PAGES))
-def test_with_sign_in_configured_a_first_request_for_any_page_shows_only_the_sign_in(
-        seed_lab, page_file: str) -> None:  # noqa: ANN001
+def test_with_sign_in_configured_a_first_request_for_any_page_shows_only_the_sign_in(seed_lab, page_file: str) -> None:
     app = AppTest.from_file(APP, default_timeout=60)
     app.secrets["auth"] = AUTH
     app.query_params["run"] = str(seed_lab.done_run_ids[0])
@@ -47,8 +53,7 @@ def test_with_sign_in_configured_a_first_request_for_any_page_shows_only_the_sig
 
 
 @pytest.mark.parametrize("page_file", sorted(LAB_PAGES))
-def test_without_sign_in_a_first_request_for_a_page_gets_the_page_and_the_sidebar(
-        seed_lab, page_file: str) -> None:  # noqa: ANN001
+def test_without_sign_in_a_first_request_for_a_page_gets_the_page_and_the_sidebar(seed_lab, page_file: str) -> None:
     app = AppTest.from_file(APP, default_timeout=60)
     app.switch_page(f"pages/{page_file}")
     app.run()

@@ -36,15 +36,45 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 SIGN_IN_TEXT = "This lab is shared: sign in to use it."
 # Every page's URL, opened first: the bug ran pages/<name>.py for these without the gate.
-PAGE_URLS = ["runs?run=1", "runs", "run_detail", "run_detail?run=1", "compare", "compare?runs=1,2", "services",
-             "workers", "new_experiment", "new_experiment?preset=seed-exp1", "", "?run=1", "common", "streamlit_app"]
-PAGE_TITLES = {"runs": "Runs", "run_detail": "Run detail", "compare": "Compare", "trends": "Trends", "services": "Services",
-               "workers": "Workers", "new_experiment": "New experiment"}
+PAGE_URLS = [
+    "runs?run=1",
+    "runs",
+    "run_detail",
+    "run_detail?run=1",
+    "compare",
+    "compare?runs=1,2",
+    "services",
+    "workers",
+    "new_experiment",
+    "new_experiment?preset=seed-exp1",
+    "",
+    "?run=1",
+    "common",
+    "streamlit_app",
+]
+PAGE_TITLES = {
+    "runs": "Runs",
+    "run_detail": "Run detail",
+    "compare": "Compare",
+    "trends": "Trends",
+    "services": "Services",
+    "workers": "Workers",
+    "new_experiment": "New experiment",
+}
 NAVIGATION = ["New experiment", "Runs", "Run detail", "Compare", "Trends", "Services", "Workers"]
 # What only the lab shows (or what Streamlit's own navigation of the pages/ folder shows).
 # (An unknown URL such as /common may add Streamlit's "page not found" notice naming it.)
-LAB_ONLY_TEXT = ["Queue", "Start a service", "Launch", "No runs yet", "streamlit app", "Run detail", "Workers",
-                 "Compare", "Nothing to compare"]
+LAB_ONLY_TEXT = [
+    "Queue",
+    "Start a service",
+    "Launch",
+    "No runs yet",
+    "streamlit app",
+    "Run detail",
+    "Workers",
+    "Compare",
+    "Nothing to compare",
+]
 AUTH_TOML = """[auth]
 redirect_uri = "http://127.0.0.1:{port}/oauth2callback"
 cookie_secret = "a-test-cookie-secret-of-enough-length"
@@ -66,13 +96,28 @@ def lab_server(tmp_path: Path, *, secrets: Callable[[int], str] | None, worker: 
         secrets_file = tmp_path / "secrets.toml"
         secrets_file.write_text(secrets(port))
         env["STREAMLIT_SECRETS_FILES"] = str(secrets_file)
-    command = ([sys.executable, "-m", "lab", "start", "--port", str(port)] if worker else
-               [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
-                "--server.address", "127.0.0.1", "--server.headless", "true"])
+    command = (
+        [sys.executable, "-m", "lab", "start", "--port", str(port)]
+        if worker
+        else [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "streamlit_app.py",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+        ]
+    )
     (PROJECT_ROOT / "test-artifacts").mkdir(exist_ok=True)
     log = (PROJECT_ROOT / "test-artifacts" / "members-browser-lab.log").open("w")
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -105,13 +150,13 @@ def chromium() -> Iterator[object]:
             browser.close()
 
 
-def settled(page) -> None:  # noqa: ANN001
+def settled(page) -> None:
     """Wait until Streamlit has finished running the script (and a moment for late messages)."""
     page.wait_for_timeout(500)
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
 
 
-def assert_only_sign_in(page, where: str) -> None:  # noqa: ANN001
+def assert_only_sign_in(page, where: str) -> None:
     page.get_by_text(SIGN_IN_TEXT).first.wait_for(timeout=60_000)
     settled(page)
     body = page.inner_text("body")
@@ -137,7 +182,7 @@ def test_with_sign_in_configured_every_url_shows_only_the_sign_in(tmp_path: Path
             context.close()
 
 
-def assert_lab_navigation(page, title: str, where: str) -> None:  # noqa: ANN001
+def assert_lab_navigation(page, title: str, where: str) -> None:
     page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
     settled(page)
     links = page.locator('[data-testid="stSidebarNav"] a').all_inner_texts()
@@ -163,7 +208,7 @@ def test_with_sign_in_off_each_page_opened_first_and_reloaded_keeps_the_navigati
 # --------------------------------------------------------------------------- two members and an admin
 
 
-def sign_in(browser, url: str, email: str):  # noqa: ANN001, ANN201
+def sign_in(browser, url: str, email: str):
     """A new browser (own cookies) opens a deep link, sees only the sign-in, signs in at the provider."""
     page = browser.new_context(viewport={"width": 1400, "height": 1100}).new_page()
     page.goto(f"{url}/runs")
@@ -179,10 +224,13 @@ def sign_in(browser, url: str, email: str):  # noqa: ANN001, ANN201
     return page
 
 
-def launch_run(page, name: str) -> None:  # noqa: ANN001
+def launch_run(page, name: str) -> None:
     page.get_by_role("tab", name="Build a grid").click()
-    for label, value in (("Experiment name", name), ("VUs (one or more, e.g. 1, 8, 32)", "1"),
-                         ("Duration per run (s)", "5")):
+    for label, value in (
+        ("Experiment name", name),
+        ("VUs (one or more, e.g. 1, 8, 32)", "1"),
+        ("Duration per run (s)", "5"),
+    ):
         box = page.get_by_label(label, exact=True)
         box.fill(value)
         box.press("Enter")
@@ -200,13 +248,13 @@ def runs_of(data_dir: Path, email: str) -> list[Run]:
         engine.dispose()
 
 
-def sees_own_name(page, url: str, run_id: int, email: str) -> None:  # noqa: ANN001
+def sees_own_name(page, url: str, run_id: int, email: str) -> None:
     """Run detail names who launched the run."""
     page.goto(f"{url}/run_detail?run={run_id}")
     wait_for_app(page, f"by {email}")
 
 
-def select_run(page, run_id: int) -> None:  # noqa: ANN001
+def select_run(page, run_id: int) -> None:
     box = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Selected runs")
     box.click()
     page.keyboard.type(f"#{run_id} ")

@@ -42,7 +42,7 @@ def unescaped(markdown: str) -> str:
     return markdown.replace("\\", "")
 
 
-def button(app: AppTest, key: str):  # noqa: ANN201
+def button(app: AppTest, key: str):
     return next(b for b in app.button if b.key == key)
 
 
@@ -74,7 +74,8 @@ def test_an_admin_cancels_anyones_run_and_the_audit_says_who(seed_lab: SeededLab
     with Session(seed_lab.engine) as session:
         assert session.get(Run, run_id).status == RunStatus.CANCELLED
         assert [(a.action, a.actor) for a in store.list_run_actions(session=session, run_id=run_id)] == [
-            ("cancel", "ada@lab.example")]
+            ("cancel", "ada@lab.example")
+        ]
     detail = signed_in_as("ada@lab.example", "pages/run_detail.py", run=str(run_id))
     assert any("ada@lab.example" in unescaped(c.value) and "cancel" in c.value for c in detail.caption)
 
@@ -100,7 +101,8 @@ def test_someone_not_on_the_member_list_sees_only_a_refusal(seed_lab: SeededLab)
     app.user = {"email": "mallory@else.example", "is_logged_in": True}
     app.run()
     assert [unescaped(e.value) for e in app.error] == [
-        "mallory@else.example is not a member of this lab: ask one of its admins."]
+        "mallory@else.example is not a member of this lab: ask one of its admins."
+    ]
     assert not app.dataframe and not app.sidebar.metric
 
 

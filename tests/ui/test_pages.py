@@ -45,8 +45,11 @@ def open_page(page: str, **query: str) -> AppTest:
 def texts(app: AppTest) -> str:
     """Every markdown, caption, alert and metric text on the page, joined, as a user reads
     it (Markdown's backslash escapes, which keep user text plain, removed)."""
-    parts = [element.value for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader")
-             for element in app.get(kind)]
+    parts = [
+        element.value
+        for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader")
+        for element in app.get(kind)
+    ]
     parts += [f"{metric.label}={metric.value}" for metric in app.metric]
     return seen("\n".join(str(part) for part in parts))
 
@@ -56,14 +59,14 @@ def seen(markdown: str) -> str:
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
-def widget(elements, key: str):  # noqa: ANN001, ANN201
+def widget(elements, key: str):
     """The widget with ``key`` among ``elements``."""
     matches = [element for element in elements if element.key == key]
     assert matches, f"no widget with key {key!r}"
     return matches[0]
 
 
-def frame_with(app: AppTest, column: str):  # noqa: ANN201
+def frame_with(app: AppTest, column: str):
     """The first table on the page with a ``column`` header."""
     frames = [frame.value for frame in app.dataframe if column in frame.value.columns]
     assert frames, f"no table with a {column!r} column: {[list(f.value.columns) for f in app.dataframe]}"
@@ -91,7 +94,7 @@ def test_sidebar_shows_the_queue_and_services(seed_lab: SeededLab) -> None:
     assert [(m.label, m.value) for m in app.sidebar.metric] == [("queued", "1"), ("running", "0")]
 
 
-def test_empty_lab_tells_what_to_do_next(empty_lab) -> None:  # noqa: ANN001
+def test_empty_lab_tells_what_to_do_next(empty_lab) -> None:
     assert "No runs yet. Start from the recommended first experiment" in texts(open_page(PAGES["Runs"]))
     assert "Nothing to compare yet" in texts(open_page(PAGES["Compare"]))
     assert "No runs yet. Launch one on New experiment" in texts(open_page(PAGES["Run detail"]))
@@ -110,13 +113,19 @@ def test_launching_a_preset_queues_its_runs_and_goes_to_runs(seed_lab: SeededLab
     new = [run for run in runs if run.status == RunStatus.QUEUED][: len(runs) - before]
     assert len(runs) - before == 6
     assert sorted((run.backend, run.vus) for run in new) == [
-        ("naive", 1), ("naive", 8), ("naive", 32), ("vllm", 1), ("vllm", 8), ("vllm", 32)]
+        ("naive", 1),
+        ("naive", 8),
+        ("naive", 32),
+        ("vllm", 1),
+        ("vllm", 8),
+        ("vllm", 32),
+    ]
     assert "6 runs" in texts(app) and "queued" in texts(app)
     # Something is queued: the live view says so.
     assert "waiting for the worker" in texts(app)
 
 
-def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: SeededLab, clean_checkout) -> None:  # noqa: ANN001
+def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: SeededLab, clean_checkout) -> None:
     app = open_page(PAGES["New experiment"])
     # The seeded lab has a quick seed-exp1: the report can be written from it straight away.
     assert "seed-exp1 (#" in texts(app)
@@ -125,7 +134,7 @@ def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: 
     report = app.session_state["reproduction_report"]
     markdown = Path(report["README.md"]).read_text()
     assert "| VUs | server | throughput (tok/s) | req/s | avg latency | p95 latency |" in markdown
-    assert "<script src=\"http" not in Path(report["report.html"]).read_text()
+    assert '<script src="http' not in Path(report["report.html"]).read_text()
     before = len(runs_in_db(seed_lab))
     widget(app.number_input, "reproduce_repeats").set_value(1).run()
     # 13 runs with vLLM start-ups: over ten minutes, so the button waits for a confirmation.
@@ -165,8 +174,9 @@ def test_grid_form_refuses_more_runs_than_one_launch_may_queue(seed_lab: SeededL
     widget(app.button, "launch_grid").click().run()
     assert not app.exception
     errors = [seen(error.value) for error in app.error]
-    assert any("would queue 400 runs (400 cells x 1 repeats); one launch may queue at most 300" in error
-               for error in errors), errors
+    assert any(
+        "would queue 400 runs (400 cells x 1 repeats); one launch may queue at most 300" in error for error in errors
+    ), errors
     assert len(runs_in_db(seed_lab)) == before
 
 
@@ -194,7 +204,9 @@ def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLa
     widget(app.button, "upload_save").click().run()
     assert not app.exception
     assert any(seen(message.value).startswith("Saved small.json:") for message in app.success)
-    stored = [p for p in (seed_lab.data_dir / "uploads").iterdir() if p.name.endswith(".json") and ".meta" not in p.name]
+    stored = [
+        p for p in (seed_lab.data_dir / "uploads").iterdir() if p.name.endswith(".json") and ".meta" not in p.name
+    ]
     assert len(stored) == 1 and stored[0].name != "small.json"
 
     app.get("file_uploader")[0].set_value(("bad.json", b"{not json", "application/json")).run()
@@ -216,9 +228,20 @@ def test_runs_page_lists_runs_with_badges_and_sorts(seed_lab: SeededLab) -> None
 
 
 def test_live_view_shows_progress_and_cancels(seed_lab: SeededLab) -> None:
-    store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.queued_run_id, status=RunStatus.RUNNING,
-                         progress={"elapsed_s": 5.0, "planned_s": 20.0, "fraction": 0.25, "requests_completed": 3,
-                                   "requests_failed": 1, "req_per_s": 0.6, "vus": 8})
+    store.set_run_status(
+        engine=seed_lab.engine,
+        run_id=seed_lab.queued_run_id,
+        status=RunStatus.RUNNING,
+        progress={
+            "elapsed_s": 5.0,
+            "planned_s": 20.0,
+            "fraction": 0.25,
+            "requests_completed": 3,
+            "requests_failed": 1,
+            "req_per_s": 0.6,
+            "vus": 8,
+        },
+    )
     app = open_page(PAGES["Runs"])
     assert f"Live: run #{seed_lab.queued_run_id}" in texts(app)
     progress = app.get("progress")[0]
@@ -249,7 +272,7 @@ def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
     widget(app.multiselect, "runs_selected").set_value([run_id]).run()
     widget(app.text_input, f"edit_tags_{run_id}").input("baseline, cpu")
     widget(app.text_area, f"edit_notes_{run_id}").input("warm cache")
-    submit = [b for b in app.button if b.label == "Save tags and notes"][0]
+    submit = next(b for b in app.button if b.label == "Save tags and notes")
     submit.click().run()
     assert not app.exception
     with Session(seed_lab.engine) as session:
@@ -258,7 +281,9 @@ def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
         assert run.tags == "baseline,cpu"
         assert [(note.author, note.text) for note in notes] == [("unknown", "warm cache")]  # the thread
         assert [(a.action, a.actor) for a in store.list_run_actions(session=session, run_id=run_id)] == [
-            ("tag", "unknown"), ("note", "unknown")]
+            ("tag", "unknown"),
+            ("note", "unknown"),
+        ]
 
 
 def test_run_detail_shows_figures_charts_logs_and_runs_again(seed_lab: SeededLab) -> None:
@@ -305,7 +330,9 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert naive_1 == f"{1.0 / (22.7 * 3600) * 1e6:,.2f}"
     assert len(app.get("plotly_chart")) == 6  # tok/s, req/s, latency, hit rates, series, Pareto
     assert [button.label for button in app.get("download_button")] == [
-        "Download this table (CSV)", "Download raw per-run data (CSV)"]
+        "Download this table (CSV)",
+        "Download raw per-run data (CSV)",
+    ]
 
     shown_rows = list(csv.DictReader(io.StringIO(app.session_state["compare_table_csv"])))
     assert [row["seed req/s"] for row in shown_rows] == ["0.21", "1.09", "0.20", "8.17"]
@@ -346,21 +373,31 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
     log_path = seed_lab.data_dir / "logs" / "naive.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("INFO loading model\nINFO ready on /health\n")
-    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive",
-                                state="stopped", log_path=str(log_path))
+    store.upsert_service_record(
+        engine=seed_lab.engine,
+        worker=get_settings().worker_name,
+        name="naive",
+        kind="naive",
+        state="stopped",
+        log_path=str(log_path),
+    )
     app = open_page(PAGES["Services"])
     table = app.dataframe[0].value
     assert list(table["service"]) == ["naive"] and list(table["state"]) == ["stopped"]
     assert any("INFO ready on /health" in code.value for code in app.code)
     assert [option for option in widget(app.selectbox, "service_to_start").options] == [
-        "naive (about 10 s)", "vllm (about 1 min on a small CPU machine (several with compilation))",
-        "llamacpp (a few seconds)", "redis (a second)",
-        "cache-proxy (starts the default backend and Redis too if they are not up)"]
+        "naive (about 10 s)",
+        "vllm (about 1 min on a small CPU machine (several with compilation))",
+        "llamacpp (a few seconds)",
+        "redis (a second)",
+        "cache-proxy (starts the default backend and Redis too if they are not up)",
+    ]
 
 
 def test_services_cannot_be_started_or_stopped_by_hand_during_a_run(seed_lab: SeededLab) -> None:
-    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive",
-                                state="stopped")
+    store.upsert_service_record(
+        engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
+    )
     store.claim_next_run(engine=seed_lab.engine, worker_pid=1)  # the queued run becomes active
     app = open_page(PAGES["Services"])
     assert "is using the services" in texts(app)
@@ -381,25 +418,36 @@ def test_streamlit_config_keeps_the_lab_on_loopback() -> None:
 
 # --------------------------------------------------------------------------- workers
 
-GPU_BOX = {"cpu_model": "AMD EPYC", "cpu_cores": 16, "memory_gib": 128.0,
-           "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8}], "lab_version": "abc"}
+GPU_BOX = {
+    "cpu_model": "AMD EPYC",
+    "cpu_cores": 16,
+    "memory_gib": 128.0,
+    "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8}],
+    "lab_version": "abc",
+}
 
 
 def test_workers_page_lists_workers_labels_hardware_heartbeat_and_services(seed_lab: SeededLab) -> None:
-    store.register_worker(engine=seed_lab.engine, name="gpu-box", host="gpu-host", pid=1, labels=["gpu", "h200"],
-                          hardware=GPU_BOX)
+    store.register_worker(
+        engine=seed_lab.engine, name="gpu-box", host="gpu-host", pid=1, labels=["gpu", "h200"], hardware=GPU_BOX
+    )
     store.upsert_service_record(engine=seed_lab.engine, worker="gpu-box", name="vllm", kind="vllm", state="running")
     app = open_page("pages/workers.py")
     assert not app.exception
     assert "1 of 1 workers alive" in texts(app)
     [row] = app.dataframe[0].value.to_dict("records")
     assert (row["worker"], row["host"], row["labels"], row["state"], row["services on its machine"]) == (
-        "gpu-box", "gpu-host", "gpu, h200", "alive", "vllm: running")
+        "gpu-box",
+        "gpu-host",
+        "gpu, h200",
+        "alive",
+        "vllm: running",
+    )
     assert row["hardware"] == "NVIDIA H200 (139.8 GiB), AMD EPYC (16 cores, 128.0 GiB)"
 
 
 def test_runs_and_compare_filter_by_worker_and_say_where_the_seed_figures_ran(seed_lab: SeededLab) -> None:
-    first, *others = seed_lab.done_run_ids
+    first, *_others = seed_lab.done_run_ids
     with Session(seed_lab.engine) as session:
         for run_id in seed_lab.done_run_ids:
             run = session.get(Run, run_id)
@@ -417,9 +465,18 @@ def test_runs_and_compare_filter_by_worker_and_say_where_the_seed_figures_ran(se
 
 def test_run_detail_shows_client_vs_server_ttft_of_a_streamed_run(seed_lab: SeededLab) -> None:
     run_id = seed_lab.done_run_ids[0]
-    store.update_run(engine=seed_lab.engine, run_id=run_id, ttft_avg_s=0.25, ttft_p95_s=0.4, tpot_avg_s=0.05,
-                     tpot_p95_s=0.07, server_ttft_avg_s=0.2, ttft_hit_p95_s=0.012, ttft_miss_p95_s=0.5,
-                     unstreamed_answers=0)
+    store.update_run(
+        engine=seed_lab.engine,
+        run_id=run_id,
+        ttft_avg_s=0.25,
+        ttft_p95_s=0.4,
+        tpot_avg_s=0.05,
+        tpot_p95_s=0.07,
+        server_ttft_avg_s=0.2,
+        ttft_hit_p95_s=0.012,
+        ttft_miss_p95_s=0.5,
+        unstreamed_answers=0,
+    )
     shown = texts(open_page(PAGES["Run detail"], run=str(run_id)))
     assert "Client TTFT (time to first byte of a streamed answer): avg 250 ms, p95 400 ms" in shown
     assert "server TTFT avg 200 ms (client − server: +50 ms)" in shown

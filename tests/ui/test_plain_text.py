@@ -9,23 +9,27 @@ from markdown_it import MarkdownIt
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
-from lab.settings import get_settings
 from db import store
 from db.models import Run, RunStatus
+from lab.settings import get_settings
 from pages.view.text import chart_label, plain
 from tests.ui.conftest import SeededLab
 from tests.ui.test_pages import APP, PAGES, open_page
 
-PAYLOAD = ("![pixel](http://evil.example/track.png) [click me](http://evil.example/x) <http://evil.example/a> "
-           "www.evil.example <img src=http://evil.example/i.png> :red[alarm] $x^2$ **bold**")
+PAYLOAD = (
+    "![pixel](http://evil.example/track.png) [click me](http://evil.example/x) <http://evil.example/a> "
+    "www.evil.example <img src=http://evil.example/i.png> :red[alarm] $x^2$ **bold**"
+)
 RENDER = MarkdownIt("commonmark", {"html": True})
 
 
 def markdown_sources(app: AppTest) -> list[str]:
     """The Markdown source of every element Streamlit renders as Markdown, and every label."""
-    sources = [str(element.value) for kind in ("markdown", "caption", "info", "success", "warning", "error",
-                                               "subheader", "title", "header")
-               for element in app.get(kind)]
+    sources = [
+        str(element.value)
+        for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader", "title", "header")
+        for element in app.get(kind)
+    ]
     sources += [str(getattr(element, "label", "")) for element in app.get("expandable")]
     return sources
 
@@ -50,7 +54,14 @@ def hostile(seed_lab: SeededLab) -> SeededLab:
     with Session(seed_lab.engine) as session:
         store.set_run_notes(session=session, run_id=run_id, tags=PAYLOAD, notes=PAYLOAD)
     store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.failed_run_id, status=RunStatus.FAILED, reason=PAYLOAD)
-    store.upsert_service_record(engine=seed_lab.engine, name="naive", worker=get_settings().worker_name, kind="naive", state="failed", message=PAYLOAD)
+    store.upsert_service_record(
+        engine=seed_lab.engine,
+        name="naive",
+        worker=get_settings().worker_name,
+        kind="naive",
+        state="failed",
+        message=PAYLOAD,
+    )
     return seed_lab
 
 

@@ -27,7 +27,7 @@ TRACEBACK = """Traceback (most recent call last):
 httpx.ConnectError: [Errno 111] Connection refused"""
 
 
-def assert_tables_readable(app) -> int:  # noqa: ANN001
+def assert_tables_readable(app) -> int:
     """Every table on the page: no None, no internal header, no float past 3 decimals."""
     tables = [frame.value for frame in app.dataframe]
     for table in tables:
@@ -40,30 +40,54 @@ def assert_tables_readable(app) -> int:  # noqa: ANN001
     return len(tables)
 
 
-def make_running(seed: SeededLab, **progress) -> int:  # noqa: ANN003
+def make_running(seed: SeededLab, **progress) -> int:
     run_id = seed.queued_run_id
-    store.set_run_status(engine=seed.engine, run_id=run_id, status=RunStatus.RUNNING, progress={
-        "phase": "load", "in_flight": 1, "elapsed_s": 12.0, "planned_s": 20.0, "fraction": 0.6,
-        "requests_completed": 4, "requests_failed": 0, "req_per_s": 0.33, "vus": 1, "graceful_stop_s": 30,
-        "live": {"k6": {"time_s": [0, 1, 2, 3, 4, 5], "output_tok_per_s": [0, 16, 16, 0, 16, 16],
-                        "req_per_s": [0, 1, 1, 0, 1, 1], "requests_failed": [0] * 6,
-                        "latency_avg_s": [None, 0.81234, 0.8, None, 0.79, 0.8],
-                        "latency_p95_s": [None, 0.81234, 0.8, None, 0.79, 0.8]},
-                 "cpu": {"time_s": [0, 1, 2], "naive_cpu_percent": [95.0, 99.0, 97.5],
-                         "k6_cpu_percent": [2.0, 3.0, 2.5], "other_cpu_percent": [10.0, 5.0, 0.0]},
-                 "server": {"time_s": [0, 1, 2], "running_requests": [1, 1, 1], "waiting_requests": [0, 0, 0]}},
-        **progress,
-    })
+    store.set_run_status(
+        engine=seed.engine,
+        run_id=run_id,
+        status=RunStatus.RUNNING,
+        progress={
+            "phase": "load",
+            "in_flight": 1,
+            "elapsed_s": 12.0,
+            "planned_s": 20.0,
+            "fraction": 0.6,
+            "requests_completed": 4,
+            "requests_failed": 0,
+            "req_per_s": 0.33,
+            "vus": 1,
+            "graceful_stop_s": 30,
+            "live": {
+                "k6": {
+                    "time_s": [0, 1, 2, 3, 4, 5],
+                    "output_tok_per_s": [0, 16, 16, 0, 16, 16],
+                    "req_per_s": [0, 1, 1, 0, 1, 1],
+                    "requests_failed": [0] * 6,
+                    "latency_avg_s": [None, 0.81234, 0.8, None, 0.79, 0.8],
+                    "latency_p95_s": [None, 0.81234, 0.8, None, 0.79, 0.8],
+                },
+                "cpu": {
+                    "time_s": [0, 1, 2],
+                    "naive_cpu_percent": [95.0, 99.0, 97.5],
+                    "k6_cpu_percent": [2.0, 3.0, 2.5],
+                    "other_cpu_percent": [10.0, 5.0, 0.0],
+                },
+                "server": {"time_s": [0, 1, 2], "running_requests": [1, 1, 1], "waiting_requests": [0, 0, 0]},
+            },
+            **progress,
+        },
+    )
     return run_id
 
 
-@pytest.mark.parametrize("page", list(PAGES.values()) + ["pages/workers.py"])
+@pytest.mark.parametrize("page", [*list(PAGES.values()), "pages/workers.py"])
 def test_every_table_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> None:
     with Session(seed_lab.engine) as session:  # a figure with a long tail, as k6 writes them
         session.get(Run, seed_lab.done_run_ids[0]).latency_avg_s = 44.684187910000006
         session.commit()
-    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive",
-                                state="stopped")  # no PID, no URL: dashes, not None
+    store.upsert_service_record(
+        engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
+    )  # no PID, no URL: dashes, not None
     store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)
     app = open_page(page, **({"run": str(seed_lab.done_run_ids[0])} if page == PAGES["Run detail"] else {}))
     assert assert_tables_readable(app) >= (0 if page == PAGES["New experiment"] else 1)
@@ -119,10 +143,17 @@ def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab
         session.commit()
     log_path = seed_lab.data_dir / "logs" / "vllm.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text('INFO Loading weights took 3.2 s\nINFO "GET /metrics HTTP/1.1" 200\nINFO "GET /health HTTP/1.1" 200\n')
-    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="vllm", kind="vllm",
-                                state="starting",
-                                log_path=str(log_path))
+    log_path.write_text(
+        'INFO Loading weights took 3.2 s\nINFO "GET /metrics HTTP/1.1" 200\nINFO "GET /health HTTP/1.1" 200\n'
+    )
+    store.upsert_service_record(
+        engine=seed_lab.engine,
+        worker=get_settings().worker_name,
+        name="vllm",
+        kind="vllm",
+        state="starting",
+        log_path=str(log_path),
+    )
     store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.queued_run_id, status=RunStatus.STARTING)
     with Session(seed_lab.engine) as session:
         session.get(Run, seed_lab.queued_run_id).started_at = store.utc_now()
@@ -134,10 +165,13 @@ def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab
 
 
 def test_a_failure_is_one_plain_line_with_the_full_log_below(seed_lab: SeededLab) -> None:
-    store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.failed_run_id, status=RunStatus.FAILED,
-                         reason=TRACEBACK)
+    store.set_run_status(
+        engine=seed_lab.engine, run_id=seed_lab.failed_run_id, status=RunStatus.FAILED, reason=TRACEBACK
+    )
     app = open_page(PAGES["Run detail"], run=str(seed_lab.failed_run_id))
-    assert [seen.value for seen in app.error][0].replace("\\", "") == "httpx.ConnectError: [Errno 111] Connection refused"
+    assert (
+        next(seen.value for seen in app.error).replace("\\", "") == "httpx.ConnectError: [Errno 111] Connection refused"
+    )
     assert any(code.value == TRACEBACK for code in app.code)
 
 
@@ -150,8 +184,13 @@ def test_compare_names_the_experiments_and_drops_empty_charts(seed_lab: SeededLa
     shown = texts(app)
     assert "of 4 runs from experiment #1" in shown
     keys = [chart.key for chart in app.get("plotly_chart")]
-    assert keys == ["compare_throughput", "compare_requests", "compare_latency", "compare_series",
-                    "compare_pareto_chart"]  # no cache-hit chart
+    assert keys == [
+        "compare_throughput",
+        "compare_requests",
+        "compare_latency",
+        "compare_series",
+        "compare_pareto_chart",
+    ]  # no cache-hit chart
     ratios = list(frame_with(app, "value")["ratio"])
     assert "vLLM over naive output tok/s at 1 VU" in ratios and not any("hit" in ratio for ratio in ratios)
     assert not any("·" in ratio or "_" in ratio for ratio in ratios)
@@ -162,7 +201,7 @@ def test_compare_names_the_experiments_and_drops_empty_charts(seed_lab: SeededLa
 
 def test_grid_form_offers_the_graceful_stop_and_refuses_a_model_not_on_an_offline_machine(
     seed_lab: SeededLab, monkeypatch: pytest.MonkeyPatch, tmp_path
-) -> None:  # noqa: ANN001
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     app = open_page(PAGES["New experiment"])

@@ -16,7 +16,7 @@ AUTH = {
 }
 
 
-def test_with_sign_in_configured_nothing_shows_before_signing_in(seed_lab) -> None:  # noqa: ANN001
+def test_with_sign_in_configured_nothing_shows_before_signing_in(seed_lab) -> None:
     # The gate stops the entry file before st.navigation, and Streamlit runs the entry file
     # before any page (deep links included), so no page can render. (AppTest's switch_page
     # runs a page file directly, without the entry file, so it cannot show that part.)
@@ -29,14 +29,14 @@ def test_with_sign_in_configured_nothing_shows_before_signing_in(seed_lab) -> No
     assert not app.dataframe and not app.sidebar.metric and not app.tabs
 
 
-def test_without_sign_in_the_lab_opens_directly(seed_lab) -> None:  # noqa: ANN001
+def test_without_sign_in_the_lab_opens_directly(seed_lab) -> None:
     app = AppTest.from_file(APP, default_timeout=60)
     app.run()
     assert not app.exception
     assert [title.value for title in app.title] == ["New experiment"]
 
 
-def test_a_sign_in_older_than_the_labs_limit_is_asked_again(seed_lab, monkeypatch) -> None:  # noqa: ANN001
+def test_a_sign_in_older_than_the_labs_limit_is_asked_again(seed_lab, monkeypatch) -> None:
     import time
 
     from lab.settings import get_settings

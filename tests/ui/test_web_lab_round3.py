@@ -20,20 +20,35 @@ from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec, RunSpec
 from tests.ui.conftest import SeededLab
 from tests.ui.test_pages import PAGES, frame_with, open_page, texts, widget
-from tests.ui.test_readable_pages import INTERNAL_NAMES, assert_tables_readable, make_running
+from tests.ui.test_readable_pages import INTERNAL_NAMES, assert_tables_readable
 
 ELLIPSIS = re.compile(r"…|\.\.\.")
 
 
 def add_done_run(seed: SeededLab, *, vus: int, max_tokens: int, tok: float, p95: float) -> int:
     """A one-run experiment with these settings, done, with figures."""
-    spec = ExperimentSpec(name=f"vus {vus} max {max_tokens}", base=RunSpec(
-        backend="naive", model=get_settings().default_model, max_tokens=max_tokens, load={"vus": vus, "duration_s": 5}))
+    spec = ExperimentSpec(
+        name=f"vus {vus} max {max_tokens}",
+        base=RunSpec(
+            backend="naive",
+            model=get_settings().default_model,
+            max_tokens=max_tokens,
+            load={"vus": vus, "duration_s": 5},
+        ),
+    )
     with Session(seed.engine, expire_on_commit=False) as session:
         run_id = experiments.enqueue_experiment(session=session, spec=spec).runs[0].id
-    store.set_run_status(engine=seed.engine, run_id=run_id, status=RunStatus.DONE, output_tok_per_s=tok,
-                         req_per_s=tok / 16, latency_p95_s=p95, latency_avg_s=p95 / 2, requests_ok=10,
-                         requests_failed=0)
+    store.set_run_status(
+        engine=seed.engine,
+        run_id=run_id,
+        status=RunStatus.DONE,
+        output_tok_per_s=tok,
+        req_per_s=tok / 16,
+        latency_p95_s=p95,
+        latency_avg_s=p95 / 2,
+        requests_ok=10,
+        requests_failed=0,
+    )
     return run_id
 
 
@@ -119,8 +134,9 @@ def test_ticked_runs_open_compare(seed_lab: SeededLab) -> None:
 
 
 def test_stop_the_experiment_beside_cancel_this_run(seed_lab: SeededLab) -> None:
-    spec = ExperimentSpec(name="three", base=RunSpec(backend="naive", model=get_settings().default_model),
-                          grid={"load.vus": [1, 2, 3]})
+    spec = ExperimentSpec(
+        name="three", base=RunSpec(backend="naive", model=get_settings().default_model), grid={"load.vus": [1, 2, 3]}
+    )
     with Session(seed_lab.engine, expire_on_commit=False) as session:
         ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
     store.set_run_status(engine=seed_lab.engine, run_id=ids[0], status=RunStatus.STARTING)
@@ -156,8 +172,14 @@ def test_the_grid_tab_shows_its_estimate_and_takes_overrides(seed_lab: SeededLab
 
 
 def test_a_start_abandoned_by_a_cancel_is_not_failed(seed_lab: SeededLab) -> None:
-    store.upsert_service_record(engine=seed_lab.engine, worker=get_settings().worker_name, name="vllm", kind="command",
-                                state="failed", message="vllm: start abandoned (cancelled)")
+    store.upsert_service_record(
+        engine=seed_lab.engine,
+        worker=get_settings().worker_name,
+        name="vllm",
+        kind="command",
+        state="failed",
+        message="vllm: start abandoned (cancelled)",
+    )
     app = open_page(PAGES["Services"])
     assert "stopped (start cancelled)" in set(frame_with(app, "state")["state"])
 

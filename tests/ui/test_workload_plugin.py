@@ -38,8 +38,15 @@ class CountUp(Workload):
 
     def prepare(self, spec: RunSettings, run_dir: Path, backend: object) -> Path:
         options = spec.workload.options()
-        sessions = [[{"messages": [{"role": "user", "content": f"Count up from {options.start + index}."}],
-                      "max_tokens": spec.max_tokens}] for index in range(options.prompts)]
+        sessions = [
+            [
+                {
+                    "messages": [{"role": "user", "content": f"Count up from {options.start + index}."}],
+                    "max_tokens": spec.max_tokens,
+                }
+            ]
+            for index in range(options.prompts)
+        ]
         run_dir.mkdir(parents=True, exist_ok=True)
         return write_sessions(sessions, run_dir / "requests.json")
 
@@ -88,5 +95,5 @@ def test_a_registered_workload_shows_its_own_fields_checks_them_and_queues_its_s
 def test_its_options_are_named_in_the_set_help(count_up: str) -> None:
     from lab.cli.entry import build_parser
 
-    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()  # noqa: SLF001
+    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
     assert f"workload.{SECTION}.prompts ({KIND})" in " ".join(run_help.split())

@@ -8,8 +8,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 from lab.backends import spec_backend_names
 from lab.workloads import workload_names
 
@@ -92,9 +90,11 @@ def test_the_check_finds_a_comparison_it_must_find() -> None:
 
 
 def test_the_check_finds_a_loop_over_names_it_must_find() -> None:
-    tree = ast.parse('for kind in ("naive", "vllm"):\n    pass\nrows = [f(k) for k in ["x", "vllm+cache"]]\n'
-                     'for kind in ("redis", "x"):\n    pass\nfor name in names:\n    pass\n'
-                     'found = {k for k in {"llamacpp"}}\n')
+    tree = ast.parse(
+        'for kind in ("naive", "vllm"):\n    pass\nrows = [f(k) for k in ["x", "vllm+cache"]]\n'
+        'for kind in ("redis", "x"):\n    pass\nfor name in names:\n    pass\n'
+        'found = {k for k in {"llamacpp"}}\n'
+    )
     assert name_iterations(tree, {"naive", "vllm", "vllm+cache", "llamacpp"}) == [1, 3, 8]
 
 
@@ -108,10 +108,16 @@ def test_the_check_finds_a_workload_name_it_must_find() -> None:
 def imports_from_lab(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and (node.module == "lab" or node.module.startswith("lab.")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and (node.module == "lab" or node.module.startswith("lab."))
+        ):
             found.append(f"{relative(path)}:{node.lineno} from {node.module}")
         elif isinstance(node, ast.Import):
-            found += [f"{relative(path)}:{node.lineno} import {a.name}" for a in node.names if a.name.split(".")[0] == "lab"]
+            found += [
+                f"{relative(path)}:{node.lineno} import {a.name}" for a in node.names if a.name.split(".")[0] == "lab"
+            ]
     return found
 
 

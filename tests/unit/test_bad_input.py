@@ -19,17 +19,17 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.workloads.datasets import DatasetError
 from lab.execution.run_steps import RunSteps
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs.schema import RunSpec
+from lab.workloads.datasets import DatasetError
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"
 EXTERNAL = ["--set", 'grid.backend=["external"]', "--set", "backend=external"]
 
 
 @pytest.fixture()
-def private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The CLI reads LAB_DATA_DIR through get_settings(): point it at an empty folder."""
     data_dir = tmp_path / "data"
     monkeypatch.setenv("LAB_DATA_DIR", str(data_dir))
@@ -68,8 +68,10 @@ def stored_anything(data_dir: Path) -> bool:
         (["--set", "grid.load.vus=[]"], "grid axis 'load.vus' has no values"),
         (["--set", "grid.load.vus=[1,0]"], "vus=0: load.vus"),
         # 1,000 VU values x 10 repeats x 2 backends: refused before a cell is built, count and limit named.
-        (["--set", f"grid.load.vus={list(range(1, 1001))}", "--set", "repeats=10"],
-         "this experiment would queue 20,000 runs (2,000 cells x 10 repeats); one launch may queue at most 300"),
+        (
+            ["--set", f"grid.load.vus={list(range(1, 1001))}", "--set", "repeats=10"],
+            "this experiment would queue 20,000 runs (2,000 cells x 10 repeats); one launch may queue at most 300",
+        ),
         (["--set", "load.nonsense=1"], "nonsense"),
         (["--set", "novalue"], "--set needs key=value"),
         (["--set", "workload.kind=custom"], "the custom workload needs a JSONL file"),
@@ -108,13 +110,15 @@ def test_an_unknown_preset_exits_2(private_data_dir: Path, capsys: pytest.Captur
     assert not stored_anything(private_data_dir)
 
 
-@pytest.mark.parametrize(
-    ("value", "message"), [("load.vus=0", "load.vus"), ("model=-rf", "must not start with '-'")]
-)
+@pytest.mark.parametrize(("value", "message"), [("load.vus=0", "load.vus"), ("model=-rf", "must not start with '-'")])
 def test_the_real_cli_process_refuses_bad_values(tmp_path: Path, value: str, message: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "lab", "run", "--preset", "seed-exp1", "--set", value], cwd=PROJECT_ROOT,
-        capture_output=True, text=True, timeout=120, env={**os.environ, "LAB_DATA_DIR": str(tmp_path / "data")},
+        [sys.executable, "-m", "lab", "run", "--preset", "seed-exp1", "--set", value],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LAB_DATA_DIR": str(tmp_path / "data")},
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and message in result.stderr and "Traceback" not in result.stderr
@@ -150,8 +154,12 @@ def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_pa
     from lab.execution.run_decisions import RunFailed
     from lab.workloads.sharegpt_chat import conversations as _conversations
 
-    spec = RunSpec(backend="external", target_url="http://127.0.0.1:9", model="stub",
-                   workload={"kind": "sharegpt-chat", "dataset_path": str(FIXTURES / "not_sharegpt.json")})
+    spec = RunSpec(
+        backend="external",
+        target_url="http://127.0.0.1:9",
+        model="stub",
+        workload={"kind": "sharegpt-chat", "dataset_path": str(FIXTURES / "not_sharegpt.json")},
+    )
     steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=8)  # type: ignore[arg-type]
     steps.run_dir.mkdir(parents=True)
     _conversations.cache_clear()
@@ -217,7 +225,9 @@ def test_processes_are_started_from_argv_lists_never_a_shell() -> None:
             if not isinstance(node, ast.Call):
                 continue
             for keyword in node.keywords:
-                if keyword.arg == "shell" and not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False):
+                if keyword.arg == "shell" and not (
+                    isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                ):
                     offences.append(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} shell=...")
             function = node.func
             name = f"{getattr(function.value, 'id', '')}.{function.attr}" if isinstance(function, ast.Attribute) else ""

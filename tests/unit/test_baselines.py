@@ -24,9 +24,19 @@ TARGET = "http://127.0.0.1:9"
 
 
 def spec_document(*, repeats: int = 3, vus: int = 2, **extra: object) -> dict:
-    return {"name": "gate", "base": {"backend": "external", "target_url": TARGET, "model": "stub", "max_tokens": 8,
-                                     "warmup_requests": 0, "load": {"vus": vus, "duration_s": 3}},
-            "repeats": repeats, **extra}
+    return {
+        "name": "gate",
+        "base": {
+            "backend": "external",
+            "target_url": TARGET,
+            "model": "stub",
+            "max_tokens": 8,
+            "warmup_requests": 0,
+            "load": {"vus": vus, "duration_s": 3},
+        },
+        "repeats": repeats,
+        **extra,
+    }
 
 
 @pytest.fixture()
@@ -46,12 +56,14 @@ def write_spec(tmp_path: Path, name: str = "gate.json", **changes: object) -> Pa
 
 def finishing_with(engine: Engine, values: list[float], status: str = RunStatus.DONE) -> Callable[..., None]:
     """A stand-in for wait_for_submitted_runs: the runs end ``status`` with these output tok/s, in order."""
+
     def finish(context: object, run_ids: list[int], *, local: bool) -> None:
         with Session(engine) as session:
             for run_id, value in zip(run_ids, values):
                 run = session.get(Run, run_id)
                 run.status, run.output_tok_per_s, run.requests_ok = status, value, 10
             session.commit()
+
     return finish
 
 
@@ -60,8 +72,14 @@ def run_count(engine: Engine) -> int:
         return session.scalar(select(func.count()).select_from(Run))
 
 
-def run_spec(tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch, values: list[float],
-             *argv: str, spec: Path | None = None) -> int:
+def run_spec(
+    tmp_path: Path,
+    engine: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    values: list[float],
+    *argv: str,
+    spec: Path | None = None,
+) -> int:
     monkeypatch.setattr(run_commands, "wait_for_submitted_runs", finishing_with(engine, values))
     return cli.main(["run", "--spec", str(spec or write_spec(tmp_path)), *argv])
 
@@ -93,20 +111,29 @@ def test_a_baseline_then_the_gate_passes_fails_and_cannot_decide(
     assert "gate CANNOT DECIDE" in out
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--baseline", "auto", "--fail-on-regression", "tok_per_s=5"], "unknown figure 'tok_per_s'"),
-    (["--baseline", "auto", "--fail-on-regression", "output_tok_per_s=lots"], "is not a number: 'lots'"),
-    (["--fail-on-regression", "output_tok_per_s=5"], "--fail-on-regression needs --baseline"),
-    (["--baseline", "auto"], "--baseline needs at least one --fail-on-regression"),
-    (["--baseline", "experiment:2", "--fail-on-regression", "output_tok_per_s=5"],
-     "experiment #2 is a baseline of another configuration than the spec (it differs in load.vus: 4 vs 2)"),
-    (["--baseline", "3", "--fail-on-regression", "output_tok_per_s=5"], "run #3 is failed, not done"),
-    (["--baseline", "run:99", "--fail-on-regression", "output_tok_per_s=5"], "no run with id 99"),
-    (["--baseline", "exp:1", "--fail-on-regression", "output_tok_per_s=5"], "names no run or experiment"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--baseline", "auto", "--fail-on-regression", "tok_per_s=5"], "unknown figure 'tok_per_s'"),
+        (["--baseline", "auto", "--fail-on-regression", "output_tok_per_s=lots"], "is not a number: 'lots'"),
+        (["--fail-on-regression", "output_tok_per_s=5"], "--fail-on-regression needs --baseline"),
+        (["--baseline", "auto"], "--baseline needs at least one --fail-on-regression"),
+        (
+            ["--baseline", "experiment:2", "--fail-on-regression", "output_tok_per_s=5"],
+            "experiment #2 is a baseline of another configuration than the spec (it differs in load.vus: 4 vs 2)",
+        ),
+        (["--baseline", "3", "--fail-on-regression", "output_tok_per_s=5"], "run #3 is failed, not done"),
+        (["--baseline", "run:99", "--fail-on-regression", "output_tok_per_s=5"], "no run with id 99"),
+        (["--baseline", "exp:1", "--fail-on-regression", "output_tok_per_s=5"], "names no run or experiment"),
+    ],
+)
 def test_bad_gate_input_is_refused_in_one_line_and_queues_nothing(
-    tmp_path: Path, lab_engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    argv: list[str], message: str,
+    tmp_path: Path,
+    lab_engine: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
 ) -> None:
     assert run_spec(tmp_path, lab_engine, monkeypatch, [100.0], spec=write_spec(tmp_path, "b.json", repeats=1)) == 0
     other = write_spec(tmp_path, "other.json", repeats=1, vus=4)
@@ -124,25 +151,34 @@ def test_bad_gate_input_is_refused_in_one_line_and_queues_nothing(
 def test_auto_without_a_marked_baseline_is_refused(
     tmp_path: Path, lab_engine: Engine, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run_spec(tmp_path, lab_engine, monkeypatch, [1.0], "--baseline", "auto", "--fail-on-regression",
-                    "latency_p95_s=10") == 2
+    assert (
+        run_spec(
+            tmp_path, lab_engine, monkeypatch, [1.0], "--baseline", "auto", "--fail-on-regression", "latency_p95_s=10"
+        )
+        == 2
+    )
     assert "no baseline is marked for the spec's configuration" in capsys.readouterr().err
     assert run_count(lab_engine) == 0
 
 
-@pytest.mark.parametrize(("content", "name", "message"), [
-    ({**spec_document(), "bogus": 1}, "a.json", "spec file a.json: unknown key 'bogus' (a spec file has: name,"),
-    ({**spec_document(), "base": {**spec_document()["base"], "load": {"vus": 2, "speed": 3}}}, "b.json",
-     "spec file b.json: base.load.speed: unknown key"),
-    ({**spec_document(), "repeats": 0}, "c.json", "repeats: Input should be greater than or equal to 1"),
-    ("[1, 2]", "d.json", "must hold a table of settings at the top, not a list"),
-    ("{not json", "e.json", "is not valid JSON (line 1"),
-    ("name = ", "f.toml", "is not valid TOML"),
-    ("{}", "g.yaml", "use a .json or .toml file"),
-])
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        ({**spec_document(), "bogus": 1}, "a.json", "spec file a.json: unknown key 'bogus' (a spec file has: name,"),
+        (
+            {**spec_document(), "base": {**spec_document()["base"], "load": {"vus": 2, "speed": 3}}},
+            "b.json",
+            "spec file b.json: base.load.speed: unknown key",
+        ),
+        ({**spec_document(), "repeats": 0}, "c.json", "repeats: Input should be greater than or equal to 1"),
+        ("[1, 2]", "d.json", "must hold a table of settings at the top, not a list"),
+        ("{not json", "e.json", "is not valid JSON (line 1"),
+        ("name = ", "f.toml", "is not valid TOML"),
+        ("{}", "g.yaml", "use a .json or .toml file"),
+    ],
+)
 def test_bad_spec_files_are_refused_in_one_line(
-    tmp_path: Path, lab_engine: Engine, capsys: pytest.CaptureFixture[str], content: object, name: str,
-    message: str,
+    tmp_path: Path, lab_engine: Engine, capsys: pytest.CaptureFixture[str], content: object, name: str, message: str
 ) -> None:
     path = tmp_path / name
     path.write_text(content if isinstance(content, str) else json.dumps(content))
@@ -154,8 +190,10 @@ def test_bad_spec_files_are_refused_in_one_line(
 
 def test_a_toml_spec_file_reads_like_the_json_one(tmp_path: Path) -> None:
     toml = tmp_path / "gate.toml"
-    toml.write_text(f'name = "gate"\nrepeats = 3\n[base]\nbackend = "external"\ntarget_url = "{TARGET}"\n'
-                    'model = "stub"\nmax_tokens = 8\nwarmup_requests = 0\n[base.load]\nvus = 2\nduration_s = 3\n')
+    toml.write_text(
+        f'name = "gate"\nrepeats = 3\n[base]\nbackend = "external"\ntarget_url = "{TARGET}"\n'
+        'model = "stub"\nmax_tokens = 8\nwarmup_requests = 0\n[base.load]\nvus = 2\nduration_s = 3\n'
+    )
     assert load_spec_file(toml) == load_spec_file(write_spec(tmp_path))
 
 
@@ -212,16 +250,18 @@ def test_the_migration_adds_the_baselines_table_to_an_older_database(engine: Eng
 
     with engine.begin() as connection:
         connection.execute(text("DROP TABLE baselines"))
-        connection.execute(text("UPDATE schema_version SET version = :v"),
-                           {"v": migrations.MIGRATIONS.index(migrations._baselines)})
+        connection.execute(
+            text("UPDATE schema_version SET version = :v"), {"v": migrations.MIGRATIONS.index(migrations._baselines)}
+        )
     assert migrations.upgrade(engine) == migrations.MIGRATIONS.index(migrations._baselines)
     with engine.connect() as connection:
         assert inspect(connection).has_table("baselines")
         assert migrations.current_version(connection) == migrations.LATEST_VERSION
 
 
-def test_a_missing_spec_file_is_refused_in_one_line(tmp_path: Path, lab_engine: Engine,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_spec_file_is_refused_in_one_line(
+    tmp_path: Path, lab_engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(["run", "--spec", str(tmp_path / "nowhere.json")]) == 2
     error = capsys.readouterr().err
     assert "cannot read spec file" in error and "No such file or directory" in error and len(error.splitlines()) == 1

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pytest
 
 from services.cache_proxy.keys import (
     KEY_FORMAT_VERSION,
@@ -27,8 +26,12 @@ from services.cache_proxy.keys import (
 UPSTREAM = "http://127.0.0.1:8000"
 PATH = "/v1/chat/completions"
 
-json_scalars = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=20) | st.floats(
-    allow_nan=False, allow_infinity=False, width=32
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False, width=32)
 )
 json_values = st.recursive(
     json_scalars,
@@ -39,7 +42,9 @@ request_bodies = st.fixed_dictionaries(
     {
         "model": st.sampled_from(["smollm", "qwen3-0.6b", "other"]),
         "messages": st.lists(
-            st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]), "content": st.text(max_size=40)}),
+            st.fixed_dictionaries(
+                {"role": st.sampled_from(["user", "system", "assistant"]), "content": st.text(max_size=40)}
+            ),
             min_size=1,
             max_size=3,
         ),
@@ -106,9 +111,15 @@ def test_upstream_path_and_namespace_are_part_of_the_key(body: dict) -> None:
 def test_answer_changing_fields_change_the_key() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     variants = [
-        {"temperature": 0}, {"top_p": 0.5}, {"seed": 1}, {"stop": ["\n"]}, {"n": 2},
-        {"tools": [{"type": "function", "function": {"name": "f"}}]}, {"response_format": {"type": "json_object"}},
-        {"stream": True}, {"messages": [{"role": "user", "content": "hi!"}]},
+        {"temperature": 0},
+        {"top_p": 0.5},
+        {"seed": 1},
+        {"stop": ["\n"]},
+        {"n": 2},
+        {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        {"response_format": {"type": "json_object"}},
+        {"stream": True},
+        {"messages": [{"role": "user", "content": "hi!"}]},
     ]
     keys = {key_of(body)} | {key_of({**body, **variant}) for variant in variants}
     assert len(keys) == len(variants) + 1
@@ -145,7 +156,6 @@ def test_deterministic_means_temperature_zero_or_seed_and_one_choice() -> None:
     assert not is_deterministic_request({"temperature": 0.7})
     assert not is_deterministic_request({"temperature": 0, "n": 3})
     assert not is_deterministic_request({"seed": 1, "n": 2})
-
 
 
 def test_deterministic_counts_only_numbers_and_integer_seeds() -> None:
@@ -187,22 +197,39 @@ def test_lone_surrogates_parse_but_cannot_be_keyed() -> None:
 
 
 def test_keyable_bodies_parse_normally() -> None:
-    assert parse_keyable_body(b'{"a": [1, 2.5, {"b": null}], "c": "\\u00e9"}') == {"a": [1, 2.5, {"b": None}], "c": "\u00e9"}
+    assert parse_keyable_body(b'{"a": [1, 2.5, {"b": null}], "c": "\\u00e9"}') == {
+        "a": [1, 2.5, {"b": None}],
+        "c": "\u00e9",
+    }
     nested = b'{"x": ' + b"[" * (MAX_KEYABLE_NESTING_DEPTH - 1) + b"]" * (MAX_KEYABLE_NESTING_DEPTH - 1) + b"}"
     assert parse_keyable_body(nested)
 
 
 @pytest.mark.parametrize(
     "name",
-    [b"authorization", b"proxy-authorization", b"cookie", b"api-key", b"x-api-key", b"x-goog-api-key",
-     b"openai-organization", b"x-auth-token", b"x-session-id", b"x-amz-security-token", b"x-client-secret",
-     b"x-forwarded-user", b"ocp-apim-subscription-key"],
+    [
+        b"authorization",
+        b"proxy-authorization",
+        b"cookie",
+        b"api-key",
+        b"x-api-key",
+        b"x-goog-api-key",
+        b"openai-organization",
+        b"x-auth-token",
+        b"x-session-id",
+        b"x-amz-security-token",
+        b"x-client-secret",
+        b"x-forwarded-user",
+        b"ocp-apim-subscription-key",
+    ],
 )
 def test_credential_headers_are_recognised_as_a_class(name: bytes) -> None:
     assert is_credential_header(name)
 
 
-@pytest.mark.parametrize("name", [b"content-type", b"user-agent", b"accept", b"cache-control", b"host", b"x-request-id"])
+@pytest.mark.parametrize(
+    "name", [b"content-type", b"user-agent", b"accept", b"cache-control", b"host", b"x-request-id"]
+)
 def test_ordinary_headers_are_not_credentials(name: bytes) -> None:
     assert not is_credential_header(name)
 

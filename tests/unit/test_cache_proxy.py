@@ -63,8 +63,9 @@ def test_cache_control_directives_are_parsed_case_insensitively() -> None:
         ({**CHAT, "temperature": 0, "n": 2}, None, "deterministic", CacheMode.BYPASS),
     ],
 )
-def test_cache_mode_follows_policy_and_cache_control(body: dict, cache_control: str | None, policy: str,
-                                                     expected: CacheMode) -> None:
+def test_cache_mode_follows_policy_and_cache_control(
+    body: dict, cache_control: str | None, policy: str, expected: CacheMode
+) -> None:
     assert decide_cache_mode(body=body, cache_control=cache_control, policy=policy) is expected
 
 
@@ -99,7 +100,7 @@ def test_sse_without_done_or_with_error_or_without_choices_is_incomplete() -> No
     assert not summarize_sse(sse(chunk, done=False)).is_complete
     assert not summarize_sse(sse(chunk, {"error": {"message": "boom"}})).is_complete
     assert not summarize_sse(sse({"choices": []})).is_complete
-    assert not summarize_sse(b"data: {\"choices\": [{\"te").is_complete
+    assert not summarize_sse(b'data: {"choices": [{"te').is_complete
 
 
 def test_circuit_breaker_opens_after_failures_then_lets_one_trial_through() -> None:
@@ -149,7 +150,6 @@ def test_build_app_rejects_an_unknown_policy() -> None:
         build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0", policy="sometimes")
 
 
-
 def test_every_cache_control_request_line_is_read() -> None:
     headers = [(b"cache-control", b"max-age=0"), (b"accept", b"*/*"), (b"cache-control", b"no-store")]
     assert decide_cache_mode(body=CHAT, cache_control=request_cache_control(headers), policy="all") is CacheMode.BYPASS
@@ -178,12 +178,19 @@ def test_credentials_default_to_bypass_and_an_unknown_mode_is_refused() -> None:
         build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0", credentials="sometimes")
 
 
-def _call_asgi(app, scope_overrides: dict) -> list[dict]:  # noqa: ANN001
+def _call_asgi(app, scope_overrides: dict) -> list[dict]:
     """Run one HTTP request through the ASGI app in-process; return the messages it sent."""
     import asyncio
 
-    scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/", "query_string": b"", "headers": [],
-             **scope_overrides}
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/",
+        "raw_path": b"/",
+        "query_string": b"",
+        "headers": [],
+        **scope_overrides,
+    }
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -214,7 +221,6 @@ def test_a_target_httpx_cannot_send_gets_400() -> None:
     app = build_app(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:1/0")
     sent = _call_asgi(app, {"path": "/x", "raw_path": b"/x\x00\xff y"})
     assert sent[0]["status"] == 400
-
 
 
 def _filled(tier: LocalTier, key: str, value: bytes, ttl_ms: int = -1) -> None:

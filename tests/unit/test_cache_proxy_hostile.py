@@ -41,14 +41,15 @@ from services.cache_proxy.serving import (
 )
 
 ANSWER = json.dumps({"choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}]}).encode()
-STREAM = (b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\n'
-          b"data: [DONE]\n\n")
+STREAM = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
 
 
 def messages(*bodies: bytes, then_disconnect_after_s: float | None = None) -> Callable:
     """An ASGI ``receive`` giving ``bodies`` as one request body, then (after a while) a disconnect."""
-    queue = [{"type": "http.request", "body": body, "more_body": index < len(bodies) - 1}
-             for index, body in enumerate(bodies)]
+    queue = [
+        {"type": "http.request", "body": body, "more_body": index < len(bodies) - 1}
+        for index, body in enumerate(bodies)
+    ]
 
     async def receive() -> dict:
         if queue:
@@ -69,8 +70,11 @@ def test_a_declared_length_over_the_limit_is_refused_before_reading() -> None:
         raise AssertionError("the body must not be read")
 
     with pytest.raises(BodyTooLarge):
-        asyncio.run(read_limited_body(receive, [(b"content-length", b"1000001")], max_body_bytes=1_000_000,
-                                      deadlines=BodyDeadlines(1)))
+        asyncio.run(
+            read_limited_body(
+                receive, [(b"content-length", b"1000001")], max_body_bytes=1_000_000, deadlines=BodyDeadlines(1)
+            )
+        )
 
 
 def test_a_body_without_length_is_counted_as_it_arrives() -> None:
@@ -156,10 +160,30 @@ def test_only_values_the_proxy_stores_are_served_and_their_kind_is_known() -> No
 
 @pytest.mark.parametrize(
     "stored",
-    [b"", b"j", b"\x00\xffgarbage", b"x" + ANSWER, b"j" + ANSWER[:-5], b'j{"choices": []}', b"j[1, 2]",
-     b"s" + STREAM.replace(b"data: [DONE]\n\n", b""), b"s" + ANSWER, b"j" + STREAM],
-    ids=["empty", "tag only", "garbage", "unknown tag", "truncated", "no choices", "not an object",
-         "stream without DONE", "JSON tagged as stream", "stream tagged as JSON"],
+    [
+        b"",
+        b"j",
+        b"\x00\xffgarbage",
+        b"x" + ANSWER,
+        b"j" + ANSWER[:-5],
+        b'j{"choices": []}',
+        b"j[1, 2]",
+        b"s" + STREAM.replace(b"data: [DONE]\n\n", b""),
+        b"s" + ANSWER,
+        b"j" + STREAM,
+    ],
+    ids=[
+        "empty",
+        "tag only",
+        "garbage",
+        "unknown tag",
+        "truncated",
+        "no choices",
+        "not an object",
+        "stream without DONE",
+        "JSON tagged as stream",
+        "stream tagged as JSON",
+    ],
 )
 def test_values_of_the_wrong_shape_are_not_served(stored: bytes) -> None:
     assert prepared_hit(stored) is None
@@ -186,12 +210,16 @@ def test_wrongtype_is_a_bad_entry_not_an_outage() -> None:
 
 def test_a_keyed_request_carries_only_small_policy_fields_and_the_same_key() -> None:
     body = {"model": "m", "messages": [], "stream": True, "temperature": 0, "n": [1] * 1000, "seed": {"a": 1}}
-    keyed = key_request(json.dumps(body).encode(), upstream_identity="http://u", path="/v1/chat/completions",
-                        namespace="ns", requester=None)
+    keyed = key_request(
+        json.dumps(body).encode(),
+        upstream_identity="http://u",
+        path="/v1/chat/completions",
+        namespace="ns",
+        requester=None,
+    )
     assert keyed.streaming is True
     assert keyed.policy_fields == {"temperature": 0, "n": [], "seed": []}
-    assert keyed.key == cache_key(upstream_identity="http://u", path="/v1/chat/completions", body=body,
-                                  namespace="ns")
+    assert keyed.key == cache_key(upstream_identity="http://u", path="/v1/chat/completions", body=body, namespace="ns")
 
 
 # --- upstream calls end with their last client ------------------------------------------------
@@ -226,8 +254,14 @@ def _flights(upstream: SlowUpstream) -> tuple[UpstreamFlights, list[tuple[str, b
     return flights, stored
 
 
-SCOPE = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-         "query_string": b"", "headers": [(b"content-type", b"application/json")]}
+SCOPE = {
+    "type": "http",
+    "method": "POST",
+    "path": "/v1/chat/completions",
+    "raw_path": b"/v1/chat/completions",
+    "query_string": b"",
+    "headers": [(b"content-type", b"application/json")],
+}
 
 
 def _client(flights: UpstreamFlights, leave_after_s: float | None) -> tuple[Callable, list[dict]]:
@@ -237,8 +271,9 @@ def _client(flights: UpstreamFlights, leave_after_s: float | None) -> tuple[Call
         sent.append(message)
 
     async def run() -> None:
-        await flights.miss(SCOPE, messages(b"{}", then_disconnect_after_s=leave_after_s), send, b"{}", False,
-                           "key", single_flight=True)
+        await flights.miss(
+            SCOPE, messages(b"{}", then_disconnect_after_s=leave_after_s), send, b"{}", False, "key", single_flight=True
+        )
         await asyncio.sleep(0.1)  # the cancellation lands (asyncio.run would cancel what is left anyway)
 
     return run, sent
@@ -293,8 +328,13 @@ def test_server_and_limits_are_settings_with_safe_defaults() -> None:
 
 
 def test_granian_workers_build_the_same_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = ProxyConfig(upstream_url="http://u", redis_url="redis://r", credential_secret=b"\x00secret",
-                         max_body_bytes=123, namespace="ns")
+    config = ProxyConfig(
+        upstream_url="http://u",
+        redis_url="redis://r",
+        credential_secret=b"\x00secret",
+        max_body_bytes=123,
+        namespace="ns",
+    )
     monkeypatch.setenv(SETTINGS_ENVIRONMENT_VARIABLE, settings_to_environment(config))
     assert app_from_environment().config == config
     assert SETTINGS_ENVIRONMENT_VARIABLE not in __import__("os").environ
@@ -318,9 +358,15 @@ def test_another_server_wins_only_when_faster_at_a_p99_no_worse_than_uvicorns() 
         def figures(req_per_s: float, p99_ms: float) -> list[dict[str, float]]:
             return [{"req_per_s": req_per_s, "latency_p99_ms": p99_ms}]
 
-        return {"seed": figures(5000, 30), "bare-uvicorn": figures(15000, 9), "bare-granian": figures(18000, 8),
-                "bare-granian-rsgi": figures(20000, 7), "lab-uvicorn": figures(14000, 9.5),
-                "lab-granian": figures(*lab_granian), "lab-granian-rsgi": figures(*lab_rsgi)}
+        return {
+            "seed": figures(5000, 30),
+            "bare-uvicorn": figures(15000, 9),
+            "bare-granian": figures(18000, 8),
+            "bare-granian-rsgi": figures(20000, 7),
+            "lab-uvicorn": figures(14000, 9.5),
+            "lab-granian": figures(*lab_granian),
+            "lab-granian-rsgi": figures(*lab_rsgi),
+        }
 
     assert verdicts(runs((16000, 9.0)))["winner"] == "granian"
     assert verdicts(runs((16000, 9.6)))["winner"] == "uvicorn"  # faster, but a worse p99

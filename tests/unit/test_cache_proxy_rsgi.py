@@ -12,7 +12,11 @@ import pytest
 
 from services.cache_proxy.config import ProxyConfig
 from services.cache_proxy.rsgi import RsgiAdapter, asgi_scope_of
-from services.cache_proxy.serving import SETTINGS_ENVIRONMENT_VARIABLE, rsgi_app_from_environment, settings_to_environment
+from services.cache_proxy.serving import (
+    SETTINGS_ENVIRONMENT_VARIABLE,
+    rsgi_app_from_environment,
+    settings_to_environment,
+)
 
 
 class FakeHeaders:
@@ -67,6 +71,7 @@ class FakeProtocol:
         async def chunks() -> Any:
             for chunk in self.chunks:
                 yield chunk
+
         return chunks()
 
     async def client_disconnect(self) -> None:
@@ -89,8 +94,16 @@ def scope_with(*headers: tuple[str, str], **fields: Any) -> FakeScope:
 
 
 def test_the_asgi_scope_carries_what_the_proxy_reads() -> None:
-    scope = asgi_scope_of(scope_with(("content-type", "application/json"), ("authorization", "Bearer x"),
-                                     query_string="a=1", method="GET", path="/v1/models", client="[::1]:4000"))
+    scope = asgi_scope_of(
+        scope_with(
+            ("content-type", "application/json"),
+            ("authorization", "Bearer x"),
+            query_string="a=1",
+            method="GET",
+            path="/v1/models",
+            client="[::1]:4000",
+        )
+    )
     assert scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/v1/models"
     assert scope["query_string"] == b"a=1"
     assert scope["headers"] == [(b"content-type", b"application/json"), (b"authorization", b"Bearer x")]
@@ -127,8 +140,11 @@ class Recorder:
             self.received.append(await receive())
 
 
-START = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json"),
-                                                                   (b"x-cache", b"HIT")]}
+START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"application/json"), (b"x-cache", b"HIT")],
+}
 
 
 def test_a_declared_body_within_the_limit_is_read_whole_and_a_whole_answer_is_one_call() -> None:
@@ -152,9 +168,11 @@ def test_chunked_or_oversized_bodies_arrive_chunk_by_chunk(headers: tuple[tuple[
 
 
 def test_an_answer_in_parts_is_streamed_and_a_client_that_left_is_not_an_error() -> None:
-    parts = [{"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True},
-             {"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True},
-             {"type": "http.response.body", "body": b"", "more_body": False}]
+    parts = [
+        {"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True},
+        {"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True},
+        {"type": "http.response.body", "body": b"", "more_body": False},
+    ]
     app = Recorder(START, *parts)
     protocol = FakeProtocol(chunks=[b"{}"])
     asyncio.run(RsgiAdapter(app, whole_body_max_bytes=100).__rsgi__(scope_with(("content-length", "2")), protocol))
@@ -168,8 +186,11 @@ def test_an_answer_in_parts_is_streamed_and_a_client_that_left_is_not_an_error()
             return stream
 
     leaving = LeavingProtocol(chunks=[b"{}"])
-    asyncio.run(RsgiAdapter(Recorder(START, *parts), whole_body_max_bytes=100).__rsgi__(
-        scope_with(("content-length", "2")), leaving))
+    asyncio.run(
+        RsgiAdapter(Recorder(START, *parts), whole_body_max_bytes=100).__rsgi__(
+            scope_with(("content-length", "2")), leaving
+        )
+    )
     assert leaving.stream is not None and leaving.stream.sent == []
 
 
@@ -178,8 +199,9 @@ def test_after_the_body_receive_waits_for_the_client_to_leave() -> None:
     protocol = FakeProtocol(chunks=[b"{}"])
 
     async def scenario() -> None:
-        serving = asyncio.ensure_future(RsgiAdapter(app, whole_body_max_bytes=100).__rsgi__(
-            scope_with(("content-length", "2")), protocol))
+        serving = asyncio.ensure_future(
+            RsgiAdapter(app, whole_body_max_bytes=100).__rsgi__(scope_with(("content-length", "2")), protocol)
+        )
         await asyncio.sleep(0.05)
         assert not serving.done()  # still waiting: the client is there
         protocol.disconnected.set()

@@ -12,8 +12,9 @@ def monotone_backend(capacity: float, seconds_per_load: float = 1.0, limit_s: fl
 
     def probe(load: float) -> ProbeResult:
         latency = limit_s * load / capacity
-        return ProbeResult(load, latency <= limit_s, throughput=min(load, capacity * 2) / seconds_per_load,
-                           slo_figure_s=latency)
+        return ProbeResult(
+            load, latency <= limit_s, throughput=min(load, capacity * 2) / seconds_per_load, slo_figure_s=latency
+        )
 
     return probe
 

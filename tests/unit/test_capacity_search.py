@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from array import array
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -13,23 +14,26 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.measurement import request_figures
 from lab import cli
-from lab.execution import queue_submit
-from lab.context import LabContext
 from lab.analysis.capacity_search import CapacityError
+from lab.analysis.slo import SloError, evaluate, parse_slo
+from lab.context import LabContext
+from lab.execution import queue_submit
 from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
+from lab.measurement import request_figures
 from lab.measurement.k6_ndjson import RequestSamples
 from lab.measurement.k6_ndjson_files import stream_request_samples
-from lab.analysis.slo import SloError, evaluate, parse_slo
 
 FIXTURE_NDJSON = Path(__file__).resolve().parent.parent / "fixtures" / "k6" / "number_story.ndjson"
 
 
-def samples(latencies_s: list[float], ok: list[bool] | None = None, ttft_s: list[float] | None = None) -> RequestSamples:
+def samples(
+    latencies_s: list[float], ok: list[bool] | None = None, ttft_s: list[float] | None = None
+) -> RequestSamples:
     ok = ok if ok is not None else [True] * len(latencies_s)
-    return RequestSamples(array("f", latencies_s), bytearray(int(flag) for flag in ok), array("f", ttft_s or []),
-                          array("f"))
+    return RequestSamples(
+        array("f", latencies_s), bytearray(int(flag) for flag in ok), array("f", ttft_s or []), array("f")
+    )
 
 
 class QueueModel:
@@ -38,7 +42,7 @@ class QueueModel:
     batches: latency ``base_s * (1 + vus / 10)``, throughput still rising. ``wait`` plays the
     worker: it finishes the queued runs and stores their per-request figures."""
 
-    def __init__(self, engine, *, parallel: int | None = None, base_s: float = 2.0) -> None:  # noqa: ANN001
+    def __init__(self, engine, *, parallel: int | None = None, base_s: float = 2.0) -> None:
         self.engine, self.parallel, self.base_s = engine, parallel, base_s
         self.waited: list[list[int]] = []
 
@@ -57,19 +61,29 @@ class QueueModel:
             count = max(1, int(duration_s * vus / latency))
             values = [latency * (0.9 + 0.2 * i / count) for i in range(count)]
             store.save_run_requests(engine=self.engine, run_id=run_id, **request_figures.encode(samples(values)))
-            store.set_run_status(engine=self.engine, run_id=run_id, status=RunStatus.DONE,
-                                 req_per_s=count / duration_s, measured_duration_s=duration_s)
+            store.set_run_status(
+                engine=self.engine,
+                run_id=run_id,
+                status=RunStatus.DONE,
+                req_per_s=count / duration_s,
+                measured_duration_s=duration_s,
+            )
 
 
-def external_plan(**overrides) -> CapacityPlan:  # noqa: ANN003
+def external_plan(**overrides) -> CapacityPlan:
     data = {
-        "backends": ["external"], "base": {"backend": "external", "target_url": "http://127.0.0.1:9"},
-        "slo": ["latency_p95_s<=10"], "min_load": 1, "max_load": 64, "max_probes": 10, "probe_s": 30,
+        "backends": ["external"],
+        "base": {"backend": "external", "target_url": "http://127.0.0.1:9"},
+        "slo": ["latency_p95_s<=10"],
+        "min_load": 1,
+        "max_load": 64,
+        "max_probes": 10,
+        "probe_s": 30,
     }
     return CapacityPlan.model_validate({**data, **overrides})
 
 
-def test_search_finds_the_boundary_and_stores_every_probe_in_one_experiment(engine) -> None:  # noqa: ANN001
+def test_search_finds_the_boundary_and_stores_every_probe_in_one_experiment(engine) -> None:
     # Per-request latencies spread over +-10% of 2 s * (1 + vus/10): p95 = 1.09 x that <= 10 s up to 35 VUs.
     model = QueueModel(engine)
     plan = external_plan(max_probes=12)
@@ -93,7 +107,7 @@ def test_search_finds_the_boundary_and_stores_every_probe_in_one_experiment(engi
     assert all(len(batch) == 1 for batch in model.waited)
 
 
-def test_a_saturated_backend_stops_the_growth_early(engine) -> None:  # noqa: ANN001
+def test_a_saturated_backend_stops_the_growth_early(engine) -> None:
     # 4 requests at once: from 4 VUs on, more load only queues (throughput flat, latency up).
     model = QueueModel(engine, parallel=4)
     plan = external_plan()
@@ -104,7 +118,7 @@ def test_a_saturated_backend_stops_the_growth_early(engine) -> None:  # noqa: AN
     assert [probe["load"] for probe in entry["probes"]] == [1, 2, 4, 8]
 
 
-def test_the_search_state_is_stored_after_every_probe(engine) -> None:  # noqa: ANN001
+def test_the_search_state_is_stored_after_every_probe(engine) -> None:
     model = QueueModel(engine)
     plan = external_plan(max_probes=3)
     with Session(engine) as session:
@@ -121,10 +135,12 @@ def test_the_search_state_is_stored_after_every_probe(engine) -> None:  # noqa: 
     assert seen == [0, 1, 2]
 
 
-def test_repeats_decide_conservatively(engine) -> None:  # noqa: ANN001
+def test_repeats_decide_conservatively(engine) -> None:
     slo = parse_slo(["latency_p95_s<=10"])
-    close = [evaluate(slo, request_figures.decode(**request_figures.encode(samples([v] * 20))), duration_s=10)
-             for v in (8.0, 9.9)]
+    close = [
+        evaluate(slo, request_figures.decode(**request_figures.encode(samples([v] * 20))), duration_s=10)
+        for v in (8.0, 9.9)
+    ]
     single_passed, _, _ = decide_probe(slo, close[:1])
     both_passed, deciding, note = decide_probe(slo, close)
     assert single_passed
@@ -132,7 +148,7 @@ def test_repeats_decide_conservatively(engine) -> None:  # noqa: ANN001
     assert not both_passed and deciding is not None and deciding > 10 and ">" in note
 
 
-def test_a_failed_probe_run_stops_that_backend_with_its_reason(engine) -> None:  # noqa: ANN001
+def test_a_failed_probe_run_stops_that_backend_with_its_reason(engine) -> None:
     plan = external_plan()
     with Session(engine) as session:
         experiment_id = create_experiment(session=session, plan=plan)
@@ -146,15 +162,20 @@ def test_a_failed_probe_run_stops_that_backend_with_its_reason(engine) -> None: 
     assert entry["state"] == "failed" and "backend never ready" in entry["stop_reason"]
 
 
-def test_a_probe_whose_load_ran_but_no_request_finished_fails_the_slo(engine) -> None:  # noqa: ANN001
+def test_a_probe_whose_load_ran_but_no_request_finished_fails_the_slo(engine) -> None:
     plan = external_plan(max_probes=3)
     with Session(engine) as session:
         experiment_id = create_experiment(session=session, plan=plan)
 
     def wait(run_ids: list[int]) -> None:
         for run_id in run_ids:
-            store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.FAILED, load_started_at=store.utc_now(),
-                                 reason="no request completed successfully (0 failed, 1 still in flight at the end)")
+            store.set_run_status(
+                engine=engine,
+                run_id=run_id,
+                status=RunStatus.FAILED,
+                load_started_at=store.utc_now(),
+                reason="no request completed successfully (0 failed, 1 still in flight at the end)",
+            )
 
     entry = run_search(engine=engine, experiment_id=experiment_id, plan=plan, wait=wait)["backends"]["external"]
     assert entry["state"] == "done" and entry["capacity_load"] is None
@@ -162,13 +183,15 @@ def test_a_probe_whose_load_ran_but_no_request_finished_fails_the_slo(engine) ->
 
 
 def test_probes_let_in_flight_requests_finish_within_the_latency_limit() -> None:
-    plan = external_plan(slo=["latency_p95_s<=45", "failure_rate<=0.01"], base={
-        "backend": "external", "target_url": "http://127.0.0.1:9", "load": {"graceful_stop_s": 15}})
+    plan = external_plan(
+        slo=["latency_p95_s<=45", "failure_rate<=0.01"],
+        base={"backend": "external", "target_url": "http://127.0.0.1:9", "load": {"graceful_stop_s": 15}},
+    )
     spec = plan.probe_spec("external", 3)
     assert spec.load.graceful_stop_s == 45 and spec.load.vus == 3 and spec.load.duration_s == 30
 
 
-def test_a_stopped_search_is_stored_as_interrupted(engine) -> None:  # noqa: ANN001
+def test_a_stopped_search_is_stored_as_interrupted(engine) -> None:
     plan = external_plan()
     with Session(engine) as session:
         experiment_id = create_experiment(session=session, plan=plan)
@@ -183,13 +206,26 @@ def test_a_stopped_search_is_stored_as_interrupted(engine) -> None:  # noqa: ANN
     assert state["state"] == "interrupted" and state["backends"]["external"]["state"] == "interrupted"
 
 
-def test_slo_evaluation_of_a_stored_run_matches_hand_computed_goodput(engine) -> None:  # noqa: ANN001
+def test_slo_evaluation_of_a_stored_run_matches_hand_computed_goodput(engine) -> None:
     with Session(engine) as session:
         experiment_id = create_experiment(session=session, plan=external_plan())
-        [run_id] = store.add_experiment_runs(session=session, experiment_id=experiment_id, runs=[{
-            "spec": {}, "backend": "external", "model": "m", "workload": "number-story", "load_kind": "constant-vus",
-            "vus": 1, "duration_s": 10.0, "max_tokens": 8, "random_seed": 1,
-        }])
+        [run_id] = store.add_experiment_runs(
+            session=session,
+            experiment_id=experiment_id,
+            runs=[
+                {
+                    "spec": {},
+                    "backend": "external",
+                    "model": "m",
+                    "workload": "number-story",
+                    "load_kind": "constant-vus",
+                    "vus": 1,
+                    "duration_s": 10.0,
+                    "max_tokens": 8,
+                    "random_seed": 1,
+                }
+            ],
+        )
     # 10 requests in 10 s: 6 within 5 s, 2 slower, 2 failed -> goodput 0.6 req/s, attainment 60%.
     figures = samples([1, 2, 3, 4, 4.5, 5, 6, 7, 0.1, 0.1], ok=[True] * 8 + [False] * 2)
     store.save_run_requests(engine=engine, run_id=run_id, **request_figures.encode(figures))
@@ -217,7 +253,11 @@ def test_per_request_samples_from_k6_ndjson(tmp_path: Path) -> None:
     for line in FIXTURE_NDJSON.read_text().splitlines():
         record = json.loads(line)
         tags = record.get("data", {}).get("tags") or {}
-        if record.get("metric") == "http_req_duration" and record["type"] == "Point" and tags.get("lab_request") == "chat":
+        if (
+            record.get("metric") == "http_req_duration"
+            and record["type"] == "Point"
+            and tags.get("lab_request") == "chat"
+        ):
             durations.append((record["data"]["value"] / 1000, tags.get("expected_response") == "true"))
     assert len(plain) == len(durations) > 0
     assert [bool(flag) for flag in plain.ok] == [ok for _, ok in durations]
@@ -228,9 +268,20 @@ def test_per_request_samples_from_k6_ndjson(tmp_path: Path) -> None:
     extra = []
     for index in range(len(durations)):
         for metric, value in (("lab_ttft", 100 + index), ("lab_tpot", 20.5)):
-            extra.append(json.dumps({"metric": metric, "type": "Point", "data": {
-                "time": "2026-11-29T08:27:40.1Z", "value": value, "tags": {"lab_request": "chat", "scenario": "default"}}},
-                separators=(",", ":")))
+            extra.append(
+                json.dumps(
+                    {
+                        "metric": metric,
+                        "type": "Point",
+                        "data": {
+                            "time": "2026-11-29T08:27:40.1Z",
+                            "value": value,
+                            "tags": {"lab_request": "chat", "scenario": "default"},
+                        },
+                    },
+                    separators=(",", ":"),
+                )
+            )
     streamed.write_text(FIXTURE_NDJSON.read_text() + "\n".join(extra) + "\n")
     result = stream_request_samples(streamed)
     assert len(result.ttft_s) == len(durations) and result.ttft_s[1] == pytest.approx(0.101)
@@ -252,7 +303,7 @@ def test_per_request_samples_from_k6_ndjson(tmp_path: Path) -> None:
         ([], "give --backend and --slo"),
     ],
 )
-def test_bad_capacity_input_is_refused_at_launch_with_one_line(argv, message, capsys, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_bad_capacity_input_is_refused_at_launch_with_one_line(argv, message, capsys, tmp_path, monkeypatch) -> None:
     if "--slo" not in argv and "--preset" not in argv and argv:
         argv = [*argv, "--slo", "latency_p95_s=10"]
     assert cli.main(["capacity", *argv, "--quick"]) == 2
@@ -268,12 +319,25 @@ def test_an_slo_on_stream_figures_is_allowed_when_the_workload_streams() -> None
     check_plan(plan)
 
 
-def test_runs_slo_cli_evaluates_a_stored_run(engine, capsys, monkeypatch) -> None:  # noqa: ANN001
+def test_runs_slo_cli_evaluates_a_stored_run(engine, capsys, monkeypatch) -> None:
     with Session(engine) as session:
-        [run_id] = store.add_experiment_runs(session=session, experiment_id=None, runs=[{
-            "spec": {}, "backend": "external", "model": "m", "workload": "number-story", "load_kind": "constant-vus",
-            "vus": 1, "duration_s": 4.0, "max_tokens": 8, "random_seed": 1,
-        }])
+        [run_id] = store.add_experiment_runs(
+            session=session,
+            experiment_id=None,
+            runs=[
+                {
+                    "spec": {},
+                    "backend": "external",
+                    "model": "m",
+                    "workload": "number-story",
+                    "load_kind": "constant-vus",
+                    "vus": 1,
+                    "duration_s": 4.0,
+                    "max_tokens": 8,
+                    "random_seed": 1,
+                }
+            ],
+        )
     store.save_run_requests(engine=engine, run_id=run_id, **request_figures.encode(samples([1, 2, 3, 20])))
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.DONE, measured_duration_s=4.0)
     monkeypatch.setattr(LabContext, "engine", engine)
@@ -292,38 +356,78 @@ def test_bounds_error_type() -> None:
 
 
 def test_the_report_section_shows_the_three_capacities_and_the_pareto_chart(tmp_path: Path) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from lab.report import write_report
     from lab.report.capacity_section import SECTION_TITLE, CapacitySection, pareto_points
 
     def record(run_id: int, backend: str, vus: int, p95: float, rate: float) -> dict:
-        return {"run_id": run_id, "backend": backend, "vus": vus, "load_kind": "constant-vus", "status": "done",
-                "latency_p95_s": p95, "req_per_s": rate}
+        return {
+            "run_id": run_id,
+            "backend": backend,
+            "vus": vus,
+            "load_kind": "constant-vus",
+            "status": "done",
+            "latency_p95_s": p95,
+            "req_per_s": rate,
+        }
 
-    records = [record(1, "naive", 1, 12.0, 0.1), record(2, "vllm", 1, 6.0, 0.2), record(3, "vllm", 2, 7.0, 0.35),
-               record(4, "vllm+cache", 16, 0.1, 300.0), record(5, "vllm", 2, 9.0, 0.25)]
-    state = {"plan": {"slo": ["latency_p95_s<=10"]}, "unit": "VUs", "slo_figure": "latency_p95_s",
-             "slo_threshold_s": 10.0, "state": "done", "backends": {
-                 "naive": {"state": "done", "capacity_load": None, "probes": [{"load": 1, "passed": False,
-                           "slo_figure_s": 12.0}], "stop_reason": "the minimum load 1 already broke the SLO"},
-                 "vllm": {"state": "done", "capacity_load": 2, "goodput_req_per_s": 0.3, "bounding_run_ids": [3, 5],
-                          "probes": [], "stop_reason": "probe budget spent"},
-                 "vllm+cache": {"state": "done", "capacity_load": 16, "goodput_req_per_s": 300.0, "probes": [],
-                                "stop_reason": "the maximum load 16 met the SLO"}}}
+    records = [
+        record(1, "naive", 1, 12.0, 0.1),
+        record(2, "vllm", 1, 6.0, 0.2),
+        record(3, "vllm", 2, 7.0, 0.35),
+        record(4, "vllm+cache", 16, 0.1, 300.0),
+        record(5, "vllm", 2, 9.0, 0.25),
+    ]
+    state = {
+        "plan": {"slo": ["latency_p95_s<=10"]},
+        "unit": "VUs",
+        "slo_figure": "latency_p95_s",
+        "slo_threshold_s": 10.0,
+        "state": "done",
+        "backends": {
+            "naive": {
+                "state": "done",
+                "capacity_load": None,
+                "probes": [{"load": 1, "passed": False, "slo_figure_s": 12.0}],
+                "stop_reason": "the minimum load 1 already broke the SLO",
+            },
+            "vllm": {
+                "state": "done",
+                "capacity_load": 2,
+                "goodput_req_per_s": 0.3,
+                "bounding_run_ids": [3, 5],
+                "probes": [],
+                "stop_reason": "probe budget spent",
+            },
+            "vllm+cache": {
+                "state": "done",
+                "capacity_load": 16,
+                "goodput_req_per_s": 300.0,
+                "probes": [],
+                "stop_reason": "the maximum load 16 met the SLO",
+            },
+        },
+    }
     # Repeats at one load are averaged into one point of the backend's curve.
     assert pareto_points(records)["vllm"][1] == {"load": 2.0, "latency_p95_s": 8.0, "req_per_s": 0.3, "runs": [3, 5]}
-    written = write_report(records_by_preset={}, experiments_meta={}, environment={}, output_dir=tmp_path,
-                           generated_at=datetime(2026, 12, 1, tzinfo=timezone.utc), write_png=False,
-                           capacity=CapacitySection(7, state, records))
+    written = write_report(
+        records_by_preset={},
+        experiments_meta={},
+        environment={},
+        output_dir=tmp_path,
+        generated_at=datetime(2026, 12, 1, tzinfo=UTC),
+        write_png=False,
+        capacity=CapacitySection(7, state, records),
+    )
     markdown = written["README.md"].read_text()
-    section = markdown[markdown.index(SECTION_TITLE):]
+    section = markdown[markdown.index(SECTION_TITLE) :]
     assert "none (the smallest load broke the SLO)" in section and "| vllm | 2 | 0.3 |" in section
     assert "| vllm+cache | 16 | 300 |" in section and "#3, #5" in section
     assert "Throughput against latency_p95_s" in written["report.html"].read_text()
 
 
-def test_a_search_stored_by_the_pages_runs_from_the_cli(engine, capsys, monkeypatch) -> None:  # noqa: ANN001
+def test_a_search_stored_by_the_pages_runs_from_the_cli(engine, capsys, monkeypatch) -> None:
     model = QueueModel(engine)
     plan = external_plan(max_load=4, max_probes=3)
     with Session(engine) as session:
@@ -333,7 +437,7 @@ def test_a_search_stored_by_the_pages_runs_from_the_cli(engine, capsys, monkeypa
         def __init__(self, **_: object) -> None:
             self.wait = model.wait
 
-        def __enter__(self) -> "Waiter":
+        def __enter__(self) -> Waiter:
             return self
 
         def __exit__(self, *_: object) -> None:

@@ -8,7 +8,8 @@ import sys
 import unicodedata
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lab.analysis.aggregation import mean_and_spread
 from lab.analysis.cost import cost_per_million_output_tokens
@@ -19,7 +20,7 @@ from lab.report.formatting import format_seconds
 from pages.view.tables import seed_comparison_table
 
 
-def record(**values):  # noqa: ANN003, ANN201
+def record(**values):
     base = {"status": "done", "requests_failed": 0}
     return {**base, **values}
 
@@ -53,14 +54,23 @@ def test_exp1_ratios() -> None:
     vllm_growth = ratios.growth_of(SeedSetup.VLLM, "output_tok_per_s")
     assert (vllm_growth.low_vus, vllm_growth.high_vus) == (1, 8) and round(vllm_growth.value, 2) == 4.0
     naive_growth = ratios.growth_of(SeedSetup.NAIVE, "latency_avg_s")
-    assert (naive_growth.low_vus, naive_growth.high_vus) == (1, 8) and round(naive_growth.value, 2) == round(45 / 5.9, 2)
+    assert (naive_growth.low_vus, naive_growth.high_vus) == (1, 8) and round(naive_growth.value, 2) == round(
+        45 / 5.9, 2
+    )
 
 
 def test_exp2_and_exp3_tables() -> None:
     records = [
         record(backend="vllm", prompts=50, req_per_s=2.0, latency_avg_s=4.0, latency_p95_s=4.5, latency_max_s=5.0),
-        record(backend="vllm+cache", prompts=50, req_per_s=500.0, latency_avg_s=0.01, latency_p95_s=0.02,
-               latency_max_s=5.1, response_cache_hit_rate=0.99),
+        record(
+            backend="vllm+cache",
+            prompts=50,
+            req_per_s=500.0,
+            latency_avg_s=0.01,
+            latency_p95_s=0.02,
+            latency_max_s=5.1,
+            response_cache_hit_rate=0.99,
+        ),
     ]
     table = seed_comparison_table("seed-exp2", records)
     assert list(table["set-up"]) == ["vLLM direct", "vLLM + Redis"]
@@ -72,9 +82,9 @@ def test_exp2_and_exp3_tables() -> None:
 
 
 def test_csv_neutralises_formula_cells_but_not_numbers() -> None:
-    rows = [{"run_id": 1, "notes": "=HYPERLINK(\"x\")", "tags": "+1", "who": "@me", "delta": -3.5, "ok": "-"}]
+    rows = [{"run_id": 1, "notes": '=HYPERLINK("x")', "tags": "+1", "who": "@me", "delta": -3.5, "ok": "-"}]
     parsed = list(csv.DictReader(io.StringIO(records_to_csv(rows))))
-    assert parsed[0]["notes"] == "'=HYPERLINK(\"x\")"
+    assert parsed[0]["notes"] == '\'=HYPERLINK("x")'
     assert parsed[0]["tags"] == "'+1" and parsed[0]["who"] == "'@me" and parsed[0]["ok"] == "'-"
     assert parsed[0]["delta"] == "-3.5"
 
@@ -92,7 +102,8 @@ def test_formatting_and_cost() -> None:
 
 # -- CSV neutralisation as a property: any blank/control run, then any form of = + - @ -----
 _FORMULA_FORMS = sorted(
-    c for c in map(chr, range(sys.maxunicode + 1))
+    c
+    for c in map(chr, range(sys.maxunicode + 1))
     if unicodedata.normalize("NFKC", c)[:1] in "=+-@" and unicodedata.normalize("NFKC", c)
 )
 _BLANKS = [c for c in map(chr, range(0x3100)) if c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs")]
@@ -101,7 +112,7 @@ _BLANKS += ["\u200b", "\ufeff", "\u2028", "\u3000"]
 
 @given(
     blanks=st.lists(st.sampled_from(_BLANKS), max_size=6).map("".join),
-    sign=st.sampled_from(_FORMULA_FORMS + ["\u2212"]),
+    sign=st.sampled_from([*_FORMULA_FORMS, "−"]),
     rest=st.text(max_size=30),
 )
 def test_formula_after_any_blank_or_control_prefix_is_neutralised(blanks: str, sign: str, rest: str) -> None:
@@ -133,22 +144,40 @@ def test_numbers_are_never_quoted(number: float) -> None:
 
 
 def test_named_formula_look_alikes() -> None:
-    for value in (" =1+1", "\n=cmd|' /C calc'!A0", "\t@SUM(A1)", "\r+1", "＝HYPERLINK(\"x\")", "＋1", "－1", "＠me",
-                  "\u200b=1", "\ufeff-1", "\u3000=1", "﹦1", "⁼1", "\u2212 1"):
+    for value in (
+        " =1+1",
+        "\n=cmd|' /C calc'!A0",
+        "\t@SUM(A1)",
+        "\r+1",
+        '＝HYPERLINK("x")',
+        "＋1",
+        "－1",
+        "＠me",
+        "\u200b=1",
+        "\ufeff-1",
+        "\u3000=1",
+        "﹦1",
+        "⁼1",
+        "\u2212 1",
+    ):
         assert neutralise_cell(value) == "'" + value, repr(value)
     for value in ("hello", "1.5", "a=b", "", "   ", "'=already quoted"):
         assert neutralise_cell(value) == value, repr(value)
 
 
 def test_grid_comparisons_read_the_axes_from_each_runs_spec(capsys: pytest.CaptureFixture[str]) -> None:
-    from lab.cli import print_grid_ratios
     from lab.analysis.compare import grid_comparisons
+    from lab.cli import print_grid_ratios
 
     records = [{"status": "done", "req_per_s": rate, "output_tok_per_s": None} for rate in (2.4, 3300.0, 2.3, 5.0)]
-    specs = [{"backend": backend, "workload": {"prompts": prompts}}
-             for backend, prompts in (("vllm", 50), ("vllm+cache", 50), ("vllm", 1000), ("vllm+cache", 1000))]
-    rows = {row["cell"]: row["ratio"] for row in grid_comparisons(records, specs, ["backend", "workload.prompts"],
-                                                                   "req_per_s")}
+    specs = [
+        {"backend": backend, "workload": {"prompts": prompts}}
+        for backend, prompts in (("vllm", 50), ("vllm+cache", 50), ("vllm", 1000), ("vllm+cache", 1000))
+    ]
+    rows = {
+        row["cell"]: row["ratio"]
+        for row in grid_comparisons(records, specs, ["backend", "workload.prompts"], "req_per_s")
+    }
     assert rows["backend vllm+cache over backend vllm (workload.prompts 50)"] == pytest.approx(1375.0)
     assert rows["backend vllm+cache over backend vllm (workload.prompts 1000)"] == pytest.approx(5.0 / 2.3)
     assert grid_comparisons(records, specs, [], "req_per_s") == []
@@ -160,8 +189,10 @@ def test_grid_comparisons_read_the_axes_from_each_runs_spec(capsys: pytest.Captu
 def test_lab_run_ratio_lines_carry_their_interval(capsys: pytest.CaptureFixture[str]) -> None:
     from lab.cli import print_grid_ratios
 
-    records = [{"status": "done", "experiment_id": 1, "repeat_index": r, "req_per_s": rate, "output_tok_per_s": None}
-               for r, rate in ((0, 2.4), (0, 3300.0), (1, 2.2), (1, 3100.0), (2, 2.5), (2, 3500.0))]
+    records = [
+        {"status": "done", "experiment_id": 1, "repeat_index": r, "req_per_s": rate, "output_tok_per_s": None}
+        for r, rate in ((0, 2.4), (0, 3300.0), (1, 2.2), (1, 3100.0), (2, 2.5), (2, 3500.0))
+    ]
     specs = [{"backend": backend} for backend in ("vllm", "vllm+cache") * 3]
     print_grid_ratios(records, specs, ["backend"])
     printed = capsys.readouterr().out

@@ -19,17 +19,20 @@ from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.cli import entry as cli
 from lab.context import LabContext
+from lab.execution import experiments
 from lab.execution import final_state as final_state_module
 from lab.execution import run_decisions as decisions
 from lab.execution.final_state import PENDING_FINAL_STATE_FILE, FinalStateWriter, PendingFinalStates
 from lab.execution.run_steps import RunSteps
 from lab.execution.worker import Worker
-from lab.execution import experiments
 from lab.settings import Settings
 from lab.specs.schema import load_preset
 
-REFUSED = OperationalError("UPDATE runs", {}, Exception('connection failed: connection to server at "127.0.0.1", '
-                                                         "port 5432 failed: Connection refused"))
+REFUSED = OperationalError(
+    "UPDATE runs",
+    {},
+    Exception('connection failed: connection to server at "127.0.0.1", port 5432 failed: Connection refused'),
+)
 SHUTTING_DOWN = OperationalError("SELECT 1", {}, Exception("terminating connection due to administrator command"))
 
 
@@ -46,7 +49,7 @@ def lab(tmp_path: Path) -> tuple[Settings, object, int]:
     return settings, engine, run_id
 
 
-def run_row(engine, run_id: int) -> Run:  # noqa: ANN001
+def run_row(engine, run_id: int) -> Run:
     with Session(engine) as session:
         run = session.get(Run, run_id)
         session.expunge(run)
@@ -54,19 +57,27 @@ def run_row(engine, run_id: int) -> Run:  # noqa: ANN001
 
 
 def test_which_errors_mean_the_database_cannot_be_reached() -> None:
-    for error in (REFUSED, SHUTTING_DOWN, OperationalError("x", {}, Exception("database is locked")),
-                  OperationalError("x", {}, Exception("the database system is starting up"))):
+    for error in (
+        REFUSED,
+        SHUTTING_DOWN,
+        OperationalError("x", {}, Exception("database is locked")),
+        OperationalError("x", {}, Exception("the database system is starting up")),
+    ):
         assert decisions.database_unreachable(error), error
-    for error in (OperationalError("x", {}, Exception("database or disk is full")),
-                  OperationalError("x", {}, Exception("disk I/O error")),
-                  OperationalError("x", {}, Exception("no such column: runs.future")),
-                  IntegrityError("x", {}, Exception("connection constraint violated")), OSError("connection")):
+    for error in (
+        OperationalError("x", {}, Exception("database or disk is full")),
+        OperationalError("x", {}, Exception("disk I/O error")),
+        OperationalError("x", {}, Exception("no such column: runs.future")),
+        IntegrityError("x", {}, Exception("connection constraint violated")),
+        OSError("connection"),
+    ):
         assert not decisions.database_unreachable(error), error
 
 
 def test_the_final_write_waits_longer_each_time_until_its_budget_is_spent() -> None:
-    waits = [decisions.next_final_write_delay_s(n, unreachable=True, remaining_s=60, delays_s=(1.0,))
-             for n in range(1, 8)]
+    waits = [
+        decisions.next_final_write_delay_s(n, unreachable=True, remaining_s=60, delays_s=(1.0,)) for n in range(1, 8)
+    ]
     assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
     assert decisions.next_final_write_delay_s(3, unreachable=True, remaining_s=1.5, delays_s=()) == 1.5
     assert decisions.next_final_write_delay_s(3, unreachable=True, remaining_s=0, delays_s=()) is None
@@ -75,12 +86,12 @@ def test_the_final_write_waits_longer_each_time_until_its_budget_is_spent() -> N
 
 
 def test_a_final_write_during_an_outage_is_retried_with_its_figures_until_the_database_returns(
-    lab, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+    lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, engine, run_id = lab
     real, calls, slept = store.set_run_status, [], []
 
-    def down_for_five_tries(**values):  # noqa: ANN003, ANN202
+    def down_for_five_tries(**values):
         calls.append(values)
         if len(calls) <= 5:
             raise REFUSED
@@ -88,8 +99,9 @@ def test_a_final_write_during_an_outage_is_retried_with_its_figures_until_the_da
 
     monkeypatch.setattr(final_state_module.store, "set_run_status", down_for_five_tries)
     monkeypatch.setattr(final_state_module.time, "sleep", slept.append)
-    writer = FinalStateWriter(engine=engine, run_id=run_id, run_dir=settings.runs_dir / str(run_id),
-                              pending=PendingFinalStates(), retry_s=60)
+    writer = FinalStateWriter(
+        engine=engine, run_id=run_id, run_dir=settings.runs_dir / str(run_id), pending=PendingFinalStates(), retry_s=60
+    )
     writer.write(RunStatus.DONE, requests_ok=9861, latency_p95_s=0.5)
     run = run_row(engine, run_id)
     assert (run.status, run.requests_ok, run.status_reason) == (RunStatus.DONE, 9861, None)  # never without figures
@@ -97,7 +109,7 @@ def test_a_final_write_during_an_outage_is_retried_with_its_figures_until_the_da
 
 
 def test_a_final_state_the_database_never_took_is_kept_and_written_by_the_worker_at_its_start(
-    lab, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture  # noqa: ANN001
+    lab, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings, engine, run_id = lab
     real = store.set_run_status
@@ -121,15 +133,19 @@ def test_a_final_state_the_database_never_took_is_kept_and_written_by_the_worker
 
 
 def test_lab_runs_recover_writes_kept_states_and_sets_aside_those_of_final_runs(
-    lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]  # noqa: ANN001
+    lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings, engine, run_id = lab
     pending = PendingFinalStates()
-    values = decisions.final_values(RunStatus.DONE, reason=None, columns={"requests_ok": 12}, finished_at=store.utc_now())
+    values = decisions.final_values(
+        RunStatus.DONE, reason=None, columns={"requests_ok": 12}, finished_at=store.utc_now()
+    )
     pending.add(run_id, values, run_dir=settings.runs_dir / str(run_id))
     with Session(engine) as session:
-        experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp1", overrides=[
-            ("grid.backend", ["naive"]), ("grid.load.vus", [1])]))
+        experiments.enqueue_experiment(
+            session=session,
+            spec=load_preset("seed-exp1", overrides=[("grid.backend", ["naive"]), ("grid.load.vus", [1])]),
+        )
     other = store.claim_next_run(engine=engine, worker_name="box-a", worker_pid=1)
     store.set_run_status(engine=engine, run_id=other, status=RunStatus.CANCELLED)  # ended since: never overwritten
     pending.add(other, {**values, "requests_ok": 1}, run_dir=settings.runs_dir / str(other))
@@ -149,12 +165,12 @@ def test_lab_runs_recover_writes_kept_states_and_sets_aside_those_of_final_runs(
 
 
 def test_progress_writes_and_cancel_checks_are_skipped_during_an_outage(
-    lab, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture  # noqa: ANN001
+    lab, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings, engine, run_id = lab
     steps = RunSteps(engine=engine, settings=settings, services=None, run_id=run_id)  # type: ignore[arg-type]
 
-    def refused(**values):  # noqa: ANN003, ANN202
+    def refused(**values):
         raise REFUSED
 
     monkeypatch.setattr("lab.execution.run_steps.store.is_cancel_requested", refused)
@@ -168,17 +184,26 @@ def test_progress_writes_and_cancel_checks_are_skipped_during_an_outage(
 
 
 def test_the_series_and_requests_the_database_never_took_are_kept_with_the_final_state(
-    lab, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+    lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, engine, run_id = lab
     real_status, real_series = store.set_run_status, final_state_module.PART_WRITERS["series"]
     monkeypatch.setattr(final_state_module.store, "set_run_status", lambda **values: (_ for _ in ()).throw(REFUSED))
     monkeypatch.setitem(final_state_module.PART_WRITERS, "series", lambda **values: (_ for _ in ()).throw(REFUSED))
-    parts = {"series": {"series": {"time_s": [0.0, 1.0], "requests_ok": [4, 5]}, "service_log_tails": {"naive": "x"}},
-             "requests": {"requests": 2, "encoding": "test", "latency_s": b"\x00\x01\xff", "ok": b"\x01\x01",
-                          "ttft_s": None, "tpot_s": None}}
-    writer = FinalStateWriter(engine=engine, run_id=run_id, run_dir=settings.runs_dir / str(run_id),
-                              pending=PendingFinalStates(), retry_s=0)
+    parts = {
+        "series": {"series": {"time_s": [0.0, 1.0], "requests_ok": [4, 5]}, "service_log_tails": {"naive": "x"}},
+        "requests": {
+            "requests": 2,
+            "encoding": "test",
+            "latency_s": b"\x00\x01\xff",
+            "ok": b"\x01\x01",
+            "ttft_s": None,
+            "tpot_s": None,
+        },
+    }
+    writer = FinalStateWriter(
+        engine=engine, run_id=run_id, run_dir=settings.runs_dir / str(run_id), pending=PendingFinalStates(), retry_s=0
+    )
     writer.write(RunStatus.DONE, parts=parts, requests_ok=9)
     monkeypatch.setattr(final_state_module.store, "set_run_status", real_status)
     monkeypatch.setitem(final_state_module.PART_WRITERS, "series", real_series)

@@ -46,7 +46,13 @@ def test_small_sharegpt_file_maps_speakers_and_skips_non_conversations() -> None
     conversations = list(iter_sharegpt_conversations(FIXTURES / "sharegpt_small.json", stats=stats))
 
     assert [c.id for c in conversations] == [
-        "alt_2turns", "with_system", "gpt_first", "six_turns", "other_speaker", "empty_messages", "single_user",
+        "alt_2turns",
+        "with_system",
+        "gpt_first",
+        "six_turns",
+        "other_speaker",
+        "empty_messages",
+        "single_user",
     ]
     assert stats.elements == 8 and stats.skipped_elements == 1 and not stats.truncated
     with_system = conversations[1]
@@ -123,18 +129,17 @@ def test_sessions_replay_the_conversation_turn_by_turn_with_the_system_prompt() 
     conversations = [c for c in small_conversations() if c.id == "alt_2turns"]
     sessions = build_chat_sessions(conversations, sessions=5, max_turns=5, system_prompt="Be kind.", seed=1)
 
-    assert sessions == [[
+    assert sessions == [
         [
-            {"role": "system", "content": "Be kind."},
-            {"role": "user", "content": "What is the capital of France?"},
-        ],
-        [
-            {"role": "system", "content": "Be kind."},
-            {"role": "user", "content": "What is the capital of France?"},
-            {"role": "assistant", "content": "Paris."},
-            {"role": "user", "content": "And of Italy?"},
-        ],
-    ]]
+            [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "What is the capital of France?"}],
+            [
+                {"role": "system", "content": "Be kind."},
+                {"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", "content": "Paris."},
+                {"role": "user", "content": "And of Italy?"},
+            ],
+        ]
+    ]
 
 
 def test_sessions_replace_the_dataset_system_message_and_omit_it_without_prompt() -> None:
@@ -148,10 +153,14 @@ def test_only_eligible_conversations_are_picked_and_max_turns_is_respected() -> 
     picked = build_chat_sessions(conversations, sessions=100, max_turns=5, system_prompt=None, seed=3)
     first_users = sorted(session[0][0]["content"] for session in picked)
     # gpt_first, empty_messages and six_turns (6 user turns > 5) are not eligible.
-    assert first_users == sorted([
-        "What is the capital of France?", "Name a prime number.",
-        "Summarise this: the sky is blue.", "Write a haiku about the sea.",
-    ])
+    assert first_users == sorted(
+        [
+            "What is the capital of France?",
+            "Name a prime number.",
+            "Summarise this: the sky is blue.",
+            "Write a haiku about the sea.",
+        ]
+    )
     with_six = build_chat_sessions(conversations, sessions=100, max_turns=6, system_prompt=None, seed=3)
     assert len(with_six) == 5 and max(len(session) for session in with_six) == 6
 
@@ -186,7 +195,9 @@ def test_no_eligible_conversation_is_a_clear_error() -> None:
 
 def test_empty_messages_break_eligibility_when_they_leave_two_user_turns_in_a_row() -> None:
     messages = [
-        {"role": "user", "content": "a"}, {"role": "assistant", "content": " "}, {"role": "user", "content": "b"},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": " "},
+        {"role": "user", "content": "b"},
     ]
     assert not is_replayable(messages)
     assert is_replayable([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], max_turns=1)
@@ -219,9 +230,9 @@ def test_bad_custom_files_name_the_line(name: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('[1, 2]', "expected a JSON object"),
-        ('{"prompt": "hi"}', "\"messages\" must be a non-empty list"),
-        ('{"messages": []}', "\"messages\" must be a non-empty list"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"prompt": "hi"}', '"messages" must be a non-empty list'),
+        ('{"messages": []}', '"messages" must be a non-empty list'),
         ('{"messages": [{"role": "user", "content": 5}]}', "message 1 content must be a string"),
         ('{"messages": [{"role": "system", "content": "s"}]}', "needs at least one user message"),
         ('{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens must be an integer"),
@@ -386,10 +397,12 @@ def test_the_packaged_sharegpt_file_yields_its_complete_conversations() -> None:
 
 def test_recorded_uploads_are_listed_newest_first_with_their_original_name(tmp_path: Path) -> None:
     line = json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"
-    first = save_upload(data=line.encode(), original_name="first.jsonl", kind="jsonl", upload_dir=tmp_path,
-                        max_bytes=10_000)
-    second = save_upload(data=(line * 2).encode(), original_name="second.jsonl", kind="jsonl",
-                         upload_dir=tmp_path, max_bytes=10_000)
+    first = save_upload(
+        data=line.encode(), original_name="first.jsonl", kind="jsonl", upload_dir=tmp_path, max_bytes=10_000
+    )
+    second = save_upload(
+        data=(line * 2).encode(), original_name="second.jsonl", kind="jsonl", upload_dir=tmp_path, max_bytes=10_000
+    )
     record_upload(first)
     record_upload(second)
     os.utime(first.path, (1, 1))  # older
@@ -397,4 +410,3 @@ def test_recorded_uploads_are_listed_newest_first_with_their_original_name(tmp_p
     assert [path for path, _ in listed] == [str(second.path), str(first.path)]
     assert listed[0][1].startswith("second.jsonl (2 usable, saved ")
     assert list_uploads(tmp_path, "sharegpt") == []  # sidecars and other kinds are not listed
-

@@ -10,8 +10,10 @@ from lab.measurement.k6_ndjson_files import error_answers
 
 
 def point(metric: str, tags: dict, value: float = 1) -> str:
-    return json.dumps({"metric": metric, "type": "Point",
-                       "data": {"time": "2026-12-01T12:00:00.5Z", "value": value, "tags": tags}}, separators=(",", ":"))
+    return json.dumps(
+        {"metric": metric, "type": "Point", "data": {"time": "2026-12-01T12:00:00.5Z", "value": value, "tags": tags}},
+        separators=(",", ":"),
+    )
 
 
 def test_error_answers_are_counted_from_the_failure_samples(tmp_path: Path) -> None:

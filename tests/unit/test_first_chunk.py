@@ -40,8 +40,11 @@ def test_headers_are_held_until_the_first_non_empty_body() -> None:
     log = _run(_streaming_app)
     kinds = [entry[1].get("type") or entry[1]["step"] for entry in log]
     assert kinds == [
-        "headers sent, computing the first token", "first token",
-        "http.response.start", "http.response.body", "http.response.body",
+        "headers sent, computing the first token",
+        "first token",
+        "http.response.start",
+        "http.response.body",
+        "http.response.body",
     ]
     assert log[3][1]["body"] == b"data: 1\n\n"
 

@@ -18,7 +18,7 @@ from lab.specs.options import backend_inputs, settable_options, workload_inputs
 from lab.workloads import workload_names
 
 
-def form(**values) -> GridForm:  # noqa: ANN003
+def form(**values) -> GridForm:
     return GridForm(model=get_settings().default_model, **values)
 
 
@@ -29,10 +29,17 @@ def test_external_is_decided_by_the_registry():
 
 
 def test_synthetic_fields_become_the_workload_section():
-    spec, errors = check_grid_form(form(backends=["llamacpp", "vllm"], workload="synthetic",
-                                        workload_options={"synthetic.input_tokens_mean": 256,
-                                                          "synthetic.shared_prefix_tokens": 128,
-                                                          "synthetic.prompts": 20}))
+    spec, errors = check_grid_form(
+        form(
+            backends=["llamacpp", "vllm"],
+            workload="synthetic",
+            workload_options={
+                "synthetic.input_tokens_mean": 256,
+                "synthetic.shared_prefix_tokens": 128,
+                "synthetic.prompts": 20,
+            },
+        )
+    )
     assert errors == {}
     run = spec.expand()[0][2]
     assert run.workload.kind == "synthetic"
@@ -42,8 +49,12 @@ def test_synthetic_fields_become_the_workload_section():
 
 
 def test_a_prefix_as_long_as_the_prompt_is_refused_beside_its_field():
-    spec, errors = check_grid_form(form(workload="synthetic", workload_options={
-        "synthetic.input_tokens_mean": 128, "synthetic.shared_prefix_tokens": 128}))
+    spec, errors = check_grid_form(
+        form(
+            workload="synthetic",
+            workload_options={"synthetic.input_tokens_mean": 128, "synthetic.shared_prefix_tokens": 128},
+        )
+    )
     assert spec is None
     assert "shared_prefix_tokens must be smaller" in errors["synthetic"]
 
@@ -80,20 +91,29 @@ def toy() -> Iterator[str]:
 def test_a_registered_backends_fields_are_described_for_the_form(toy: str) -> None:
     inputs = backend_inputs(toy)
     assert [(field.option.path, field.kind, field.default) for field in inputs] == [
-        ("toy.workers", "int", 2), ("toy.precision", "choice", "high")]
+        ("toy.workers", "int", 2),
+        ("toy.precision", "choice", "high"),
+    ]
     assert inputs[0].help == "worker processes" and inputs[1].choices == ("low", "high")
     assert backend_inputs("toy+cache") == inputs
     assert "toy.workers" in settable_options() and "toy.note" not in settable_options()
 
 
 def test_a_registered_backends_fields_are_checked_one_by_one_and_reach_its_section(toy: str) -> None:
-    spec, errors = check_grid_form(form(backends=["toy+cache"], backend_options={"toy.workers": 0,
-                                                                                  "toy.precision": "medium"}))
+    spec, errors = check_grid_form(
+        form(backends=["toy+cache"], backend_options={"toy.workers": 0, "toy.precision": "medium"})
+    )
     assert spec is None
-    assert errors == {"toy.workers": "workers: Input should be greater than or equal to 1",
-                      "toy.precision": "precision: Input should be 'low' or 'high'"}
-    spec, errors = check_grid_form(form(backends=["toy", "naive"], backend_options={
-        "toy.workers": 5, "toy.precision": "low", "naive.dtype": "float32"}))
+    assert errors == {
+        "toy.workers": "workers: Input should be greater than or equal to 1",
+        "toy.precision": "precision: Input should be 'low' or 'high'",
+    }
+    spec, errors = check_grid_form(
+        form(
+            backends=["toy", "naive"],
+            backend_options={"toy.workers": 5, "toy.precision": "low", "naive.dtype": "float32"},
+        )
+    )
     assert errors == {}
     cells = {cell.backend: cell for _, _, cell in spec.expand()}
     assert (cells["toy"].backend_options().workers, cells["toy"].backend_options().precision) == (5, "low")

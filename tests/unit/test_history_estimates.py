@@ -3,7 +3,7 @@ configuration, the newest finished run's card, capacity searches still probing."
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -18,8 +18,9 @@ MODEL = "models/SmolLM2-135M-Instruct"
 
 
 def queue(engine: Engine, vus: list[int], duration_s: float = 20.0) -> list[int]:
-    spec = ExperimentSpec(name="e", base=RunSpec(backend="naive", model=MODEL, load={"duration_s": duration_s}),
-                          grid={"load.vus": vus})
+    spec = ExperimentSpec(
+        name="e", base=RunSpec(backend="naive", model=MODEL, load={"duration_s": duration_s}), grid={"load.vus": vus}
+    )
     with Session(engine, expire_on_commit=False) as session:
         return [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
 
@@ -30,10 +31,15 @@ def specs(engine: Engine, run_ids: list[int]) -> list[dict]:
 
 
 def finish(engine: Engine, run_id: int, *, wall_s: float, startup_s: float) -> None:
-    started = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
-    store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.DONE, started_at=started,
-                         finished_at=started + timedelta(seconds=wall_s),
-                         environment={"startup": {"seconds": startup_s, "fresh": True}})
+    started = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    store.set_run_status(
+        engine=engine,
+        run_id=run_id,
+        status=RunStatus.DONE,
+        started_at=started,
+        finished_at=started + timedelta(seconds=wall_s),
+        environment={"startup": {"seconds": startup_s, "fresh": True}},
+    )
 
 
 def test_without_history_the_estimate_counts_load_half_the_graceful_stop_and_a_start_guess(engine: Engine) -> None:
@@ -70,15 +76,18 @@ def test_the_card_is_the_newest_finished_run_with_its_experiments_done_runs(engi
 
 def test_a_capacity_search_between_probes_keeps_the_live_views_on(engine: Engine) -> None:
     with Session(engine) as session:
-        experiment = store.enqueue_experiment(session=session, name="cap", preset=None, scale="quick", spec={},
-                                              runs=[])
+        experiment = store.enqueue_experiment(session=session, name="cap", preset=None, scale="quick", spec={}, runs=[])
         experiment_id = experiment.id
-    store.set_experiment_capacity(engine=engine, experiment_id=experiment_id, capacity={
-        "state": "running", "backends": {"naive": {"probes": [{"load": 1}, {"load": 2}]}}})
+    store.set_experiment_capacity(
+        engine=engine,
+        experiment_id=experiment_id,
+        capacity={"state": "running", "backends": {"naive": {"probes": [{"load": 1}, {"load": 2}]}}},
+    )
     with Session(engine) as session:
         state = history.live_state(session=session)
     assert state["pending"] and state["searches"] == [
-        {"id": experiment_id, "name": "cap", "state": "running", "probes": 2}]
+        {"id": experiment_id, "name": "cap", "state": "running", "probes": 2}
+    ]
     store.set_experiment_capacity(engine=engine, experiment_id=experiment_id, capacity={"state": "done"})
     with Session(engine) as session:
         assert not history.live_state(session=session)["pending"]

@@ -33,17 +33,29 @@ def special_files(tmp_path: Path) -> dict[str, Path]:
     folder.mkdir()
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(tmp_path / "socket.jsonl"))
-    yield {"FIFO (named pipe)": fifo, "character device": Path("/dev/zero"), "character device ": link,
-           "folder": folder, "socket": tmp_path / "socket.jsonl"}
+    yield {
+        "FIFO (named pipe)": fifo,
+        "character device": Path("/dev/zero"),
+        "character device ": link,
+        "folder": folder,
+        "socket": tmp_path / "socket.jsonl",
+    }
     server.close()
 
 
 def test_the_rule_names_each_kind_of_special_file() -> None:
-    for mode, kind in ((stat.S_IFIFO, "a FIFO"), (stat.S_IFCHR, "a character device"), (stat.S_IFBLK, "a block device"),
-                       (stat.S_IFSOCK, "a socket"), (stat.S_IFDIR, "a folder")):
+    for mode, kind in (
+        (stat.S_IFIFO, "a FIFO"),
+        (stat.S_IFCHR, "a character device"),
+        (stat.S_IFBLK, "a block device"),
+        (stat.S_IFSOCK, "a socket"),
+        (stat.S_IFDIR, "a folder"),
+    ):
         problem = file_problem("/p", mode | 0o644, 0, max_bytes=10)
-        assert problem == f"/p is {kind}{' (named pipe)' if kind == 'a FIFO' else ''}, not a regular file: " \
-                          "requests and datasets are read only from regular files"
+        assert (
+            problem == f"/p is {kind}{' (named pipe)' if kind == 'a FIFO' else ''}, not a regular file: "
+            "requests and datasets are read only from regular files"
+        )
     assert file_problem("/p", stat.S_IFREG | 0o644, 10, max_bytes=10) is None
     assert "larger than 10 bytes, the limit" in file_problem("/p", stat.S_IFREG | 0o644, 11, max_bytes=10)
 
@@ -62,8 +74,10 @@ def test_special_files_are_refused_at_once_when_read(special_files: dict[str, Pa
 
 def test_special_files_are_refused_by_spec_validation(special_files: dict[str, Path]) -> None:
     for kind, path in special_files.items():
-        for workload in ({"kind": "custom", "requests_path": str(path)},
-                         {"kind": "sharegpt-chat", "dataset_path": str(path)}):
+        for workload in (
+            {"kind": "custom", "requests_path": str(path)},
+            {"kind": "sharegpt-chat", "dataset_path": str(path)},
+        ):
             with pytest.raises(ValueError, match="not a regular file: requests and datasets are read only"):
                 RunSpec(workload=workload)
 
@@ -76,8 +90,18 @@ def test_the_cli_refuses_a_fifo_and_dev_zero_in_one_line(
 
     get_settings.cache_clear()
     for path in (special_files["FIFO (named pipe)"], Path("/dev/zero")):
-        code = cli.main(["run", "--preset", "seed-exp1", "--quick", "--set", "workload.kind=custom",
-                         "--set", f"workload.requests_path={path}"])
+        code = cli.main(
+            [
+                "run",
+                "--preset",
+                "seed-exp1",
+                "--quick",
+                "--set",
+                "workload.kind=custom",
+                "--set",
+                f"workload.requests_path={path}",
+            ]
+        )
         error = capsys.readouterr().err
         assert code == 2 and len(error.splitlines()) == 1 and str(path) in error and "regular file" in error, error
     assert not (tmp_path / "data" / "lab.db").exists()

@@ -36,8 +36,15 @@ def test_summary_rates_and_latency_units() -> None:
     assert figures["output_tok_per_s"] == pytest.approx(1536 / figures["measured_duration_s"])
     assert figures["input_tok_per_s"] == pytest.approx(480 / figures["measured_duration_s"])
     # The stub sleeps 0.25 s per completion: latencies are seconds, not ms.
-    for key in ("latency_avg_s", "latency_min_s", "latency_p50_s", "latency_p90_s", "latency_p95_s",
-                "latency_p99_s", "latency_max_s"):
+    for key in (
+        "latency_avg_s",
+        "latency_min_s",
+        "latency_p50_s",
+        "latency_p90_s",
+        "latency_p95_s",
+        "latency_p99_s",
+        "latency_max_s",
+    ):
         assert 0.25 <= figures[key] < 0.30, key
     assert figures["latency_min_s"] <= figures["latency_p50_s"] <= figures["latency_p95_s"] <= figures["latency_max_s"]
     assert figures["latency_source"] == "http_req_duration{lab_request:chat,expected_response:true}"
@@ -71,13 +78,17 @@ def test_arrival_rate_records_dropped_iterations_and_turns() -> None:
 
 def test_summary_export_layout_is_read_too(tmp_path: Path) -> None:
     handle_summary = json.loads((FIXTURES / "number_story_summary.json").read_text())
-    exported = {"root_group": handle_summary["root_group"],
-                "metrics": {name: metric["values"] for name, metric in handle_summary["metrics"].items()}}
+    exported = {
+        "root_group": handle_summary["root_group"],
+        "metrics": {name: metric["values"] for name, metric in handle_summary["metrics"].items()},
+    }
     path = tmp_path / "export.json"
     path.write_text(json.dumps(exported))
     figures = parse_summary(path)
     assert figures["requests_ok"] == 12
-    assert figures["measured_duration_s"] == pytest.approx(parse_summary(FIXTURES / "number_story_summary.json")["measured_duration_s"], rel=1e-6)
+    assert figures["measured_duration_s"] == pytest.approx(
+        parse_summary(FIXTURES / "number_story_summary.json")["measured_duration_s"], rel=1e-6
+    )
 
 
 @pytest.mark.parametrize("content", [None, "", "{not json", '{"metrics": 3}'])
@@ -124,7 +135,9 @@ def test_stream_falls_back_when_the_line_layout_changes(tmp_path: Path) -> None:
     with open(FIXTURES / "number_story.ndjson") as source, open(path, "w") as target:
         for line in source:
             record = json.loads(line)
-            target.write(json.dumps({"data": record["data"], "type": record["type"], "metric": record["metric"]}) + "\n")
+            target.write(
+                json.dumps({"data": record["data"], "type": record["type"], "metric": record["metric"]}) + "\n"
+            )
     fast = stream_series(FIXTURES / "number_story.ndjson")
     slow = stream_series(path)
     assert slow.requests_ok == fast.requests_ok and slow.requests_failed == fast.requests_failed
@@ -151,8 +164,12 @@ def test_percentile_matches_k6_linear_interpolation() -> None:
 
 
 def test_build_k6_command_is_an_argv_with_env_and_samples_on_stdout(tmp_path: Path) -> None:
-    argv = build_k6_command(script=script_path("number-story"), env={"TARGET": "http://127.0.0.1:1", "VUS": "8"},
-                            summary_path=tmp_path / "s.json", api_address="127.0.0.1:7000")
+    argv = build_k6_command(
+        script=script_path("number-story"),
+        env={"TARGET": "http://127.0.0.1:1", "VUS": "8"},
+        summary_path=tmp_path / "s.json",
+        api_address="127.0.0.1:7000",
+    )
     assert argv[1] == "run" and "--quiet" in argv and "--no-usage-report" in argv
     assert argv[argv.index("--out") + 1] == "json=-"  # a pipe the lab reads, never a file
     assert argv[argv.index("--address") + 1] == "127.0.0.1:7000"

@@ -15,9 +15,21 @@ from lab.measurement.results import RESULT_FIELDS, RunResults
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "k6"
 COUNTS = json.loads((FIXTURES / "stream_counts.json").read_text())
-STREAM_KEYS = ("ttft_avg_s", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_avg_s", "tpot_p95_s",
-               "ttft_hit_avg_s", "ttft_hit_p95_s", "ttft_miss_avg_s", "ttft_miss_p95_s",
-               "tpot_hit_avg_s", "tpot_miss_avg_s", "unstreamed_answers")
+STREAM_KEYS = (
+    "ttft_avg_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_avg_s",
+    "tpot_p95_s",
+    "ttft_hit_avg_s",
+    "ttft_hit_p95_s",
+    "ttft_miss_avg_s",
+    "ttft_miss_p95_s",
+    "tpot_hit_avg_s",
+    "tpot_miss_avg_s",
+    "unstreamed_answers",
+)
 
 
 def test_streamed_run_has_client_ttft_and_tpot_in_seconds() -> None:
@@ -55,7 +67,9 @@ def test_an_answer_that_ignores_stream_is_timed_to_its_whole_body_and_flagged() 
     assert figures["ttft_avg_s"] == pytest.approx(figures["latency_avg_s"])  # time to the whole body
     assert figures["tpot_avg_s"] is None and figures["tpot_p95_s"] is None
     assert figures["output_tokens"] == COUNTS["unstreamed"]["completion_tokens_total"]
-    assert stream_series(FIXTURES / "unstreamed.ndjson").figures()["unstreamed_answers"] == figures["unstreamed_answers"]
+    assert (
+        stream_series(FIXTURES / "unstreamed.ndjson").figures()["unstreamed_answers"] == figures["unstreamed_answers"]
+    )
 
 
 def test_a_run_without_stream_has_no_client_ttft() -> None:
@@ -112,9 +126,13 @@ def test_a_database_from_before_gets_the_streaming_columns_and_keeps_its_runs(tm
     with engine.begin() as connection:  # back to the schema before this migration
         for column in migrations.STREAMING_COLUMNS:
             connection.execute(text(f"ALTER TABLE runs DROP COLUMN {column}"))
-        connection.execute(text("INSERT INTO runs (spec, backend, model, workload, load_kind, duration_s, max_tokens, "
-                                "random_seed, cell_label, repeat_index, tags, notes, status, cancel_requested, created_at) VALUES "
-                                "('{}', 'vllm', 'm', 'number-story', 'constant-vus', 1, 1, 1, '', 0, '', '', 'done', 0, '2026-01-01 00:00:00')"))
+        connection.execute(
+            text(
+                "INSERT INTO runs (spec, backend, model, workload, load_kind, duration_s, max_tokens, "
+                "random_seed, cell_label, repeat_index, tags, notes, status, cancel_requested, created_at) VALUES "
+                "('{}', 'vllm', 'm', 'number-story', 'constant-vus', 1, 1, 1, '', 0, '', '', 'done', 0, '2026-01-01 00:00:00')"
+            )
+        )
         connection.execute(text("UPDATE schema_version SET version = :v"), {"v": version})
     assert migrations.upgrade(engine) == version
     with engine.connect() as connection:

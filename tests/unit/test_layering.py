@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
-
-import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,13 +15,17 @@ def imports_of(path: Path, *, type_checking: bool = False) -> set[str]:
     they count only with ``type_checking``."""
     package = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts[:-1])
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    type_only = set() if type_checking else {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for statement in node.body
-        for child in ast.walk(statement)
-    }
+    type_only = (
+        set()
+        if type_checking
+        else {
+            id(child)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for statement in node.body
+            for child in ast.walk(statement)
+        }
+    )
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in type_only:
@@ -72,7 +75,9 @@ def test_pages_never_import_the_cli() -> None:
 
 
 def test_the_k6_driver_does_not_depend_on_the_service_supervisor() -> None:
-    assert not any(m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "execution" / "k6_driver.py"))
+    assert not any(
+        m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "execution" / "k6_driver.py")
+    )
 
 
 def test_lab_has_no_import_cycle() -> None:
@@ -89,17 +94,19 @@ def test_lab_has_no_import_cycle() -> None:
     def visit(name: str, trail: list[str]) -> None:
         for target in sorted(graph[name]):
             if target in trail:
-                cycles.append([*trail[trail.index(target):], target])
+                cycles.append([*trail[trail.index(target) :], target])
             elif len(trail) < len(graph):
                 visit(target, [*trail, target])
 
     for start in graph:
         visit(start, [start])
     # A package's __init__ re-exporting its own submodules is not a cycle between modules.
-    real = [c for c in cycles if not any(a == b.rsplit(".", 1)[0] or b == a.rsplit(".", 1)[0]
-                                         for a, b in zip(c, c[1:]))]
+    real = [
+        c
+        for c in cycles
+        if not any(a == b.rsplit(".", 1)[0] or b == a.rsplit(".", 1)[0] for a, b in itertools.pairwise(c))
+    ]
     assert real == []
-
 
 
 MAX_MODULE_LINES = 500
@@ -120,6 +127,7 @@ def test_no_module_or_function_over_the_size_rule() -> None:
                 f"{name}: {node.name}() {node.end_lineno - node.lineno + 1} lines"
                 for node in ast.walk(ast.parse(source))
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+                and node.end_lineno is not None
+                and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
             )
     assert too_long == []

@@ -56,16 +56,22 @@ def test_cpu_flags_come_from_the_first_processor() -> None:
 
 def test_an_amx_cpu_never_gets_amx_or_avx512() -> None:
     built = options(SAPPHIRE_RAPIDS_CPUINFO)
-    for option in ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16", "GGML_AVX512",
-                   "GGML_AVX512_VBMI", "GGML_AVX512_VNNI", "GGML_AVX512_BF16"):
+    for option in (
+        "GGML_AMX_TILE",
+        "GGML_AMX_INT8",
+        "GGML_AMX_BF16",
+        "GGML_AVX512",
+        "GGML_AVX512_VBMI",
+        "GGML_AVX512_VNNI",
+        "GGML_AVX512_BF16",
+    ):
         assert built[option] == "OFF", option
     assert built["GGML_NATIVE"] == "OFF"
 
 
 def test_an_amx_cpu_gets_avx2_with_avx_vnni() -> None:
     built = options(SAPPHIRE_RAPIDS_CPUINFO)
-    for option in ("GGML_SSE42", "GGML_AVX", "GGML_F16C", "GGML_FMA", "GGML_AVX2", "GGML_BMI2",
-                   "GGML_AVX_VNNI"):
+    for option in ("GGML_SSE42", "GGML_AVX", "GGML_F16C", "GGML_FMA", "GGML_AVX2", "GGML_BMI2", "GGML_AVX_VNNI"):
         assert built[option] == "ON", option
 
 

@@ -18,8 +18,20 @@ from lab.analysis.compare import run_record
 from lab.analysis.safe_csv import records_to_csv
 from lab.execution import experiments
 from lab.members import (
-    ADMIN, MEMBER, OUTSIDER, RUN_ACTIONS, Member, RolesError, check_settings_at_start, clean_name, may_act_on_run,
-    may_manage_lab, member_from_sign_in, member_without_sign_in, os_user, parse_roles,
+    ADMIN,
+    MEMBER,
+    OUTSIDER,
+    RUN_ACTIONS,
+    Member,
+    RolesError,
+    check_settings_at_start,
+    clean_name,
+    may_act_on_run,
+    may_manage_lab,
+    member_from_sign_in,
+    member_without_sign_in,
+    os_user,
+    parse_roles,
 )
 from lab.specs.schema import load_preset
 from pages.view.text import plain
@@ -43,11 +55,14 @@ def test_roles_come_from_the_settings_and_everyone_signed_in_is_a_member_by_defa
     assert member_from_sign_in({"sub": "user-42"}, listed).name == "user-42"  # no e-mail: the subject
 
 
-@pytest.mark.parametrize("table, message", [
-    ({"superuser": ["eve@lab.example"]}, "unknown role 'superuser' in [roles]"),
-    ({"admin": "ada@lab.example", "admins": ["x"]}, "unknown role 'admins' in [roles]"),
-    ({"admin": [1, 2]}, "[roles] admin must be a list of e-mail addresses or names"),
-])
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"superuser": ["eve@lab.example"]}, "unknown role 'superuser' in [roles]"),
+        ({"admin": "ada@lab.example", "admins": ["x"]}, "unknown role 'admins' in [roles]"),
+        ({"admin": [1, 2]}, "[roles] admin must be a list of e-mail addresses or names"),
+    ],
+)
 def test_a_settings_file_with_an_unknown_role_is_refused(table: dict, message: str) -> None:
     with pytest.raises(RolesError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse_roles(table)
@@ -62,7 +77,7 @@ def test_lab_start_refuses_an_unknown_role_in_one_line(tmp_path: Path, monkeypat
     assert problem.startswith("error: unknown role 'owner' in [roles]") and "admin, member" in problem
     secrets.write_text('[roles]\nadmin = ["ada@lab.example"]\n')
     assert check_settings_at_start(tmp_path) is None
-    secrets.write_text('[roles\nadmin = \n')
+    secrets.write_text("[roles\nadmin = \n")
     assert check_settings_at_start(tmp_path).startswith("error: ")
 
 
@@ -102,14 +117,17 @@ def test_services_and_workers_are_for_admins_when_sign_in_is_on() -> None:
 # --------------------------------------------------------------------------- names
 
 
-@pytest.mark.parametrize("raw, kept", [
-    ("  Ada\tLovelace \n", "Ada Lovelace"),
-    ("bob\x1b[31m\x07@lab", "bob[31m@lab"),  # terminal escapes and bells gone
-    ("eve\u200b\u202e@lab", "eve@lab"),  # zero-width space and right-to-left override gone
-    ("**bold** <img src=x onerror=alert(1)> [x](http://e)", "**bold** <img src=x onerror=alert(1)> [x](http://e)"),
-    ("x" * 500, "x" * 200),
-    (None, ""),
-])
+@pytest.mark.parametrize(
+    "raw, kept",
+    [
+        ("  Ada\tLovelace \n", "Ada Lovelace"),
+        ("bob\x1b[31m\x07@lab", "bob[31m@lab"),  # terminal escapes and bells gone
+        ("eve\u200b\u202e@lab", "eve@lab"),  # zero-width space and right-to-left override gone
+        ("**bold** <img src=x onerror=alert(1)> [x](http://e)", "**bold** <img src=x onerror=alert(1)> [x](http://e)"),
+        ("x" * 500, "x" * 200),
+        (None, ""),
+    ],
+)
 def test_names_lose_control_characters_and_keep_markup_as_typed(raw: object, kept: str) -> None:
     assert clean_name(raw) == kept
 
@@ -117,8 +135,9 @@ def test_names_lose_control_characters_and_keep_markup_as_typed(raw: object, kep
 def test_a_name_with_markdown_or_html_is_shown_as_plain_text() -> None:
     shown = plain(clean_name("**bob** <b>x</b> :red[y] $z$"))
     # Every ASCII punctuation character is escaped: Markdown renders the text, not markup.
-    assert all(shown[index - 1] == "\\" for index, char in enumerate(shown) if char in string.punctuation
-               and char != "\\")
+    assert all(
+        shown[index - 1] == "\\" for index, char in enumerate(shown) if char in string.punctuation and char != "\\"
+    )
     assert member_without_sign_in("\n\t ").name == "unknown"
 
 
@@ -131,20 +150,21 @@ def test_the_cli_records_the_operating_system_user(monkeypatch: pytest.MonkeyPat
 # --------------------------------------------------------------------------- actions, audited
 
 
-def queue(engine, launched_by: str, count: int = 2) -> list[int]:  # noqa: ANN001
-    spec = load_preset("seed-exp1", quick=True, overrides=[("grid.backend", ["naive"]),
-                                                           ("grid.load.vus", list(range(1, count + 1)))])
+def queue(engine, launched_by: str, count: int = 2) -> list[int]:
+    spec = load_preset(
+        "seed-exp1", quick=True, overrides=[("grid.backend", ["naive"]), ("grid.load.vus", list(range(1, count + 1)))]
+    )
     with Session(engine) as session:
         experiment = experiments.enqueue_experiment(session=session, spec=spec, launched_by=launched_by)
         return [run.id for run in experiment.runs]
 
 
-def audit(engine, run_id: int) -> list[tuple[str, str]]:  # noqa: ANN001
+def audit(engine, run_id: int) -> list[tuple[str, str]]:
     with Session(engine) as session:
         return [(line.action, line.actor) for line in store.list_run_actions(session=session, run_id=run_id)]
 
 
-def test_another_members_cancel_is_refused_on_the_server_and_an_admins_is_recorded(engine) -> None:  # noqa: ANN001
+def test_another_members_cancel_is_refused_on_the_server_and_an_admins_is_recorded(engine) -> None:
     first, second = queue(engine, ALICE.name)
     with Session(engine) as session:
         with pytest.raises(run_actions.PermissionDenied, match=f"run #{second}: only alice@lab.example"):
@@ -158,7 +178,7 @@ def test_another_members_cancel_is_refused_on_the_server_and_an_admins_is_record
     assert audit(engine, first) == [("cancel", ADA.name)]
 
 
-def test_tags_notes_run_again_and_delete_are_recorded_with_who_and_when(engine) -> None:  # noqa: ANN001
+def test_tags_notes_run_again_and_delete_are_recorded_with_who_and_when(engine) -> None:
     (run_id, _) = queue(engine, ALICE.name)
     with Session(engine) as session:
         run_actions.set_tags(session=session, member=ALICE, run_id=run_id, tags="baseline, cpu")
@@ -177,7 +197,7 @@ def test_tags_notes_run_again_and_delete_are_recorded_with_who_and_when(engine) 
     assert audit(engine, run_id)[-1] == ("delete", ALICE.name)  # the trail outlives the run
 
 
-def test_runs_filter_by_launcher_and_the_csv_carries_it(engine) -> None:  # noqa: ANN001
+def test_runs_filter_by_launcher_and_the_csv_carries_it(engine) -> None:
     queue(engine, ALICE.name, count=1)
     queue(engine, BOB.name, count=2)
     with Session(engine) as session:
@@ -185,7 +205,7 @@ def test_runs_filter_by_launcher_and_the_csv_carries_it(engine) -> None:  # noqa
         mine = store.list_runs(session=session, launched_by=BOB.name)
         assert len(mine) == 2 and {run.launched_by for run in mine} == {BOB.name}
         records = [run_record(run) for run in store.list_runs(session=session)]
-    header, *rows = records_to_csv(records).splitlines()
+    header, *_rows = records_to_csv(records).splitlines()
     assert "launched_by" in header.split(",")
     assert {record["launched_by"] for record in records} == {ALICE.name, BOB.name}
 
@@ -197,7 +217,7 @@ def test_runs_filter_by_launcher_and_the_csv_carries_it(engine) -> None:  # noqa
 PREVIOUS_RELEASE = migrations.MIGRATIONS.index(migrations._members)
 
 
-def downgrade_to_previous_release(engine) -> None:  # noqa: ANN001
+def downgrade_to_previous_release(engine) -> None:
     """What a database of the previous release holds: no launchers, no audit or notes tables
     (SQLite 3.35+ drops columns)."""
     with engine.begin() as connection:
@@ -209,15 +229,16 @@ def downgrade_to_previous_release(engine) -> None:  # noqa: ANN001
         connection.execute(text(f"UPDATE schema_version SET version = {PREVIOUS_RELEASE} WHERE id = 1"))
 
 
-def dump(engine) -> dict[str, list[dict]]:  # noqa: ANN001
+def dump(engine) -> dict[str, list[dict]]:
     with engine.connect() as connection:
         names = [name for name in inspect(connection).get_table_names()]
-        return {name: [dict(row._mapping) for row in connection.execute(text(f"SELECT * FROM {name} ORDER BY 1"))]
-                for name in names}
+        return {
+            name: [dict(row._mapping) for row in connection.execute(text(f"SELECT * FROM {name} ORDER BY 1"))]
+            for name in names
+        }
 
 
-def test_a_previous_release_database_upgrades_with_unknown_launchers_and_nothing_else_changed(
-        tmp_path: Path) -> None:
+def test_a_previous_release_database_upgrades_with_unknown_launchers_and_nothing_else_changed(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
     migrations.upgrade(engine)
     ids = queue(engine, "whoever", count=2)
@@ -257,4 +278,5 @@ def test_a_sign_ins_age_comes_from_auth_time_else_iat_and_only_an_old_one_expire
         assert expired_sign_in_message(claims, max_age_h=1, now_s=now_s) is None  # cannot tell: not refused
     assert expired_sign_in_message({"iat": now_s - 3599}, max_age_h=1, now_s=now_s) is None
     assert expired_sign_in_message({"iat": now_s - 5400}, max_age_h=1, now_s=now_s) == (
-        "Your sign-in is 1.5 h old, over this lab's limit of 1 h: sign in again.")
+        "Your sign-in is 1.5 h old, over this lab's limit of 1 h: sign in again."
+    )

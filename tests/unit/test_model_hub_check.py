@@ -19,7 +19,7 @@ KNOWN = "org/known-model"
 class FakeHub(BaseHTTPRequestHandler):
     """``/api/models/org/known-model`` answers 200, any other model 401 (as the Hub does)."""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         found = self.path == f"/api/models/{KNOWN}"
         self.send_response(200 if found else 401)
         self.send_header("Content-Type", "application/json")

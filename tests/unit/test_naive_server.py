@@ -69,10 +69,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def client(tiny_model_dir: Path) -> Iterator[TestClient]:
     """The app on the tiny model, lifespan run (model loaded)."""
     app = build_app(
-        model_path=str(tiny_model_dir),
-        dtype="float32",
-        max_body_bytes=MAX_BODY_BYTES,
-        served_model_name=SERVED_NAME,
+        model_path=str(tiny_model_dir), dtype="float32", max_body_bytes=MAX_BODY_BYTES, served_model_name=SERVED_NAME
     )
     with TestClient(app) as test_client:
         yield test_client
@@ -249,9 +246,7 @@ def test_stop_string_cuts_the_text_and_finishes_with_stop(client: TestClient, st
 
 
 def test_bad_json_is_a_400_openai_error(client: TestClient) -> None:
-    response = client.post(
-        "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
-    )
+    response = client.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     error = assert_openai_error(response, 400)
     assert error["type"] == "invalid_request_error"
     assert "JSON" in error["message"]
@@ -380,10 +375,18 @@ def _post_then_leave(client: TestClient, body: dict[str, Any], leave: threading.
     sent: list[dict[str, Any]] = []
     payload = json.dumps(body).encode()
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "root_path": "",
         "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
-        "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
     }
 
     async def call() -> None:

@@ -18,7 +18,7 @@ from lab.settings import Settings
 from tests.unit.test_workers import enqueue, register
 
 
-def test_sqlite_is_never_a_shared_queue_so_nothing_changes(engine, tmp_path: Path) -> None:  # noqa: ANN001
+def test_sqlite_is_never_a_shared_queue_so_nothing_changes(engine, tmp_path: Path) -> None:
     register(engine, "box-a")
     assert live_shared_workers(engine=engine, lease_s=60) == {}
     context = LabContext(settings=Settings(data_dir=tmp_path / "data"))
@@ -26,20 +26,22 @@ def test_sqlite_is_never_a_shared_queue_so_nothing_changes(engine, tmp_path: Pat
         assert isinstance(waiter, RunWaiter)
 
 
-def _finish(engine, run_id: int, *, worker: str, status: str, reason: str | None = None) -> None:  # noqa: ANN001
+def _finish(engine, run_id: int, *, worker: str, status: str, reason: str | None = None) -> None:
     with Session(engine) as session:
-        session.execute(update(Run).where(Run.id == run_id).values(worker_name=worker, status=status,
-                                                                    status_reason=reason))
+        session.execute(
+            update(Run).where(Run.id == run_id).values(worker_name=worker, status=status, status_reason=reason)
+        )
         session.commit()
 
 
-def test_the_waiter_names_the_worker_that_took_each_run_and_how_it_ended(engine) -> None:  # noqa: ANN001
+def test_the_waiter_names_the_worker_that_took_each_run_and_how_it_ended(engine) -> None:
     first, second = enqueue(engine) + enqueue(engine)
     _finish(engine, first, worker="gpu-box", status=RunStatus.DONE)
     _finish(engine, second, worker="cpu-box", status=RunStatus.FAILED, reason="k6 crashed\nstack")
     out = io.StringIO()
-    SharedQueueWaiter(engine=engine, live_workers={"gpu-box": ["gpu"], "cpu-box": []}, poll_s=0.01,
-                      out=out).wait([first, second])
+    SharedQueueWaiter(engine=engine, live_workers={"gpu-box": ["gpu"], "cpu-box": []}, poll_s=0.01, out=out).wait(
+        [first, second]
+    )
     lines = out.getvalue().splitlines()
     assert f"run #{first} (" in lines[0] and lines[0].endswith("taken by worker gpu-box")
     assert lines[1].endswith("on worker gpu-box: done")
@@ -49,7 +51,7 @@ def test_the_waiter_names_the_worker_that_took_each_run_and_how_it_ended(engine)
         assert [store.get_run(session=session, run_id=i).status for i in (first, second)] == ["done", "failed"]
 
 
-def test_a_run_no_live_worker_may_take_is_named_once(engine) -> None:  # noqa: ANN001
+def test_a_run_no_live_worker_may_take_is_named_once(engine) -> None:
     [run_id] = enqueue(engine, requires=["gpu"])
     waiter = SharedQueueWaiter(engine=engine, live_workers={"cpu-box": ["cpu"]}, out=io.StringIO())
     with Session(engine) as session:

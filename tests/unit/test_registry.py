@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lab.measurement import environment
 from lab import backends, workloads
 from lab.backends import Backend, MetricNames, UnknownBackendError, get_backend, register, unregister
+from lab.measurement import environment
 from lab.settings import Settings
 from lab.specs.schema import RunSpec, SpecError, WorkloadSpec, load_preset
 
@@ -77,7 +77,9 @@ def test_each_managed_kind_launches_on_loopback_placeholders(kind: str, monkeypa
 
     real_find_spec = importlib.util.find_spec
     # The launch description does not need llama-cpp-python itself, only its presence.
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "llama_cpp" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "llama_cpp" else real_find_spec(name, *a)
+    )
     backend = get_backend(kind)
     launch = backend.launch(model=str(PROJECT_ROOT / "models"), options=backend.default_options(), settings=Settings())
     argv = launch.argv
@@ -194,7 +196,9 @@ def test_synthetic_prompts_have_the_exact_length_and_share_the_prefix() -> None:
     assert shared == 384
     again, _ = synthetic_sessions(spec, spec.workload.options(), get_backend("vllm"))
     assert again == sessions  # the seed makes the prompts
-    other, _ = synthetic_sessions(spec.model_copy(update={"random_seed": 7}), spec.workload.options(), get_backend("vllm"))
+    other, _ = synthetic_sessions(
+        spec.model_copy(update={"random_seed": 7}), spec.workload.options(), get_backend("vllm")
+    )
     assert other != sessions
 
 

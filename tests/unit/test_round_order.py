@@ -1,5 +1,6 @@
 """Round order: every cell once per round, drawn from a recorded seed, groups kept together."""
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -39,7 +40,7 @@ def test_cells_sharing_a_backend_stay_together_within_a_round() -> None:
     plan = plan_runs(CELLS, repeats=5, order=INTERLEAVED, seed=3, group_of=backend)
     for round_index in range(5):
         backends = [backend(q.cell) for q in plan if q.round_index == round_index]
-        switches = sum(1 for a, b in zip(backends, backends[1:]) if a != b)
+        switches = sum(1 for a, b in itertools.pairwise(backends) if a != b)
         assert switches == 1
 
 

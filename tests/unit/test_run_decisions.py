@@ -18,8 +18,10 @@ DISK_FULL = OSError(errno.ENOSPC, "No space left on device", "/data/runs/3/k6.nd
 
 # -- failures ------------------------------------------------------------------------------
 def test_write_failures_are_one_line_and_other_errors_are_not_write_failures() -> None:
-    assert decisions.write_failure_message(DISK_FULL) == \
-        "could not write the run's data (No space left on device: /data/runs/3/k6.ndjson)"
+    assert (
+        decisions.write_failure_message(DISK_FULL)
+        == "could not write the run's data (No space left on device: /data/runs/3/k6.ndjson)"
+    )
     database = OperationalError("UPDATE runs", {}, Exception("database or disk is full\nmore"))
     assert decisions.write_failure_message(database) == "the database could not be written (database or disk is full)"
     assert decisions.write_failure_message(OSError(errno.ENOENT, "No such file")) is None
@@ -60,9 +62,11 @@ def test_a_long_reason_keeps_its_end() -> None:
 def test_losing_redis_lets_the_run_go_on_losing_the_backend_fails_it() -> None:
     assert decisions.lost_service_failure("redis", phase="load", last_log_line="x") is None
     assert decisions.lost_service_failure("vllm", phase="cache fill", last_log_line="  INFO: Killed \n") == (
-        "the vllm service died during the cache fill; its last log line: INFO: Killed (see its log below)")
+        "the vllm service died during the cache fill; its last log line: INFO: Killed (see its log below)"
+    )
     assert decisions.lost_service_failure("naive", phase="warm-up", last_log_line=None) == (
-        "the naive service died during the warm-up; its log is empty (see its log below)")
+        "the naive service died during the warm-up; its log is empty (see its log below)"
+    )
     long_line = decisions.lost_service_failure("naive", phase="load", last_log_line="y" * 5000)
     assert long_line.count("y") == decisions.LAST_LOG_LINE_CHARS
 
@@ -86,8 +90,9 @@ def test_the_progress_shows_the_load_then_the_drain() -> None:
     assert (loading["requests_completed"], loading["requests_failed"], loading["req_per_s"]) == (10, 2, 2.0)
     draining = decisions.load_progress(elapsed_s=12.0, requests_ok=24, requests_failed=0, **common)
     assert draining["phase"] == "draining" and draining["fraction"] == 1.0 and draining["in_flight"] == 4
-    unplanned = decisions.load_progress(elapsed_s=0.0, requests_ok=0, requests_failed=0,
-                                        **{**common, "planned_s": None})
+    unplanned = decisions.load_progress(
+        elapsed_s=0.0, requests_ok=0, requests_failed=0, **{**common, "planned_s": None}
+    )
     assert unplanned["phase"] == "load" and unplanned["fraction"] is None and unplanned["req_per_s"] is None
 
 
@@ -95,15 +100,20 @@ def test_a_load_fails_when_k6_fails_or_writes_no_summary() -> None:
     assert decisions.load_failure(exit_code=0, summary_written=True, exit_message="k6 finished") is None
     assert decisions.load_failure(exit_code=99, summary_written=True, exit_message="thresholds crossed") is None
     assert decisions.load_failure(exit_code=107, summary_written=True, exit_message="script error") == "script error"
-    assert decisions.load_failure(exit_code=0, summary_written=False, exit_message="k6 finished") == \
-        "k6 wrote no summary: k6 finished"
+    assert (
+        decisions.load_failure(exit_code=0, summary_written=False, exit_message="k6 finished")
+        == "k6 wrote no summary: k6 finished"
+    )
 
 
 # -- after the load ------------------------------------------------------------------------
 def test_the_warnings_keep_the_measurements_then_add_the_runs_own() -> None:
     columns = {"measurement_warnings": "k6 used 90% CPU", "response_cache_store_errors": 3}
     warnings = decisions.run_warnings(
-        columns, lost_services=["redis"], cache_errors=7, disk_note="the disk is full",
+        columns,
+        lost_services=["redis"],
+        cache_errors=7,
+        disk_note="the disk is full",
         metrics_problems={"cache_proxy": "/metrics answered HTTP 404"},
     )
     expected_in_order = [
@@ -127,18 +137,25 @@ def test_a_run_without_a_success_fails_with_its_counts() -> None:
     assert "lengthen the duration or the graceful stop" in in_flight_only
 
 
-CONTEXT_ERROR = ("400 This model's maximum context length is 8192 tokens. However, you requested {n} tokens "
-                 "({m} in the messages, 64 in the completion).")
+CONTEXT_ERROR = (
+    "400 This model's maximum context length is 8192 tokens. However, you requested {n} tokens "
+    "({m} in the messages, 64 in the completion)."
+)
 
 
 def test_a_run_whose_requests_all_failed_quotes_the_most_common_error_answer() -> None:
-    answers = {CONTEXT_ERROR.format(n=9064, m=9000): 3, CONTEXT_ERROR.format(n=9100, m=9036): 2,
-               "no answer: request timeout": 4}
+    answers = {
+        CONTEXT_ERROR.format(n=9064, m=9000): 3,
+        CONTEXT_ERROR.format(n=9100, m=9036): 2,
+        "no answer: request timeout": 4,
+    }
     status, reason = decisions.final_state({"requests_ok": 0, "requests_failed": 9}, error_answers=answers)
     # Answers differing only in numbers are one answer (5 of 9), quoted by its most frequent form.
     assert status == RunStatus.FAILED
-    assert reason == ("no request completed successfully (9 failed, 0 still in flight at the end); the most common "
-                      f"error answer (5 of 9): {CONTEXT_ERROR.format(n=9064, m=9000)}")
+    assert reason == (
+        "no request completed successfully (9 failed, 0 still in flight at the end); the most common "
+        f"error answer (5 of 9): {CONTEXT_ERROR.format(n=9064, m=9000)}"
+    )
     assert "lengthen" not in reason
     assert decisions.most_common_error_answer({}) is None
     assert decisions.most_common_error_answer({"503 busy": 1, "500 boom": 2}) == ("500 boom", 2)
@@ -159,7 +176,9 @@ def test_the_final_write_drops_the_figures_after_three_failed_tries() -> None:
     for attempt in range(decisions.FINAL_WRITE_TRIES_WITH_FIGURES):
         assert decisions.final_write_attempt(values, attempt=attempt, problem="disk I/O error") == values
     assert decisions.final_write_attempt(values, attempt=3, problem="disk I/O error") == {
-        "status": "done", "progress": None, "finished_at": "now",
+        "status": "done",
+        "progress": None,
+        "finished_at": "now",
         "reason": "done (its figures could not be saved: disk I/O error)",
     }
 
@@ -171,8 +190,10 @@ def test_a_full_disk_frees_the_runs_regenerable_files_before_the_third_try() -> 
     values = decisions.final_values(RunStatus.FAILED, reason="k6 was killed", columns={}, finished_at="now")
     freed = decisions.with_space_freed(values, "k6.ndjson")
     assert freed["reason"] == "k6 was killed (k6.ndjson removed to free space for this record)"
-    assert decisions.final_write_attempt(freed, attempt=3, problem="disk full")["reason"] == \
-        "k6 was killed (k6.ndjson removed to free space for this record) (its figures could not be saved: disk full)"
+    assert (
+        decisions.final_write_attempt(freed, attempt=3, problem="disk full")["reason"]
+        == "k6 was killed (k6.ndjson removed to free space for this record) (its figures could not be saved: disk full)"
+    )
 
 
 def test_count_checks_allow_for_requests_in_flight_and_skip_tokens_when_most_were() -> None:

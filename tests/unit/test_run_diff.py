@@ -6,13 +6,24 @@ from lab.analysis.run_diff import cell_pairs, differing_settings, flatten_spec, 
 
 
 def spec(vus: int = 1, max_tokens: int = 32, seed: int = 1234, backend: str = "naive") -> dict:
-    return {"backend": backend, "max_tokens": max_tokens, "random_seed": seed,
-            "load": {"vus": vus, "duration_s": 20.0, "stages": []}, "naive": {"dtype": "bfloat16"}}
+    return {
+        "backend": backend,
+        "max_tokens": max_tokens,
+        "random_seed": seed,
+        "load": {"vus": vus, "duration_s": 20.0, "stages": []},
+        "naive": {"dtype": "bfloat16"},
+    }
 
 
 def record(run_id: int, tok: float, repeat: int = 0, status: str = "done") -> dict:
-    return {"run_id": run_id, "status": status, "output_tok_per_s": tok, "req_per_s": tok / 10,
-            "experiment_id": 1, "repeat_index": repeat}
+    return {
+        "run_id": run_id,
+        "status": status,
+        "output_tok_per_s": tok,
+        "req_per_s": tok / 10,
+        "experiment_id": 1,
+        "repeat_index": repeat,
+    }
 
 
 def test_flatten_spec_uses_dotted_paths_and_keeps_lists_whole() -> None:
@@ -33,8 +44,11 @@ def test_a_setting_present_in_one_spec_only_differs() -> None:
 
 
 def test_runs_differing_in_two_settings_get_no_ratio() -> None:
-    pairs = cell_pairs([record(5, 10.0), record(6, 20.0)],
-                       [spec(vus=2, max_tokens=128), spec(vus=1, max_tokens=32)], ["output_tok_per_s"])
+    pairs = cell_pairs(
+        [record(5, 10.0), record(6, 20.0)],
+        [spec(vus=2, max_tokens=128), spec(vus=1, max_tokens=32)],
+        ["output_tok_per_s"],
+    )
     assert len(pairs) == 1 and not pairs[0].comparable and pairs[0].ratios == ()
     assert {name for name, _, _ in pairs[0].differences} == {"max_tokens", "load.vus"}
 
@@ -55,8 +69,12 @@ def test_repeats_with_their_own_seeds_form_one_cell() -> None:
 
 
 def test_runs_not_done_are_left_out() -> None:
-    assert cell_pairs([record(1, 10.0), record(2, 30.0, status="failed")], [spec(vus=8), spec(vus=1)],
-                      ["output_tok_per_s"]) == []
+    assert (
+        cell_pairs(
+            [record(1, 10.0), record(2, 30.0, status="failed")], [spec(vus=8), spec(vus=1)], ["output_tok_per_s"]
+        )
+        == []
+    )
 
 
 def test_comparable_pairs_come_first() -> None:

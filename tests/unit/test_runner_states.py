@@ -14,6 +14,7 @@ from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.context import LabContext
+from lab.execution import experiments
 from lab.execution import final_state as final_state_module
 from lab.execution.final_state import PendingFinalStates
 from lab.execution.run_decisions import RunFailed
@@ -21,7 +22,6 @@ from lab.execution.run_steps import RunTargets
 from lab.execution.runner import RunExecutor
 from lab.execution.worker import Worker
 from lab.settings import Settings
-from lab.execution import experiments
 from lab.specs.schema import load_preset
 from services.manager import ServiceManager
 
@@ -35,8 +35,13 @@ def executor(tmp_path: Path) -> RunExecutor:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=spec)
     run_id = store.claim_next_run(engine=engine, worker_pid=1)
-    return RunExecutor(engine=engine, settings=settings, services=ServiceManager(engine=engine, logs_dir=settings.logs_dir),
-                       run_id=run_id, pending_final_states=PendingFinalStates())
+    return RunExecutor(
+        engine=engine,
+        settings=settings,
+        services=ServiceManager(engine=engine, logs_dir=settings.logs_dir),
+        run_id=run_id,
+        pending_final_states=PendingFinalStates(),
+    )
 
 
 def status_of(executor: RunExecutor) -> tuple[str, str | None]:
@@ -46,7 +51,7 @@ def status_of(executor: RunExecutor) -> tuple[str, str | None]:
 
 
 def test_a_failure_fails_the_run_with_its_reason(executor: RunExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(spec):  # noqa: ANN001, ANN202
+    def broken(spec):
         raise RunFailed("the naive service did not start: model folder not found")
 
     monkeypatch.setattr(executor.steps, "bring_up_services", broken)
@@ -55,7 +60,7 @@ def test_a_failure_fails_the_run_with_its_reason(executor: RunExecutor, monkeypa
 
 
 def test_ctrl_c_leaves_the_run_interrupted_not_running(executor: RunExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
-    def interrupted(spec):  # noqa: ANN001, ANN202
+    def interrupted(spec):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(executor.steps, "bring_up_services", interrupted)
@@ -70,7 +75,7 @@ def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecu
         run.spec = {**run.spec, "model": "/models/gone"}
         session.commit()
     assert executor.execute() == RunStatus.FAILED
-    status, reason = status_of(executor)
+    _status, reason = status_of(executor)
     assert "no longer valid" in reason and "model folder not found: /models/gone" in reason
 
 
@@ -86,8 +91,12 @@ def test_arrival_rates_become_whole_iterations_per_unit() -> None:
 def test_run_detail_charts_include_the_backends_running_requests() -> None:
     from pages.view.figures import run_detail_figures
 
-    series = {"time_s": [0.0, 1.0], "requests_ok": [1, 2], "start_epoch_s": 100.0,
-              "server": {"t": [100.0, 101.0], "running_requests": [3.0, 8.0], "waiting_requests": [0.0, 2.0]}}
+    series = {
+        "time_s": [0.0, 1.0],
+        "requests_ok": [1, 2],
+        "start_epoch_s": 100.0,
+        "server": {"t": [100.0, 101.0], "running_requests": [3.0, 8.0], "waiting_requests": [0.0, 2.0]},
+    }
     titles = [figure.layout.title.text for figure in run_detail_figures(series)]
     assert "Requests running and waiting in the backend" in titles
 
@@ -97,16 +106,19 @@ def no_tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [record.getMessage() for record in caplog.records if record.exc_info]
 
 
-@pytest.mark.parametrize("error", [
-    OSError(errno.ENOSPC, "No space left on device", "/data/runs/1/requests.json"),
-    OSError(errno.EROFS, "Read-only file system", "/data/runs/1"),
-    OSError(errno.EIO, "Input/output error"),
-    OperationalError("UPDATE runs", {}, Exception("database or disk is full")),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device", "/data/runs/1/requests.json"),
+        OSError(errno.EROFS, "Read-only file system", "/data/runs/1"),
+        OSError(errno.EIO, "Input/output error"),
+        OperationalError("UPDATE runs", {}, Exception("database or disk is full")),
+    ],
+)
 def test_a_write_failure_mid_run_fails_the_run_with_one_line(
     executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception
 ) -> None:
-    def broken(spec):  # noqa: ANN001, ANN202
+    def broken(spec):
         raise error
 
     monkeypatch.setattr(executor.steps, "bring_up_services", broken)
@@ -126,7 +138,7 @@ def test_a_failing_final_write_is_retried_then_written_without_figures(
     real = store.set_run_status
     calls: list[dict] = []
 
-    def fails_with_figures(**values):  # noqa: ANN003, ANN202
+    def fails_with_figures(**values):
         calls.append(values)
         if "requests_ok" in values:
             raise OperationalError("UPDATE runs", {}, Exception("database or disk is full"))
@@ -148,7 +160,7 @@ def test_a_final_state_no_write_could_record_is_written_before_the_next_run(
     monkeypatch.setattr(final_state_module, "FINAL_WRITE_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
     real = store.set_run_status
 
-    def always_fails(**values):  # noqa: ANN003, ANN202
+    def always_fails(**values):
         raise OperationalError("UPDATE runs", {}, Exception("disk I/O error"))
 
     monkeypatch.setattr(final_state_module.store, "set_run_status", always_fails)
@@ -165,10 +177,12 @@ def test_a_database_error_during_the_load_still_ends_the_run(
     executor: RunExecutor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The progress write fails (disk full) under load: the run ends failed, with its reason."""
-    monkeypatch.setattr(executor.steps, "bring_up_services", lambda spec: RunTargets("http://127.0.0.1:9", "http://127.0.0.1:9", None))
+    monkeypatch.setattr(
+        executor.steps, "bring_up_services", lambda spec: RunTargets("http://127.0.0.1:9", "http://127.0.0.1:9", None)
+    )
     monkeypatch.setattr(executor.steps, "warm_up", lambda *args: None)
 
-    def load(*args):  # noqa: ANN002, ANN202
+    def load(*args):
         raise OperationalError("UPDATE runs SET progress", {}, Exception("database or disk is full"))
 
     monkeypatch.setattr(executor.steps, "drive_load", load)

@@ -34,7 +34,7 @@ def _fed_in_pieces(data: bytes, seed: int) -> SampleStream:
     position = 0
     while position < len(data):
         size = rng.randint(1, 3000)
-        stream.feed(data[position:position + size])
+        stream.feed(data[position : position + size])
         position += size
     return stream
 
@@ -64,8 +64,11 @@ def _success_line(template: str, epoch_s: float, latency_ms: float) -> str:
 
 def _template(metric: str) -> str:
     for line in FIXTURE.read_text().splitlines():
-        if (f'"metric":"{metric}","type":"Point"' in line and '"expected_response":"true"' in line
-                and '"lab_request":"chat"' in line):
+        if (
+            f'"metric":"{metric}","type":"Point"' in line
+            and '"expected_response":"true"' in line
+            and '"lab_request":"chat"' in line
+        ):
             return line
     raise AssertionError(metric)
 
@@ -113,15 +116,21 @@ def test_a_gzip_copy_reads_like_the_plain_file(tmp_path: Path) -> None:
 
 
 def _process(tmp_path: Path, keep_raw: str = "none") -> K6Process:
-    return K6Process(script=script_path("number-story"), env={}, summary_path=tmp_path / "summary.json",
-                     ndjson_path=tmp_path / "k6.ndjson", log_path=tmp_path / "k6.log", keep_raw=keep_raw)
+    return K6Process(
+        script=script_path("number-story"),
+        env={},
+        summary_path=tmp_path / "summary.json",
+        ndjson_path=tmp_path / "k6.ndjson",
+        log_path=tmp_path / "k6.log",
+        keep_raw=keep_raw,
+    )
 
 
 def _write_in_pieces(write_fd: int, data: bytes, piece_bytes: int = 4096) -> threading.Thread:
     def write() -> None:
         with os.fdopen(write_fd, "wb", buffering=0) as pipe:
             for start in range(0, len(data), piece_bytes):
-                pipe.write(data[start:start + piece_bytes])
+                pipe.write(data[start : start + piece_bytes])
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -148,8 +157,9 @@ def test_the_pipe_reader_keeps_what_keep_raw_asks(tmp_path: Path, keep_raw: str)
         assert (tmp_path / "k6.ndjson").read_bytes() == data
 
 
-def test_a_slow_reader_loses_no_sample_and_the_live_view_still_answers(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_reader_loses_no_sample_and_the_live_view_still_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     original_feed = SampleStream.feed
 
     def slow_feed(self: SampleStream, data: bytes) -> int:
@@ -185,8 +195,9 @@ class _FullDisk:
         pass
 
 
-def test_a_full_disk_under_the_raw_copy_keeps_every_figure_and_says_why(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_under_the_raw_copy_keeps_every_figure_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     process = _process(tmp_path, "all")
     monkeypatch.setattr(process, "_open_raw_copy", lambda: _FullDisk())
     read_fd, write_fd = os.pipe()
@@ -210,13 +221,18 @@ def test_keep_raw_refuses_an_unknown_value_in_one_line() -> None:
     assert raw_output_path(Path("/r/k6.ndjson"), "compressed") == Path("/r/k6.ndjson.gz")
 
 
-
-def test_the_collector_reads_a_raw_copy_only_when_no_k6_process_is_at_hand(tmp_path: Path, engine) -> None:  # noqa: ANN001
+def test_the_collector_reads_a_raw_copy_only_when_no_k6_process_is_at_hand(tmp_path: Path, engine) -> None:
     from lab.execution.run_collect import RunCollector
 
-    def collector(k6_process=None) -> RunCollector:  # noqa: ANN001
-        return RunCollector(engine=engine, services=None, run_id=1, run_dir=tmp_path,  # type: ignore[arg-type]
-                            contention_threshold_percent=25.0, k6_process=k6_process)
+    def collector(k6_process=None) -> RunCollector:
+        return RunCollector(
+            engine=engine,
+            services=None,
+            run_id=1,
+            run_dir=tmp_path,  # type: ignore[arg-type]
+            contention_threshold_percent=25.0,
+            k6_process=k6_process,
+        )
 
     assert collector().stream_results() is None  # keep_raw none and no process: nothing to read
     (tmp_path / "k6.ndjson.gz").write_bytes(gzip.compress(FIXTURE.read_bytes()))
@@ -236,8 +252,10 @@ def test_the_collector_reads_a_raw_copy_only_when_no_k6_process_is_at_hand(tmp_p
 def test_the_stream_counts_error_answers_as_they_come():
     from lab.measurement.k6_ndjson import SampleStream
 
-    line = ('{"metric":"lab_request_failures","type":"Point","data":{"time":"2026-12-01T10:00:00Z","value":1,'
-            '"tags":{"lab_request":"chat","lab_error":"400: the prompt is longer than the context"}}}\n')
+    line = (
+        '{"metric":"lab_request_failures","type":"Point","data":{"time":"2026-12-01T10:00:00Z","value":1,'
+        '"tags":{"lab_request":"chat","lab_error":"400: the prompt is longer than the context"}}}\n'
+    )
     stream = SampleStream()
     data = (line * 3).encode()
     stream.feed(data[:50])

@@ -3,7 +3,8 @@
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lab.backends import VLLM_METRICS, MetricNames
 from lab.measurement.server_metrics import (
@@ -34,12 +35,19 @@ vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 1.0
 vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.05
 """
 
-VLLM_AFTER = VLLM_BEFORE.replace("queries_total{engine=\"0\",model_name=\"m\"} 40.0", "queries_total{engine=\"0\",model_name=\"m\"} 1040.0") \
-    .replace("hits_total{engine=\"0\",model_name=\"m\"} 0.0", "hits_total{engine=\"0\",model_name=\"m\"} 768.0") \
-    .replace("generation_tokens_total{engine=\"0\",model_name=\"m\"} 128.0", "generation_tokens_total{engine=\"0\",model_name=\"m\"} 1408.0") \
-    .replace('finished_reason="length",model_name="m"} 1.0', 'finished_reason="length",model_name="m"} 11.0') \
-    .replace("seconds_count{engine=\"0\",model_name=\"m\"} 1.0", "seconds_count{engine=\"0\",model_name=\"m\"} 11.0") \
-    .replace("seconds_sum{engine=\"0\",model_name=\"m\"} 0.05", "seconds_sum{engine=\"0\",model_name=\"m\"} 2.05")
+VLLM_AFTER = (
+    VLLM_BEFORE.replace(
+        'queries_total{engine="0",model_name="m"} 40.0', 'queries_total{engine="0",model_name="m"} 1040.0'
+    )
+    .replace('hits_total{engine="0",model_name="m"} 0.0', 'hits_total{engine="0",model_name="m"} 768.0')
+    .replace(
+        'generation_tokens_total{engine="0",model_name="m"} 128.0',
+        'generation_tokens_total{engine="0",model_name="m"} 1408.0',
+    )
+    .replace('finished_reason="length",model_name="m"} 1.0', 'finished_reason="length",model_name="m"} 11.0')
+    .replace('seconds_count{engine="0",model_name="m"} 1.0', 'seconds_count{engine="0",model_name="m"} 11.0')
+    .replace('seconds_sum{engine="0",model_name="m"} 0.05', 'seconds_sum{engine="0",model_name="m"} 2.05')
+)
 
 
 def test_parse_sums_labels_and_drops_buckets_and_created() -> None:
@@ -78,8 +86,14 @@ def test_no_baseline_gives_no_figures_rather_than_totals() -> None:
 
 
 def test_every_answer_of_the_proxy_counts_for_the_client_check() -> None:
-    figures = cache_figures({"lab_cache_hits_total": 90.0, "lab_cache_misses_total": 5.0,
-                             "lab_cache_bypasses_total": 3.0, "lab_cache_errors_total": 2.0})
+    figures = cache_figures(
+        {
+            "lab_cache_hits_total": 90.0,
+            "lab_cache_misses_total": 5.0,
+            "lab_cache_bypasses_total": 3.0,
+            "lab_cache_errors_total": 2.0,
+        }
+    )
     assert figures["proxy_requests"] == 100
     assert figures["response_cache_hit_rate"] == 90 / 95
     assert figures["response_cache_errors"] == 2
@@ -102,7 +116,10 @@ def test_html_json_and_garbage_are_refused(text: str) -> None:
 
 
 def test_non_finite_values_are_skipped() -> None:
-    assert parse_metrics_text("vllm:a_total NaN\nvllm:b_total 1e400\nvllm:c_total 2\n", ("vllm:",)) == {"vllm:c_total": 2.0}
+    assert parse_metrics_text("vllm:a_total NaN\nvllm:b_total 1e400\nvllm:c_total 2\n", ("vllm:",)) == {
+        "vllm:c_total": 2.0
+    }
+
 
 def test_a_backend_without_a_metric_leaves_its_figure_unknown_not_zero() -> None:
     change = delta(parse_metrics_text(VLLM_BEFORE, ("vllm:",)), parse_metrics_text(VLLM_AFTER, ("vllm:",)))

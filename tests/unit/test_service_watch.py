@@ -27,8 +27,10 @@ class FakeServices:
 
 
 def test_a_dead_service_is_named_with_the_phase_and_its_last_log_line() -> None:
-    services = FakeServices({"naive": os.getpid(), "cache-proxy": os.getpid(), "redis": os.getpid()},
-                            {"naive": "loading\nINFO POST /v1/chat/completions 200\n\n"})
+    services = FakeServices(
+        {"naive": os.getpid(), "cache-proxy": os.getpid(), "redis": os.getpid()},
+        {"naive": "loading\nINFO POST /v1/chat/completions 200\n\n"},
+    )
     lost: list[str] = []
     watch = ServiceWatch(services=services, names=["naive", "redis", "cache-proxy"], run_id=1, lost=lost)  # type: ignore[arg-type]
     assert watch.failure("cache fill") is None  # all alive (this process)
@@ -36,8 +38,10 @@ def test_a_dead_service_is_named_with_the_phase_and_its_last_log_line() -> None:
     watch.watched["redis"] = None
     failure = watch.failure("cache fill")
     assert isinstance(failure, RunFailed)
-    assert str(failure) == ("the naive service died during the cache fill; its last log line: "
-                            "INFO POST /v1/chat/completions 200 (see its log below)")
+    assert str(failure) == (
+        "the naive service died during the cache fill; its last log line: "
+        "INFO POST /v1/chat/completions 200 (see its log below)"
+    )
     assert lost == ["redis"]  # fail-open: noted once, the run goes on
     with pytest.raises(RunFailed, match="died during the drain"):
         watch.check("drain")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings as hypothesis_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from lab.backends.vllm import VllmOptions
@@ -44,8 +46,10 @@ def test_seed_exp2_and_exp3_settings() -> None:
     assert all(r.cache.policy == "all" for _, _, r in exp2)
     exp3 = load_preset("seed-exp3").expand()
     assert [r.backend for _, _, r in exp3] == ["naive", "vllm", "vllm+cache"]
-    assert all(r.workload.kind == "sharegpt-chat" and r.workload.sessions == 1000 and r.workload.max_turns == 5
-               for _, _, r in exp3)
+    assert all(
+        r.workload.kind == "sharegpt-chat" and r.workload.sessions == 1000 and r.workload.max_turns == 5
+        for _, _, r in exp3
+    )
 
 
 def test_quick_scale_shortens_and_says_how() -> None:
@@ -107,7 +111,9 @@ def test_load_kinds_need_their_fields() -> None:
         LoadSpec(kind="ramping-vus")
     with pytest.raises(ValidationError, match="rate_per_s"):
         LoadSpec(kind="constant-arrival-rate")
-    ramp = LoadSpec(kind="ramping-vus", stages=[{"duration_s": 10, "target_vus": 4}, {"duration_s": 5, "target_vus": 8}])
+    ramp = LoadSpec(
+        kind="ramping-vus", stages=[{"duration_s": 10, "target_vus": 4}, {"duration_s": 5, "target_vus": 8}]
+    )
     assert ramp.planned_duration_s == 15 and ramp.peak_vus == 8
 
 
@@ -160,6 +166,7 @@ def test_set_on_a_grid_axis_pins_it() -> None:
 
 
 def test_repeat_seeds_stay_in_range() -> None:
+    import tempfile
     from pathlib import Path
 
     from sqlalchemy.orm import Session
@@ -167,12 +174,13 @@ def test_repeat_seeds_stay_in_range() -> None:
     from db import migrations
     from db.engine import make_engine
     from lab.execution import experiments
-    import tempfile
 
     engine = make_engine(f"sqlite:///{Path(tempfile.mkdtemp()) / 'x.db'}")
     migrations.upgrade(engine)
-    spec = load_preset("seed-exp1", overrides=[("random_seed", 2**31 - 1), ("repeats", 2), ("grid.backend", ["naive"]),
-                                               ("grid.load.vus", [1])])
+    spec = load_preset(
+        "seed-exp1",
+        overrides=[("random_seed", 2**31 - 1), ("repeats", 2), ("grid.backend", ["naive"]), ("grid.load.vus", [1])],
+    )
     with Session(engine) as session:
         seeds = [run.random_seed for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
     assert seeds == [2**31 - 1, 0]

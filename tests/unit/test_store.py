@@ -18,13 +18,14 @@ from lab.execution import experiments
 from lab.specs.schema import load_preset
 
 
-def quick_exp1():  # noqa: ANN201
+def quick_exp1():
     # Two VU counts, so 2 backends x 2 VUs x 2 repeats = 8 runs, in block order (grid order).
-    return load_preset("seed-exp1", quick=True,
-                       overrides=[("repeats", 2), ("grid.load.vus", [1, 8]), ("order", "blocks")])
+    return load_preset(
+        "seed-exp1", quick=True, overrides=[("repeats", 2), ("grid.load.vus", [1, 8]), ("order", "blocks")]
+    )
 
 
-def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # noqa: ANN001
+def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:
     with Session(engine) as session:
         experiment = experiments.enqueue_experiment(session=session, spec=quick_exp1(), tags="smoke")
         runs = experiment.runs
@@ -36,7 +37,7 @@ def test_enqueue_creates_one_queued_run_per_cell_and_repeat(engine) -> None:  # 
         assert runs[0].spec["load"]["duration_s"] == 30 and runs[0].vus == 1 and runs[0].tags == "smoke"
 
 
-def test_claim_is_fifo_and_exclusive(engine) -> None:  # noqa: ANN001
+def test_claim_is_fifo_and_exclusive(engine) -> None:
     with Session(engine) as session:
         ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs]
     claimed = [store.claim_next_run(engine=engine, worker_pid=1) for _ in ids]
@@ -44,7 +45,7 @@ def test_claim_is_fifo_and_exclusive(engine) -> None:  # noqa: ANN001
     assert store.claim_next_run(engine=engine, worker_pid=1) is None
 
 
-def test_cancel_queued_and_active(engine) -> None:  # noqa: ANN001
+def test_cancel_queued_and_active(engine) -> None:
     with Session(engine) as session:
         first, second = [run.id for run in experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs][:2]
     store.claim_next_run(engine=engine, worker_pid=1)
@@ -56,7 +57,7 @@ def test_cancel_queued_and_active(engine) -> None:  # noqa: ANN001
         store.request_cancel(session=session, run_id=999)
 
 
-def test_filters_notes_and_delete(engine) -> None:  # noqa: ANN001
+def test_filters_notes_and_delete(engine) -> None:
     with Session(engine) as session:
         experiment = experiments.enqueue_experiment(session=session, spec=quick_exp1())
         run_id = experiment.runs[0].id
@@ -72,7 +73,7 @@ def test_filters_notes_and_delete(engine) -> None:  # noqa: ANN001
         assert [r.id for r in store.list_runs(session=session)] == [run_id]
 
 
-def test_orphaned_active_runs_become_interrupted(engine) -> None:  # noqa: ANN001
+def test_orphaned_active_runs_become_interrupted(engine) -> None:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=quick_exp1())
     run_id = store.claim_next_run(engine=engine, worker_pid=424242)
@@ -85,11 +86,11 @@ def test_orphaned_active_runs_become_interrupted(engine) -> None:  # noqa: ANN00
         assert run.finished_at is not None
 
 
-def test_schema_upgrade_keeps_every_run(engine, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_schema_upgrade_keeps_every_run(engine, monkeypatch: pytest.MonkeyPatch) -> None:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=quick_exp1())
 
-    def add_column(connection) -> None:  # noqa: ANN001
+    def add_column(connection) -> None:
         connection.execute(text("ALTER TABLE runs ADD COLUMN future_figure FLOAT"))
 
     start = migrations.LATEST_VERSION
@@ -116,7 +117,7 @@ def test_a_new_database_is_created_at_the_latest_version_without_replaying_migra
     assert replayed == []  # the models already hold what the later migrations add
 
 
-def test_worker_writes_while_readers_poll_without_lock_errors(engine) -> None:  # noqa: ANN001
+def test_worker_writes_while_readers_poll_without_lock_errors(engine) -> None:
     with Session(engine) as session:
         run_id = experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs[0].id
     errors: list[Exception] = []
@@ -151,13 +152,13 @@ def test_worker_writes_while_readers_poll_without_lock_errors(engine) -> None:  
     assert not errors
 
 
-def test_sqlite_is_in_wal_mode_with_a_busy_timeout(engine) -> None:  # noqa: ANN001
+def test_sqlite_is_in_wal_mode_with_a_busy_timeout(engine) -> None:
     with engine.connect() as connection:
         assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 30000
 
 
-def test_delete_keeps_the_series_of_an_active_run(engine) -> None:  # noqa: ANN001
+def test_delete_keeps_the_series_of_an_active_run(engine) -> None:
     with Session(engine) as session:
         ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs]
     active = store.claim_next_run(engine=engine, worker_pid=1)

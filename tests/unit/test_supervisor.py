@@ -81,7 +81,7 @@ def test_stop_kills_the_whole_process_group(tmp_path: Path) -> None:
     family = [root, *root.children(recursive=True)]
     assert len(family) >= 2
     service.stop(grace_s=1.0)
-    gone, alive = psutil.wait_procs(family, timeout=5)
+    _gone, alive = psutil.wait_procs(family, timeout=5)
     assert not alive
 
 

@@ -12,31 +12,34 @@ from sqlalchemy import Column, MetaData, Table, text, update
 from sqlalchemy.orm import Session
 
 from db import migrations, store
-from lab.execution import experiments
 from db.engine import make_engine
 from db.models import Base, Run, RunStatus, WorkerRecord
 from lab.context import LabContext
+from lab.execution import experiments
 from lab.execution.worker import Worker
+from lab.execution.worker_identity import hardware_summary
 from lab.execution.worker_lock import WorkerBusyError
 from lab.settings import Settings
 from lab.specs.schema import SpecError, load_preset
-from lab.execution.worker_identity import hardware_summary
 
 HARDWARE = {"cpu_model": "Xeon", "cpu_cores": 2, "memory_gib": 8.0, "gpus": [], "lab_version": "test"}
 
 
-def enqueue(engine, **overrides) -> list[int]:  # noqa: ANN001
-    spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1]), ("grid.backend", ["naive"]),
-                                                           ("repeats", 1), *overrides.items()])
+def enqueue(engine, **overrides) -> list[int]:
+    spec = load_preset(
+        "seed-exp1",
+        quick=True,
+        overrides=[("grid.load.vus", [1]), ("grid.backend", ["naive"]), ("repeats", 1), *overrides.items()],
+    )
     with Session(engine) as session:
         return [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
 
 
-def register(engine, name: str, labels: tuple[str, ...] = ()) -> None:  # noqa: ANN001
+def register(engine, name: str, labels: tuple[str, ...] = ()) -> None:
     store.register_worker(engine=engine, name=name, host="box", pid=1, labels=list(labels), hardware=HARDWARE)
 
 
-def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engine) -> None:  # noqa: ANN001
+def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engine) -> None:
     [gpu_run] = enqueue(engine, requires=["gpu"])
     [pinned_run] = enqueue(engine, worker="box-b")
     [any_run] = enqueue(engine)
@@ -44,8 +47,9 @@ def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engin
     assert store.claim_next_run(engine=engine, worker_name="box-a", labels=["cpu"]) == any_run
     assert store.claim_next_run(engine=engine, worker_name="box-a", labels=["cpu"]) is None
     assert store.claim_next_run(engine=engine, worker_name="box-b", labels=["cpu"]) == pinned_run
-    assert store.claim_next_run(engine=engine, worker_name="box-c", labels=["gpu", "h100"],
-                                hardware=HARDWARE) == gpu_run
+    assert (
+        store.claim_next_run(engine=engine, worker_name="box-c", labels=["gpu", "h100"], hardware=HARDWARE) == gpu_run
+    )
     with Session(engine) as session:
         run = session.get(Run, gpu_run)
         assert (run.worker_name, run.worker_hardware, run.requires_labels) == ("box-c", HARDWARE, ["gpu"])
@@ -60,7 +64,7 @@ def test_bad_labels_and_names_are_refused_with_a_clear_message() -> None:
         load_preset("seed-exp1", quick=True, overrides=[("worker", "a;b")])
 
 
-def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:  # noqa: ANN001
+def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
     register(engine, "box-a")
     register(engine, "box-b")
     [run_id] = enqueue(engine)
@@ -68,8 +72,11 @@ def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
     # Fresh heartbeat: box-b leaves the run alone.
     assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == []
     with Session(engine) as session:
-        session.execute(update(WorkerRecord).where(WorkerRecord.name == "box-a")
-                        .values(heartbeat_at=store.utc_now() - timedelta(seconds=120)))
+        session.execute(
+            update(WorkerRecord)
+            .where(WorkerRecord.name == "box-a")
+            .values(heartbeat_at=store.utc_now() - timedelta(seconds=120))
+        )
         session.commit()
     # A worker never reaps itself; another does.
     assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-a") == []
@@ -80,7 +87,7 @@ def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
         assert "'box-a' stopped renewing its heartbeat" in run.status_reason and "'box-b'" in run.status_reason
 
 
-def test_a_restarted_worker_recovers_only_its_own_runs(engine) -> None:  # noqa: ANN001
+def test_a_restarted_worker_recovers_only_its_own_runs(engine) -> None:
     register(engine, "box-a")
     register(engine, "box-b")
     first, second = enqueue(engine, repeats=2)
@@ -91,7 +98,7 @@ def test_a_restarted_worker_recovers_only_its_own_runs(engine) -> None:  # noqa:
         assert session.get(Run, second).status == RunStatus.STARTING
 
 
-def test_cancel_reaches_the_worker_that_owns_the_run(engine) -> None:  # noqa: ANN001
+def test_cancel_reaches_the_worker_that_owns_the_run(engine) -> None:
     [run_id] = enqueue(engine)
     store.claim_next_run(engine=engine, worker_name="box-a")
     with Session(engine) as session:  # e.g. the web lab on another machine
@@ -99,14 +106,15 @@ def test_cancel_reaches_the_worker_that_owns_the_run(engine) -> None:  # noqa: A
     assert store.is_cancel_requested(engine=engine, run_id=run_id)
 
 
-def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, worker_name="box-a")
     store.register_worker(engine=engine, name="box-a", host="another-host", pid=1, labels=[], hardware=HARDWARE)
     with pytest.raises(WorkerBusyError, match="alive on another-host"):
         Worker(context=LabContext(settings=settings)).register()
     # Same host, its process gone: a restart, which takes the name over.
-    store.register_worker(engine=engine, name="box-a", host=socket.gethostname(), pid=2**22 + 7, labels=[],
-                          hardware=HARDWARE)
+    store.register_worker(
+        engine=engine, name="box-a", host=socket.gethostname(), pid=2**22 + 7, labels=[], hardware=HARDWARE
+    )
     worker = Worker(context=LabContext(settings=settings), labels=["gpu"])
     worker.register()
     with Session(engine) as session:
@@ -128,17 +136,33 @@ def version_1_metadata() -> MetaData:
     return metadata
 
 
-def version_1_database(engine) -> None:  # noqa: ANN001
+def version_1_database(engine) -> None:
     """Make ``engine``'s empty database one the first release wrote: one done run, one service."""
     old = version_1_metadata()
     with engine.begin() as connection:
         old.create_all(connection)
         connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
-        connection.execute(old.tables["runs"].insert().values(
-            spec={}, backend="naive", model="m", workload="number-story", load_kind="constant-vus", duration_s=20,
-            max_tokens=16, random_seed=1, status=RunStatus.DONE, req_per_s=2.5))
-        connection.execute(old.tables["services"].insert().values(name="naive", kind="naive", state="running",
-                                                                  pid=1234, config={"model": "m"}))
+        connection.execute(
+            old.tables["runs"]
+            .insert()
+            .values(
+                spec={},
+                backend="naive",
+                model="m",
+                workload="number-story",
+                load_kind="constant-vus",
+                duration_s=20,
+                max_tokens=16,
+                random_seed=1,
+                status=RunStatus.DONE,
+                req_per_s=2.5,
+            )
+        )
+        connection.execute(
+            old.tables["services"]
+            .insert()
+            .values(name="naive", kind="naive", state="running", pid=1234, config={"model": "m"})
+        )
 
 
 def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
@@ -150,7 +174,11 @@ def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
         assert (run.status, run.req_per_s, run.worker_name) == (RunStatus.DONE, 2.5, None)
         [service] = store.list_service_records(session=session)
         assert (service.worker, service.name, service.pid, service.config) == (
-            socket.gethostname(), "naive", 1234, {"model": "m"})
+            socket.gethostname(),
+            "naive",
+            1234,
+            {"model": "m"},
+        )
     [run_id] = enqueue(engine)
     assert store.claim_next_run(engine=engine, worker_name="box-a") == run_id
 
