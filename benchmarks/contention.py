@@ -101,8 +101,8 @@ def main() -> None:
                 ],
             )
             with Session(engine) as session:
-                [run] = experiments.enqueue_experiment(session=session, spec=spec).runs
-                run_id = run.id
+                [queued] = experiments.enqueue_experiment(session=session, spec=spec).runs
+                run_id = queued.id
             loops: list[subprocess.Popen] = []
             loops_started_at: list[float] = []
             stop = threading.Event()
@@ -129,11 +129,17 @@ def main() -> None:
                     loop.wait()
             with Session(engine) as session:
                 run = store.get_run(session=session, run_id=run_id)
+                if run is None:
+                    raise SystemExit(f"run {run_id} is gone from the store")
                 series = store.get_run_series(session=session, run_id=run_id)
                 if busy_loops:
                     print(
                         f"  {len(loops)} busy loops started "
-                        f"{loops_started_at[0] - run.load_started_at.timestamp():.1f} s into the load"
+                        + (
+                            f"{loops_started_at[0] - run.load_started_at.timestamp():.1f} s into the load"
+                            if run.load_started_at is not None
+                            else "(the load's start was not recorded)"
+                        )
                         if loops
                         else "  the busy loops never started",
                         flush=True,

@@ -65,13 +65,15 @@ def main() -> None:
                 }
             )
             with Session(engine) as session:
-                [run] = experiments.enqueue_experiment(
+                [queued] = experiments.enqueue_experiment(
                     session=session, spec=ExperimentSpec(name="k6 cpu", base=spec)
                 ).runs
-                run_id = run.id
+                run_id = queued.id
             worker.run_one()
             with Session(engine) as session:
                 run = store.get_run(session=session, run_id=run_id)
+                if run is None:
+                    raise SystemExit(f"run {run_id} is gone from the store")
                 per_1000 = (run.k6_cpu_percent_avg or 0) / run.req_per_s * 1000 if run.req_per_s else None
                 print(
                     f"{rate:>12.0f} {run.req_per_s or 0:>14.1f} {run.k6_cpu_percent_avg or 0:>9.1f} "

@@ -96,7 +96,8 @@ def measure(option: str, *, target_url: str, rate_per_s: int, duration_s: float)
     with tempfile.TemporaryDirectory(prefix="k6-output-") as tmp:
         folder = Path(tmp)
         argv = k6_argv(option, target_url=target_url, rate_per_s=rate_per_s, duration_s=duration_s, folder=folder)
-        piped = OPTIONS[option][0] is not None and OPTIONS[option][0].endswith("=-")
+        out = OPTIONS[option][0]
+        piped = out is not None and out.endswith("=-")
         fifo = folder / "k6.fifo" if option == "fifo" else None
         if fifo is not None:
             os.mkfifo(fifo)
@@ -110,7 +111,7 @@ def measure(option: str, *, target_url: str, rate_per_s: int, duration_s: float)
             env={**os.environ, "K6_NO_USAGE_REPORT": "true"},
         )
         reader = None
-        if piped:
+        if piped and process.stdout is not None:  # piped: Popen made a stdout pipe
             reader = threading.Thread(
                 target=_reader, args=(process.stdout.fileno(), option.startswith("pipe"), counted)
             )

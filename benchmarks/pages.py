@@ -52,6 +52,8 @@ def seed(database_url: str, runs: int) -> None:
     with Session(engine) as session:
         rows = session.execute(Run.__table__.select().with_only_columns(Run.id, Run.backend, Run.vus)).all()
         for run_id, backend, vus in rows:
+            if vus is None:
+                raise SystemExit(f"run {run_id} names no VUs: seed-exp1's runs all do")
             figures = SEEDED_FIGURES[(backend, vus)]
             noise = rng.uniform(0.9, 1.1)
             session.execute(

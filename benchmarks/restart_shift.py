@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             },
         }
     )
-    fresh, warm, calibration = [], [], {}
+    fresh: list[float] = []  # req/s of each pair's first run (a fresh vLLM) and of its second (warm)
+    warm: list[float] = []
+    calibration: dict[int, float | None] = {}
     for pair in range(args.pairs):
         # run_experiment stops the services it started after each call: the first run of a
         # call is on a fresh instance; a second spec in the same call reuses it warm.

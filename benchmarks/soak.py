@@ -157,8 +157,11 @@ def fifths(engine: Any, run_id: int) -> dict[str, float | None]:
     from lab.measurement.k6_results import percentile
 
     with Session(engine) as session:
-        series = store.get_run_series(session=session, run_id=run_id).series or {}
+        stored_series = store.get_run_series(session=session, run_id=run_id)
+        series = (stored_series.series if stored_series is not None else None) or {}
         row = store.get_run_requests(session=session, run_id=run_id)
+        if row is None:
+            raise SystemExit(f"run {run_id} kept no per-request figures")
         figures: RequestFigures = request_figures.decode(
             latency_s=row.latency_s, ok=row.ok, ttft_s=row.ttft_s, tpot_s=row.tpot_s
         )
@@ -279,8 +282,8 @@ def main() -> None:
     with stub:
         with Session(engine) as session:
             spec = soak_spec(stub_url=stub.url, minutes=args.minutes, vus=args.vus, prompts=args.prompts)
-            [run] = experiments.enqueue_experiment(session=session, spec=spec).runs
-            run_id = run.id
+            [queued] = experiments.enqueue_experiment(session=session, spec=spec).runs
+            run_id = queued.id
         database = Path(settings.resolved_database_url.removeprefix("sqlite:///"))
         database_before = database_bytes(database)
         print(
@@ -302,6 +305,8 @@ def main() -> None:
             stop_worker(worker)
     with Session(engine) as session:
         run = store.get_run(session=session, run_id=run_id)
+        if run is None:
+            raise SystemExit(f"run {run_id} is gone from the store")
         session.expunge(run)
     figures = report(
         run,

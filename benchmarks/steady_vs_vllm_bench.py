@@ -104,14 +104,17 @@ def main() -> None:
             overrides=[("grid.backend", ["vllm"]), ("grid.load.vus", [args.vus]), ("load.duration_s", args.duration_s)],
         )
         with Session(engine) as session:
-            [run] = experiments.enqueue_experiment(session=session, spec=spec).runs
-            run_id = run.id
+            [queued] = experiments.enqueue_experiment(session=session, spec=spec).runs
+            run_id = queued.id
         worker.run_one()
         with Session(engine) as session:
             run = store.get_run(session=session, run_id=run_id)
+            if run is None:
+                raise SystemExit(f"the lab run #{run_id} is gone from the store")
             if run.status != "done":
                 raise SystemExit(f"the lab run ended {run.status}: {run.status_reason}")
-            input_len = round(run.input_tok_per_s / run.req_per_s) if run.req_per_s else 24
+            input_len = round(run.input_tok_per_s / run.req_per_s) if run.input_tok_per_s and run.req_per_s else 24
+            model, max_tokens = run.model, run.max_tokens
             lab = {
                 "output_tok_per_s": run.output_tok_per_s,
                 "steady_output_tok_per_s": run.steady_output_tok_per_s,
@@ -126,19 +129,22 @@ def main() -> None:
             }
         print(f"lab run #{run_id}: {json.dumps(lab)}", flush=True)
         with Session(engine) as session:  # the same server, still up
-            base_url = store.get_service_record(session=session, name="vllm", worker=worker.name).url
+            vllm_record = store.get_service_record(session=session, name="vllm", worker=worker.name)
+            if vllm_record is None or vllm_record.url is None:
+                raise SystemExit("the lab's vLLM is no longer recorded as up")
+            base_url = vllm_record.url
         from lab.measurement.resources import ResourceSampler, summarise_host
 
-        random_input_len = max(1, input_len - chat_template_tokens(lab["model"]))
+        random_input_len = max(1, input_len - chat_template_tokens(model))
         # The machine's other load while vLLM's client runs (its own process and vLLM are "ours").
         sampler = ResourceSampler({"vllm": worker.services.pid_of("vllm") or os.getpid(), "bench": os.getpid()})
         sampler.start()
         try:
             bench = vllm_bench_serve(
                 base_url=base_url,
-                model=lab["model"],
+                model=model,
                 input_len=random_input_len,
-                output_len=lab["max_tokens"],
+                output_len=max_tokens,
                 concurrency=args.vus,
                 num_prompts=args.num_prompts,
                 result_dir=data_dir,

@@ -45,6 +45,7 @@ def main() -> None:
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-vllm-"))
     from benchmarks.lab_runs import run_experiment
     from db.engine import get_engine
+    from db.models import Run
     from lab.settings import get_settings
     from lab.specs.schema import load_preset
 
@@ -52,7 +53,7 @@ def main() -> None:
     engine = get_engine(settings.resolved_database_url)
     configs = {label: o for label, o in CONFIGS.items() if not args.only or label in args.only}
     print(f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}, load average {os.getloadavg()[0]:.1f}", flush=True)
-    rows: dict[tuple[str, int], object] = {}
+    rows: dict[tuple[str, int], Run] = {}
     start_up_s: dict[str, float | None] = {}
     for label, overrides in configs.items():
         spec = load_preset(

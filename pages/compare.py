@@ -96,7 +96,7 @@ def choose_runs(person: str | None) -> Chosen:
                 "Experiments",
                 list(names),
                 default=[default] if default else [],
-                format_func=names.get,
+                format_func=lambda option: names[option],
                 key="compare_experiments",
             )
             runs = history.list_runs(session=db_session, experiment_ids=chosen, newest_first=False) if chosen else []
@@ -106,12 +106,12 @@ def choose_runs(person: str | None) -> Chosen:
             names = {r.id: f"#{r.id} {r.backend} {r.cell_label}" for r in [*done, *extra]}
             if "compare_runs" in st.session_state:  # a link may name runs deleted since
                 st.session_state["compare_runs"] = [rid for rid in st.session_state["compare_runs"] if rid in names]
-            default = None if "compare_runs" in st.session_state else newest_experiment_runs(done)
+            default_runs = None if "compare_runs" in st.session_state else newest_experiment_runs(done)
             chosen = st.multiselect(
                 "Runs",
                 list(names),
-                default=default,
-                format_func=names.get,
+                default=default_runs,
+                format_func=lambda option: names[option],
                 key="compare_runs",
                 help="Done runs by default; runs ticked on Runs too.",
             )
@@ -347,7 +347,7 @@ def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
     """One row per pair of cells more than one setting apart: what differs, and their means."""
     rows = []
     for pair in pairs:
-        row = {
+        row: dict[str, str | None] = {
             "first": cell_text(pair, "first"),
             "second": cell_text(pair, "second"),
             "differ_in": "; ".join(

@@ -12,7 +12,7 @@ from lab.execution import experiments
 from lab.specs.grid_form import check_grid_form
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
 from lab.workloads.datasets import DatasetError
-from lab.workloads.uploads import list_uploads, record_upload, save_upload
+from lab.workloads.uploads import UploadKind, list_uploads, record_upload, save_upload
 from pages.common import RECOMMENDED_PRESET, RECOMMENDED_TEXT, RUNS_PAGE, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields
 from pages.view.launch import experiment_run_specs, launch_button, overridden, overrides_box
@@ -21,6 +21,8 @@ from pages.view.page_guard import only_through_entry_file
 from pages.view.text import show_plain
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
+
+UPLOAD_KIND_LABELS: dict[UploadKind, str] = {"sharegpt": "ShareGPT (JSON array)", "jsonl": "requests (JSONL)"}
 
 
 def launch(spec: ExperimentSpec, tags: str) -> None:
@@ -147,10 +149,10 @@ def upload_section() -> None:
     )
     kind = st.radio(
         "File kind",
-        ["sharegpt", "jsonl"],
+        list(UPLOAD_KIND_LABELS),
         horizontal=True,
         key="upload_kind",
-        format_func={"sharegpt": "ShareGPT (JSON array)", "jsonl": "requests (JSONL)"}.get,
+        format_func=lambda upload_kind: UPLOAD_KIND_LABELS[upload_kind],
     )
     uploaded = st.file_uploader(
         "Dataset file", type=["json"] if kind == "sharegpt" else ["jsonl"], key=f"upload_file_{kind}"
@@ -182,14 +184,20 @@ def upload_section() -> None:
 
 def reproduce_section() -> None:
     """Queue the seed's three experiments; write the report from the newest run of each."""
-    from datetime import datetime
-
-    from lab.report import DirtyTreeError, enqueue_reproduction, latest_reproduction, report_from_experiments
-
     st.write(
         "Runs the seed's experiments 1 to 3 with the default model on this machine, then writes a report "
         "that sets the seed's tables and ours side by side and gives a verdict on each of its claims."
     )
+    if not _queue_reproduction():
+        return
+    st.divider()
+    _reproduction_report()
+
+
+def _queue_reproduction() -> bool:
+    """The reproduction's scale and its queue button; False when it was refused (a dirty tree)."""
+    from lab.report import DirtyTreeError, enqueue_reproduction
+
     quick = st.toggle("Quick scale (for a small CPU box)", value=True, key="reproduce_quick")
     repeats = st.number_input("Repeats per cell", min_value=1, max_value=10, value=3, key="reproduce_repeats")
     allow_dirty = st.checkbox(
@@ -207,7 +215,7 @@ def reproduce_section() -> None:
             meta = enqueue_reproduction(settings=settings(), quick=quick, repeats=int(repeats), allow_dirty=allow_dirty)
         except DirtyTreeError as error:
             st.error(str(error))
-            return
+            return False
         count = sum(len(m["run_ids"]) for m in meta.values())
         flash(
             "success",
@@ -215,7 +223,15 @@ def reproduce_section() -> None:
             "come back here to write the report.",
         )
         st.switch_page(RUNS_PAGE)
-    st.divider()
+    return True
+
+
+def _reproduction_report() -> None:
+    """Write the report from the newest experiment of each preset, and offer its files."""
+    from datetime import datetime
+
+    from lab.report import latest_reproduction, report_from_experiments
+
     latest = latest_reproduction(settings=settings())
     if not latest:
         st.info("No seed experiment has been run yet: queue the reproduction first.")

@@ -66,7 +66,7 @@ def live_run(run_id: int) -> None:
     def live() -> None:
         with session() as db_session:
             run = history.get_run(session=db_session, run_id=run_id)
-            state = (
+            state: dict[str, Any] | None = (
                 None
                 if run is None
                 else {
@@ -97,7 +97,7 @@ def _ms(value_s: float | None) -> str:
     return "–" if value_s is None else f"{value_s * 1000:,.0f} ms"
 
 
-def streaming_latency_text(run: object) -> tuple[str, str] | None:
+def streaming_latency_text(run: Run) -> tuple[str, str] | None:
     """Client vs server TTFT of a streamed run as (kind, text); None when no TTFT was timed."""
     client_s = getattr(run, "ttft_avg_s", None)
     unstreamed = getattr(run, "unstreamed_answers", None) or 0
@@ -139,7 +139,7 @@ def choose_run() -> int | None:
         "Run",
         options,
         index=options.index(default_id) if default_id in labels else 0,
-        format_func=labels.get,
+        format_func=lambda option: labels[option],
         key=f"detail_select_{default_id}",
     )
     if run_id != default_id:
@@ -268,19 +268,26 @@ def stored_details(run: Run, series_row: RunSeries | None) -> None:
         audit_trail(actions)
 
 
+def _stored_run(run_id: int) -> tuple[Run, RunSeries | None, dict[str, Any]] | None:
+    """The run, its per-second series and its figures' record; None when it does not exist."""
+    with session() as db_session:
+        run = history.get_run(session=db_session, run_id=run_id)
+        if run is None:
+            return None
+        return run, history.get_run_series(session=db_session, run_id=run_id), run_record(run)
+
+
 def page() -> None:
     st.title("Run detail")
     show_flash()
     run_id = choose_run()
     if run_id is None:
         return
-    with session() as db_session:
-        run = history.get_run(session=db_session, run_id=run_id)
-        series_row = history.get_run_series(session=db_session, run_id=run_id) if run else None
-        record = run_record(run) if run else None
-    if run is None:
+    stored = _stored_run(run_id)
+    if stored is None:
         st.error(f"Run #{run_id} does not exist (deleted?). Pick another above.")
         return
+    run, series_row, record = stored
 
     experiment = f" · experiment #{run.experiment_id} {run.experiment.name}" if run.experiment else ""
     if run.experiment and run.experiment.wall_time_ratio:

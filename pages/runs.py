@@ -186,7 +186,7 @@ def filters() -> dict:
         row2 = st.columns(5)
         model = row2[0].text_input("Model contains", key="filter_model")
         tag = row2[1].text_input("Tag", key="filter_tag")
-        dates = row2[2].date_input("Created between", value=(), key="filter_dates")
+        dates = row2[2].date_input("Created between", value=[], key="filter_dates")
         limit = row2[3].number_input(
             "Show at most", min_value=10, max_value=100_000, value=2000, step=100, key="filter_limit"
         )

@@ -34,7 +34,7 @@ def choose_configuration() -> dict | None:
     key = st.selectbox(
         "Configuration (★: has a baseline)",
         list(labels),
-        format_func=labels.get,
+        format_func=lambda configuration: labels[configuration],
         key="trends_configuration",
         help="A configuration is a run spec without its seed.",
     )

@@ -1,17 +1,13 @@
-"""The reproduction report (see :mod:`lab.report.build`): its public entry points."""
+"""The reproduction report (see :mod:`lab.report.build` and :mod:`lab.report.reproduction`): its public entry points."""
 
-from lab.report.build import (
-    PRESETS,
-    QUICK_REPORT_DIR,
-    REPORT_COMMAND,
-    REPORT_DIR,
+from lab.report.build import PRESETS, QUICK_REPORT_DIR, REPORT_COMMAND, REPORT_DIR, write_report
+from lab.report.reproduction import (
     DirtyTreeError,
     enqueue_reproduction,
     latest_reproduction,
     report_from_experiments,
     report_only,
     reproduce,
-    write_report,
 )
 
 __all__ = [

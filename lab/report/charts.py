@@ -10,6 +10,7 @@ from typing import Any
 from lab.analysis.aggregation import aggregate, done_runs
 from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES
 from lab.backends import SeedSetup, seed_setup_backend, seed_setup_of
+from lab.report.seed_tables import setup_name
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +145,10 @@ def _exp3_chart(records: list[dict[str, Any]]):
         (r for r in aggregate(records, ("backend",), ("req_per_s",)) if r["req_per_s"] is not None), key=position
     )
     published = SEED_EXPERIMENTS["seed-exp3"].published
-    series = [
+    series: list[dict[str, Any]] = [
         {
             "name": "ours",
-            "x": [SERVER_NAMES.get(seed_setup_of(r["backend"]), r["backend"]) for r in ours_rows],
+            "x": [setup_name(SERVER_NAMES, seed_setup_of(r["backend"]), r["backend"]) for r in ours_rows],
             "y": [r["req_per_s"] for r in ours_rows],
             "ci95_half": [_half_width(r, "req_per_s") for r in ours_rows],
         },

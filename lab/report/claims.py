@@ -40,7 +40,7 @@ from lab.report.claim_reasons import (
     explain_vllm_growth,
 )
 from lab.report.formatting import format_ratio, ratio_with_bounds
-from lab.report.verdicts import (  # noqa: F401 (re-exported: the verdicts belong with the claims they judge)
+from lab.report.verdicts import (  # noqa: F401 - re-exported: the verdicts belong with the claims they judge
     HELD,
     INCONCLUSIVE,
     NOT_HELD,
@@ -413,6 +413,42 @@ def _speed_note(records: Sequence[dict[str, Any]], speed_by_run: dict[int, float
     return f". Measured on a machine more than 10% off its median speed: run{'s' if len(off) > 1 else ''} {runs}"
 
 
+def _verdict(
+    claim: Claim, measurement: Measurement, evidence: Evidence, texts: tuple[str, str], *, drift: float
+) -> tuple[str, str, str | None]:
+    """The claim's verdict, its reason and the resource that bounded our figure (None: none did);
+    ``texts``: our figure and the seed's as the report writes them."""
+    ours_text, seed_text = texts
+    verdict = NOT_MEASURABLE if measurement.censored else _judged(claim, measurement, drift)
+    if verdict == NOT_MEASURED:
+        missing = "the runs needed for this figure are missing or did not report it"
+        return (
+            verdict,
+            measurement.why_not_measured
+            or ("no done run measured this figure" if not done_runs(evidence.records) else missing),
+            None,
+        )
+    explanation = claim.explain(evidence)
+    if verdict == NOT_MEASURABLE:
+        return verdict, f"ours {ours_text}, but {measurement.censored}: {explanation.text}", explanation.bound
+    against = f"against the seed's {seed_text}" if measurement.seed is not None else "(the seed gives no figure)"
+    reason = (
+        f"ours {ours_text} {against}{_how_far(measurement, claim.unit)}"
+        f"{_load_caveat(claim.preset, evidence.records)}: {explanation.text}"
+    )
+    bound = None
+    if verdict not in (HELD, INCONCLUSIVE) and explanation.bound:
+        bound = explanation.bound
+        reason += f". Bounded here by {bound}"
+        if verdict == NOT_HELD:
+            verdict = NOT_HELD_HARDWARE
+    if verdict == INCONCLUSIVE:
+        reason += ". The interval spans the rule's threshold" + (
+            f" once widened by the machine's drift (x{drift:.2f})" if drift > 1 else ""
+        )
+    return verdict, reason, bound
+
+
 def evaluate_claims(
     records_by_preset: dict[str, list[dict[str, Any]]],
     environment: dict[str, Any] | None = None,
@@ -432,38 +468,15 @@ def evaluate_claims(
     for claim in CLAIMS:
         records = records_by_preset.get(claim.preset, [])
         measurement = claim.measure(records)
-        verdict = NOT_MEASURABLE if measurement.censored else _judged(claim, measurement, drift)
         ours_text = ratio_with_bounds(measurement.ours, measurement.ours_low, measurement.ours_high, claim.unit)
         seed_text = format_ratio(measurement.seed, claim.unit) if measurement.seed is not None else "not stated"
-        bound = None
-        if verdict == NOT_MEASURED:
-            reason = measurement.why_not_measured or (
-                "no done run measured this figure"
-                if not done_runs(records)
-                else "the runs needed for this figure are missing or did not report it"
-            )
-        elif verdict == NOT_MEASURABLE:
-            explanation = claim.explain(Evidence(records=list(records), environment=dict(environment or {})))
-            reason = f"ours {ours_text}, but {measurement.censored}: {explanation.text}"
-            bound = explanation.bound
-        else:
-            against = (
-                f"against the seed's {seed_text}" if measurement.seed is not None else "(the seed gives no figure)"
-            )
-            explanation = claim.explain(Evidence(records=list(records), environment=dict(environment or {})))
-            reason = (
-                f"ours {ours_text} {against}{_how_far(measurement, claim.unit)}"
-                f"{_load_caveat(claim.preset, records)}: {explanation.text}"
-            )
-            if verdict not in (HELD, INCONCLUSIVE) and explanation.bound:
-                bound = explanation.bound
-                reason += f". Bounded here by {bound}"
-                if verdict == NOT_HELD:
-                    verdict = NOT_HELD_HARDWARE
-            if verdict == INCONCLUSIVE:
-                reason += ". The interval spans the rule's threshold" + (
-                    f" once widened by the machine's drift (x{drift:.2f})" if drift > 1 else ""
-                )
+        verdict, reason, bound = _verdict(
+            claim,
+            measurement,
+            Evidence(records=list(records), environment=dict(environment or {})),
+            (ours_text, seed_text),
+            drift=drift,
+        )
         reason += _speed_note(records, speed_by_run or {})
         results.append(
             {

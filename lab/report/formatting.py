@@ -11,13 +11,13 @@ from typing import Any
 MISSING = "–"
 
 
-def _missing(value: float | None) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+def _is_nan(value: float) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def format_seconds(value: float | None) -> str:
     """Seconds as the seed wrote them: '11.3 ms', '4.73 s', '1m21s'."""
-    if _missing(value):
+    if value is None or _is_nan(value):
         return MISSING
     if value < 1:
         return f"{value * 1000:.1f} ms"
@@ -29,21 +29,21 @@ def format_seconds(value: float | None) -> str:
 
 def format_rate(value: float | None, digits: int = 2) -> str:
     """A rate (or a count) with thousands separators and ``digits`` decimals."""
-    if _missing(value):
+    if value is None or _is_nan(value):
         return MISSING
     return f"{value:,.{digits}f}"
 
 
 def format_share(value: float | None) -> str:
     """A share (0.5) as a percentage ('50.0%')."""
-    if _missing(value):
+    if value is None or _is_nan(value):
         return MISSING
     return f"{value * 100:.1f}%"
 
 
 def format_ratio(value: float | None, unit: str) -> str:
     """A ratio ('5.15x', '102.6x') or, with ``unit="share"``, a share."""
-    if _missing(value):
+    if value is None or _is_nan(value):
         return MISSING
     if unit == "share":
         return format_share(value)
@@ -54,7 +54,7 @@ def ratio_with_bounds(value: float | None, low: float | None, high: float | None
     """A ratio or share with its 95% interval: '5.15x [4.20x, 6.31x]'; the figure alone without
     an interval, or when its ends read the same as the figure."""
     text = format_ratio(value, unit)
-    if _missing(value) or low is None or high is None:
+    if value is None or _is_nan(value) or low is None or high is None:
         return text
     low_text, high_text = format_ratio(low, unit), format_ratio(high, unit)
     return text if low_text == high_text == text else f"{text} [{low_text}, {high_text}]"

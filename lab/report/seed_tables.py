@@ -5,7 +5,7 @@ the same way because both call these."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -32,13 +32,18 @@ def _whole(value: float | None) -> str:
     return format_rate(value, 0)
 
 
+def setup_name(names: Mapping[SeedSetup, str], setup: SeedSetup | None, backend: str) -> str:
+    """The seed's name for ``setup`` in ``names``, or the backend's own name where it has none."""
+    return names.get(setup, backend) if setup is not None else backend
+
+
 def key_cells(preset: str, setup: SeedSetup | None, backend: str, load_value: Any) -> Cells:
     """The columns that name a row: its load and its server, as the seed's table names them."""
     if preset == "seed-exp1":
-        return {"VUs": load_value, "server": SERVER_NAMES.get(setup, backend)}
+        return {"VUs": load_value, "server": setup_name(SERVER_NAMES, setup, backend)}
     if preset == "seed-exp2":
-        return {"PROMPTS": load_value, "set-up": EXP2_SETUP_NAMES.get(setup, backend)}
-    return {"server": SERVER_NAMES.get(setup, backend)}
+        return {"PROMPTS": load_value, "set-up": setup_name(EXP2_SETUP_NAMES, setup, backend)}
+    return {"server": setup_name(SERVER_NAMES, setup, backend)}
 
 
 def _exp1_ours(row: SeedTableRow) -> Cells:

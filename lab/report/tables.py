@@ -13,7 +13,7 @@ from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
 from lab.backends import SeedSetup, seed_setup_of
 from lab.report.formatting import format_rate, format_ratio, format_seconds, ratio_with_bounds, with_interval
-from lab.report.seed_tables import our_table, seed_table
+from lab.report.seed_tables import our_table, seed_table, setup_name
 
 __all__ = [
     "environment_table",
@@ -42,7 +42,7 @@ def ours_text(found: Any, unit: str) -> str:
 def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     ours, seed = exp1_ratios(records), exp1_ratios(SEED_EXPERIMENTS["seed-exp1"].records())
     rows = []
-    for vus in sorted({r.vus for r in ours.speedups} | {r.vus for r in seed.speedups}):
+    for vus in sorted({r.vus for r in (*ours.speedups, *seed.speedups) if r.vus is not None}):
         mine = next((r for r in ours.speedups if r.vus == vus), None)
         rows.append(
             {
@@ -54,13 +54,13 @@ def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     low, high = vus_range(records) or (1, 32)
     for setup in (SeedSetup.VLLM, SeedSetup.NAIVE):
         for figure, what in (("output_tok_per_s", "output tok/s"), ("latency_avg_s", "avg latency")):
-            mine, theirs = ours.growth_of(setup, figure), seed_growth(setup, figure, low, high)
+            growth, theirs = ours.growth_of(setup, figure), seed_growth(setup, figure, low, high)
             span = (theirs.low_vus, theirs.high_vus)
             rows.append(
                 {
                     "figure": f"{SERVER_NAMES[setup]} {what} growth, {low} to {high} VUs"
                     + (f" (seed: {span[0]} to {span[1]})" if span != (low, high) else ""),
-                    "ours": ours_text(mine, "x"),
+                    "ours": ours_text(growth, "x"),
                     "seed": format_ratio(theirs.value, "x"),
                 }
             )
@@ -155,7 +155,7 @@ def open_questions_table(
         ):
             cell = {
                 "experiment": preset,
-                "server": SERVER_NAMES.get(seed_setup_of(row["backend"]), row["backend"]),
+                "server": setup_name(SERVER_NAMES, seed_setup_of(row["backend"]), row["backend"]),
                 "VUs": row["vus"],
                 "PROMPTS": row["prompts"] if row["prompts"] is not None else "–",
             }

@@ -178,7 +178,7 @@ def speed_chart(trust: Trust) -> Any:
     """The machine-speed index of each run in the order they ran (Plotly)."""
     import plotly.graph_objects as go
 
-    runs = [r for r in trust.records if trust.speed_by_run.get(r.get("run_id")) is not None]
+    runs = [r for r in trust.records if r.get("run_id") is not None and trust.speed_by_run.get(r["run_id"]) is not None]
     figure = go.Figure(
         go.Scatter(
             x=[f"#{r['run_id']}" for r in runs],

@@ -13,7 +13,7 @@ import streamlit as st
 
 from db.models import Run, RunStatus
 from lab import baselines
-from lab.analysis.trends import TrendPoint, baseline_band, experiment_means
+from lab.analysis.trends import ExperimentMean, TrendPoint, baseline_band, experiment_means
 from lab.baselines import BaselineComparison, BaselineError, Subject
 from lab.specs.configuration import configuration_key
 from lab.specs.spec_files import experiment_spec_document, run_spec_document, spec_file_text
@@ -164,6 +164,26 @@ HOVER = (
 )
 
 
+def _experiment_means_trace(means: Sequence[ExperimentMean]) -> go.Scatter:
+    """Each experiment's mean as a tick, its 95% interval as an error bar (none where unknown)."""
+    return go.Scatter(
+        x=[mean.created_at for mean in means],
+        y=[mean.mean for mean in means],
+        mode="markers",
+        name="experiment mean, 95% CI",
+        marker={"symbol": "line-ew-open", "size": 18},
+        error_y={
+            "type": "data",
+            "symmetric": False,
+            "array": [(m.ci95_high - m.mean) if m.ci95_high is not None and m.mean is not None else 0 for m in means],
+            "arrayminus": [
+                (m.mean - m.ci95_low) if m.ci95_low is not None and m.mean is not None else 0 for m in means
+            ],
+        },
+        hovertemplate="experiment mean %{y:,.4g}<extra></extra>",
+    )
+
+
 def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
     """Each run's ``figure`` over time (the baseline's as stars, its mean and 95% band behind),
     each experiment's mean with its 95% interval; the hover says what each run ran with."""
@@ -174,23 +194,7 @@ def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
         chart.add_hrect(y0=band.ci95_low, y1=band.ci95_high, opacity=0.15, line_width=0, fillcolor="green")
     if band is not None and band.mean is not None:
         chart.add_hline(y=band.mean, line_dash="dash", line_color="green", annotation_text="baseline mean")
-    means = experiment_means(measured)
-    chart.add_trace(
-        go.Scatter(
-            x=[mean.created_at for mean in means],
-            y=[mean.mean for mean in means],
-            mode="markers",
-            name="experiment mean, 95% CI",
-            marker={"symbol": "line-ew-open", "size": 18},
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": [(m.ci95_high - m.mean) if m.ci95_high is not None else 0 for m in means],
-                "arrayminus": [(m.mean - m.ci95_low) if m.ci95_low is not None else 0 for m in means],
-            },
-            hovertemplate="experiment mean %{y:,.4g}<extra></extra>",
-        )
-    )
+    chart.add_trace(_experiment_means_trace(experiment_means(measured)))
     for in_baseline, name, symbol in ((False, "runs", "circle"), (True, "baseline runs", "star")):
         subset = [point for point in measured if point.in_baseline == in_baseline]
         if subset:

@@ -6,7 +6,7 @@ Presentation and input only: the plan, its checks and the search live in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import streamlit as st
 from pydantic import ValidationError
@@ -53,61 +53,66 @@ def _plan_from_form() -> CapacityPlan | None:
             if note:
                 show_plain(note, kind="info")
             return load_capacity_preset(preset, quick=quick)
-        backends = st.multiselect("Backends", BACKENDS, default=managed_backend_names()[:2], key="capacity_backends")
-        target_url = None
-        if any(not get_backend(name).managed for name in backends):
-            target_url = st.text_input("Target URL (external server)", key="capacity_target_url") or None
-        slo_text = st.text_input(
-            "SLO (comma separated)",
-            value="latency_p95_s<=10",
-            key="capacity_slo",
-            help="Limits on per-request figures: latency_p95_s<=10, ttft_p99_s<=1 (streamed runs), failure_rate<=0.01",
-        )
-        by = st.radio(
-            "Load dimension",
-            list(LOAD_DIMENSIONS),
-            horizontal=True,
-            key="capacity_by",
-            format_func=lambda name: f"{LOAD_DIMENSIONS[name].load_kind} ({LOAD_DIMENSIONS[name].unit})",
-        )
-        defaults = CAPACITY_DEFAULTS["quick" if quick else "full"]
-        columns = st.columns(5)
-        min_load = columns[0].number_input(
-            "Smallest load", value=float(LOAD_DIMENSIONS[by].default_min), key="capacity_min"
-        )
-        max_load = columns[1].number_input(
-            "Largest load", value=float(default_max_load(by, quick=quick)), key="capacity_max"
-        )
-        max_probes = columns[2].number_input(
-            "Probes per backend", value=int(defaults["max_probes"]), step=1, key="capacity_probes"
-        )
-        probe_s = columns[3].number_input("Seconds per probe", value=defaults["probe_s"], key="capacity_probe_s")
-        repeats = columns[4].number_input(
-            "Repeats per probe", min_value=1, max_value=20, value=1, key="capacity_repeats"
-        )
-        overrides = overrides_box("capacity_overrides")
-        if not backends:
-            raise CapacityError("choose at least one backend")
-        if overrides is None:
-            return None
-        return capacity_plan(
-            backends=backends,
-            slo=[slo_text],
-            by=by,
-            quick=quick,
-            min_load=min_load,
-            max_load=max_load,
-            max_probes=int(max_probes),
-            probe_s=probe_s,
-            repeats=int(repeats),
-            target_url=target_url,
-            settings=overrides or None,
-        )
+        return _plan_from_fields(quick)
     except (SpecError, CapacityError, SloError) as error:
         show_plain(f"This search cannot run: {error}", kind="error")
     except ValidationError as error:
         show_plain(f"This search cannot run: {format_validation_error(error)}", kind="error")
     return None
+
+
+def _plan_from_fields(quick: bool) -> CapacityPlan | None:
+    """The plan set up field by field (no preset); None while the settings box does not parse.
+    Raises what :func:`capacity_plan` raises on a plan that cannot run."""
+    backends = st.multiselect("Backends", BACKENDS, default=managed_backend_names()[:2], key="capacity_backends")
+    target_url = None
+    if any(not get_backend(name).managed for name in backends):
+        target_url = st.text_input("Target URL (external server)", key="capacity_target_url") or None
+    slo_text = st.text_input(
+        "SLO (comma separated)",
+        value="latency_p95_s<=10",
+        key="capacity_slo",
+        help="Limits on per-request figures: latency_p95_s<=10, ttft_p99_s<=1 (streamed runs), failure_rate<=0.01",
+    )
+    by_name = st.radio(
+        "Load dimension",
+        list(LOAD_DIMENSIONS),
+        horizontal=True,
+        key="capacity_by",
+        format_func=lambda name: f"{LOAD_DIMENSIONS[name].load_kind} ({LOAD_DIMENSIONS[name].unit})",
+    )
+    by: Literal["vus", "rate"] = "rate" if by_name == "rate" else "vus"  # the radio offers these two
+    defaults = CAPACITY_DEFAULTS["quick" if quick else "full"]
+    columns = st.columns(5)
+    min_load = columns[0].number_input(
+        "Smallest load", value=float(LOAD_DIMENSIONS[by].default_min), key="capacity_min"
+    )
+    max_load = columns[1].number_input(
+        "Largest load", value=float(default_max_load(by, quick=quick)), key="capacity_max"
+    )
+    max_probes = columns[2].number_input(
+        "Probes per backend", value=int(defaults["max_probes"]), step=1, key="capacity_probes"
+    )
+    probe_s = columns[3].number_input("Seconds per probe", value=defaults["probe_s"], key="capacity_probe_s")
+    repeats = columns[4].number_input("Repeats per probe", min_value=1, max_value=20, value=1, key="capacity_repeats")
+    overrides = overrides_box("capacity_overrides")
+    if not backends:
+        raise CapacityError("choose at least one backend")
+    if overrides is None:
+        return None
+    return capacity_plan(
+        backends=backends,
+        slo=[slo_text],
+        by=by,
+        quick=quick,
+        min_load=min_load,
+        max_load=max_load,
+        max_probes=int(max_probes),
+        probe_s=probe_s,
+        repeats=int(repeats),
+        target_url=target_url,
+        settings=overrides or None,
+    )
 
 
 def find_capacity_section() -> None:

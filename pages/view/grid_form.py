@@ -44,7 +44,7 @@ def option_widget(owner: str, field: OptionInput) -> Any:
     returns its value (None: left blank, the model's default applies)."""
     option, key = field.option, f"grid_{owner}_{field.option.path}"
     help_text = field.help or None
-    if field.kind == "upload":
+    if field.kind == "upload" and option.upload is not None:  # the "upload" widget is for upload options only
         uploads = list_uploads(settings().uploads_dir, option.upload)
         labels = dict(uploads)
         paths = [path for path, _ in uploads]
@@ -52,7 +52,7 @@ def option_widget(owner: str, field: OptionInput) -> Any:
             return st.selectbox(
                 option.label,
                 paths,
-                format_func=labels.get,
+                format_func=lambda path: labels[path],
                 key=key,
                 index=None,
                 help=help_text,
@@ -112,7 +112,7 @@ def backend_fields(form: GridForm, errors: dict[str, str]) -> None:
 def _request_fields(form: GridForm, errors: dict[str, str]) -> None:
     """The left column: workload, its options, max tokens, streaming."""
     labels = {name: workload.label or name for name, workload in WORKLOADS.items()}
-    form.workload = st.selectbox("Workload", list(labels), format_func=labels.get, key="grid_workload")
+    form.workload = st.selectbox("Workload", list(labels), format_func=lambda name: labels[name], key="grid_workload")
     workload_fields(form, errors)
     form.max_tokens = int(st.number_input("Max tokens per request", value=128, step=1, key="grid_max_tokens"))
     field_error(errors, "max_tokens")

@@ -33,6 +33,13 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--redis-url", required=True, help="redis://host:port/db")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    _add_cache_arguments(parser)
+    _add_server_arguments(parser)
+    return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def _add_cache_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is cached and for whom, how long Redis and the upstream may take, the in-process tier."""
     parser.add_argument(
         "--policy",
         choices=POLICIES,
@@ -71,6 +78,10 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
         default=64 * 1024 * 1024,
         help="bytes of stored answers the in-process tier may hold",
     )
+
+
+def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The HTTP server and the limits it puts on a request's size and arrival time."""
     parser.add_argument("--server", choices=SERVERS, default=DEFAULT_SERVER, help="the HTTP server")
     parser.add_argument(
         "--max-body-bytes",
@@ -90,7 +101,6 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_BODY_TIMEOUT_S,
         help="a request's whole body must arrive within this, or 408",
     )
-    return parser.parse_args(list(argv) if argv is not None else None)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

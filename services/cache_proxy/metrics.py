@@ -115,7 +115,7 @@ class ProxyMetrics:
             "Time from request body read to hit answer sent.",
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
         )
-        self.registry.register(_HitPathCollector([self.hits, self.local_hits], [self.hit_latency]))  # type: ignore[arg-type]
+        self.registry.register(_HitPathCollector([self.hits, self.local_hits], [self.hit_latency]))
         self.upstream_latency = Histogram(
             "lab_cache_upstream_latency_seconds",
             "Upstream answer time on misses and bypasses (to last byte).",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from services.cache_proxy.local_tier import LocalTier
@@ -96,7 +96,8 @@ class _RespProtocol(asyncio.Protocol):
         self.on_lost: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream connection's transport is an asyncio.Transport (typeshed types the hook for any protocol).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data

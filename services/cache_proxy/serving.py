@@ -43,7 +43,7 @@ def header_timeout_protocol(header_timeout_s: float) -> type:
         _headers_since: float | None = None
         _header_check: Any = None
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._headers_since = self.loop.time()
             self._header_check = self.loop.call_later(header_timeout_s, self._check_headers)
@@ -91,7 +91,7 @@ def serve_uvicorn(app: Any, *, host: str, port: int, header_timeout_s: float = D
         lifespan="on",
         loop="uvloop",
         http=header_timeout_protocol(header_timeout_s),
-    )  # type: ignore[arg-type]
+    )
 
 
 def serve_granian(

@@ -226,7 +226,7 @@ class NaiveEngine:
         model.eval()
         config = model.config
         self.context_length_tokens = int(
-            getattr(config, "max_position_embeddings", None) or getattr(tokenizer, "model_max_length", 2048)
+            getattr(config, "max_position_embeddings", None) or getattr(tokenizer, "model_max_length", None) or 2048
         )
         eos = model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
