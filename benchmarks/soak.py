@@ -263,7 +263,7 @@ def main() -> None:
 
     from db import store
     from db.engine import get_engine
-    from lab.execution import experiments
+    from lab.queue import experiments
     from lab.settings import get_settings
     from services.supervisor import ManagedService
 

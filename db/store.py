@@ -47,7 +47,7 @@ def enqueue_experiment(
     """Store an experiment and queue its runs, one per ``runs`` item (the columns of a Run:
     ``cell_label``, ``repeat_index``, ``spec`` and the spec's denormalised columns). Commits.
 
-    The values are taken as given: callers validate (``lab.execution.experiments`` builds them from a
+    The values are taken as given: callers validate (``lab.queue.experiments`` builds them from a
     validated ExperimentSpec).
     """
     experiment = Experiment(

@@ -11,7 +11,7 @@ import streamlit as st
 
 from lab import history
 from lab.backends import BACKENDS, managed_backend_names
-from lab.execution.detached import start_service_in_background
+from lab.queue.detached import start_service_in_background
 from pages.common import service_manager, services_state, session, without_polling
 from pages.view.members import lab_permission
 from pages.view.names import display_frame

@@ -14,7 +14,7 @@ from lab.analysis.capacity_search import CapacityError
 from lab.analysis.slo import SloError
 from lab.backends import get_backend
 from lab.context import LabContext
-from lab.execution.capacity_plan import (
+from lab.queue.capacity_plan import (
     CapacityPlan,
     capacity_plan,
     check_plan,
@@ -23,7 +23,7 @@ from lab.execution.capacity_plan import (
     run_search,
     stored_plan,
 )
-from lab.execution.queue_submit import open_waiter
+from lab.queue.submit import open_waiter
 from lab.specs.schema import SpecError, format_validation_error, parse_set_option
 
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from lab.cli.run_commands import split_labels
 from lab.context import LabContext
-from lab.execution.worker import stop_own_services
+from lab.queue.worker import stop_own_services
 from lab.settings import PROJECT_ROOT
 
 
 def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
     from lab.cli.start_guard import PARENT_PID_ENV, watch_parent
-    from lab.execution.worker import DatabaseReplacedError, Worker
-    from lab.execution.worker_lock import WorkerBusyError
+    from lab.queue.worker import DatabaseReplacedError, Worker
+    from lab.queue.worker_lock import WorkerBusyError
     from lab.specs.schema import check_worker_label
 
     try:

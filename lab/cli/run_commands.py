@@ -18,10 +18,10 @@ from lab.analysis.compare import run_record
 from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepare_gate, report_gate
 from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.final_state import PendingFinalStates
-from lab.execution.queue_submit import open_waiter
-from lab.execution.run_waiter import WorkerUnusableError
+from lab.queue import experiments
+from lab.queue.run_waiter import WorkerUnusableError
+from lab.queue.submit import open_waiter
+from lab.run.final_state import PendingFinalStates
 from lab.specs.schema import SpecError, parse_set_option
 from lab.specs.validation import ModelNameError, check_model_on_machine
 

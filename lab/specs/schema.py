@@ -276,7 +276,7 @@ class ExperimentSpec(StrictModel):
     repeats: int = Field(default=1, ge=1, le=100)
     # With repeats, the runs go in rounds (each round every cell once, in an order drawn from
     # ``order_seed``, recorded when queued) so a drift of the machine hits every cell alike;
-    # "blocks" runs each cell's repeats together (see lab/execution/round_order.py).
+    # "blocks" runs each cell's repeats together (see lab/queue/round_order.py).
     order: Literal["interleaved", "blocks"] = "interleaved"
     order_seed: int | None = Field(default=None, ge=0, lt=2**31)
     scale: Literal["full", "quick"] = "full"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.execution.k6_driver import K6Process, script_path
+from lab.run.k6_driver import K6Process, script_path
 
 pytestmark = pytest.mark.integration
 

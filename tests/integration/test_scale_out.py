@@ -24,7 +24,7 @@ from db import store
 from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import RunStatus
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.settings import PROJECT_ROOT
 from lab.specs.schema import ExperimentSpec, RunSpec
 from services.supervisor import find_free_port

@@ -18,11 +18,11 @@ from lab import cli
 from lab.analysis.capacity_search import CapacityError
 from lab.analysis.slo import SloError, evaluate, parse_slo
 from lab.context import LabContext
-from lab.execution import queue_submit
-from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
 from lab.measurement import request_figures
 from lab.measurement.k6_ndjson import RequestSamples
 from lab.measurement.k6_ndjson_files import stream_request_samples
+from lab.queue import submit as queue_submit
+from lab.queue.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
 
 FIXTURE_NDJSON = Path(__file__).resolve().parent.parent / "fixtures" / "k6" / "number_story.ndjson"
 

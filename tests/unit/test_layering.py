@@ -76,7 +76,7 @@ def test_pages_never_import_the_cli() -> None:
 
 def test_the_k6_driver_does_not_depend_on_the_service_supervisor() -> None:
     assert not any(
-        m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "execution" / "k6_driver.py")
+        m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "run" / "k6_driver.py")
     )
 
 

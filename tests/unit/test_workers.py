@@ -15,10 +15,10 @@ from db import migrations, store
 from db.engine import make_engine
 from db.models import Base, Run, RunStatus, WorkerRecord
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.worker import Worker
-from lab.execution.worker_identity import hardware_summary
-from lab.execution.worker_lock import WorkerBusyError
+from lab.queue import experiments
+from lab.queue.worker import Worker
+from lab.queue.worker_identity import hardware_summary
+from lab.queue.worker_lock import WorkerBusyError
 from lab.settings import Settings
 from lab.specs.schema import SpecError, load_preset
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Run, RunStatus
 from lab.context import LabContext
-from lab.execution.run_waiter import RunWaiter
+from lab.queue.run_waiter import RunWaiter
 
 
 class Waiter(Protocol):

@@ -20,8 +20,8 @@ from db import store
 from db.engine import sqlite_file_identity, sqlite_path
 from db.models import RunStatus
 from lab.context import LabContext
-from lab.execution.worker import Worker, stop_own_services
-from lab.execution.worker_lock import WorkerBusyError, WorkerLock, lock_holder_pid
+from lab.queue.worker import Worker, stop_own_services
+from lab.queue.worker_lock import WorkerBusyError, WorkerLock, lock_holder_pid
 from lab.settings import Settings
 
 

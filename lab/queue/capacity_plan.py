@@ -35,9 +35,9 @@ from lab.analysis.capacity_search import (
     search_capacity,
 )
 from lab.analysis.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
-from lab.execution.experiments import run_columns
 from lab.measurement import request_figures
 from lab.members import os_user
+from lab.queue.experiments import run_columns
 from lab.specs.base import StrictModel
 from lab.specs.schema import (
     PRESETS_DIR,

@@ -19,14 +19,14 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from lab.execution import run_decisions as decisions
-from lab.execution import run_figures
-from lab.execution.final_state import PART_WRITERS, retry_while_unreachable
-from lab.execution.k6_driver import K6Process
-from lab.execution.run_steps import RunTargets
 from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
 from lab.measurement.results import RunResults
+from lab.run import decisions
+from lab.run import figures as run_figures
+from lab.run.final_state import PART_WRITERS, retry_while_unreachable
+from lab.run.k6_driver import K6Process
+from lab.run.steps import RunTargets
 from lab.specs.schema import RunSpec
 from services.manager import ServiceManager
 

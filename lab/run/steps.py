@@ -26,12 +26,12 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab.backends import Backend, managed_backend_names
-from lab.execution import run_decisions as decisions
-from lab.execution.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
-from lab.execution.run_decisions import RunCancelled, RunFailed
-from lab.execution.service_watch import ServiceWatch, wait_watching
 from lab.measurement import environment, live, server_metrics
 from lab.measurement.resources import ResourceSampler
+from lab.run import decisions
+from lab.run.decisions import RunCancelled, RunFailed
+from lab.run.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
+from lab.run.service_watch import ServiceWatch, wait_watching
 from lab.settings import Settings
 from lab.specs.schema import RunSpec, format_validation_error
 from lab.workloads import WorkloadError, get_workload

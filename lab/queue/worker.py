@@ -21,12 +21,12 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import sqlite_file_identity, sqlite_path
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.final_state import PendingFinalStates
-from lab.execution.run_decisions import write_failure_message
-from lab.execution.runner import RunExecutor
-from lab.execution.worker_identity import worker_hardware
-from lab.execution.worker_lock import WorkerBusyError, WorkerLock
+from lab.queue import experiments
+from lab.queue.worker_identity import worker_hardware
+from lab.queue.worker_lock import WorkerBusyError, WorkerLock
+from lab.run.decisions import write_failure_message
+from lab.run.final_state import PendingFinalStates
+from lab.run.runner import RunExecutor
 from services.manager import ServiceManager
 from services.processes import stop_process_tree
 
