@@ -180,6 +180,7 @@ def cmd_runs_recover(context: LabContext) -> int:
 
 def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
     """Evaluate one stored run against an SLO from its per-request figures."""
+    from lab.analysis import run_slo
     from lab.analysis.slo import SloError, parse_slo
     from lab.measurement import request_figures
 
@@ -191,12 +192,12 @@ def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
     engine = context.engine
     with Session(engine) as session:
         try:
-            evaluation = request_figures.evaluate_run(session=session, run_id=args.id, slo=slo)
+            evaluation = run_slo.evaluate_run(session=session, run_id=args.id, slo=slo)
         except (LookupError, request_figures.RequestFiguresMissing) as error:
             print(f"error: {str(error).strip(chr(39))}", file=sys.stderr)
             return 2
     if args.save:
-        request_figures.save_evaluation(engine=engine, run_id=args.id, evaluation=evaluation)
+        run_slo.save_evaluation(engine=engine, run_id=args.id, evaluation=evaluation)
     result = {
         "run_id": args.id,
         "slo": str(slo),

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab import backends
+from lab.analysis import run_slo
 from lab.analysis.capacity_search import (
     CapacityError,
     CapacityResult,
@@ -34,8 +35,9 @@ from lab.analysis.capacity_search import (
     conservative_pass,
     search_capacity,
 )
-from lab.analysis.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
+from lab.analysis.slo import Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
 from lab.measurement import request_figures
+from lab.measurement.request_figures import RequestFigures
 from lab.members import os_user
 from lab.queue.experiments import run_columns
 from lab.specs.base import StrictModel
@@ -340,13 +342,13 @@ def measure_probe(
                 # It never measured (a backend that would not start) or was stopped: no verdict on the load.
                 raise ProbeAborted(f"probe run #{run.id} at {plan.dimension.label(load)} ended {run.status}: {reason}")
             try:
-                evaluation = request_figures.evaluate_run(session=session, run_id=run.id, slo=slo)
+                evaluation = run_slo.evaluate_run(session=session, run_id=run.id, slo=slo)
             except request_figures.RequestFiguresMissing:
                 # The load ran but no request finished in time (too slow for the probe): the SLO is broken.
                 evaluation = evaluate(slo, RequestFigures(), duration_s=None)
             if run.status != RunStatus.DONE:
                 notes.append(f"run #{run.id} {run.status}: {reason}")
-            request_figures.save_evaluation(engine=engine, run_id=run.id, evaluation=evaluation)
+            run_slo.save_evaluation(engine=engine, run_id=run.id, evaluation=evaluation)
             evaluations.append(evaluation)
             throughputs.append(run.req_per_s)
     passed, figure_s, note = decide_probe(slo, evaluations)

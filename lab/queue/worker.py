@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import sqlite_file_identity, sqlite_path
 from lab.context import LabContext
+from lab.measurement.hardware import worker_hardware
 from lab.queue import experiments
-from lab.queue.worker_identity import worker_hardware
 from lab.queue.worker_lock import WorkerBusyError, WorkerLock
 from lab.run.decisions import write_failure_message
 from lab.run.final_state import PendingFinalStates
