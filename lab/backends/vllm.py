@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from lab.backends import VLLM_METRICS, Backend, Launch, SeedSetup, post_reset, register
-from lab.specs.base import StrictModel
-from lab.specs.fields import OptionField
+from lab.user_input.base import StrictModel
+from lab.user_input.fields import OptionField
 
 if TYPE_CHECKING:
     from lab.settings import Settings

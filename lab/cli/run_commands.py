@@ -23,7 +23,7 @@ from lab.queue.run_waiter import WorkerUnusableError
 from lab.queue.submit import open_waiter
 from lab.run.final_state import PendingFinalStates
 from lab.specs.schema import SpecError, parse_set_option
-from lab.specs.validation import ModelNameError, check_model_on_machine
+from lab.user_input.validation import ModelNameError, check_model_on_machine
 
 
 def split_labels(text: str) -> list[str]:

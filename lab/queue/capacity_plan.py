@@ -40,7 +40,6 @@ from lab.measurement import request_figures
 from lab.measurement.request_figures import RequestFigures
 from lab.members import os_user
 from lab.queue.experiments import run_columns
-from lab.specs.base import StrictModel
 from lab.specs.schema import (
     PRESETS_DIR,
     ExperimentSpec,
@@ -49,6 +48,7 @@ from lab.specs.schema import (
     format_validation_error,
     set_dotted_lenient,
 )
+from lab.user_input.base import StrictModel
 from services.processes import start_detached
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lab import backends, workloads
 from lab.settings import get_settings
-from lab.specs.base import StrictModel
+from lab.user_input.base import StrictModel
 from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -208,7 +208,7 @@ class RunSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _valid_model(cls, value: str) -> str:
-        from lab.specs.validation import validate_model_name
+        from lab.user_input.validation import validate_model_name
 
         return validate_model_name(value)
 
@@ -224,7 +224,7 @@ class RunSpec(BaseModel):
         if not self.backend_kind.managed:
             if not self.target_url:
                 raise ValueError(f"{self.base_backend} backends need target_url (the server's base URL)")
-            from lab.specs.validation import validate_target_url
+            from lab.user_input.validation import validate_target_url
 
             self.__dict__["target_url"] = validate_target_url(
                 self.target_url, allowed_hosts=get_settings().allowed_target_hosts
