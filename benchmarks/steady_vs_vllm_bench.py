@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=40)
     args = parser.parse_args()
     data_dir = Path(os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-steady-")))
-    from db import store
+    from db import store, worker_store
     from db.engine import get_engine
     from lab.context import LabContext
     from lab.queue import experiments
@@ -126,7 +126,7 @@ def main() -> None:
             }
         print(f"lab run #{run_id}: {json.dumps(lab)}", flush=True)
         with Session(engine) as session:  # the same server, still up
-            base_url = store.get_service_record(session=session, name="vllm", worker=worker.name).url
+            base_url = worker_store.get_service_record(session=session, name="vllm", worker=worker.name).url
         from lab.measurement.resources import ResourceSampler, summarise_host
 
         random_input_len = max(1, input_len - chat_template_tokens(lab["model"]))

@@ -23,7 +23,7 @@ import psutil
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store
+from db import worker_store
 from services.catalog import ServiceConfig, build_service
 from services.redis_server import redis_ping
 from services.supervisor import ManagedService, read_log_tail, stop_process_tree
@@ -112,7 +112,7 @@ class ServiceManager:
         ServiceStartAborted when ``abort()`` turns true while it starts.
         """
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
             if (
                 record is not None
                 and record.config_hash == config.config_hash
@@ -123,7 +123,7 @@ class ServiceManager:
         self.stop(name)
         log_path = self.logs_dir / f"{name}.log"
         service = build_service(name, config, log_path=log_path)
-        store.upsert_service_record(
+        worker_store.upsert_service_record(
             engine=self.engine,
             worker=self.worker,
             name=name,
@@ -142,7 +142,7 @@ class ServiceManager:
         def record_spawn(pid: int) -> None:
             # Record the pid as soon as the child exists, so a crash during the
             # (long) readiness wait still leaves a trace to clean up.
-            store.upsert_service_record(
+            worker_store.upsert_service_record(
                 engine=self.engine,
                 worker=self.worker,
                 name=name,
@@ -156,12 +156,12 @@ class ServiceManager:
         try:
             service.start()
         except Exception as error:
-            store.upsert_service_record(
+            worker_store.upsert_service_record(
                 engine=self.engine, worker=self.worker, name=name, state="failed", message=str(error)[-4000:]
             )
             raise
         url = self._service_url(service, config.kind)
-        store.upsert_service_record(
+        worker_store.upsert_service_record(
             engine=self.engine,
             worker=self.worker,
             name=name,
@@ -174,7 +174,7 @@ class ServiceManager:
     def stop(self, name: str) -> bool:
         """Stop ``name`` if the lab started it and it still runs. True if something was stopped."""
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
             if record is None:
                 return False
             pid, created = record.pid, record.process_created_at_epoch_s
@@ -188,14 +188,14 @@ class ServiceManager:
             # a pid still in use as a group id) is stopped too. A live pid with another
             # creation time belongs to someone else and is left alone.
             stop_process_tree(int(pid), grace_s=5.0)
-        store.upsert_service_record(engine=self.engine, worker=self.worker, name=name, state="stopped", pid=None)
+        worker_store.upsert_service_record(engine=self.engine, worker=self.worker, name=name, state="stopped", pid=None)
         return stopped
 
     def stop_all(self, names: list[str] | None = None, *, only_own: bool = False) -> list[str]:
         """Stop every recorded service (or those named; or, with ``only_own``, those this
         manager's owner started). Returns the names stopped."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session, worker=self.worker)
+            records = worker_store.list_service_records(session=session, worker=self.worker)
         if only_own:
             records = [record for record in records if record.owner_pid == self.owner_pid]
         # Dependants first: the proxy before Redis and the backends.
@@ -211,7 +211,7 @@ class ServiceManager:
     def stop_stale(self) -> list[str]:
         """Stop services whose owning lab process is gone (left by a killed lab)."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session, worker=self.worker)
+            records = worker_store.list_service_records(session=session, worker=self.worker)
         stale = []
         for record in records:
             owner_gone = record.owner_pid is not None and not psutil.pid_exists(record.owner_pid)
@@ -222,7 +222,7 @@ class ServiceManager:
     def status(self) -> list[ServiceStatus]:
         """State of every recorded service, checked now."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session, worker=self.worker)
+            records = worker_store.list_service_records(session=session, worker=self.worker)
         result = []
         for record in records:
             alive = process_matches(record.pid, record.process_created_at_epoch_s)
@@ -251,14 +251,14 @@ class ServiceManager:
 
     def log_tail(self, name: str, max_lines: int = 40) -> str:
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
         if record is None or not record.log_path:
             return ""
         return read_log_tail(Path(record.log_path), max_lines)
 
     def pid_of(self, name: str) -> int | None:
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
             if record and process_matches(record.pid, record.process_created_at_epoch_s):
                 return record.pid
         return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from db import store
+from db import store, worker_store
 from lab.measurement.hardware import hardware_summary
 
 
@@ -28,11 +28,11 @@ class WorkerOverview:
 def worker_overview(*, session: Session, lease_s: float) -> list[WorkerOverview]:
     """Every registered worker with its heartbeat age, current run and recorded services."""
     services_by_worker: dict[str, list[str]] = {}
-    for record in store.list_service_records(session=session):
+    for record in worker_store.list_service_records(session=session):
         services_by_worker.setdefault(record.worker, []).append(f"{record.name}: {record.state}")
     rows = []
-    for record in store.list_workers(session=session):
-        age_s = store.heartbeat_age_s(session=session, record=record)
+    for record in worker_store.list_workers(session=session):
+        age_s = worker_store.heartbeat_age_s(session=session, record=record)
         if record.state == "stopped":
             state = "stopped"
         else:
