@@ -105,12 +105,9 @@ class ServiceManager:
     def _service_url(self, service: ManagedService, kind: str) -> str:
         return f"redis://{service.host}:{service.port}/0" if kind == "redis" else service.url
 
-    def ensure(self, name: str, config: ServiceConfig, *, abort: Callable[[], bool] | None = None) -> str:
-        """Make ``name`` run with ``config``; reuse a healthy one with the same config.
-
-        Returns its URL (``redis://...`` for Redis). Raises ServiceStartError, or
-        ServiceStartAborted when ``abort()`` turns true while it starts.
-        """
+    def _reusable_url(self, name: str, config: ServiceConfig) -> str | None:
+        """The URL of ``name`` when it already runs with ``config``: the very process recorded
+        (not a reused pid) and healthy; None when it must be (re)started."""
         with Session(self.engine) as session:
             record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
             if (
@@ -120,6 +117,16 @@ class ServiceManager:
                 and probe_url(record.kind, record.url, health_path=_health_path(record.config))
             ):
                 return str(record.url)
+        return None
+
+    def ensure(self, name: str, config: ServiceConfig, *, abort: Callable[[], bool] | None = None) -> str:
+        """Make ``name`` run with ``config``; reuse a healthy one with the same config.
+
+        Returns its URL (``redis://...`` for Redis). Raises ServiceStartError, or
+        ServiceStartAborted when ``abort()`` turns true while it starts.
+        """
+        if (url := self._reusable_url(name, config)) is not None:
+            return url
         self.stop(name)
         log_path = self.logs_dir / f"{name}.log"
         service = build_service(name, config, log_path=log_path)
