@@ -24,7 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db import worker_store
-from services.catalog import ServiceConfig, build_service
+from services.catalog import ServiceConfig, ServiceKind, build_service, stop_rank
 from services.redis_server import redis_ping
 from services.supervisor import ManagedService, read_log_tail, stop_process_tree
 
@@ -75,7 +75,7 @@ def probe_url(kind: str, url: str | None, timeout_s: float = 2.0, *, health_path
     """Health of a service at ``url``: PING for Redis, ``GET health_path`` for the others."""
     if not url:
         return False
-    if kind == "redis":
+    if kind == ServiceKind.REDIS:
         host_port = url.split("://", 1)[-1].split("/", 1)[0]
         host, port = host_port.rsplit(":", 1)
         return redis_ping(host, int(port), timeout_s=timeout_s)
@@ -103,7 +103,7 @@ class ServiceManager:
         self.worker = worker or socket.gethostname()  # the default worker name is the host's
 
     def _service_url(self, service: ManagedService, kind: str) -> str:
-        return f"redis://{service.host}:{service.port}/0" if kind == "redis" else service.url
+        return f"redis://{service.host}:{service.port}/0" if kind == ServiceKind.REDIS else service.url
 
     def _reusable_url(self, name: str, config: ServiceConfig) -> str | None:
         """The URL of ``name`` when it already runs with ``config``: the very process recorded
@@ -205,10 +205,8 @@ class ServiceManager:
             records = worker_store.list_service_records(session=session, worker=self.worker)
         if only_own:
             records = [record for record in records if record.owner_pid == self.owner_pid]
-        # Dependants first: the proxy before Redis and the backends.
-        order = {"cache-proxy": 0, "redis": 1}
         stopped = []
-        for record in sorted(records, key=lambda r: order.get(r.kind, 9)):
+        for record in sorted(records, key=lambda r: stop_rank(r.kind)):  # dependants first
             if names and record.name not in names:
                 continue
             if self.stop(record.name):

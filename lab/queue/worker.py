@@ -27,6 +27,7 @@ from lab.queue.worker_lock import WorkerBusyError, WorkerLock
 from lab.run.decisions import write_failure_message
 from lab.run.final_state import PendingFinalStates
 from lab.run.runner import RunExecutor
+from services.catalog import stop_rank
 from services.manager import ServiceManager
 from services.processes import stop_process_tree
 
@@ -269,8 +270,7 @@ def stop_own_services(manager: ServiceManager) -> None:
             file=sys.stderr,
         )
         return
-    order = {"cache-proxy": 0, "redis": 1}  # dependants first
-    for name in sorted(names, key=lambda n: order.get(n, 9)):
+    for name in sorted(names, key=stop_rank):  # dependants first
         try:
             manager.stop(name)
         except (SQLAlchemyError, OSError) as error:

@@ -25,6 +25,7 @@ from lab.run.final_state import FinalStateWriter, PendingFinalStates
 from lab.run.steps import RunSteps, RunTargets
 from lab.settings import Settings
 from lab.specs.schema import RunSpec
+from services.catalog import ServiceKind
 from services.manager import ServiceManager
 from services.supervisor import ServiceStartAborted
 
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 # Services stopped after any failure even when alive: cheap to restart, and a clean start
 # rules them out as the next run's problem.
-ALWAYS_RESTARTED_SERVICES = ("cache-proxy",)
+ALWAYS_RESTARTED_SERVICES = (ServiceKind.CACHE_PROXY,)
 
 
 @dataclass

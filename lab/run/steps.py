@@ -35,7 +35,7 @@ from lab.run.service_watch import ServiceWatch, wait_watching
 from lab.settings import Settings
 from lab.specs.schema import RunSpec, format_validation_error
 from lab.workloads import WorkloadError, get_workload
-from services.catalog import cache_proxy_config, redis_config
+from services.catalog import ServiceKind, cache_proxy_config, redis_config
 from services.manager import ServiceManager
 
 log = logging.getLogger(__name__)
@@ -214,9 +214,9 @@ class RunSteps:
 
     def _bring_up_cache(self, spec: RunSpec, targets: RunTargets) -> None:
         """Redis and the response cache in front of the backend; the load goes to the cache."""
-        redis_url = self.services.ensure("redis", redis_config(), abort=self.cancel_requested)
+        redis_url = self.services.ensure(ServiceKind.REDIS, redis_config(), abort=self.cancel_requested)
         proxy_url = self.services.ensure(
-            "cache-proxy",
+            ServiceKind.CACHE_PROXY,
             cache_proxy_config(
                 upstream_url=targets.backend_url,
                 redis_url=redis_url,
@@ -228,8 +228,8 @@ class RunSteps:
             abort=self.cancel_requested,
         )
         targets.target_url, targets.proxy_url = proxy_url, proxy_url
-        targets.service_names += ["redis", "cache-proxy"]
-        self.service_configs["cache-proxy"] = {
+        targets.service_names += [ServiceKind.REDIS, ServiceKind.CACHE_PROXY]
+        self.service_configs[ServiceKind.CACHE_PROXY] = {
             "policy": spec.cache.policy,
             "ttl_s": spec.cache.ttl_s,
             "single_flight": spec.cache.single_flight,
