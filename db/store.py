@@ -12,9 +12,10 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, or_, select, update
+from sqlalchemy import Connection, Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
+from db.engine import rows_changed
 from db.models import (
     UNKNOWN_LAUNCHER,
     Experiment,
@@ -110,7 +111,8 @@ def _take_run(
 ) -> bool:
     """Move ``run_id`` from queued to ``starting`` for this worker, if it is still queued; the
     claim is logged and the worker's current run set. False when another worker took it first."""
-    claimed = session.execute(
+    claimed = rows_changed(
+        session,
         update(Run)
         .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
         .values(
@@ -119,8 +121,8 @@ def _take_run(
             worker_pid=worker_pid,
             worker_name=worker_name,
             worker_hardware=hardware,
-        )
-    ).rowcount
+        ),
+    )
     if not claimed:
         return False
     session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
@@ -233,8 +235,9 @@ def get_experiment(*, session: Session, experiment_id: int) -> Experiment | None
     return session.get(Experiment, experiment_id)
 
 
-def set_experiment_capacity(*, engine: Engine, experiment_id: int, capacity: dict[str, Any]) -> None:
-    """Write a capacity search's state (plan, probes, results) in its own short transaction."""
+def set_experiment_capacity(*, engine: Engine | Connection, experiment_id: int, capacity: dict[str, Any]) -> None:
+    """Write a capacity search's state (plan, probes, results) in its own short transaction
+    (``engine``: an engine, or the connection a caller's session is bound to)."""
     with Session(engine) as session:
         session.execute(update(Experiment).where(Experiment.id == experiment_id).values(capacity=capacity))
         session.commit()
@@ -389,7 +392,7 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
     session.execute(delete(RunRequests).where(RunRequests.run_id.in_(ids)))
     session.execute(delete(RunNote).where(RunNote.run_id.in_(ids)))
-    deleted = session.execute(delete(Run).where(Run.id.in_(ids))).rowcount
+    deleted = rows_changed(session, delete(Run).where(Run.id.in_(ids)))
     session.commit()
     return int(deleted or 0)
 

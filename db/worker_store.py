@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from db.engine import rows_changed
 from db.models import Run, RunClaim, RunStatus, ServiceRecord, WorkerRecord, utc_now
 
 
@@ -23,7 +24,7 @@ def database_now(session: Session) -> datetime:
     """The database server's clock (PostgreSQL), so workers' own clocks need not agree."""
     if session.get_bind().dialect.name == "sqlite":
         return utc_now()  # one machine: its clock is the database's
-    return session.scalar(select(func.now()))
+    return session.execute(select(func.now())).scalar_one()
 
 
 def get_worker(*, session: Session, name: str) -> WorkerRecord | None:
@@ -98,15 +99,16 @@ def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_wor
                 f"interrupted by worker {except_worker!r}"
             )
             # Conditional: another worker may have interrupted it, or its owner finished it, meanwhile.
-            changed = session.execute(
+            changed = rows_changed(
+                session,
                 update(Run)
                 .where(
                     Run.id == run_id,
                     Run.status.in_(RunStatus.ACTIVE),
                     Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name,
                 )
-                .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None)
-            ).rowcount
+                .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None),
+            )
             if changed:
                 interrupted.append(run_id)
                 if worker_name:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from services.cache_proxy.serving import DEFAULT_SERVER as DEFAULT_PROXY_SERVER
 from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
@@ -119,11 +119,20 @@ def cache_proxy_config(
     )
 
 
+class _CommonParts(TypedDict):
+    """What every kind's :class:`ManagedService` is given alike."""
+
+    name: str
+    log_path: Path
+    port: int | None
+    cwd: Path
+
+
 def build_service(name: str, config: ServiceConfig, *, log_path: Path, port: int | None = None) -> ManagedService:
     """The (not yet started) :class:`ManagedService` for ``config``."""
     params = config.params
     python = sys.executable
-    common = {"name": name, "log_path": log_path, "port": port, "cwd": PROJECT_ROOT}
+    common: _CommonParts = {"name": name, "log_path": log_path, "port": port, "cwd": PROJECT_ROOT}
     if config.kind == ServiceKind.COMMAND:
         return ManagedService(
             argv=list(params["argv"]),

@@ -186,8 +186,8 @@ class ServiceManager:
                 return False
             pid, created = record.pid, record.process_created_at_epoch_s
         stopped = False
-        if process_matches(pid, created):
-            stop_process_tree(int(pid), grace_s=15.0)
+        if pid and process_matches(pid, created):  # a pid recorded and still the very process we started
+            stop_process_tree(pid, grace_s=15.0)
             stopped = True
         elif pid and main_process_gone(pid, created):
             # The service's main process died (gone, or a zombie not yet reaped); anything

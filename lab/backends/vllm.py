@@ -105,7 +105,7 @@ class VllmOptions(StrictModel):
     @field_validator("block_size")
     @classmethod
     def _block_size_the_cpu_accepts(cls, value: int | str) -> int | str:
-        if value == "best":
+        if isinstance(value, str):  # pydantic has already refused any string but "best"
             return value
         if value < 1:
             raise ValueError("must be 'best' or a positive number of tokens")

@@ -20,7 +20,8 @@ from lab.measurement.environment import cpu_model, git_commit
 
 def _gpus_by_nvml() -> list[dict[str, Any]] | None:
     try:
-        import pynvml  # optional (nvidia-ml-py); nvidia-smi below otherwise
+        # Optional (nvidia-ml-py, only where an NVIDIA GPU is): nvidia-smi below otherwise.
+        import pynvml  # type: ignore[import-not-found]  # optional: not installed without a GPU
     except ImportError:
         return None
     try:

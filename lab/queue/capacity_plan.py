@@ -272,7 +272,8 @@ def run_search(
         store.set_experiment_capacity(engine=engine, experiment_id=experiment_id, capacity=copy.deepcopy(state))
 
     for backend in plan.backends:
-        entry = state["backends"][backend] = {"state": "searching", "probes": []}
+        entry: dict[str, Any] = {"state": "searching", "probes": []}
+        state["backends"][backend] = entry
         save()
 
         def probe(load: float, backend: str = backend, entry: dict[str, Any] = entry) -> ProbeResult:
@@ -466,7 +467,7 @@ def capacity_plan(
     """A search set up by hand: the spec's default run (the seed's number story), a shorter
     graceful stop at the quick scale, ``settings`` (``(dotted key, value)``) applied, and the
     scale's defaults for every bound not given. Raises ValidationError or SpecError."""
-    scale = "quick" if quick else "full"
+    scale: Literal["full", "quick"] = "quick" if quick else "full"
     defaults = CAPACITY_DEFAULTS[scale]
     base: dict[str, Any] = {"load": {"graceful_stop_s": 15}} if quick else {}
     if target_url:

@@ -28,8 +28,8 @@ class WorkerOverview:
 def worker_overview(*, session: Session, lease_s: float) -> list[WorkerOverview]:
     """Every registered worker with its heartbeat age, current run and recorded services."""
     services_by_worker: dict[str, list[str]] = {}
-    for record in worker_store.list_service_records(session=session):
-        services_by_worker.setdefault(record.worker, []).append(f"{record.name}: {record.state}")
+    for service in worker_store.list_service_records(session=session):
+        services_by_worker.setdefault(service.worker, []).append(f"{service.name}: {service.state}")
     rows = []
     for record in worker_store.list_workers(session=session):
         age_s = worker_store.heartbeat_age_s(session=session, record=record)

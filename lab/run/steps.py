@@ -173,7 +173,7 @@ class RunSteps:
             run = store.get_run(session=session, run_id=self.run_id)
             experiment = run.experiment if run is not None else None
             spec = (experiment.spec or {}) if experiment is not None else {}
-            if spec.get("order") != "interleaved" or (spec.get("repeats") or 1) < 2:
+            if experiment is None or spec.get("order") != "interleaved" or (spec.get("repeats") or 1) < 2:
                 return set()
             needed = set()
             for other in experiment.runs:
