@@ -78,8 +78,8 @@ def main() -> None:
     from db import store
     from db.engine import get_engine
     from lab.context import LabContext
-    from lab.execution import experiments
-    from lab.execution.worker import Worker
+    from lab.queue import experiments
+    from lab.queue.worker import Worker
     from lab.settings import get_settings
     from lab.specs.schema import load_preset
 

@@ -34,10 +34,10 @@ import threading
 import time
 from pathlib import Path
 
-from lab.execution import k6_driver
-from lab.execution.k6_driver import build_k6_command, script_path
 from lab.measurement.k6_ndjson import SampleStream
 from lab.measurement.k6_results import parse_summary
+from lab.run import k6_driver
+from lab.run.k6_driver import build_k6_command, script_path
 from services.processes import PROJECT_ROOT
 from services.supervisor import ManagedService
 

@@ -12,8 +12,8 @@ def run_experiment(*, engine: Any, settings: Any, spec: Any) -> list[Any]:
     and return the finished runs (detached ORM objects, in queue order)."""
     from db import store
     from lab.context import LabContext
-    from lab.execution import experiments
-    from lab.execution.worker import Worker
+    from lab.queue import experiments
+    from lab.queue.worker import Worker
 
     with Session(engine) as session:
         run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]

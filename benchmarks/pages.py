@@ -28,13 +28,13 @@ TARGET_S = 1.5
 
 
 def seed(database_url: str, runs: int) -> None:
-    """Queue ``runs`` runs through lab.execution.experiments, then mark them done with figures and series."""
+    """Queue ``runs`` runs through lab.queue.experiments, then mark them done with figures and series."""
     from sqlalchemy import update
     from sqlalchemy.orm import Session
 
     from db.engine import get_engine
     from db.models import Run, RunSeries, RunStatus
-    from lab.execution import experiments
+    from lab.queue import experiments
     from lab.specs.schema import load_preset
     from tests.ui.conftest import SEEDED_FIGURES, fake_series
 

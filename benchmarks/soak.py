@@ -152,9 +152,9 @@ def fifths(engine: Any, run_id: int) -> dict[str, float | None]:
     from sqlalchemy.orm import Session
 
     from db import store
-    from lab.analysis.slo import RequestFigures
     from lab.measurement import request_figures
     from lab.measurement.k6_results import percentile
+    from lab.measurement.request_figures import RequestFigures
 
     with Session(engine) as session:
         stored_series = store.get_run_series(session=session, run_id=run_id)
@@ -266,7 +266,7 @@ def main() -> None:
 
     from db import store
     from db.engine import get_engine
-    from lab.execution import experiments
+    from lab.queue import experiments
     from lab.settings import get_settings
     from services.supervisor import ManagedService
 

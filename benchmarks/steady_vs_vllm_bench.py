@@ -87,11 +87,11 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=40)
     args = parser.parse_args()
     data_dir = Path(os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-steady-")))
-    from db import store
+    from db import store, worker_store
     from db.engine import get_engine
     from lab.context import LabContext
-    from lab.execution import experiments
-    from lab.execution.worker import Worker
+    from lab.queue import experiments
+    from lab.queue.worker import Worker
     from lab.settings import get_settings
     from lab.specs.schema import load_preset
 
@@ -129,7 +129,7 @@ def main() -> None:
             }
         print(f"lab run #{run_id}: {json.dumps(lab)}", flush=True)
         with Session(engine) as session:  # the same server, still up
-            vllm_record = store.get_service_record(session=session, name="vllm", worker=worker.name)
+            vllm_record = worker_store.get_service_record(session=session, name="vllm", worker=worker.name)
             if vllm_record is None or vllm_record.url is None:
                 raise SystemExit("the lab's vLLM is no longer recorded as up")
             base_url = vllm_record.url

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -73,3 +75,10 @@ def sqlite_file_identity(database_url: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_dev, stat.st_ino
+
+
+def rows_changed(session: Session, statement: Executable) -> int:
+    """Execute an UPDATE or DELETE and return how many rows it changed. SQLAlchemy runs them into
+    a ``CursorResult`` (which has ``rowcount``) but types ``Session.execute``'s answer as the
+    general ``Result``, so the cast says what it is."""
+    return cast("CursorResult[Any]", session.execute(statement)).rowcount

@@ -255,7 +255,7 @@ class WorkerRecord(Base):
     host: Mapped[str] = mapped_column(String(200))
     pid: Mapped[int | None] = mapped_column(Integer)
     labels: Mapped[list[str]] = mapped_column(JSON, default=list)
-    # CPU model, cores, memory, GPUs (name, memory), lab version: see lab/execution/worker_identity.py.
+    # CPU model, cores, memory, GPUs (name, memory), lab version: see lab/measurement/hardware.py.
     hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(20), default="running")  # running | stopped
     current_run_id: Mapped[int | None] = mapped_column(Integer)

@@ -3,19 +3,19 @@
 The queue is the ``runs`` table: ``enqueue_experiment`` adds queued rows and
 ``claim_next_run`` hands the oldest one a worker may take to it, atomically, also when
 many workers on many machines share one PostgreSQL database (``FOR UPDATE SKIP LOCKED``).
-Workers say they are alive in the ``workers`` table; the runs of one whose heartbeat is
-older than the lease are interrupted by any other (``interrupt_runs_of_lost_workers``).
+Workers, their heartbeats and their services: :mod:`db.worker_store`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, or_, select, update
+from sqlalchemy import Connection, Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
+from db.engine import rows_changed
 from db.models import (
     UNKNOWN_LAUNCHER,
     Experiment,
@@ -26,7 +26,6 @@ from db.models import (
     RunRequests,
     RunSeries,
     RunStatus,
-    ServiceRecord,
     WorkerRecord,
     utc_now,
 )
@@ -47,7 +46,7 @@ def enqueue_experiment(
     """Store an experiment and queue its runs, one per ``runs`` item (the columns of a Run:
     ``cell_label``, ``repeat_index``, ``spec`` and the spec's denormalised columns). Commits.
 
-    The values are taken as given: callers validate (``lab.execution.experiments`` builds them from a
+    The values are taken as given: callers validate (``lab.queue.experiments`` builds them from a
     validated ExperimentSpec).
     """
     experiment = Experiment(
@@ -92,6 +91,46 @@ def run_fits_worker(
     return (pinned_worker is None or pinned_worker == worker_name) and set(requires_labels or ()) <= set(labels)
 
 
+def _eligible_queued_runs(session: Session, *, worker_name: str | None, labels: Collection[str]) -> list[int]:
+    """The oldest queued runs (up to ``CLAIM_SCAN_LIMIT``) that this worker may take, in queue order."""
+    candidates = session.execute(
+        select(Run.id, Run.requires_labels, Run.pinned_worker)
+        .where(Run.status == RunStatus.QUEUED)
+        .order_by(Run.id)
+        .limit(CLAIM_SCAN_LIMIT)
+    ).all()
+    return [
+        run_id
+        for run_id, requires, pinned in candidates
+        if run_fits_worker(requires_labels=requires, pinned_worker=pinned, worker_name=worker_name, labels=labels)
+    ]
+
+
+def _take_run(
+    session: Session, *, run_id: int, worker_name: str | None, hardware: dict[str, Any] | None, worker_pid: int | None
+) -> bool:
+    """Move ``run_id`` from queued to ``starting`` for this worker, if it is still queued; the
+    claim is logged and the worker's current run set. False when another worker took it first."""
+    claimed = rows_changed(
+        session,
+        update(Run)
+        .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
+        .values(
+            status=RunStatus.STARTING,
+            started_at=utc_now(),
+            worker_pid=worker_pid,
+            worker_name=worker_name,
+            worker_hardware=hardware,
+        ),
+    )
+    if not claimed:
+        return False
+    session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
+    if worker_name:
+        session.execute(update(WorkerRecord).where(WorkerRecord.name == worker_name).values(current_run_id=run_id))
+    return True
+
+
 def claim_next_run(
     *,
     engine: Engine,
@@ -108,19 +147,7 @@ def claim_next_run(
     """
     with Session(engine) as session:
         while True:
-            candidates = session.execute(
-                select(Run.id, Run.requires_labels, Run.pinned_worker)
-                .where(Run.status == RunStatus.QUEUED)
-                .order_by(Run.id)
-                .limit(CLAIM_SCAN_LIMIT)
-            ).all()
-            eligible = [
-                run_id
-                for run_id, requires, pinned in candidates
-                if run_fits_worker(
-                    requires_labels=requires, pinned_worker=pinned, worker_name=worker_name, labels=labels
-                )
-            ]
+            eligible = _eligible_queued_runs(session, worker_name=worker_name, labels=labels)
             if not eligible:
                 session.rollback()
                 return None
@@ -134,26 +161,10 @@ def claim_next_run(
             if run_id is None:  # all taken or being taken by others right now
                 session.rollback()
                 return None
-            claimed = session.execute(
-                update(Run)
-                .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
-                .values(
-                    status=RunStatus.STARTING,
-                    started_at=utc_now(),
-                    worker_pid=worker_pid,
-                    worker_name=worker_name,
-                    worker_hardware=hardware,
-                )
-            ).rowcount
-            if claimed:
-                session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
-                if worker_name:
-                    session.execute(
-                        update(WorkerRecord).where(WorkerRecord.name == worker_name).values(current_run_id=run_id)
-                    )
-                session.commit()
-                return run_id
+            taken = _take_run(session, run_id=run_id, worker_name=worker_name, hardware=hardware, worker_pid=worker_pid)
             session.commit()
+            if taken:
+                return run_id
 
 
 def set_run_status(*, engine: Engine, run_id: int, status: str, reason: str | None = None, **values: Any) -> None:
@@ -224,8 +235,9 @@ def get_experiment(*, session: Session, experiment_id: int) -> Experiment | None
     return session.get(Experiment, experiment_id)
 
 
-def set_experiment_capacity(*, engine: Engine, experiment_id: int, capacity: dict[str, Any]) -> None:
-    """Write a capacity search's state (plan, probes, results) in its own short transaction."""
+def set_experiment_capacity(*, engine: Engine | Connection, experiment_id: int, capacity: dict[str, Any]) -> None:
+    """Write a capacity search's state (plan, probes, results) in its own short transaction
+    (``engine``: an engine, or the connection a caller's session is bound to)."""
     with Session(engine) as session:
         session.execute(update(Experiment).where(Experiment.id == experiment_id).values(capacity=capacity))
         session.commit()
@@ -380,7 +392,7 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
     session.execute(delete(RunRequests).where(RunRequests.run_id.in_(ids)))
     session.execute(delete(RunNote).where(RunNote.run_id.in_(ids)))
-    deleted = session.execute(delete(Run).where(Run.id.in_(ids))).rowcount
+    deleted = rows_changed(session, delete(Run).where(Run.id.in_(ids)))
     session.commit()
     return int(deleted or 0)
 
@@ -404,137 +416,3 @@ def mark_orphaned_runs_interrupted(*, engine: Engine, worker_name: str | None = 
             run.finished_at = utc_now()
         session.commit()
     return ids
-
-
-# Workers ----------------------------------------------------------------------------------
-
-
-def database_now(session: Session) -> datetime:
-    """The database server's clock (PostgreSQL), so workers' own clocks need not agree."""
-    if session.get_bind().dialect.name == "sqlite":
-        return utc_now()  # one machine: its clock is the database's
-    return session.scalar(select(func.now()))
-
-
-def get_worker(*, session: Session, name: str) -> WorkerRecord | None:
-    return session.get(WorkerRecord, name)
-
-
-def list_workers(*, session: Session) -> list[WorkerRecord]:
-    return list(session.scalars(select(WorkerRecord).order_by(WorkerRecord.name)))
-
-
-def register_worker(
-    *, engine: Engine, name: str, host: str, pid: int, labels: Sequence[str], hardware: dict[str, Any]
-) -> None:
-    """Create or take over the worker row ``name``, alive from now. Commits."""
-    with Session(engine) as session:
-        now = database_now(session)
-        record = session.get(WorkerRecord, name)
-        if record is None:
-            record = WorkerRecord(name=name)
-            session.add(record)
-        record.host, record.pid, record.labels, record.hardware = host, pid, sorted(labels), hardware
-        record.state, record.current_run_id, record.started_at, record.heartbeat_at = "running", None, now, now
-        session.commit()
-
-
-def renew_worker_heartbeat(*, engine: Engine, name: str, current_run_id: int | None = None) -> None:
-    """Say the worker is alive now (the database's clock)."""
-    with Session(engine) as session:
-        session.execute(
-            update(WorkerRecord)
-            .where(WorkerRecord.name == name)
-            .values(heartbeat_at=database_now(session), current_run_id=current_run_id, state="running")
-        )
-        session.commit()
-
-
-def mark_worker_stopped(*, engine: Engine, name: str) -> None:
-    with Session(engine) as session:
-        session.execute(
-            update(WorkerRecord).where(WorkerRecord.name == name).values(state="stopped", current_run_id=None)
-        )
-        session.commit()
-
-
-def heartbeat_age_s(*, session: Session, record: WorkerRecord) -> float | None:
-    """Seconds since ``record`` last renewed its heartbeat (None if it never did)."""
-    if record.heartbeat_at is None:
-        return None
-    now, beat = database_now(session), record.heartbeat_at
-    if beat.tzinfo is None:  # SQLite keeps naive UTC
-        now = now.replace(tzinfo=None)
-    return max(0.0, (now - beat).total_seconds())
-
-
-def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_worker: str) -> list[int]:
-    """Active runs of another worker whose heartbeat is older than ``lease_s`` (or of a worker
-    that never had a name or a row) become ``interrupted``, the reason naming that worker."""
-    with Session(engine) as session:
-        cutoff = database_now(session) - timedelta(seconds=lease_s)
-        alive = select(WorkerRecord.name).where(WorkerRecord.heartbeat_at >= cutoff, WorkerRecord.state == "running")
-        orphans = session.execute(
-            select(Run.id, Run.status, Run.worker_name)
-            .where(Run.status.in_(RunStatus.ACTIVE))
-            .where(or_(Run.worker_name.is_(None), Run.worker_name.not_in(alive)))
-            .where(or_(Run.worker_name.is_(None), Run.worker_name != except_worker))
-        ).all()
-        interrupted = []
-        for run_id, status, worker_name in orphans:
-            who = f"worker {worker_name!r}" if worker_name else "the worker that claimed it"
-            reason = (
-                f"{who} stopped renewing its heartbeat (lease {lease_s:g} s) while this run was {status}; "
-                f"interrupted by worker {except_worker!r}"
-            )
-            # Conditional: another worker may have interrupted it, or its owner finished it, meanwhile.
-            changed = session.execute(
-                update(Run)
-                .where(
-                    Run.id == run_id,
-                    Run.status.in_(RunStatus.ACTIVE),
-                    Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name,
-                )
-                .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None)
-            ).rowcount
-            if changed:
-                interrupted.append(run_id)
-                if worker_name:
-                    session.execute(
-                        update(WorkerRecord)
-                        .where(WorkerRecord.name == worker_name, WorkerRecord.current_run_id == run_id)
-                        .values(current_run_id=None)
-                    )
-        session.commit()
-    return interrupted
-
-
-def list_run_claims(*, session: Session) -> list[RunClaim]:
-    return list(session.scalars(select(RunClaim).order_by(RunClaim.id)))
-
-
-# Services ---------------------------------------------------------------------------------
-# Each worker starts services on its own machine: a record is keyed by (worker, name).
-
-
-def get_service_record(*, session: Session, name: str, worker: str) -> ServiceRecord | None:
-    return session.get(ServiceRecord, (worker, name))
-
-
-def list_service_records(*, session: Session, worker: str | None = None) -> list[ServiceRecord]:
-    """The service records of ``worker`` (of every worker when None)."""
-    query = select(ServiceRecord).order_by(ServiceRecord.worker, ServiceRecord.name)
-    if worker is not None:
-        query = query.where(ServiceRecord.worker == worker)
-    return list(session.scalars(query))
-
-
-def upsert_service_record(*, engine: Engine, name: str, worker: str, **values: Any) -> None:
-    with Session(engine) as session:
-        record = session.get(ServiceRecord, (worker, name))
-        if record is None:
-            record = ServiceRecord(worker=worker, name=name, kind=values.get("kind", name))
-            session.add(record)
-        for key, value in values.items():
-            setattr(record, key, value)
-        session.commit()

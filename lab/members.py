@@ -196,7 +196,9 @@ ALLOWED = Decision(True)
 
 
 def same_person(first: str | None, second: str | None) -> bool:
-    return bool(first) and bool(second) and first.casefold() == second.casefold()
+    if not first or not second:  # an unknown name is nobody, not everybody
+        return False
+    return first.casefold() == second.casefold()
 
 
 def may_act_on_run(member: Member, *, action: str, launched_by: str | None) -> Decision:

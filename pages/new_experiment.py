@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.specs.grid_form import check_grid_form
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
 from lab.workloads.datasets import DatasetError

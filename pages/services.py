@@ -11,7 +11,7 @@ import streamlit as st
 
 from lab import history
 from lab.backends import BACKENDS, managed_backend_names
-from lab.execution.detached import start_service_in_background
+from lab.queue.detached import start_service_in_background
 from pages.common import service_manager, services_state, session, without_polling
 from pages.view.members import lab_permission
 from pages.view.names import display_frame
@@ -19,12 +19,13 @@ from pages.view.outage import view_survives_database_outage
 from pages.view.page_guard import only_through_entry_file
 from pages.view.tables import uptime_text
 from pages.view.text import plain, show_plain
+from services.catalog import ServiceKind
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 CACHE_SERVICE_HINTS = {
-    "redis": "a second",
-    "cache-proxy": "starts the default backend and Redis too if they are not up",
+    ServiceKind.REDIS: "a second",
+    ServiceKind.CACHE_PROXY: "starts the default backend and Redis too if they are not up",
 }
 
 

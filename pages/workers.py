@@ -8,7 +8,7 @@ import dataclasses
 import pandas as pd
 import streamlit as st
 
-from lab.execution.worker_identity import worker_overview
+from lab.queue.worker_identity import worker_overview
 from pages.common import session, settings
 from pages.view.members import lab_permission
 from pages.view.names import display_frame

@@ -12,8 +12,9 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from services.cache_proxy.serving import DEFAULT_SERVER as DEFAULT_PROXY_SERVER
 from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
@@ -21,9 +22,28 @@ from services.processes import PROJECT_ROOT
 from services.redis_server import redis_ping_probe, redis_server_argv
 from services.supervisor import ManagedService
 
-# "command": any server the caller describes (the lab's inference backends); Redis and the
-# cache proxy are the services this package itself provides.
-SERVICE_KINDS = ("command", "redis", "cache-proxy")
+
+class ServiceKind(StrEnum):
+    """What the catalog starts. ``command``: any server the caller describes (the lab's
+    inference backends). Redis and the cache proxy are the services this package itself
+    provides; each runs under its kind's name (one of each per worker), so these values are
+    also the lab's own service names."""
+
+    COMMAND = "command"
+    REDIS = "redis"
+    CACHE_PROXY = "cache-proxy"
+
+
+SERVICE_KINDS = tuple(ServiceKind)
+
+# The lab's own services, in the order they are stopped: dependants first (the proxy uses
+# Redis). Every other service (the backends) is stopped after them.
+STOP_ORDER = (ServiceKind.CACHE_PROXY, ServiceKind.REDIS)
+
+
+def stop_rank(name: str) -> int:
+    """Where the service ``name`` (or kind) comes in :data:`STOP_ORDER`; the backends last."""
+    return STOP_ORDER.index(ServiceKind(name)) if name in STOP_ORDER else len(STOP_ORDER)
 
 
 @dataclass(frozen=True)
@@ -58,7 +78,7 @@ def command_config(
     """A server started from ``argv`` (``{host}`` and ``{port}`` are filled in) that is ready
     once ``GET health_path`` answers 200. ``backend`` names what it serves (for people)."""
     return ServiceConfig(
-        "command",
+        ServiceKind.COMMAND,
         {
             "backend": backend,
             "argv": list(argv),
@@ -70,7 +90,7 @@ def command_config(
 
 
 def redis_config(*, maxmemory: str = "256mb") -> ServiceConfig:
-    return ServiceConfig("redis", {"maxmemory": maxmemory})
+    return ServiceConfig(ServiceKind.REDIS, {"maxmemory": maxmemory})
 
 
 def cache_proxy_config(
@@ -87,7 +107,7 @@ def cache_proxy_config(
     if server not in PROXY_SERVERS:
         raise ValueError(f"the cache proxy's server must be one of {', '.join(PROXY_SERVERS)}, not {server!r}")
     return ServiceConfig(
-        "cache-proxy",
+        ServiceKind.CACHE_PROXY,
         {
             "upstream_url": upstream_url,
             "redis_url": redis_url,
@@ -99,12 +119,21 @@ def cache_proxy_config(
     )
 
 
+class _CommonParts(TypedDict):
+    """What every kind's :class:`ManagedService` is given alike."""
+
+    name: str
+    log_path: Path
+    port: int | None
+    cwd: Path
+
+
 def build_service(name: str, config: ServiceConfig, *, log_path: Path, port: int | None = None) -> ManagedService:
     """The (not yet started) :class:`ManagedService` for ``config``."""
     params = config.params
     python = sys.executable
-    common = {"name": name, "log_path": log_path, "port": port, "cwd": PROJECT_ROOT}
-    if config.kind == "command":
+    common: _CommonParts = {"name": name, "log_path": log_path, "port": port, "cwd": PROJECT_ROOT}
+    if config.kind == ServiceKind.COMMAND:
         return ManagedService(
             argv=list(params["argv"]),
             env=dict(params["env"]),
@@ -112,14 +141,14 @@ def build_service(name: str, config: ServiceConfig, *, log_path: Path, port: int
             readiness_timeout_s=float(params["readiness_timeout_s"]),
             **common,
         )
-    if config.kind == "redis":
+    if config.kind == ServiceKind.REDIS:
         return ManagedService(
             argv=redis_server_argv(maxmemory=params["maxmemory"]),
             readiness_probe=redis_ping_probe,
             readiness_timeout_s=15.0,
             **common,
         )
-    if config.kind == "cache-proxy":
+    if config.kind == ServiceKind.CACHE_PROXY:
         argv = [
             python,
             "-m",

@@ -23,8 +23,8 @@ import psutil
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store
-from services.catalog import ServiceConfig, build_service
+from db import worker_store
+from services.catalog import ServiceConfig, ServiceKind, build_service, stop_rank
 from services.redis_server import redis_ping
 from services.supervisor import ManagedService, read_log_tail, stop_process_tree
 
@@ -75,7 +75,7 @@ def probe_url(kind: str, url: str | None, timeout_s: float = 2.0, *, health_path
     """Health of a service at ``url``: PING for Redis, ``GET health_path`` for the others."""
     if not url:
         return False
-    if kind == "redis":
+    if kind == ServiceKind.REDIS:
         host_port = url.split("://", 1)[-1].split("/", 1)[0]
         host, port = host_port.rsplit(":", 1)
         return redis_ping(host, int(port), timeout_s=timeout_s)
@@ -103,16 +103,13 @@ class ServiceManager:
         self.worker = worker or socket.gethostname()  # the default worker name is the host's
 
     def _service_url(self, service: ManagedService, kind: str) -> str:
-        return f"redis://{service.host}:{service.port}/0" if kind == "redis" else service.url
+        return f"redis://{service.host}:{service.port}/0" if kind == ServiceKind.REDIS else service.url
 
-    def ensure(self, name: str, config: ServiceConfig, *, abort: Callable[[], bool] | None = None) -> str:
-        """Make ``name`` run with ``config``; reuse a healthy one with the same config.
-
-        Returns its URL (``redis://...`` for Redis). Raises ServiceStartError, or
-        ServiceStartAborted when ``abort()`` turns true while it starts.
-        """
+    def _reusable_url(self, name: str, config: ServiceConfig) -> str | None:
+        """The URL of ``name`` when it already runs with ``config``: the very process recorded
+        (not a reused pid) and healthy; None when it must be (re)started."""
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
             if (
                 record is not None
                 and record.config_hash == config.config_hash
@@ -120,10 +117,20 @@ class ServiceManager:
                 and probe_url(record.kind, record.url, health_path=_health_path(record.config))
             ):
                 return str(record.url)
+        return None
+
+    def ensure(self, name: str, config: ServiceConfig, *, abort: Callable[[], bool] | None = None) -> str:
+        """Make ``name`` run with ``config``; reuse a healthy one with the same config.
+
+        Returns its URL (``redis://...`` for Redis). Raises ServiceStartError, or
+        ServiceStartAborted when ``abort()`` turns true while it starts.
+        """
+        if (url := self._reusable_url(name, config)) is not None:
+            return url
         self.stop(name)
         log_path = self.logs_dir / f"{name}.log"
         service = build_service(name, config, log_path=log_path)
-        store.upsert_service_record(
+        worker_store.upsert_service_record(
             engine=self.engine,
             worker=self.worker,
             name=name,
@@ -142,7 +149,7 @@ class ServiceManager:
         def record_spawn(pid: int) -> None:
             # Record the pid as soon as the child exists, so a crash during the
             # (long) readiness wait still leaves a trace to clean up.
-            store.upsert_service_record(
+            worker_store.upsert_service_record(
                 engine=self.engine,
                 worker=self.worker,
                 name=name,
@@ -156,12 +163,12 @@ class ServiceManager:
         try:
             service.start()
         except Exception as error:
-            store.upsert_service_record(
+            worker_store.upsert_service_record(
                 engine=self.engine, worker=self.worker, name=name, state="failed", message=str(error)[-4000:]
             )
             raise
         url = self._service_url(service, config.kind)
-        store.upsert_service_record(
+        worker_store.upsert_service_record(
             engine=self.engine,
             worker=self.worker,
             name=name,
@@ -174,13 +181,13 @@ class ServiceManager:
     def stop(self, name: str) -> bool:
         """Stop ``name`` if the lab started it and it still runs. True if something was stopped."""
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
             if record is None:
                 return False
             pid, created = record.pid, record.process_created_at_epoch_s
         stopped = False
-        if process_matches(pid, created):
-            stop_process_tree(int(pid), grace_s=15.0)
+        if pid and process_matches(pid, created):  # a pid recorded and still the very process we started
+            stop_process_tree(pid, grace_s=15.0)
             stopped = True
         elif pid and main_process_gone(pid, created):
             # The service's main process died (gone, or a zombie not yet reaped); anything
@@ -188,20 +195,18 @@ class ServiceManager:
             # a pid still in use as a group id) is stopped too. A live pid with another
             # creation time belongs to someone else and is left alone.
             stop_process_tree(int(pid), grace_s=5.0)
-        store.upsert_service_record(engine=self.engine, worker=self.worker, name=name, state="stopped", pid=None)
+        worker_store.upsert_service_record(engine=self.engine, worker=self.worker, name=name, state="stopped", pid=None)
         return stopped
 
     def stop_all(self, names: list[str] | None = None, *, only_own: bool = False) -> list[str]:
         """Stop every recorded service (or those named; or, with ``only_own``, those this
         manager's owner started). Returns the names stopped."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session, worker=self.worker)
+            records = worker_store.list_service_records(session=session, worker=self.worker)
         if only_own:
             records = [record for record in records if record.owner_pid == self.owner_pid]
-        # Dependants first: the proxy before Redis and the backends.
-        order = {"cache-proxy": 0, "redis": 1}
         stopped = []
-        for record in sorted(records, key=lambda r: order.get(r.kind, 9)):
+        for record in sorted(records, key=lambda r: stop_rank(r.kind)):  # dependants first
             if names and record.name not in names:
                 continue
             if self.stop(record.name):
@@ -211,7 +216,7 @@ class ServiceManager:
     def stop_stale(self) -> list[str]:
         """Stop services whose owning lab process is gone (left by a killed lab)."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session, worker=self.worker)
+            records = worker_store.list_service_records(session=session, worker=self.worker)
         stale = []
         for record in records:
             owner_gone = record.owner_pid is not None and not psutil.pid_exists(record.owner_pid)
@@ -222,7 +227,7 @@ class ServiceManager:
     def status(self) -> list[ServiceStatus]:
         """State of every recorded service, checked now."""
         with Session(self.engine) as session:
-            records = store.list_service_records(session=session, worker=self.worker)
+            records = worker_store.list_service_records(session=session, worker=self.worker)
         result = []
         for record in records:
             alive = process_matches(record.pid, record.process_created_at_epoch_s)
@@ -251,14 +256,14 @@ class ServiceManager:
 
     def log_tail(self, name: str, max_lines: int = 40) -> str:
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
         if record is None or not record.log_path:
             return ""
         return read_log_tail(Path(record.log_path), max_lines)
 
     def pid_of(self, name: str) -> int | None:
         with Session(self.engine) as session:
-            record = store.get_service_record(session=session, name=name, worker=self.worker)
+            record = worker_store.get_service_record(session=session, name=name, worker=self.worker)
             if record and process_matches(record.pid, record.process_created_at_epoch_s):
                 return record.pid
         return None

@@ -15,7 +15,7 @@ import pandas as pd
 from lab.analysis.aggregation import aggregate, done_groups, ratio, ratio_of_runs
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.statistics import mean_interval, welch_test
-from lab.execution.worker_identity import hardware_summary
+from lab.measurement.hardware import hardware_summary
 from lab.measurement.results import RESULT_FIELDS
 
 # A run as a record: who and what it was, then its results (one field list: lab.measurement.results).

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lab.measurement.k6_results import percentile
+from lab.measurement.request_figures import RequestFigures
 
 # Per-request figures an SLO may limit, with what a reader is told they are.
 PER_REQUEST_FIGURES = {
@@ -140,26 +141,6 @@ def check_slo_applies(slo: Slo, *, streamed: bool) -> None:
             f"the SLO limits {', '.join(missing)}, which only streamed runs measure: "
             "set workload.stream=true or drop that limit"
         )
-
-
-@dataclass
-class RequestFigures:
-    """Per-request figures of one run, in seconds (ttft/tpot empty when not streamed).
-
-    Lists are aligned: index i is one request. ``ok`` is False for failed requests, whose
-    figures are ignored.
-    """
-
-    latency_s: list[float] = field(default_factory=list)
-    ok: list[bool] = field(default_factory=list)
-    ttft_s: list[float | None] = field(default_factory=list)
-    tpot_s: list[float | None] = field(default_factory=list)
-
-    def values(self, figure: str) -> list[float | None]:
-        return {"latency": self.latency_s, "ttft": self.ttft_s, "tpot": self.tpot_s}[figure]
-
-    def __len__(self) -> int:
-        return len(self.ok)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The backend registry: one module per inference backend kind, looked up by name.
 
 A backend declares, in one class (see :class:`Backend`): its options model (the spec's
-section of the same name) and the options a person sets (:class:`~lab.specs.fields.OptionField`:
+section of the same name) and the options a person sets (:class:`~lab.user_input.fields.OptionField`:
 the New experiment form shows them, the CLI's ``--set`` help names them), how the lab launches it
 (argv, environment, readiness), the names of its Prometheus samples for the lab's figures, how its
 caches reset, how to ask for a fixed output length, its start hint and the packages a run records. Nothing
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import httpx
 from pydantic import BaseModel
 
-from lab.specs.fields import OptionField, declared_fields
+from lab.user_input.fields import OptionField, declared_fields
 from services.catalog import ServiceConfig, command_config
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class Backend:
     def service_config(self, *, model: str, options: Any, settings: Settings) -> ServiceConfig:
         """What the service manager runs (a generic command service); ValueError with a clear
         message for a rejected or missing model."""
-        from lab.specs.validation import validate_model_name
+        from lab.user_input.validation import validate_model_name
 
         launch = self.launch(model=validate_model_name(model), options=options, settings=settings)
         timeout_s = settings.readiness_timeout_s.get(self.name, launch.readiness_timeout_s)
@@ -207,7 +207,7 @@ def behind_cache(name: str) -> bool:
 def seed_setup_of(name: str | None) -> SeedSetup | None:
     """The seed's set-up that spec backend ``name`` reproduces; None for one the seed did not run."""
     kind = BACKENDS.get(name.removesuffix(CACHE_SUFFIX)) if name else None
-    if kind is None:
+    if name is None or kind is None:
         return None
     return kind.seed_cached_setup if behind_cache(name) else kind.seed_setup
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from pydantic import Field, field_validator
 
 from lab.backends import Backend, Launch, MetricNames, register
-from lab.specs.base import StrictModel
-from lab.specs.fields import OptionField
+from lab.user_input.base import StrictModel
+from lab.user_input.fields import OptionField
 
 if TYPE_CHECKING:
     from lab.settings import Settings

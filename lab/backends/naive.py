@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, PositiveInt
 
 from lab.backends import VLLM_METRICS, Backend, Launch, MetricNames, SeedSetup, register
-from lab.specs.base import StrictModel
-from lab.specs.fields import OptionField
+from lab.user_input.base import StrictModel
+from lab.user_input.fields import OptionField
 
 if TYPE_CHECKING:
     from lab.settings import Settings

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from lab.backends import VLLM_METRICS, Backend, Launch, SeedSetup, post_reset, register
-from lab.specs.base import StrictModel
-from lab.specs.fields import OptionField
+from lab.user_input.base import StrictModel
+from lab.user_input.fields import OptionField
 
 if TYPE_CHECKING:
     from lab.settings import Settings
@@ -105,7 +105,7 @@ class VllmOptions(StrictModel):
     @field_validator("block_size")
     @classmethod
     def _block_size_the_cpu_accepts(cls, value: int | str) -> int | str:
-        if value == "best":
+        if isinstance(value, str):  # pydantic has already refused any string but "best"
             return value
         if value < 1:
             raise ValueError("must be 'best' or a positive number of tokens")

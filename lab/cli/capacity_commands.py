@@ -14,7 +14,7 @@ from lab.analysis.capacity_search import CapacityError
 from lab.analysis.slo import SloError
 from lab.backends import get_backend
 from lab.context import LabContext
-from lab.execution.capacity_plan import (
+from lab.queue.capacity_plan import (
     CapacityPlan,
     capacity_plan,
     check_plan,
@@ -23,7 +23,7 @@ from lab.execution.capacity_plan import (
     run_search,
     stored_plan,
 )
-from lab.execution.queue_submit import open_waiter
+from lab.queue.submit import open_waiter
 from lab.specs.schema import SpecError, format_validation_error, parse_set_option
 
 
@@ -55,27 +55,32 @@ def _is_managed(name: str) -> bool:
         return True  # unknown: check_plan names it
 
 
+def _chosen_plan(args: argparse.Namespace, context: LabContext) -> CapacityPlan:
+    """The plan the arguments name: a stored experiment's (to resume it), a preset's with the
+    bounds given on the command line, or one built from ``--backend`` and ``--slo``."""
+    if args.experiment is not None:
+        with Session(context.engine) as session:
+            return stored_plan(session=session, experiment_id=args.experiment)
+    if args.preset_name:
+        plan = load_capacity_preset(args.preset_name, quick=args.quick)
+        given = {
+            "min_load": args.min,
+            "max_load": args.max,
+            "max_probes": args.max_probes,
+            "probe_s": args.probe_s,
+            "repeats": args.repeats if args.repeats != 1 else None,
+        }
+        return plan.model_validate({**plan.model_dump(), **{k: v for k, v in given.items() if v is not None}})
+    if not args.backend or not args.slo:
+        raise SpecError("give --backend and --slo (or --preset NAME)")
+    return plan_from_arguments(args)
+
+
 def cmd_capacity(args: argparse.Namespace, context: LabContext) -> int:
     """Search each backend's capacity under an SLO; every probe is a run of one experiment."""
     experiment_id: int | None = args.experiment
     try:
-        if experiment_id is not None:
-            with Session(context.engine) as session:
-                plan = stored_plan(session=session, experiment_id=experiment_id)
-        elif args.preset_name:
-            plan = load_capacity_preset(args.preset_name, quick=args.quick)
-            given = {
-                "min_load": args.min,
-                "max_load": args.max,
-                "max_probes": args.max_probes,
-                "probe_s": args.probe_s,
-                "repeats": args.repeats if args.repeats != 1 else None,
-            }
-            plan = plan.model_validate({**plan.model_dump(), **{k: v for k, v in given.items() if v is not None}})
-        elif not args.backend or not args.slo:
-            raise SpecError("give --backend and --slo (or --preset NAME)")
-        else:
-            plan = plan_from_arguments(args)
+        plan = _chosen_plan(args, context)
         check_plan(plan)
     except LookupError as error:
         print(f"error: {str(error).strip(chr(39))}", file=sys.stderr)

@@ -20,7 +20,7 @@ from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
 from lab.cli.services_commands import cmd_services, service_names
 from lab.context import LabContext, StorageError
-from lab.execution.run_waiter import WorkerUnusableError
+from lab.queue.run_waiter import WorkerUnusableError
 from lab.settings import get_settings, settings_error_line
 from lab.specs.options import settable_options
 from lab.specs.schema import list_presets

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from lab.cli.run_commands import split_labels
 from lab.context import LabContext
-from lab.execution.worker import stop_own_services
+from lab.queue.worker import stop_own_services
 from lab.settings import PROJECT_ROOT
 
 
 def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
     from lab.cli.start_guard import PARENT_PID_ENV, watch_parent
-    from lab.execution.worker import DatabaseReplacedError, Worker
-    from lab.execution.worker_lock import WorkerBusyError
+    from lab.queue.worker import DatabaseReplacedError, Worker
+    from lab.queue.worker_lock import WorkerBusyError
     from lab.specs.schema import check_worker_label
 
     try:
@@ -51,6 +51,39 @@ def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
     return 0
 
 
+def _streamlit_argv(*, host: str, port: int) -> list[str]:
+    """The Streamlit server the lab serves its pages with, headless and without usage statistics."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(PROJECT_ROOT / "streamlit_app.py"),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+
+
+def _stop_children(children: list[subprocess.Popen | None]) -> None:
+    """Terminate every child still running, then wait up to 60 s for each before killing it."""
+    for child in children:
+        if child is not None and child.poll() is None:
+            child.terminate()
+    for child in children:
+        if child is None:
+            continue
+        try:
+            child.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
 def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
     """The worker in a child process and Streamlit in the foreground; Ctrl-C stops both.
 
@@ -77,21 +110,7 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
         env={**os.environ, PARENT_PID_ENV: str(me)},
         preexec_fn=die_with_parent(me),
     )
-    streamlit_argv = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(PROJECT_ROOT / "streamlit_app.py"),
-        "--server.address",
-        settings.host,
-        "--server.port",
-        str(args.port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
+    streamlit_argv = _streamlit_argv(host=settings.host, port=args.port)
     streamlit: subprocess.Popen | None = None
     try:
         streamlit = subprocess.Popen(streamlit_argv, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(me))
@@ -101,16 +120,7 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        for child in (streamlit, worker):
-            if child is not None and child.poll() is None:
-                child.terminate()
-        for child in (streamlit, worker):
-            if child is None:
-                continue
-            try:
-                child.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        _stop_children([streamlit, worker])
         pid_file.remove()
 
 

@@ -18,12 +18,12 @@ from lab.analysis.compare import run_record
 from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepare_gate, report_gate
 from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.final_state import PendingFinalStates
-from lab.execution.queue_submit import open_waiter
-from lab.execution.run_waiter import WorkerUnusableError
+from lab.queue import experiments
+from lab.queue.run_waiter import WorkerUnusableError
+from lab.queue.submit import open_waiter
+from lab.run.final_state import PendingFinalStates
 from lab.specs.schema import SpecError, parse_set_option
-from lab.specs.validation import ModelNameError, check_model_on_machine
+from lab.user_input.validation import ModelNameError, check_model_on_machine
 
 
 def split_labels(text: str) -> list[str]:
@@ -180,6 +180,7 @@ def cmd_runs_recover(context: LabContext) -> int:
 
 def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
     """Evaluate one stored run against an SLO from its per-request figures."""
+    from lab.analysis import run_slo
     from lab.analysis.slo import SloError, parse_slo
     from lab.measurement import request_figures
 
@@ -191,12 +192,12 @@ def cmd_runs_slo(args: argparse.Namespace, context: LabContext) -> int:
     engine = context.engine
     with Session(engine) as session:
         try:
-            evaluation = request_figures.evaluate_run(session=session, run_id=args.id, slo=slo)
+            evaluation = run_slo.evaluate_run(session=session, run_id=args.id, slo=slo)
         except (LookupError, request_figures.RequestFiguresMissing) as error:
             print(f"error: {str(error).strip(chr(39))}", file=sys.stderr)
             return 2
     if args.save:
-        request_figures.save_evaluation(engine=engine, run_id=args.id, evaluation=evaluation)
+        run_slo.save_evaluation(engine=engine, run_id=args.id, evaluation=evaluation)
     result = {
         "run_id": args.id,
         "slo": str(slo),

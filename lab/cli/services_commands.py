@@ -7,9 +7,10 @@ import json
 import sys
 
 from lab.context import LabContext
+from services.catalog import ServiceKind
 
 # The services `services up` starts: every backend the lab manages, then the cache's two.
-CACHE_SERVICE_NAMES = ("redis", "cache-proxy")
+CACHE_SERVICE_NAMES = (ServiceKind.REDIS, ServiceKind.CACHE_PROXY)
 
 
 def service_names() -> list[str]:
@@ -35,12 +36,14 @@ def services_up(names: list[str], context: LabContext) -> dict[str, str]:
 
     upstream: str | None = None
     for name in names or managed_backend_names():
-        if name == "redis":
-            urls[name] = manager.ensure("redis", redis_config())
-        elif name == "cache-proxy":
+        if name == ServiceKind.REDIS:
+            urls[name] = manager.ensure(ServiceKind.REDIS, redis_config())
+        elif name == ServiceKind.CACHE_PROXY:
             upstream = upstream or backend_up(RunSpec.model_fields["backend"].default)
-            redis_url = urls.get("redis") or manager.ensure("redis", redis_config())
-            urls[name] = manager.ensure("cache-proxy", cache_proxy_config(upstream_url=upstream, redis_url=redis_url))
+            redis_url = urls.get(ServiceKind.REDIS) or manager.ensure(ServiceKind.REDIS, redis_config())
+            urls[name] = manager.ensure(
+                ServiceKind.CACHE_PROXY, cache_proxy_config(upstream_url=upstream, redis_url=redis_url)
+            )
         elif name in managed_backend_names():
             urls[name] = upstream = backend_up(name)
         else:

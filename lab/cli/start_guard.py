@@ -98,7 +98,9 @@ class LabPidFile:
         """The pid of another start process that is still running, if any."""
         owner, _ = self.read()
         process = owner.process() if owner else None
-        return owner.pid if process is not None and owner.pid != os.getpid() else None
+        if owner is None or process is None:
+            return None
+        return owner.pid if owner.pid != os.getpid() else None
 
     def clear_stale(self, *, grace_s: float = 20.0) -> list[int]:
         """Stop the children a killed start left running (its owner gone). Returns their pids."""

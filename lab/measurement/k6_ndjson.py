@@ -1,7 +1,7 @@
 """Read k6's per-sample NDJSON (``k6 run --out json=...``) as it arrives, in pieces, never whole.
 
 :class:`SampleStream` is fed k6's output in pieces of any size (from the pipe k6 writes
-to, see :mod:`lab.execution.k6_driver`, or from a file) and keeps, in one pass: per-second
+to, see :mod:`lab.run.k6_driver`, or from a file) and keeps, in one pass: per-second
 buckets (completed and failed requests, tokens, latency avg/p50/p95 over successes,
 running VUs), every workload request's figures in compact arrays (for SLO evaluation
 after the fact) and the run-wide latency percentiles over successes, computed as k6

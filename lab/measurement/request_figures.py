@@ -1,8 +1,8 @@
-"""Per-request figures of a run, stored compactly, and SLO evaluation of stored runs.
+"""Per-request figures of a run, stored compactly (SLO evaluation of stored runs: :mod:`lab.analysis.run_slo`).
 
 ``encode`` packs :class:`lab.measurement.k6_ndjson.RequestSamples` into the store's ``RunRequests``
 columns (zlib-compressed float32, about 2-4 bytes a request); ``decode`` gives back the
-:class:`lab.analysis.slo.RequestFigures` that :func:`lab.analysis.slo.evaluate` judges. Streamed runs carry
+:class:`RequestFigures` that :func:`lab.analysis.slo.evaluate` judges. Streamed runs carry
 TTFT and TPOT per successful request; k6 writes no request id, so they are aligned with the
 successes in the order k6 wrote them (exact percentiles per figure; the per-request join
 for goodput is exact when every VU's points arrive in order, as k6 writes them).
@@ -14,15 +14,35 @@ import math
 import sys
 import zlib
 from array import array
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Run
-from lab.analysis.slo import RequestFigures, Slo, SloEvaluation, evaluate
 from lab.measurement.k6_ndjson import RequestSamples
+
+
+@dataclass
+class RequestFigures:
+    """Per-request figures of one run, in seconds (ttft/tpot empty when not streamed).
+
+    Lists are aligned: index i is one request. ``ok`` is False for failed requests, whose
+    figures are ignored.
+    """
+
+    latency_s: list[float] = field(default_factory=list)
+    ok: list[bool] = field(default_factory=list)
+    ttft_s: list[float | None] = field(default_factory=list)
+    tpot_s: list[float | None] = field(default_factory=list)
+
+    def values(self, figure: str) -> list[float | None]:
+        return {"latency": self.latency_s, "ttft": self.ttft_s, "tpot": self.tpot_s}[figure]
+
+    def __len__(self) -> int:
+        return len(self.ok)
+
 
 ENCODING = "zlib-float32-le-v1"
 
@@ -97,22 +117,3 @@ def load_request_figures(*, session: Session, run_id: int) -> RequestFigures:
 def run_duration_s(run: Run) -> float | None:
     """The seconds of load goodput is counted over: what k6 measured, else the planned time."""
     return run.measured_duration_s or run.duration_s or None
-
-
-def evaluate_run(*, session: Session, run_id: int, slo: Slo) -> SloEvaluation:
-    """Evaluate a stored run against ``slo`` from its per-request figures."""
-    run = store.get_run(session=session, run_id=run_id)
-    if run is None:
-        raise LookupError(f"no run with id {run_id}")
-    return evaluate(slo, load_request_figures(session=session, run_id=run_id), duration_s=run_duration_s(run))
-
-
-def save_evaluation(*, engine: Engine, run_id: int, evaluation: SloEvaluation) -> None:
-    """Write goodput, attainment and the SLO they are against onto the run."""
-    store.update_run(
-        engine=engine,
-        run_id=run_id,
-        goodput_req_per_s=evaluation.goodput_req_per_s,
-        slo_attainment=evaluation.attainment,
-        slo_evaluated=str(evaluation.slo),
-    )

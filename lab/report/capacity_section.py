@@ -2,7 +2,7 @@
 report section "What the seed did not ask" (capacity of each stack under an SLO).
 
 Pure functions over a search's stored state (``Experiment.capacity``, see
-:mod:`lab.execution.capacity_plan`) and run records (:func:`lab.analysis.compare.run_record`); the pages and
+:mod:`lab.queue.capacity_plan`) and run records (:func:`lab.analysis.compare.run_record`); the pages and
 the report both draw from here.
 """
 

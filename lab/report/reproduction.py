@@ -1,7 +1,7 @@
 """The whole reproduction: queue the seed's three experiments (their verdict rules frozen),
 run them, read them back from the store and write the report (:func:`.build.write_report`).
 
-``reproduce`` queues the seed presets, runs them (through :func:`lab.execution.run_waiter.wait_for_runs`)
+``reproduce`` queues the seed presets, runs them (through :func:`lab.queue.run_waiter.wait_for_runs`)
 and writes the report from what they measured; ``report_only`` writes it again from the newest
 stored reproduction.
 """
@@ -65,7 +65,7 @@ def enqueue_reproduction(
     from sqlalchemy.orm import Session
 
     from db.engine import get_engine
-    from lab.execution import experiments
+    from lab.queue import experiments
     from lab.specs.schema import ExperimentSpec, load_preset
 
     engine = get_engine(settings.resolved_database_url)
@@ -132,7 +132,7 @@ def report_from_experiments(
 
     from db import store
     from db.engine import get_engine
-    from lab.execution import experiments
+    from lab.queue import experiments
 
     engine = get_engine(settings.resolved_database_url)
     records_by_preset: dict[str, list[dict[str, Any]]] = {}
@@ -147,8 +147,8 @@ def report_from_experiments(
                 environment = next((dict(run.environment) for run in runs if run.environment), {})
         capacity = latest_capacity_section(session=session)
     if not environment:
-        from lab.execution.k6_driver import k6_version
         from lab.measurement import environment as lab_environment
+        from lab.run.k6_driver import k6_version
 
         environment = lab_environment.capture(model=settings.default_model, k6_version=k6_version())
     meta_without_run_ids = {p: {k: v for k, v in m.items() if k != "run_ids"} for p, m in experiments_meta.items()}
@@ -183,7 +183,7 @@ def reproduce(
 
     The report is written either way; failed runs are listed in it.
     """
-    from lab.execution import run_waiter
+    from lab.queue import run_waiter
 
     try:
         experiments_meta = enqueue_reproduction(

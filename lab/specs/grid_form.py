@@ -23,7 +23,7 @@ from lab.specs.schema import (
     WorkloadSpec,
     format_validation_error,
 )
-from lab.specs.validation import ModelNameError, check_model_on_machine
+from lab.user_input.validation import ModelNameError, check_model_on_machine
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The options the registries declare, resolved against the spec schema.
 
-A workload and a backend each list their :class:`~lab.specs.fields.OptionField`s; one
+A workload and a backend each list their :class:`~lab.user_input.fields.OptionField`s; one
 mechanism serves both kinds (an :class:`OptionOwner` says where a kind's options sit in
 the spec). This module adds what the pydantic models know (the input's type, default and
 choices) so a form can draw them (:func:`workload_inputs`, :func:`backend_inputs`), checks
@@ -20,8 +20,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from lab import backends, workloads
-from lab.specs.fields import OptionField
 from lab.specs.schema import WorkloadSpec, set_dotted_lenient
+from lab.user_input.fields import OptionField
 
 InputKind = Literal["int", "float", "bool", "choice", "text", "upload"]
 

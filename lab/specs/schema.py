@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lab import backends, workloads
 from lab.settings import get_settings
-from lab.specs.base import StrictModel
+from lab.user_input.base import StrictModel
 from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -208,7 +208,7 @@ class RunSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _valid_model(cls, value: str) -> str:
-        from lab.specs.validation import validate_model_name
+        from lab.user_input.validation import validate_model_name
 
         return validate_model_name(value)
 
@@ -224,7 +224,7 @@ class RunSpec(BaseModel):
         if not self.backend_kind.managed:
             if not self.target_url:
                 raise ValueError(f"{self.base_backend} backends need target_url (the server's base URL)")
-            from lab.specs.validation import validate_target_url
+            from lab.user_input.validation import validate_target_url
 
             self.__dict__["target_url"] = validate_target_url(
                 self.target_url, allowed_hosts=get_settings().allowed_target_hosts
@@ -276,7 +276,7 @@ class ExperimentSpec(StrictModel):
     repeats: int = Field(default=1, ge=1, le=100)
     # With repeats, the runs go in rounds (each round every cell once, in an order drawn from
     # ``order_seed``, recorded when queued) so a drift of the machine hits every cell alike;
-    # "blocks" runs each cell's repeats together (see lab/execution/round_order.py).
+    # "blocks" runs each cell's repeats together (see lab/queue/round_order.py).
     order: Literal["interleaved", "blocks"] = "interleaved"
     order_seed: int | None = Field(default=None, ge=0, lt=2**31)
     scale: Literal["full", "quick"] = "full"

@@ -1,7 +1,7 @@
 """The workload registry: one module per workload, looked up by name.
 
 A workload declares (see :class:`Workload`): its option section in the spec (if any), the
-options a person sets (:class:`~lab.specs.fields.OptionField`: the New experiment form
+options a person sets (:class:`~lab.user_input.fields.OptionField`: the New experiment form
 shows them, the CLI's ``--set`` help names them), a check of the spec's workload fields,
 the request file it prepares for k6 (if any), its warm-up messages, the ``-e`` settings
 and the k6 script it runs. The runner, the k6 driver and the form look workloads up here;
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 
-from lab.specs.fields import OptionField, declared_fields
+from lab.user_input.fields import OptionField, declared_fields
 
 if TYPE_CHECKING:
     from lab.backends import Backend

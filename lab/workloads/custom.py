@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lab.specs.fields import OptionField
+from lab.user_input.fields import OptionField
 from lab.workloads import RunSettings, Workload, WorkloadSettings, check_named_files, datasets, register, write_sessions
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.specs.fields import OptionField
+from lab.user_input.fields import OptionField
 from lab.workloads import Messages, RunSettings, Workload, register
 
 NUMBER_STORY_PROMPT = "Write a short story about the number {n}."

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lab.specs.fields import OptionField
+from lab.user_input.fields import OptionField
 from lab.workloads import RunSettings, Workload, datasets, register, sharegpt_reader, write_sessions
 
 if TYPE_CHECKING:

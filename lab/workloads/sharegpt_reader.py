@@ -128,7 +128,9 @@ class _TextCursor:
     def skip_whitespace(self) -> bool:
         """Advance past whitespace; False when the text ends first."""
         while True:
-            self.position = _WHITESPACE.match(self.buffer, self.position).end()
+            whitespace = _WHITESPACE.match(self.buffer, self.position)
+            assert whitespace is not None  # the pattern accepts the empty string: it always matches
+            self.position = whitespace.end()
             if self.position < len(self.buffer):
                 return True
             if not self.refill():

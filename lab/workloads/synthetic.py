@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
-from lab.specs.base import StrictModel
-from lab.specs.fields import OptionField
+from lab.user_input.base import StrictModel
+from lab.user_input.fields import OptionField
 from lab.workloads import Messages, RunSettings, Workload, WorkloadError, register, write_sessions
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lab.specs.fields import UploadKind
-from lab.specs.validation import UploadNameError, safe_upload_name
+from lab.user_input.fields import UploadKind
+from lab.user_input.validation import UploadNameError, safe_upload_name
 from lab.workloads.datasets import DatasetError, atomic_write_bytes, is_replayable, parse_jsonl_requests
 from lab.workloads.input_files import read_input_text
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, iter_conversations, text_reader

@@ -1,7 +1,7 @@
 """Capacity pages' blocks: the "Find capacity" form, a search shown live, the Pareto chart.
 
 Presentation and input only: the plan, its checks and the search live in
-``lab.execution.capacity_plan``; the charts in ``lab.report.capacity_section``.
+``lab.queue.capacity_plan``; the charts in ``lab.report.capacity_section``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from lab.analysis.capacity_search import CapacityError
 from lab.analysis.slo import SloError
 from lab.backends import get_backend, managed_backend_names
-from lab.execution.capacity_plan import (
+from lab.queue.capacity_plan import (
     CAPACITY_DEFAULTS,
     LOAD_DIMENSIONS,
     CapacityPlan,

@@ -19,7 +19,7 @@ from typing import Any
 
 import streamlit as st
 
-from lab.execution.run_decisions import database_unreachable
+from lab.run.decisions import database_unreachable
 
 OUTAGE_RETRY_S = 5.0
 _SINCE_KEY = "database_outage_since"

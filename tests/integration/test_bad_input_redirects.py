@@ -1,6 +1,6 @@
 """No redirect is followed by k6: a target that answers 302 must not send the load elsewhere.
 
-The target URL check (lab.specs.validation) holds when it runs; a redirect (or a host name that
+The target URL check (lab.user_input.validation) holds when it runs; a redirect (or a host name that
 later resolves elsewhere) could still move the load to a host nobody allowed. So the
 load tool itself must refuse redirects (k6 option ``maxRedirects: 0``).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.execution.k6_driver import K6Process, script_path
+from lab.run.k6_driver import K6Process, script_path
 
 pytestmark = pytest.mark.integration
 

@@ -57,7 +57,7 @@ def test_bad_ids_numbers_and_paths_are_one_clear_line(tmp_path: Path, args: list
 HOLDER = """
 import sqlite3, sys, time
 from pathlib import Path
-from lab.execution.worker_lock import WorkerLock
+from lab.queue.worker_lock import WorkerLock
 data_dir = Path(sys.argv[1])
 lock = WorkerLock(data_dir)
 lock.acquire()

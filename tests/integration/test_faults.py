@@ -29,9 +29,9 @@ from db import store
 from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.worker import Worker
-from lab.execution.worker_lock import WorkerBusyError, WorkerLock
+from lab.queue import experiments
+from lab.queue.worker import Worker
+from lab.queue.worker_lock import WorkerBusyError, WorkerLock
 from lab.settings import Settings
 from lab.specs.schema import ExperimentSpec, RunSpec
 from services.manager import ServiceManager

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.execution.k6_driver import K6Process, script_path
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import parse_summary
+from lab.run.k6_driver import K6Process, script_path
 from services.supervisor import find_free_port
 from tests.stub_openai import StubServer
 

@@ -12,10 +12,10 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.execution import k6_driver
 from lab.measurement import request_figures
 from lab.measurement.k6_ndjson import SampleStream
 from lab.measurement.k6_ndjson_files import stream_file
+from lab.run import k6_driver
 from tests.integration.test_faults import Lab, lab, stub, stub_spec  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -28,9 +28,9 @@ from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import Run, RunStatus
 from lab.backends import Backend, Launch, MetricNames, register, unregister
-from lab.execution import experiments
-from lab.execution.final_state import PENDING_FINAL_STATE_FILE
 from lab.measurement.k6_results import parse_summary
+from lab.queue import experiments
+from lab.run.final_state import PENDING_FINAL_STATE_FILE
 from lab.specs.schema import ExperimentSpec, RunSpec
 from services.supervisor import ManagedService
 from tests.conftest import DEFAULT_MODEL, PROJECT_ROOT

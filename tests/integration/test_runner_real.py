@@ -11,8 +11,8 @@ from db.models import RunStatus
 from lab.analysis.compare import run_record
 from lab.analysis.seed import exp2_ratios
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.worker import Worker
+from lab.queue import experiments
+from lab.queue.worker import Worker
 from lab.report.seed_tables import our_table
 from lab.specs.schema import load_preset
 

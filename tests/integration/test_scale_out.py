@@ -20,11 +20,11 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store
+from db import store, worker_store
 from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import RunStatus
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.settings import PROJECT_ROOT
 from lab.specs.schema import ExperimentSpec, RunSpec
 from services.supervisor import find_free_port
@@ -119,7 +119,7 @@ def start_workers(postgres_database_url: str, shared_engine: Engine, tmp_path: P
 
 def registered(engine: Engine, name: str) -> bool:
     with Session(engine) as session:
-        record = store.get_worker(session=session, name=name)
+        record = worker_store.get_worker(session=session, name=name)
         return record is not None and record.state == "running"
 
 
@@ -171,7 +171,7 @@ def all_final(engine: Engine, run_ids: list[int]) -> bool:
 
 def claims(engine: Engine) -> list[tuple[int, str]]:
     with Session(engine) as session:
-        return [(claim.run_id, claim.worker_name) for claim in store.list_run_claims(session=session)]
+        return [(claim.run_id, claim.worker_name) for claim in worker_store.list_run_claims(session=session)]
 
 
 def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_workers_run(

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.orm import Session
 
-from db import migrations, store
+from db import migrations, store, worker_store
 from db.engine import make_engine
 from db.models import RunStatus
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.specs.schema import load_preset
 
 pytestmark = pytest.mark.integration
@@ -86,7 +86,7 @@ def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_e
     with Session(postgres_engine) as session:
         [run] = store.list_runs(session=session)
         assert (run.req_per_s, run.worker_name) == (2.5, None)
-        [service] = store.list_service_records(session=session)
+        [service] = worker_store.list_service_records(session=session)
         assert (service.name, service.state) == ("naive", "stopped") and service.worker
     spec = load_preset("seed-exp1", quick=True, overrides=[("grid.load.vus", [1, 8])])
     with Session(postgres_engine) as session:

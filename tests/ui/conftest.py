@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from db.models import Run, RunStatus
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.settings import get_settings
 from lab.specs.schema import load_preset
 

@@ -37,8 +37,8 @@ def test_find_capacity_refuses_impossible_bounds_and_launches_a_search(
 
 
 def test_run_detail_shows_the_search_and_compare_the_pareto_chart(seed_lab: SeededLab) -> None:
-    from lab.execution.capacity_plan import CapacityPlan, create_experiment
-    from lab.execution.experiments import run_columns
+    from lab.queue.capacity_plan import CapacityPlan, create_experiment
+    from lab.queue.experiments import run_columns
 
     plan = CapacityPlan.model_validate({"backends": ["naive"], "slo": ["latency_p95_s<=10"], "max_load": 8})
     with Session(seed_lab.engine) as session:

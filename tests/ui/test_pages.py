@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
-from db import store
+from db import store, worker_store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
 from tests.ui.conftest import FORMULA_TAG, PROJECT_ROOT, SeededLab
@@ -373,7 +373,7 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
     log_path = seed_lab.data_dir / "logs" / "naive.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("INFO loading model\nINFO ready on /health\n")
-    store.upsert_service_record(
+    worker_store.upsert_service_record(
         engine=seed_lab.engine,
         worker=get_settings().worker_name,
         name="naive",
@@ -395,7 +395,7 @@ def test_services_page_shows_state_and_log_tail(seed_lab: SeededLab) -> None:
 
 
 def test_services_cannot_be_started_or_stopped_by_hand_during_a_run(seed_lab: SeededLab) -> None:
-    store.upsert_service_record(
+    worker_store.upsert_service_record(
         engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
     )
     store.claim_next_run(engine=seed_lab.engine, worker_pid=1)  # the queued run becomes active
@@ -428,10 +428,12 @@ GPU_BOX = {
 
 
 def test_workers_page_lists_workers_labels_hardware_heartbeat_and_services(seed_lab: SeededLab) -> None:
-    store.register_worker(
+    worker_store.register_worker(
         engine=seed_lab.engine, name="gpu-box", host="gpu-host", pid=1, labels=["gpu", "h200"], hardware=GPU_BOX
     )
-    store.upsert_service_record(engine=seed_lab.engine, worker="gpu-box", name="vllm", kind="vllm", state="running")
+    worker_store.upsert_service_record(
+        engine=seed_lab.engine, worker="gpu-box", name="vllm", kind="vllm", state="running"
+    )
     app = open_page("pages/workers.py")
     assert not app.exception
     assert "1 of 1 workers alive" in texts(app)

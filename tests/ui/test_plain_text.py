@@ -9,7 +9,7 @@ from markdown_it import MarkdownIt
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
 
-from db import store
+from db import store, worker_store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
 from pages.view.text import chart_label, plain
@@ -54,7 +54,7 @@ def hostile(seed_lab: SeededLab) -> SeededLab:
     with Session(seed_lab.engine) as session:
         store.set_run_notes(session=session, run_id=run_id, tags=PAYLOAD, notes=PAYLOAD)
     store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.failed_run_id, status=RunStatus.FAILED, reason=PAYLOAD)
-    store.upsert_service_record(
+    worker_store.upsert_service_record(
         engine=seed_lab.engine,
         name="naive",
         worker=get_settings().worker_name,

@@ -10,7 +10,7 @@ import re
 import pytest
 from sqlalchemy.orm import Session
 
-from db import store
+from db import store, worker_store
 from db.models import Run, RunStatus
 from lab.analysis.compare import RECORD_FIELDS
 from lab.settings import get_settings
@@ -85,10 +85,12 @@ def test_every_table_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> 
     with Session(seed_lab.engine) as session:  # a figure with a long tail, as k6 writes them
         session.get(Run, seed_lab.done_run_ids[0]).latency_avg_s = 44.684187910000006
         session.commit()
-    store.upsert_service_record(
+    worker_store.upsert_service_record(
         engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
     )  # no PID, no URL: dashes, not None
-    store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)
+    worker_store.register_worker(
+        engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None
+    )
     app = open_page(page, **({"run": str(seed_lab.done_run_ids[0])} if page == PAGES["Run detail"] else {}))
     assert assert_tables_readable(app) >= (0 if page == PAGES["New experiment"] else 1)
     assert "None" not in texts(app)
@@ -146,7 +148,7 @@ def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab
     log_path.write_text(
         'INFO Loading weights took 3.2 s\nINFO "GET /metrics HTTP/1.1" 200\nINFO "GET /health HTTP/1.1" 200\n'
     )
-    store.upsert_service_record(
+    worker_store.upsert_service_record(
         engine=seed_lab.engine,
         worker=get_settings().worker_name,
         name="vllm",

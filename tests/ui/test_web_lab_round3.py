@@ -13,9 +13,9 @@ import re
 import pytest
 from sqlalchemy.orm import Session
 
-from db import store
+from db import store, worker_store
 from db.models import Run, RunStatus
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec, RunSpec
 from tests.ui.conftest import SeededLab
@@ -55,7 +55,9 @@ def add_done_run(seed: SeededLab, *, vus: int, max_tokens: int, tok: float, p95:
 @pytest.mark.parametrize("page", [*PAGES.values(), "pages/workers.py"])
 def test_every_page_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> None:
     """No raw column name in a table, no ``nan`` or None anywhere, no ellipsis in a metric tile."""
-    store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)
+    worker_store.register_worker(
+        engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None
+    )
     with Session(seed_lab.engine) as session:  # a run without some figures: dashes, not nan
         session.get(Run, seed_lab.done_run_ids[1]).latency_p99_s = float("nan")
         session.get(Run, seed_lab.done_run_ids[1]).backend_rss_max_mb = 56943.123456
@@ -172,7 +174,7 @@ def test_the_grid_tab_shows_its_estimate_and_takes_overrides(seed_lab: SeededLab
 
 
 def test_a_start_abandoned_by_a_cancel_is_not_failed(seed_lab: SeededLab) -> None:
-    store.upsert_service_record(
+    worker_store.upsert_service_record(
         engine=seed_lab.engine,
         worker=get_settings().worker_name,
         name="vllm",

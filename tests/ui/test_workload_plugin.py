@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
-from lab.specs.base import StrictModel
+from lab.user_input.base import StrictModel
 from lab.workloads import RunSettings, Workload, register, unregister, write_sessions
 from tests.ui.conftest import SeededLab
 from tests.ui.test_pages import PAGES, open_page, runs_in_db, seen, widget

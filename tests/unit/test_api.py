@@ -15,10 +15,10 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Run, RunStatus
 from lab import api, cli
-from lab.execution import experiments
 from lab.measurement.k6_ndjson import RequestSamples
 from lab.measurement.request_figures import encode
 from lab.measurement.results import RESULT_FIELDS
+from lab.queue import experiments
 from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec
 

@@ -35,7 +35,7 @@ def name_comparisons(tree: ast.AST, names: set[str]) -> list[int]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
-        for op, right in zip(node.ops, node.comparators):
+        for op, right in zip(node.ops, node.comparators, strict=True):
             if isinstance(op, (ast.Eq, ast.NotEq)):
                 found = any(isinstance(o, ast.Constant) and _names_in(o, names) for o in (node.left, right))
             elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
@@ -129,3 +129,28 @@ def test_services_import_nothing_from_lab() -> None:
 def test_db_imports_nothing_from_lab() -> None:
     found = [line for path in python_files("db") for line in imports_from_lab(path)]
     assert not found, found
+
+
+# Where "redis" or "cache-proxy" spells something other than one of the lab's services.
+NOT_A_SERVICE_NAME = {
+    "lab/measurement/environment.py": "the redis Python package, whose version a run records",
+    "services/cache_proxy/app.py": "the redis section of the proxy's health answer (its wire format)",
+    "services/cache_proxy/resp.py": "the redis:// URL scheme",
+    "services/redis_server.py": "the process label of a redis-server made below the catalog (which imports it)",
+}
+
+
+def test_the_labs_own_service_names_and_stop_order_are_written_only_in_the_catalog() -> None:
+    """``services/catalog.py`` names the lab's own services (``ServiceKind``) and their stop
+    order (``STOP_ORDER``); everyone else uses those, so a rename is one edit."""
+    from services.catalog import ServiceKind
+
+    names = {ServiceKind.REDIS.value, ServiceKind.CACHE_PROXY.value}
+    spelled = sorted(
+        f"{relative(path)}:{node.lineno} {node.value!r}"
+        for path in python_files(*SCANNED)
+        if relative(path) != "services/catalog.py" and relative(path) not in NOT_A_SERVICE_NAME
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in names
+    )
+    assert spelled == []

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lab import cli
-from lab.execution.run_steps import RunSteps
+from lab.run.steps import RunSteps
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs.schema import RunSpec
 from lab.workloads.datasets import DatasetError
@@ -151,7 +151,7 @@ def test_a_bad_dataset_fails_before_any_load_and_writes_no_request_file(
 
 
 def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_path: Path) -> None:
-    from lab.execution.run_decisions import RunFailed
+    from lab.run.decisions import RunFailed
     from lab.workloads.sharegpt_chat import conversations as _conversations
 
     spec = RunSpec(

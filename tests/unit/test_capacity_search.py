@@ -15,14 +15,15 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab import cli
+from lab.analysis import run_slo
 from lab.analysis.capacity_search import CapacityError
 from lab.analysis.slo import SloError, evaluate, parse_slo
 from lab.context import LabContext
-from lab.execution import queue_submit
-from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
 from lab.measurement import request_figures
 from lab.measurement.k6_ndjson import RequestSamples
 from lab.measurement.k6_ndjson_files import stream_request_samples
+from lab.queue import submit as queue_submit
+from lab.queue.capacity_plan import CapacityPlan, check_plan, create_experiment, decide_probe, run_search
 
 FIXTURE_NDJSON = Path(__file__).resolve().parent.parent / "fixtures" / "k6" / "number_story.ndjson"
 
@@ -231,7 +232,7 @@ def test_slo_evaluation_of_a_stored_run_matches_hand_computed_goodput(engine) ->
     store.save_run_requests(engine=engine, run_id=run_id, **request_figures.encode(figures))
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.DONE, measured_duration_s=10.0)
     with Session(engine) as session:
-        evaluation = request_figures.evaluate_run(session=session, run_id=run_id, slo=parse_slo(["latency_max_s<=5"]))
+        evaluation = run_slo.evaluate_run(session=session, run_id=run_id, slo=parse_slo(["latency_max_s<=5"]))
     assert evaluation.requests_total == 10 and evaluation.requests_good == 6
     assert evaluation.goodput_req_per_s == pytest.approx(0.6)
     assert evaluation.attainment == pytest.approx(0.6)

@@ -19,12 +19,12 @@ from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.cli import entry as cli
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution import final_state as final_state_module
-from lab.execution import run_decisions as decisions
-from lab.execution.final_state import PENDING_FINAL_STATE_FILE, FinalStateWriter, PendingFinalStates
-from lab.execution.run_steps import RunSteps
-from lab.execution.worker import Worker
+from lab.queue import experiments
+from lab.queue.worker import Worker
+from lab.run import decisions
+from lab.run import final_state as final_state_module
+from lab.run.final_state import PENDING_FINAL_STATE_FILE, FinalStateWriter, PendingFinalStates
+from lab.run.steps import RunSteps
 from lab.settings import Settings
 from lab.specs.schema import load_preset
 
@@ -173,7 +173,7 @@ def test_progress_writes_and_cancel_checks_are_skipped_during_an_outage(
     def refused(**values):
         raise REFUSED
 
-    monkeypatch.setattr("lab.execution.run_steps.store.is_cancel_requested", refused)
+    monkeypatch.setattr("lab.run.steps.store.is_cancel_requested", refused)
     with caplog.at_level(logging.WARNING):
         for _ in range(5):
             assert steps.live_write(lambda: refused()) is None

@@ -11,10 +11,10 @@ from pydantic import Field
 
 from lab.backends import Backend, backend_names, register, unregister
 from lab.settings import get_settings
-from lab.specs.base import StrictModel
-from lab.specs.fields import OptionField
 from lab.specs.grid_form import GridForm, check_grid_form, is_external
 from lab.specs.options import backend_inputs, settable_options, workload_inputs
+from lab.user_input.base import StrictModel
+from lab.user_input.fields import OptionField
 from lab.workloads import workload_names
 
 

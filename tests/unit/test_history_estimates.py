@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Run, RunStatus
 from lab import history
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.specs.schema import ExperimentSpec, RunSpec
 
 MODEL = "models/SmolLM2-135M-Instruct"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.execution.k6_driver import build_k6_command, describe_exit_code, script_path
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import K6ResultsError, parse_summary, percentile
+from lab.run.k6_driver import build_k6_command, describe_exit_code, script_path
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "k6"
 STUB_COUNTS = json.loads((FIXTURES / "stub_counts.json").read_text())

@@ -16,7 +16,7 @@ from db.engine import make_engine
 from db.models import Experiment, Run
 from lab.backends import vllm as vllm_backend
 from lab.backends.vllm import VllmBackend, VllmOptions
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.report.build import overhead_sentence
 from lab.report.tables import scaling_table
 from lab.settings import Settings

@@ -76,7 +76,7 @@ def test_pages_never_import_the_cli() -> None:
 
 def test_the_k6_driver_does_not_depend_on_the_service_supervisor() -> None:
     assert not any(
-        m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "execution" / "k6_driver.py")
+        m.startswith("services.supervisor") for m in imports_of(PROJECT_ROOT / "lab" / "run" / "k6_driver.py")
     )
 
 
@@ -131,3 +131,67 @@ def test_no_module_or_function_over_the_size_rule() -> None:
                 and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
             )
     assert too_long == []
+
+
+def package_of(module: str) -> str:
+    """The unit the package-level graph is drawn between: ``lab.specs.schema`` is in
+    ``lab.specs``; a top-level module (``lab.settings``) is its own unit."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of packages that import each other round a loop (strongly connected
+    components with more than one member, by Tarjan's algorithm), sorted."""
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = lowest[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                connect(target)
+                lowest[node] = min(lowest[node], lowest[target])
+            elif target in stack:
+                lowest[node] = min(lowest[node], index[target])
+        if lowest[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return sorted(groups)
+
+
+def test_lab_packages_have_no_import_cycle() -> None:
+    """No cycle between lab/'s packages (and its top-level modules), imports for type checkers
+    included: a package is a layer only when nothing below it imports it back. Each edge is
+    named with the module imports that make it, so a failure says which import to move."""
+    lab = modules("lab")
+    edges: dict[tuple[str, str], list[str]] = {}
+    for name, path in lab.items():
+        for imported in imports_of(path, type_checking=True):
+            if imported in lab and imported != "lab" and package_of(imported) != package_of(name):
+                edges.setdefault((package_of(name), package_of(imported)), []).append(f"{name} -> {imported}")
+    graph: dict[str, set[str]] = {package_of(name): set() for name in lab if name != "lab"}
+    for source, target in edges:
+        graph[source].add(target)
+    described = []
+    for group in package_cycles(graph):
+        # The fewest imports first: a package pair held by one import is most likely the one to move.
+        pairs = sorted(((a, b), whys) for (a, b), whys in edges.items() if a in group and b in group)
+        pairs.sort(key=lambda pair: len(pair[1]))
+        described.append(
+            f"{', '.join(group)}: "
+            + "; ".join(f"{a} -> {b} by {', '.join(sorted(set(whys)))}" for (a, b), whys in pairs)
+        )
+    assert described == []

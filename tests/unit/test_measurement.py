@@ -18,7 +18,6 @@ from lab.analysis.compare import cell_comparisons, split_warned
 from lab.analysis.safe_csv import records_to_csv
 from lab.backends import VLLM_METRICS
 from lab.backends.naive import NaiveBackend, NaiveOptions, best_torch_threads
-from lab.execution import experiments
 from lab.measurement.checks import (
     STEADY_FROM_CLIENT,
     STEADY_FROM_SERVER,
@@ -28,6 +27,7 @@ from lab.measurement.checks import (
     steady_throughput,
 )
 from lab.measurement.server_metrics import counters
+from lab.queue import experiments
 from lab.settings import Settings
 from lab.specs.schema import load_preset
 
@@ -154,7 +154,7 @@ def test_two_batches_of_completions_close_together_are_no_steady_rate() -> None:
 def test_steady_req_per_s_counts_tokens_per_completed_request_from_k6() -> None:
     """vLLM's token counter includes the tokens of requests aborted at the graceful stop; its
     request counter does not: dividing them would make every request look longer."""
-    from lab.execution.run_figures import steady_figures
+    from lab.run.figures import steady_figures
 
     series_doc = {
         "server": {
@@ -349,7 +349,7 @@ def test_the_resolved_thread_count_is_in_the_servers_argv() -> None:
 
 
 def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
-    from lab.execution.run_figures import steady_figures
+    from lab.run.figures import steady_figures
     from lab.specs.schema import RunSpec
 
     spec = RunSpec.model_validate(
@@ -394,7 +394,7 @@ def test_behind_a_response_cache_that_never_hit_the_backends_counters_count_ever
     """A cold cache (every prompt new) or chat: every request reached the backend, so its
     counters give steady figures where a run shorter than its latency has too few client
     completions for them."""
-    from lab.execution.run_figures import steady_figures
+    from lab.run.figures import steady_figures
 
     series_doc = {
         "server": {

@@ -16,7 +16,6 @@ from db.models import Run, RunStatus
 from lab import run_actions
 from lab.analysis.compare import run_record
 from lab.analysis.safe_csv import records_to_csv
-from lab.execution import experiments
 from lab.members import (
     ADMIN,
     MEMBER,
@@ -33,6 +32,7 @@ from lab.members import (
     os_user,
     parse_roles,
 )
+from lab.queue import experiments
 from lab.specs.schema import load_preset
 from pages.view.text import plain
 

@@ -1,4 +1,4 @@
-"""The launch check asks the Hub whether an unknown model id exists (lab.specs.validation),
+"""The launch check asks the Hub whether an unknown model id exists (lab.user_input.validation),
 against a local fake Hub on a loopback port (HF_ENDPOINT), never the real internet."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.specs import validation
-from lab.specs.validation import ModelNameError, ask_hub, check_model_on_machine
+from lab.user_input import validation
+from lab.user_input.validation import ModelNameError, ask_hub, check_model_on_machine
 
 KNOWN = "org/known-model"
 

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Run, RunStatus
 from lab.context import LabContext
-from lab.execution.queue_submit import SharedQueueWaiter, live_shared_workers, open_waiter
-from lab.execution.run_waiter import RunWaiter
+from lab.queue.run_waiter import RunWaiter
+from lab.queue.submit import SharedQueueWaiter, live_shared_workers, open_waiter
 from lab.settings import Settings
 from tests.unit.test_workers import enqueue, register
 

@@ -507,7 +507,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.execution.run_waiter
+    import lab.queue.run_waiter
     from db import store
     from db.engine import get_engine
     from lab.report import reproduce
@@ -538,7 +538,7 @@ def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
                     environment=ENVIRONMENT,
                 )
 
-    monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.queue.run_waiter, "wait_for_runs", run_queue)
     exit_code = reproduce(
         settings=settings, quick=True, repeats=2, output_dir=tmp_path / "out", presets=("seed-exp1", "seed-exp2")
     )
@@ -568,7 +568,7 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.execution.run_waiter
+    import lab.queue.run_waiter
     from db import store
     from db.engine import get_engine
     from lab.report import report_only, reproduce
@@ -595,7 +595,7 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
                 environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}},
             )
 
-    monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.queue.run_waiter, "wait_for_runs", run_queue)
     assert (
         reproduce(settings=settings, quick=True, repeats=1, output_dir=tmp_path / "first", presets=("seed-exp2",)) == 0
     )
@@ -708,7 +708,7 @@ def test_a_reproduction_refuses_a_dirty_tree_unless_allowed_and_then_says_so(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.execution.run_waiter
+    import lab.queue.run_waiter
     from db import store
     from db.engine import get_engine
     from lab.measurement import environment
@@ -739,7 +739,7 @@ def test_a_reproduction_refuses_a_dirty_tree_unless_allowed_and_then_says_so(
                 environment={**ENVIRONMENT, "lab_git_commit": "fedcba987654-dirty", "lab_git_dirty": True},
             )
 
-    monkeypatch.setattr(lab.execution.run_waiter, "wait_for_runs", run_queue)
+    monkeypatch.setattr(lab.queue.run_waiter, "wait_for_runs", run_queue)
     assert (
         reproduce(
             settings=settings,

@@ -15,10 +15,10 @@ from db import store
 from db.models import RESULT_COLUMNS, Run
 from lab.analysis.compare import RECORD_FIELDS, run_record
 from lab.analysis.safe_csv import records_to_csv
-from lab.execution import experiments
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import parse_summary
 from lab.measurement.results import RESULT_FIELDS, RunResults
+from lab.queue import experiments
 from lab.specs.schema import load_preset
 
 K6_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k6"

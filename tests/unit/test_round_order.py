@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from lab.execution.round_order import BLOCKS, INTERLEAVED, plan_runs
+from lab.queue.round_order import BLOCKS, INTERLEAVED, plan_runs
 
 CELLS = ["naive 1", "naive 8", "vllm 1", "vllm 8", "vllm 32"]
 

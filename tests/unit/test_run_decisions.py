@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from db.models import RunStatus
-from lab.execution import run_decisions as decisions
-from lab.execution.run_decisions import RunFailed
 from lab.measurement.k6_results import K6ResultsError
+from lab.run import decisions
+from lab.run.decisions import RunFailed
 
 DISK_FULL = OSError(errno.ENOSPC, "No space left on device", "/data/runs/3/k6.ndjson")
 
@@ -197,7 +197,7 @@ def test_a_full_disk_frees_the_runs_regenerable_files_before_the_third_try() -> 
 
 
 def test_count_checks_allow_for_requests_in_flight_and_skip_tokens_when_most_were() -> None:
-    from lab.execution.run_figures import count_checks
+    from lab.run.figures import count_checks
 
     backend = {"server_e2e_requests": 40, "server_output_tokens": 5200, "server_prompt_tokens": 9000}
     few_in_flight = {"requests_total": 32, "requests_interrupted": 8, "output_tokens": 4096, "input_tokens": 1600}

@@ -14,13 +14,13 @@ from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution import final_state as final_state_module
-from lab.execution.final_state import PendingFinalStates
-from lab.execution.run_decisions import RunFailed
-from lab.execution.run_steps import RunTargets
-from lab.execution.runner import RunExecutor
-from lab.execution.worker import Worker
+from lab.queue import experiments
+from lab.queue.worker import Worker
+from lab.run import final_state as final_state_module
+from lab.run.decisions import RunFailed
+from lab.run.final_state import PendingFinalStates
+from lab.run.runner import RunExecutor
+from lab.run.steps import RunTargets
 from lab.settings import Settings
 from lab.specs.schema import load_preset
 from services.manager import ServiceManager
@@ -80,7 +80,7 @@ def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecu
 
 
 def test_arrival_rates_become_whole_iterations_per_unit() -> None:
-    from lab.execution.k6_driver import k6_rate
+    from lab.run.k6_driver import k6_rate
 
     assert k6_rate(5.0) == (5, "1s")
     assert k6_rate(0.5) == (30, "1m")

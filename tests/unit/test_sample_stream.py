@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from lab.execution.k6_driver import K6Process, raw_output_path, script_path
 from lab.measurement.k6_ndjson import LATE_SAMPLE_WINDOW_S, SampleStream
 from lab.measurement.k6_ndjson_files import stream_file
 from lab.measurement.k6_results import percentile
 from lab.measurement.live import StreamTail
+from lab.run.k6_driver import K6Process, raw_output_path, script_path
 from lab.settings import Settings, settings_error_line
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k6"
@@ -222,7 +222,7 @@ def test_keep_raw_refuses_an_unknown_value_in_one_line() -> None:
 
 
 def test_the_collector_reads_a_raw_copy_only_when_no_k6_process_is_at_hand(tmp_path: Path, engine) -> None:
-    from lab.execution.run_collect import RunCollector
+    from lab.run.collect import RunCollector
 
     def collector(k6_process=None) -> RunCollector:
         return RunCollector(

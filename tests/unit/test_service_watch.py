@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from lab.execution.run_decisions import RunFailed
-from lab.execution.service_watch import ServiceWatch, wait_watching
+from lab.run.decisions import RunFailed
+from lab.run.service_watch import ServiceWatch, wait_watching
 
 
 class FakeServices:

@@ -2,7 +2,8 @@
 
 import pytest
 
-from lab.analysis.slo import Limit, RequestFigures, SloError, check_slo_applies, evaluate, parse_slo
+from lab.analysis.slo import Limit, SloError, check_slo_applies, evaluate, parse_slo
+from lab.measurement.request_figures import RequestFigures
 
 
 def test_parse_limits_and_failure_rate():

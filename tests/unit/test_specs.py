@@ -173,7 +173,7 @@ def test_repeat_seeds_stay_in_range() -> None:
 
     from db import migrations
     from db.engine import make_engine
-    from lab.execution import experiments
+    from lab.queue import experiments
 
     engine = make_engine(f"sqlite:///{Path(tempfile.mkdtemp()) / 'x.db'}")
     migrations.upgrade(engine)

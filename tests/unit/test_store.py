@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
-from lab.execution import experiments
+from lab.queue import experiments
 from lab.specs.schema import load_preset
 
 

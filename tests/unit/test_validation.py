@@ -1,4 +1,4 @@
-"""Tests of lab.specs.validation: model names, target URLs and upload names."""
+"""Tests of lab.user_input.validation: model names, target URLs and upload names."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.specs import validation
-from lab.specs.validation import (
+from lab.user_input import validation
+from lab.user_input.validation import (
     SHELL_METACHARACTERS,
     InputError,
     ModelNameError,
@@ -247,7 +247,7 @@ def test_upload_names_that_could_be_paths_are_refused(name: str, message: str) -
 
 
 def test_an_offline_machine_refuses_a_hub_id_it_does_not_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lab.specs.validation import ModelNameError, check_model_on_machine, machine_is_offline
+    from lab.user_input.validation import ModelNameError, check_model_on_machine, machine_is_offline
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -255,12 +255,12 @@ def test_an_offline_machine_refuses_a_hub_id_it_does_not_hold(tmp_path: Path, mo
     with pytest.raises(ModelNameError, match="neither a local folder nor in the Hugging Face cache"):
         check_model_on_machine("nobody/not-here")
     check_model_on_machine(str(tmp_path))  # a local folder is always fine
-    monkeypatch.setattr("lab.specs.validation.ask_hub", lambda model, **_: "found")
+    monkeypatch.setattr("lab.user_input.validation.ask_hub", lambda model, **_: "found")
     check_model_on_machine("nobody/not-here", offline=False)  # online and on the Hub: the server downloads it
 
 
 def test_an_offline_machine_accepts_a_hub_id_in_its_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lab.specs.validation import check_model_on_machine
+    from lab.user_input.validation import check_model_on_machine
 
     # The cache layout huggingface_hub reads: models--org--name/refs/main and a snapshot.
     repo = tmp_path / "models--org--cached"

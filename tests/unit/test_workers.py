@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import Column, MetaData, Table, text, update
 from sqlalchemy.orm import Session
 
-from db import migrations, store
+from db import migrations, store, worker_store
 from db.engine import make_engine
 from db.models import Base, Run, RunStatus, WorkerRecord
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.worker import Worker
-from lab.execution.worker_identity import hardware_summary
-from lab.execution.worker_lock import WorkerBusyError
+from lab.measurement.hardware import hardware_summary
+from lab.queue import experiments
+from lab.queue.worker import Worker
+from lab.queue.worker_lock import WorkerBusyError
 from lab.settings import Settings
 from lab.specs.schema import SpecError, load_preset
 
@@ -36,7 +36,7 @@ def enqueue(engine, **overrides) -> list[int]:
 
 
 def register(engine, name: str, labels: tuple[str, ...] = ()) -> None:
-    store.register_worker(engine=engine, name=name, host="box", pid=1, labels=list(labels), hardware=HARDWARE)
+    worker_store.register_worker(engine=engine, name=name, host="box", pid=1, labels=list(labels), hardware=HARDWARE)
 
 
 def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engine) -> None:
@@ -53,7 +53,7 @@ def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engin
     with Session(engine) as session:
         run = session.get(Run, gpu_run)
         assert (run.worker_name, run.worker_hardware, run.requires_labels) == ("box-c", HARDWARE, ["gpu"])
-        claims = [(claim.run_id, claim.worker_name) for claim in store.list_run_claims(session=session)]
+        claims = [(claim.run_id, claim.worker_name) for claim in worker_store.list_run_claims(session=session)]
     assert claims == [(any_run, "box-a"), (pinned_run, "box-b"), (gpu_run, "box-c")]
 
 
@@ -70,7 +70,7 @@ def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
     [run_id] = enqueue(engine)
     assert store.claim_next_run(engine=engine, worker_name="box-a") == run_id
     # Fresh heartbeat: box-b leaves the run alone.
-    assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == []
+    assert worker_store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == []
     with Session(engine) as session:
         session.execute(
             update(WorkerRecord)
@@ -79,8 +79,8 @@ def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
         )
         session.commit()
     # A worker never reaps itself; another does.
-    assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-a") == []
-    assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == [run_id]
+    assert worker_store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-a") == []
+    assert worker_store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == [run_id]
     with Session(engine) as session:
         run = session.get(Run, run_id)
         assert run.status == RunStatus.INTERRUPTED
@@ -108,20 +108,20 @@ def test_cancel_reaches_the_worker_that_owns_the_run(engine) -> None:
 
 def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path, worker_name="box-a")
-    store.register_worker(engine=engine, name="box-a", host="another-host", pid=1, labels=[], hardware=HARDWARE)
+    worker_store.register_worker(engine=engine, name="box-a", host="another-host", pid=1, labels=[], hardware=HARDWARE)
     with pytest.raises(WorkerBusyError, match="alive on another-host"):
         Worker(context=LabContext(settings=settings)).register()
     # Same host, its process gone: a restart, which takes the name over.
-    store.register_worker(
+    worker_store.register_worker(
         engine=engine, name="box-a", host=socket.gethostname(), pid=2**22 + 7, labels=[], hardware=HARDWARE
     )
     worker = Worker(context=LabContext(settings=settings), labels=["gpu"])
     worker.register()
     with Session(engine) as session:
-        record = store.get_worker(session=session, name="box-a")
+        record = worker_store.get_worker(session=session, name="box-a")
         assert (record.labels, record.state, record.host) == (["gpu"], "running", socket.gethostname())
         assert record.hardware["cpu_cores"] and "lab_version" in record.hardware
-        assert store.heartbeat_age_s(session=session, record=record) < 30
+        assert worker_store.heartbeat_age_s(session=session, record=record) < 30
 
 
 def version_1_metadata() -> MetaData:
@@ -172,7 +172,7 @@ def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
     with Session(engine) as session:
         [run] = store.list_runs(session=session)
         assert (run.status, run.req_per_s, run.worker_name) == (RunStatus.DONE, 2.5, None)
-        [service] = store.list_service_records(session=session)
+        [service] = worker_store.list_service_records(session=session)
         assert (service.worker, service.name, service.pid, service.config) == (
             socket.gethostname(),
             "naive",

@@ -17,14 +17,15 @@ from typing import Any
 from sqlalchemy import Engine
 
 from db.models import RunStatus
-from lab.execution import run_decisions as decisions
-from lab.execution.final_state import FinalStateWriter, PendingFinalStates
-from lab.execution.run_collect import RunCollector, Snapshots
-from lab.execution.run_decisions import RunCancelled
-from lab.execution.run_steps import RunSteps, RunTargets
 from lab.measurement.machine_speed import calibration_s
+from lab.run import decisions
+from lab.run.collect import RunCollector, Snapshots
+from lab.run.decisions import RunCancelled
+from lab.run.final_state import FinalStateWriter, PendingFinalStates
+from lab.run.steps import RunSteps, RunTargets
 from lab.settings import Settings
 from lab.specs.schema import RunSpec
+from services.catalog import ServiceKind
 from services.manager import ServiceManager
 from services.supervisor import ServiceStartAborted
 
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 # Services stopped after any failure even when alive: cheap to restart, and a clean start
 # rules them out as the next run's problem.
-ALWAYS_RESTARTED_SERVICES = ("cache-proxy",)
+ALWAYS_RESTARTED_SERVICES = (ServiceKind.CACHE_PROXY,)
 
 
 @dataclass

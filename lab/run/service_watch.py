@@ -17,8 +17,8 @@ from typing import TypeVar
 
 import psutil
 
-from lab.execution import run_decisions as decisions
-from lab.execution.run_decisions import RunFailed
+from lab.run import decisions
+from lab.run.decisions import RunFailed
 from services.manager import ServiceManager, process_matches
 
 log = logging.getLogger(__name__)

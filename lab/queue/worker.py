@@ -18,15 +18,16 @@ import psutil
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from db import store
+from db import store, worker_store
 from db.engine import sqlite_file_identity, sqlite_path
 from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.final_state import PendingFinalStates
-from lab.execution.run_decisions import write_failure_message
-from lab.execution.runner import RunExecutor
-from lab.execution.worker_identity import worker_hardware
-from lab.execution.worker_lock import WorkerBusyError, WorkerLock
+from lab.measurement.hardware import worker_hardware
+from lab.queue import experiments
+from lab.queue.worker_lock import WorkerBusyError, WorkerLock
+from lab.run.decisions import write_failure_message
+from lab.run.final_state import PendingFinalStates
+from lab.run.runner import RunExecutor
+from services.catalog import stop_rank
 from services.manager import ServiceManager
 from services.processes import stop_process_tree
 
@@ -72,8 +73,8 @@ class Worker:
         elsewhere holds it (its heartbeat younger than the lease)."""
         host = socket.gethostname()
         with Session(self.engine) as session:
-            record = store.get_worker(session=session, name=self.name)
-            age_s = store.heartbeat_age_s(session=session, record=record) if record is not None else None
+            record = worker_store.get_worker(session=session, name=self.name)
+            age_s = worker_store.heartbeat_age_s(session=session, record=record) if record is not None else None
             if (
                 record is not None
                 and record.state == "running"
@@ -89,7 +90,7 @@ class Worker:
                         f"a worker named {self.name!r} is alive on {record.host} (pid {record.pid}, heartbeat "
                         f"{age_s:.0f} s ago): give this one another --name"
                     )
-        store.register_worker(
+        worker_store.register_worker(
             engine=self.engine, name=self.name, host=host, pid=os.getpid(), labels=self.labels, hardware=self.hardware
         )
 
@@ -134,7 +135,7 @@ class Worker:
 
     def reap_lost_workers(self) -> list[int]:
         """Interrupt the active runs of workers silent for longer than the lease."""
-        interrupted = store.interrupt_runs_of_lost_workers(
+        interrupted = worker_store.interrupt_runs_of_lost_workers(
             engine=self.engine, lease_s=self.settings.worker_lease_s, except_worker=self.name
         )
         if interrupted:
@@ -143,7 +144,7 @@ class Worker:
 
     def heartbeat(self) -> None:
         """Say this worker is alive (and what it runs), then reap lost workers' runs."""
-        store.renew_worker_heartbeat(engine=self.engine, name=self.name, current_run_id=self._current_run_id)
+        worker_store.renew_worker_heartbeat(engine=self.engine, name=self.name, current_run_id=self._current_run_id)
         self.reap_lost_workers()
 
     def _heartbeat_loop(self) -> None:
@@ -175,7 +176,7 @@ class Worker:
             self._heartbeat_stop.set()
             thread.join(timeout=HEARTBEAT_JOIN_TIMEOUT_S)
             try:
-                store.mark_worker_stopped(engine=self.engine, name=self.name)
+                worker_store.mark_worker_stopped(engine=self.engine, name=self.name)
             except Exception:
                 log.exception("could not mark worker %s stopped", self.name)
 
@@ -260,7 +261,7 @@ def stop_own_services(manager: ServiceManager) -> None:
         with Session(manager.engine) as session:
             names = [
                 record.name
-                for record in store.list_service_records(session=session)
+                for record in worker_store.list_service_records(session=session)
                 if record.owner_pid == manager.owner_pid
             ]
     except SQLAlchemyError as error:
@@ -269,8 +270,7 @@ def stop_own_services(manager: ServiceManager) -> None:
             file=sys.stderr,
         )
         return
-    order = {"cache-proxy": 0, "redis": 1}  # dependants first
-    for name in sorted(names, key=lambda n: order.get(n, 9)):
+    for name in sorted(names, key=stop_rank):  # dependants first
         try:
             manager.stop(name)
         except (SQLAlchemyError, OSError) as error:

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.execution import run_decisions as decisions
+from lab.run import decisions
 from lab.workloads.datasets import atomic_write_bytes
 
 log = logging.getLogger(__name__)

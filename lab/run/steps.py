@@ -26,16 +26,16 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab.backends import Backend, managed_backend_names
-from lab.execution import run_decisions as decisions
-from lab.execution.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
-from lab.execution.run_decisions import RunCancelled, RunFailed
-from lab.execution.service_watch import ServiceWatch, wait_watching
 from lab.measurement import environment, live, server_metrics
 from lab.measurement.resources import ResourceSampler
+from lab.run import decisions
+from lab.run.decisions import RunCancelled, RunFailed
+from lab.run.k6_driver import K6Process, describe_exit_code, k6_environment, k6_version, script_path
+from lab.run.service_watch import ServiceWatch, wait_watching
 from lab.settings import Settings
 from lab.specs.schema import RunSpec, format_validation_error
 from lab.workloads import WorkloadError, get_workload
-from services.catalog import cache_proxy_config, redis_config
+from services.catalog import ServiceKind, cache_proxy_config, redis_config
 from services.manager import ServiceManager
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class RunSteps:
             run = store.get_run(session=session, run_id=self.run_id)
             experiment = run.experiment if run is not None else None
             spec = (experiment.spec or {}) if experiment is not None else {}
-            if spec.get("order") != "interleaved" or (spec.get("repeats") or 1) < 2:
+            if experiment is None or spec.get("order") != "interleaved" or (spec.get("repeats") or 1) < 2:
                 return set()
             needed = set()
             for other in experiment.runs:
@@ -214,9 +214,9 @@ class RunSteps:
 
     def _bring_up_cache(self, spec: RunSpec, targets: RunTargets) -> None:
         """Redis and the response cache in front of the backend; the load goes to the cache."""
-        redis_url = self.services.ensure("redis", redis_config(), abort=self.cancel_requested)
+        redis_url = self.services.ensure(ServiceKind.REDIS, redis_config(), abort=self.cancel_requested)
         proxy_url = self.services.ensure(
-            "cache-proxy",
+            ServiceKind.CACHE_PROXY,
             cache_proxy_config(
                 upstream_url=targets.backend_url,
                 redis_url=redis_url,
@@ -228,8 +228,8 @@ class RunSteps:
             abort=self.cancel_requested,
         )
         targets.target_url, targets.proxy_url = proxy_url, proxy_url
-        targets.service_names += ["redis", "cache-proxy"]
-        self.service_configs["cache-proxy"] = {
+        targets.service_names += [ServiceKind.REDIS, ServiceKind.CACHE_PROXY]
+        self.service_configs[ServiceKind.CACHE_PROXY] = {
             "policy": spec.cache.policy,
             "ttl_s": spec.cache.ttl_s,
             "single_flight": spec.cache.single_flight,

@@ -15,8 +15,8 @@ from db.models import Experiment, Run, RunStatus
 
 # Queue actions the pages take on stored runs: db.store's own, reached through the domain.
 from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401
-from lab.execution.round_order import BLOCKS, INTERLEAVED, QueuedRun, draw_order_seed, plan_runs
 from lab.members import os_user
+from lab.queue.round_order import BLOCKS, INTERLEAVED, QueuedRun, draw_order_seed, plan_runs
 from lab.specs.schema import ExperimentSpec, RunSpec
 from lab.workloads import get_workload
 
@@ -96,7 +96,7 @@ def queue_plan(spec: ExperimentSpec, *, first_group: str | None = None) -> tuple
 
     One repeat, or ``order="blocks"``: each backend configuration's cells together (each
     starts once; ``first_group``, the backend the queue ends with, first), a cell's repeats
-    together. Otherwise interleaved rounds (lab/execution/round_order.py)."""
+    together. Otherwise interleaved rounds (lab/queue/round_order.py)."""
     order = spec.order if spec.repeats > 1 else BLOCKS
     if order == INTERLEAVED and spec.order_seed is None:
         spec = spec.model_copy(update={"order_seed": draw_order_seed()})

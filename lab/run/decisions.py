@@ -19,10 +19,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlch
 from db.models import RunStatus
 from lab.measurement.checks import join_warnings
 from lab.measurement.k6_results import K6ResultsError
+from services.catalog import ServiceKind
 
 # Services a run survives losing: the cache proxy fails open without Redis (answers come
 # from the backend, store errors are counted), so the run goes on and says so.
-FAIL_OPEN_SERVICES = ("redis",)
+FAIL_OPEN_SERVICES = (ServiceKind.REDIS,)
 # errno values that mean "the data could not be written": disk full, quota, read-only, I/O.
 WRITE_FAILURE_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM, errno.EFBIG}

@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab import backends
+from lab.analysis import run_slo
 from lab.analysis.capacity_search import (
     CapacityError,
     CapacityResult,
@@ -34,11 +35,11 @@ from lab.analysis.capacity_search import (
     conservative_pass,
     search_capacity,
 )
-from lab.analysis.slo import RequestFigures, Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
-from lab.execution.experiments import run_columns
+from lab.analysis.slo import Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
 from lab.measurement import request_figures
+from lab.measurement.request_figures import RequestFigures
 from lab.members import os_user
-from lab.specs.base import StrictModel
+from lab.queue.experiments import run_columns
 from lab.specs.schema import (
     PRESETS_DIR,
     ExperimentSpec,
@@ -47,6 +48,7 @@ from lab.specs.schema import (
     format_validation_error,
     set_dotted_lenient,
 )
+from lab.user_input.base import StrictModel
 from services.processes import start_detached
 
 
@@ -270,7 +272,8 @@ def run_search(
         store.set_experiment_capacity(engine=engine, experiment_id=experiment_id, capacity=copy.deepcopy(state))
 
     for backend in plan.backends:
-        entry = state["backends"][backend] = {"state": "searching", "probes": []}
+        entry: dict[str, Any] = {"state": "searching", "probes": []}
+        state["backends"][backend] = entry
         save()
 
         def probe(load: float, backend: str = backend, entry: dict[str, Any] = entry) -> ProbeResult:
@@ -340,13 +343,13 @@ def measure_probe(
                 # It never measured (a backend that would not start) or was stopped: no verdict on the load.
                 raise ProbeAborted(f"probe run #{run.id} at {plan.dimension.label(load)} ended {run.status}: {reason}")
             try:
-                evaluation = request_figures.evaluate_run(session=session, run_id=run.id, slo=slo)
+                evaluation = run_slo.evaluate_run(session=session, run_id=run.id, slo=slo)
             except request_figures.RequestFiguresMissing:
                 # The load ran but no request finished in time (too slow for the probe): the SLO is broken.
                 evaluation = evaluate(slo, RequestFigures(), duration_s=None)
             if run.status != RunStatus.DONE:
                 notes.append(f"run #{run.id} {run.status}: {reason}")
-            request_figures.save_evaluation(engine=engine, run_id=run.id, evaluation=evaluation)
+            run_slo.save_evaluation(engine=engine, run_id=run.id, evaluation=evaluation)
             evaluations.append(evaluation)
             throughputs.append(run.req_per_s)
     passed, figure_s, note = decide_probe(slo, evaluations)
@@ -464,7 +467,7 @@ def capacity_plan(
     """A search set up by hand: the spec's default run (the seed's number story), a shorter
     graceful stop at the quick scale, ``settings`` (``(dotted key, value)``) applied, and the
     scale's defaults for every bound not given. Raises ValidationError or SpecError."""
-    scale = "quick" if quick else "full"
+    scale: Literal["full", "quick"] = "quick" if quick else "full"
     defaults = CAPACITY_DEFAULTS[scale]
     base: dict[str, Any] = {"load": {"graceful_stop_s": 15}} if quick else {}
     if target_url:

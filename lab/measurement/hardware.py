@@ -1,28 +1,27 @@
-"""A worker's identity on a shared queue: its hardware, a one-line summary of it, and the
-overview of every worker the Workers page shows.
+"""The machine a worker offers runs: its GPUs, CPU, memory and the lab's version, and a
+one-line summary of them.
 
-The hardware is stored on the worker's row and copied onto every run it claims, so a
-comparison can say which machine each figure came from.
+Stored on the worker's row and copied onto every run it claims, so a comparison can say which
+machine each figure came from. Here in measurement (with the other facts a run measured on),
+so that the analysis that names the machine does not import the queue.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import psutil
-from sqlalchemy.orm import Session
 
-from db import store
 from lab.measurement.environment import cpu_model, git_commit
 
 
 def _gpus_by_nvml() -> list[dict[str, Any]] | None:
     try:
-        import pynvml  # optional (nvidia-ml-py); nvidia-smi below otherwise
+        # Optional (nvidia-ml-py, only where an NVIDIA GPU is): nvidia-smi below otherwise.
+        import pynvml  # type: ignore[import-not-found]  # optional: not installed without a GPU
     except ImportError:
         return None
     try:
@@ -93,48 +92,3 @@ def hardware_summary(hardware: dict[str, Any] | None) -> str:
         names[key] = names.get(key, 0) + 1
     gpu_part = ", ".join(f"{count}x {key}" if count > 1 else key for key, count in names.items())
     return f"{gpu_part}, {cpu}" if gpu_part else cpu
-
-
-@dataclass
-class WorkerOverview:
-    """One worker as the Workers page shows it."""
-
-    name: str
-    host: str
-    labels: str
-    hardware: str
-    state: str  # alive | lost (heartbeat older than the lease) | stopped
-    heartbeat_age_s: float | None
-    current_run: str
-    services: str  # the managed services recorded on its machine
-
-
-def worker_overview(*, session: Session, lease_s: float) -> list[WorkerOverview]:
-    """Every registered worker with its heartbeat age, current run and recorded services."""
-    services_by_worker: dict[str, list[str]] = {}
-    for record in store.list_service_records(session=session):
-        services_by_worker.setdefault(record.worker, []).append(f"{record.name}: {record.state}")
-    rows = []
-    for record in store.list_workers(session=session):
-        age_s = store.heartbeat_age_s(session=session, record=record)
-        if record.state == "stopped":
-            state = "stopped"
-        else:
-            state = "alive" if age_s is not None and age_s <= lease_s else "lost"
-        current = ""
-        if record.current_run_id and state == "alive":
-            run = store.get_run(session=session, run_id=record.current_run_id)
-            current = f"#{run.id} {run.backend} {run.cell_label}: {run.status}" if run else ""
-        rows.append(
-            WorkerOverview(
-                name=record.name,
-                host=record.host,
-                labels=", ".join(record.labels or []),
-                hardware=hardware_summary(record.hardware),
-                state=state,
-                heartbeat_age_s=round(age_s, 1) if age_s is not None else None,
-                current_run=current,
-                services=", ".join(services_by_worker.get(record.name, [])),
-            )
-        )
-    return rows

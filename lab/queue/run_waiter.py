@@ -20,8 +20,8 @@ from db import store
 from db.engine import sqlite_file_identity, sqlite_path
 from db.models import RunStatus
 from lab.context import LabContext
-from lab.execution.worker import Worker, stop_own_services
-from lab.execution.worker_lock import WorkerBusyError, WorkerLock, lock_holder_pid
+from lab.queue.worker import Worker, stop_own_services
+from lab.queue.worker_lock import WorkerBusyError, WorkerLock, lock_holder_pid
 from lab.settings import Settings
 
 
@@ -146,6 +146,8 @@ def run_pending(*, worker: Worker, engine: Engine, run_ids: list[int], quiet: bo
         if not quiet:
             with Session(engine) as session:
                 run = store.get_run(session=session, run_id=run_id)
+                if run is None:  # deleted from a page meanwhile: nothing to report
+                    continue
                 print(
                     f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
                     + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),

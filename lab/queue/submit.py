@@ -18,10 +18,10 @@ from typing import Protocol, TextIO
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store
+from db import store, worker_store
 from db.models import Run, RunStatus
 from lab.context import LabContext
-from lab.execution.run_waiter import RunWaiter
+from lab.queue.run_waiter import RunWaiter
 
 
 class Waiter(Protocol):
@@ -36,8 +36,8 @@ def live_shared_workers(*, engine: Engine, lease_s: float) -> dict[str, list[str
         return {}
     with Session(engine) as session:
         live = {}
-        for record in store.list_workers(session=session):
-            age_s = store.heartbeat_age_s(session=session, record=record)
+        for record in worker_store.list_workers(session=session):
+            age_s = worker_store.heartbeat_age_s(session=session, record=record)
             if record.state == "running" and age_s is not None and age_s <= lease_s:
                 live[record.name] = list(record.labels or [])
         return live

@@ -96,7 +96,7 @@ def count_checks(
     return checks
 
 
-def resource_figures(samples: Sequence[dict[str, Any]], *, backend_service: str | None) -> dict[str, Any]:
+def resource_figures(samples: list[dict[str, Any]], *, backend_service: str | None) -> dict[str, Any]:
     """Resource use while the load ran: k6, the backend, the GPU and the rest of the machine."""
     figures: dict[str, Any] = {"k6_cpu_percent_avg": summarise(samples, "k6")["cpu_percent_avg"]}
     if backend_service:
@@ -116,7 +116,7 @@ def steady_figures(
     figures: dict[str, Any],
     backend: dict[str, Any],
     *,
-    load_duration_s: float | None,
+    load_duration_s: float,
     behind_cache: bool,
     response_cache_hits: int | None = None,
 ) -> dict[str, Any]:

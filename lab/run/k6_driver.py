@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gzip
+import io
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
@@ -292,12 +293,13 @@ class K6Process:
                 start_new_session=True,
             )
         self._started_monotonic = time.monotonic()
+        assert self._process.stdout is not None  # stdout=PIPE above
         _grow_pipe(self._process.stdout.fileno())
         self._reader = threading.Thread(target=self._read_samples, name=f"k6-samples-{self._process.pid}", daemon=True)
         self._reader.start()
         return self
 
-    def _open_raw_copy(self) -> IO[bytes] | None:
+    def _open_raw_copy(self) -> io.BufferedIOBase | None:
         if self.raw_path is None:
             return None
         try:
@@ -337,7 +339,7 @@ class K6Process:
             if raw_copy is not None:
                 self._close_raw(raw_copy)
 
-    def _copy_raw(self, raw_copy: IO[bytes], data: bytes) -> bool:
+    def _copy_raw(self, raw_copy: io.BufferedIOBase, data: bytes) -> bool:
         """Append to the raw copy; False (the copy given up) when the disk refuses."""
         try:
             raw_copy.write(data)
@@ -347,7 +349,7 @@ class K6Process:
             self._raw_copy_failed(error)
             return False
 
-    def _close_raw(self, raw_copy: IO[bytes]) -> None:
+    def _close_raw(self, raw_copy: io.BufferedIOBase) -> None:
         try:
             raw_copy.close()
         except OSError as error:

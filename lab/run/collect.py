@@ -19,14 +19,14 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from lab.execution import run_decisions as decisions
-from lab.execution import run_figures
-from lab.execution.final_state import PART_WRITERS, retry_while_unreachable
-from lab.execution.k6_driver import K6Process
-from lab.execution.run_steps import RunTargets
 from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings
 from lab.measurement.results import RunResults
+from lab.run import decisions
+from lab.run import figures as run_figures
+from lab.run.final_state import PART_WRITERS, retry_while_unreachable
+from lab.run.k6_driver import K6Process
+from lab.run.steps import RunTargets
 from lab.specs.schema import RunSpec
 from services.manager import ServiceManager
 
@@ -163,28 +163,29 @@ class RunCollector:
                 response_cache_hits=cache["response_cache_hits"] if cache else None,
             )
         )
-        results = results.updated(
-            {
-                "measurement_warnings": join_warnings(
-                    *measurement_warnings(
-                        k6_cpu_percent_avg=results.k6_cpu_percent_avg,
-                        iterations_dropped=results.iterations_dropped,
-                        other_cpu_percent_avg=results.other_cpu_percent_avg,
-                        contention_threshold_percent=self.contention_threshold_percent,
-                        count_check=checks,
-                        latency_avg_s=results.latency_avg_s,
-                        load_duration_s=spec.load.planned_duration_s,
-                        steady_figures_available=results.steady_output_tok_per_s is not None
-                        or results.steady_req_per_s is not None,
-                    )
-                )
-            }
-        )
+        results = results.updated({"measurement_warnings": self._measurement_warnings(spec, results, checks)})
         return {
             **results.as_columns(),
             "count_check": checks,
             "server_metrics": {"before": before, "after": after, "delta": {"backend": backend_change}},
         }
+
+    def _measurement_warnings(self, spec: RunSpec, results: RunResults, checks: dict[str, Any]) -> str | None:
+        """Why the run's figures may not be trusted (k6 starved, the machine busy, counts that
+        disagree, no steady state), as the one stored line; None when nothing is wrong."""
+        return join_warnings(
+            *measurement_warnings(
+                k6_cpu_percent_avg=results.k6_cpu_percent_avg,
+                iterations_dropped=results.iterations_dropped,
+                other_cpu_percent_avg=results.other_cpu_percent_avg,
+                contention_threshold_percent=self.contention_threshold_percent,
+                count_check=checks,
+                latency_avg_s=results.latency_avg_s,
+                load_duration_s=spec.load.planned_duration_s,
+                steady_figures_available=results.steady_output_tok_per_s is not None
+                or results.steady_req_per_s is not None,
+            )
+        )
 
     def _store_series(self, targets: RunTargets, series_doc: dict[str, Any]) -> None:
         """The per-second series with the services' log tails, and every request's figures
