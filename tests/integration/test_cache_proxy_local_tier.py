@@ -15,10 +15,28 @@ import httpx
 import pytest
 
 from services.supervisor import ManagedService
-from tests.integration.test_cache_proxy_hostile_inputs import _proxy, log_dir, open_stub  # noqa: F401 (fixtures)
-from tests.integration.test_cache_proxy_real import CHAT_PATH, chat, redis_command, start_proxy
+from tests.support.integration_proxy import (
+    CHAT_PATH,
+    KillableRedis,
+    chat,
+    redis_command,
+    running_proxy,
+    start_proxy,
+    stub_upstream_service,
+)
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache-proxy-local-tier-logs")
+
+
+@pytest.fixture(scope="module")
+def open_stub(log_dir: Path) -> Iterator[ManagedService]:
+    with stub_upstream_service(log_dir, "open-stub") as service:
+        yield service
 
 
 # --- the in-process tier stays coherent with Redis (two proxies, one Redis) --------------------------
@@ -101,7 +119,7 @@ def test_an_entry_deleted_or_flushed_in_redis_is_not_served_locally(twin_proxies
 
 
 def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_service, log_dir: Path) -> None:
-    for proxy in _proxy(open_stub, redis_service, log_dir, "--ttl-s", "1"):
+    with running_proxy(open_stub, redis_service.redis_url, log_dir, "--ttl-s", "1") as proxy:
         proxy.namespace = proxy.name.removeprefix("cache-proxy-")  # type: ignore[attr-defined]
         with httpx.Client(base_url=proxy.url, timeout=30) as client:
             by_ttl = chat(f"ttl {uuid.uuid4()}")
@@ -118,24 +136,24 @@ def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_servic
 def test_the_local_tier_is_emptied_when_redis_goes_and_works_again_after_it_returns(
     open_stub: ManagedService, log_dir: Path
 ) -> None:
-    from tests.integration.test_cache_proxy_real import KillableRedis
-
     redis = KillableRedis(log_dir / "tier-redis.log")
     redis.start()
     try:
-        for proxy in _proxy(open_stub, type("R", (), {"redis_url": redis.url})(), log_dir):
-            with httpx.Client(base_url=proxy.url, timeout=30) as client:
-                body = chat(f"tier reconnect {uuid.uuid4()}")
-                _warm_local(client, proxy, body)
-                redis.kill()
+        with (
+            running_proxy(open_stub, redis.url, log_dir) as proxy,
+            httpx.Client(base_url=proxy.url, timeout=30) as client,
+        ):
+            body = chat(f"tier reconnect {uuid.uuid4()}")
+            _warm_local(client, proxy, body)
+            redis.kill()
+            time.sleep(0.2)
+            # The entry may be long gone from a restarted Redis: never a local hit now.
+            assert client.post(CHAT_PATH, json=body).headers["x-cache"] == "ERROR"
+            redis.start()
+            deadline = time.monotonic() + 10
+            while client.post(CHAT_PATH, json=body).headers["x-cache"] != "HIT":
+                assert time.monotonic() < deadline, "caching did not resume"
                 time.sleep(0.2)
-                # The entry may be long gone from a restarted Redis: never a local hit now.
-                assert client.post(CHAT_PATH, json=body).headers["x-cache"] == "ERROR"
-                redis.start()
-                deadline = time.monotonic() + 10
-                while client.post(CHAT_PATH, json=body).headers["x-cache"] != "HIT":
-                    assert time.monotonic() < deadline, "caching did not resume"
-                    time.sleep(0.2)
-                _warm_local(client, proxy, chat(f"tier reconnect again {uuid.uuid4()}"))
+            _warm_local(client, proxy, chat(f"tier reconnect again {uuid.uuid4()}"))
     finally:
         redis.kill()

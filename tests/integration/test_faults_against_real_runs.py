@@ -17,15 +17,14 @@ import pytest
 
 from db.models import RunStatus
 from services.processes import find_free_port
-from tests.conftest import PROJECT_ROOT
-from tests.integration.test_faults import Lab, is_running, lab, stub, stub_spec  # noqa: F401 (fixtures)
 from tests.stub_openai import StubServer
+from tests.support.integration_lab import PROJECT_ROOT, Lab, is_running, stub_spec
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture()
-def tiny_runs_dir(lab: Lab) -> Iterator[Path]:  # noqa: F811
+def tiny_runs_dir(lab: Lab) -> Iterator[Path]:
     """A 256 kB tmpfs as the run folder: k6's outputs fill it within seconds."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
@@ -85,7 +84,7 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def test_sigterm_mid_run_keeps_the_partial_figures_and_series(tmp_path: Path, stub) -> None:  # noqa: F811
+def test_sigterm_mid_run_keeps_the_partial_figures_and_series(tmp_path: Path, stub) -> None:
     data_dir = tmp_path / "lab-data"
     lab = Lab(data_dir)
     [run_id] = lab.enqueue(stub_spec(stub.url, duration_s=60, vus=2))

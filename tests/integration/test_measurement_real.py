@@ -15,12 +15,12 @@ from db import store
 from db.models import RunStatus
 from lab.measurement.checks import STEADY_FROM_CLIENT
 from lab.settings import Settings
-from tests.integration.test_faults import Lab, stub, stub_spec  # noqa: F401 (stub is a fixture)
+from tests.support.integration_lab import Lab, stub_spec
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_stub_run_stores_contention_steady_throughput_and_warnings(tmp_path: Path, stub) -> None:  # noqa: F811
+def test_a_stub_run_stores_contention_steady_throughput_and_warnings(tmp_path: Path, stub) -> None:
     lab = Lab(tmp_path / "lab")
     # A threshold no machine reaches: this run must not carry the contention warning,
     # while its 6 s at 0.2 s per request is long enough for the latency check.
@@ -41,7 +41,7 @@ def test_a_stub_run_stores_contention_steady_throughput_and_warnings(tmp_path: P
         assert "other_cpu_percent" in series["resources"] and "steal_cpu_percent" in series["resources"]
 
 
-def test_a_zero_threshold_flags_the_run_as_contended(tmp_path: Path, stub) -> None:  # noqa: F811
+def test_a_zero_threshold_flags_the_run_as_contended(tmp_path: Path, stub) -> None:
     lab = Lab(tmp_path / "lab")
     lab.settings = Settings(data_dir=tmp_path / "lab", contention_warning_cpu_percent=0)
     lab.worker.settings = lab.settings

@@ -34,7 +34,7 @@ import redis
 from services.cache_proxy.keys import cache_key, normalize_upstream_identity
 from services.cache_proxy.serving import DEFAULT_HEADER_TIMEOUT_S, SERVERS
 from services.supervisor import ManagedService
-from tests.integration.test_cache_proxy_real import CHAT_PATH, REPO_ROOT, chat
+from tests.support.integration_proxy import CHAT_PATH, REPO_ROOT, chat
 
 pytestmark = pytest.mark.integration
 

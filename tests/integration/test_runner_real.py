@@ -8,32 +8,12 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.analysis.compare import run_record
 from lab.analysis.seed import exp2_ratios
-from lab.context import LabContext
-from lab.execution import experiments
-from lab.execution.worker import Worker
 from lab.report.seed_tables import our_table
 from lab.specs.schema import load_preset
+from tests.support.integration_lab import run_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
-
-
-def run_experiment(engine, settings, spec) -> list[dict]:
-    with Session(engine) as session:
-        run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-    worker = Worker(context=LabContext(settings=settings))
-    while worker.run_one() is not None:
-        pass
-    with Session(engine) as session:
-        runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
-        records = []
-        for run in runs:
-            series = store.get_run_series(session=session, run_id=run.id)
-            records.append(
-                run_record(run) | {"count_check": run.count_check, "series": series.series if series else {}}
-            )
-        return records
 
 
 def assert_done(records: list[dict]) -> None:

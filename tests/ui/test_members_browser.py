@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Run, RunAudit, RunStatus
 from services.supervisor import find_free_port
-from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, stop_process_group, wait_for_app
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, stop_process_group, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
