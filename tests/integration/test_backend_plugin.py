@@ -78,6 +78,7 @@ def test_a_kind_registered_in_a_test_runs_through_the_cli_the_runner_and_compare
         assert record["output_tok_per_s"] > 0
         # Figures the kind does not export stay unknown, never zero.
         assert record["prefix_cache_hit_rate"] is None and record["server_ttft_avg_s"] is None
+        assert environment is not None
         assert environment["services"][KIND]["backend"] == KIND
         assert "uvicorn" in environment["packages"]
 

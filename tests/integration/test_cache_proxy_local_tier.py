@@ -27,6 +27,9 @@ from tests.support.integration_proxy import (
 
 pytestmark = pytest.mark.integration
 
+# The namespace each proxy keys its entries under, by the proxy's URL (to compute its keys).
+NAMESPACES: dict[str, str] = {}
+
 
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -58,7 +61,7 @@ def twin_proxies(open_stub: ManagedService, redis_service, log_dir: Path) -> Ite
     namespace = f"twins-{uuid.uuid4().hex[:8]}"
     first = start_proxy(open_stub.url, redis_service.redis_url, log_dir, "--namespace", namespace)
     second = start_proxy(open_stub.url, redis_service.redis_url, log_dir, "--namespace", namespace)
-    first.namespace = namespace  # type: ignore[attr-defined]
+    NAMESPACES[first.url] = namespace
     try:
         yield first, second
     finally:
@@ -84,8 +87,8 @@ def _key_of(proxy: ManagedService, upstream: ManagedService, body: dict) -> byte
         upstream_identity=normalize_upstream_identity(upstream.url),
         path=CHAT_PATH,
         body=body,
-        namespace=proxy.namespace,
-    ).encode()  # type: ignore[attr-defined]
+        namespace=NAMESPACES[proxy.url],
+    ).encode()
 
 
 def test_an_entry_overwritten_through_another_proxy_is_not_served_locally(twin_proxies, open_stub) -> None:
@@ -120,7 +123,7 @@ def test_an_entry_deleted_or_flushed_in_redis_is_not_served_locally(twin_proxies
 
 def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_service, log_dir: Path) -> None:
     with running_proxy(open_stub, redis_service.redis_url, log_dir, "--ttl-s", "1") as proxy:
-        proxy.namespace = proxy.name.removeprefix("cache-proxy-")  # type: ignore[attr-defined]
+        NAMESPACES[proxy.url] = proxy.name.removeprefix("cache-proxy-")
         with httpx.Client(base_url=proxy.url, timeout=30) as client:
             by_ttl = chat(f"ttl {uuid.uuid4()}")
             _warm_local(client, proxy, by_ttl)

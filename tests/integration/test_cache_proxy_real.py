@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -51,8 +52,8 @@ def stub_upstream(log_dir: Path) -> Iterator[ManagedService]:
 
 
 @pytest.fixture(scope="module")
-def stub_proxy(stub_upstream: ManagedService, redis_service: ManagedService, log_dir: Path) -> Iterator[ManagedService]:
-    service = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir)  # type: ignore[attr-defined]
+def stub_proxy(stub_upstream: ManagedService, redis_service: Any, log_dir: Path) -> Iterator[ManagedService]:
+    service = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir)
     try:
         yield service
     finally:
@@ -60,10 +61,8 @@ def stub_proxy(stub_upstream: ManagedService, redis_service: ManagedService, log
 
 
 @pytest.fixture(scope="module")
-def naive_proxy(
-    naive_service: ManagedService, redis_service: ManagedService, log_dir: Path
-) -> Iterator[ManagedService]:
-    service = start_proxy(naive_service.url, redis_service.redis_url, log_dir)  # type: ignore[attr-defined]
+def naive_proxy(naive_service: ManagedService, redis_service: Any, log_dir: Path) -> Iterator[ManagedService]:
+    service = start_proxy(naive_service.url, redis_service.redis_url, log_dir)
     try:
         yield service
     finally:
@@ -189,9 +188,9 @@ def test_cache_control_and_x_cache_values(stub_proxy: ManagedService) -> None:
 
 
 def test_deterministic_policy_caches_only_reproducible_requests(
-    stub_upstream: ManagedService, redis_service: ManagedService, log_dir: Path
+    stub_upstream: ManagedService, redis_service: Any, log_dir: Path
 ) -> None:
-    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--policy", "deterministic")  # type: ignore[attr-defined]
+    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--policy", "deterministic")
     try:
         with httpx.Client(base_url=proxy.url, timeout=30) as client:
             sampled = chat(f"sampled {uuid.uuid4()}", temperature=0.8)
@@ -208,7 +207,7 @@ async def _concurrent_posts(url: str, body: dict, count: int, headers: dict[str,
 
 
 def test_single_flight_makes_one_upstream_call_for_20_identical_misses(
-    stub_proxy: ManagedService, stub_upstream: ManagedService, redis_service: ManagedService, log_dir: Path
+    stub_proxy: ManagedService, stub_upstream: ManagedService, redis_service: Any, log_dir: Path
 ) -> None:
     slow = {"x-stub-delay-s": "0.5"}
     body = chat(f"single flight {uuid.uuid4()}")
@@ -219,7 +218,7 @@ def test_single_flight_makes_one_upstream_call_for_20_identical_misses(
     assert len({response.content for response in responses}) == 1
 
     # Switched off, the same load makes many upstream calls (so the check above can fail).
-    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--no-single-flight")  # type: ignore[attr-defined]
+    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--no-single-flight")
     try:
         calls_before = stub_calls(stub_upstream)
         asyncio.run(_concurrent_posts(proxy.url, chat(f"no single flight {uuid.uuid4()}"), 20, slow))
@@ -228,7 +227,7 @@ def test_single_flight_makes_one_upstream_call_for_20_identical_misses(
         proxy.stop()
 
 
-def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: ManagedService) -> None:
+def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: Any) -> None:
     host, port = redis_service.host, int(redis_service.port or 0)
     foreign_key = f"someone-else:{uuid.uuid4()}"
     redis_command(host, port, b"SET", foreign_key.encode(), b"keep me")

@@ -16,7 +16,9 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -76,6 +78,7 @@ def test_a_backend_killed_mid_run_fails_that_run_keeps_its_data_and_the_next_run
 
     killed = lab.run(first)
     assert killed.status == RunStatus.FAILED
+    assert killed.status_reason is not None
     assert killed.status_reason.startswith("the naive service died during the load; its last log line: ")
     assert killed.status_reason.endswith("(see its log below)")
     assert killed.finished_at is not None and killed.progress is None
@@ -86,6 +89,7 @@ def test_a_backend_killed_mid_run_fails_that_run_keeps_its_data_and_the_next_run
 
     proceeded = lab.run(second)
     assert proceeded.status == RunStatus.DONE, proceeded.status_reason
+    assert proceeded.started_at and killed.finished_at and proceeded.requests_ok is not None
     assert proceeded.started_at >= killed.finished_at and proceeded.requests_ok > 0
     assert lab.integrity() == "ok"
 
@@ -97,6 +101,7 @@ def test_a_model_folder_that_holds_no_model_fails_the_run_with_the_servers_reaso
     lab.run_queue()
     run = lab.run(run_id)
     assert run.status == RunStatus.FAILED
+    assert run.status_reason is not None
     assert "naive exited with code" in run.status_reason and "before it was ready" in run.status_reason
     assert "Last lines of" in run.status_reason and "Application startup failed" in run.status_reason  # its log
     assert lab.worker.services.pid_of("naive") is None
@@ -117,6 +122,7 @@ def test_redis_killed_mid_run_the_proxy_fails_open_and_the_run_completes(lab: La
 
     run = lab.run(run_id)
     assert run.status == RunStatus.DONE, run.status_reason
+    assert run.requests_ok is not None
     assert run.requests_failed == 0 and run.requests_ok > 10  # every request was answered (fail open)
     assert run.response_cache_store_errors and run.response_cache_store_errors > 0  # counted
     assert "redis stopped during the run" in (run.measurement_warnings or "")  # shown on the run page
@@ -185,6 +191,7 @@ def test_the_lab_worker_killed_mid_run_and_restarted_leaves_an_interrupted_run_a
             stderr=subprocess.DEVNULL,
         )
         run = lab.wait_for(run_id, lambda r: r.status == RunStatus.INTERRUPTED, timeout_s=60)
+        assert run.status_reason is not None
         assert "the lab stopped while this run was running" in run.status_reason
         deadline = time.monotonic() + 30
         while alive(naive_pid) or k6_processes(run_dir):
@@ -334,6 +341,7 @@ def test_two_launches_at_once_are_both_queued_and_run_one_after_the_other(lab: L
             seen_a = store.active_run(session=viewer_a)
             seen_b = store.active_run(session=viewer_b)
             assert seen_a is not None and seen_b is not None and seen_a.id == seen_b.id == live.id
+            assert seen_a.progress is not None and seen_b.progress is not None
             assert seen_a.progress["requests_completed"] and seen_b.progress["requests_completed"]
         # A second worker (another lab process) is refused while this one holds the lock.
         second = cli("worker", env={"LAB_DATA_DIR": str(lab.settings.data_dir)})
@@ -346,8 +354,11 @@ def test_two_launches_at_once_are_both_queued_and_run_one_after_the_other(lab: L
             time.sleep(0.2)
         lab.join_worker()
     assert most_k6_at_once == 1
-    first, second_run = sorted((lab.run(run_id) for run_id in launched), key=lambda r: r.started_at)
+    runs = [lab.run(run_id) for run_id in launched]
+    assert all(run.started_at for run in runs)
+    first, second_run = sorted(runs, key=lambda r: cast(datetime, r.started_at))
     assert first.status == second_run.status == RunStatus.DONE
+    assert first.finished_at and second_run.started_at
     assert first.finished_at <= second_run.started_at  # never two runs (two k6) at once
 
 

@@ -76,6 +76,7 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
             lab.run_queue()
         run = lab.run(run_id)
         assert run.status == RunStatus.FAILED and run.finished_at is not None and run.progress is None
+        assert run.status_reason is not None
         assert "No space left on device" in run.status_reason and "\n" not in run.status_reason
         assert run.requests_ok, "the figures k6 had streamed are kept"
         assert not [record for record in caplog.records if record.exc_info]
@@ -137,7 +138,7 @@ def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_clie
     assert run.requests_ok and run.req_per_s and run.latency_p95_s is not None
     if kind != "non-finite":
         assert "/metrics" in (run.measurement_warnings or ""), run.measurement_warnings
-        assert "client's (k6) are kept" in run.measurement_warnings
+        assert "client's (k6) are kept" in (run.measurement_warnings or "")
 
 
 def test_a_database_file_removed_under_an_idle_worker_ends_it_and_the_cli_with_one_line(tmp_path: Path) -> None:
@@ -197,4 +198,4 @@ def test_a_metrics_page_that_trickles_in_is_given_up_on_not_waited_for() -> None
         result = read_metrics(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=0.2)
     finally:
         server.shutdown()
-    assert result.snapshot is None and "took longer than" in result.problem
+    assert result.snapshot is None and "took longer than" in (result.problem or "")

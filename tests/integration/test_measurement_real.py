@@ -30,6 +30,7 @@ def test_a_stub_run_stores_contention_steady_throughput_and_warnings(tmp_path: P
     lab.run_queue()
     with Session(lab.engine) as session:
         run = store.get_run(session=session, run_id=run_id)
+        assert run is not None
         assert run.status == RunStatus.DONE, run.status_reason
         assert run.other_cpu_percent_avg is not None and run.other_cpu_percent_avg >= 0
         assert run.steady_source == STEADY_FROM_CLIENT
@@ -37,7 +38,9 @@ def test_a_stub_run_stores_contention_steady_throughput_and_warnings(tmp_path: P
         assert run.steady_req_per_s and 0 < run.steady_req_per_s <= 12
         assert run.steady_output_tok_per_s == pytest.approx(run.steady_req_per_s * 128, rel=0.01)
         assert "other processes used" not in (run.measurement_warnings or "")
-        series = store.get_run_series(session=session, run_id=run_id).series
+        stored = store.get_run_series(session=session, run_id=run_id)
+        assert stored is not None
+        series = stored.series
         assert "other_cpu_percent" in series["resources"] and "steal_cpu_percent" in series["resources"]
 
 
@@ -49,6 +52,7 @@ def test_a_zero_threshold_flags_the_run_as_contended(tmp_path: Path, stub) -> No
     lab.run_queue()
     with Session(lab.engine) as session:
         run = store.get_run(session=session, run_id=run_id)
+        assert run is not None
         assert run.status == RunStatus.DONE, run.status_reason
         if run.other_cpu_percent_avg:  # exactly 0 only on an idle machine
-            assert "other processes used" in run.measurement_warnings
+            assert "other processes used" in (run.measurement_warnings or "")

@@ -73,6 +73,7 @@ def stub_kind() -> Iterator[str]:
 def read_run(engine, run_id: int) -> Run:
     with Session(engine) as session:
         run = session.get(Run, run_id)
+        assert run is not None
         session.expunge(run)
         return run
 
@@ -271,7 +272,7 @@ def test_request_files_that_became_a_fifo_or_dev_zero_fail_their_run_in_one_line
     lab.join_worker(timeout_s=120)
     fifo_run, zero_run, good_run = (lab.run(run_id) for run_id in ids)
     for run, path, kind in ((fifo_run, paths["fifo"], "a FIFO"), (zero_run, paths["zero"], "a character device")):
-        assert run.status == RunStatus.FAILED
+        assert run.status == RunStatus.FAILED and run.status_reason is not None
         assert str(path) in run.status_reason and kind in run.status_reason and "regular file" in run.status_reason
         assert "\n" not in run.status_reason
     assert good_run.status == RunStatus.DONE, good_run.status_reason  # the worker went on
@@ -327,13 +328,15 @@ def test_a_run_whose_prompts_exceed_the_context_says_so_and_the_log_keeps_it(lab
     )
     lab.run_queue()
     run = lab.run(run_id)
-    assert run.status == RunStatus.FAILED
+    assert run.status == RunStatus.FAILED and run.status_reason is not None
     assert (
         "the most common error answer" in run.status_reason
         and "400 This model's maximum context length is" in run.status_reason
     ), run.status_reason
     assert "lengthen the duration" not in run.status_reason
     with Session(lab.engine) as session:
-        tails = store.get_run_series(session=session, run_id=run_id).service_log_tails
+        stored = store.get_run_series(session=session, run_id=run_id)
+        assert stored is not None and stored.service_log_tails is not None
+        tails = stored.service_log_tails
     assert "maximum context length" in tails["naive"]
     print(run.status_reason)

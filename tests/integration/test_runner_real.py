@@ -35,7 +35,8 @@ def test_quick_experiment_2_cache_hits_and_beats_direct(lab_engine, lab_settings
     assert cached["response_cache_hit_rate"] > 0.90
     assert cached["req_per_s"] > 10 * direct["req_per_s"]
     assert cached["response_cache_store_errors"] == 0
-    assert exp2_ratios(records)[5].cached_over_direct.value > 10
+    ratio = exp2_ratios(records)[5].cached_over_direct.value
+    assert ratio is not None and ratio > 10
     # Client and server agree: every request k6 counted reached the proxy.
     check = cached["count_check"]["requests"]
     assert abs(check["difference_ratio"]) <= 0.02, check
@@ -101,6 +102,7 @@ def test_quick_experiment_1_stores_complete_runs_for_both_backends(
     assert vllm_run["prefix_cache_hit_rate"] is not None
     with Session(lab_engine) as session:
         run = store.get_run(session=session, run_id=vllm_run["run_id"])
+        assert run is not None and run.environment is not None
         assert run.environment["cpu_count"] and run.environment["k6_version"].startswith("k6 v")
         assert run.environment["config_sha256"] and run.environment["packages"]["torch"]
     assert len(our_table("seed-exp1", records)) == 4

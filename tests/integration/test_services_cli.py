@@ -76,7 +76,7 @@ def test_no_orphan_after_the_lab_process_is_killed(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        assert owner.stdout.readline().strip() == "UP"
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "UP"
         status = json.loads(lab_cli("services", "status", "--json", env={"LAB_DATA_DIR": str(tmp_path)}).stdout)
         pids = [s["pid"] for s in status]
         assert len(pids) == 2 and all(pids)

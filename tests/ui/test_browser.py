@@ -217,6 +217,7 @@ def test_live_view_agrees_everywhere_without_reloading(lab_url: tuple[str, Path]
                 page.wait_for_timeout(400)
             with Session(engine) as session:
                 run = session.get(Run, run_id)
+                assert run is not None
                 status, reason = run.status, run.status_reason
             engine.dispose()
             assert status == RunStatus.DONE, (status, reason)

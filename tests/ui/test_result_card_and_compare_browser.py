@@ -91,7 +91,7 @@ def card_run(card: dict) -> str | None:
     return found[1] if found else None
 
 
-def run_rows(data_dir: Path) -> list[tuple[int, str, int, int]]:
+def run_rows(data_dir: Path) -> list[tuple[int, str, int | None, int]]:
     engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
     with Session(engine) as session:
         rows = [(run.id, run.status, run.vus, run.max_tokens) for run in session.scalars(select(Run).order_by(Run.id))]
@@ -127,8 +127,8 @@ def runs_ending_while_runs_is_open_show_their_result_card(url: str, data_dir: Pa
         if all(status in RunStatus.FINAL for _, status, _, _ in run_rows(data_dir)) and len(cards) >= 1:
             page.wait_for_timeout(5000)  # the last refresh
             card = page.evaluate(CARD_JS)
-            if card and card_run(card):
-                cards[card_run(card)] = card
+            if card and (number := card_run(card)):
+                cards[number] = card
             break
         page.wait_for_timeout(500)
     rows = run_rows(data_dir)
