@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from db.engine import make_engine
 from db.migrations import upgrade
@@ -53,7 +54,8 @@ def postgres_server_url(request: pytest.FixtureRequest) -> str:
 def fresh_database(server_url: str) -> Iterator[str]:
     """A new, empty database on ``server_url`` (its URL); dropped afterwards."""
     name = f"lab_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    # No pool: a test may stop the server in between, which kills pooled connections.
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as connection:
         connection.execute(text(f"CREATE DATABASE {name}"))
     try:
