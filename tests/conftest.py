@@ -50,6 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "browser: drives a real headless Chromium")
     config.addinivalue_line("markers", "runs_last: stops shared services; ordered after every other test")
     config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker with the group's other tests")
+    if config.getoption("numprocesses", None) and config.getoption("dist", "no") != "loadgroup":
+        # Any other distribution would start the shared services once per worker (see the docstring).
+        raise pytest.UsageError("run the suite in parallel with --dist loadgroup (e.g. pytest -n 4 --dist loadgroup)")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
