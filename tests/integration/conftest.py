@@ -1,106 +1,142 @@
-"""Integration fixtures: one PostgreSQL for the whole test session, a fresh database per user.
+"""Integration fixtures: one PostgreSQL cluster for the whole test run, a fresh database per test;
+private labs, the OpenAI stub, and worker processes on a shared queue.
 
-Uses ``LAB_TEST_POSTGRES_URL`` when set; otherwise starts a private PostgreSQL cluster
-from Debian's binaries (on a free loopback port, as the ``postgres`` user); tests that
-need it are skipped with the reason when neither is possible.
+PostgreSQL: ``LAB_TEST_POSTGRES_URL`` when set; otherwise a private cluster from Debian's
+binaries (on a free loopback port, as the ``postgres`` user), started once per run. The tests
+that take the database away (an outage) stop and start that same cluster; every test that
+needs PostgreSQL is in one xdist group (tests/conftest.py), so none of them runs while another
+has it stopped. Tests that need it are skipped with the reason when no cluster can be made.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import pwd
-import shutil
-import subprocess
-import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
-from services.supervisor import find_free_port
-
-
-class PostgresCluster:
-    """A private PostgreSQL cluster from Debian's binaries, on a free loopback port, run as
-    the ``postgres`` user; ``stop`` and ``start`` let a test take it away and bring it back
-    (an outage). Skips the test with the reason when it cannot be made."""
-
-    def __init__(self) -> None:
-        binaries = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-        if not binaries:
-            pytest.skip("no PostgreSQL reachable: set LAB_TEST_POSTGRES_URL or install Debian's postgresql")
-        try:
-            postgres_user = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("Debian's postgresql is installed without its 'postgres' user")
-        self.bin_dir = os.path.dirname(binaries[-1])
-        self.data_dir = tempfile.mkdtemp(prefix="lab-pg-")
-        os.chown(self.data_dir, postgres_user.pw_uid, postgres_user.pw_gid)
-        self.port = find_free_port()
-        self.url = f"postgresql+psycopg://lab@127.0.0.1:{self.port}/postgres"
-        init = self._as_postgres(f"{self.bin_dir}/initdb", "-D", self.data_dir, "-U", "lab", "--auth=trust")
-        if init.returncode != 0:
-            pytest.skip(f"could not create a private PostgreSQL cluster: {init.stderr[-500:]}")
-        start = self.start()
-        if start.returncode != 0:
-            pytest.skip(f"could not start a private PostgreSQL server: {start.stderr[-500:]}")
-
-    def _as_postgres(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120)
-
-    def start(self) -> subprocess.CompletedProcess[str]:
-        return self._as_postgres(
-            f"{self.bin_dir}/pg_ctl",
-            "-D",
-            self.data_dir,
-            "-w",
-            "-l",
-            f"{self.data_dir}/log",
-            "-o",
-            f"-p {self.port} -h 127.0.0.1 -k {self.data_dir}",
-            "start",
-        )
-
-    def stop(self, mode: str = "fast") -> subprocess.CompletedProcess[str]:
-        return self._as_postgres(f"{self.bin_dir}/pg_ctl", "-D", self.data_dir, "-m", mode, "stop")
-
-    def remove(self) -> None:
-        self.stop("immediate")
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+from db.engine import make_engine
+from db.migrations import upgrade
+from services.supervisor import ManagedService, find_free_port
+from tests.stub_openai import StubServer
+from tests.support.integration_lab import Lab, openai_stub_service
+from tests.support.integration_postgres import PostgresCluster
+from tests.support.integration_workers import WorkerProcess, registered, wait_until
 
 
-def _private_cluster() -> Iterator[str]:
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """The run's private PostgreSQL cluster (one per run); a test that stops it starts it again."""
     cluster = PostgresCluster()
     try:
-        yield cluster.url
+        yield cluster
     finally:
         cluster.remove()
 
 
 @pytest.fixture(scope="session")
-def postgres_server_url() -> Iterator[str]:
-    """A PostgreSQL server URL for the whole session (started once, stopped at the end)."""
+def postgres_server_url(request: pytest.FixtureRequest) -> str:
+    """A PostgreSQL server URL for the whole run: ``LAB_TEST_POSTGRES_URL`` or the private cluster."""
     url = os.environ.get("LAB_TEST_POSTGRES_URL")
     if url:
-        yield url
-        return
-    yield from _private_cluster()
+        return url
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    return cluster.url
 
 
-@pytest.fixture()
-def postgres_database_url(postgres_server_url: str) -> Iterator[str]:
-    """A fresh, empty database on the session's server; dropped afterwards."""
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """A new, empty database on ``server_url`` (its URL); dropped afterwards."""
     name = f"lab_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
+    # No pool: a test may stop the server in between, which kills pooled connections.
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with admin.connect() as connection:
         connection.execute(text(f"CREATE DATABASE {name}"))
     try:
-        yield make_url(postgres_server_url).set(database=name).render_as_string(hide_password=False)
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as connection:
             connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()
+
+
+@pytest.fixture()
+def postgres_database_url(postgres_server_url: str) -> Iterator[str]:
+    """A fresh, empty database on the run's server; dropped afterwards."""
+    with fresh_database(postgres_server_url) as url:
+        yield url
+
+
+@pytest.fixture()
+def outage_database_url(postgres_cluster: PostgresCluster) -> Iterator[str]:
+    """A fresh database on the private cluster, for a test that stops the cluster mid-test;
+    the cluster is running again afterwards (whatever the test left)."""
+    try:
+        with fresh_database(postgres_cluster.url) as url:
+            yield url
+    finally:
+        postgres_cluster.start()  # a no-op answer (non-zero) when it is already running
+
+
+@pytest.fixture()
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    """A private lab (data folder, SQLite file, settings, worker); its services stopped afterwards."""
+    instance = Lab(tmp_path / "lab-data")
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+@pytest.fixture()
+def stub(tmp_path: Path) -> Iterator[ManagedService]:
+    """The OpenAI stub (0.2 s per completion) as its own process on a free loopback port."""
+    with openai_stub_service(tmp_path / "stub.log") as service:
+        yield service
+
+
+@pytest.fixture()
+def stub_server() -> Iterator[StubServer]:
+    """The OpenAI stub in this process (0.05 s per completion) on a free loopback port."""
+    server = StubServer(port=find_free_port(), delay_s=0.05).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture()
+def shared_engine(postgres_database_url: str) -> Iterator[Engine]:
+    """An engine on a fresh PostgreSQL database with the lab's schema (the shared queue)."""
+    engine = make_engine(postgres_database_url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture()
+def start_workers(
+    postgres_database_url: str, shared_engine: Engine, tmp_path: Path
+) -> Iterator[Callable[..., list[WorkerProcess]]]:
+    """Starts ``python -m lab worker`` processes (name, labels) on the shared queue; stopped afterwards."""
+    started: list[WorkerProcess] = []
+
+    def start(*name_labels: tuple[str, str]) -> list[WorkerProcess]:
+        # Started back to back, before either has registered: they race for the same queue.
+        workers = [
+            WorkerProcess(name=name, labels=labels, database_url=postgres_database_url, data_dir=tmp_path / name)
+            for name, labels in name_labels
+        ]
+        started.extend(workers)
+        wait_until(lambda: all(registered(shared_engine, w.name) for w in workers), 60, "workers to register", workers)
+        return workers
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -1,13 +1,12 @@
-"""A backend kind registered here, in the test module alone, runs end to end: the CLI
-starts it as a service and runs a preset on it through the runner, and the Compare table
-shows it. The kind is the stub OpenAI server (tests/stub_openai.py): no other file names it."""
+"""A backend kind registered by a test alone runs end to end: the CLI starts it as a service
+and runs a preset on it through the runner, and the Compare table shows it. The kind is the
+stub OpenAI server (tests/stub_openai.py), defined in tests/support/integration_plugins.py:
+no file of the lab names it."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
@@ -17,25 +16,12 @@ from db.engine import get_engine
 from lab import cli
 from lab.analysis.compare import run_record
 from lab.analysis.safe_csv import records_to_csv
-from lab.backends import Backend, Launch, MetricNames, get_backend, register, unregister
+from lab.backends import get_backend, register, unregister
 from lab.report.seed_tables import our_table
 from lab.settings import get_settings
+from tests.support.integration_plugins import KIND, StubEngine
 
 pytestmark = pytest.mark.integration
-
-KIND = "stubengine"
-
-
-class StubEngine(Backend):
-    name = KIND
-    label = "stub engine"
-    metrics = MetricNames()  # the stub exports no /metrics: its server figures stay unknown
-    start_hint = "instant"
-    packages = ("uvicorn",)
-
-    def launch(self, *, model: str, options: Any, settings: Any) -> Launch:
-        argv = [sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}", "--delay-s", "0.02"]
-        return Launch(argv=argv, readiness_timeout_s=30)
 
 
 @pytest.fixture()
@@ -87,11 +73,12 @@ def test_a_kind_registered_in_a_test_runs_through_the_cli_the_runner_and_compare
         records = [run_record(run) for run in runs]
         environments = [run.environment for run in runs]
     assert [(r["backend"], r["vus"], r["status"]) for r in records] == [(KIND, 1, "done"), (KIND, 2, "done")]
-    for record, environment in zip(records, environments):
+    for record, environment in zip(records, environments, strict=True):
         assert record["requests_ok"] > 0 and record["requests_failed"] == 0
         assert record["output_tok_per_s"] > 0
         # Figures the kind does not export stay unknown, never zero.
         assert record["prefix_cache_hit_rate"] is None and record["server_ttft_avg_s"] is None
+        assert environment is not None
         assert environment["services"][KIND]["backend"] == KIND
         assert "uvicorn" in environment["packages"]
 

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.supervisor import ManagedService
-from tests.integration.test_cache_proxy_real import CHAT_PATH, REPO_ROOT, chat, start_proxy, stub_calls
 from tests.stub_upstream import credential_of, fingerprint_of_key
+from tests.support.integration_proxy import CHAT_PATH, REPO_ROOT, chat, running_proxy, stub_calls, stub_upstream_service
 
 pytestmark = pytest.mark.integration
 
@@ -38,50 +38,35 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache-proxy-hostile-inputs-logs")
 
 
-def _stub(log_dir: Path, name: str, *extra_args: str) -> ManagedService:
-    return ManagedService(
-        name=name,
-        argv=[sys.executable, "-m", "tests.stub_upstream", "--port", "{port}", *extra_args],
-        log_path=log_dir / f"{name}.log",
-        readiness_timeout_s=30.0,
-        cwd=REPO_ROOT,
-    )
-
-
 @pytest.fixture(scope="module")
 def keyed_stub(log_dir: Path) -> Iterator[ManagedService]:
-    with _stub(log_dir, "keyed-stub", "--api-keys", ",".join(API_KEYS)) as service:
+    with stub_upstream_service(log_dir, "keyed-stub", "--api-keys", ",".join(API_KEYS)) as service:
         yield service
 
 
 @pytest.fixture(scope="module")
 def open_stub(log_dir: Path) -> Iterator[ManagedService]:
-    with _stub(log_dir, "open-stub") as service:
+    with stub_upstream_service(log_dir, "open-stub") as service:
         yield service
-
-
-def _proxy(upstream: ManagedService, redis_service, log_dir: Path, *extra_args: str) -> Iterator[ManagedService]:
-    service = start_proxy(upstream.url, redis_service.redis_url, log_dir, *extra_args)
-    try:
-        yield service
-    finally:
-        service.stop()
 
 
 @pytest.fixture(scope="module")
 def keyed_proxy(keyed_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:
     """The default proxy (credentials bypass the cache) before the key-checking stub."""
-    yield from _proxy(keyed_stub, redis_service, log_dir)
+    with running_proxy(keyed_stub, redis_service.redis_url, log_dir) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="module")
 def per_credential_proxy(keyed_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:
-    yield from _proxy(keyed_stub, redis_service, log_dir, "--credentials", "per-credential")
+    with running_proxy(keyed_stub, redis_service.redis_url, log_dir, "--credentials", "per-credential") as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="module")
 def open_proxy(open_stub: ManagedService, redis_service, log_dir: Path) -> Iterator[ManagedService]:
-    yield from _proxy(open_stub, redis_service, log_dir)
+    with running_proxy(open_stub, redis_service.redis_url, log_dir) as proxy:
+        yield proxy
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -301,14 +286,16 @@ def test_deterministic_policy_does_not_cache_a_missing_temperature_and_says_so(
         check=True,
     ).stdout
     assert "missing temperature means 1.0" in " ".join(help_text.split())
-    for proxy in _proxy(open_stub, redis_service, log_dir, "--policy", "deterministic"):
-        with httpx.Client(base_url=proxy.url, timeout=30) as client:
-            unset = chat(f"unset temperature {uuid.uuid4()}")
-            assert [client.post(CHAT_PATH, json=unset).headers["x-cache"] for _ in range(2)] == ["BYPASS", "BYPASS"]
-            greedy = chat(f"temperature zero {uuid.uuid4()}", temperature=0.0)
-            assert [client.post(CHAT_PATH, json=greedy).headers["x-cache"] for _ in range(2)] == ["MISS", "HIT"]
-            seeded = chat(f"seeded {uuid.uuid4()}", temperature=0.9, seed=3)
-            assert [client.post(CHAT_PATH, json=seeded).headers["x-cache"] for _ in range(2)] == ["MISS", "HIT"]
+    with (
+        running_proxy(open_stub, redis_service.redis_url, log_dir, "--policy", "deterministic") as proxy,
+        httpx.Client(base_url=proxy.url, timeout=30) as client,
+    ):
+        unset = chat(f"unset temperature {uuid.uuid4()}")
+        assert [client.post(CHAT_PATH, json=unset).headers["x-cache"] for _ in range(2)] == ["BYPASS", "BYPASS"]
+        greedy = chat(f"temperature zero {uuid.uuid4()}", temperature=0.0)
+        assert [client.post(CHAT_PATH, json=greedy).headers["x-cache"] for _ in range(2)] == ["MISS", "HIT"]
+        seeded = chat(f"seeded {uuid.uuid4()}", temperature=0.9, seed=3)
+        assert [client.post(CHAT_PATH, json=seeded).headers["x-cache"] for _ in range(2)] == ["MISS", "HIT"]
 
 
 # --- property: arbitrary JSON and headers through the real proxy ---------------------------------------

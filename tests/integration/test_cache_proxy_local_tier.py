@@ -15,10 +15,31 @@ import httpx
 import pytest
 
 from services.supervisor import ManagedService
-from tests.integration.test_cache_proxy_hostile_inputs import _proxy, log_dir, open_stub  # noqa: F401 (fixtures)
-from tests.integration.test_cache_proxy_real import CHAT_PATH, chat, redis_command, start_proxy
+from tests.support.integration_proxy import (
+    CHAT_PATH,
+    KillableRedis,
+    chat,
+    redis_command,
+    running_proxy,
+    start_proxy,
+    stub_upstream_service,
+)
 
 pytestmark = pytest.mark.integration
+
+# The namespace each proxy keys its entries under, by the proxy's URL (to compute its keys).
+NAMESPACES: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache-proxy-local-tier-logs")
+
+
+@pytest.fixture(scope="module")
+def open_stub(log_dir: Path) -> Iterator[ManagedService]:
+    with stub_upstream_service(log_dir, "open-stub") as service:
+        yield service
 
 
 # --- the in-process tier stays coherent with Redis (two proxies, one Redis) --------------------------
@@ -40,7 +61,7 @@ def twin_proxies(open_stub: ManagedService, redis_service, log_dir: Path) -> Ite
     namespace = f"twins-{uuid.uuid4().hex[:8]}"
     first = start_proxy(open_stub.url, redis_service.redis_url, log_dir, "--namespace", namespace)
     second = start_proxy(open_stub.url, redis_service.redis_url, log_dir, "--namespace", namespace)
-    first.namespace = namespace  # type: ignore[attr-defined]
+    NAMESPACES[first.url] = namespace
     try:
         yield first, second
     finally:
@@ -66,8 +87,8 @@ def _key_of(proxy: ManagedService, upstream: ManagedService, body: dict) -> byte
         upstream_identity=normalize_upstream_identity(upstream.url),
         path=CHAT_PATH,
         body=body,
-        namespace=proxy.namespace,
-    ).encode()  # type: ignore[attr-defined]
+        namespace=NAMESPACES[proxy.url],
+    ).encode()
 
 
 def test_an_entry_overwritten_through_another_proxy_is_not_served_locally(twin_proxies, open_stub) -> None:
@@ -101,8 +122,8 @@ def test_an_entry_deleted_or_flushed_in_redis_is_not_served_locally(twin_proxies
 
 
 def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_service, log_dir: Path) -> None:
-    for proxy in _proxy(open_stub, redis_service, log_dir, "--ttl-s", "1"):
-        proxy.namespace = proxy.name.removeprefix("cache-proxy-")  # type: ignore[attr-defined]
+    with running_proxy(open_stub, redis_service.redis_url, log_dir, "--ttl-s", "1") as proxy:
+        NAMESPACES[proxy.url] = proxy.name.removeprefix("cache-proxy-")
         with httpx.Client(base_url=proxy.url, timeout=30) as client:
             by_ttl = chat(f"ttl {uuid.uuid4()}")
             _warm_local(client, proxy, by_ttl)
@@ -118,24 +139,24 @@ def test_an_entry_expired_in_redis_is_not_served_locally(open_stub, redis_servic
 def test_the_local_tier_is_emptied_when_redis_goes_and_works_again_after_it_returns(
     open_stub: ManagedService, log_dir: Path
 ) -> None:
-    from tests.integration.test_cache_proxy_real import KillableRedis
-
     redis = KillableRedis(log_dir / "tier-redis.log")
     redis.start()
     try:
-        for proxy in _proxy(open_stub, type("R", (), {"redis_url": redis.url})(), log_dir):
-            with httpx.Client(base_url=proxy.url, timeout=30) as client:
-                body = chat(f"tier reconnect {uuid.uuid4()}")
-                _warm_local(client, proxy, body)
-                redis.kill()
+        with (
+            running_proxy(open_stub, redis.url, log_dir) as proxy,
+            httpx.Client(base_url=proxy.url, timeout=30) as client,
+        ):
+            body = chat(f"tier reconnect {uuid.uuid4()}")
+            _warm_local(client, proxy, body)
+            redis.kill()
+            time.sleep(0.2)
+            # The entry may be long gone from a restarted Redis: never a local hit now.
+            assert client.post(CHAT_PATH, json=body).headers["x-cache"] == "ERROR"
+            redis.start()
+            deadline = time.monotonic() + 10
+            while client.post(CHAT_PATH, json=body).headers["x-cache"] != "HIT":
+                assert time.monotonic() < deadline, "caching did not resume"
                 time.sleep(0.2)
-                # The entry may be long gone from a restarted Redis: never a local hit now.
-                assert client.post(CHAT_PATH, json=body).headers["x-cache"] == "ERROR"
-                redis.start()
-                deadline = time.monotonic() + 10
-                while client.post(CHAT_PATH, json=body).headers["x-cache"] != "HIT":
-                    assert time.monotonic() < deadline, "caching did not resume"
-                    time.sleep(0.2)
-                _warm_local(client, proxy, chat(f"tier reconnect again {uuid.uuid4()}"))
+            _warm_local(client, proxy, chat(f"tier reconnect again {uuid.uuid4()}"))
     finally:
         redis.kill()

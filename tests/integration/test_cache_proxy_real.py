@@ -8,58 +8,29 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from services.cache_proxy.policy import summarize_sse
-from services.redis_server import redis_ping, redis_server_argv
-from services.supervisor import ManagedService, find_free_port
+from services.supervisor import ManagedService
+from tests.support.integration_proxy import (
+    CHAT_PATH,
+    REPO_ROOT,
+    KillableRedis,
+    chat,
+    redis_command,
+    start_proxy,
+    stub_calls,
+)
 
 pytestmark = pytest.mark.integration
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CHAT_PATH = "/v1/chat/completions"
-
-
-def start_proxy(upstream_url: str, redis_url: str, log_dir: Path, *extra_args: str) -> ManagedService:
-    """Start one proxy process with its own namespace (so tests never share entries)."""
-    namespace = f"test-{uuid.uuid4().hex[:8]}"
-    service = ManagedService(
-        name=f"cache-proxy-{namespace}",
-        argv=[
-            sys.executable,
-            "-m",
-            "services.cache_proxy",
-            "--upstream",
-            upstream_url,
-            "--redis-url",
-            redis_url,
-            "--port",
-            "{port}",
-            "--namespace",
-            namespace,
-            *extra_args,
-        ],
-        log_path=log_dir / f"cache-proxy-{namespace}.log",
-        readiness_timeout_s=30.0,
-        cwd=REPO_ROOT,
-    )
-    return service.start()
-
-
-def chat(content: str, **fields: object) -> dict:
-    return {"model": "stub-model", "messages": [{"role": "user", "content": content}], "max_tokens": 16, **fields}
-
-
-def stub_calls(stub: ManagedService) -> int:
-    return httpx.get(f"{stub.url}/stub/calls").json()["completions"]
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +52,8 @@ def stub_upstream(log_dir: Path) -> Iterator[ManagedService]:
 
 
 @pytest.fixture(scope="module")
-def stub_proxy(stub_upstream: ManagedService, redis_service: ManagedService, log_dir: Path) -> Iterator[ManagedService]:
-    service = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir)  # type: ignore[attr-defined]
+def stub_proxy(stub_upstream: ManagedService, redis_service: Any, log_dir: Path) -> Iterator[ManagedService]:
+    service = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir)
     try:
         yield service
     finally:
@@ -90,10 +61,8 @@ def stub_proxy(stub_upstream: ManagedService, redis_service: ManagedService, log
 
 
 @pytest.fixture(scope="module")
-def naive_proxy(
-    naive_service: ManagedService, redis_service: ManagedService, log_dir: Path
-) -> Iterator[ManagedService]:
-    service = start_proxy(naive_service.url, redis_service.redis_url, log_dir)  # type: ignore[attr-defined]
+def naive_proxy(naive_service: ManagedService, redis_service: Any, log_dir: Path) -> Iterator[ManagedService]:
+    service = start_proxy(naive_service.url, redis_service.redis_url, log_dir)
     try:
         yield service
     finally:
@@ -219,9 +188,9 @@ def test_cache_control_and_x_cache_values(stub_proxy: ManagedService) -> None:
 
 
 def test_deterministic_policy_caches_only_reproducible_requests(
-    stub_upstream: ManagedService, redis_service: ManagedService, log_dir: Path
+    stub_upstream: ManagedService, redis_service: Any, log_dir: Path
 ) -> None:
-    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--policy", "deterministic")  # type: ignore[attr-defined]
+    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--policy", "deterministic")
     try:
         with httpx.Client(base_url=proxy.url, timeout=30) as client:
             sampled = chat(f"sampled {uuid.uuid4()}", temperature=0.8)
@@ -238,7 +207,7 @@ async def _concurrent_posts(url: str, body: dict, count: int, headers: dict[str,
 
 
 def test_single_flight_makes_one_upstream_call_for_20_identical_misses(
-    stub_proxy: ManagedService, stub_upstream: ManagedService, redis_service: ManagedService, log_dir: Path
+    stub_proxy: ManagedService, stub_upstream: ManagedService, redis_service: Any, log_dir: Path
 ) -> None:
     slow = {"x-stub-delay-s": "0.5"}
     body = chat(f"single flight {uuid.uuid4()}")
@@ -249,7 +218,7 @@ def test_single_flight_makes_one_upstream_call_for_20_identical_misses(
     assert len({response.content for response in responses}) == 1
 
     # Switched off, the same load makes many upstream calls (so the check above can fail).
-    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--no-single-flight")  # type: ignore[attr-defined]
+    proxy = start_proxy(stub_upstream.url, redis_service.redis_url, log_dir, "--no-single-flight")
     try:
         calls_before = stub_calls(stub_upstream)
         asyncio.run(_concurrent_posts(proxy.url, chat(f"no single flight {uuid.uuid4()}"), 20, slow))
@@ -258,7 +227,7 @@ def test_single_flight_makes_one_upstream_call_for_20_identical_misses(
         proxy.stop()
 
 
-def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: ManagedService) -> None:
+def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: Any) -> None:
     host, port = redis_service.host, int(redis_service.port or 0)
     foreign_key = f"someone-else:{uuid.uuid4()}"
     redis_command(host, port, b"SET", foreign_key.encode(), b"keep me")
@@ -287,46 +256,7 @@ def test_health_metrics_and_flush(stub_proxy: ManagedService, redis_service: Man
     assert redis_command(host, port, b"GET", foreign_key.encode()).endswith(b"keep me\r\n")
 
 
-def redis_command(host: str, port: int, *parts: bytes) -> bytes:
-    """Send one command to Redis on a raw socket; its raw RESP reply."""
-    import socket
-
-    from services.cache_proxy.resp import encode_command
-
-    with socket.create_connection((host, port), timeout=2) as sock:
-        sock.sendall(encode_command(*parts))
-        return sock.recv(4096)
-
-
 # --- fail-open: Redis killed, paused, restarted -----------------------------------------
-
-
-class KillableRedis:
-    """A redis-server of our own on a fixed port, to kill, pause and restart."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.port = find_free_port()
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(redis_server_argv(self.port), stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while not redis_ping("127.0.0.1", self.port):
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.kill()
-            self.process.wait(timeout=10)
-            self.process = None
 
 
 @pytest.fixture

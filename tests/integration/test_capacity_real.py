@@ -62,7 +62,8 @@ def test_capacity_search_against_a_stub_target(tmp_path: Path) -> None:
         assert {run.experiment_id for run in runs} == {result["experiment_id"]}
         assert all(
             run.slo_attainment == 1.0
-            and store.get_run_requests(session=session, run_id=run.id).requests == run.requests_ok
+            and (requests := store.get_run_requests(session=session, run_id=run.id)) is not None
+            and requests.requests == run.requests_ok
             for run in runs
         )
     # 50 ms per answer never meets a 10 ms median: no capacity, after one probe.

@@ -76,7 +76,7 @@ def test_lab_run_ends_with_one_line_when_the_worker_uses_a_removed_database(tmp_
         [sys.executable, "-c", HOLDER, str(data_dir)], cwd=PROJECT_ROOT, text=True, stdout=subprocess.PIPE
     )
     try:
-        assert holder.stdout.readline().strip() == "ready"
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         for name in ("lab.db", "lab.db-wal", "lab.db-shm"):
             (data_dir / name).unlink(missing_ok=True)
         started = time.monotonic()

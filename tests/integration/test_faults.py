@@ -16,8 +16,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -27,140 +28,16 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.engine import make_engine
-from db.models import Run, RunStatus
-from lab.context import LabContext
-from lab.queue import experiments
-from lab.queue.worker import Worker
+from db.models import RunStatus
 from lab.queue.worker_lock import WorkerBusyError, WorkerLock
-from lab.settings import Settings
-from lab.specs.schema import ExperimentSpec, RunSpec
 from services.manager import ServiceManager
 from services.supervisor import ManagedService
-from tests.conftest import DEFAULT_MODEL, PROJECT_ROOT
+from tests.support.integration_lab import PROJECT_ROOT, Lab, is_running, naive_spec, stub_spec
 
 pytestmark = pytest.mark.integration
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class Lab:
-    """A private lab: its own data folder, SQLite file, settings and worker."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.settings = Settings(data_dir=data_dir, stop_idle_backends=True, worker_poll_interval_s=0.2)
-        self.context = LabContext(settings=self.settings)
-        self.engine = self.context.engine
-        self.worker = Worker(context=self.context)
-        self._thread: threading.Thread | None = None
-
-    def enqueue(self, *specs: RunSpec, name: str = "faults") -> list[int]:
-        ids = []
-        for spec in specs:
-            with Session(self.engine) as session:
-                experiment = experiments.enqueue_experiment(session=session, spec=ExperimentSpec(name=name, base=spec))
-                ids += [run.id for run in experiment.runs]
-        return ids
-
-    def run_queue(self) -> None:
-        while self.worker.run_one() is not None:
-            pass
-
-    def start_worker(self) -> None:
-        self._thread = threading.Thread(target=self.run_queue, daemon=True)
-        self._thread.start()
-
-    def join_worker(self, timeout_s: float = 120) -> None:
-        assert self._thread is not None
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), "the worker did not finish the queue in time"
-
-    def run(self, run_id: int) -> Run:
-        with Session(self.engine) as session:
-            run = store.get_run(session=session, run_id=run_id)
-            assert run is not None
-            session.expunge(run)
-            return run
-
-    def series(self, run_id: int) -> dict:
-        with Session(self.engine) as session:
-            row = store.get_run_series(session=session, run_id=run_id)
-            return dict(row.series) if row and row.series else {}
-
-    def wait_for(self, run_id: int, predicate: Callable[[Run], bool], timeout_s: float = 90) -> Run:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            run = self.run(run_id)
-            if predicate(run):
-                return run
-            assert run.status not in RunStatus.FINAL or predicate(run), (run.status, run.status_reason)
-            time.sleep(0.2)
-        raise AssertionError(f"run {run_id} never reached the expected state (now {self.run(run_id).status})")
-
-    def integrity(self) -> str:
-        with self.engine.connect() as connection:
-            return str(connection.execute(text("PRAGMA integrity_check")).scalar())
-
-    def close(self) -> None:
-        self.worker.stop()
-        self.worker.services.stop_all()
-        self.engine.dispose()
-
-
-@pytest.fixture()
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    instance = Lab(tmp_path / "lab-data")
-    try:
-        yield instance
-    finally:
-        instance.close()
-
-
-@pytest.fixture()
-def stub(tmp_path: Path) -> Iterator[ManagedService]:
-    """The OpenAI stub (0.2 s per completion) on a free loopback port."""
-    service = ManagedService(
-        name="stub",
-        argv=[sys.executable, "-m", "tests.stub_openai", "--host", "{host}", "--port", "{port}", "--delay-s", "0.2"],
-        log_path=tmp_path / "stub.log",
-        cwd=PROJECT_ROOT,
-        readiness_timeout_s=30,
-    )
-    with service:
-        yield service
-
-
-def naive_spec(*, duration_s: float, **changes: object) -> RunSpec:
-    return RunSpec.model_validate(
-        {
-            "backend": "naive",
-            "model": str(DEFAULT_MODEL),
-            "max_tokens": 8,
-            "warmup_requests": 1,
-            "load": {"vus": 1, "duration_s": duration_s, "graceful_stop_s": 5},
-            **changes,
-        }
-    )
-
-
-def stub_spec(url: str, *, duration_s: float, backend: str = "external", vus: int = 2, **changes: object) -> RunSpec:
-    return RunSpec.model_validate(
-        {
-            "backend": backend,
-            "target_url": url,
-            "model": "stub",
-            "max_tokens": 8,
-            "warmup_requests": 0,
-            "workload": {"prompts": 10_000},
-            "load": {"vus": vus, "duration_s": duration_s, "graceful_stop_s": 2},
-            **changes,
-        }
-    )
-
-
-def is_running(run: Run, at_least: int = 2) -> bool:
-    """The run is under load and k6 counts requests (the first may be setup's health check)."""
-    return run.status == RunStatus.RUNNING and ((run.progress or {}).get("requests_completed") or 0) >= at_least
 
 
 def alive(pid: int) -> bool:
@@ -201,6 +78,7 @@ def test_a_backend_killed_mid_run_fails_that_run_keeps_its_data_and_the_next_run
 
     killed = lab.run(first)
     assert killed.status == RunStatus.FAILED
+    assert killed.status_reason is not None
     assert killed.status_reason.startswith("the naive service died during the load; its last log line: ")
     assert killed.status_reason.endswith("(see its log below)")
     assert killed.finished_at is not None and killed.progress is None
@@ -211,6 +89,7 @@ def test_a_backend_killed_mid_run_fails_that_run_keeps_its_data_and_the_next_run
 
     proceeded = lab.run(second)
     assert proceeded.status == RunStatus.DONE, proceeded.status_reason
+    assert proceeded.started_at and killed.finished_at and proceeded.requests_ok is not None
     assert proceeded.started_at >= killed.finished_at and proceeded.requests_ok > 0
     assert lab.integrity() == "ok"
 
@@ -222,6 +101,7 @@ def test_a_model_folder_that_holds_no_model_fails_the_run_with_the_servers_reaso
     lab.run_queue()
     run = lab.run(run_id)
     assert run.status == RunStatus.FAILED
+    assert run.status_reason is not None
     assert "naive exited with code" in run.status_reason and "before it was ready" in run.status_reason
     assert "Last lines of" in run.status_reason and "Application startup failed" in run.status_reason  # its log
     assert lab.worker.services.pid_of("naive") is None
@@ -242,6 +122,7 @@ def test_redis_killed_mid_run_the_proxy_fails_open_and_the_run_completes(lab: La
 
     run = lab.run(run_id)
     assert run.status == RunStatus.DONE, run.status_reason
+    assert run.requests_ok is not None
     assert run.requests_failed == 0 and run.requests_ok > 10  # every request was answered (fail open)
     assert run.response_cache_store_errors and run.response_cache_store_errors > 0  # counted
     assert "redis stopped during the run" in (run.measurement_warnings or "")  # shown on the run page
@@ -310,6 +191,7 @@ def test_the_lab_worker_killed_mid_run_and_restarted_leaves_an_interrupted_run_a
             stderr=subprocess.DEVNULL,
         )
         run = lab.wait_for(run_id, lambda r: r.status == RunStatus.INTERRUPTED, timeout_s=60)
+        assert run.status_reason is not None
         assert "the lab stopped while this run was running" in run.status_reason
         deadline = time.monotonic() + 30
         while alive(naive_pid) or k6_processes(run_dir):
@@ -459,6 +341,7 @@ def test_two_launches_at_once_are_both_queued_and_run_one_after_the_other(lab: L
             seen_a = store.active_run(session=viewer_a)
             seen_b = store.active_run(session=viewer_b)
             assert seen_a is not None and seen_b is not None and seen_a.id == seen_b.id == live.id
+            assert seen_a.progress is not None and seen_b.progress is not None
             assert seen_a.progress["requests_completed"] and seen_b.progress["requests_completed"]
         # A second worker (another lab process) is refused while this one holds the lock.
         second = cli("worker", env={"LAB_DATA_DIR": str(lab.settings.data_dir)})
@@ -471,8 +354,11 @@ def test_two_launches_at_once_are_both_queued_and_run_one_after_the_other(lab: L
             time.sleep(0.2)
         lab.join_worker()
     assert most_k6_at_once == 1
-    first, second_run = sorted((lab.run(run_id) for run_id in launched), key=lambda r: r.started_at)
+    runs = [lab.run(run_id) for run_id in launched]
+    assert all(run.started_at for run in runs)
+    first, second_run = sorted(runs, key=lambda r: cast(datetime, r.started_at))
     assert first.status == second_run.status == RunStatus.DONE
+    assert first.finished_at and second_run.started_at
     assert first.finished_at <= second_run.started_at  # never two runs (two k6) at once
 
 

@@ -17,15 +17,14 @@ import pytest
 
 from db.models import RunStatus
 from services.processes import find_free_port
-from tests.conftest import PROJECT_ROOT
-from tests.integration.test_faults import Lab, is_running, lab, stub, stub_spec  # noqa: F401 (fixtures)
 from tests.stub_openai import StubServer
+from tests.support.integration_lab import PROJECT_ROOT, Lab, is_running, stub_spec
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture()
-def tiny_runs_dir(lab: Lab) -> Iterator[Path]:  # noqa: F811
+def tiny_runs_dir(lab: Lab) -> Iterator[Path]:
     """A 256 kB tmpfs as the run folder: k6's outputs fill it within seconds."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
@@ -77,6 +76,7 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
             lab.run_queue()
         run = lab.run(run_id)
         assert run.status == RunStatus.FAILED and run.finished_at is not None and run.progress is None
+        assert run.status_reason is not None
         assert "No space left on device" in run.status_reason and "\n" not in run.status_reason
         assert run.requests_ok, "the figures k6 had streamed are kept"
         assert not [record for record in caplog.records if record.exc_info]
@@ -85,7 +85,7 @@ def test_a_data_folder_that_fills_up_database_included_still_records_the_final_s
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def test_sigterm_mid_run_keeps_the_partial_figures_and_series(tmp_path: Path, stub) -> None:  # noqa: F811
+def test_sigterm_mid_run_keeps_the_partial_figures_and_series(tmp_path: Path, stub) -> None:
     data_dir = tmp_path / "lab-data"
     lab = Lab(data_dir)
     [run_id] = lab.enqueue(stub_spec(stub.url, duration_s=60, vus=2))
@@ -138,7 +138,7 @@ def test_an_external_target_whose_metrics_are_not_prometheus_text_keeps_the_clie
     assert run.requests_ok and run.req_per_s and run.latency_p95_s is not None
     if kind != "non-finite":
         assert "/metrics" in (run.measurement_warnings or ""), run.measurement_warnings
-        assert "client's (k6) are kept" in run.measurement_warnings
+        assert "client's (k6) are kept" in (run.measurement_warnings or "")
 
 
 def test_a_database_file_removed_under_an_idle_worker_ends_it_and_the_cli_with_one_line(tmp_path: Path) -> None:
@@ -198,4 +198,4 @@ def test_a_metrics_page_that_trickles_in_is_given_up_on_not_waited_for() -> None
         result = read_metrics(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=0.2)
     finally:
         server.shutdown()
-    assert result.snapshot is None and "took longer than" in result.problem
+    assert result.snapshot is None and "took longer than" in (result.problem or "")

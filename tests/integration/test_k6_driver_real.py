@@ -63,7 +63,9 @@ def test_constant_vus_counts_match_the_server(tmp_path: Path, stub: StubServer) 
     assert figures["response_cache_hit_rate"] == pytest.approx(stub.stats.cache_hits / served, rel=0.02)
     assert figures["vus_max"] == 4
 
-    piped, per_request = process.results()  # waits for the pipe's last bytes (the raw copy's too)
+    results = process.results()  # waits for the pipe's last bytes (the raw copy's too)
+    assert results is not None
+    piped, per_request = results
     series = stream_series(process.ndjson_path)
     assert series.requests_ok_total == figures["requests_ok"]
     assert series.latency.p95_s == pytest.approx(figures["latency_p95_s"], rel=1e-9)
@@ -79,7 +81,9 @@ def test_samples_come_through_the_pipe_and_nothing_is_left_on_disk(tmp_path: Pat
     )
     process.start()
     assert process.wait(timeout_s=60) == 0, process.exit_message()
-    series, per_request = process.results()
+    results = process.results()
+    assert results is not None
+    series, per_request = results
     figures = parse_summary(process.summary_path)
     assert series.requests_ok_total == figures["requests_ok"] > 20
     assert len(per_request) == figures["requests_total"]

@@ -40,7 +40,7 @@ def wait_until_serving(start: subprocess.Popen, data_dir: Path, port: int, timeo
     """The children's pids once Streamlit listens on ``port``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert start.poll() is None, start.stderr.read()
+        assert start.poll() is None, start.stderr.read() if start.stderr else start.returncode
         owner, children = LabPidFile(data_dir).read()
         if owner is not None and owner.pid == start.pid:
             with socket.socket() as sock:

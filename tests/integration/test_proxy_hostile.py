@@ -34,7 +34,7 @@ import redis
 from services.cache_proxy.keys import cache_key, normalize_upstream_identity
 from services.cache_proxy.serving import DEFAULT_HEADER_TIMEOUT_S, SERVERS
 from services.supervisor import ManagedService
-from tests.integration.test_cache_proxy_real import CHAT_PATH, REPO_ROOT, chat
+from tests.support.integration_proxy import CHAT_PATH, REPO_ROOT, chat
 
 pytestmark = pytest.mark.integration
 
@@ -439,7 +439,8 @@ def test_corrupted_entries_are_served_as_misses_and_repaired(
         first, second = (client.post(CHAT_PATH, json=body) for _ in range(2))
     assert (first.status_code, first.headers["x-cache"]) == (200, "MISS"), first.content[:200]
     assert (second.headers["x-cache"], second.content) == ("HIT", first.content)
-    assert store.get(key_of(stub, namespace, body))[:1] == (b"s" if streaming else b"j")
+    stored = store.get(key_of(stub, namespace, body))
+    assert isinstance(stored, bytes) and stored[:1] == (b"s" if streaming else b"j")
 
 
 @pytest.mark.parametrize("redis_type", ["list", "hash", "set"])

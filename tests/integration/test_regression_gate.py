@@ -112,7 +112,9 @@ def test_an_exported_run_spec_reruns_the_same_spec_and_the_api_matches_the_csv(t
     rerun_id = json.loads(again.stdout)[0]["run_id"]
     url = f"sqlite:///{data / 'lab.db'}"
     with Session(make_engine(url)) as session:
-        original, rerun = session.get(Run, run_id).spec, session.get(Run, rerun_id).spec
+        original_run, rerun_run = session.get(Run, run_id), session.get(Run, rerun_id)
+        assert original_run is not None and rerun_run is not None
+        original, rerun = original_run.spec, rerun_run.spec
     assert set(rerun) == set(original)
     for field in original:
         assert rerun[field] == original[field], field

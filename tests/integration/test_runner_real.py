@@ -8,32 +8,12 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.analysis.compare import run_record
 from lab.analysis.seed import exp2_ratios
-from lab.context import LabContext
-from lab.queue import experiments
-from lab.queue.worker import Worker
 from lab.report.seed_tables import our_table
 from lab.specs.schema import load_preset
+from tests.support.integration_lab import run_experiment
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
-
-
-def run_experiment(engine, settings, spec) -> list[dict]:
-    with Session(engine) as session:
-        run_ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-    worker = Worker(context=LabContext(settings=settings))
-    while worker.run_one() is not None:
-        pass
-    with Session(engine) as session:
-        runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
-        records = []
-        for run in runs:
-            series = store.get_run_series(session=session, run_id=run.id)
-            records.append(
-                run_record(run) | {"count_check": run.count_check, "series": series.series if series else {}}
-            )
-        return records
 
 
 def assert_done(records: list[dict]) -> None:
@@ -55,7 +35,8 @@ def test_quick_experiment_2_cache_hits_and_beats_direct(lab_engine, lab_settings
     assert cached["response_cache_hit_rate"] > 0.90
     assert cached["req_per_s"] > 10 * direct["req_per_s"]
     assert cached["response_cache_store_errors"] == 0
-    assert exp2_ratios(records)[5].cached_over_direct.value > 10
+    ratio = exp2_ratios(records)[5].cached_over_direct.value
+    assert ratio is not None and ratio > 10
     # Client and server agree: every request k6 counted reached the proxy.
     check = cached["count_check"]["requests"]
     assert abs(check["difference_ratio"]) <= 0.02, check
@@ -121,6 +102,7 @@ def test_quick_experiment_1_stores_complete_runs_for_both_backends(
     assert vllm_run["prefix_cache_hit_rate"] is not None
     with Session(lab_engine) as session:
         run = store.get_run(session=session, run_id=vllm_run["run_id"])
+        assert run is not None and run.environment is not None
         assert run.environment["cpu_count"] and run.environment["k6_version"].startswith("k6 v")
         assert run.environment["config_sha256"] and run.environment["packages"]["torch"]
     assert len(our_table("seed-exp1", records)) == 4

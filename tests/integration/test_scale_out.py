@@ -8,130 +8,21 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
-import psutil
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store, worker_store
-from db.engine import make_engine
-from db.migrations import upgrade
+from db import store
 from db.models import RunStatus
 from lab.queue import experiments
-from lab.settings import PROJECT_ROOT
 from lab.specs.schema import ExperimentSpec, RunSpec
-from services.supervisor import find_free_port
 from tests.stub_openai import StubServer
+from tests.support.integration_workers import HEARTBEAT_S, LEASE_S, wait_until
 
 pytestmark = pytest.mark.integration
-
-LEASE_S = 6.0
-HEARTBEAT_S = 1.0
-
-
-class WorkerProcess:
-    """One ``python -m lab worker`` with its own data folder, on the shared database."""
-
-    def __init__(self, *, name: str, labels: str, database_url: str, data_dir: Path) -> None:
-        self.name, self.data_dir = name, data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = data_dir / "worker.log"
-        env = {
-            **os.environ,
-            "LAB_DATABASE_URL": database_url,
-            "LAB_DATA_DIR": str(data_dir),
-            "LAB_WORKER_LEASE_S": str(LEASE_S),
-            "LAB_WORKER_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
-            "LAB_WORKER_POLL_INTERVAL_S": "0.2",
-        }
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "lab", "worker", "--name", name, "--labels", labels],
-                cwd=PROJECT_ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        # A SIGKILLed worker leaves its k6 behind: found by the data folder in its argv.
-        for process in psutil.process_iter(["cmdline"]):
-            try:
-                if str(self.data_dir) in " ".join(process.info["cmdline"] or []):
-                    process.kill()
-            except psutil.Error:
-                continue
-
-
-@pytest.fixture()
-def stub() -> Iterator[StubServer]:
-    server = StubServer(port=find_free_port(), delay_s=0.05).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture()
-def shared_engine(postgres_database_url: str) -> Iterator[Engine]:
-    engine = make_engine(postgres_database_url)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture()
-def start_workers(postgres_database_url: str, shared_engine: Engine, tmp_path: Path) -> Iterator:
-    started: list[WorkerProcess] = []
-
-    def start(*name_labels: tuple[str, str]) -> list[WorkerProcess]:
-        # Started back to back, before either has registered: they race for the same queue.
-        workers = [
-            WorkerProcess(name=name, labels=labels, database_url=postgres_database_url, data_dir=tmp_path / name)
-            for name, labels in name_labels
-        ]
-        started.extend(workers)
-        wait_until(lambda: all(registered(shared_engine, w.name) for w in workers), 60, "workers to register", workers)
-        return workers
-
-    yield start
-    for worker in started:
-        worker.stop()
-
-
-def registered(engine: Engine, name: str) -> bool:
-    with Session(engine) as session:
-        record = worker_store.get_worker(session=session, name=name)
-        return record is not None and record.state == "running"
-
-
-def wait_until(predicate, timeout_s: float, what: str, workers: list[WorkerProcess] = ()) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        for worker in workers:
-            assert worker.process.poll() is None or worker.process.returncode == -9, worker.log()[-3000:]
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stub_run(url: str, *, duration_s: float, **placement: object) -> RunSpec:
@@ -171,15 +62,15 @@ def all_final(engine: Engine, run_ids: list[int]) -> bool:
 
 def claims(engine: Engine) -> list[tuple[int, str]]:
     with Session(engine) as session:
-        return [(claim.run_id, claim.worker_name) for claim in worker_store.list_run_claims(session=session)]
+        return [(claim.run_id, claim.worker_name) for claim in store.list_run_claims(session=session)]
 
 
 def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_workers_run(
-    stub: StubServer, shared_engine: Engine, start_workers
+    stub_server: StubServer, shared_engine: Engine, start_workers
 ) -> None:
     cpu, gpu = start_workers(("cpu-box", "cpu"), ("gpu-box", "cpu,gpu"))
-    gpu_runs = enqueue(shared_engine, stub_run(stub.url, duration_s=2, requires=["gpu"]), repeats=2)
-    free_runs = enqueue(shared_engine, stub_run(stub.url, duration_s=2), repeats=6)
+    gpu_runs = enqueue(shared_engine, stub_run(stub_server.url, duration_s=2, requires=["gpu"]), repeats=2)
+    free_runs = enqueue(shared_engine, stub_run(stub_server.url, duration_s=2), repeats=6)
     every = gpu_runs + free_runs
     wait_until(lambda: all_final(shared_engine, every), 300, "the 8 runs", [cpu, gpu])
 
@@ -194,7 +85,7 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
     assert all(run.requests_ok and run.worker_hardware["cpu_cores"] for run in runs.values())
 
     # SIGKILL the cpu worker mid-run: the gpu worker interrupts its run within lease + heartbeat.
-    [victim] = enqueue(shared_engine, stub_run(stub.url, duration_s=60, worker="cpu-box"))
+    [victim] = enqueue(shared_engine, stub_run(stub_server.url, duration_s=60, worker="cpu-box"))
     wait_until(
         lambda: runs_by_id(shared_engine, [victim])[victim].status == RunStatus.RUNNING,
         60,
@@ -203,7 +94,7 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
     )
     os.kill(cpu.process.pid, signal.SIGKILL)
     killed_at = time.monotonic()
-    [after] = enqueue(shared_engine, stub_run(stub.url, duration_s=2))
+    [after] = enqueue(shared_engine, stub_run(stub_server.url, duration_s=2))
     wait_until(
         lambda: runs_by_id(shared_engine, [victim])[victim].status == RunStatus.INTERRUPTED,
         LEASE_S + HEARTBEAT_S + 30,
@@ -219,7 +110,7 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
     assert runs_by_id(shared_engine, [after])[after].worker_name == "gpu-box"
 
     # Cancel from here (as the web lab on any machine would) reaches the worker running it.
-    [cancelled] = enqueue(shared_engine, stub_run(stub.url, duration_s=60))
+    [cancelled] = enqueue(shared_engine, stub_run(stub_server.url, duration_s=60))
     wait_until(
         lambda: runs_by_id(shared_engine, [cancelled])[cancelled].status == RunStatus.RUNNING,
         60,
@@ -233,10 +124,10 @@ def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_worke
 
 
 def test_workers_started_together_on_an_empty_queue_never_claim_a_run_twice(
-    stub: StubServer, shared_engine: Engine, start_workers
+    stub_server: StubServer, shared_engine: Engine, start_workers
 ) -> None:
     first, second = start_workers(("box-1", "cpu"), ("box-2", "cpu"))
-    run_ids = enqueue(shared_engine, stub_run(stub.url, duration_s=1), repeats=20)  # 20 at once, one commit
+    run_ids = enqueue(shared_engine, stub_run(stub_server.url, duration_s=1), repeats=20)  # 20 at once, one commit
     wait_until(lambda: all_final(shared_engine, run_ids), 600, "the 20 runs", [first, second])
 
     runs = runs_by_id(shared_engine, run_ids)

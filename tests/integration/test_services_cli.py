@@ -16,49 +16,14 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import PROJECT_ROOT
+from tests.support.integration_streams import PROJECT_ROOT, STORY, lab_cli, stream_text
 
 pytestmark = pytest.mark.integration
-
-STORY = [{"role": "user", "content": "Write a short story about the number 7."}]
-
-
-def lab(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lab", *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def stream_text(url: str, model: str) -> tuple[str, dict | None]:
-    text, usage = "", None
-    body = {
-        "model": model,
-        "messages": STORY,
-        "max_tokens": 32,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": 0,
-    }
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line.removeprefix("data: "))
-            usage = chunk.get("usage") or usage
-            for choice in chunk.get("choices", []):
-                text += choice.get("delta", {}).get("content") or ""
-    return text, usage
 
 
 @pytest.mark.parametrize("model", ["-rf", "models/x;reboot", "$(id)"])
 def test_a_rejected_model_name_starts_nothing(model: str, tmp_path: Path) -> None:
-    result = lab(
+    result = lab_cli(
         "services", "up", "naive", env={"LAB_DATA_DIR": str(tmp_path), "LAB_DEFAULT_MODEL": model}, timeout=120
     )
     assert result.returncode == 2
@@ -66,7 +31,7 @@ def test_a_rejected_model_name_starts_nothing(model: str, tmp_path: Path) -> Non
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
-    result = lab(
+    result = lab_cli(
         "services",
         "up",
         "naive",
@@ -78,7 +43,7 @@ def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_an_unknown_service_name(tmp_path: Path) -> None:
-    result = lab("services", "up", "tgi", env={"LAB_DATA_DIR": str(tmp_path)}, timeout=120)
+    result = lab_cli("services", "up", "tgi", env={"LAB_DATA_DIR": str(tmp_path)}, timeout=120)
     assert result.returncode == 2 and "unknown service tgi" in result.stderr
 
 
@@ -111,8 +76,8 @@ def test_no_orphan_after_the_lab_process_is_killed(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        assert owner.stdout.readline().strip() == "UP"
-        status = json.loads(lab("services", "status", "--json", env={"LAB_DATA_DIR": str(tmp_path)}).stdout)
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "UP"
+        status = json.loads(lab_cli("services", "status", "--json", env={"LAB_DATA_DIR": str(tmp_path)}).stdout)
         pids = [s["pid"] for s in status]
         assert len(pids) == 2 and all(pids)
         owner.send_signal(signal.SIGKILL)
@@ -131,15 +96,15 @@ def test_no_orphan_after_the_lab_process_is_killed(tmp_path: Path) -> None:
     finally:
         if owner.poll() is None:
             owner.kill()
-        lab("services", "down", env={"LAB_DATA_DIR": str(tmp_path)})
+        lab_cli("services", "down", env={"LAB_DATA_DIR": str(tmp_path)})
 
 
 @pytest.mark.runs_last
 @pytest.mark.vllm
 def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_path) -> None:
-    result = lab("services", "up", "naive", "vllm")
+    result = lab_cli("services", "up", "naive", "vllm")
     assert result.returncode == 0, result.stderr[-3000:]
-    status = {s["name"]: s for s in json.loads(lab("services", "status", "--json").stdout)}
+    status = {s["name"]: s for s in json.loads(lab_cli("services", "status", "--json").stdout)}
     assert status["naive"]["state"] == status["vllm"]["state"] == "running"
     for name in ("naive", "vllm"):
         url = status[name]["url"]
@@ -167,9 +132,9 @@ def test_services_up_use_and_down_leaves_no_process(lab_settings, default_model_
     for pid in pids:
         process = psutil.Process(pid)
         family += [process, *process.children(recursive=True)]
-    result = lab("services", "down")
+    result = lab_cli("services", "down")
     assert result.returncode == 0 and "naive" in result.stdout and "vllm" in result.stdout
     _, alive = psutil.wait_procs(family, timeout=30)
     assert not alive, [p.pid for p in alive]
-    status = {s["name"]: s for s in json.loads(lab("services", "status", "--json").stdout)}
+    status = {s["name"]: s for s in json.loads(lab_cli("services", "status", "--json").stdout)}
     assert all(s["state"] == "stopped" and s["pid"] is None for s in status.values())

@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from db import store
 from lab.settings import PROJECT_ROOT
-from tests.integration.test_scale_out import shared_engine, start_workers, stub  # noqa: F401 (fixtures)
 from tests.stub_openai import StubServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -60,10 +59,10 @@ def _lab_run(database_url: str, data_dir: Path, target_url: str, *extra: str) ->
 
 
 def test_lab_run_only_queues_when_a_live_worker_shares_the_database(
-    postgres_database_url: str, shared_engine: Engine, start_workers, stub: StubServer, tmp_path: Path
+    postgres_database_url: str, shared_engine: Engine, start_workers, stub_server: StubServer, tmp_path: Path
 ) -> None:
     start_workers(("box-1", ""))
-    result = _lab_run(postgres_database_url, tmp_path / "cli-data", stub.url)
+    result = _lab_run(postgres_database_url, tmp_path / "cli-data", stub_server.url)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "only waits" in result.stderr and "taken by worker box-1" in result.stderr, result.stderr
     assert "on worker box-1: done" in result.stderr
@@ -74,12 +73,9 @@ def test_lab_run_only_queues_when_a_live_worker_shares_the_database(
 
 
 def test_local_runs_here_as_before(
-    postgres_database_url: str,
-    shared_engine: Engine,
-    stub: StubServer,  # noqa: F811
-    tmp_path: Path,
+    postgres_database_url: str, shared_engine: Engine, stub_server: StubServer, tmp_path: Path
 ) -> None:
-    result = _lab_run(postgres_database_url, tmp_path / "cli-data", stub.url, "--local")
+    result = _lab_run(postgres_database_url, tmp_path / "cli-data", stub_server.url, "--local")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "taken by worker" not in result.stderr
     with Session(shared_engine) as session:

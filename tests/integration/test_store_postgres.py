@@ -48,7 +48,8 @@ def test_queue_and_figures_on_postgresql(postgres_engine) -> None:
         done = store.list_runs(session=session, statuses=[RunStatus.DONE], tag="pg")
         assert [run.id for run in done] == [first] and done[0].req_per_s == 1.5
         assert done[0].count_check == {"requests": {"difference": 0}}
-        assert store.get_run_series(session=session, run_id=first).series["time_s"] == [0.0, 1.0]
+        stored = store.get_run_series(session=session, run_id=first)
+        assert stored is not None and stored.series["time_s"] == [0.0, 1.0]
     with postgres_engine.connect() as connection:
         assert migrations.current_version(connection) == migrations.LATEST_VERSION
         assert connection.execute(text("SELECT count(*) FROM runs")).scalar() == len(ids)

@@ -8,8 +8,8 @@ import pytest
 from db.models import RunStatus
 from lab.specs.schema import load_preset
 from services.supervisor import find_free_port
-from tests.integration.test_runner_real import run_experiment
 from tests.stub_openai import StubServer
+from tests.support.integration_lab import run_experiment
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """A workload registered in a test module alone (``tests/ui/test_workload_plugin.py``'s
 count-up) runs end to end: the CLI queues a (non-seed) preset on it, the runner prepares its request
 file and k6 replays it against the throwaway stub backend kind of
-``test_backend_plugin.py``, and the Compare page shows its runs."""
+``tests/support/integration_plugins.py``, and the Compare page shows its runs."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from db.engine import get_engine
 from lab import backends, cli, workloads
 from lab.analysis.compare import run_record
 from lab.settings import get_settings
-from tests.integration.test_backend_plugin import KIND as BACKEND
-from tests.integration.test_backend_plugin import StubEngine
+from tests.support.integration_plugins import KIND as BACKEND
+from tests.support.integration_plugins import StubEngine
 from tests.ui.test_pages import PAGES, open_page
 from tests.ui.test_workload_plugin import KIND, SECTION, CountUp
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, running_lab, wait_for_app
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, running_lab, wait_for_app
 
 # (file name, path under the lab's URL, text that says the page is drawn)
 PAGES: tuple[tuple[str, str, str], ...] = (

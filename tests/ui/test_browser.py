@@ -10,109 +10,29 @@ from __future__ import annotations
 
 import csv
 import io
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from db.models import Run, RunStatus
-from services.supervisor import find_free_port
+from tests.support.browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PROJECT_ROOT,
+    RUN_DONE_TIMEOUT_S,
+    SCREENSHOTS,
+    check_prerequisites,
+    fill,
+    running_lab,
+    shot,
+    wait_for_app,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
-RUN_DONE_TIMEOUT_S = 600  # a shared 2-core machine at load 15 took 2.5 min to start the naive server
-
-
-def lab_env(data_dir: Path) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LAB_")}
-    env["LAB_DATA_DIR"] = str(data_dir)
-    return env
-
-
-@contextmanager
-def running_lab(data_dir: Path, log_path: Path) -> Iterator[str]:
-    """``python -m lab start`` (Streamlit and the worker) on a free port with ``data_dir``; its URL.
-    Stopped (its whole process group, then the services it started) afterwards."""
-    port = find_free_port()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lab", "start", "--port", str(port)],
-        cwd=PROJECT_ROOT,
-        env=lab_env(data_dir),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the lab exited with {process.returncode}; see {log_path}")
-            try:
-                if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the lab did not answer /_stcore/health within 90 s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        stop_lab(process, data_dir)
-        log.close()
-
-
-def stop_process_group(process: subprocess.Popen) -> None:
-    """TERM a process group started with ``start_new_session`` (KILL after a minute)."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=60)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
-def stop_lab(process: subprocess.Popen, data_dir: Path) -> None:
-    """Stop the lab's process group, then the services it started."""
-    stop_process_group(process)
-    subprocess.run(
-        [sys.executable, "-m", "lab", "services", "down"],
-        cwd=PROJECT_ROOT,
-        env=lab_env(data_dir),
-        timeout=120,
-        check=False,
-        capture_output=True,
-    )
-
-
-def check_prerequisites() -> None:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make setup` (apt-get install chromium)")
-    if not (PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct" / "config.json").is_file():
-        pytest.fail("models/SmolLM2-135M-Instruct is missing: run `make setup` first")
 
 
 @pytest.fixture
@@ -126,24 +46,6 @@ def lab_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             yield url, data_dir
     except RuntimeError as error:
         pytest.fail(str(error))
-
-
-def wait_for_app(page, text: str, timeout_ms: int = 60_000) -> None:
-    """Wait until Streamlit has rendered ``text`` and finished running the script."""
-    page.get_by_text(text, exact=False).first.wait_for(timeout=timeout_ms)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
-
-
-def shot(page, name: str) -> None:
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
-
-
-def fill(page, label: str, value: str) -> None:
-    """Type into a Streamlit input and commit it (Enter), as a user would."""
-    box = page.get_by_label(label, exact=True)
-    box.fill(value)
-    box.press("Enter")
-    page.wait_for_timeout(400)
 
 
 def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
@@ -315,6 +217,7 @@ def test_live_view_agrees_everywhere_without_reloading(lab_url: tuple[str, Path]
                 page.wait_for_timeout(400)
             with Session(engine) as session:
                 run = session.get(Run, run_id)
+                assert run is not None
                 status, reason = run.status, run.status_reason
             engine.dispose()
             assert status == RunStatus.DONE, (status, reason)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Run, RunAudit, RunStatus
 from services.supervisor import find_free_port
-from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, stop_process_group, wait_for_app
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, stop_process_group, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -139,7 +140,7 @@ def healthy(url: str) -> bool:
 
 
 @contextmanager
-def chromium() -> Iterator[object]:
+def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -170,7 +171,10 @@ def assert_only_sign_in(page, where: str) -> None:
 
 def test_with_sign_in_configured_every_url_shows_only_the_sign_in(tmp_path: Path) -> None:
     unreachable = "http://127.0.0.1:9/.well-known/openid-configuration"  # never reached before "Sign in"
-    secrets = lambda port: AUTH_TOML.format(port=port, metadata_url=unreachable)  # noqa: E731
+
+    def secrets(port: int) -> str:
+        return AUTH_TOML.format(port=port, metadata_url=unreachable)
+
     with lab_server(tmp_path, secrets=secrets, worker=True) as url, chromium() as browser:
         for path in PAGE_URLS:  # the first of these is the server process's very first request
             context = browser.new_context()
@@ -277,7 +281,10 @@ def test_two_members_and_an_admin_against_a_real_oidc_provider(tmp_path: Path) -
     with run_server_in_thread(port=find_free_port()) as provider:
         metadata_url = f"http://localhost:{provider.server_port}/.well-known/openid-configuration"
         assert httpx.get(metadata_url, timeout=10).status_code == 200
-        secrets = lambda port: AUTH_TOML.format(port=port, metadata_url=metadata_url)  # noqa: E731
+
+        def secrets(port: int) -> str:
+            return AUTH_TOML.format(port=port, metadata_url=metadata_url)
+
         with lab_server(tmp_path, secrets=secrets, worker=False) as url, chromium() as browser:
             data_dir = tmp_path / "lab-data"
             alice = sign_in(browser, url, "alice@lab.example")

@@ -1,9 +1,11 @@
-"""Issue 24 in a real headless Chromium against the real lab (``python -m lab start``) and the
-real naive server: three short runs launched from the form, followed on Runs without a reload
-until each reports itself in the result card (req/s and p95); then Compare on two runs one
-setting apart (a ratio) and on two runs two settings apart (both named, no ratio).
+"""The result card and Compare (issue 24) in a real headless Chromium against the real lab
+(``python -m lab start``) and the real naive server: three short runs launched from the form,
+followed on Runs without a reload until each reports itself in the result card (req/s and
+p95); then Compare on two runs one setting apart (a ratio) and on two runs two settings apart
+(both named, no ratio).
 
-One lab for the module: the runs the first test waits for are the ones the others compare.
+One test: the runs it waits for are the ones it then compares (three tests before, which
+depended on their order).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from db.models import Run, RunStatus
-from tests.ui.test_browser import (
+from tests.support.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     PROJECT_ROOT,
@@ -52,8 +55,8 @@ TALL = {"width": 1280, "height": 4000}
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     check_prerequisites()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_path_factory.mktemp("round3") / "lab-data"
-    with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-round3-lab.log") as url:
+    data_dir = tmp_path_factory.mktemp("result-card") / "lab-data"
+    with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-result-card-lab.log") as url:
         yield url, data_dir
 
 
@@ -88,7 +91,7 @@ def card_run(card: dict) -> str | None:
     return found[1] if found else None
 
 
-def run_rows(data_dir: Path) -> list[tuple[int, str, int, int]]:
+def run_rows(data_dir: Path) -> list[tuple[int, str, int | None, int]]:
     engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
     with Session(engine) as session:
         rows = [(run.id, run.status, run.vus, run.max_tokens) for run in session.scalars(select(Run).order_by(Run.id))]
@@ -96,8 +99,14 @@ def run_rows(data_dir: Path) -> list[tuple[int, str, int, int]]:
     return rows
 
 
-def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, Path], browser) -> None:
+def test_runs_ending_while_runs_is_open_show_their_result_card_then_compare(lab: tuple[str, Path], browser) -> None:
     url, data_dir = lab
+    runs_ending_while_runs_is_open_show_their_result_card(url, data_dir, browser)
+    runs_one_setting_apart_compare_with_a_ratio(url, data_dir, browser)
+    runs_two_settings_apart_compare_names_both_and_no_ratio(url, data_dir, browser)
+
+
+def runs_ending_while_runs_is_open_show_their_result_card(url: str, data_dir: Path, browser: Any) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(url)
     wait_for_app(page, "Launching queues runs")
@@ -114,12 +123,12 @@ def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, P
             number = card_run(card)
             if number is not None and number not in cards:
                 cards[number] = card
-                shot(page, f"round3-result-card-{number}")
+                shot(page, f"result-card-{number}")
         if all(status in RunStatus.FINAL for _, status, _, _ in run_rows(data_dir)) and len(cards) >= 1:
             page.wait_for_timeout(5000)  # the last refresh
             card = page.evaluate(CARD_JS)
-            if card and card_run(card):
-                cards[card_run(card)] = card
+            if card and (number := card_run(card)):
+                cards[number] = card
             break
         page.wait_for_timeout(500)
     rows = run_rows(data_dir)
@@ -135,8 +144,7 @@ def test_a_run_ending_while_runs_is_open_shows_its_result_card(lab: tuple[str, P
     page.close()
 
 
-def test_runs_one_setting_apart_compare_with_a_ratio(lab: tuple[str, Path], browser) -> None:
-    url, data_dir = lab
+def runs_one_setting_apart_compare_with_a_ratio(url: str, data_dir: Path, browser: Any) -> None:
     (first, _, _, _), (second, _, _, _) = run_rows(data_dir)[:2]  # VUs 1 and 2, max tokens 8
     page = browser.new_page(viewport=TALL)
     page.goto(f"{url}/compare?runs={first},{second}")
@@ -147,12 +155,11 @@ def test_runs_one_setting_apart_compare_with_a_ratio(lab: tuple[str, Path], brow
     assert "No ratio applies" not in text
     # Glide draws table cells on a canvas: the ratio table is known by the caption drawn above it only.
     assert "No ratio between these cells" not in text
-    shot(page, "round3-compare-one-setting")
+    shot(page, "compare-one-setting")
     page.close()
 
 
-def test_runs_two_settings_apart_compare_names_both_and_no_ratio(lab: tuple[str, Path], browser) -> None:
-    url, data_dir = lab
+def runs_two_settings_apart_compare_names_both_and_no_ratio(url: str, data_dir: Path, browser: Any) -> None:
     rows = run_rows(data_dir)
     first, third = rows[0][0], rows[2][0]  # VUs 1, max tokens 8 against VUs 2, max tokens 16
     page = browser.new_page(viewport=TALL)
@@ -163,5 +170,5 @@ def test_runs_two_settings_apart_compare_names_both_and_no_ratio(lab: tuple[str,
     assert "2 settings differ:" in text and "max tokens" in text and "VUs" in text
     assert "Cells one setting apart" not in text
     assert "No ratio between these cells: they differ in more than one setting" in text
-    shot(page, "round3-compare-two-settings")
+    shot(page, "compare-two-settings")
     page.close()

@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from db import store
@@ -33,9 +31,8 @@ from lab.queue import experiments
 from lab.run.final_state import PENDING_FINAL_STATE_FILE
 from lab.specs.schema import ExperimentSpec, RunSpec
 from services.supervisor import ManagedService
-from tests.conftest import DEFAULT_MODEL, PROJECT_ROOT
-from tests.integration.conftest import PostgresCluster
-from tests.integration.test_faults import Lab, lab, naive_spec, stub, stub_spec  # noqa: F401 (fixtures)
+from tests.support.integration_lab import DEFAULT_MODEL, PROJECT_ROOT, Lab, naive_spec, stub_spec
+from tests.support.integration_postgres import PostgresCluster
 
 pytestmark = pytest.mark.integration
 
@@ -73,27 +70,10 @@ def stub_kind() -> Iterator[str]:
         unregister(STUB_KIND)
 
 
-@pytest.fixture()
-def cluster() -> Iterator[PostgresCluster]:
-    """A PostgreSQL cluster of this test's own: stopping it touches no other test."""
-    instance = PostgresCluster()
-    try:
-        yield instance
-    finally:
-        instance.remove()
-
-
-def fresh_database(server_url: str) -> str:
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text("CREATE DATABASE lab_outage"))
-    admin.dispose()
-    return make_url(server_url).set(database="lab_outage").render_as_string(hide_password=False)
-
-
 def read_run(engine, run_id: int) -> Run:
     with Session(engine) as session:
         run = session.get(Run, run_id)
+        assert run is not None
         session.expunge(run)
         return run
 
@@ -145,13 +125,13 @@ def stop_worker(worker: subprocess.Popen[bytes], tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("outage", ["mid-run", "past-the-end"])
 def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
-    cluster: PostgresCluster, stub: ManagedService, tmp_path: Path, outage: str
+    postgres_cluster: PostgresCluster, outage_database_url: str, stub: ManagedService, tmp_path: Path, outage: str
 ) -> None:
     """PostgreSQL stopped for 8 s under load: the load goes on and the run ends done with every
     request k6 counted. ``past-the-end``: the database is still away when the run ends (the
     final write's budget is 2 s): the state is kept in the run folder and the worker writes
     it once PostgreSQL is back."""
-    url = fresh_database(cluster.url)
+    url = outage_database_url
     engine = make_engine(url)
     upgrade(engine)
     spec = stub_spec(stub.url, duration_s=14, vus=4)
@@ -170,13 +150,13 @@ def test_a_postgresql_outage_mid_run_loses_none_of_the_runs_figures(
         )
         assert started
         engine.dispose()
-        assert cluster.stop().returncode == 0
+        assert postgres_cluster.stop().returncode == 0
         stopped_at = time.monotonic()
         if outage == "past-the-end":  # away until the run has ended and kept its state
             wait_until(lambda: (run_dir / PENDING_FINAL_STATE_FILE).is_file(), 60, "the kept final state")
         time.sleep(max(0.0, 8.0 - (time.monotonic() - stopped_at)))
         outage_s = time.monotonic() - stopped_at
-        assert cluster.start().returncode == 0
+        assert postgres_cluster.start().returncode == 0
         run = wait_until(
             lambda: (r := read_run(engine, run_id)).status in RunStatus.FINAL and r, 120, "the run's final state"
         )
@@ -292,7 +272,7 @@ def test_request_files_that_became_a_fifo_or_dev_zero_fail_their_run_in_one_line
     lab.join_worker(timeout_s=120)
     fifo_run, zero_run, good_run = (lab.run(run_id) for run_id in ids)
     for run, path, kind in ((fifo_run, paths["fifo"], "a FIFO"), (zero_run, paths["zero"], "a character device")):
-        assert run.status == RunStatus.FAILED
+        assert run.status == RunStatus.FAILED and run.status_reason is not None
         assert str(path) in run.status_reason and kind in run.status_reason and "regular file" in run.status_reason
         assert "\n" not in run.status_reason
     assert good_run.status == RunStatus.DONE, good_run.status_reason  # the worker went on
@@ -339,7 +319,7 @@ def test_the_real_cli_refuses_a_fifo_and_dev_zero_in_one_line(tmp_path: Path, ki
 # --------------------------------------------------------------------------- item 10: error answers
 
 
-def test_a_run_whose_prompts_exceed_the_context_says_so_and_the_log_keeps_it(lab: Lab, tmp_path: Path) -> None:  # noqa: F811
+def test_a_run_whose_prompts_exceed_the_context_says_so_and_the_log_keeps_it(lab: Lab, tmp_path: Path) -> None:
     requests = tmp_path / "long.jsonl"
     # SmolLM2's context is 8,192 tokens: 9,000 one-token words do not fit.
     requests.write_text(json.dumps({"messages": [{"role": "user", "content": " word" * 9000}]}) + "\n")
@@ -348,13 +328,15 @@ def test_a_run_whose_prompts_exceed_the_context_says_so_and_the_log_keeps_it(lab
     )
     lab.run_queue()
     run = lab.run(run_id)
-    assert run.status == RunStatus.FAILED
+    assert run.status == RunStatus.FAILED and run.status_reason is not None
     assert (
         "the most common error answer" in run.status_reason
         and "400 This model's maximum context length is" in run.status_reason
     ), run.status_reason
     assert "lengthen the duration" not in run.status_reason
     with Session(lab.engine) as session:
-        tails = store.get_run_series(session=session, run_id=run_id).service_log_tails
+        stored = store.get_run_series(session=session, run_id=run_id)
+        assert stored is not None and stored.service_log_tails is not None
+        tails = stored.service_log_tails
     assert "maximum context length" in tails["naive"]
     print(run.status_reason)
