@@ -21,7 +21,7 @@ from lab.workloads.datasets import (
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, default_sharegpt_path, iter_sharegpt_conversations
 from lab.workloads.uploads import list_uploads, record_upload, save_upload
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "datasets"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "datasets"
 MiB = 1024 * 1024
 
 

@@ -14,7 +14,7 @@ from lab.execution.k6_driver import build_k6_command, describe_exit_code, script
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import K6ResultsError, parse_summary, percentile
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "k6"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k6"
 STUB_COUNTS = json.loads((FIXTURES / "stub_counts.json").read_text())
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.live import NdjsonTail, live_progress, samples_series
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "k6" / "number_story.ndjson"
+FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "k6" / "number_story.ndjson"
 
 
 def test_tail_read_in_pieces_counts_what_the_whole_file_does(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "llamacpp_cmake_args.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "llamacpp_cmake_args.py"
 _spec = importlib.util.spec_from_file_location("llamacpp_cmake_args", SCRIPT)
 assert _spec is not None and _spec.loader is not None
 llamacpp_cmake_args = importlib.util.module_from_spec(_spec)

@@ -24,7 +24,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from services.naive_server.app import build_app
 from services.naive_server.detokenizer import IncrementalDetokenizer
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 SMOLLM2_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 TINY_CONTEXT_TOKENS = 512

@@ -23,7 +23,7 @@ from lab.measurement.k6_results import percentile
 from lab.measurement.live import StreamTail
 from lab.settings import Settings, settings_error_line
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k6"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k6"
 FIXTURE = FIXTURES / "number_story.ndjson"
 STREAMED = FIXTURES / "stream.ndjson"
 

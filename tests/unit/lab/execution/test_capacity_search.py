@@ -24,7 +24,7 @@ from lab.measurement import request_figures
 from lab.measurement.k6_ndjson import RequestSamples
 from lab.measurement.k6_ndjson_files import stream_request_samples
 
-FIXTURE_NDJSON = Path(__file__).resolve().parent.parent / "fixtures" / "k6" / "number_story.ndjson"
+FIXTURE_NDJSON = Path(__file__).resolve().parents[3] / "fixtures" / "k6" / "number_story.ndjson"
 
 
 def samples(

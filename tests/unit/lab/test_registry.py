@@ -15,7 +15,7 @@ from lab.measurement import environment
 from lab.settings import Settings
 from lab.specs.schema import RunSpec, SpecError, WorkloadSpec, load_preset
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_spec_backends_are_the_kinds_and_each_kind_behind_the_cache() -> None:

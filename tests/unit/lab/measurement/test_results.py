@@ -21,7 +21,7 @@ from lab.measurement.k6_results import parse_summary
 from lab.measurement.results import RESULT_FIELDS, RunResults
 from lab.specs.schema import load_preset
 
-K6_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k6"
+K6_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k6"
 
 
 def test_results_records_and_csv_share_the_store_s_result_columns() -> None:

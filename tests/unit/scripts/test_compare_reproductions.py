@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location(
     "compare_reproductions", PROJECT_ROOT / "scripts" / "compare_reproductions.py"
 )

@@ -13,7 +13,7 @@ from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import parse_summary, streaming_figures
 from lab.measurement.results import RESULT_FIELDS, RunResults
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "k6"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k6"
 COUNTS = json.loads((FIXTURES / "stream_counts.json").read_text())
 STREAM_KEYS = (
     "ttft_avg_s",
