@@ -18,8 +18,8 @@ from lab.analysis.compare import run_record
 from lab.settings import get_settings
 from tests.integration.test_backend_plugin import KIND as BACKEND
 from tests.integration.test_backend_plugin import StubEngine
-from tests.ui.test_pages import PAGES, open_page
-from tests.ui.test_workload_plugin import KIND, SECTION, CountUp
+from tests.support.app_pages import PAGES, open_page
+from tests.support.count_up import KIND, SECTION, CountUp
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from db.models import Run, RunStatus
 from lab import baselines
 from lab.baselines import Subject
 from lab.specs.configuration import configuration_key
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, texts, widget
+from tests.support.app_pages import PAGES, open_page, texts, widget
+from tests.support.seeded_lab import SeededLab
 
 TRENDS = "pages/trends.py"
 

@@ -7,8 +7,8 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, texts, widget
+from tests.support.app_pages import PAGES, open_page, texts, widget
+from tests.support.seeded_lab import SeededLab
 
 
 def test_find_capacity_refuses_impossible_bounds_and_launches_a_search(

@@ -18,9 +18,8 @@ from db.models import Run, RunStatus
 from lab.execution import experiments
 from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec, RunSpec
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, frame_with, open_page, texts, widget
-from tests.ui.test_readable_pages import INTERNAL_NAMES, assert_tables_readable
+from tests.support.app_pages import INTERNAL_NAMES, PAGES, assert_tables_readable, frame_with, open_page, texts, widget
+from tests.support.seeded_lab import SeededLab
 
 ELLIPSIS = re.compile(r"…|\.\.\.")
 

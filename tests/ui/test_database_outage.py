@@ -13,8 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from lab.settings import get_settings
 from pages.view.outage import outage_reason
-from tests.ui.conftest import PROJECT_ROOT
-from tests.ui.test_every_url_through_entry import LAB_PAGES
+from tests.support.app_pages import LAB_PAGES
+from tests.support.seeded_lab import PROJECT_ROOT
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
 NOT_ANSWERING = "database is not answering"

@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from db import store
 from db.models import Run, RunStatus
-from tests.ui.conftest import PROJECT_ROOT, SeededLab
-from tests.ui.test_sign_in import AUTH
+from tests.support.app_pages import AUTH
+from tests.support.seeded_lab import PROJECT_ROOT, SeededLab
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
 ROLES = {"admin": ["ada@lab.example"]}

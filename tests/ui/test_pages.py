@@ -8,74 +8,18 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
-from streamlit.testing.v1 import AppTest
 
 from db import store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
-from tests.ui.conftest import FORMULA_TAG, PROJECT_ROOT, SeededLab
+from tests.support.app_pages import PAGES, frame_with, open_page, runs_in_db, seen, texts, widget
+from tests.support.seeded_lab import FORMULA_TAG, PROJECT_ROOT, SeededLab
 
-APP = str(PROJECT_ROOT / "streamlit_app.py")
-PAGES = {
-    "New experiment": "pages/new_experiment.py",
-    "Runs": "pages/runs.py",
-    "Run detail": "pages/run_detail.py",
-    "Compare": "pages/compare.py",
-    "Services": "pages/services.py",
-}
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"
-
-
-def open_page(page: str, **query: str) -> AppTest:
-    """Run the app and switch to ``page`` (a path under pages/)."""
-    app = AppTest.from_file(APP, default_timeout=60)
-    app.query_params.update(query)
-    app.run()
-    if page != PAGES["New experiment"]:
-        app.switch_page(page).run()
-    assert not app.exception, [item.value for item in app.exception]
-    return app
-
-
-def texts(app: AppTest) -> str:
-    """Every markdown, caption, alert and metric text on the page, joined, as a user reads
-    it (Markdown's backslash escapes, which keep user text plain, removed)."""
-    parts = [
-        element.value
-        for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader")
-        for element in app.get(kind)
-    ]
-    parts += [f"{metric.label}={metric.value}" for metric in app.metric]
-    return seen("\n".join(str(part) for part in parts))
-
-
-def seen(markdown: str) -> str:
-    """Markdown source as a user reads it: backslash escapes removed."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
-
-
-def widget(elements, key: str):
-    """The widget with ``key`` among ``elements``."""
-    matches = [element for element in elements if element.key == key]
-    assert matches, f"no widget with key {key!r}"
-    return matches[0]
-
-
-def frame_with(app: AppTest, column: str):
-    """The first table on the page with a ``column`` header."""
-    frames = [frame.value for frame in app.dataframe if column in frame.value.columns]
-    assert frames, f"no table with a {column!r} column: {[list(f.value.columns) for f in app.dataframe]}"
-    return frames[0]
-
-
-def runs_in_db(seed: SeededLab) -> list[Run]:
-    with Session(seed.engine) as session:
-        return store.list_runs(session=session)
 
 
 @pytest.mark.parametrize("title,page", list(PAGES.items()))

@@ -13,8 +13,8 @@ from db import store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
 from pages.view.text import chart_label, plain
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import APP, PAGES, open_page
+from tests.support.app_pages import APP, PAGES, open_page
+from tests.support.seeded_lab import SeededLab
 
 PAYLOAD = (
     "![pixel](http://evil.example/track.png) [click me](http://evil.example/x) <http://evil.example/a> "

@@ -12,32 +12,14 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Run, RunStatus
-from lab.analysis.compare import RECORD_FIELDS
 from lab.settings import get_settings
-from pages.view.names import DISPLAY_NAMES
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, frame_with, open_page, texts, widget
+from tests.support.app_pages import PAGES, assert_tables_readable, frame_with, open_page, texts, widget
+from tests.support.seeded_lab import SeededLab
 
-# Machine names a rendered table must never show as a header.
-INTERNAL_NAMES = {name for name in (*RECORD_FIELDS, *DISPLAY_NAMES) if "_" in name}
-UNROUNDED = re.compile(r"\d\.\d{4,}")
 TRACEBACK = """Traceback (most recent call last):
   File "/srv/lab/runner.py", line 10, in __aenter__
     await client.post("http://127.0.0.1:1/v1")
 httpx.ConnectError: [Errno 111] Connection refused"""
-
-
-def assert_tables_readable(app) -> int:
-    """Every table on the page: no None, no internal header, no float past 3 decimals."""
-    tables = [frame.value for frame in app.dataframe]
-    for table in tables:
-        for column in table.columns:
-            assert column not in INTERNAL_NAMES and "_" not in str(column), f"internal header {column!r}"
-            for value in table[column]:
-                assert value is not None and str(value) not in ("None", "nan", "NaN", "NaT"), (column, value)
-                assert not isinstance(value, float), f"{column}: an unformatted float {value!r}"
-                assert not UNROUNDED.search(str(value)), f"{column}: unrounded {value!r}"
-    return len(tables)
 
 
 def make_running(seed: SeededLab, **progress) -> int:

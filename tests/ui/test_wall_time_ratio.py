@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from db import store
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, texts
+from tests.support.app_pages import PAGES, open_page, texts
+from tests.support.seeded_lab import SeededLab
 
 
 def test_run_detail_shows_the_experiments_wall_time_ratio(seed_lab: SeededLab) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from db import migrations, store
 from db.engine import make_engine
-from tests.unit.lab.execution.test_workers import version_1_database
+from tests.support.old_schema import version_1_database
 
 OPENERS = 8
 

@@ -15,7 +15,7 @@ from lab.context import LabContext
 from lab.execution.queue_submit import SharedQueueWaiter, live_shared_workers, open_waiter
 from lab.execution.run_waiter import RunWaiter
 from lab.settings import Settings
-from tests.unit.lab.execution.test_workers import enqueue, register
+from tests.support.queue import enqueue, register
 
 
 def test_sqlite_is_never_a_shared_queue_so_nothing_changes(engine, tmp_path: Path) -> None:

@@ -8,35 +8,20 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Column, MetaData, Table, text, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from db import migrations, store
 from db.engine import make_engine
-from db.models import Base, Run, RunStatus, WorkerRecord
+from db.models import Run, RunStatus, WorkerRecord
 from lab.context import LabContext
-from lab.execution import experiments
 from lab.execution.worker import Worker
 from lab.execution.worker_identity import hardware_summary
 from lab.execution.worker_lock import WorkerBusyError
 from lab.settings import Settings
 from lab.specs.schema import SpecError, load_preset
-
-HARDWARE = {"cpu_model": "Xeon", "cpu_cores": 2, "memory_gib": 8.0, "gpus": [], "lab_version": "test"}
-
-
-def enqueue(engine, **overrides) -> list[int]:
-    spec = load_preset(
-        "seed-exp1",
-        quick=True,
-        overrides=[("grid.load.vus", [1]), ("grid.backend", ["naive"]), ("repeats", 1), *overrides.items()],
-    )
-    with Session(engine) as session:
-        return [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
-
-
-def register(engine, name: str, labels: tuple[str, ...] = ()) -> None:
-    store.register_worker(engine=engine, name=name, host="box", pid=1, labels=list(labels), hardware=HARDWARE)
+from tests.support.old_schema import version_1_database
+from tests.support.queue import HARDWARE, enqueue, register
 
 
 def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engine) -> None:
@@ -122,47 +107,6 @@ def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, t
         assert (record.labels, record.state, record.host) == (["gpu"], "running", socket.gethostname())
         assert record.hardware["cpu_cores"] and "lab_version" in record.hardware
         assert store.heartbeat_age_s(session=session, record=record) < 30
-
-
-def version_1_metadata() -> MetaData:
-    """The schema as version 1 had it: no worker tables or columns, services keyed by name."""
-    added = {"runs": {"requires_labels", "pinned_worker", "worker_name", "worker_hardware"}, "services": {"worker"}}
-    metadata = MetaData()
-    for table in Base.metadata.sorted_tables:
-        if table.name in ("workers", "run_claims"):
-            continue
-        columns: list[Column] = [c._copy() for c in table.columns if c.name not in added.get(table.name, set())]
-        Table(table.name, metadata, *columns)
-    return metadata
-
-
-def version_1_database(engine) -> None:
-    """Make ``engine``'s empty database one the first release wrote: one done run, one service."""
-    old = version_1_metadata()
-    with engine.begin() as connection:
-        old.create_all(connection)
-        connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, 1)"))
-        connection.execute(
-            old.tables["runs"]
-            .insert()
-            .values(
-                spec={},
-                backend="naive",
-                model="m",
-                workload="number-story",
-                load_kind="constant-vus",
-                duration_s=20,
-                max_tokens=16,
-                random_seed=1,
-                status=RunStatus.DONE,
-                req_per_s=2.5,
-            )
-        )
-        connection.execute(
-            old.tables["services"]
-            .insert()
-            .values(name="naive", kind="naive", state="running", pid=1234, config={"model": "m"})
-        )
 
 
 def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
