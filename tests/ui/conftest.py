@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from db.engine import get_engine
 from lab.settings import get_settings
+from tests.support.isolation import isolate, needs_isolation
 from tests.support.seeded_lab import PROJECT_ROOT, SeededLab, seed_database
 
 
@@ -37,3 +38,10 @@ def seed_lab(lab_data_dir: Path) -> SeededLab:
     seeded = seed_database(get_engine(get_settings().resolved_database_url))
     seeded.data_dir = lab_data_dir
     return seeded
+
+
+@pytest.fixture(autouse=True)
+def _no_process_no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page test not marked integration or browser may not start a process or open a socket."""
+    if needs_isolation(request.node):
+        isolate(monkeypatch)
