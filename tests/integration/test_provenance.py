@@ -7,6 +7,8 @@ import pytest
 
 from lab.measurement import environment
 
+pytestmark = pytest.mark.integration  # runs git in a scratch checkout
+
 
 @pytest.fixture()
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

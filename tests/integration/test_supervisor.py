@@ -19,6 +19,8 @@ from services.supervisor import (
     read_log_tail,
 )
 
+pytestmark = pytest.mark.integration  # tiny real child processes
+
 HTTP_SERVER = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "{port}"]
 
 

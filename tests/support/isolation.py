@@ -10,6 +10,7 @@ for itself, stay allowed."""
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import subprocess
 from typing import Any, NoReturn, Protocol
@@ -17,6 +18,10 @@ from typing import Any, NoReturn, Protocol
 import pytest
 
 INTERNET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+
+# platform.processor() runs `uname -p` once and caches the answer: asked here, before any guard,
+# so the lab's environment capture reads the cache whichever test comes first.
+platform.processor()
 
 
 class IsolationError(AssertionError):
@@ -59,3 +64,22 @@ def isolate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "fork", fork)
     for name in ("connect", "connect_ex", "bind"):
         monkeypatch.setattr(socket.socket, name, guarded(name))
+
+
+class _ToolsAbsent:
+    """A module's ``subprocess`` as seen on a machine without git, nvidia-smi, k6 or a second Python:
+    ``run`` raises FileNotFoundError (which the lab's probes catch); the rest is the real module."""
+
+    def run(self, args: object, *rest: object, **kwargs: object) -> NoReturn:
+        raise FileNotFoundError(f"{args!r}: tools are not run in the fast tier (tests/support/isolation.py)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+
+def machine_probes_absent(monkeypatch: pytest.MonkeyPatch, *modules: object) -> None:
+    """The lab's machine probes (GPU, git commit, k6 version, machine-speed kernel) in ``modules``
+    answer "not available" without starting a process; tests of the probes themselves run them for
+    real under the integration marker or fake ``subprocess.run`` on top of this."""
+    for module in modules:
+        monkeypatch.setattr(module, "subprocess", _ToolsAbsent())

@@ -76,7 +76,7 @@ def seed_database(engine: Engine) -> SeededLab:
     done_ids: list[int] = []
     with Session(engine) as session:
         for run_id in run_ids:
-            run = session.get(Run, run_id)
+            run = session.get_one(Run, run_id)
             figures = SEEDED_FIGURES[(run.backend, run.vus)]
             for name, value in figures.items():
                 setattr(run, name, value)
@@ -95,7 +95,7 @@ def seed_database(engine: Engine) -> SeededLab:
         session.commit()
     for run_id in done_ids:
         with Session(engine) as session:
-            run = session.get(Run, run_id)
+            run = session.get_one(Run, run_id)
             backend, vus, tok = run.backend, run.vus, run.output_tok_per_s
         store.save_run_series(
             engine=engine,

@@ -10,8 +10,10 @@ import pytest
 from sqlalchemy import Engine
 
 from db.engine import get_engine
+from lab.execution import k6_driver, worker_identity
+from lab.measurement import environment, machine_speed
 from lab.settings import get_settings
-from tests.support.isolation import isolate, needs_isolation
+from tests.support.isolation import isolate, machine_probes_absent, needs_isolation
 from tests.support.seeded_lab import PROJECT_ROOT, SeededLab, seed_database
 
 
@@ -42,6 +44,8 @@ def seed_lab(lab_data_dir: Path) -> SeededLab:
 
 @pytest.fixture(autouse=True)
 def _no_process_no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A page test not marked integration or browser may not start a process or open a socket."""
+    """A page test not marked integration or browser may not start a process or open a socket.
+    The lab's machine probes answer "not available" instead (tests/support/isolation.py)."""
     if needs_isolation(request.node):
         isolate(monkeypatch)
+        machine_probes_absent(monkeypatch, environment, machine_speed, worker_identity, k6_driver)

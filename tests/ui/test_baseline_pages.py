@@ -24,7 +24,7 @@ def later_run_of(seed_lab: SeededLab, run_id: int, output_tok_per_s: float) -> i
     """A done run with the spec of ``run_id`` (so of its configuration), made after it."""
     with Session(seed_lab.engine) as session:
         new_id = store.enqueue_run_again(session=session, run_id=run_id).id
-        run = session.get(Run, new_id)
+        run = session.get_one(Run, new_id)
         run.status, run.output_tok_per_s, run.req_per_s, run.latency_p95_s = RunStatus.DONE, output_tok_per_s, 0.1, 7.0
         run.environment = {"lab_git_commit": "abc1234def", "packages": {"torch": "2.5.0"}, "config_sha256": "f" * 64}
         session.commit()
@@ -33,7 +33,7 @@ def later_run_of(seed_lab: SeededLab, run_id: int, output_tok_per_s: float) -> i
 
 def output_of(seed_lab: SeededLab, run_id: int) -> float:
     with Session(seed_lab.engine) as session:
-        return session.get(Run, run_id).output_tok_per_s
+        return session.get_one(Run, run_id).output_tok_per_s
 
 
 def mark(seed_lab: SeededLab, subject: Subject) -> None:
@@ -103,5 +103,5 @@ def test_run_detail_opens_its_configurations_trend(seed_lab: SeededLab) -> None:
     widget(app.button, "baseline_trend").click().run()
     assert [heading.value for heading in app.title] == ["Trends"]
     with Session(seed_lab.engine) as session:
-        key = configuration_key(session.get(Run, run_id).spec)
+        key = configuration_key(session.get_one(Run, run_id).spec)
     assert widget(app.selectbox, "trends_configuration").value == key

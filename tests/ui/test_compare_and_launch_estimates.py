@@ -56,8 +56,8 @@ def test_every_page_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> N
     """No raw column name in a table, no ``nan`` or None anywhere, no ellipsis in a metric tile."""
     store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)
     with Session(seed_lab.engine) as session:  # a run without some figures: dashes, not nan
-        session.get(Run, seed_lab.done_run_ids[1]).latency_p99_s = float("nan")
-        session.get(Run, seed_lab.done_run_ids[1]).backend_rss_max_mb = 56943.123456
+        session.get_one(Run, seed_lab.done_run_ids[1]).latency_p99_s = float("nan")
+        session.get_one(Run, seed_lab.done_run_ids[1]).backend_rss_max_mb = 56943.123456
         session.commit()
     app = open_page(page, **({"run": str(seed_lab.done_run_ids[1])} if page == PAGES["Run detail"] else {}))
     assert_tables_readable(app)
@@ -143,7 +143,7 @@ def test_stop_the_experiment_beside_cancel_this_run(seed_lab: SeededLab) -> None
     assert widget(app.button, f"cancel_live_{ids[0]}")
     widget(app.button, next(b.key for b in app.button if b.key.startswith("stop_experiment_"))).click().run()
     with Session(seed_lab.engine) as session:
-        runs = [session.get(Run, run_id) for run_id in ids]
+        runs = [session.get_one(Run, run_id) for run_id in ids]
         assert runs[0].cancel_requested and [run.status for run in runs[1:]] == [RunStatus.CANCELLED] * 2
     assert "3 runs cancelled" in texts(app)
 

@@ -30,6 +30,7 @@ def warnings_of(app: AppTest) -> list[str]:
     return [item.value for item in app.warning]
 
 
+@pytest.mark.integration  # psycopg really connects to a closed loopback port
 @pytest.mark.parametrize("page_file", sorted(LAB_PAGES))
 def test_every_page_without_its_database_says_so_in_one_line(
     lab_data_dir: Path, monkeypatch: pytest.MonkeyPatch, page_file: str

@@ -292,7 +292,7 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
 
 def test_compare_leaves_warned_runs_out_of_the_means_unless_asked(seed_lab: SeededLab) -> None:
     with Session(seed_lab.engine) as session:
-        session.get(Run, seed_lab.done_run_ids[0]).measurement_warnings = "other processes used 150% of a core"
+        session.get_one(Run, seed_lab.done_run_ids[0]).measurement_warnings = "other processes used 150% of a core"
         session.commit()
     app = open_page(PAGES["Compare"])
     assert "1 run with measurement warnings left out of the means" in texts(app)
@@ -394,7 +394,7 @@ def test_runs_and_compare_filter_by_worker_and_say_where_the_seed_figures_ran(se
     first, *_others = seed_lab.done_run_ids
     with Session(seed_lab.engine) as session:
         for run_id in seed_lab.done_run_ids:
-            run = session.get(Run, run_id)
+            run = session.get_one(Run, run_id)
             run.worker_name, run.worker_hardware = ("gpu-box", GPU_BOX) if run_id == first else ("cpu-box", None)
         session.commit()
     app = open_page(PAGES["Runs"])

@@ -47,7 +47,7 @@ def assert_plain(sources: list[str]) -> None:
 def hostile(seed_lab: SeededLab) -> SeededLab:
     run_id = seed_lab.done_run_ids[0]
     with Session(seed_lab.engine) as session:
-        run = session.get(Run, run_id)
+        run = session.get_one(Run, run_id)
         run.experiment.name = PAYLOAD
         run.measurement_warnings = PAYLOAD
         session.commit()
@@ -83,7 +83,7 @@ def test_services_page_shows_a_service_message_plain(hostile: SeededLab) -> None
 
 def test_runs_live_view_shows_the_cell_plain(hostile: SeededLab) -> None:
     with Session(hostile.engine) as session:
-        session.get(Run, hostile.queued_run_id).cell_label = PAYLOAD
+        session.get_one(Run, hostile.queued_run_id).cell_label = PAYLOAD
         session.commit()
     store.claim_next_run(engine=hostile.engine, worker_pid=1)
     assert_plain(markdown_sources(open_page(PAGES["Runs"])))

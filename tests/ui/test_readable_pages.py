@@ -65,7 +65,7 @@ def make_running(seed: SeededLab, **progress) -> int:
 @pytest.mark.parametrize("page", [*list(PAGES.values()), "pages/workers.py"])
 def test_every_table_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> None:
     with Session(seed_lab.engine) as session:  # a figure with a long tail, as k6 writes them
-        session.get(Run, seed_lab.done_run_ids[0]).latency_avg_s = 44.684187910000006
+        session.get_one(Run, seed_lab.done_run_ids[0]).latency_avg_s = 44.684187910000006
         session.commit()
     store.upsert_service_record(
         engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
@@ -117,8 +117,8 @@ def test_run_detail_follows_a_running_run(seed_lab: SeededLab) -> None:
 
 def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab: SeededLab) -> None:
     with Session(seed_lab.engine) as session:
-        queued = session.get(Run, seed_lab.queued_run_id)
-        earlier = session.get(Run, seed_lab.done_run_ids[-1])  # a vLLM run, same model and options
+        queued = session.get_one(Run, seed_lab.queued_run_id)
+        earlier = session.get_one(Run, seed_lab.done_run_ids[-1])  # a vLLM run, same model and options
         queued_spec = dict(queued.spec)
         earlier.spec, earlier.model = queued_spec, queued.model
         earlier.environment = {"startup": {"seconds": 61.4, "fresh": True}}
@@ -138,7 +138,7 @@ def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab
     )
     store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.queued_run_id, status=RunStatus.STARTING)
     with Session(seed_lab.engine) as session:
-        session.get(Run, seed_lab.queued_run_id).started_at = store.utc_now()
+        session.get_one(Run, seed_lab.queued_run_id).started_at = store.utc_now()
         session.commit()
     app = open_page(PAGES["Runs"])
     shown = texts(app)
@@ -160,7 +160,7 @@ def test_a_failure_is_one_plain_line_with_the_full_log_below(seed_lab: SeededLab
 def test_compare_names_the_experiments_and_drops_empty_charts(seed_lab: SeededLab) -> None:
     with Session(seed_lab.engine) as session:
         for run_id in seed_lab.done_run_ids:
-            session.get(Run, run_id).prefix_cache_hit_rate = None
+            session.get_one(Run, run_id).prefix_cache_hit_rate = None
         session.commit()
     app = open_page(PAGES["Compare"])
     shown = texts(app)

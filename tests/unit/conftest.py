@@ -9,7 +9,9 @@ from sqlalchemy.engine import Engine
 
 from db import migrations
 from db.engine import make_engine
-from tests.support.isolation import isolate, needs_isolation
+from lab.execution import k6_driver, worker_identity
+from lab.measurement import environment, machine_speed
+from tests.support.isolation import isolate, machine_probes_absent, needs_isolation
 
 
 @pytest.fixture()
@@ -22,6 +24,8 @@ def engine(tmp_path: Path) -> Engine:
 
 @pytest.fixture(autouse=True)
 def _no_process_no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A unit test not marked integration may not start a process or open a socket (tests/support/isolation.py)."""
+    """A unit test not marked integration may not start a process or open a socket (tests/support/isolation.py).
+    The lab's machine probes answer "not available" instead (tests/support/isolation.py)."""
     if needs_isolation(request.node):
         isolate(monkeypatch)
+        machine_probes_absent(monkeypatch, environment, machine_speed, worker_identity, k6_driver)

@@ -80,7 +80,7 @@ def test_orphaned_active_runs_become_interrupted(engine) -> None:
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.RUNNING)
     assert store.mark_orphaned_runs_interrupted(engine=engine, worker_name=None) == [run_id]
     with Session(engine) as session:
-        run = session.get(Run, run_id)
+        run = session.get_one(Run, run_id)
         assert run.status == RunStatus.INTERRUPTED
         assert "the lab stopped while this run was running" in run.status_reason
         assert run.finished_at is not None

@@ -42,7 +42,7 @@ def test_runs_have_the_csv_exports_columns_and_figures(engine: Engine, database:
 def test_runs_filters(engine: Engine, database: str) -> None:
     run_ids = seed(engine)
     with Session(engine) as session:
-        session.get(Run, run_ids[0]).status = RunStatus.FAILED
+        session.get_one(Run, run_ids[0]).status = RunStatus.FAILED
         session.commit()
     assert api.runs(status="done").run_id.tolist() == run_ids[1:]
     assert api.runs(experiment="api test", backend="external", tag="nb").run_id.tolist() == run_ids

@@ -60,7 +60,7 @@ def finishing_with(engine: Engine, values: list[float], status: str = RunStatus.
     def finish(context: object, run_ids: list[int], *, local: bool) -> None:
         with Session(engine) as session:
             for run_id, value in zip(run_ids, values):
-                run = session.get(Run, run_id)
+                run = session.get_one(Run, run_id)
                 run.status, run.output_tok_per_s, run.requests_ok = status, value, 10
             session.commit()
 
@@ -214,7 +214,7 @@ def test_an_exported_run_spec_queues_the_same_run_spec(
     assert cli.main(["runs", "spec", "2", "--output", str(exported)]) == 0
     assert run_spec(tmp_path, lab_engine, monkeypatch, [1.0], spec=exported) == 0
     with Session(lab_engine) as session:
-        original, again = session.get(Run, 2).spec, session.get(Run, 4).spec
+        original, again = session.get_one(Run, 2).spec, session.get_one(Run, 4).spec
     assert set(original) == set(again)
     for field in original:
         assert again[field] == original[field], field

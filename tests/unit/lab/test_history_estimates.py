@@ -27,7 +27,7 @@ def queue(engine: Engine, vus: list[int], duration_s: float = 20.0) -> list[int]
 
 def specs(engine: Engine, run_ids: list[int]) -> list[dict]:
     with Session(engine) as session:
-        return [session.get(Run, run_id).spec for run_id in run_ids]
+        return [session.get_one(Run, run_id).spec for run_id in run_ids]
 
 
 def finish(engine: Engine, run_id: int, *, wall_s: float, startup_s: float) -> None:

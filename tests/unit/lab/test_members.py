@@ -170,11 +170,11 @@ def test_another_members_cancel_is_refused_on_the_server_and_an_admins_is_record
         with pytest.raises(run_actions.PermissionDenied, match=f"run #{second}: only alice@lab.example"):
             run_actions.cancel_runs(session=session, member=BOB, run_ids=[second, first])
     with Session(engine) as session:
-        assert {session.get(Run, rid).status for rid in (first, second)} == {RunStatus.QUEUED}  # nothing done
+        assert {session.get_one(Run, rid).status for rid in (first, second)} == {RunStatus.QUEUED}  # nothing done
     assert audit(engine, first) == []
     with Session(engine) as session:
         assert run_actions.cancel_runs(session=session, member=ADA, run_ids=[first]) == [first]
-        assert session.get(Run, first).status == RunStatus.CANCELLED
+        assert session.get_one(Run, first).status == RunStatus.CANCELLED
     assert audit(engine, first) == [("cancel", ADA.name)]
 
 

@@ -110,6 +110,7 @@ def test_an_unknown_preset_exits_2(private_data_dir: Path, capsys: pytest.Captur
     assert not stored_anything(private_data_dir)
 
 
+@pytest.mark.integration  # starts `python -m lab run` as a process
 @pytest.mark.parametrize(("value", "message"), [("load.vus=0", "load.vus"), ("model=-rf", "must not start with '-'")])
 def test_the_real_cli_process_refuses_bad_values(tmp_path: Path, value: str, message: str) -> None:
     result = subprocess.run(

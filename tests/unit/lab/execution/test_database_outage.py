@@ -51,7 +51,7 @@ def lab(tmp_path: Path) -> tuple[Settings, object, int]:
 
 def run_row(engine, run_id: int) -> Run:
     with Session(engine) as session:
-        run = session.get(Run, run_id)
+        run = session.get_one(Run, run_id)
         session.expunge(run)
         return run
 

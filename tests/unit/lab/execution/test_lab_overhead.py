@@ -130,7 +130,7 @@ def test_the_worker_stores_the_ratio_on_the_experiment(engine) -> None:
         session.commit()
         assert experiments.record_wall_time_ratio(session=session, experiment_id=experiment_id) == pytest.approx(1.5)
     with Session(engine) as session:
-        assert session.get(Experiment, experiment_id).wall_time_ratio == pytest.approx(1.5)
+        assert session.get_one(Experiment, experiment_id).wall_time_ratio == pytest.approx(1.5)
 
 
 # The schema version just before the wall-time column existed (later migrations may follow).

@@ -46,7 +46,7 @@ def executor(tmp_path: Path) -> RunExecutor:
 
 def status_of(executor: RunExecutor) -> tuple[str, str | None]:
     with Session(executor.engine) as session:
-        run = session.get(Run, executor.run_id)
+        run = session.get_one(Run, executor.run_id)
         return run.status, run.status_reason
 
 
@@ -71,7 +71,7 @@ def test_ctrl_c_leaves_the_run_interrupted_not_running(executor: RunExecutor, mo
 
 def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecutor) -> None:
     with Session(executor.engine) as session:
-        run = session.get(Run, executor.run_id)
+        run = session.get_one(Run, executor.run_id)
         run.spec = {**run.spec, "model": "/models/gone"}
         session.commit()
     assert executor.execute() == RunStatus.FAILED
@@ -151,7 +151,7 @@ def test_a_failing_final_write_is_retried_then_written_without_figures(
     assert "database or disk is full" in reason
     assert len(calls) == 4  # three times with the figures, then without
     with Session(executor.engine) as session:
-        assert session.get(Run, executor.run_id).finished_at is not None
+        assert session.get_one(Run, executor.run_id).finished_at is not None
 
 
 def test_a_final_state_no_write_could_record_is_written_before_the_next_run(
@@ -181,6 +181,8 @@ def test_a_database_error_during_the_load_still_ends_the_run(
         executor.steps, "bring_up_services", lambda spec: RunTargets("http://127.0.0.1:9", "http://127.0.0.1:9", None)
     )
     monkeypatch.setattr(executor.steps, "warm_up", lambda *args: None)
+    # Nothing answers at the targets: each end's /metrics reads as unreadable (None), without a socket.
+    monkeypatch.setattr(executor.collector, "scrape_all", lambda spec, targets: {"backend": None})
 
     def load(*args):
         raise OperationalError("UPDATE runs SET progress", {}, Exception("database or disk is full"))

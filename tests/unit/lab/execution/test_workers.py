@@ -36,7 +36,7 @@ def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engin
         store.claim_next_run(engine=engine, worker_name="box-c", labels=["gpu", "h100"], hardware=HARDWARE) == gpu_run
     )
     with Session(engine) as session:
-        run = session.get(Run, gpu_run)
+        run = session.get_one(Run, gpu_run)
         assert (run.worker_name, run.worker_hardware, run.requires_labels) == ("box-c", HARDWARE, ["gpu"])
         claims = [(claim.run_id, claim.worker_name) for claim in store.list_run_claims(session=session)]
     assert claims == [(any_run, "box-a"), (pinned_run, "box-b"), (gpu_run, "box-c")]
@@ -67,7 +67,7 @@ def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
     assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-a") == []
     assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == [run_id]
     with Session(engine) as session:
-        run = session.get(Run, run_id)
+        run = session.get_one(Run, run_id)
         assert run.status == RunStatus.INTERRUPTED
         assert "'box-a' stopped renewing its heartbeat" in run.status_reason and "'box-b'" in run.status_reason
 
@@ -80,7 +80,7 @@ def test_a_restarted_worker_recovers_only_its_own_runs(engine) -> None:
     store.claim_next_run(engine=engine, worker_name="box-b")
     assert store.mark_orphaned_runs_interrupted(engine=engine, worker_name="box-a") == [first]
     with Session(engine) as session:
-        assert session.get(Run, second).status == RunStatus.STARTING
+        assert session.get_one(Run, second).status == RunStatus.STARTING
 
 
 def test_cancel_reaches_the_worker_that_owns_the_run(engine) -> None:

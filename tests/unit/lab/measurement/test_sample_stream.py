@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from lab.execution import k6_driver
 from lab.execution.k6_driver import K6Process, raw_output_path, script_path
 from lab.measurement.k6_ndjson import LATE_SAMPLE_WINDOW_S, SampleStream
 from lab.measurement.k6_ndjson_files import stream_file
@@ -113,6 +114,12 @@ def test_a_gzip_copy_reads_like_the_plain_file(tmp_path: Path) -> None:
     copy = tmp_path / "k6.ndjson.gz"
     copy.write_bytes(gzip.compress(FIXTURE.read_bytes()))
     assert stream_file(copy)[0].rows() == stream_file(FIXTURE)[0].rows()
+
+
+@pytest.fixture(autouse=True)
+def _no_port_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K6Process asks for a free port for k6's API; k6 never starts here, so no socket is opened."""
+    monkeypatch.setattr(k6_driver, "find_free_port", lambda: 6565)
 
 
 def _process(tmp_path: Path, keep_raw: str = "none") -> K6Process:

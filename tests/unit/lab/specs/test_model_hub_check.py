@@ -45,16 +45,19 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     server.server_close()
 
 
+@pytest.mark.integration  # a loopback HTTP server stands in for the Hub
 def test_a_model_the_hub_knows_is_accepted(fake_hub: str) -> None:
     assert ask_hub(KNOWN) == "found"
     check_model_on_machine(KNOWN, offline=False)
 
 
+@pytest.mark.integration  # a loopback HTTP server stands in for the Hub
 def test_a_model_the_hub_does_not_know_is_refused_at_launch(fake_hub: str) -> None:
     with pytest.raises(ModelNameError, match="has no model of that name"):
         check_model_on_machine("org/no-such-model", offline=False)
 
 
+@pytest.mark.integration  # a loopback socket that accepts and never answers
 def test_a_hub_that_does_not_answer_refuses_within_the_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import socket
     import time
