@@ -266,7 +266,10 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert list(table["seed throughput (tok/s)"]) == ["27.0", "139.0", "25.6", "1,045.0"]
     assert list(table["throughput (tok/s)"]) == ["22.7", "17.0", "20.1", "62.0"]
     ratios = frame_with(app, "value")
-    assert dict(zip(ratios["ratio"], ratios["value"]))["vLLM over naive output tok/s at 8 VUs"] == f"{62.0 / 20.1:.2f}"
+    assert (
+        dict(zip(ratios["ratio"], ratios["value"], strict=True))["vLLM over naive output tok/s at 8 VUs"]
+        == f"{62.0 / 20.1:.2f}"
+    )
     significance = frame_with(app, "what changes")
     assert set(significance["significance"]) == {"n too small (n=1 vs 1; needs 3 each)"}
     cost = frame_with(app, "cost per 1M output tokens")

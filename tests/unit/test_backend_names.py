@@ -35,7 +35,7 @@ def name_comparisons(tree: ast.AST, names: set[str]) -> list[int]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
-        for op, right in zip(node.ops, node.comparators):
+        for op, right in zip(node.ops, node.comparators, strict=True):
             if isinstance(op, (ast.Eq, ast.NotEq)):
                 found = any(isinstance(o, ast.Constant) and _names_in(o, names) for o in (node.left, right))
             elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):

@@ -13,7 +13,7 @@ from tests.support.isolation import IsolationError, needs_isolation
 
 
 def test_starting_a_process_fails() -> None:
-    with pytest.raises(IsolationError, match="a process started.*mark it integration"):
+    with pytest.raises(IsolationError, match=r"a process started.*mark it integration"):
         subprocess.run(["true"], check=False)
 
 

@@ -59,7 +59,7 @@ def finishing_with(engine: Engine, values: list[float], status: str = RunStatus.
 
     def finish(context: object, run_ids: list[int], *, local: bool) -> None:
         with Session(engine) as session:
-            for run_id, value in zip(run_ids, values):
+            for run_id, value in zip(run_ids, values, strict=True):
                 run = session.get_one(Run, run_id)
                 run.status, run.output_tok_per_s, run.requests_ok = status, value, 10
             session.commit()

@@ -3,6 +3,7 @@ audited, and a database of the previous release upgraded with "unknown" launcher
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
 
@@ -166,9 +167,11 @@ def audit(engine, run_id: int) -> list[tuple[str, str]]:
 
 def test_another_members_cancel_is_refused_on_the_server_and_an_admins_is_recorded(engine) -> None:
     first, second = queue(engine, ALICE.name)
-    with Session(engine) as session:
-        with pytest.raises(run_actions.PermissionDenied, match=f"run #{second}: only alice@lab.example"):
-            run_actions.cancel_runs(session=session, member=BOB, run_ids=[second, first])
+    with (
+        Session(engine) as session,
+        pytest.raises(run_actions.PermissionDenied, match=re.escape(f"run #{second}: only alice@lab.example")),
+    ):
+        run_actions.cancel_runs(session=session, member=BOB, run_ids=[second, first])
     with Session(engine) as session:
         assert {session.get_one(Run, rid).status for rid in (first, second)} == {RunStatus.QUEUED}  # nothing done
     assert audit(engine, first) == []
@@ -258,7 +261,7 @@ def test_a_previous_release_database_upgrades_with_unknown_launchers_and_nothing
         if name == "schema_version":
             continue
         assert len(after[name]) == len(rows), name
-        assert [{key: row[key] for key in old} for row, old in zip(after[name], rows)] == rows, name
+        assert [{key: row[key] for key in old} for row, old in zip(after[name], rows, strict=True)] == rows, name
         if name in ("runs", "experiments"):
             assert {row["launched_by"] for row in after[name]} == {"unknown"}, name
     assert after["run_audit"] == [] and after["run_notes"] == []

@@ -75,7 +75,9 @@ def test_unpaired_ratio_interval_covers_the_true_ratio_about_95_percent():
     # Repeats with a 10% coefficient of variation, three and five a side, true ratio 2.5.
     for n in (3, 5):
         coverage = _coverage(
-            lambda: ([rng.gauss(25, 2.5) for _ in range(n)], [rng.gauss(10, 1.0) for _ in range(n)]), 2.5, paired=False
+            lambda n=n: ([rng.gauss(25, 2.5) for _ in range(n)], [rng.gauss(10, 1.0) for _ in range(n)]),
+            2.5,
+            paired=False,
         )
         assert 0.92 <= coverage <= 0.98, (n, coverage)
 

@@ -130,7 +130,8 @@ def test_a_database_from_before_gets_the_streaming_columns_and_keeps_its_runs(tm
             text(
                 "INSERT INTO runs (spec, backend, model, workload, load_kind, duration_s, max_tokens, "
                 "random_seed, cell_label, repeat_index, tags, notes, status, cancel_requested, created_at) VALUES "
-                "('{}', 'vllm', 'm', 'number-story', 'constant-vus', 1, 1, 1, '', 0, '', '', 'done', 0, '2026-01-01 00:00:00')"
+                "('{}', 'vllm', 'm', 'number-story', 'constant-vus', 1, 1, 1, '', 0, '', '', 'done', 0, "
+                "'2026-01-01 00:00:00')"
             )
         )
         connection.execute(text("UPDATE schema_version SET version = :v"), {"v": version})

@@ -95,7 +95,7 @@ def test_every_warning_says_what_to_do() -> None:
         "or a longer run",
     )
     assert len(warnings) == len(actions)
-    for warning, action in zip(warnings, actions):
+    for warning, action in zip(warnings, actions, strict=True):
         assert action in warning, warning
 
 

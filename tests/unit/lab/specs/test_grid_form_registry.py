@@ -3,6 +3,7 @@ prompts, and the options each backend kind declares (a throwaway kind registered
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Literal
 
@@ -127,7 +128,7 @@ def test_options_of_a_backend_not_chosen_are_neither_checked_nor_sent(toy: str) 
 
 def test_a_declared_field_the_options_model_lacks_is_refused(toy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ToyBackend, "option_fields", (OptionField("toy.threads", "Threads"),))
-    with pytest.raises(ValueError, match="the toy backend declares 'toy.threads'"):
+    with pytest.raises(ValueError, match=re.escape("the toy backend declares 'toy.threads'")):
         backend_inputs(toy)
     monkeypatch.setattr(ToyBackend, "option_fields", (OptionField("vllm.dtype", "dtype"),))
     with pytest.raises(ValueError, match="which its options model lacks"):

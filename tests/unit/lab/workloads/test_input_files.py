@@ -73,7 +73,7 @@ def test_special_files_are_refused_at_once_when_read(special_files: dict[str, Pa
 
 
 def test_special_files_are_refused_by_spec_validation(special_files: dict[str, Path]) -> None:
-    for kind, path in special_files.items():
+    for path in special_files.values():
         for workload in (
             {"kind": "custom", "requests_path": str(path)},
             {"kind": "sharegpt-chat", "dataset_path": str(path)},
