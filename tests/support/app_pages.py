@@ -4,9 +4,11 @@ find a widget or a table, and the sign-in settings the gate tests use."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sqlalchemy.orm import Session
 from streamlit.testing.v1 import AppTest
+from streamlit.testing.v1.element_tree import Block
 
 from db import store
 from db.models import Run
@@ -43,7 +45,7 @@ def texts(app: AppTest) -> str:
     parts = [
         element.value
         for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader")
-        for element in app.get(kind)
+        for element in elements(app, kind)
     ]
     parts += [f"{metric.label}={metric.value}" for metric in app.metric]
     return seen("\n".join(str(part) for part in parts))
@@ -54,14 +56,22 @@ def seen(markdown: str) -> str:
     return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
-def widget(elements, key: str):
-    """The widget with ``key`` among ``elements``."""
-    matches = [element for element in elements if element.key == key]
+def elements(parent: AppTest | Block, kind: str) -> list[Any]:
+    """The elements of ``kind`` under ``parent``: AppTest types them as ``Element | Block``, but
+    an element kind such as "caption" or "progress" is never a Block (asserted)."""
+    found = list(parent.get(kind))
+    assert not any(isinstance(node, Block) for node in found), kind
+    return found
+
+
+def widget(candidates: Any, key: str) -> Any:
+    """The widget with ``key`` among ``candidates`` (one of AppTest's element lists)."""
+    matches = [element for element in candidates if element.key == key]
     assert matches, f"no widget with key {key!r}"
     return matches[0]
 
 
-def frame_with(app: AppTest, column: str):
+def frame_with(app: AppTest, column: str) -> Any:
     """The first table on the page with a ``column`` header."""
     frames = [frame.value for frame in app.dataframe if column in frame.value.columns]
     assert frames, f"no table with a {column!r} column: {[list(f.value.columns) for f in app.dataframe]}"
@@ -80,7 +90,7 @@ INTERNAL_NAMES = {name for name in (*RECORD_FIELDS, *DISPLAY_NAMES) if "_" in na
 UNROUNDED = re.compile(r"\d\.\d{4,}")
 
 
-def assert_tables_readable(app) -> int:
+def assert_tables_readable(app: AppTest) -> int:
     """Every table on the page: no None, no internal header, no float past 3 decimals."""
     tables = [frame.value for frame in app.dataframe]
     for table in tables:

@@ -77,6 +77,7 @@ def seed_database(engine: Engine) -> SeededLab:
     with Session(engine) as session:
         for run_id in run_ids:
             run = session.get_one(Run, run_id)
+            assert run.vus is not None  # a constant-VUs preset
             figures = SEEDED_FIGURES[(run.backend, run.vus)]
             for name, value in figures.items():
                 setattr(run, name, value)
@@ -97,6 +98,7 @@ def seed_database(engine: Engine) -> SeededLab:
         with Session(engine) as session:
             run = session.get_one(Run, run_id)
             backend, vus, tok = run.backend, run.vus, run.output_tok_per_s
+            assert vus is not None and tok is not None  # set just above
         store.save_run_series(
             engine=engine,
             run_id=run_id,

@@ -14,7 +14,7 @@ from db.models import Run, RunStatus
 from lab import baselines
 from lab.baselines import Subject
 from lab.specs.configuration import configuration_key
-from tests.support.app_pages import PAGES, open_page, texts, widget
+from tests.support.app_pages import PAGES, elements, open_page, texts, widget
 from tests.support.seeded_lab import SeededLab
 
 TRENDS = "pages/trends.py"
@@ -33,7 +33,9 @@ def later_run_of(seed_lab: SeededLab, run_id: int, output_tok_per_s: float) -> i
 
 def output_of(seed_lab: SeededLab, run_id: int) -> float:
     with Session(seed_lab.engine) as session:
-        return session.get_one(Run, run_id).output_tok_per_s
+        figure = session.get_one(Run, run_id).output_tok_per_s
+        assert figure is not None
+        return figure
 
 
 def mark(seed_lab: SeededLab, subject: Subject) -> None:
@@ -45,7 +47,7 @@ def test_run_detail_marks_the_run_as_baseline_and_offers_its_spec_file(seed_lab:
     run_id = seed_lab.done_run_ids[0]
     app = open_page(PAGES["Run detail"], run=str(run_id))
     assert "No baseline is marked for this run's configuration." in texts(app)
-    labels = [button.label for button in app.get("download_button")]
+    labels = [button.label for button in elements(app, "download_button")]
     assert "Download this run's spec file (JSON)" in labels
     assert f"Download experiment #{seed_lab.experiment_id}'s spec file (JSON)" in labels
     widget(app.button, "baseline_mark_run").click().run()

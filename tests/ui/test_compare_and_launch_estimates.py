@@ -17,7 +17,7 @@ from db import store
 from db.models import Run, RunStatus
 from lab.execution import experiments
 from lab.settings import get_settings
-from lab.specs.schema import ExperimentSpec, RunSpec
+from lab.specs.schema import ExperimentSpec, LoadSpec, RunSpec
 from tests.support.app_pages import INTERNAL_NAMES, PAGES, assert_tables_readable, frame_with, open_page, texts, widget
 from tests.support.seeded_lab import SeededLab
 
@@ -32,7 +32,7 @@ def add_done_run(seed: SeededLab, *, vus: int, max_tokens: int, tok: float, p95:
             backend="naive",
             model=get_settings().default_model,
             max_tokens=max_tokens,
-            load={"vus": vus, "duration_s": 5},
+            load=LoadSpec(vus=vus, duration_s=5),
         ),
     )
     with Session(seed.engine, expire_on_commit=False) as session:
@@ -54,7 +54,7 @@ def add_done_run(seed: SeededLab, *, vus: int, max_tokens: int, tok: float, p95:
 @pytest.mark.parametrize("page", [*PAGES.values(), "pages/workers.py"])
 def test_every_page_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> None:
     """No raw column name in a table, no ``nan`` or None anywhere, no ellipsis in a metric tile."""
-    store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)
+    store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)  # type: ignore[arg-type]  # a worker that reported no hardware
     with Session(seed_lab.engine) as session:  # a run without some figures: dashes, not nan
         session.get_one(Run, seed_lab.done_run_ids[1]).latency_p99_s = float("nan")
         session.get_one(Run, seed_lab.done_run_ids[1]).backend_rss_max_mb = 56943.123456
@@ -141,7 +141,7 @@ def test_stop_the_experiment_beside_cancel_this_run(seed_lab: SeededLab) -> None
     store.set_run_status(engine=seed_lab.engine, run_id=ids[0], status=RunStatus.STARTING)
     app = open_page(PAGES["Runs"])
     assert widget(app.button, f"cancel_live_{ids[0]}")
-    widget(app.button, next(b.key for b in app.button if b.key.startswith("stop_experiment_"))).click().run()
+    widget(app.button, next(b.key for b in app.button if b.key and b.key.startswith("stop_experiment_"))).click().run()
     with Session(seed_lab.engine) as session:
         runs = [session.get_one(Run, run_id) for run_id in ids]
         assert runs[0].cancel_requested and [run.status for run in runs[1:]] == [RunStatus.CANCELLED] * 2

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
-from tests.support.app_pages import PAGES, frame_with, open_page, runs_in_db, seen, texts, widget
+from tests.support.app_pages import PAGES, elements, frame_with, open_page, runs_in_db, seen, texts, widget
 from tests.support.seeded_lab import FORMULA_TAG, PROJECT_ROOT, SeededLab
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"
@@ -32,7 +32,7 @@ def test_sidebar_shows_the_queue_and_services(seed_lab: SeededLab) -> None:
     # AppTest drops the entry script's own elements after switch_page, so the shared
     # sidebar is checked on the default page (the browser test sees it on every page).
     app = open_page(PAGES["New experiment"])
-    sidebar = "\n".join(element.value for element in app.sidebar.get("caption"))
+    sidebar = "\n".join(element.value for element in elements(app.sidebar, "caption"))
     assert "4 done, 1 failed" in sidebar
     assert "none started yet" in sidebar
     assert [(m.label, m.value) for m in app.sidebar.metric] == [("queued", "1"), ("running", "0")]
@@ -136,14 +136,14 @@ def test_grid_form_launch_queues_one_run_per_cell(seed_lab: SeededLab) -> None:
     assert not app.exception
     assert [heading.value for heading in app.title] == ["Runs"]
     new = [run for run in runs_in_db(seed_lab) if run.experiment and run.experiment.name == "ui grid"]
-    assert sorted(run.vus for run in new) == [1, 2]
+    assert sorted(run.vus or 0 for run in new) == [1, 2]
     assert all(run.max_tokens == 16 and run.duration_s == 5.0 and run.backend == "naive" for run in new)
     assert all(run.spec["workload"]["stream"] is True for run in new)
 
 
 def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["New experiment"])
-    uploader = app.get("file_uploader")[0]
+    uploader = elements(app, "file_uploader")[0]
     uploader.set_value(("small.json", (FIXTURES / "sharegpt_small.json").read_bytes(), "application/json")).run()
     widget(app.button, "upload_save").click().run()
     assert not app.exception
@@ -153,7 +153,7 @@ def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLa
     ]
     assert len(stored) == 1 and stored[0].name != "small.json"
 
-    app.get("file_uploader")[0].set_value(("bad.json", b"{not json", "application/json")).run()
+    elements(app, "file_uploader")[0].set_value(("bad.json", b"{not json", "application/json")).run()
     widget(app.button, "upload_save").click().run()
     assert any(seen(error.value).startswith("Not saved: bad.json") for error in app.error)
 
@@ -188,13 +188,13 @@ def test_live_view_shows_progress_and_cancels(seed_lab: SeededLab) -> None:
     )
     app = open_page(PAGES["Runs"])
     assert f"Live: run #{seed_lab.queued_run_id}" in texts(app)
-    progress = app.get("progress")[0]
+    progress = elements(app, "progress")[0]
     assert progress.value == 25 and "5 s elapsed, 15 s remaining" in progress.proto.text
     assert "failed requests=1" in texts(app) and "req/s so far=0.60" in texts(app)
     widget(app.button, f"cancel_live_{seed_lab.queued_run_id}").click().run()
     assert not app.exception
     with Session(seed_lab.engine) as session:
-        assert store.get_run(session=session, run_id=seed_lab.queued_run_id).cancel_requested
+        assert session.get_one(Run, seed_lab.queued_run_id).cancel_requested
 
 
 def test_delete_asks_for_confirmation(seed_lab: SeededLab) -> None:
@@ -220,7 +220,7 @@ def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
     submit.click().run()
     assert not app.exception
     with Session(seed_lab.engine) as session:
-        run = store.get_run(session=session, run_id=run_id)
+        run = session.get_one(Run, run_id)
         notes = store.list_run_notes(session=session, run_id=run_id)
         assert run.tags == "baseline,cpu"
         assert [(note.author, note.text) for note in notes] == [("unknown", "warm cache")]  # the thread
@@ -276,7 +276,7 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     naive_1 = cost[(cost["backend"] == "naive") & (cost["VUs"] == "1")]["cost per 1M output tokens"].iloc[0]
     assert naive_1 == f"{1.0 / (22.7 * 3600) * 1e6:,.2f}"
     assert len(app.get("plotly_chart")) == 6  # tok/s, req/s, latency, hit rates, series, Pareto
-    assert [button.label for button in app.get("download_button")] == [
+    assert [button.label for button in elements(app, "download_button")] == [
         "Download this table (CSV)",
         "Download raw per-run data (CSV)",
     ]

@@ -13,7 +13,7 @@ from db import store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
 from pages.view.text import chart_label, plain
-from tests.support.app_pages import APP, PAGES, open_page
+from tests.support.app_pages import APP, PAGES, elements, open_page
 from tests.support.seeded_lab import SeededLab
 
 PAYLOAD = (
@@ -28,7 +28,7 @@ def markdown_sources(app: AppTest) -> list[str]:
     sources = [
         str(element.value)
         for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader", "title", "header")
-        for element in app.get(kind)
+        for element in elements(app, kind)
     ]
     sources += [str(getattr(element, "label", "")) for element in app.get("expandable")]
     return sources
@@ -48,6 +48,7 @@ def hostile(seed_lab: SeededLab) -> SeededLab:
     run_id = seed_lab.done_run_ids[0]
     with Session(seed_lab.engine) as session:
         run = session.get_one(Run, run_id)
+        assert run.experiment is not None
         run.experiment.name = PAYLOAD
         run.measurement_warnings = PAYLOAD
         session.commit()

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
-from tests.support.app_pages import PAGES, assert_tables_readable, frame_with, open_page, texts, widget
+from tests.support.app_pages import PAGES, assert_tables_readable, elements, frame_with, open_page, texts, widget
 from tests.support.seeded_lab import SeededLab
 
 TRACEBACK = """Traceback (most recent call last):
@@ -70,7 +70,7 @@ def test_every_table_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> 
     store.upsert_service_record(
         engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
     )  # no PID, no URL: dashes, not None
-    store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)
+    store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None)  # type: ignore[arg-type]  # a worker that reported no hardware
     app = open_page(page, **({"run": str(seed_lab.done_run_ids[0])} if page == PAGES["Run detail"] else {}))
     assert assert_tables_readable(app) >= (0 if page == PAGES["New experiment"] else 1)
     assert "None" not in texts(app)
@@ -91,7 +91,7 @@ def test_panel_table_and_sidebar_say_the_same_phase(seed_lab: SeededLab) -> None
     table = app.dataframe[0].value
     assert table[table["run"] == str(run_id)]["status"].iloc[0] == f"▶️ {phase}"
     assert "waiting for 3 requests still in flight (graceful stop, at most 30 s)" in app.get("progress")[0].proto.text
-    sidebar = "\n".join(element.value for element in open_page(PAGES["New experiment"]).sidebar.get("caption"))
+    sidebar = "\n".join(element.value for element in elements(open_page(PAGES["New experiment"]).sidebar, "caption"))
     assert phase in sidebar
 
 

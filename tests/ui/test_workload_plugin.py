@@ -56,5 +56,9 @@ def test_a_registered_workload_shows_its_own_fields_checks_them_and_queues_its_s
 def test_its_options_are_named_in_the_set_help(count_up: str) -> None:
     from lab.cli.entry import build_parser
 
-    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    subparsers = build_parser()._subparsers
+    assert subparsers is not None
+    commands = subparsers._group_actions[0].choices
+    assert isinstance(commands, dict)
+    run_help = commands["run"].format_help()
     assert f"workload.{SECTION}.prompts ({KIND})" in " ".join(run_help.split())
