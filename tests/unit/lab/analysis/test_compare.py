@@ -50,10 +50,13 @@ def test_exp1_table_has_the_seeds_columns_and_figures_beside() -> None:
 
 def test_exp1_ratios() -> None:
     ratios = exp1_ratios(EXP1)
-    assert round(ratios.speedup_at(1), 3) == round(15 / 21, 3)
+    speedup = ratios.speedup_at(1)
+    assert speedup is not None and round(speedup, 3) == round(15 / 21, 3)
     vllm_growth = ratios.growth_of(SeedSetup.VLLM, "output_tok_per_s")
+    assert vllm_growth is not None and vllm_growth.value is not None
     assert (vllm_growth.low_vus, vllm_growth.high_vus) == (1, 8) and round(vllm_growth.value, 2) == 4.0
     naive_growth = ratios.growth_of(SeedSetup.NAIVE, "latency_avg_s")
+    assert naive_growth is not None and naive_growth.value is not None
     assert (naive_growth.low_vus, naive_growth.high_vus) == (1, 8) and round(naive_growth.value, 2) == round(
         45 / 5.9, 2
     )
@@ -96,7 +99,8 @@ def test_formatting_and_cost() -> None:
     assert format_seconds(None) == "–"
     assert mean_and_spread([1.0, 3.0, None]) == (2.0, 1.4142135623730951, 2)
     # 3,600 tok/s for an hour is 12.96 M tokens; at 1.296 per hour that is 0.1 per million.
-    assert round(cost_per_million_output_tokens(3600.0, 1.296), 6) == 0.1
+    cost = cost_per_million_output_tokens(3600.0, 1.296)
+    assert cost is not None and round(cost, 6) == 0.1
     assert cost_per_million_output_tokens(0.0, 1.0) is None
 
 

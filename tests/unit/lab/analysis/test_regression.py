@@ -61,6 +61,8 @@ def test_one_figure_named_twice_is_refused() -> None:
 def test_a_halved_throughput_is_a_significant_change_with_its_interval() -> None:
     change = figure_change("output_tok_per_s", FAST, SLOW)
     assert change.change == pytest.approx(150.5 / 300 - 1)
+    assert change.change is not None and change.change_ci95_low is not None and change.change_ci95_high is not None
+    assert change.worse_by is not None
     assert change.change_ci95_low < change.change < change.change_ci95_high < 0
     assert change.significant is True and change.worse_by > 0.45
     assert change.verdict == "significantly worse"
@@ -193,7 +195,9 @@ def test_trend_points_carry_what_each_run_ran_with_and_experiment_means_their_in
     )
     assert [point.in_baseline for point in points] == [True, True, True, False]
     first, second = experiment_means(points)
+    assert first.ci95_low is not None and first.ci95_high is not None
     assert first.mean == pytest.approx(100.0) and first.ci95_low < 100 < first.ci95_high and first.n == 3
     assert second.mean == 50.0 and second.ci95_low is None
-    assert baseline_band(points).mean == pytest.approx(100.0)
+    band = baseline_band(points)
+    assert band is not None and band.mean == pytest.approx(100.0)
     assert baseline_band(points[3:]) is None

@@ -8,12 +8,13 @@ import json
 from array import array
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
 
 from db import store
-from db.models import RunStatus
+from db.models import Run, RunStatus
 from lab import cli
 from lab.analysis.capacity_search import CapacityError
 from lab.analysis.slo import SloError, evaluate, parse_slo
@@ -23,6 +24,14 @@ from lab.execution.capacity_plan import CapacityPlan, check_plan, create_experim
 from lab.measurement import request_figures
 from lab.measurement.k6_ndjson import RequestSamples
 from lab.measurement.k6_ndjson_files import stream_request_samples
+
+
+def stored_capacity(session: Session, experiment_id: int) -> dict[str, Any]:
+    """The capacity search's stored state of ``experiment_id``."""
+    experiment = store.get_experiment(session=session, experiment_id=experiment_id)
+    assert experiment is not None and experiment.capacity is not None
+    return experiment.capacity
+
 
 FIXTURE_NDJSON = Path(__file__).resolve().parents[3] / "fixtures" / "k6" / "number_story.ndjson"
 
@@ -57,6 +66,7 @@ class QueueModel:
             runs = store.list_runs(session=session, run_ids=run_ids)
             loads = {run.id: (run.vus, run.duration_s) for run in runs}
         for run_id, (vus, duration_s) in loads.items():
+            assert vus is not None and duration_s is not None  # constant-VUs probes
             latency = self.latency_s(vus)
             count = max(1, int(duration_s * vus / latency))
             values = [latency * (0.9 + 0.2 * i / count) for i in range(count)]
@@ -100,7 +110,7 @@ def test_search_finds_the_boundary_and_stores_every_probe_in_one_experiment(engi
         runs = store.list_runs(session=session, experiment_ids=[experiment_id])
         assert sorted(run.id for run in runs) == sorted(probe_run_ids)
         assert all(run.goodput_req_per_s is not None and run.slo_evaluated == "latency_p95_s<=10" for run in runs)
-        stored = store.get_experiment(session=session, experiment_id=experiment_id).capacity
+        stored = stored_capacity(session, experiment_id)
     assert stored["backends"]["external"]["capacity_load"] == entry["capacity_load"]
     assert set(entry["bounding_run_ids"]) <= set(probe_run_ids) and len(entry["bounding_run_ids"]) == 2
     # One probe queued at a time: the search decides each load from the previous one.
@@ -127,7 +137,7 @@ def test_the_search_state_is_stored_after_every_probe(engine) -> None:
 
     def wait(run_ids: list[int]) -> None:
         with Session(engine) as session:
-            state = store.get_experiment(session=session, experiment_id=experiment_id).capacity
+            state = stored_capacity(session, experiment_id)
         seen.append(len(state["backends"]["external"]["probes"]))
         model.wait(run_ids)
 
@@ -202,7 +212,7 @@ def test_a_stopped_search_is_stored_as_interrupted(engine) -> None:
     with pytest.raises(KeyboardInterrupt):
         run_search(engine=engine, experiment_id=experiment_id, plan=plan, wait=wait)
     with Session(engine) as session:
-        state = store.get_experiment(session=session, experiment_id=experiment_id).capacity
+        state = stored_capacity(session, experiment_id)
     assert state["state"] == "interrupted" and state["backends"]["external"]["state"] == "interrupted"
 
 
@@ -323,7 +333,7 @@ def test_runs_slo_cli_evaluates_a_stored_run(engine, capsys, monkeypatch) -> Non
     with Session(engine) as session:
         [run_id] = store.add_experiment_runs(
             session=session,
-            experiment_id=None,
+            experiment_id=None,  # type: ignore[arg-type]  # a run outside any experiment, as `lab runs slo` may read
             runs=[
                 {
                     "spec": {},
@@ -345,7 +355,7 @@ def test_runs_slo_cli_evaluates_a_stored_run(engine, capsys, monkeypatch) -> Non
     result = json.loads(capsys.readouterr().out)
     assert result["passed"] and result["requests_good"] == 3 and result["goodput_req_per_s"] == pytest.approx(0.75)
     with Session(engine) as session:
-        assert store.get_run(session=session, run_id=run_id).slo_attainment == pytest.approx(0.75)
+        assert session.get_one(Run, run_id).slo_attainment == pytest.approx(0.75)
     assert cli.main(["runs", "slo", str(run_id + 1), "--slo", "latency_p50_s=10"]) == 2
     assert "no run with id" in capsys.readouterr().err
 

@@ -4,6 +4,7 @@ the partial figures kept, the final state and what each try of the final write s
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -68,6 +69,7 @@ def test_losing_redis_lets_the_run_go_on_losing_the_backend_fails_it() -> None:
         "the naive service died during the warm-up; its log is empty (see its log below)"
     )
     long_line = decisions.lost_service_failure("naive", phase="load", last_log_line="y" * 5000)
+    assert long_line is not None
     assert long_line.count("y") == decisions.LAST_LOG_LINE_CHARS
 
 
@@ -84,7 +86,7 @@ def test_a_fill_gives_up_only_when_its_requests_fail_and_nothing_new_is_stored()
 
 
 def test_the_progress_shows_the_load_then_the_drain() -> None:
-    common = dict(planned_s=10.0, graceful_stop_s=5.0, vus=4, output_tokens=100, live={"t": []})
+    common: dict[str, Any] = dict(planned_s=10.0, graceful_stop_s=5.0, vus=4, output_tokens=100, live={"t": []})
     loading = decisions.load_progress(elapsed_s=4.0, requests_ok=8, requests_failed=2, **common)
     assert loading["phase"] == "load" and loading["fraction"] == pytest.approx(0.4)
     assert (loading["requests_completed"], loading["requests_failed"], loading["req_per_s"]) == (10, 2, 2.0)
@@ -130,10 +132,11 @@ def test_the_warnings_keep_the_measurements_then_add_the_runs_own() -> None:
 def test_a_run_without_a_success_fails_with_its_counts() -> None:
     assert decisions.final_state({"requests_ok": 3}) == (RunStatus.DONE, None)
     status, reason = decisions.final_state({"requests_ok": 0, "requests_failed": 5, "iterations_interrupted": 2})
-    assert status == RunStatus.FAILED
+    assert status == RunStatus.FAILED and reason is not None
     assert reason.startswith("no request completed successfully (5 failed, 2 still in flight at the end)")
     assert "check the backend's log" in reason and "lengthen the duration" not in reason  # failures, not time
     _, in_flight_only = decisions.final_state({"requests_ok": 0, "requests_failed": 0, "iterations_interrupted": 2})
+    assert in_flight_only is not None
     assert "lengthen the duration or the graceful stop" in in_flight_only
 
 
