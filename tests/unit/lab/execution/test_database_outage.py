@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -37,7 +39,7 @@ SHUTTING_DOWN = OperationalError("SELECT 1", {}, Exception("terminating connecti
 
 
 @pytest.fixture()
-def lab(tmp_path: Path) -> tuple[Settings, object, int]:
+def lab(tmp_path: Path) -> tuple[Settings, Engine, int]:
     settings = Settings(data_dir=tmp_path, worker_name="box-a")
     engine = make_engine(settings.resolved_database_url)
     migrations.upgrade(engine)
@@ -45,6 +47,7 @@ def lab(tmp_path: Path) -> tuple[Settings, object, int]:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=spec)
     run_id = store.claim_next_run(engine=engine, worker_name="box-a", worker_pid=1)
+    assert run_id is not None
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.RUNNING)
     return settings, engine, run_id
 
@@ -64,14 +67,15 @@ def test_which_errors_mean_the_database_cannot_be_reached() -> None:
         OperationalError("x", {}, Exception("the database system is starting up")),
     ):
         assert decisions.database_unreachable(error), error
-    for error in (
+    other: Exception
+    for other in (
         OperationalError("x", {}, Exception("database or disk is full")),
         OperationalError("x", {}, Exception("disk I/O error")),
         OperationalError("x", {}, Exception("no such column: runs.future")),
         IntegrityError("x", {}, Exception("connection constraint violated")),
         OSError("connection"),
     ):
-        assert not decisions.database_unreachable(error), error
+        assert not decisions.database_unreachable(other), other
 
 
 def test_the_final_write_waits_longer_each_time_until_its_budget_is_spent() -> None:
@@ -89,7 +93,9 @@ def test_a_final_write_during_an_outage_is_retried_with_its_figures_until_the_da
     lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, engine, run_id = lab
-    real, calls, slept = store.set_run_status, [], []
+    real = store.set_run_status
+    calls: list[dict[str, Any]] = []
+    slept: list[float] = []
 
     def down_for_five_tries(**values):
         calls.append(values)
@@ -147,6 +153,7 @@ def test_lab_runs_recover_writes_kept_states_and_sets_aside_those_of_final_runs(
             spec=load_preset("seed-exp1", overrides=[("grid.backend", ["naive"]), ("grid.load.vus", [1])]),
         )
     other = store.claim_next_run(engine=engine, worker_name="box-a", worker_pid=1)
+    assert other is not None
     store.set_run_status(engine=engine, run_id=other, status=RunStatus.CANCELLED)  # ended since: never overwritten
     pending.add(other, {**values, "requests_ok": 1}, run_dir=settings.runs_dir / str(other))
     monkeypatch.setenv("LAB_DATA_DIR", str(settings.data_dir))
@@ -211,6 +218,10 @@ def test_the_series_and_requests_the_database_never_took_are_kept_with_the_final
     assert pending.load(settings.runs_dir) == [run_id]
     assert pending.save(engine) == [run_id]
     with Session(engine) as session:
-        assert store.get_run_series(session=session, run_id=run_id).series == parts["series"]["series"]
-        assert store.get_run_requests(session=session, run_id=run_id).latency_s == b"\x00\x01\xff"
+        series, requests = (
+            store.get_run_series(session=session, run_id=run_id),
+            store.get_run_requests(session=session, run_id=run_id),
+        )
+        assert series is not None and series.series == parts["series"]["series"]
+        assert requests is not None and requests.latency_s == b"\x00\x01\xff"
     assert run_row(engine, run_id).requests_ok == 9

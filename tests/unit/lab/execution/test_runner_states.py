@@ -35,6 +35,7 @@ def executor(tmp_path: Path) -> RunExecutor:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=spec)
     run_id = store.claim_next_run(engine=engine, worker_pid=1)
+    assert run_id is not None
     return RunExecutor(
         engine=engine,
         settings=settings,
@@ -76,6 +77,7 @@ def test_a_stored_spec_that_no_longer_validates_fails_cleanly(executor: RunExecu
         session.commit()
     assert executor.execute() == RunStatus.FAILED
     _status, reason = status_of(executor)
+    assert reason is not None
     assert "no longer valid" in reason and "model folder not found: /models/gone" in reason
 
 
@@ -125,6 +127,7 @@ def test_a_write_failure_mid_run_fails_the_run_with_one_line(
     with caplog.at_level(logging.INFO):
         assert executor.execute() == RunStatus.FAILED
     status, reason = status_of(executor)
+    assert reason is not None
     assert status == RunStatus.FAILED
     assert reason.startswith(("could not write the run's data", "the database could not be written")), reason
     assert "\n" not in reason
@@ -147,6 +150,7 @@ def test_a_failing_final_write_is_retried_then_written_without_figures(
     monkeypatch.setattr(final_state_module.store, "set_run_status", fails_with_figures)
     executor.final_state.write(RunStatus.DONE, requests_ok=12, latency_p95_s=0.5)
     status, reason = status_of(executor)
+    assert reason is not None
     assert status == RunStatus.DONE and "its figures could not be saved" in reason
     assert "database or disk is full" in reason
     assert len(calls) == 4  # three times with the figures, then without
@@ -170,6 +174,7 @@ def test_a_final_state_no_write_could_record_is_written_before_the_next_run(
     monkeypatch.setattr(final_state_module.store, "set_run_status", real)
     assert executor.final_state.pending.save(executor.engine) == [executor.run_id]
     status, reason = status_of(executor)
+    assert reason is not None
     assert status == RunStatus.FAILED and reason.startswith("k6 was killed")
 
 
@@ -190,6 +195,7 @@ def test_a_database_error_during_the_load_still_ends_the_run(
     monkeypatch.setattr(executor.steps, "drive_load", load)
     assert executor.execute() == RunStatus.FAILED
     status, reason = status_of(executor)
+    assert reason is not None
     assert status == RunStatus.FAILED and "database or disk is full" in reason
     assert not no_tracebacks(caplog)
 

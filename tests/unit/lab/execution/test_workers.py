@@ -68,7 +68,7 @@ def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
     assert store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == [run_id]
     with Session(engine) as session:
         run = session.get_one(Run, run_id)
-        assert run.status == RunStatus.INTERRUPTED
+        assert run.status == RunStatus.INTERRUPTED and run.status_reason is not None
         assert "'box-a' stopped renewing its heartbeat" in run.status_reason and "'box-b'" in run.status_reason
 
 
@@ -104,9 +104,11 @@ def test_a_live_worker_name_elsewhere_is_refused_a_restart_here_is_not(engine, t
     worker.register()
     with Session(engine) as session:
         record = store.get_worker(session=session, name="box-a")
+        assert record is not None and record.hardware is not None
         assert (record.labels, record.state, record.host) == (["gpu"], "running", socket.gethostname())
         assert record.hardware["cpu_cores"] and "lab_version" in record.hardware
-        assert store.heartbeat_age_s(session=session, record=record) < 30
+        age_s = store.heartbeat_age_s(session=session, record=record)
+        assert age_s is not None and age_s < 30
 
 
 def test_upgrade_from_version_1_keeps_runs_and_services(tmp_path: Path) -> None:
