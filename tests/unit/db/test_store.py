@@ -77,11 +77,12 @@ def test_orphaned_active_runs_become_interrupted(engine) -> None:
     with Session(engine) as session:
         experiments.enqueue_experiment(session=session, spec=quick_exp1())
     run_id = store.claim_next_run(engine=engine, worker_pid=424242)
+    assert run_id is not None
     store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.RUNNING)
     assert store.mark_orphaned_runs_interrupted(engine=engine, worker_name=None) == [run_id]
     with Session(engine) as session:
         run = session.get_one(Run, run_id)
-        assert run.status == RunStatus.INTERRUPTED
+        assert run.status == RunStatus.INTERRUPTED and run.status_reason is not None
         assert "the lab stopped while this run was running" in run.status_reason
         assert run.finished_at is not None
 
@@ -162,7 +163,9 @@ def test_delete_keeps_the_series_of_an_active_run(engine) -> None:
     with Session(engine) as session:
         ids = [run.id for run in experiments.enqueue_experiment(session=session, spec=quick_exp1()).runs]
     active = store.claim_next_run(engine=engine, worker_pid=1)
+    assert active is not None
     store.save_run_series(engine=engine, run_id=active, series={"time_s": [0.0]})
     with Session(engine) as session:
         store.delete_runs(session=session, run_ids=ids)
-        assert store.get_run_series(session=session, run_id=active).series == {"time_s": [0.0]}
+        kept = store.get_run_series(session=session, run_id=active)
+        assert kept is not None and kept.series == {"time_s": [0.0]}

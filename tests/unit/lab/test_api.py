@@ -4,6 +4,7 @@ tests/integration/test_regression_gate.py when a server is available)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +19,7 @@ from tests.support.api_runs import NUMERIC_FIGURES, seed
 
 
 @pytest.fixture()
-def database(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> str:
+def database(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     url = str(engine.url)
     monkeypatch.setenv("LAB_DATABASE_URL", url)
     get_settings.cache_clear()

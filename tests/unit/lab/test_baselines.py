@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
@@ -48,7 +49,7 @@ def lab_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engi
     get_settings.cache_clear()
 
 
-def write_spec(tmp_path: Path, name: str = "gate.json", **changes: object) -> Path:
+def write_spec(tmp_path: Path, name: str = "gate.json", **changes: Any) -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(spec_document(**changes)))
     return path
@@ -69,7 +70,9 @@ def finishing_with(engine: Engine, values: list[float], status: str = RunStatus.
 
 def run_count(engine: Engine) -> int:
     with Session(engine) as session:
-        return session.scalar(select(func.count()).select_from(Run))
+        count = session.scalar(select(func.count()).select_from(Run))
+        assert count is not None
+        return count
 
 
 def run_spec(

@@ -12,14 +12,16 @@ from db import store
 from db.models import Run, RunStatus
 from lab import history
 from lab.execution import experiments
-from lab.specs.schema import ExperimentSpec, RunSpec
+from lab.specs.schema import ExperimentSpec, LoadSpec, RunSpec
 
 MODEL = "models/SmolLM2-135M-Instruct"
 
 
 def queue(engine: Engine, vus: list[int], duration_s: float = 20.0) -> list[int]:
     spec = ExperimentSpec(
-        name="e", base=RunSpec(backend="naive", model=MODEL, load={"duration_s": duration_s}), grid={"load.vus": vus}
+        name="e",
+        base=RunSpec(backend="naive", model=MODEL, load=LoadSpec(duration_s=duration_s)),
+        grid={"load.vus": vus},
     )
     with Session(engine, expire_on_commit=False) as session:
         return [run.id for run in experiments.enqueue_experiment(session=session, spec=spec).runs]
@@ -70,6 +72,7 @@ def test_the_card_is_the_newest_finished_run_with_its_experiments_done_runs(engi
         assert history.finished_run_card(session=session) is not None
         store.set_run_status(engine=engine, run_id=ids[2], status=RunStatus.FAILED, reason="boom")
         card = history.finished_run_card(session=session)
+    assert card is not None
     assert card["run_id"] == ids[2] and card["status"] == "failed"
     assert card["experiment_done_run_ids"] == ids[:2]
 

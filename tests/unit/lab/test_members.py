@@ -79,7 +79,8 @@ def test_lab_start_refuses_an_unknown_role_in_one_line(tmp_path: Path, monkeypat
     secrets.write_text('[roles]\nadmin = ["ada@lab.example"]\n')
     assert check_settings_at_start(tmp_path) is None
     secrets.write_text("[roles\nadmin = \n")
-    assert check_settings_at_start(tmp_path).startswith("error: ")
+    problem = check_settings_at_start(tmp_path)
+    assert problem is not None and problem.startswith("error: ")
 
 
 # --------------------------------------------------------------------------- who may do what

@@ -10,9 +10,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location(
     "compare_reproductions", PROJECT_ROOT / "scripts" / "compare_reproductions.py"
 )
+assert _spec is not None and _spec.loader is not None
 compare_reproductions = importlib.util.module_from_spec(_spec)
 sys.modules["compare_reproductions"] = compare_reproductions  # its dataclass looks its module up
-_spec.loader.exec_module(compare_reproductions)  # type: ignore[union-attr]
+_spec.loader.exec_module(compare_reproductions)
 
 
 def _report(folder: Path, verdicts: dict[str, tuple[str, str]]) -> Path:

@@ -31,6 +31,7 @@ def test_identical_cells_in_two_experiments_are_an_aa_check_and_a_drift_is_found
         "seed-exp2": [run(4, "2-a", 2.31), run(5, "2-b", 2.29), run(6, "2-c", 2.36)],
     }
     [check] = aa_checks(same)
+    assert check.interval.ci95_low is not None and check.interval.ci95_high is not None
     assert check.interval.ci95_low < 1 < check.interval.ci95_high and not check.drifted
     assert drift_factor([check]) == 1.0
     # The seed-scale case: 2.33 then 1.79 req/s, four minutes later.

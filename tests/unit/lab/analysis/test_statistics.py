@@ -64,6 +64,7 @@ def _coverage(draw, true_ratio: float, *, paired: bool, trials: int = 2000) -> f
     for _ in range(trials):
         a, b = draw()
         interval = ratio_interval(a, b, paired=paired)
+        assert interval.ci95_low is not None and interval.ci95_high is not None
         inside += interval.ci95_low <= true_ratio <= interval.ci95_high
     return inside / trials
 

@@ -143,7 +143,9 @@ def test_the_real_cli_process_refuses_bad_values(tmp_path: Path, value: str, mes
 def test_a_bad_dataset_fails_before_any_load_and_writes_no_request_file(
     tmp_path: Path, workload: dict, message: str
 ) -> None:
-    spec = RunSpec(backend="external", target_url="http://127.0.0.1:9", model="stub", workload=workload)
+    spec = RunSpec.model_validate(
+        {"backend": "external", "target_url": "http://127.0.0.1:9", "model": "stub", "workload": workload}
+    )
     steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=7)  # type: ignore[arg-type]
     steps.run_dir.mkdir(parents=True)
     with pytest.raises(DatasetError, match=message):
@@ -155,11 +157,13 @@ def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_pa
     from lab.execution.run_decisions import RunFailed
     from lab.workloads.sharegpt_chat import conversations as _conversations
 
-    spec = RunSpec(
-        backend="external",
-        target_url="http://127.0.0.1:9",
-        model="stub",
-        workload={"kind": "sharegpt-chat", "dataset_path": str(FIXTURES / "not_sharegpt.json")},
+    spec = RunSpec.model_validate(
+        {
+            "backend": "external",
+            "target_url": "http://127.0.0.1:9",
+            "model": "stub",
+            "workload": {"kind": "sharegpt-chat", "dataset_path": str(FIXTURES / "not_sharegpt.json")},
+        }
     )
     steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=8)  # type: ignore[arg-type]
     steps.run_dir.mkdir(parents=True)

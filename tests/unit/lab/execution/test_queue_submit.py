@@ -9,7 +9,6 @@ from pathlib import Path
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from db import store
 from db.models import Run, RunStatus
 from lab.context import LabContext
 from lab.execution.queue_submit import SharedQueueWaiter, live_shared_workers, open_waiter
@@ -48,15 +47,16 @@ def test_the_waiter_names_the_worker_that_took_each_run_and_how_it_ended(engine)
     assert lines[2].endswith("taken by worker cpu-box")
     assert lines[3].endswith("on worker cpu-box: failed (k6 crashed)")
     with Session(engine) as session:  # the waiter executed nothing: the states are those the workers wrote
-        assert [store.get_run(session=session, run_id=i).status for i in (first, second)] == ["done", "failed"]
+        assert [session.get_one(Run, i).status for i in (first, second)] == ["done", "failed"]
 
 
 def test_a_run_no_live_worker_may_take_is_named_once(engine) -> None:
     [run_id] = enqueue(engine, requires=["gpu"])
-    waiter = SharedQueueWaiter(engine=engine, live_workers={"cpu-box": ["cpu"]}, out=io.StringIO())
+    out = io.StringIO()
+    waiter = SharedQueueWaiter(engine=engine, live_workers={"cpu-box": ["cpu"]}, out=out)
     with Session(engine) as session:
-        run = store.get_run(session=session, run_id=run_id)
+        run = session.get_one(Run, run_id)
         waiter._report(run)
         waiter._report(run)
-    text = waiter.out.getvalue()
+    text = out.getvalue()
     assert text.count("no live worker may take it") == 1 and "labels gpu" in text and "--local" in text

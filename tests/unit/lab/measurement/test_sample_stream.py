@@ -94,9 +94,11 @@ def test_memory_per_second_is_bounded_and_each_second_exact() -> None:
     for index, second in enumerate(sorted(expected)):
         values = sorted(expected[second])
         assert series.requests_ok[index] == 50
-        assert series.latency_p95_s[index] == pytest.approx(percentile(values, 0.95) / 1000, rel=1e-12)
+        p95_ms = percentile(values, 0.95)
+        assert p95_ms is not None and series.latency_p95_s[index] == pytest.approx(p95_ms / 1000, rel=1e-12)
     every = sorted(value for values in expected.values() for value in values)
-    assert series.latency.p99_s == pytest.approx(percentile(every, 0.99) / 1000, rel=1e-12)
+    p99_ms = percentile(every, 0.99)
+    assert p99_ms is not None and series.latency.p99_s == pytest.approx(p99_ms / 1000, rel=1e-12)
 
 
 def test_a_sample_later_than_the_window_still_counts() -> None:
@@ -234,9 +236,9 @@ def test_the_collector_reads_a_raw_copy_only_when_no_k6_process_is_at_hand(tmp_p
     def collector(k6_process=None) -> RunCollector:
         return RunCollector(
             engine=engine,
-            services=None,
+            services=None,  # type: ignore[arg-type]  # the collector reads no service here
             run_id=1,
-            run_dir=tmp_path,  # type: ignore[arg-type]
+            run_dir=tmp_path,
             contention_threshold_percent=25.0,
             k6_process=k6_process,
         )

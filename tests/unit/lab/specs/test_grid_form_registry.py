@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from pydantic import Field
@@ -115,15 +115,15 @@ def test_a_registered_backends_fields_are_checked_one_by_one_and_reach_its_secti
             backend_options={"toy.workers": 5, "toy.precision": "low", "naive.dtype": "float32"},
         )
     )
-    assert errors == {}
-    cells = {cell.backend: cell for _, _, cell in spec.expand()}
+    assert errors == {} and spec is not None
+    cells: dict[str, Any] = {cell.backend: cell for _, _, cell in spec.expand()}
     assert (cells["toy"].backend_options().workers, cells["toy"].backend_options().precision) == (5, "low")
     assert cells["toy"].backend_options().note == "never shown" and cells["naive"].naive.dtype == "float32"
 
 
 def test_options_of_a_backend_not_chosen_are_neither_checked_nor_sent(toy: str) -> None:
     spec, errors = check_grid_form(form(backends=["naive"], backend_options={"toy.workers": 0}))
-    assert errors == {} and spec.base.backend_options().dtype == "bfloat16"
+    assert errors == {} and spec is not None and spec.base.backend_options().dtype == "bfloat16"
 
 
 def test_a_declared_field_the_options_model_lacks_is_refused(toy: str, monkeypatch: pytest.MonkeyPatch) -> None:

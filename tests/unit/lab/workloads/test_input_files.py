@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ REQUEST = '{"messages": [{"role": "user", "content": "hi"}]}\n'
 
 
 @pytest.fixture()
-def special_files(tmp_path: Path) -> dict[str, Path]:
+def special_files(tmp_path: Path) -> Iterator[dict[str, Path]]:
     """A FIFO, /dev/zero (and a link to it), a folder and a Unix socket, each a path a spec could name."""
     fifo = tmp_path / "requests.jsonl"
     os.mkfifo(fifo)
@@ -57,7 +58,8 @@ def test_the_rule_names_each_kind_of_special_file() -> None:
             "requests and datasets are read only from regular files"
         )
     assert file_problem("/p", stat.S_IFREG | 0o644, 10, max_bytes=10) is None
-    assert "larger than 10 bytes, the limit" in file_problem("/p", stat.S_IFREG | 0o644, 11, max_bytes=10)
+    too_big = file_problem("/p", stat.S_IFREG | 0o644, 11, max_bytes=10)
+    assert too_big is not None and "larger than 10 bytes, the limit" in too_big
 
 
 def test_special_files_are_refused_at_once_when_read(special_files: dict[str, Path]) -> None:
@@ -79,7 +81,7 @@ def test_special_files_are_refused_by_spec_validation(special_files: dict[str, P
             {"kind": "sharegpt-chat", "dataset_path": str(path)},
         ):
             with pytest.raises(ValueError, match="not a regular file: requests and datasets are read only"):
-                RunSpec(workload=workload)
+                RunSpec.model_validate({"workload": workload})
 
 
 def test_the_cli_refuses_a_fifo_and_dev_zero_in_one_line(
@@ -135,7 +137,7 @@ def test_settings_limit_applies_to_workload_files(tmp_path: Path, monkeypatch: p
         with pytest.raises(InputFileError, match="larger than 100 bytes"):
             datasets.load_custom_requests(requests)
         with pytest.raises(ValueError, match="larger than 100 bytes"):
-            RunSpec(workload={"kind": "custom", "requests_path": str(requests)})
+            RunSpec.model_validate({"workload": {"kind": "custom", "requests_path": str(requests)}})
     finally:
         monkeypatch.delenv("LAB_INPUT_FILE_MAX_BYTES")
         get_settings.cache_clear()
@@ -144,7 +146,7 @@ def test_settings_limit_applies_to_workload_files(tmp_path: Path, monkeypatch: p
 
 def test_a_missing_file_passes_validation_and_fails_when_read(tmp_path: Path) -> None:
     missing = tmp_path / "gone.jsonl"
-    RunSpec(workload={"kind": "custom", "requests_path": str(missing)})  # a stored spec still loads
+    RunSpec.model_validate({"workload": {"kind": "custom", "requests_path": str(missing)}})  # a stored spec still loads
     with pytest.raises(InputFileError, match=f"request file not found: {missing}"):
         datasets.load_custom_requests(missing)
 
@@ -157,4 +159,6 @@ def test_uploads_listing_offers_regular_files_only(tmp_path: Path) -> None:
 
 
 def test_spec_error_type_is_what_the_cli_prints() -> None:
-    assert issubclass(InputFileError, ValueError) and SpecError  # one-line errors reach the CLI as ValueErrors
+    assert issubclass(InputFileError, ValueError) and issubclass(
+        SpecError, ValueError
+    )  # one-line errors reach the CLI as ValueErrors
