@@ -698,7 +698,8 @@ def test_a_latency_cut_off_by_the_test_length_is_not_measurable_naming_the_cap()
 def test_runs_measured_off_the_machines_median_speed_are_named() -> None:
     records = _exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01])
     slow_run = records["seed-exp3"][4]["run_id"]
-    speed: dict[int, float | None] = {r["run_id"]: 1.0 for r in records["seed-exp3"]} | {slow_run: 0.7}
+    speed: dict[int, float | None] = {r["run_id"]: 1.0 for r in records["seed-exp3"]}
+    speed[slow_run] = 0.7
     verdict = verdict_of(evaluate_claims(records, ENVIRONMENT, speed_by_run=speed), "exp3-vllm-over-naive")
     assert f"#{slow_run} (0.70)" in verdict["reason"] and verdict["verdict"] == HELD
 

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lab.specs import validation
 from lab.specs.validation import (
     SHELL_METACHARACTERS,
     InputError,
@@ -191,7 +190,7 @@ def fake_resolver(table: dict[str, list[str]]):
 
 def test_an_allowed_host_name_is_resolved_and_every_address_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        validation.socket,
+        socket,
         "getaddrinfo",
         fake_resolver({"gpu-box.lab": ["10.1.2.3"], "sneaky.lab": ["10.1.2.4", "169.254.169.254"]}),
     )
@@ -205,12 +204,12 @@ def test_an_allowed_host_name_is_resolved_and_every_address_checked(monkeypatch:
 
 
 def test_a_host_name_that_resolves_only_to_loopback_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validation.socket, "getaddrinfo", fake_resolver({"myhost": ["127.0.1.1", "::1"]}))
+    monkeypatch.setattr(socket, "getaddrinfo", fake_resolver({"myhost": ["127.0.1.1", "::1"]}))
     assert validate_target_url("http://myhost:8000") == "http://myhost:8000"
 
 
 def test_localhost_resolving_elsewhere_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validation.socket, "getaddrinfo", fake_resolver({"localhost": ["127.0.0.1", "10.9.9.9"]}))
+    monkeypatch.setattr(socket, "getaddrinfo", fake_resolver({"localhost": ["127.0.0.1", "10.9.9.9"]}))
     with pytest.raises(TargetUrlError, match=re.escape("use 127.0.0.1")):
         validate_target_url("http://localhost:8000")
 

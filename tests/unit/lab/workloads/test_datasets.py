@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,9 @@ def fixture_bytes(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
-def upload(tmp_path: Path, data: bytes, *, kind: str = "sharegpt", name: str = "data.json", max_bytes: int = MiB):
+def upload(
+    tmp_path: Path, data: bytes, *, kind: Any = "sharegpt", name: str = "data.json", max_bytes: int = MiB
+) -> Any:
     return save_upload(data=data, original_name=name, kind=kind, upload_dir=tmp_path / "uploads", max_bytes=max_bytes)
 
 
@@ -280,7 +283,8 @@ def test_custom_requests_are_written_as_single_turn_sessions_with_their_fields(t
 
 
 def test_writing_no_sessions_is_an_error(tmp_path: Path) -> None:
-    for sessions in ([], [[], []]):
+    no_sessions: tuple[list[Any], ...] = ([], [[], []])
+    for sessions in no_sessions:
         with pytest.raises(DatasetError, match="no requests to write"):
             write_requests_file(sessions, tmp_path / "requests.json")
     assert not (tmp_path / "requests.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -110,7 +111,7 @@ def test_upstream_path_and_namespace_are_part_of_the_key(body: dict) -> None:
 
 def test_answer_changing_fields_change_the_key() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    variants = [
+    variants: list[dict[str, Any]] = [
         {"temperature": 0},
         {"top_p": 0.5},
         {"seed": 1},

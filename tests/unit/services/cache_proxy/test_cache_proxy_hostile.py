@@ -11,8 +11,9 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -56,8 +57,9 @@ def messages(*bodies: bytes, then_disconnect_after_s: float | None = None) -> Ca
         if queue:
             return queue.pop(0)
         if then_disconnect_after_s is None:
-            await asyncio.Event().wait()
-        await asyncio.sleep(then_disconnect_after_s)
+            await asyncio.Event().wait()  # never set: the client stays until cancelled
+        else:
+            await asyncio.sleep(then_disconnect_after_s)
         return {"type": "http.disconnect"}
 
     return receive
@@ -128,9 +130,9 @@ def test_deadlines_hold_where_the_server_steps_the_app_itself(monkeypatch: pytes
     assert 0.3 <= time.perf_counter() - started_at < 1.0
     body = asyncio.run(read_limited_body(messages(b"a", b"b"), [], max_body_bytes=10, deadlines=BodyDeadlines(1)))
     assert body == b"ab"
-    sent: list[dict] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     monkeypatch.setattr(bodies, "DRAIN_AFTER_REFUSAL_S", 0.2)
@@ -139,9 +141,9 @@ def test_deadlines_hold_where_the_server_steps_the_app_itself(monkeypatch: pytes
 
 
 def test_a_413_closes_the_connection_after_reading_what_the_client_still_sends() -> None:
-    sent: list[dict] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     asyncio.run(send_too_large(send, messages(b"a", b"b", b"c"), max_body_bytes=10))
@@ -265,10 +267,10 @@ SCOPE = {
 }
 
 
-def _client(flights: UpstreamFlights, leave_after_s: float | None) -> tuple[Callable, list[dict]]:
-    sent: list[dict] = []
+def _client(flights: UpstreamFlights, leave_after_s: float | None) -> tuple[Callable, list[MutableMapping[str, Any]]]:
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def send(message: dict) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     async def run() -> None:

@@ -11,7 +11,7 @@ import json
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -401,18 +401,21 @@ def _post_then_leave(client: TestClient, body: dict[str, Any], leave: threading.
                 await anyio.sleep(0.01)
             return {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
 
         await client.app(scope, receive, send)
 
+    assert client.portal is not None  # inside the TestClient's context
     client.portal.call(call)
     return sent
 
 
 def test_a_queued_request_whose_client_left_never_generates(client: TestClient) -> None:
     before = metric_samples(client)
-    lock = client.app.state.engine._lock
+    app: Any = client.app
+    lock = app.state.engine._lock
+    assert client.portal is not None  # inside the TestClient's context
     client.portal.call(lock.acquire)  # a generation in progress, as far as the queue can tell
     leave = threading.Event()
     body = {"model": SERVED_NAME, "messages": PROMPT, "max_tokens": 50, "temperature": 0}
