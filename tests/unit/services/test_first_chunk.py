@@ -76,6 +76,7 @@ def test_llamacpp_is_launched_behind_the_middleware(tmp_path: Any) -> None:
     backend = get_backend("llamacpp")
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
+    assert backend.options_model is not None
     options = backend.options_model(gguf_path=str(gguf))
     try:
         launch = backend.launch(model="m", options=options, settings=get_settings())

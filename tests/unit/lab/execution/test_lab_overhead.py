@@ -163,7 +163,8 @@ def test_the_report_shows_the_ratio_per_experiment_and_overall() -> None:
         "seed-exp2": {"ids": [2], "wall_s": 110.0, "measured_s": 100.0},
     }
     assert list(scaling_table(meta)["wall time / measured"]) == ["1.30", "1.10"]
-    assert "wall-time ratio of 1.20" in overhead_sentence(meta)
+    sentence = overhead_sentence(meta)
+    assert sentence is not None and "wall-time ratio of 1.20" in sentence
     assert overhead_sentence({"seed-exp1": {"ids": [1]}}) is None
 
 
@@ -176,7 +177,7 @@ def cpu_host(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _launch(**options: object):
-    return VllmBackend().launch(model="m", options=VllmOptions(**options), settings=Settings())
+    return VllmBackend().launch(model="m", options=VllmOptions.model_validate(options), settings=Settings())
 
 
 def test_best_block_size_on_cpu_is_32_and_recorded_in_the_command(cpu_host: None) -> None:

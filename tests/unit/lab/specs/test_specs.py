@@ -113,8 +113,8 @@ def test_load_kinds_need_their_fields() -> None:
         LoadSpec(kind="ramping-vus")
     with pytest.raises(ValidationError, match="rate_per_s"):
         LoadSpec(kind="constant-arrival-rate")
-    ramp = LoadSpec(
-        kind="ramping-vus", stages=[{"duration_s": 10, "target_vus": 4}, {"duration_s": 5, "target_vus": 8}]
+    ramp = LoadSpec.model_validate(
+        {"kind": "ramping-vus", "stages": [{"duration_s": 10, "target_vus": 4}, {"duration_s": 5, "target_vus": 8}]}
     )
     assert ramp.planned_duration_s == 15 and ramp.peak_vus == 8
 
