@@ -186,6 +186,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle, so runs_last still holds
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``runs_last`` stop the shared services, so they run after all others."""
     items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)

@@ -22,7 +22,7 @@ from sqlalchemy import text
 from db import migrations
 from db.engine import make_engine
 from services.processes import PROJECT_ROOT
-from tests.unit.test_workers import version_1_database
+from tests.support.old_schema import version_1_database
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from db.engine import get_engine
 from lab.settings import get_settings
-from tests.support.integration_postgres import PostgresCluster
-from tests.ui.conftest import PROJECT_ROOT, seed_database
+from tests.integration.conftest import PostgresCluster
+from tests.support.seeded_lab import PROJECT_ROOT, seed_database
 
 pytestmark = pytest.mark.integration
 

@@ -125,7 +125,7 @@ def test_an_exported_run_spec_reruns_the_same_spec_and_the_api_matches_the_csv(t
 
 def assert_api_matches_csv(url: str, exported: pd.DataFrame) -> None:
     """api.runs() has the CSV's columns and figures; api.requests(id) its request counts."""
-    from tests.unit.test_api import NUMERIC_FIGURES
+    from tests.support.api_runs import NUMERIC_FIGURES
 
     exported = exported.sort_values("run_id").reset_index(drop=True)
     frame = api.runs(database_url=url)
@@ -144,7 +144,7 @@ def test_the_api_and_baselines_on_postgresql(
     from lab import baselines, cli
     from lab.baselines import Subject
     from lab.settings import get_settings
-    from tests.unit.test_api import seed
+    from tests.support.api_runs import seed
 
     engine = get_engine(postgres_database_url)
     run_ids = seed(engine)

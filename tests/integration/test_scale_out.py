@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store
+from db import store, worker_store
 from db.models import RunStatus
 from lab.queue import experiments
 from lab.specs.schema import ExperimentSpec, RunSpec
@@ -62,7 +62,7 @@ def all_final(engine: Engine, run_ids: list[int]) -> bool:
 
 def claims(engine: Engine) -> list[tuple[int, str]]:
     with Session(engine) as session:
-        return [(claim.run_id, claim.worker_name) for claim in store.list_run_claims(session=session)]
+        return [(claim.run_id, claim.worker_name) for claim in worker_store.list_run_claims(session=session)]
 
 
 def test_two_workers_share_the_queue_respect_labels_and_take_over_a_killed_workers_run(

@@ -56,7 +56,7 @@ def test_queue_and_figures_on_postgresql(postgres_engine) -> None:
 
 
 def test_upgrade_from_version_1_keeps_runs_and_services_on_postgresql(postgres_engine) -> None:
-    from tests.unit.test_workers import version_1_metadata
+    from tests.support.old_schema import version_1_metadata
 
     with postgres_engine.begin() as connection:  # back to version 1: the v1 tables, empty
         # Reflected, so that a table a later migration adds is dropped too, in foreign-key order.

@@ -14,7 +14,7 @@ import psutil
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from db import store
+from db import worker_store
 from lab.settings import PROJECT_ROOT
 
 LEASE_S = 6.0
@@ -68,7 +68,7 @@ class WorkerProcess:
 
 def registered(engine: Engine, name: str) -> bool:
     with Session(engine) as session:
-        record = store.get_worker(session=session, name=name)
+        record = worker_store.get_worker(session=session, name=name)
         return record is not None and record.state == "running"
 
 

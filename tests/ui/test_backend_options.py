@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, runs_in_db, seen, widget
+from tests.support.app_pages import PAGES, open_page, runs_in_db, seen, widget
+from tests.support.seeded_lab import SeededLab
 
 N_CTX_KEY = "grid_backend_llamacpp.n_ctx"
 BLOCK_SIZE_KEY = "grid_backend_vllm.block_size"

@@ -14,8 +14,8 @@ from db.models import Run, RunStatus
 from lab import baselines
 from lab.baselines import Subject
 from lab.specs.configuration import configuration_key
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, texts, widget
+from tests.support.app_pages import PAGES, elements, open_page, texts, widget
+from tests.support.seeded_lab import SeededLab
 
 TRENDS = "pages/trends.py"
 
@@ -24,7 +24,7 @@ def later_run_of(seed_lab: SeededLab, run_id: int, output_tok_per_s: float) -> i
     """A done run with the spec of ``run_id`` (so of its configuration), made after it."""
     with Session(seed_lab.engine) as session:
         new_id = store.enqueue_run_again(session=session, run_id=run_id).id
-        run = session.get(Run, new_id)
+        run = session.get_one(Run, new_id)
         run.status, run.output_tok_per_s, run.req_per_s, run.latency_p95_s = RunStatus.DONE, output_tok_per_s, 0.1, 7.0
         run.environment = {"lab_git_commit": "abc1234def", "packages": {"torch": "2.5.0"}, "config_sha256": "f" * 64}
         session.commit()
@@ -33,7 +33,9 @@ def later_run_of(seed_lab: SeededLab, run_id: int, output_tok_per_s: float) -> i
 
 def output_of(seed_lab: SeededLab, run_id: int) -> float:
     with Session(seed_lab.engine) as session:
-        return session.get(Run, run_id).output_tok_per_s
+        figure = session.get_one(Run, run_id).output_tok_per_s
+        assert figure is not None
+        return figure
 
 
 def mark(seed_lab: SeededLab, subject: Subject) -> None:
@@ -45,7 +47,7 @@ def test_run_detail_marks_the_run_as_baseline_and_offers_its_spec_file(seed_lab:
     run_id = seed_lab.done_run_ids[0]
     app = open_page(PAGES["Run detail"], run=str(run_id))
     assert "No baseline is marked for this run's configuration." in texts(app)
-    labels = [button.label for button in app.get("download_button")]
+    labels = [button.label for button in elements(app, "download_button")]
     assert "Download this run's spec file (JSON)" in labels
     assert f"Download experiment #{seed_lab.experiment_id}'s spec file (JSON)" in labels
     widget(app.button, "baseline_mark_run").click().run()
@@ -103,5 +105,5 @@ def test_run_detail_opens_its_configurations_trend(seed_lab: SeededLab) -> None:
     widget(app.button, "baseline_trend").click().run()
     assert [heading.value for heading in app.title] == ["Trends"]
     with Session(seed_lab.engine) as session:
-        key = configuration_key(session.get(Run, run_id).spec)
+        key = configuration_key(session.get_one(Run, run_id).spec)
     assert widget(app.selectbox, "trends_configuration").value == key

@@ -7,8 +7,8 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, texts, widget
+from tests.support.app_pages import PAGES, open_page, texts, widget
+from tests.support.seeded_lab import SeededLab
 
 
 def test_find_capacity_refuses_impossible_bounds_and_launches_a_search(
@@ -32,6 +32,7 @@ def test_find_capacity_refuses_impossible_bounds_and_launches_a_search(
     assert [heading.value for heading in app.title] == ["Runs"]
     with Session(seed_lab.engine) as session:
         experiment = store.get_experiment(session=session, experiment_id=started[0])
+        assert experiment is not None and experiment.capacity is not None
         assert experiment.capacity["plan"]["backends"] == ["naive", "vllm"]
         assert experiment.capacity["plan"]["min_load"] == 8
 

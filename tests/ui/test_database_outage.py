@@ -13,8 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from lab.settings import get_settings
 from pages.view.outage import outage_reason
-from tests.ui.conftest import PROJECT_ROOT
-from tests.ui.test_every_url_through_entry import LAB_PAGES
+from tests.support.app_pages import LAB_PAGES
+from tests.support.seeded_lab import PROJECT_ROOT
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
 NOT_ANSWERING = "database is not answering"
@@ -30,6 +30,7 @@ def warnings_of(app: AppTest) -> list[str]:
     return [item.value for item in app.warning]
 
 
+@pytest.mark.integration  # psycopg really connects to a closed loopback port
 @pytest.mark.parametrize("page_file", sorted(LAB_PAGES))
 def test_every_page_without_its_database_says_so_in_one_line(
     lab_data_dir: Path, monkeypatch: pytest.MonkeyPatch, page_file: str

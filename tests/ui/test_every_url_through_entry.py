@@ -14,20 +14,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.ui.conftest import PROJECT_ROOT
-from tests.ui.test_sign_in import AUTH
+from tests.support.app_pages import AUTH, LAB_PAGES
+from tests.support.seeded_lab import PROJECT_ROOT
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
 PAGE_FILES = sorted(path.name for path in (PROJECT_ROOT / "pages").glob("*.py"))
-LAB_PAGES = {
-    "new_experiment.py": "New experiment",
-    "runs.py": "Runs",
-    "run_detail.py": "Run detail",
-    "compare.py": "Compare",
-    "trends.py": "Trends",
-    "services.py": "Services",
-    "workers.py": "Workers",
-}
 
 
 @pytest.mark.parametrize("page_file", PAGE_FILES)

@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from db import store
 from db.models import Run, RunStatus
-from tests.ui.conftest import PROJECT_ROOT, SeededLab
-from tests.ui.test_sign_in import AUTH
+from tests.support.app_pages import AUTH
+from tests.support.seeded_lab import PROJECT_ROOT, SeededLab
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
 ROLES = {"admin": ["ada@lab.example"]}
@@ -60,7 +60,7 @@ def test_a_member_cannot_cancel_anothers_run_and_a_forged_click_is_refused(seed_
     cancel.click().run()
     assert not app.exception
     with Session(seed_lab.engine) as session:
-        assert session.get(Run, run_id).status == RunStatus.QUEUED
+        assert session.get_one(Run, run_id).status == RunStatus.QUEUED
         assert store.list_run_actions(session=session, run_id=run_id) == []
 
 
@@ -72,7 +72,7 @@ def test_an_admin_cancels_anyones_run_and_the_audit_says_who(seed_lab: SeededLab
     assert not button(app, "cancel_selected").disabled
     button(app, "cancel_selected").click().run()
     with Session(seed_lab.engine) as session:
-        assert session.get(Run, run_id).status == RunStatus.CANCELLED
+        assert session.get_one(Run, run_id).status == RunStatus.CANCELLED
         assert [(a.action, a.actor) for a in store.list_run_actions(session=session, run_id=run_id)] == [
             ("cancel", "ada@lab.example")
         ]

@@ -8,74 +8,18 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
-from streamlit.testing.v1 import AppTest
 
 from db import store, worker_store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
-from tests.ui.conftest import FORMULA_TAG, PROJECT_ROOT, SeededLab
+from tests.support.app_pages import PAGES, elements, frame_with, open_page, runs_in_db, seen, texts, widget
+from tests.support.seeded_lab import FORMULA_TAG, PROJECT_ROOT, SeededLab
 
-APP = str(PROJECT_ROOT / "streamlit_app.py")
-PAGES = {
-    "New experiment": "pages/new_experiment.py",
-    "Runs": "pages/runs.py",
-    "Run detail": "pages/run_detail.py",
-    "Compare": "pages/compare.py",
-    "Services": "pages/services.py",
-}
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"
-
-
-def open_page(page: str, **query: str) -> AppTest:
-    """Run the app and switch to ``page`` (a path under pages/)."""
-    app = AppTest.from_file(APP, default_timeout=60)
-    app.query_params.update(query)
-    app.run()
-    if page != PAGES["New experiment"]:
-        app.switch_page(page).run()
-    assert not app.exception, [item.value for item in app.exception]
-    return app
-
-
-def texts(app: AppTest) -> str:
-    """Every markdown, caption, alert and metric text on the page, joined, as a user reads
-    it (Markdown's backslash escapes, which keep user text plain, removed)."""
-    parts = [
-        element.value
-        for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader")
-        for element in app.get(kind)
-    ]
-    parts += [f"{metric.label}={metric.value}" for metric in app.metric]
-    return seen("\n".join(str(part) for part in parts))
-
-
-def seen(markdown: str) -> str:
-    """Markdown source as a user reads it: backslash escapes removed."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
-
-
-def widget(elements, key: str):
-    """The widget with ``key`` among ``elements``."""
-    matches = [element for element in elements if element.key == key]
-    assert matches, f"no widget with key {key!r}"
-    return matches[0]
-
-
-def frame_with(app: AppTest, column: str):
-    """The first table on the page with a ``column`` header."""
-    frames = [frame.value for frame in app.dataframe if column in frame.value.columns]
-    assert frames, f"no table with a {column!r} column: {[list(f.value.columns) for f in app.dataframe]}"
-    return frames[0]
-
-
-def runs_in_db(seed: SeededLab) -> list[Run]:
-    with Session(seed.engine) as session:
-        return store.list_runs(session=session)
 
 
 @pytest.mark.parametrize("title,page", list(PAGES.items()))
@@ -88,7 +32,7 @@ def test_sidebar_shows_the_queue_and_services(seed_lab: SeededLab) -> None:
     # AppTest drops the entry script's own elements after switch_page, so the shared
     # sidebar is checked on the default page (the browser test sees it on every page).
     app = open_page(PAGES["New experiment"])
-    sidebar = "\n".join(element.value for element in app.sidebar.get("caption"))
+    sidebar = "\n".join(element.value for element in elements(app.sidebar, "caption"))
     assert "4 done, 1 failed" in sidebar
     assert "none started yet" in sidebar
     assert [(m.label, m.value) for m in app.sidebar.metric] == [("queued", "1"), ("running", "0")]
@@ -192,14 +136,14 @@ def test_grid_form_launch_queues_one_run_per_cell(seed_lab: SeededLab) -> None:
     assert not app.exception
     assert [heading.value for heading in app.title] == ["Runs"]
     new = [run for run in runs_in_db(seed_lab) if run.experiment and run.experiment.name == "ui grid"]
-    assert sorted(run.vus for run in new) == [1, 2]
+    assert sorted(run.vus or 0 for run in new) == [1, 2]
     assert all(run.max_tokens == 16 and run.duration_s == 5.0 and run.backend == "naive" for run in new)
     assert all(run.spec["workload"]["stream"] is True for run in new)
 
 
 def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["New experiment"])
-    uploader = app.get("file_uploader")[0]
+    uploader = elements(app, "file_uploader")[0]
     uploader.set_value(("small.json", (FIXTURES / "sharegpt_small.json").read_bytes(), "application/json")).run()
     widget(app.button, "upload_save").click().run()
     assert not app.exception
@@ -209,7 +153,7 @@ def test_upload_is_checked_then_stored_under_a_generated_name(seed_lab: SeededLa
     ]
     assert len(stored) == 1 and stored[0].name != "small.json"
 
-    app.get("file_uploader")[0].set_value(("bad.json", b"{not json", "application/json")).run()
+    elements(app, "file_uploader")[0].set_value(("bad.json", b"{not json", "application/json")).run()
     widget(app.button, "upload_save").click().run()
     assert any(seen(error.value).startswith("Not saved: bad.json") for error in app.error)
 
@@ -244,13 +188,13 @@ def test_live_view_shows_progress_and_cancels(seed_lab: SeededLab) -> None:
     )
     app = open_page(PAGES["Runs"])
     assert f"Live: run #{seed_lab.queued_run_id}" in texts(app)
-    progress = app.get("progress")[0]
+    progress = elements(app, "progress")[0]
     assert progress.value == 25 and "5 s elapsed, 15 s remaining" in progress.proto.text
     assert "failed requests=1" in texts(app) and "req/s so far=0.60" in texts(app)
     widget(app.button, f"cancel_live_{seed_lab.queued_run_id}").click().run()
     assert not app.exception
     with Session(seed_lab.engine) as session:
-        assert store.get_run(session=session, run_id=seed_lab.queued_run_id).cancel_requested
+        assert session.get_one(Run, seed_lab.queued_run_id).cancel_requested
 
 
 def test_delete_asks_for_confirmation(seed_lab: SeededLab) -> None:
@@ -276,7 +220,7 @@ def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
     submit.click().run()
     assert not app.exception
     with Session(seed_lab.engine) as session:
-        run = store.get_run(session=session, run_id=run_id)
+        run = session.get_one(Run, run_id)
         notes = store.list_run_notes(session=session, run_id=run_id)
         assert run.tags == "baseline,cpu"
         assert [(note.author, note.text) for note in notes] == [("unknown", "warm cache")]  # the thread
@@ -322,14 +266,17 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
     assert list(table["seed throughput (tok/s)"]) == ["27.0", "139.0", "25.6", "1,045.0"]
     assert list(table["throughput (tok/s)"]) == ["22.7", "17.0", "20.1", "62.0"]
     ratios = frame_with(app, "value")
-    assert dict(zip(ratios["ratio"], ratios["value"]))["vLLM over naive output tok/s at 8 VUs"] == f"{62.0 / 20.1:.2f}"
+    assert (
+        dict(zip(ratios["ratio"], ratios["value"], strict=True))["vLLM over naive output tok/s at 8 VUs"]
+        == f"{62.0 / 20.1:.2f}"
+    )
     significance = frame_with(app, "what changes")
     assert set(significance["significance"]) == {"n too small (n=1 vs 1; needs 3 each)"}
     cost = frame_with(app, "cost per 1M output tokens")
     naive_1 = cost[(cost["backend"] == "naive") & (cost["VUs"] == "1")]["cost per 1M output tokens"].iloc[0]
     assert naive_1 == f"{1.0 / (22.7 * 3600) * 1e6:,.2f}"
     assert len(app.get("plotly_chart")) == 6  # tok/s, req/s, latency, hit rates, series, Pareto
-    assert [button.label for button in app.get("download_button")] == [
+    assert [button.label for button in elements(app, "download_button")] == [
         "Download this table (CSV)",
         "Download raw per-run data (CSV)",
     ]
@@ -348,7 +295,7 @@ def test_compare_shows_the_seed_table_ratios_and_safe_csv(seed_lab: SeededLab) -
 
 def test_compare_leaves_warned_runs_out_of_the_means_unless_asked(seed_lab: SeededLab) -> None:
     with Session(seed_lab.engine) as session:
-        session.get(Run, seed_lab.done_run_ids[0]).measurement_warnings = "other processes used 150% of a core"
+        session.get_one(Run, seed_lab.done_run_ids[0]).measurement_warnings = "other processes used 150% of a core"
         session.commit()
     app = open_page(PAGES["Compare"])
     assert "1 run with measurement warnings left out of the means" in texts(app)
@@ -452,7 +399,7 @@ def test_runs_and_compare_filter_by_worker_and_say_where_the_seed_figures_ran(se
     first, *_others = seed_lab.done_run_ids
     with Session(seed_lab.engine) as session:
         for run_id in seed_lab.done_run_ids:
-            run = session.get(Run, run_id)
+            run = session.get_one(Run, run_id)
             run.worker_name, run.worker_hardware = ("gpu-box", GPU_BOX) if run_id == first else ("cpu-box", None)
         session.commit()
     app = open_page(PAGES["Runs"])

@@ -13,8 +13,8 @@ from db import store, worker_store
 from db.models import Run, RunStatus
 from lab.settings import get_settings
 from pages.view.text import chart_label, plain
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import APP, PAGES, open_page
+from tests.support.app_pages import APP, PAGES, elements, open_page
+from tests.support.seeded_lab import SeededLab
 
 PAYLOAD = (
     "![pixel](http://evil.example/track.png) [click me](http://evil.example/x) <http://evil.example/a> "
@@ -28,7 +28,7 @@ def markdown_sources(app: AppTest) -> list[str]:
     sources = [
         str(element.value)
         for kind in ("markdown", "caption", "info", "success", "warning", "error", "subheader", "title", "header")
-        for element in app.get(kind)
+        for element in elements(app, kind)
     ]
     sources += [str(getattr(element, "label", "")) for element in app.get("expandable")]
     return sources
@@ -47,7 +47,8 @@ def assert_plain(sources: list[str]) -> None:
 def hostile(seed_lab: SeededLab) -> SeededLab:
     run_id = seed_lab.done_run_ids[0]
     with Session(seed_lab.engine) as session:
-        run = session.get(Run, run_id)
+        run = session.get_one(Run, run_id)
+        assert run.experiment is not None
         run.experiment.name = PAYLOAD
         run.measurement_warnings = PAYLOAD
         session.commit()
@@ -83,7 +84,7 @@ def test_services_page_shows_a_service_message_plain(hostile: SeededLab) -> None
 
 def test_runs_live_view_shows_the_cell_plain(hostile: SeededLab) -> None:
     with Session(hostile.engine) as session:
-        session.get(Run, hostile.queued_run_id).cell_label = PAYLOAD
+        session.get_one(Run, hostile.queued_run_id).cell_label = PAYLOAD
         session.commit()
     store.claim_next_run(engine=hostile.engine, worker_pid=1)
     assert_plain(markdown_sources(open_page(PAGES["Runs"])))

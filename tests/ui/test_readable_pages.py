@@ -12,32 +12,14 @@ from sqlalchemy.orm import Session
 
 from db import store, worker_store
 from db.models import Run, RunStatus
-from lab.analysis.compare import RECORD_FIELDS
 from lab.settings import get_settings
-from pages.view.names import DISPLAY_NAMES
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, frame_with, open_page, texts, widget
+from tests.support.app_pages import PAGES, assert_tables_readable, elements, frame_with, open_page, texts, widget
+from tests.support.seeded_lab import SeededLab
 
-# Machine names a rendered table must never show as a header.
-INTERNAL_NAMES = {name for name in (*RECORD_FIELDS, *DISPLAY_NAMES) if "_" in name}
-UNROUNDED = re.compile(r"\d\.\d{4,}")
 TRACEBACK = """Traceback (most recent call last):
   File "/srv/lab/runner.py", line 10, in __aenter__
     await client.post("http://127.0.0.1:1/v1")
 httpx.ConnectError: [Errno 111] Connection refused"""
-
-
-def assert_tables_readable(app) -> int:
-    """Every table on the page: no None, no internal header, no float past 3 decimals."""
-    tables = [frame.value for frame in app.dataframe]
-    for table in tables:
-        for column in table.columns:
-            assert column not in INTERNAL_NAMES and "_" not in str(column), f"internal header {column!r}"
-            for value in table[column]:
-                assert value is not None and str(value) not in ("None", "nan", "NaN", "NaT"), (column, value)
-                assert not isinstance(value, float), f"{column}: an unformatted float {value!r}"
-                assert not UNROUNDED.search(str(value)), f"{column}: unrounded {value!r}"
-    return len(tables)
 
 
 def make_running(seed: SeededLab, **progress) -> int:
@@ -83,7 +65,7 @@ def make_running(seed: SeededLab, **progress) -> int:
 @pytest.mark.parametrize("page", [*list(PAGES.values()), "pages/workers.py"])
 def test_every_table_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> None:
     with Session(seed_lab.engine) as session:  # a figure with a long tail, as k6 writes them
-        session.get(Run, seed_lab.done_run_ids[0]).latency_avg_s = 44.684187910000006
+        session.get_one(Run, seed_lab.done_run_ids[0]).latency_avg_s = 44.684187910000006
         session.commit()
     worker_store.upsert_service_record(
         engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
@@ -111,7 +93,7 @@ def test_panel_table_and_sidebar_say_the_same_phase(seed_lab: SeededLab) -> None
     table = app.dataframe[0].value
     assert table[table["run"] == str(run_id)]["status"].iloc[0] == f"▶️ {phase}"
     assert "waiting for 3 requests still in flight (graceful stop, at most 30 s)" in app.get("progress")[0].proto.text
-    sidebar = "\n".join(element.value for element in open_page(PAGES["New experiment"]).sidebar.get("caption"))
+    sidebar = "\n".join(element.value for element in elements(open_page(PAGES["New experiment"]).sidebar, "caption"))
     assert phase in sidebar
 
 
@@ -137,8 +119,8 @@ def test_run_detail_follows_a_running_run(seed_lab: SeededLab) -> None:
 
 def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab: SeededLab) -> None:
     with Session(seed_lab.engine) as session:
-        queued = session.get(Run, seed_lab.queued_run_id)
-        earlier = session.get(Run, seed_lab.done_run_ids[-1])  # a vLLM run, same model and options
+        queued = session.get_one(Run, seed_lab.queued_run_id)
+        earlier = session.get_one(Run, seed_lab.done_run_ids[-1])  # a vLLM run, same model and options
         queued_spec = dict(queued.spec)
         earlier.spec, earlier.model = queued_spec, queued.model
         earlier.environment = {"startup": {"seconds": 61.4, "fresh": True}}
@@ -158,7 +140,7 @@ def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab
     )
     store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.queued_run_id, status=RunStatus.STARTING)
     with Session(seed_lab.engine) as session:
-        session.get(Run, seed_lab.queued_run_id).started_at = store.utc_now()
+        session.get_one(Run, seed_lab.queued_run_id).started_at = store.utc_now()
         session.commit()
     app = open_page(PAGES["Runs"])
     shown = texts(app)
@@ -180,7 +162,7 @@ def test_a_failure_is_one_plain_line_with_the_full_log_below(seed_lab: SeededLab
 def test_compare_names_the_experiments_and_drops_empty_charts(seed_lab: SeededLab) -> None:
     with Session(seed_lab.engine) as session:
         for run_id in seed_lab.done_run_ids:
-            session.get(Run, run_id).prefix_cache_hit_rate = None
+            session.get_one(Run, run_id).prefix_cache_hit_rate = None
         session.commit()
     app = open_page(PAGES["Compare"])
     shown = texts(app)

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from tests.ui.conftest import PROJECT_ROOT
+from tests.support.app_pages import AUTH
+from tests.support.seeded_lab import PROJECT_ROOT
 
 APP = str(PROJECT_ROOT / "streamlit_app.py")
-AUTH = {
-    "redirect_uri": "http://127.0.0.1:8501/oauth2callback",
-    "cookie_secret": "test-cookie-secret",
-    "client_id": "lab",
-    "client_secret": "secret",
-    "server_metadata_url": "http://127.0.0.1:9/.well-known/openid-configuration",
-}
 
 
 def test_with_sign_in_configured_nothing_shows_before_signing_in(seed_lab) -> None:

@@ -6,52 +6,13 @@ end to end. No other file names it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from pydantic import Field
 
-from lab.user_input.base import StrictModel
-from lab.workloads import RunSettings, Workload, register, unregister, write_sessions
-from tests.ui.conftest import SeededLab
-from tests.ui.test_pages import PAGES, open_page, runs_in_db, seen, widget
-
-KIND = "count-up"
-SECTION = "count_up"
-
-
-class CountUpOptions(StrictModel):
-    """The ``workload.count_up`` section."""
-
-    prompts: int = Field(default=3, ge=1, le=100, title="Counting prompts", description="distinct prompts sent")
-    start: int = Field(default=1, ge=0, le=1000, title="First number", description="where the counting starts")
-
-
-class CountUp(Workload):
-    """One-turn prompts "Count up from n.": the smallest workload with options of its own."""
-
-    name = KIND
-    label = "count up (a test's workload)"
-    script = "chat_replay.js"
-    section = SECTION
-    options_model = CountUpOptions
-
-    def prepare(self, spec: RunSettings, run_dir: Path, backend: object) -> Path:
-        options = spec.workload.options()
-        sessions = [
-            [
-                {
-                    "messages": [{"role": "user", "content": f"Count up from {options.start + index}."}],
-                    "max_tokens": spec.max_tokens,
-                }
-            ]
-            for index in range(options.prompts)
-        ]
-        run_dir.mkdir(parents=True, exist_ok=True)
-        return write_sessions(sessions, run_dir / "requests.json")
-
-    def distinct_requests(self, spec: RunSettings) -> int | None:
-        return spec.workload.options().prompts
+from lab.workloads import register, unregister
+from tests.support.app_pages import PAGES, open_page, runs_in_db, seen, widget
+from tests.support.count_up import KIND, SECTION, CountUp
+from tests.support.seeded_lab import SeededLab
 
 
 @pytest.fixture()
@@ -95,5 +56,9 @@ def test_a_registered_workload_shows_its_own_fields_checks_them_and_queues_its_s
 def test_its_options_are_named_in_the_set_help(count_up: str) -> None:
     from lab.cli.entry import build_parser
 
-    run_help = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    subparsers = build_parser()._subparsers
+    assert subparsers is not None
+    commands = subparsers._group_actions[0].choices
+    assert isinstance(commands, dict)
+    run_help = commands["run"].format_help()
     assert f"workload.{SECTION}.prompts ({KIND})" in " ".join(run_help.split())

@@ -9,6 +9,9 @@ from sqlalchemy.engine import Engine
 
 from db import migrations
 from db.engine import make_engine
+from lab.measurement import environment, hardware, machine_speed
+from lab.run import k6_driver
+from tests.support.isolation import isolate, machine_probes_absent, needs_isolation
 
 
 @pytest.fixture()
@@ -17,3 +20,12 @@ def engine(tmp_path: Path) -> Engine:
     engine = make_engine(f"sqlite:///{tmp_path / 'lab.db'}")
     migrations.upgrade(engine)
     return engine
+
+
+@pytest.fixture(autouse=True)
+def _no_process_no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test not marked integration may not start a process or open a socket (tests/support/isolation.py).
+    The lab's machine probes answer "not available" instead (tests/support/isolation.py)."""
+    if needs_isolation(request.node):
+        isolate(monkeypatch)
+        machine_probes_absent(monkeypatch, environment, machine_speed, hardware, k6_driver)
