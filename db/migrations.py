@@ -158,6 +158,11 @@ def _members(connection: Connection) -> None:
     RunNote.__table__.create(connection, checkfirst=True)
 
 
+def _foreign_figures(connection: Connection) -> None:
+    """Figures from outside the lab (another tool's, a trace's), by source, in a JSON column of their own."""
+    _add_column(connection, Run.__tablename__, "foreign_figures")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -168,6 +173,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _reproducibility,  # 6 -> 7
     _baselines,  # 7 -> 8
     _members,  # 8 -> 9
+    _foreign_figures,  # 9 -> 10
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

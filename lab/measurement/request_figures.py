@@ -23,6 +23,7 @@ from db import store
 from db.models import Run
 from lab.analysis.slo import RequestFigures, Slo, SloEvaluation, evaluate
 from lab.measurement.k6_ndjson import RequestSamples
+from lab.measurement.results import SloFigures
 
 ENCODING = "zlib-float32-le-v1"
 
@@ -109,10 +110,9 @@ def evaluate_run(*, session: Session, run_id: int, slo: Slo) -> SloEvaluation:
 
 def save_evaluation(*, engine: Engine, run_id: int, evaluation: SloEvaluation) -> None:
     """Write goodput, attainment and the SLO they are against onto the run."""
-    store.update_run(
-        engine=engine,
-        run_id=run_id,
+    figures = SloFigures(
         goodput_req_per_s=evaluation.goodput_req_per_s,
         slo_attainment=evaluation.attainment,
         slo_evaluated=str(evaluation.slo),
     )
+    store.update_run(engine=engine, run_id=run_id, **figures.figures())
