@@ -155,8 +155,13 @@ class RequestFigures:
     ttft_s: list[float | None] = field(default_factory=list)
     tpot_s: list[float | None] = field(default_factory=list)
 
-    def values(self, figure: str) -> list[float | None]:
-        return {"latency": self.latency_s, "ttft": self.ttft_s, "tpot": self.tpot_s}[figure]
+    def values(self, figure: str) -> Sequence[float | None]:
+        series: dict[str, Sequence[float | None]] = {
+            "latency": self.latency_s,
+            "ttft": self.ttft_s,
+            "tpot": self.tpot_s,
+        }
+        return series[figure]
 
     def __len__(self) -> int:
         return len(self.ok)
@@ -217,7 +222,7 @@ def evaluate(slo: Slo, requests: RequestFigures, *, duration_s: float | None) ->
     )
 
 
-def _meets(values: list[float | None], index: int, threshold_s: float) -> bool:
+def _meets(values: Sequence[float | None], index: int, threshold_s: float) -> bool:
     value = values[index] if index < len(values) else None
     return value is not None and value <= threshold_s
 

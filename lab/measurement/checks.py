@@ -202,7 +202,7 @@ def steady_throughput(
             continue
         if token_rate is not None and tokens_per_request:
             request_rate = token_rate / tokens_per_request
-        elif token_rate is None and tokens_per_request:  # a server that counts requests, not tokens
+        elif request_rate is not None and tokens_per_request:  # a server that counts requests, not tokens
             token_rate = request_rate * tokens_per_request
         return SteadyThroughput(token_rate, request_rate, source)
     return SteadyThroughput(None, None, None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -328,7 +328,7 @@ def streaming_figures(metrics: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def streaming_figures_from_ms(trends_ms: dict[str, list[float]], unstreamed: int) -> dict[str, Any]:
+def streaming_figures_from_ms(trends_ms: Mapping[str, Sequence[float]], unstreamed: int) -> dict[str, Any]:
     """The same figures from per-request values in ms, keyed ``ttft``, ``ttft_hit``... (the NDJSON)."""
     figures: dict[str, Any] = {}
     for figure, stats in _STREAM_FIGURES.items():

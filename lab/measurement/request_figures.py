@@ -32,14 +32,14 @@ class RequestFiguresMissing(LookupError):
     """A run has no stored per-request figures (made before they were kept, or no k6 output)."""
 
 
-def _pack(values: array) -> bytes:
+def _pack(values: array[float]) -> bytes:
     if sys.byteorder != "little":
         values = array("f", values)
         values.byteswap()
     return zlib.compress(values.tobytes(), 6)
 
 
-def _unpack(blob: bytes | None) -> array:
+def _unpack(blob: bytes | None) -> array[float]:
     values = array("f")
     if blob:
         values.frombytes(zlib.decompress(blob))
@@ -60,7 +60,7 @@ def encode(samples: RequestSamples) -> dict[str, Any]:
     }
 
 
-def _aligned(per_success: array, ok: list[bool]) -> list[float | None]:
+def _aligned(per_success: array[float], ok: list[bool]) -> list[float | None]:
     """Per-success values spread over all requests (None for failures and missing ones)."""
     values: list[float | None] = []
     position = 0

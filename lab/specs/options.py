@@ -18,6 +18,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from lab import backends, workloads
 from lab.specs.fields import OptionField
@@ -124,7 +125,7 @@ def backend_inputs(kind: str) -> list[OptionInput]:
     return option_inputs(backend_owner(kind))
 
 
-def _message(item: dict[str, Any]) -> str:
+def _message(item: ErrorDetails) -> str:
     return item["msg"].removeprefix("Value error, ")
 
 
