@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, delete, func, or_, select, update
+from sqlalchemy import CursorResult, Delete, Engine, Update, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from db.models import (
@@ -134,7 +134,8 @@ def claim_next_run(
             if run_id is None:  # all taken or being taken by others right now
                 session.rollback()
                 return None
-            claimed = session.execute(
+            claimed = _changed_rows(
+                session,
                 update(Run)
                 .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
                 .values(
@@ -143,8 +144,8 @@ def claim_next_run(
                     worker_pid=worker_pid,
                     worker_name=worker_name,
                     worker_hardware=hardware,
-                )
-            ).rowcount
+                ),
+            )
             if claimed:
                 session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
                 if worker_name:
@@ -380,7 +381,7 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
     session.execute(delete(RunRequests).where(RunRequests.run_id.in_(ids)))
     session.execute(delete(RunNote).where(RunNote.run_id.in_(ids)))
-    deleted = session.execute(delete(Run).where(Run.id.in_(ids))).rowcount
+    deleted = _changed_rows(session, delete(Run).where(Run.id.in_(ids)))
     session.commit()
     return int(deleted or 0)
 
@@ -409,11 +410,16 @@ def mark_orphaned_runs_interrupted(*, engine: Engine, worker_name: str | None = 
 # Workers ----------------------------------------------------------------------------------
 
 
+def _changed_rows(session: Session, statement: Update | Delete) -> int:
+    """Rows an UPDATE or DELETE changed (SQLAlchemy types its result as Result, not the cursor's it is)."""
+    return cast(CursorResult[Any], session.execute(statement)).rowcount
+
+
 def database_now(session: Session) -> datetime:
     """The database server's clock (PostgreSQL), so workers' own clocks need not agree."""
     if session.get_bind().dialect.name == "sqlite":
         return utc_now()  # one machine: its clock is the database's
-    return session.scalar(select(func.now()))
+    return session.execute(select(func.now())).scalar_one()
 
 
 def get_worker(*, session: Session, name: str) -> WorkerRecord | None:
@@ -488,15 +494,16 @@ def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_wor
                 f"interrupted by worker {except_worker!r}"
             )
             # Conditional: another worker may have interrupted it, or its owner finished it, meanwhile.
-            changed = session.execute(
+            changed = _changed_rows(
+                session,
                 update(Run)
                 .where(
                     Run.id == run_id,
                     Run.status.in_(RunStatus.ACTIVE),
                     Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name,
                 )
-                .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None)
-            ).rowcount
+                .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None),
+            )
             if changed:
                 interrupted.append(run_id)
                 if worker_name:

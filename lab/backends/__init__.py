@@ -207,7 +207,7 @@ def behind_cache(name: str) -> bool:
 def seed_setup_of(name: str | None) -> SeedSetup | None:
     """The seed's set-up that spec backend ``name`` reproduces; None for one the seed did not run."""
     kind = BACKENDS.get(name.removesuffix(CACHE_SUFFIX)) if name else None
-    if kind is None:
+    if kind is None or name is None:
         return None
     return kind.seed_cached_setup if behind_cache(name) else kind.seed_setup
 

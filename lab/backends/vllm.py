@@ -104,8 +104,8 @@ class VllmOptions(StrictModel):
 
     @field_validator("block_size")
     @classmethod
-    def _block_size_the_cpu_accepts(cls, value: int | str) -> int | str:
-        if value == "best":
+    def _block_size_the_cpu_accepts(cls, value: int | Literal["best"]) -> int | Literal["best"]:
+        if isinstance(value, str):  # "best", the only text the field's type lets through
             return value
         if value < 1:
             raise ValueError("must be 'best' or a positive number of tokens")

@@ -128,7 +128,9 @@ class _TextCursor:
     def skip_whitespace(self) -> bool:
         """Advance past whitespace; False when the text ends first."""
         while True:
-            self.position = _WHITESPACE.match(self.buffer, self.position).end()
+            blank = _WHITESPACE.match(self.buffer, self.position)
+            assert blank is not None  # a pattern of only "*" matches everywhere, if only the empty text
+            self.position = blank.end()
             if self.position < len(self.buffer):
                 return True
             if not self.refill():
