@@ -60,8 +60,8 @@ def make_running(seed: SeededLab, **progress) -> int:
             "live": {
                 "k6": {
                     "time_s": [0, 1, 2, 3, 4, 5],
-                    "output_tok_per_s": [0, 16, 16, 0, 16, 16],
-                    "req_per_s": [0, 1, 1, 0, 1, 1],
+                    "output_tokens": [0, 16, 16, 0, 16, 16],
+                    "requests_ok": [0, 1, 1, 0, 1, 1],
                     "requests_failed": [0] * 6,
                     "latency_avg_s": [None, 0.81234, 0.8, None, 0.79, 0.8],
                     "latency_p95_s": [None, 0.81234, 0.8, None, 0.79, 0.8],
