@@ -131,7 +131,7 @@ class RunCollector:
         stream = self.stream_results()
         series = stream[0] if stream is not None else None
         if series is not None and not figures:  # no summary (k6 killed): figures from the stream
-            client = series.figures()
+            client = series.client_figures()
         series_doc = run_figures.series_document(series, resource_samples=samples, server_samples=server_samples)
         self._store_series(targets, series_doc)
 
@@ -236,6 +236,6 @@ class RunCollector:
             stream = self.stream_results()
             if stream is None:
                 return {}
-            return decisions.partial_columns(stream[0].figures().figures(), decisions.PARTIAL_SERIES_COLUMNS)
+            return decisions.partial_columns(stream[0].client_figures().figures(), decisions.PARTIAL_SERIES_COLUMNS)
         except Exception:
             return {}

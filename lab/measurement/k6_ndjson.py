@@ -104,7 +104,7 @@ class PerSecondSeries:
         counts = {"requests_ok": self.requests_ok_total, "requests_failed": self.requests_failed_total}
         return {**totals, **counts, "output_tokens": self.output_tokens_total}
 
-    def figures(self) -> ClientFigures:
+    def client_figures(self) -> ClientFigures:
         """The run's client figures from the stream alone (no summary): counts, rates over the buckets'
         span (:func:`whole_test_rate`, as from the summary), latencies but the minimum (no column)."""
         duration_s = len(self.time_s) * self.bucket_s or None

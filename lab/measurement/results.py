@@ -4,7 +4,7 @@
 exactly one producer:
 
 - :class:`ClientFigures`: k6 (its summary, ``k6_results.client_figures``; without one, the
-  per-second stream, ``PerSecondSeries.figures``): counts, whole-test rates, latencies,
+  per-second stream, ``PerSecondSeries.client_figures``): counts, whole-test rates, latencies,
   client-side streaming latencies.
 - :class:`ServerFigures`: the backend's /metrics deltas (``server_metrics.backend_part``).
 - :class:`ResponseCacheFigures`: the response cache (``server_metrics.response_cache_part``).

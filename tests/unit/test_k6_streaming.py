@@ -56,7 +56,7 @@ def test_hit_and_miss_split_adds_up() -> None:
 
 def test_the_ndjson_gives_the_summary_figures() -> None:
     summary = parse_summary(FIXTURES / "stream_summary.json")
-    streamed = stream_series(FIXTURES / "stream.ndjson").figures().figures()
+    streamed = stream_series(FIXTURES / "stream.ndjson").client_figures().figures()
     for key in STREAM_KEYS:
         assert streamed[key] == pytest.approx(summary[key], rel=1e-9), key
 
@@ -67,13 +67,16 @@ def test_an_answer_that_ignores_stream_is_timed_to_its_whole_body_and_flagged() 
     assert figures["ttft_avg_s"] == pytest.approx(figures["latency_avg_s"])  # time to the whole body
     assert figures["tpot_avg_s"] is None and figures["tpot_p95_s"] is None
     assert figures["output_tokens"] == COUNTS["unstreamed"]["completion_tokens_total"]
-    assert stream_series(FIXTURES / "unstreamed.ndjson").figures().unstreamed_answers == figures["unstreamed_answers"]
+    assert (
+        stream_series(FIXTURES / "unstreamed.ndjson").client_figures().unstreamed_answers
+        == figures["unstreamed_answers"]
+    )
 
 
 def test_a_run_without_stream_has_no_client_ttft() -> None:
     figures = parse_summary(FIXTURES / "number_story_summary.json")
     assert all(figures[key] is None for key in STREAM_KEYS)
-    assert stream_series(FIXTURES / "number_story.ndjson").figures().ttft_avg_s is None
+    assert stream_series(FIXTURES / "number_story.ndjson").client_figures().ttft_avg_s is None
 
 
 def test_a_declared_but_unfed_trend_is_not_a_zero_figure() -> None:

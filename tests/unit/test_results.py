@@ -50,7 +50,7 @@ def test_the_k6_parser_names_its_figures_like_the_results() -> None:
     summary = RunResults.from_parts(client_figures(figures), cache)
     assert summary.requests_ok == 12 and summary.measured_duration_s == pytest.approx(2.025, abs=0.01)
     assert summary.latency_p95_s is not None and summary.response_cache_hit_rate == pytest.approx(0.75)
-    stream = RunResults.from_parts(stream_series(K6_FIXTURES / "number_story.ndjson").figures())
+    stream = RunResults.from_parts(stream_series(K6_FIXTURES / "number_story.ndjson").client_figures())
     assert stream.requests_ok == summary.requests_ok
     assert stream.output_tok_per_s == pytest.approx(stream.measured_duration_s and 1536 / stream.measured_duration_s)
 
