@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, selectinload
 
+from db.engine import changed_rows
 from db.models import Baseline, Run, RunStatus, utc_now
 
 
@@ -46,7 +47,7 @@ def list_baselines(*, session: Session) -> list[Baseline]:
 
 def clear_baseline(*, session: Session, configuration_key: str) -> bool:
     """Remove the configuration's baseline; whether there was one. Commits."""
-    removed = session.execute(delete(Baseline).where(Baseline.configuration_key == configuration_key)).rowcount
+    removed = changed_rows(session, delete(Baseline).where(Baseline.configuration_key == configuration_key))
     session.commit()
     return bool(removed)
 

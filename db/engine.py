@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Delete, Engine, Update, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -73,3 +75,8 @@ def sqlite_file_identity(database_url: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return stat.st_dev, stat.st_ino
+
+
+def changed_rows(session: Session, statement: Update | Delete) -> int:
+    """Rows an UPDATE or DELETE changed (SQLAlchemy types its result as Result, not the cursor's it is)."""
+    return cast(CursorResult[Any], session.execute(statement)).rowcount

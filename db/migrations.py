@@ -36,6 +36,11 @@ def _create_schema(connection: Connection) -> None:
     Base.metadata.create_all(connection)
 
 
+def _table(model: type[Base]) -> Table:
+    """A model's table (SQLAlchemy types ``__table__`` as a FromClause, which cannot be created)."""
+    return Base.metadata.tables[model.__tablename__]
+
+
 def _has_column(connection: Connection, table_name: str, column_name: str) -> bool:
     return column_name in {column["name"] for column in inspect(connection).get_columns(table_name)}
 
@@ -56,18 +61,18 @@ def _workers(connection: Connection) -> None:
     """Scale-out: workers with identity, run placement, a claim log, services per worker."""
     for column_name in ("requires_labels", "pinned_worker", "worker_name", "worker_hardware"):
         _add_column(connection, Run.__tablename__, column_name)
-    WorkerRecord.__table__.create(connection, checkfirst=True)
-    RunClaim.__table__.create(connection, checkfirst=True)
+    _table(WorkerRecord).create(connection, checkfirst=True)
+    _table(RunClaim).create(connection, checkfirst=True)
     if not _has_column(connection, "services", "worker"):
         # The primary key becomes (worker, name): rebuild the small table, keeping its rows.
         # They were started by the single worker of before, whose default name is the host's.
         old = Table("services", MetaData(), autoload_with=connection)  # reflected: typed values
         rows = [dict(row) for row in connection.execute(old.select()).mappings()]
         connection.execute(text("DROP TABLE services"))
-        ServiceRecord.__table__.create(connection)
+        _table(ServiceRecord).create(connection)
         if rows:
             host = socket.gethostname()
-            connection.execute(ServiceRecord.__table__.insert(), [{**row, "worker": host} for row in rows])
+            connection.execute(_table(ServiceRecord).insert(), [{**row, "worker": host} for row in rows])
 
 
 def _experiment_wall_time_ratio(connection: Connection) -> None:
@@ -103,7 +108,7 @@ def _capacity(connection: Connection) -> None:
     for column_name in ("goodput_req_per_s", "slo_attainment", "slo_evaluated"):
         _add_column(connection, Run.__tablename__, column_name)
     _add_column(connection, Experiment.__tablename__, "capacity")
-    RunRequests.__table__.create(connection, checkfirst=True)
+    _table(RunRequests).create(connection, checkfirst=True)
 
 
 def _measurement(connection: Connection) -> None:
@@ -137,7 +142,7 @@ def _reproducibility(connection: Connection) -> None:
 
 def _baselines(connection: Connection) -> None:
     """Baselines and regression gates: one baseline per run configuration, in a table of its own."""
-    Baseline.__table__.create(connection, checkfirst=True)
+    _table(Baseline).create(connection, checkfirst=True)
 
 
 def _members(connection: Connection) -> None:
@@ -154,8 +159,8 @@ def _members(connection: Connection) -> None:
         for index in Base.metadata.tables[table_name].indexes:
             if [column.name for column in index.columns] == ["launched_by"]:
                 index.create(connection, checkfirst=True)
-    RunAudit.__table__.create(connection, checkfirst=True)
-    RunNote.__table__.create(connection, checkfirst=True)
+    _table(RunAudit).create(connection, checkfirst=True)
+    _table(RunNote).create(connection, checkfirst=True)
 
 
 def _foreign_figures(connection: Connection) -> None:

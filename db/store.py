@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import CursorResult, Delete, Engine, Update, delete, func, or_, select, update
+from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
+from db.engine import changed_rows
 from db.models import (
     UNKNOWN_LAUNCHER,
     Experiment,
@@ -134,18 +135,9 @@ def claim_next_run(
             if run_id is None:  # all taken or being taken by others right now
                 session.rollback()
                 return None
-            claimed = _changed_rows(
-                session,
-                update(Run)
-                .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
-                .values(
-                    status=RunStatus.STARTING,
-                    started_at=utc_now(),
-                    worker_pid=worker_pid,
-                    worker_name=worker_name,
-                    worker_hardware=hardware,
-                ),
-            )
+            claim = dict(worker_pid=worker_pid, worker_name=worker_name, worker_hardware=hardware)
+            queued = update(Run).where(Run.id == run_id, Run.status == RunStatus.QUEUED)
+            claimed = changed_rows(session, queued.values(status=RunStatus.STARTING, started_at=utc_now(), **claim))
             if claimed:
                 session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
                 if worker_name:
@@ -381,7 +373,7 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
     session.execute(delete(RunRequests).where(RunRequests.run_id.in_(ids)))
     session.execute(delete(RunNote).where(RunNote.run_id.in_(ids)))
-    deleted = _changed_rows(session, delete(Run).where(Run.id.in_(ids)))
+    deleted = changed_rows(session, delete(Run).where(Run.id.in_(ids)))
     session.commit()
     return int(deleted or 0)
 
@@ -408,11 +400,6 @@ def mark_orphaned_runs_interrupted(*, engine: Engine, worker_name: str | None = 
 
 
 # Workers ----------------------------------------------------------------------------------
-
-
-def _changed_rows(session: Session, statement: Update | Delete) -> int:
-    """Rows an UPDATE or DELETE changed (SQLAlchemy types its result as Result, not the cursor's it is)."""
-    return cast(CursorResult[Any], session.execute(statement)).rowcount
 
 
 def database_now(session: Session) -> datetime:
@@ -494,7 +481,7 @@ def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_wor
                 f"interrupted by worker {except_worker!r}"
             )
             # Conditional: another worker may have interrupted it, or its owner finished it, meanwhile.
-            changed = _changed_rows(
+            changed = changed_rows(
                 session,
                 update(Run)
                 .where(

@@ -118,7 +118,7 @@ def steady_figures(
     figures: dict[str, Any],
     backend: dict[str, Any],
     *,
-    load_duration_s: float | None,
+    load_duration_s: float,
     behind_cache: bool,
     response_cache_hits: int | None = None,
 ) -> SteadyFigures:

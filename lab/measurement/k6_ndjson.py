@@ -436,7 +436,7 @@ def _latency_stats(values_ms: array[float]) -> LatencyStats:
     ordered = numpy.sort(numpy.frombuffer(values_ms, dtype=numpy.float64))
 
     def seconds(fraction: float) -> float:
-        return float(percentile(ordered, fraction)) / 1000.0  # type: ignore[arg-type]
+        return float(percentile(ordered, fraction)) / 1000.0  # type: ignore[arg-type]  # a sorted numpy array, indexed as the Sequence percentile takes
 
     return LatencyStats(
         count=len(ordered),

@@ -98,9 +98,10 @@ def _input_kind(option: OptionField, info: FieldInfo) -> tuple[InputKind, tuple[
         (single,) = members
         if get_origin(single) is Literal:
             return "choice", get_args(single)
-        for python_type, kind in ((bool, "bool"), (int, "int"), (float, "float")):
+        widgets: tuple[tuple[type, InputKind], ...] = ((bool, "bool"), (int, "int"), (float, "float"))
+        for python_type, kind in widgets:
             if single is python_type:
-                return kind, ()  # type: ignore[return-value]
+                return kind, ()
     return "text", ()
 
 

@@ -64,7 +64,7 @@ def test_a_producer_handing_over_a_misspelt_figure_name_fails() -> None:
     with pytest.raises(UnknownFigureError, match="prefix_cache_hitrate"):
         server_metrics.backend_part(backend)
     with pytest.raises(TypeError, match="k6_cpu_percent"):
-        ResourceFigures(k6_cpu_percent=3.0)  # type: ignore[call-arg] - the misspelling is the point
+        ResourceFigures(k6_cpu_percent=3.0)  # type: ignore[call-arg]  # the misspelling is the point
     with pytest.raises(TypeError, match="requests_okay"):
         RunResults.from_parts(ClientFigures(**{"requests_okay": 3}))
 

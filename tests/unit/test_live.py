@@ -34,6 +34,7 @@ def test_series_leaves_out_the_second_still_filling_and_counts_only_workload_req
     tail = NdjsonTail(FIXTURE)
     tail.read_new()
     whole = stream_series(FIXTURE)
+    assert whole.start_epoch_s is not None
     first = int(whole.start_epoch_s)
     last = first + len(whole) - 1
     series = tail.series(origin_epoch_s=first, until_epoch_s=last)

@@ -41,7 +41,7 @@ def test_results_take_their_parts_and_unknown_figures_never_overwrite_known_ones
     assert (updated.latency_p95_s, updated.prefix_cache_hit_rate) == (0.5, 0.75)
     assert "requests_total" not in updated.as_columns() and len(updated.as_columns()) == len(RESULT_FIELDS)
     with pytest.raises(TypeError):
-        RunResults(requests_totl=1)  # type: ignore[call-arg] - a misspelt field is an error, not a silent new key
+        RunResults(requests_totl=1)  # type: ignore[call-arg]  # a misspelt field is an error, not a silent new key
 
 
 def test_the_k6_parser_names_its_figures_like_the_results() -> None:
