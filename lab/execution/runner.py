@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Engine
@@ -23,6 +23,7 @@ from lab.execution.run_collect import RunCollector, Snapshots
 from lab.execution.run_decisions import RunCancelled
 from lab.execution.run_steps import RunSteps, RunTargets
 from lab.measurement.machine_speed import calibration_s
+from lab.measurement.results import MachineSpeedFigures
 from lab.settings import Settings
 from lab.specs.schema import RunSpec
 from services.manager import ServiceManager
@@ -45,7 +46,7 @@ class RunSoFar:
     samples: list[dict] = field(default_factory=list)
     loaded: bool = False  # k6 was started: its files may hold figures
     # The fixed CPU kernel's seconds just before and just after the load: the machine's speed.
-    calibration: dict[str, float | None] = field(default_factory=dict)
+    calibration: MachineSpeedFigures = field(default_factory=MachineSpeedFigures)
 
 
 class RunExecutor:
@@ -96,16 +97,19 @@ class RunExecutor:
             steps.check_cancel()
             if spec.fills_cache_first:
                 steps.fill_cache(spec, targets, requests_file)
-            run.calibration["machine_calibration_before_s"] = calibration_s(self.calibration_repetitions)
+            run.calibration = MachineSpeedFigures(
+                machine_calibration_before_s=calibration_s(self.calibration_repetitions)
+            )
             run.before = self.collector.scrape_all(spec, targets)
             run.loaded = True
             exit_code, run.samples = steps.drive_load(spec, targets, requests_file)
-            run.calibration["machine_calibration_after_s"] = calibration_s(self.calibration_repetitions)
+            after_s = calibration_s(self.calibration_repetitions)
+            run.calibration = replace(run.calibration, machine_calibration_after_s=after_s)
             # A progress write: skipped while the database is unreachable (the final write retries).
             steps.live_write(lambda: steps.set_status(RunStatus.PARSING))
             steps.check_load(exit_code)
             columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
-            return self._store({**columns, **run.calibration})
+            return self._store({**columns, **run.calibration.figures()})
         except (RunCancelled, ServiceStartAborted):
             self.final_state.write(
                 RunStatus.CANCELLED,
@@ -172,7 +176,7 @@ class RunExecutor:
         partial = self.collector.partial_columns(
             run.spec, run.targets, run.before, run.samples, self.steps.server_samples
         )
-        return {**partial, **run.calibration} if partial else partial
+        return {**partial, **run.calibration.figures()} if partial else partial
 
     def _run_folder_full(self) -> str | None:
         """A sentence when the disk holding the run folder is (nearly) full, else None."""

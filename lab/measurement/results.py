@@ -11,7 +11,7 @@ exactly one producer:
 - :class:`ResourceFigures`: resource use while the load ran (``run_figures.resource_figures``).
 - :class:`SteadyFigures`: the load window only (``checks.SteadyThroughput.part``).
 - :class:`SloFigures`: an SLO evaluation (``request_figures.save_evaluation``).
-- :class:`MachineSpeedFigures`: the machine-speed calibration around the run.
+- :class:`MachineSpeedFigures`: the machine-speed calibration around the run (``runner.RunExecutor``).
 - :class:`CheckFigures`: every reason to read the figures with care (``checks.measurement_warnings``).
 
 A part is a frozen dataclass: a misspelt figure name is a ``TypeError`` where the part is
