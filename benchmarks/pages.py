@@ -36,7 +36,7 @@ def seed(database_url: str, runs: int) -> None:
     from db.models import Run, RunSeries, RunStatus
     from lab.queue import experiments
     from lab.specs.schema import load_preset
-    from tests.ui.conftest import SEEDED_FIGURES, fake_series
+    from tests.support.seeded_lab import SEEDED_FIGURES, fake_series
 
     engine = get_engine(database_url)
     per_experiment = 400  # 4 cells x 100 repeats

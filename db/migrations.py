@@ -36,6 +36,11 @@ def _create_schema(connection: Connection) -> None:
     Base.metadata.create_all(connection)
 
 
+def _table(model: type[Base]) -> Table:
+    """A model's table (SQLAlchemy types ``__table__`` as a FromClause, which cannot be created)."""
+    return Base.metadata.tables[model.__tablename__]
+
+
 def _has_column(connection: Connection, table_name: str, column_name: str) -> bool:
     return column_name in {column["name"] for column in inspect(connection).get_columns(table_name)}
 
@@ -50,11 +55,6 @@ def _add_column(connection: Connection, table_name: str, column_name: str) -> No
     for index in column.table.indexes:
         if [c.name for c in index.columns] == [column_name]:
             index.create(connection, checkfirst=True)
-
-
-def _table(model: type[Base]) -> Table:
-    """A model's table as the metadata holds it (``__table__`` is typed as any FROM clause)."""
-    return Base.metadata.tables[model.__tablename__]
 
 
 def _workers(connection: Connection) -> None:
@@ -163,6 +163,11 @@ def _members(connection: Connection) -> None:
     _table(RunNote).create(connection, checkfirst=True)
 
 
+def _foreign_figures(connection: Connection) -> None:
+    """Figures from outside the lab (another tool's, a trace's), by source, in a JSON column of their own."""
+    _add_column(connection, Run.__tablename__, "foreign_figures")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -173,6 +178,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _reproducibility,  # 6 -> 7
     _baselines,  # 7 -> 8
     _members,  # 8 -> 9
+    _foreign_figures,  # 9 -> 10
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

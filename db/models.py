@@ -205,6 +205,9 @@ class Run(RunResultColumns, Base):
 
     # Client/server cross-check: {"requests": {...}, "output_tokens": {...}}.
     count_check: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Figures from outside the lab (another tool's result, a trace's own statistics), by source:
+    # {source: {name: value}}; not the lab's figures, so not result columns (RunResults.foreign).
+    foreign_figures: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     server_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 

@@ -23,7 +23,7 @@ from services.catalog import ServiceKind
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
-CACHE_SERVICE_HINTS = {
+CACHE_SERVICE_HINTS: dict[str, str] = {
     ServiceKind.REDIS: "a second",
     ServiceKind.CACHE_PROXY: "starts the default backend and Redis too if they are not up",
 }
@@ -31,7 +31,9 @@ CACHE_SERVICE_HINTS = {
 
 def start_hints() -> dict[str, str]:
     """How long each service takes to start: the backends' own hints, then the cache's."""
-    return {**{name: BACKENDS[name].start_hint for name in managed_backend_names()}, **CACHE_SERVICE_HINTS}
+    hints: dict[str, str] = {name: BACKENDS[name].start_hint for name in managed_backend_names()}
+    hints.update(CACHE_SERVICE_HINTS)
+    return hints
 
 
 def service_kind(status: dict) -> str:

@@ -43,9 +43,9 @@ def mean_of(records: Sequence[dict[str, Any]], figure: str, **match: Any) -> flo
     return mean
 
 
-def done_groups(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[tuple, list[dict[str, Any]]]:
+def done_groups(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Done runs grouped by their values of ``keys``, in the order the groups first appear."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for record in done_runs(records):
         groups.setdefault(tuple(record.get(key) for key in keys), []).append(record)
     return groups
@@ -72,7 +72,7 @@ def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: S
     return rows
 
 
-def _by_round(records: Sequence[dict[str, Any]], figure: str) -> dict[tuple, float]:
+def _by_round(records: Sequence[dict[str, Any]], figure: str) -> dict[tuple[Any, ...], float]:
     """The finite values of ``figure`` of the done runs among ``records``, keyed by their round
     (experiment and repeat index)."""
     values = {}

@@ -155,7 +155,7 @@ def grid_comparisons(
 
 def experiments_spanned(records: Sequence[dict[str, Any]]) -> str:
     """``"#3"`` or ``"#3, #5"``: the experiments a set of runs comes from."""
-    ids = sorted({record.get("experiment_id") for record in records if record.get("experiment_id") is not None})
+    ids = sorted({record["experiment_id"] for record in records if record.get("experiment_id") is not None})
     return ", ".join(f"#{experiment_id}" for experiment_id in ids) or "–"
 
 

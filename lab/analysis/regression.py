@@ -161,14 +161,15 @@ def figure_change(figure: str, baseline_values: Sequence[object], later_values: 
     """The change of ``figure`` from the baseline's values to the later runs' (one value a run)."""
     interval = ratio_interval(later_values, baseline_values)
     n_later, n_baseline = interval.n_numerator, interval.n_denominator
-    means = [_mean(values) for values in (baseline_values, later_values)]
+    baseline_mean, later_mean = _mean(baseline_values), _mean(later_values)
     if interval.ratio is None:
-        return FigureChange(figure, *means, None, None, None, n_baseline, n_later, None)
+        return FigureChange(figure, baseline_mean, later_mean, None, None, None, n_baseline, n_later, None)
     decided = min(n_later, n_baseline) >= MIN_REPEATS_FOR_SIGNIFICANCE and interval.ci95_low is not None
     low = None if interval.ci95_low is None else interval.ci95_low - 1
     high = None if interval.ci95_high is None else interval.ci95_high - 1
+    significant = interval.excludes(1.0) if decided else None
     return FigureChange(
-        figure, *means, interval.ratio - 1, low, high, n_baseline, n_later, interval.excludes(1.0) if decided else None
+        figure, baseline_mean, later_mean, interval.ratio - 1, low, high, n_baseline, n_later, significant
     )
 
 

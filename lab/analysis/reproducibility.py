@@ -91,11 +91,11 @@ class AACheck:
         return max(self.interval.ratio, 1 / self.interval.ratio)
 
 
-def _configuration(record: dict[str, Any]) -> tuple:
+def _configuration(record: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(record.get(key) for key in CONFIGURATION_KEYS)
 
 
-def _describe(configuration: tuple) -> str:
+def _describe(configuration: tuple[Any, ...]) -> str:
     return ", ".join(
         f"{key} {value}"
         for key, value in zip(CONFIGURATION_KEYS, configuration, strict=True)
@@ -113,7 +113,7 @@ def aa_figure(records: Sequence[dict[str, Any]]) -> str:
 def aa_checks(records_by_preset: dict[str, list[dict[str, Any]]], *, figure: str | None = None) -> list[AACheck]:
     """Every configuration measured by two experiments of the reproduction, compared on
     ``figure`` (by default :func:`aa_figure` of the two cells' runs)."""
-    cells: dict[tuple, dict[str, list[dict[str, Any]]]] = {}
+    cells: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
     for preset, records in records_by_preset.items():
         for record in done_runs(records):
             cells.setdefault(_configuration(record), {}).setdefault(preset, []).append(record)
@@ -157,11 +157,13 @@ def runs_off_median(
 ) -> list[tuple[int, float]]:
     """(run id, index) of the done runs among ``records`` measured on a machine more than 10%
     away from the median speed."""
-    return [
-        (record["run_id"], speed_by_run[record["run_id"]])
-        for record in done_runs(records)
-        if off_median(speed_by_run.get(record.get("run_id")))
-    ]  # type: ignore[misc]
+    off: list[tuple[int, float]] = []
+    for record in done_runs(records):
+        run_id: int | None = record.get("run_id")
+        index = speed_by_run.get(run_id) if run_id is not None else None
+        if run_id is not None and index is not None and off_median(index):
+            off.append((run_id, index))
+    return off
 
 
 @dataclass(frozen=True)
@@ -203,5 +205,5 @@ def provenance_of(records: Sequence[dict[str, Any]]) -> Provenance:
         if commit not in commits:
             commits.append(commit)
         if record.get("lab_git_dirty") or label.endswith("-dirty"):
-            dirty.append(record.get("run_id"))
+            dirty.append(record["run_id"])  # every record of a stored run has its id
     return Provenance(tuple(commits), tuple(dirty))

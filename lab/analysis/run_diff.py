@@ -46,7 +46,7 @@ def differing_settings(specs: Sequence[dict[str, Any] | None]) -> list[str]:
     return [name for name in names if name not in REPEAT_SETTINGS and len({repr(flat.get(name)) for flat in flats}) > 1]
 
 
-def settings_diff(runs: Sequence[tuple[int, dict[str, Any] | None]]) -> list[dict[str, Any]]:
+def settings_diff(runs: Sequence[tuple[int, dict[str, Any] | None]]) -> list[dict[str | int, Any]]:
     """One row per differing setting: ``{"setting": path, run_id: value, ...}`` for ``(run_id, spec)`` pairs."""
     flats = {run_id: flatten_spec(spec) for run_id, spec in runs}
     return [
@@ -106,7 +106,7 @@ def cells_of(records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] |
     return sorted(cells.values(), key=lambda cell: [_order_key(value) for value in cell.values.values()])
 
 
-def _order_key(value: Any) -> tuple:
+def _order_key(value: Any) -> tuple[int, Any, str]:
     # Numbers in numeric order (8 VUs before 32), so a ratio reads "higher over lower".
     return (0, value, "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0, str(value))
 

@@ -204,7 +204,7 @@ def seed_table_rows(preset: str, records: Sequence[dict[str, Any]]) -> list[Seed
     experiment = SEED_EXPERIMENTS[preset]
     setup_order = list(SeedSetup)
 
-    def order(row: dict[str, Any]) -> tuple:
+    def order(row: dict[str, Any]) -> tuple[Any, ...]:
         if experiment.load:
             return (row[experiment.load] or 0, row["backend"])
         setup = seed_setup_of(row["backend"])

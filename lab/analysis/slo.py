@@ -198,7 +198,7 @@ def evaluate(slo: Slo, requests: RequestFigures, *, duration_s: float | None) ->
     )
 
 
-def _meets(values: list[float | None], index: int, threshold_s: float) -> bool:
+def _meets(values: Sequence[float | None], index: int, threshold_s: float) -> bool:
     value = values[index] if index < len(values) else None
     return value is not None and value <= threshold_s
 

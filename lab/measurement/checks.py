@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lab.measurement.results import SteadyFigures
+
 # k6 using more than this share of a core on average may have limited the load it applied.
 K6_CPU_WARNING_PERCENT = 80.0
 # Other processes using more than this share of a core on average: the run shared the machine.
@@ -144,12 +146,18 @@ class SteadyThroughput:
     req_per_s: float | None
     source: str | None
 
+    def part(self) -> SteadyFigures:
+        """The run's steady figures (no source when there is no figure)."""
+        measured = self.output_tok_per_s is not None or self.req_per_s is not None
+        return SteadyFigures(
+            steady_output_tok_per_s=self.output_tok_per_s,
+            steady_req_per_s=self.req_per_s,
+            steady_source=self.source if measured else None,
+        )
+
     def as_figures(self) -> dict[str, Any]:
-        return {
-            "steady_output_tok_per_s": self.output_tok_per_s,
-            "steady_req_per_s": self.req_per_s,
-            "steady_source": self.source if self.output_tok_per_s is not None or self.req_per_s is not None else None,
-        }
+        """:meth:`part` by name."""
+        return self.part().figures()
 
 
 def steady_throughput(
@@ -194,7 +202,7 @@ def steady_throughput(
             continue
         if token_rate is not None and tokens_per_request:
             request_rate = token_rate / tokens_per_request
-        elif token_rate is None and tokens_per_request:  # a server that counts requests, not tokens
+        elif request_rate is not None and tokens_per_request:  # a server that counts requests, not tokens
             token_rate = request_rate * tokens_per_request
         return SteadyThroughput(token_rate, request_rate, source)
     return SteadyThroughput(None, None, None)

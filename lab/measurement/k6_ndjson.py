@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from lab.measurement.k6_results import CHAT_TAG, CHAT_TAG_VALUE, LatencyStats, percentile, streaming_figures_from_ms
+from lab.measurement.results import ClientFigures, whole_test_rate
 
 # The metrics the per-second series needs, in the order of the regex alternation.
 # (Input tokens and cache hits are run totals in the summary; each extra metric here costs
@@ -100,27 +101,25 @@ class PerSecondSeries:
         totals: dict[str, Any] = {
             f"latency_{key}": value for key, value in asdict(self.latency).items() if key != "count"
         }
-        totals.update(
+        counts = {"requests_ok": self.requests_ok_total, "requests_failed": self.requests_failed_total}
+        return {**totals, **counts, "output_tokens": self.output_tokens_total}
+
+    def client_figures(self) -> ClientFigures:
+        """The run's client figures from the stream alone (no summary): counts, rates over the buckets'
+        span (:func:`whole_test_rate`, as from the summary), latencies but the minimum (no column)."""
+        duration_s = len(self.time_s) * self.bucket_s or None
+        latency = {
+            f"latency_{key}": value for key, value in asdict(self.latency).items() if key not in ("count", "min_s")
+        }
+        return ClientFigures(
+            **latency,
             requests_ok=self.requests_ok_total,
             requests_failed=self.requests_failed_total,
-            output_tokens=self.output_tokens_total,
-        )
-        return totals
-
-    def figures(self) -> dict[str, Any]:
-        """The run's results from the stream alone (when k6 wrote no summary), named like
-        :data:`lab.measurement.results.RESULT_FIELDS`: counts, rates over the buckets' span, latencies."""
-        totals = self.totals()
-        duration_s = len(self.time_s) * self.bucket_s or None
-        return {
-            **{key: value for key, value in totals.items() if key.startswith("latency_")},
-            "requests_ok": self.requests_ok_total,
-            "requests_failed": self.requests_failed_total,
-            "req_per_s": self.requests_ok_total / duration_s if duration_s else None,
-            "output_tok_per_s": self.output_tokens_total / duration_s if duration_s else None,
-            "measured_duration_s": duration_s,
+            req_per_s=whole_test_rate(self.requests_ok_total, duration_s),
+            output_tok_per_s=whole_test_rate(self.output_tokens_total, duration_s),
+            measured_duration_s=duration_s,
             **streaming_figures_from_ms(self.stream_trends_ms, self.unstreamed_answers),
-        }
+        )
 
 
 def _epoch_base_s(whole: bytes, zone: bytes) -> int:
@@ -437,7 +436,7 @@ def _latency_stats(values_ms: array[float]) -> LatencyStats:
     ordered = numpy.sort(numpy.frombuffer(values_ms, dtype=numpy.float64))
 
     def seconds(fraction: float) -> float:
-        return float(percentile(ordered, fraction)) / 1000.0  # type: ignore[arg-type]
+        return float(percentile(ordered, fraction)) / 1000.0  # type: ignore[arg-type]  # a sorted numpy array, indexed as the Sequence percentile takes
 
     return LatencyStats(
         count=len(ordered),

@@ -6,7 +6,9 @@ summary carries sub-metrics over workload requests only, split by k6's
 ``expected_response`` tag (2xx). Latency is k6's end-to-end ``http_req_duration`` (as
 the seed measured it), over successes only; failures are counted apart.
 
-``parse_summary(path)`` returns plain figures with units in their names. The per-sample
+``parse_summary(path)`` returns the summary's figures and counts with units in their names;
+:func:`client_figures` takes the run's results from them (a :class:`ClientFigures`), and
+fails on a name that is neither a figure nor one of :data:`SUMMARY_COUNTS`. The per-sample
 NDJSON stream (``k6 run --out json=FILE``) is read by :mod:`lab.measurement.k6_ndjson`,
 which builds on :func:`percentile`, :class:`LatencyStats` and the streaming figures here.
 """
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from lab.measurement.results import ClientFigures, whole_test_rate
 
 CHAT_TAG = "lab_request"
 CHAT_TAG_VALUE = "chat"
@@ -115,12 +119,6 @@ def _ms_to_s(values: dict[str, Any] | None, key: str) -> float | None:
     return float(values[key]) / 1000.0
 
 
-def _per_s(amount: float, duration_s: float | None) -> float | None:
-    if not duration_s or duration_s <= 0:
-        return None
-    return amount / duration_s
-
-
 def load_summary(path: Path | str) -> dict[str, Any]:
     """Read a k6 summary JSON file (handleSummary's ``data`` or ``--summary-export``)."""
     path = Path(path)
@@ -155,7 +153,7 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
     ``measured_duration_s``, ``latency_source`` (which k6 metric the latency came from),
     and the client-side streaming figures of :func:`streaming_figures` (``ttft_*_s``,
     ``tpot_*_s``, ``unstreamed_answers``).
-    Keys named like :data:`lab.measurement.results.RESULT_FIELDS` are the run's results.
+    The run's results among them are :func:`client_figures`'s; the rest are :data:`SUMMARY_COUNTS`.
     """
     data = load_summary(path)
     metrics: dict[str, Any] = data["metrics"]
@@ -180,11 +178,11 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
         "requests_total": requests_total,
         "requests_started": requests_started,
         "requests_interrupted": max(0, requests_started - requests_total),
-        "req_per_s": _per_s(requests_ok, duration_s),
+        "req_per_s": whole_test_rate(requests_ok, duration_s),
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
-        "input_tok_per_s": _per_s(input_tokens, duration_s),
-        "output_tok_per_s": _per_s(output_tokens, duration_s),
+        "input_tok_per_s": whole_test_rate(input_tokens, duration_s),
+        "output_tok_per_s": whole_test_rate(output_tokens, duration_s),
         **_latency_figures(metrics, latency, requests_ok, requests_failed),
         **_iteration_and_cache_figures(metrics),
         "vus_max": _count(vus_max, "max") if vus_max and "max" in vus_max else _count(vus_max, "value"),
@@ -193,6 +191,36 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
         "measured_duration_s": duration_s,
         "latency_source": latency_source,
     }
+
+
+# What parse_summary gives besides the run's client figures: counts for the client/server
+# cross-checks and the steady rate, and k6's X-Cache hit rate (the response cache's figure
+# when no proxy counted, see server_metrics.response_cache_part).
+SUMMARY_COUNTS = frozenset(
+    {
+        "requests_total",
+        "requests_started",
+        "requests_interrupted",
+        "input_tokens",
+        "output_tokens",
+        "latency_min_s",
+        "latency_failed_avg_s",
+        "iterations_started",
+        "cache_hits",
+        "cache_lookups",
+        "response_cache_hit_rate",
+        "vus_max",
+        "data_received_bytes",
+        "data_sent_bytes",
+        "latency_source",
+    }
+)
+
+
+def client_figures(summary: dict[str, Any]) -> ClientFigures:
+    """The run's client figures from :func:`parse_summary`'s; an unknown name raises
+    ``UnknownFigureError`` (a figure misspelt here would otherwise be lost)."""
+    return ClientFigures.from_figures(summary, not_figures=SUMMARY_COUNTS)
 
 
 def _request_outcomes(
@@ -300,7 +328,7 @@ def streaming_figures(metrics: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def streaming_figures_from_ms(trends_ms: dict[str, list[float]], unstreamed: int) -> dict[str, Any]:
+def streaming_figures_from_ms(trends_ms: Mapping[str, Sequence[float]], unstreamed: int) -> dict[str, Any]:
     """The same figures from per-request values in ms, keyed ``ttft``, ``ttft_hit``... (the NDJSON)."""
     figures: dict[str, Any] = {}
     for figure, stats in _STREAM_FIGURES.items():

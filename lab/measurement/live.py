@@ -45,14 +45,17 @@ class StreamTail:
             return self.stream.requests_failed_total
 
     def series(self, *, origin_epoch_s: float, until_epoch_s: float) -> dict[str, list[Any]]:
-        """Complete seconds from ``origin_epoch_s`` up to (not including) ``until_epoch_s``'s second."""
+        """Complete seconds from ``origin_epoch_s`` up to (not including) ``until_epoch_s``'s second:
+        counts per one-second bucket (``output_tokens``, ``requests_ok``, ``requests_failed``), keyed
+        like the stored series, so one function turns both into rates (``pages.view.figures.series_frame``);
+        the run's figures (``output_tok_per_s``...) are never computed here."""
         first = math.floor(origin_epoch_s)
         last = math.floor(until_epoch_s) - 1  # the current second is still filling
         seconds = range(max(first, last - MAX_LIVE_POINTS + 1), last + 1)
         out: dict[str, list[Any]] = {
             "time_s": [],
-            "output_tok_per_s": [],
-            "req_per_s": [],
+            "output_tokens": [],
+            "requests_ok": [],
             "latency_avg_s": [],
             "latency_p95_s": [],
             "requests_failed": [],
@@ -61,8 +64,8 @@ class StreamTail:
             figures = [self.stream.second_figures(second) for second in seconds]
         for second, (ok, failed, tokens, avg_ms, p95_ms) in zip(seconds, figures, strict=False):
             out["time_s"].append(second - first)
-            out["output_tok_per_s"].append(int(tokens))
-            out["req_per_s"].append(ok)
+            out["output_tokens"].append(int(tokens))
+            out["requests_ok"].append(ok)
             out["requests_failed"].append(failed)
             out["latency_avg_s"].append(round(avg_ms / 1000, 4) if avg_ms is not None else None)
             out["latency_p95_s"].append(round(p95_ms / 1000, 4) if p95_ms is not None else None)

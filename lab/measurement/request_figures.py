@@ -14,6 +14,7 @@ import math
 import sys
 import zlib
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +38,13 @@ class RequestFigures:
     ttft_s: list[float | None] = field(default_factory=list)
     tpot_s: list[float | None] = field(default_factory=list)
 
-    def values(self, figure: str) -> list[float | None]:
-        return {"latency": self.latency_s, "ttft": self.ttft_s, "tpot": self.tpot_s}[figure]
+    def values(self, figure: str) -> Sequence[float | None]:
+        series: dict[str, Sequence[float | None]] = {
+            "latency": self.latency_s,
+            "ttft": self.ttft_s,
+            "tpot": self.tpot_s,
+        }
+        return series[figure]
 
     def __len__(self) -> int:
         return len(self.ok)
@@ -51,14 +57,14 @@ class RequestFiguresMissing(LookupError):
     """A run has no stored per-request figures (made before they were kept, or no k6 output)."""
 
 
-def _pack(values: array) -> bytes:
+def _pack(values: array[float]) -> bytes:
     if sys.byteorder != "little":
         values = array("f", values)
         values.byteswap()
     return zlib.compress(values.tobytes(), 6)
 
 
-def _unpack(blob: bytes | None) -> array:
+def _unpack(blob: bytes | None) -> array[float]:
     values = array("f")
     if blob:
         values.frombytes(zlib.decompress(blob))
@@ -79,7 +85,7 @@ def encode(samples: RequestSamples) -> dict[str, Any]:
     }
 
 
-def _aligned(per_success: array, ok: list[bool]) -> list[float | None]:
+def _aligned(per_success: array[float], ok: list[bool]) -> list[float | None]:
     """Per-success values spread over all requests (None for failures and missing ones)."""
     values: list[float | None] = []
     position = 0

@@ -1,54 +1,316 @@
-"""A run's results, typed: one field per figure, units in the names, None when not measured.
+"""A run's results, typed: one declared field per figure, units in the names, None when not measured.
 
-The field list is the store's (``db.models.RunResultColumns``, the lowest layer, which
-imports nothing from here): :class:`RunResults` is derived from it, so the parser and the
-metrics code fill, the store writes and the CSV exports (``lab.analysis.compare.RECORD_FIELDS``)
-exactly the same figures. Adding a figure is a line in ``RunResultColumns`` and a
-migration for its column; nothing here changes.
+:class:`RunResults` is assembled from typed parts, one per producer, and each figure has
+exactly one producer:
 
-Producers hand over plain dicts named after the fields (``k6_results.parse_summary``,
-``PerSecondSeries.figures``, ``server_metrics.backend_figures``...): keys that are not
-result fields (raw counts for cross-checks) are left out, so no one copies keys by hand.
+- :class:`ClientFigures`: k6 (its summary, ``k6_results.client_figures``; without one, the
+  per-second stream, ``PerSecondSeries.client_figures``): counts, whole-test rates, latencies,
+  client-side streaming latencies.
+- :class:`ServerFigures`: the backend's /metrics deltas (``server_metrics.backend_part``).
+- :class:`ResponseCacheFigures`: the response cache (``server_metrics.response_cache_part``).
+- :class:`ResourceFigures`: resource use while the load ran (``run_figures.resource_figures``).
+- :class:`SteadyFigures`: the load window only (``checks.SteadyThroughput.part``).
+- :class:`SloFigures`: an SLO evaluation (``request_figures.save_evaluation``).
+- :class:`MachineSpeedFigures`: the machine-speed calibration around the run (``runner.RunExecutor``).
+- :class:`CheckFigures`: every reason to read the figures with care (``checks.measurement_warnings``).
+
+A part is a frozen dataclass: a misspelt figure name is a ``TypeError`` where the part is
+built (and a mypy error); a producer that hands over a mapping goes through
+:meth:`FigurePart.from_figures`, which raises :class:`UnknownFigureError` for a name it
+does not know instead of dropping the figure.
+
+Output tokens per second are three figures with three names: ``output_tok_per_s`` (whole
+test, k6's convention: tokens over the test's duration, :func:`whole_test_rate`, from the
+summary or, without one, from the stream), ``steady_output_tok_per_s`` (the load window
+only) and the live view's per-second series (``live.StreamTail.series``, ``output_tokens``
+per second, shown while a run goes and never stored as a figure).
+
+The store's columns are ``db.models.RunResultColumns`` (``db`` imports nothing from here);
+a unit test (tests/unit/test_figures_contract.py) fails when they and :class:`RunResults`
+differ in a name, its order or its type, or when a field of RunResults has no producer.
+**Adding a figure**: a field in the part of its producer and in :class:`RunResults`, a line
+in ``RunResultColumns`` and a migration that adds its column (db/migrations.py).
+
+Figures from outside the lab (another tool's result, a trace's own statistics) are not
+the lab's columns: they go in :class:`ForeignFigures` (a source and a mapping of names to
+numbers), stored in the runs' ``foreign_figures`` JSON column, keyed by their source.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
 
-from db.models import RESULT_COLUMNS, Run
+from db.models import RESULT_COLUMNS
 
 RESULT_FIELDS: tuple[str, ...] = RESULT_COLUMNS
 
 
-class _RunResultsMethods:
-    """The behaviour of :class:`RunResults` (its fields come from the store's column list)."""
+class UnknownFigureError(ValueError):
+    """A producer handed over a figure name that no part (and so no column) knows."""
+
+
+def whole_test_rate(amount: float | None, duration_s: float | None) -> float | None:
+    """``amount`` per second of the whole test (k6's convention: warm-up and drain included);
+    None without a duration. The one definition of ``req_per_s``, ``output_tok_per_s`` and
+    ``input_tok_per_s``, whether from k6's summary or its stream."""
+    if amount is None or not duration_s or duration_s <= 0:
+        return None
+    return amount / duration_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class FigurePart:
+    """One producer's share of :class:`RunResults` (subclasses declare the figures)."""
 
     @classmethod
-    def from_figures(cls, figures: Mapping[str, Any]) -> RunResults:
-        """The result fields found in ``figures`` (other keys are ignored)."""
-        return cls(**{name: figures[name] for name in RESULT_FIELDS if name in figures})  # type: ignore[call-arg]
+    def names(cls) -> tuple[str, ...]:
+        """The figures this part carries, in declaration order."""
+        return tuple(item.name for item in dataclasses.fields(cls))
 
-    def updated(self, figures: Mapping[str, Any]) -> RunResults:
-        """A copy with the result fields of ``figures`` that are known (not None) written over."""
-        known = {name: value for name, value in figures.items() if name in RESULT_FIELDS and value is not None}
-        return dataclasses.replace(self, **known)  # type: ignore[type-var]
+    @classmethod
+    def from_figures(cls, figures: Mapping[str, Any], *, not_figures: Collection[str] = ()) -> Self:
+        """This part from a producer's mapping. A key that is neither one of its figures nor
+        in ``not_figures`` (the producer's declared raw counts) raises :class:`UnknownFigureError`;
+        a figure the mapping lacks is None (not measured)."""
+        names = cls.names()
+        unknown = sorted(set(figures) - set(names) - set(not_figures))
+        if unknown:
+            raise UnknownFigureError(
+                f"{cls.__name__} has no figure named {', '.join(unknown)} (its figures: {', '.join(names)})"
+            )
+        return cls(**{name: figures[name] for name in names if name in figures})
+
+    def figures(self) -> dict[str, Any]:
+        """Every figure of this part by name."""
+        return {name: getattr(self, name) for name in self.names()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientFigures(FigurePart):
+    """k6's side. Latencies are over successful requests only; rates over the whole test."""
+
+    requests_ok: int | None = None
+    requests_failed: int | None = None
+    req_per_s: float | None = None
+    output_tok_per_s: float | None = None
+    input_tok_per_s: float | None = None
+    latency_avg_s: float | None = None
+    latency_p50_s: float | None = None
+    latency_p90_s: float | None = None
+    latency_p95_s: float | None = None
+    latency_p99_s: float | None = None
+    latency_max_s: float | None = None
+    iterations_completed: int | None = None
+    iterations_interrupted: int | None = None
+    iterations_dropped: int | None = None
+    measured_duration_s: float | None = None
+    ttft_avg_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    tpot_avg_s: float | None = None
+    tpot_p95_s: float | None = None
+    ttft_hit_avg_s: float | None = None
+    ttft_hit_p95_s: float | None = None
+    ttft_miss_avg_s: float | None = None
+    ttft_miss_p95_s: float | None = None
+    tpot_hit_avg_s: float | None = None
+    tpot_miss_avg_s: float | None = None
+    unstreamed_answers: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerFigures(FigurePart):
+    """The backend's /metrics deltas over the run."""
+
+    prefix_cache_hit_rate: float | None = None
+    server_ttft_avg_s: float | None = None
+    server_time_per_output_token_avg_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResponseCacheFigures(FigurePart):
+    """The response cache: the proxy's counters when it ran, else what k6 saw in X-Cache."""
+
+    response_cache_hit_rate: float | None = None
+    response_cache_hits: int | None = None
+    response_cache_store_errors: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceFigures(FigurePart):
+    """Resource use while the load ran (CPU in % of one core)."""
+
+    k6_cpu_percent_avg: float | None = None
+    backend_cpu_percent_avg: float | None = None
+    backend_rss_max_mb: float | None = None
+    gpu_utilization_avg_percent: float | None = None
+    other_cpu_percent_avg: float | None = None
+    steal_cpu_percent_avg: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SloFigures(FigurePart):
+    """Against an SLO: goodput, the share of requests that met it, and the SLO used."""
+
+    goodput_req_per_s: float | None = None
+    slo_attainment: float | None = None
+    slo_evaluated: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SteadyFigures(FigurePart):
+    """Inside the load window only; the source says whose counters they come from."""
+
+    steady_output_tok_per_s: float | None = None
+    steady_req_per_s: float | None = None
+    steady_source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MachineSpeedFigures(FigurePart):
+    """Seconds a fixed CPU kernel took just before and just after the load."""
+
+    machine_calibration_before_s: float | None = None
+    machine_calibration_after_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckFigures(FigurePart):
+    """Every reason to read the figures with care, "; "-separated."""
+
+    measurement_warnings: str | None = None
+
+
+# Every producer's part; each figure of RunResults is in exactly one (held by a unit test).
+PARTS: tuple[type[FigurePart], ...] = (
+    ClientFigures,
+    ServerFigures,
+    ResponseCacheFigures,
+    ResourceFigures,
+    SloFigures,
+    SteadyFigures,
+    MachineSpeedFigures,
+    CheckFigures,
+)
+
+
+@dataclass(frozen=True)
+class ForeignFigures:
+    """Figures from outside the lab (another tool's result, a trace's own statistics):
+    ``source`` names where they come from; the names are that source's, not the lab's."""
+
+    source: str
+    figures: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResults:
+    """A run's figures, one per result column of the store, units in the names; None when not measured."""
+
+    # k6 (ClientFigures)
+    requests_ok: int | None = None
+    requests_failed: int | None = None
+    req_per_s: float | None = None
+    output_tok_per_s: float | None = None
+    input_tok_per_s: float | None = None
+    latency_avg_s: float | None = None
+    latency_p50_s: float | None = None
+    latency_p90_s: float | None = None
+    latency_p95_s: float | None = None
+    latency_p99_s: float | None = None
+    latency_max_s: float | None = None
+    iterations_completed: int | None = None
+    iterations_interrupted: int | None = None
+    iterations_dropped: int | None = None
+    measured_duration_s: float | None = None
+    ttft_avg_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    tpot_avg_s: float | None = None
+    tpot_p95_s: float | None = None
+    ttft_hit_avg_s: float | None = None
+    ttft_hit_p95_s: float | None = None
+    ttft_miss_avg_s: float | None = None
+    ttft_miss_p95_s: float | None = None
+    tpot_hit_avg_s: float | None = None
+    tpot_miss_avg_s: float | None = None
+    unstreamed_answers: int | None = None
+    # the backend's /metrics (ServerFigures) and the response cache (ResponseCacheFigures)
+    prefix_cache_hit_rate: float | None = None
+    response_cache_hit_rate: float | None = None
+    response_cache_hits: int | None = None
+    response_cache_store_errors: int | None = None
+    server_ttft_avg_s: float | None = None
+    server_time_per_output_token_avg_s: float | None = None
+    # resource use (ResourceFigures)
+    k6_cpu_percent_avg: float | None = None
+    backend_cpu_percent_avg: float | None = None
+    backend_rss_max_mb: float | None = None
+    gpu_utilization_avg_percent: float | None = None
+    # an SLO (SloFigures)
+    goodput_req_per_s: float | None = None
+    slo_attainment: float | None = None
+    slo_evaluated: str | None = None
+    # host contention (ResourceFigures)
+    other_cpu_percent_avg: float | None = None
+    steal_cpu_percent_avg: float | None = None
+    # the load window (SteadyFigures)
+    steady_output_tok_per_s: float | None = None
+    steady_req_per_s: float | None = None
+    steady_source: str | None = None
+    # machine speed (MachineSpeedFigures)
+    machine_calibration_before_s: float | None = None
+    machine_calibration_after_s: float | None = None
+    # checks (CheckFigures)
+    measurement_warnings: str | None = None
+    # Not a lab figure: other tools' figures, by source (the runs' foreign_figures column).
+    foreign: tuple[ForeignFigures, ...] = ()
+
+    NOT_FIGURES: ClassVar[tuple[str, ...]] = ("foreign",)
+
+    @classmethod
+    def figure_names(cls) -> tuple[str, ...]:
+        """The lab's figures (every field but ``foreign``), in declaration order."""
+        return tuple(item.name for item in dataclasses.fields(cls) if item.name not in cls.NOT_FIGURES)
+
+    @classmethod
+    def from_parts(cls, *parts: FigurePart, foreign: tuple[ForeignFigures, ...] = ()) -> RunResults:
+        """The results of ``parts`` (at most one of each kind); figures no part gives are None."""
+        return cls(foreign=foreign).with_parts(*parts)
+
+    def with_parts(self, *parts: FigurePart) -> RunResults:
+        """A copy with the figures of ``parts`` that are known (not None) written over."""
+        kinds = [type(part) for part in parts]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError(f"one part of each kind, got {', '.join(kind.__name__ for kind in kinds)}")
+        known = {name: value for part in parts for name, value in part.figures().items() if value is not None}
+        return dataclasses.replace(self, **known)
+
+    def part(self, kind: type[FigurePart]) -> FigurePart:
+        """This run's figures of one part."""
+        return kind(**{name: getattr(self, name) for name in kind.names()})
+
+    @classmethod
+    def from_columns(cls, row: object) -> RunResults:
+        """The results stored on a run row (anything with the columns as attributes)."""
+        stored = getattr(row, "foreign_figures", None) or {}
+        foreign = tuple(ForeignFigures(source, dict(figures)) for source, figures in stored.items())
+        return cls(**{name: getattr(row, name) for name in cls.figure_names()}, foreign=foreign)
+
+    def foreign_figures(self) -> dict[str, dict[str, float]] | None:
+        """The foreign figures as stored (``{source: {name: value}}``); None without any."""
+        if not self.foreign:
+            return None
+        return {item.source: {name: float(value) for name, value in item.figures.items()} for item in self.foreign}
 
     def as_columns(self) -> dict[str, Any]:
-        """Every field as a run column (what the store writes)."""
-        return {name: getattr(self, name) for name in RESULT_FIELDS}
-
-
-def _python_type(name: str) -> type:
-    return Run.__table__.c[name].type.python_type
-
-
-RunResults = dataclasses.make_dataclass(
-    "RunResults",
-    [(name, _python_type(name) | None, dataclasses.field(default=None)) for name in RESULT_FIELDS],
-    bases=(_RunResultsMethods,),
-    frozen=True,
-    namespace={"__module__": __name__},
-)
-RunResults.__doc__ = "A run's figures, one per result column of the store, units in the names; None when not measured."
+        """Every figure as a run column (what the store writes), and the foreign figures when there are any."""
+        columns = {name: getattr(self, name) for name in self.figure_names()}
+        if self.foreign:
+            columns["foreign_figures"] = self.foreign_figures()
+        return columns

@@ -16,6 +16,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from lab.backends import MetricNames
+from lab.measurement.results import ResponseCacheFigures, ServerFigures
 
 Snapshot = dict[str, float]
 
@@ -136,6 +137,15 @@ def backend_figures(change: Snapshot, names: MetricNames) -> dict[str, Any]:
     }
 
 
+# What backend_figures gives besides the run's server figures: counts for the cross-checks.
+BACKEND_COUNTS = frozenset({"server_requests", "server_e2e_requests", "server_output_tokens", "server_prompt_tokens"})
+
+
+def backend_part(figures: dict[str, Any]) -> ServerFigures:
+    """The run's server figures from :func:`backend_figures`'s (an unknown name raises)."""
+    return ServerFigures.from_figures(figures, not_figures=BACKEND_COUNTS)
+
+
 def gauges(snapshot: Snapshot, names: MetricNames) -> dict[str, float | None]:
     """Requests running and waiting in the backend now (None where it does not say)."""
     return {
@@ -171,6 +181,20 @@ def cache_figures(change: Snapshot) -> dict[str, Any]:
         # Every answer the proxy gave, whatever its X-Cache: what k6 counts on its side.
         "proxy_requests": int(lookups + bypasses + errors) if change else None,
     }
+
+
+def response_cache_part(cache: dict[str, Any] | None, *, client_hit_rate: float | None) -> ResponseCacheFigures:
+    """The response cache's figures: the proxy's counters (:func:`cache_figures`) when it ran;
+    its hit rate falls back to what k6 saw in X-Cache (``client_hit_rate``) when the proxy
+    counted no lookup or did not run."""
+    if cache is None:
+        return ResponseCacheFigures(response_cache_hit_rate=client_hit_rate)
+    proxy_rate = cache["response_cache_hit_rate"]
+    return ResponseCacheFigures(
+        response_cache_hit_rate=proxy_rate if proxy_rate is not None else client_hit_rate,
+        response_cache_hits=cache["response_cache_hits"],
+        response_cache_store_errors=cache["response_cache_store_errors"],
+    )
 
 
 def count_check(

@@ -20,7 +20,6 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics
-from lab.measurement.checks import join_warnings, measurement_warnings
 from lab.measurement.results import RunResults
 from lab.run import decisions
 from lab.run import figures as run_figures
@@ -125,67 +124,55 @@ class RunCollector:
         *,
         partial: bool = False,
     ) -> dict[str, Any]:
-        """Parse k6's outputs and the server metrics into run columns (and store the series).
-
-        The figures go into one :class:`RunResults` (every producer names its figures like
-        its fields); the columns are its fields plus the cross-checks and raw metrics.
-        """
+        """Parse k6's outputs and the server metrics into run columns (and store the series): one
+        :class:`RunResults` assembled from each producer's typed part, the cross-checks, the raw metrics."""
         figures: dict[str, Any] = k6_results.parse_summary(self.summary_path) if self.summary_path.is_file() else {}
-        results = RunResults.from_figures(figures)
+        client = k6_results.client_figures(figures)
         stream = self.stream_results()
         series = stream[0] if stream is not None else None
         if series is not None and not figures:  # no summary (k6 killed): figures from the stream
-            results = RunResults.from_figures(series.figures())
+            client = series.client_figures()
         series_doc = run_figures.series_document(series, resource_samples=samples, server_samples=server_samples)
         self._store_series(targets, series_doc)
 
         after = self.scrape_all(spec, targets) if not partial else {}
         backend_change = server_metrics.delta(before.get("backend"), after.get("backend"))
         backend = server_metrics.backend_figures(backend_change, spec.backend_kind.metrics)
-        results = results.updated(backend)
         cache = None
         if targets.proxy_url:
             cache = server_metrics.cache_figures(
                 server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy"))
             )
-            results = results.updated(cache)
             self.cache_errors = cache["response_cache_errors"] or 0
         checks = run_figures.count_checks(figures, backend=backend, cache=cache, max_tokens=spec.max_tokens)
-        if samples:
-            results = results.updated(run_figures.resource_figures(samples, backend_service=targets.backend_service))
-        results = results.updated(
-            run_figures.steady_figures(
-                series_doc,
-                figures,
-                backend,
+        steady = run_figures.steady_figures(
+            series_doc,
+            figures,
+            backend,
+            load_duration_s=spec.load.planned_duration_s,
+            behind_cache=bool(targets.proxy_url),
+            response_cache_hits=cache["response_cache_hits"] if cache else None,
+        )
+        results = RunResults.from_parts(
+            client,
+            server_metrics.backend_part(backend),
+            server_metrics.response_cache_part(cache, client_hit_rate=figures.get("response_cache_hit_rate")),
+            run_figures.resource_figures(samples, backend_service=targets.backend_service),
+            steady,
+        )
+        results = results.with_parts(
+            run_figures.check_figures(
+                results,
+                checks,
+                contention_threshold_percent=self.contention_threshold_percent,
                 load_duration_s=spec.load.planned_duration_s,
-                behind_cache=bool(targets.proxy_url),
-                response_cache_hits=cache["response_cache_hits"] if cache else None,
             )
         )
-        results = results.updated({"measurement_warnings": self._measurement_warnings(spec, results, checks)})
         return {
             **results.as_columns(),
             "count_check": checks,
             "server_metrics": {"before": before, "after": after, "delta": {"backend": backend_change}},
         }
-
-    def _measurement_warnings(self, spec: RunSpec, results: RunResults, checks: dict[str, Any]) -> str | None:
-        """Why the run's figures may not be trusted (k6 starved, the machine busy, counts that
-        disagree, no steady state), as the one stored line; None when nothing is wrong."""
-        return join_warnings(
-            *measurement_warnings(
-                k6_cpu_percent_avg=results.k6_cpu_percent_avg,
-                iterations_dropped=results.iterations_dropped,
-                other_cpu_percent_avg=results.other_cpu_percent_avg,
-                contention_threshold_percent=self.contention_threshold_percent,
-                count_check=checks,
-                latency_avg_s=results.latency_avg_s,
-                load_duration_s=spec.load.planned_duration_s,
-                steady_figures_available=results.steady_output_tok_per_s is not None
-                or results.steady_req_per_s is not None,
-            )
-        )
 
     def _store_series(self, targets: RunTargets, series_doc: dict[str, Any]) -> None:
         """The per-second series with the services' log tails, and every request's figures
@@ -249,6 +236,6 @@ class RunCollector:
             stream = self.stream_results()
             if stream is None:
                 return {}
-            return decisions.partial_columns(stream[0].figures(), decisions.PARTIAL_SERIES_COLUMNS)
+            return decisions.partial_columns(stream[0].client_figures().figures(), decisions.PARTIAL_SERIES_COLUMNS)
         except Exception:
             return {}

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from lab.measurement import server_metrics
-from lab.measurement.checks import steady_throughput
+from lab.measurement.checks import join_warnings, measurement_warnings, steady_throughput
 from lab.measurement.k6_ndjson import PerSecondSeries
 from lab.measurement.resources import summarise, summarise_host
+from lab.measurement.results import CheckFigures, ResourceFigures, RunResults, SteadyFigures
 
 # The backend's sampled gauges and counters kept in the stored series (``series["server"]``).
 SERVER_SERIES_KEYS = ("t", "running_requests", "waiting_requests", "output_tokens", "requests")
@@ -96,19 +97,20 @@ def count_checks(
     return checks
 
 
-def resource_figures(samples: list[dict[str, Any]], *, backend_service: str | None) -> dict[str, Any]:
-    """Resource use while the load ran: k6, the backend, the GPU and the rest of the machine."""
-    figures: dict[str, Any] = {"k6_cpu_percent_avg": summarise(samples, "k6")["cpu_percent_avg"]}
-    if backend_service:
-        backend_usage = summarise(samples, backend_service)
-        figures["backend_cpu_percent_avg"] = backend_usage["cpu_percent_avg"]
-        figures["backend_rss_max_mb"] = backend_usage["rss_max_mb"]
+def resource_figures(samples: Sequence[dict[str, Any]], *, backend_service: str | None) -> ResourceFigures:
+    """Resource use while the load ran: k6, the backend, the GPU and the rest of the machine (None
+    without samples)."""
+    backend_usage = summarise(samples, backend_service) if backend_service else {}
     gpu = [s["gpu_utilization_percent"] for s in samples if "gpu_utilization_percent" in s]
-    figures["gpu_utilization_avg_percent"] = sum(gpu) / len(gpu) if gpu else None
     host = summarise_host(samples)
-    figures["other_cpu_percent_avg"] = host["other_cpu_percent_avg"]
-    figures["steal_cpu_percent_avg"] = host["steal_cpu_percent_avg"]
-    return figures
+    return ResourceFigures(
+        k6_cpu_percent_avg=summarise(samples, "k6")["cpu_percent_avg"],
+        backend_cpu_percent_avg=backend_usage.get("cpu_percent_avg"),
+        backend_rss_max_mb=backend_usage.get("rss_max_mb"),
+        gpu_utilization_avg_percent=sum(gpu) / len(gpu) if gpu else None,
+        other_cpu_percent_avg=host["other_cpu_percent_avg"],
+        steal_cpu_percent_avg=host["steal_cpu_percent_avg"],
+    )
 
 
 def steady_figures(
@@ -119,7 +121,7 @@ def steady_figures(
     load_duration_s: float,
     behind_cache: bool,
     response_cache_hits: int | None = None,
-) -> dict[str, Any]:
+) -> SteadyFigures:
     """Steady-state throughput in the load window: the backend's counters, else k6's series.
 
     Behind the response cache the backend sees only the misses, so its counters stand for
@@ -152,4 +154,25 @@ def steady_figures(
         client_requests_ok=series_doc.get("requests_ok") or (),
         tokens_per_request=tokens_per_request,
     )
-    return steady.as_figures()
+    return steady.part()
+
+
+def check_figures(
+    results: RunResults,
+    count_check: dict[str, Any],
+    *,
+    contention_threshold_percent: float,
+    load_duration_s: float | None,
+) -> CheckFigures:
+    """Every reason to read the run's figures with care, from its other figures and count checks."""
+    warnings = measurement_warnings(
+        k6_cpu_percent_avg=results.k6_cpu_percent_avg,
+        iterations_dropped=results.iterations_dropped,
+        other_cpu_percent_avg=results.other_cpu_percent_avg,
+        contention_threshold_percent=contention_threshold_percent,
+        count_check=count_check,
+        latency_avg_s=results.latency_avg_s,
+        load_duration_s=load_duration_s,
+        steady_figures_available=results.steady_output_tok_per_s is not None or results.steady_req_per_s is not None,
+    )
+    return CheckFigures(measurement_warnings=join_warnings(*warnings))

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Engine
 
 from db.models import RunStatus
 from lab.measurement.machine_speed import calibration_s
+from lab.measurement.results import MachineSpeedFigures
 from lab.run import decisions
 from lab.run.collect import RunCollector, Snapshots
 from lab.run.decisions import RunCancelled
@@ -46,7 +47,7 @@ class RunSoFar:
     samples: list[dict] = field(default_factory=list)
     loaded: bool = False  # k6 was started: its files may hold figures
     # The fixed CPU kernel's seconds just before and just after the load: the machine's speed.
-    calibration: dict[str, float | None] = field(default_factory=dict)
+    calibration: MachineSpeedFigures = field(default_factory=MachineSpeedFigures)
 
 
 class RunExecutor:
@@ -97,16 +98,19 @@ class RunExecutor:
             steps.check_cancel()
             if spec.fills_cache_first:
                 steps.fill_cache(spec, targets, requests_file)
-            run.calibration["machine_calibration_before_s"] = calibration_s(self.calibration_repetitions)
+            run.calibration = MachineSpeedFigures(
+                machine_calibration_before_s=calibration_s(self.calibration_repetitions)
+            )
             run.before = self.collector.scrape_all(spec, targets)
             run.loaded = True
             exit_code, run.samples = steps.drive_load(spec, targets, requests_file)
-            run.calibration["machine_calibration_after_s"] = calibration_s(self.calibration_repetitions)
+            after_s = calibration_s(self.calibration_repetitions)
+            run.calibration = replace(run.calibration, machine_calibration_after_s=after_s)
             # A progress write: skipped while the database is unreachable (the final write retries).
             steps.live_write(lambda: steps.set_status(RunStatus.PARSING))
             steps.check_load(exit_code)
             columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
-            return self._store({**columns, **run.calibration})
+            return self._store({**columns, **run.calibration.figures()})
         except (RunCancelled, ServiceStartAborted):
             self.final_state.write(
                 RunStatus.CANCELLED,
@@ -173,7 +177,7 @@ class RunExecutor:
         partial = self.collector.partial_columns(
             run.spec, run.targets, run.before, run.samples, self.steps.server_samples
         )
-        return {**partial, **run.calibration} if partial else partial
+        return {**partial, **run.calibration.figures()} if partial else partial
 
     def _run_folder_full(self) -> str | None:
         """A sentence when the disk holding the run folder is (nearly) full, else None."""

@@ -29,7 +29,8 @@ def normalised_spec(spec: dict[str, Any] | RunSpec) -> dict[str, Any]:
     stored."""
     if isinstance(spec, RunSpec):
         return spec.model_dump(mode="json")
-    return json.loads(_normalised_text(json.dumps(spec, sort_keys=True, default=str)))
+    normalised: dict[str, Any] = json.loads(_normalised_text(json.dumps(spec, sort_keys=True, default=str)))
+    return normalised
 
 
 @lru_cache(maxsize=4096)

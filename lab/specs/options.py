@@ -18,6 +18,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from lab import backends, workloads
 from lab.specs.schema import WorkloadSpec, set_dotted_lenient
@@ -97,9 +98,10 @@ def _input_kind(option: OptionField, info: FieldInfo) -> tuple[InputKind, tuple[
         (single,) = members
         if get_origin(single) is Literal:
             return "choice", get_args(single)
-        for python_type, kind in ((bool, "bool"), (int, "int"), (float, "float")):
+        widgets: tuple[tuple[type, InputKind], ...] = ((bool, "bool"), (int, "int"), (float, "float"))
+        for python_type, kind in widgets:
             if single is python_type:
-                return kind, ()  # type: ignore[return-value]
+                return kind, ()
     return "text", ()
 
 
@@ -124,7 +126,7 @@ def backend_inputs(kind: str) -> list[OptionInput]:
     return option_inputs(backend_owner(kind))
 
 
-def _message(item: dict[str, Any]) -> str:
+def _message(item: ErrorDetails) -> str:
     return item["msg"].removeprefix("Value error, ")
 
 

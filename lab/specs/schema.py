@@ -163,7 +163,7 @@ class CacheSpec(StrictModel):
     # uvicorn measured fastest under k6 here (BENCHMARKS.md, "ASGI servers"); granian, through ASGI
     # or its own RSGI, stays an option for machines where the load generator has cores of its own.
     # The servers the proxy itself offers (Literal of that tuple: one list, the same one-line refusal).
-    server: Literal[PROXY_SERVERS] = Field(default="uvicorn", description="the cache proxy's HTTP server")  # type: ignore[valid-type]
+    server: Literal[PROXY_SERVERS] = Field(default="uvicorn", description="the cache proxy's HTTP server")  # type: ignore[valid-type]  # a Literal of the tuple's values: pydantic reads it, mypy cannot
 
     def fills_first(self, distinct_requests: int | None) -> bool:
         return distinct_requests is not None and 0 < distinct_requests <= self.fill_first_up_to

@@ -220,7 +220,8 @@ def live_figures(live: dict[str, Any] | None, *, smooth_s: int = 1) -> list[go.F
     live = live or {}
     figures: list[go.Figure] = []
     for title, part, columns, y_title in LIVE_CHARTS:
-        frame = pd.DataFrame(live.get(part) or {})
+        # k6's part holds counts per second, like a stored series: series_frame makes them rates.
+        frame = series_frame(live.get(part)) if part == "k6" else pd.DataFrame(live.get(part) or {})
         present = [column for column in columns if has_data(frame, [column])]
         if (
             "requests_failed" in present

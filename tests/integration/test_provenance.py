@@ -38,7 +38,8 @@ def test_a_clean_tree_has_no_diff_hash(checkout: Path) -> None:
 def test_a_changed_or_new_file_makes_the_tree_dirty_with_a_hash_of_the_change(checkout: Path) -> None:
     (checkout / "code.py").write_text("x = 2\n")
     changed = environment.provenance()
-    assert changed.dirty and changed.label.endswith("-dirty") and len(changed.diff_sha256) == 64
+    assert changed.dirty and changed.label is not None and changed.label.endswith("-dirty")
+    assert changed.diff_sha256 is not None and len(changed.diff_sha256) == 64
     (checkout / "new.py").write_text("y = 1\n")
     with_new_file = environment.provenance()
     assert with_new_file.dirty and with_new_file.diff_sha256 != changed.diff_sha256

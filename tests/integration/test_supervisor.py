@@ -31,6 +31,7 @@ def test_starts_serves_and_stops(tmp_path: Path) -> None:
         assert service.url == f"http://127.0.0.1:{service.port}"
         assert service.is_healthy()
         pid = service.pid
+    assert pid is not None and service.port is not None
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert is_port_free(service.port)
 
@@ -125,6 +126,7 @@ def test_leftovers_in_the_group_are_stopped_after_the_leader_died(tmp_path: Path
     import subprocess
 
     leader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert leader.stdout is not None
     orphan_pid = int(leader.stdout.readline())
     leader.wait(timeout=10)  # the leader is gone, its child lives on in the group
     orphan = psutil.Process(orphan_pid)

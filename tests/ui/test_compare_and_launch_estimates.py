@@ -54,9 +54,7 @@ def add_done_run(seed: SeededLab, *, vus: int, max_tokens: int, tok: float, p95:
 @pytest.mark.parametrize("page", [*PAGES.values(), "pages/workers.py"])
 def test_every_page_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> None:
     """No raw column name in a table, no ``nan`` or None anywhere, no ellipsis in a metric tile."""
-    worker_store.register_worker(
-        engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None
-    )
+    worker_store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware={})
     with Session(seed_lab.engine) as session:  # a run without some figures: dashes, not nan
         session.get_one(Run, seed_lab.done_run_ids[1]).latency_p99_s = float("nan")
         session.get_one(Run, seed_lab.done_run_ids[1]).backend_rss_max_mb = 56943.123456

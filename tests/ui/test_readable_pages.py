@@ -42,8 +42,8 @@ def make_running(seed: SeededLab, **progress) -> int:
             "live": {
                 "k6": {
                     "time_s": [0, 1, 2, 3, 4, 5],
-                    "output_tok_per_s": [0, 16, 16, 0, 16, 16],
-                    "req_per_s": [0, 1, 1, 0, 1, 1],
+                    "output_tokens": [0, 16, 16, 0, 16, 16],
+                    "requests_ok": [0, 1, 1, 0, 1, 1],
                     "requests_failed": [0] * 6,
                     "latency_avg_s": [None, 0.81234, 0.8, None, 0.79, 0.8],
                     "latency_p95_s": [None, 0.81234, 0.8, None, 0.79, 0.8],
@@ -70,9 +70,7 @@ def test_every_table_reads_as_a_person_would(seed_lab: SeededLab, page: str) -> 
     worker_store.upsert_service_record(
         engine=seed_lab.engine, worker=get_settings().worker_name, name="naive", kind="naive", state="stopped"
     )  # no PID, no URL: dashes, not None
-    worker_store.register_worker(
-        engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware=None
-    )
+    worker_store.register_worker(engine=seed_lab.engine, name="cpu-box", host="cpu-host", pid=1, labels=[], hardware={})
     app = open_page(page, **({"run": str(seed_lab.done_run_ids[0])} if page == PAGES["Run detail"] else {}))
     assert assert_tables_readable(app) >= (0 if page == PAGES["New experiment"] else 1)
     assert "None" not in texts(app)

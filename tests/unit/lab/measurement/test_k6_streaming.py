@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab.measurement.k6_ndjson_files import stream_series
-from lab.measurement.k6_results import parse_summary, streaming_figures
+from lab.measurement.k6_results import client_figures, parse_summary, streaming_figures
 from lab.measurement.results import RESULT_FIELDS, RunResults
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k6"
@@ -56,7 +56,7 @@ def test_hit_and_miss_split_adds_up() -> None:
 
 def test_the_ndjson_gives_the_summary_figures() -> None:
     summary = parse_summary(FIXTURES / "stream_summary.json")
-    streamed = stream_series(FIXTURES / "stream.ndjson").figures()
+    streamed = stream_series(FIXTURES / "stream.ndjson").client_figures().figures()
     for key in STREAM_KEYS:
         assert streamed[key] == pytest.approx(summary[key], rel=1e-9), key
 
@@ -68,14 +68,15 @@ def test_an_answer_that_ignores_stream_is_timed_to_its_whole_body_and_flagged() 
     assert figures["tpot_avg_s"] is None and figures["tpot_p95_s"] is None
     assert figures["output_tokens"] == COUNTS["unstreamed"]["completion_tokens_total"]
     assert (
-        stream_series(FIXTURES / "unstreamed.ndjson").figures()["unstreamed_answers"] == figures["unstreamed_answers"]
+        stream_series(FIXTURES / "unstreamed.ndjson").client_figures().unstreamed_answers
+        == figures["unstreamed_answers"]
     )
 
 
 def test_a_run_without_stream_has_no_client_ttft() -> None:
     figures = parse_summary(FIXTURES / "number_story_summary.json")
     assert all(figures[key] is None for key in STREAM_KEYS)
-    assert stream_series(FIXTURES / "number_story.ndjson").figures()["ttft_avg_s"] is None
+    assert stream_series(FIXTURES / "number_story.ndjson").client_figures().ttft_avg_s is None
 
 
 def test_a_declared_but_unfed_trend_is_not_a_zero_figure() -> None:
@@ -86,7 +87,7 @@ def test_a_declared_but_unfed_trend_is_not_a_zero_figure() -> None:
 
 def test_every_streaming_figure_is_a_result_column() -> None:
     assert set(STREAM_KEYS) <= set(RESULT_FIELDS)
-    results = RunResults.from_figures(parse_summary(FIXTURES / "stream_summary.json"))
+    results = RunResults.from_parts(client_figures(parse_summary(FIXTURES / "stream_summary.json")))
     assert results.ttft_p95_s is not None and results.ttft_hit_p95_s is not None
 
 

@@ -39,7 +39,7 @@ def test_series_leaves_out_the_second_still_filling_and_counts_only_workload_req
     last = first + len(whole) - 1
     series = tail.series(origin_epoch_s=first, until_epoch_s=last)
     assert series["time_s"] == list(range(last - first))
-    assert series["req_per_s"] == whole.requests_ok[: last - first]
+    assert series["requests_ok"] == whole.requests_ok[: last - first]
     assert all(value is None or value > 0 for value in series["latency_avg_s"])
 
 
@@ -76,5 +76,5 @@ def test_live_progress_without_samples_is_empty_not_an_error(tmp_path: Path) -> 
         now_epoch_s=103.5,
     )
     assert live["k6"]["time_s"] == [0, 1, 2]
-    assert live["k6"]["req_per_s"] == [0, 0, 0]
+    assert live["k6"]["requests_ok"] == [0, 0, 0]
     assert live["cpu"] == {} and live["server"] == {}

@@ -172,8 +172,8 @@ def test_steady_req_per_s_counts_tokens_per_completed_request_from_k6() -> None:
     figures = {"output_tokens": 37 * 126, "requests_ok": 37}
     backend = {"server_output_tokens": 7200.0, "server_e2e_requests": 37.0}  # 1,300 tokens of aborted requests
     steady = steady_figures(series_doc, figures, backend, load_duration_s=60.0, behind_cache=False)
-    assert steady["steady_output_tok_per_s"] == pytest.approx(90.0)
-    assert steady["steady_req_per_s"] == pytest.approx(90.0 / 126)
+    assert steady.steady_output_tok_per_s == pytest.approx(90.0)
+    assert steady.steady_req_per_s == pytest.approx(90.0 / 126)
 
 
 def test_steady_throughput_prefers_the_server_counters_and_derives_req_per_s_from_tokens() -> None:
@@ -373,13 +373,13 @@ def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
     direct = steady_figures(
         series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s, behind_cache=False
     )
-    assert direct["steady_source"] == STEADY_FROM_SERVER and direct["steady_output_tok_per_s"] == pytest.approx(10.0)
+    assert direct.steady_source == STEADY_FROM_SERVER and direct.steady_output_tok_per_s == pytest.approx(10.0)
     cached = steady_figures(
         series_doc, figures, backend, load_duration_s=spec.load.planned_duration_s, behind_cache=True
     )
-    assert cached["steady_source"] == STEADY_FROM_CLIENT
-    assert cached["steady_output_tok_per_s"] == pytest.approx(40.0)
-    assert cached["steady_req_per_s"] == pytest.approx(2.0)
+    assert cached.steady_source == STEADY_FROM_CLIENT
+    assert cached.steady_output_tok_per_s == pytest.approx(40.0)
+    assert cached.steady_req_per_s == pytest.approx(2.0)
     hits_unknown = steady_figures(
         series_doc,
         figures,
@@ -388,7 +388,7 @@ def test_the_runner_uses_the_clients_series_behind_the_response_cache() -> None:
         behind_cache=True,
         response_cache_hits=None,
     )
-    assert hits_unknown["steady_source"] == STEADY_FROM_CLIENT
+    assert hits_unknown.steady_source == STEADY_FROM_CLIENT
 
 
 def test_behind_a_response_cache_that_never_hit_the_backends_counters_count_every_answer() -> None:
@@ -413,12 +413,12 @@ def test_behind_a_response_cache_that_never_hit_the_backends_counters_count_ever
     figures = {"output_tokens": 3840, "requests_ok": 32}
     backend = {"server_output_tokens": 900.0, "server_e2e_requests": 7.5}
     cold = steady_figures(series_doc, figures, backend, load_duration_s=30.0, behind_cache=True, response_cache_hits=0)
-    assert cold["steady_source"] == STEADY_FROM_SERVER and cold["steady_output_tok_per_s"] == pytest.approx(30.0)
-    assert cold["steady_req_per_s"] == pytest.approx(0.25)
+    assert cold.steady_source == STEADY_FROM_SERVER and cold.steady_output_tok_per_s == pytest.approx(30.0)
+    assert cold.steady_req_per_s == pytest.approx(0.25)
     some_hits = steady_figures(
         series_doc, figures, backend, load_duration_s=30.0, behind_cache=True, response_cache_hits=3
     )
-    assert some_hits["steady_output_tok_per_s"] is None  # one client batch: no steady rate, and the run is warned
+    assert some_hits.steady_output_tok_per_s is None  # one client batch: no steady rate, and the run is warned
 
 
 def test_server_tokens_for_requests_in_flight_at_the_end_are_no_mismatch() -> None:
