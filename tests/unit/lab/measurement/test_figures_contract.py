@@ -25,8 +25,8 @@ from lab.measurement.results import (
     whole_test_rate,
 )
 
-DATABASES = Path(__file__).resolve().parents[1] / "fixtures" / "databases"
-K6_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k6"
+DATABASES = Path(__file__).resolve().parents[3] / "fixtures" / "databases"
+K6_FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k6"
 
 
 def _column_types() -> dict[str, type]:
