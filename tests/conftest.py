@@ -190,6 +190,19 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``runs_last`` stop the shared services, so they run after all others."""
     items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
+    _group_ids_for_xdist(items)
+
+
+def _group_ids_for_xdist(items: list[pytest.Item]) -> None:
+    """xdist 3.8's loadgroup tells the scheduler an item's group by writing ``id@group`` into
+    ``item._nodeid``, which pytest 9 no longer reads (it keeps the id in ``_id``), so without this
+    every group would be spread over the workers and each would start the group's services."""
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        grouped_id = getattr(item, "_nodeid", None)
+        if isinstance(grouped_id, str) and "@" in grouped_id and grouped_id != item.nodeid:
+            item._id = coerce_node_id(grouped_id)
 
 
 @pytest.fixture()
