@@ -146,7 +146,7 @@ def test_a_bad_dataset_fails_before_any_load_and_writes_no_request_file(
     spec = RunSpec.model_validate(
         {"backend": "external", "target_url": "http://127.0.0.1:9", "model": "stub", "workload": workload}
     )
-    steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=7)  # type: ignore[arg-type]
+    steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=7)  # type: ignore[arg-type]  # never reached
     steps.run_dir.mkdir(parents=True)
     with pytest.raises(DatasetError, match=message):
         steps.prepare_workload(spec)
@@ -165,7 +165,7 @@ def test_a_non_sharegpt_dataset_yields_no_session_and_a_clear_run_failure(tmp_pa
             "workload": {"kind": "sharegpt-chat", "dataset_path": str(FIXTURES / "not_sharegpt.json")},
         }
     )
-    steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=8)  # type: ignore[arg-type]
+    steps = RunSteps(engine=None, settings=Settings(data_dir=tmp_path), services=None, run_id=8)  # type: ignore[arg-type]  # never reached
     steps.run_dir.mkdir(parents=True)
     _conversations.cache_clear()
     with pytest.raises((RunFailed, DatasetError), match="no conversation in the dataset can be replayed"):

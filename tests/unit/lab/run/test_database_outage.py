@@ -175,7 +175,7 @@ def test_progress_writes_and_cancel_checks_are_skipped_during_an_outage(
     lab, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings, engine, run_id = lab
-    steps = RunSteps(engine=engine, settings=settings, services=None, run_id=run_id)  # type: ignore[arg-type]
+    steps = RunSteps(engine=engine, settings=settings, services=None, run_id=run_id)  # type: ignore[arg-type]  # no services in this test
 
     def refused(**values):
         raise REFUSED

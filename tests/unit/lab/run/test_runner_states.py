@@ -213,7 +213,7 @@ def test_a_worker_that_cannot_claim_says_so_once_not_every_poll(
             worker.stop()
         raise OperationalError("UPDATE runs", {}, Exception("database or disk is full"))
 
-    worker.run_one = full_disk  # type: ignore[method-assign]
+    worker.run_one = full_disk  # type: ignore[method-assign]  # a disk that fills
     with caplog.at_level(logging.INFO):
         worker.run_forever()
     lines = [record.getMessage() for record in caplog.records if "could not claim" in record.getMessage()]

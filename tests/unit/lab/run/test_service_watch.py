@@ -32,7 +32,7 @@ def test_a_dead_service_is_named_with_the_phase_and_its_last_log_line() -> None:
         {"naive": "loading\nINFO POST /v1/chat/completions 200\n\n"},
     )
     lost: list[str] = []
-    watch = ServiceWatch(services=services, names=["naive", "redis", "cache-proxy"], run_id=1, lost=lost)  # type: ignore[arg-type]
+    watch = ServiceWatch(services=services, names=["naive", "redis", "cache-proxy"], run_id=1, lost=lost)  # type: ignore[arg-type]  # a fake manager
     assert watch.failure("cache fill") is None  # all alive (this process)
     watch.watched["naive"] = (os.getpid(), 1.0)  # the pid now belongs to another process: the service is gone
     watch.watched["redis"] = None
