@@ -83,3 +83,16 @@ def machine_probes_absent(monkeypatch: pytest.MonkeyPatch, *modules: object) -> 
     real under the integration marker or fake ``subprocess.run`` on top of this."""
     for module in modules:
         monkeypatch.setattr(module, "subprocess", _ToolsAbsent())
+
+
+def browser_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's PNG copies answer "not written" as on a machine without Chromium: kaleido
+    would start Chromium, and once the guard refuses that, its reader threads (not daemons) are
+    left waiting and the test process never exits."""
+    from lab.report import build, charts
+
+    def no_browser(chart_figures: dict[str, Any], folder: object) -> tuple[dict[str, Any], str | None]:
+        return {}, "no browser in the fast tier" if chart_figures else None
+
+    monkeypatch.setattr(charts, "write_pngs", no_browser)
+    monkeypatch.setattr(build, "write_pngs", no_browser)

@@ -13,7 +13,7 @@ from db.engine import get_engine
 from lab.measurement import environment, hardware, machine_speed
 from lab.run import k6_driver
 from lab.settings import get_settings
-from tests.support.isolation import isolate, machine_probes_absent, needs_isolation
+from tests.support.isolation import browser_absent, isolate, machine_probes_absent, needs_isolation
 from tests.support.seeded_lab import PROJECT_ROOT, SeededLab, seed_database
 
 
@@ -49,3 +49,4 @@ def _no_process_no_network(request: pytest.FixtureRequest, monkeypatch: pytest.M
     if needs_isolation(request.node):
         isolate(monkeypatch)
         machine_probes_absent(monkeypatch, environment, machine_speed, hardware, k6_driver)
+        browser_absent(monkeypatch)

@@ -11,7 +11,7 @@ from db import migrations
 from db.engine import make_engine
 from lab.measurement import environment, hardware, machine_speed
 from lab.run import k6_driver
-from tests.support.isolation import isolate, machine_probes_absent, needs_isolation
+from tests.support.isolation import browser_absent, isolate, machine_probes_absent, needs_isolation
 
 
 @pytest.fixture()
@@ -29,3 +29,4 @@ def _no_process_no_network(request: pytest.FixtureRequest, monkeypatch: pytest.M
     if needs_isolation(request.node):
         isolate(monkeypatch)
         machine_probes_absent(monkeypatch, environment, machine_speed, hardware, k6_driver)
+        browser_absent(monkeypatch)
