@@ -2,7 +2,7 @@
 cancel checks are skipped while the database cannot be reached; the final write waits for it
 with growing pauses, then keeps the final state, figures whole, in the run's folder; the
 worker (at its next claim or its next start) and ``lab runs recover`` write it when the
-database answers again. The real PostgreSQL stop is tests/integration/test_reliability_round3.py."""
+database answers again. The real PostgreSQL stop is tests/integration/test_outages_and_failing_runs.py."""
 
 from __future__ import annotations
 
