@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from db import store
 from lab.analysis.slo import Slo, SloEvaluation, evaluate
 from lab.measurement.request_figures import load_request_figures, run_duration_s
+from lab.measurement.results import SloFigures
 
 
 def evaluate_run(*, session: Session, run_id: int, slo: Slo) -> SloEvaluation:
@@ -24,10 +25,9 @@ def evaluate_run(*, session: Session, run_id: int, slo: Slo) -> SloEvaluation:
 
 def save_evaluation(*, engine: Engine, run_id: int, evaluation: SloEvaluation) -> None:
     """Write goodput, attainment and the SLO they are against onto the run."""
-    store.update_run(
-        engine=engine,
-        run_id=run_id,
+    figures = SloFigures(
         goodput_req_per_s=evaluation.goodput_req_per_s,
         slo_attainment=evaluation.attainment,
         slo_evaluated=str(evaluation.slo),
     )
+    store.update_run(engine=engine, run_id=run_id, **figures.figures())

@@ -10,7 +10,7 @@ exactly one producer:
 - :class:`ResponseCacheFigures`: the response cache (``server_metrics.response_cache_part``).
 - :class:`ResourceFigures`: resource use while the load ran (``run_figures.resource_figures``).
 - :class:`SteadyFigures`: the load window only (``checks.SteadyThroughput.part``).
-- :class:`SloFigures`: an SLO evaluation (``request_figures.save_evaluation``).
+- :class:`SloFigures`: an SLO evaluation (``lab.analysis.run_slo.save_evaluation``).
 - :class:`MachineSpeedFigures`: the machine-speed calibration around the run (``runner.RunExecutor``).
 - :class:`CheckFigures`: every reason to read the figures with care (``checks.measurement_warnings``).
 
