@@ -11,13 +11,24 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from scipy import stats as scipy_stats
+from typing import Any
 
 CONFIDENCE_LEVEL = 0.95
 SIGNIFICANCE_LEVEL = 0.05
 # Below this many repeats per side, a significance verdict is not given.
 MIN_REPEATS_FOR_SIGNIFICANCE = 3
+
+
+def _scipy_stats() -> Any:
+    """scipy.stats, imported on first use: it takes about a second, and most CLI commands never need it."""
+    from scipy import stats
+
+    return stats
+
+
+def _t_critical(confidence: float, degrees_of_freedom: float) -> float:
+    """Student's t quantile of a two-sided ``confidence`` interval."""
+    return float(_scipy_stats().t.ppf((1 + confidence) / 2, df=degrees_of_freedom))
 
 
 def finite_numbers(values: Iterable[object]) -> list[float]:
@@ -64,7 +75,7 @@ def mean_interval(values: Iterable[object], *, confidence: float = CONFIDENCE_LE
     if n < 2:
         return MeanInterval(mean, None, None, n)
     standard_error = statistics.stdev(numbers) / math.sqrt(n)
-    t_critical = float(scipy_stats.t.ppf((1 + confidence) / 2, df=n - 1))
+    t_critical = _t_critical(confidence, n - 1)
     return MeanInterval(mean, mean - t_critical * standard_error, mean + t_critical * standard_error, n)
 
 
@@ -92,7 +103,7 @@ def welch_test(first: Iterable[object], second: Iterable[object], *, alpha: floa
         # scipy returns NaN here; identical constant samples do not differ, distinct ones do.
         same = statistics.fmean(a) == statistics.fmean(b)
         return Significance(1.0 if same else 0.0, not same, "no difference" if same else "significant")
-    result = scipy_stats.ttest_ind(a, b, equal_var=False)
+    result = _scipy_stats().ttest_ind(a, b, equal_var=False)
     p_value = float(result.pvalue)
     significant = p_value < alpha
     return Significance(
@@ -167,11 +178,7 @@ def ratio_interval(
         center = statistics.fmean(logs)
         if len(logs) < 2:
             return RatioInterval(math.exp(center), None, None, len(a), len(b), method)
-        half = (
-            float(scipy_stats.t.ppf((1 + confidence) / 2, df=len(logs) - 1))
-            * statistics.stdev(logs)
-            / math.sqrt(len(logs))
-        )
+        half = _t_critical(confidence, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
         return RatioInterval(math.exp(center), math.exp(center - half), math.exp(center + half), len(a), len(b), method)
     method = UNPAIRED_LOG
     ratio = statistics.fmean(a) / statistics.fmean(b)
@@ -183,7 +190,7 @@ def ratio_interval(
         return RatioInterval(ratio, ratio, ratio, len(a), len(b), method)
     # Welch-Satterthwaite degrees of freedom for the two log-mean variances.
     df = total**2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
-    half = float(scipy_stats.t.ppf((1 + confidence) / 2, df=df)) * math.sqrt(total)
+    half = _t_critical(confidence, df) * math.sqrt(total)
     return RatioInterval(ratio, ratio * math.exp(-half), ratio * math.exp(half), len(a), len(b), method)
 
 
@@ -197,5 +204,5 @@ def positive_mean_interval(values: Iterable[object], *, confidence: float = CONF
     mean = statistics.fmean(numbers)
     if len(numbers) < 2 or mean == 0:
         return MeanInterval(mean, None if len(numbers) < 2 else 0.0, None if len(numbers) < 2 else 0.0, len(numbers))
-    half = float(scipy_stats.t.ppf((1 + confidence) / 2, df=len(numbers) - 1)) * math.sqrt(_log_mean_variance(numbers))
+    half = _t_critical(confidence, len(numbers) - 1) * math.sqrt(_log_mean_variance(numbers))
     return MeanInterval(mean, mean * math.exp(-half), mean * math.exp(half), len(numbers))

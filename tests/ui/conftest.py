@@ -3,18 +3,34 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
 
-from db.engine import get_engine
+from db.engine import get_engine, sqlite_path
 from lab.measurement import environment, hardware, machine_speed
 from lab.run import k6_driver
 from lab.settings import get_settings
 from tests.support.isolation import browser_absent, isolate, machine_probes_absent, needs_isolation
 from tests.support.seeded_lab import PROJECT_ROOT, SeededLab, seed_database
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _component_scan_once() -> Iterator[None]:
+    """Streamlit's AppTest scans every installed distribution for v2 component manifests on
+    each run (about a second here, where vLLM brings hundreds of packages); the answer cannot
+    change within a test session, so each process scans once."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = manifest_scanner.scan_component_manifests
+    manifest_scanner.scan_component_manifests = functools.cache(scan)
+    yield
+    manifest_scanner.scan_component_manifests = scan
 
 
 @pytest.fixture
@@ -34,12 +50,25 @@ def empty_lab(lab_data_dir: Path) -> Engine:
     return get_engine(get_settings().resolved_database_url)
 
 
+@pytest.fixture(scope="session")
+def _seeded_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SeededLab]:
+    """The seeded database, written once per process; each ``seed_lab`` gets a copy of the file."""
+    template = tmp_path_factory.mktemp("seeded-template") / "lab.db"
+    engine = get_engine(f"sqlite:///{template}")
+    seeded = seed_database(engine)
+    engine.dispose()  # the last connection closed: the WAL is checkpointed into the file
+    return template, seeded
+
+
 @pytest.fixture
-def seed_lab(lab_data_dir: Path) -> SeededLab:
+def seed_lab(lab_data_dir: Path, _seeded_template: tuple[Path, SeededLab]) -> SeededLab:
     """A lab whose database holds a finished quick seed-exp1 and a few other runs."""
-    seeded = seed_database(get_engine(get_settings().resolved_database_url))
-    seeded.data_dir = lab_data_dir
-    return seeded
+    template, seeded = _seeded_template
+    database_url = get_settings().resolved_database_url
+    database_file = sqlite_path(database_url)
+    assert database_file is not None  # lab_data_dir leaves the lab on SQLite
+    shutil.copyfile(template, database_file)
+    return dataclasses.replace(seeded, data_dir=lab_data_dir, engine=get_engine(database_url))
 
 
 @pytest.fixture(autouse=True)

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from services.naive_server.app import build_app
 from services.naive_server.detokenizer import IncrementalDetokenizer
+
+# torch computes here: `make test` runs these, `make test-fast` leaves them out (and, with the
+# imports below kept inside the fixtures, never imports torch to deselect them).
+pytestmark = pytest.mark.model
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
 SMOLLM2_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
@@ -41,6 +42,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random 2-layer Llama (hidden 32) saved with SmolLM2's tokenizer and chat template."""
     if not (SMOLLM2_DIR / "tokenizer.json").exists():
         pytest.skip(f"needs SmolLM2's tokenizer in {SMOLLM2_DIR} (run scripts/convert_model.py)")
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
     model_dir = tmp_path_factory.mktemp("tiny-llama")
     for name in TOKENIZER_FILES:
         if (SMOLLM2_DIR / name).exists():
@@ -68,6 +72,8 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def client(tiny_model_dir: Path) -> Iterator[TestClient]:
     """The app on the tiny model, lifespan run (model loaded)."""
+    from services.naive_server.app import build_app
+
     app = build_app(
         model_path=str(tiny_model_dir), dtype="float32", max_body_bytes=MAX_BODY_BYTES, served_model_name=SERVED_NAME
     )
@@ -458,6 +464,8 @@ def test_a_running_generation_stops_when_its_client_leaves(client: TestClient) -
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
