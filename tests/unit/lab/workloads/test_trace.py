@@ -78,6 +78,7 @@ def test_the_workload_needs_a_trace_file() -> None:
 def test_prompts_share_leading_tokens_exactly_where_ids_are_shared(tmp_path: Path) -> None:
     spec = trace_spec(FIXTURE, max_input_tokens=None)
     requests_file = get_workload("trace").prepare(spec, tmp_path, get_backend("vllm"))
+    assert requests_file is not None
     turns = [session[0] for session in json.loads(requests_file.read_text())]
     lines = [json.loads(raw) for raw in FIXTURE.read_text().splitlines()]
     tokenizer = load_tokenizer(spec.model)
