@@ -141,6 +141,10 @@ class Workload:
         """Settings of this workload's k6 script beyond the common ones (see k6/lib.js)."""
         return {}
 
+    def preview_lines(self, spec: RunSettings) -> list[str]:
+        """What the form shows of the spec's workload before a launch (a trace's summary); none by default."""
+        return []
+
     def distinct_requests(self, spec: RunSettings) -> int | None:
         """How many different requests the script can send (None: not a fixed, known set)."""
         return None

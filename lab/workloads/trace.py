@@ -181,6 +181,9 @@ class Trace(Workload):
         (run_dir / "trace.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
         return write_sessions(trace_sessions(spec, plan, backend, tokenizer), run_dir / "requests.json")
 
+    def preview_lines(self, spec: RunSettings) -> list[str]:
+        return preview(spec).lines()
+
     def k6_env(self, spec: RunSettings) -> dict[str, str]:
         # The schedule is the trace's: VUs are only the most requests in flight at once.
         return {"TRACE_VUS": str(spec.load.max_vus), "TRACE_DURATION": f"{spec.load.planned_duration_s:g}s"}
