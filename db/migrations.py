@@ -168,6 +168,29 @@ def _foreign_figures(connection: Connection) -> None:
     _add_column(connection, Run.__tablename__, "foreign_figures")
 
 
+TRACE_COLUMNS = (
+    "trace_name",
+    "trace_sha256",
+    "lateness_p50_ms",
+    "lateness_p99_ms",
+    "lateness_max_ms",
+    "requests_late_over_50ms",
+    "trace_response_cache_ceiling",
+    "trace_prefix_reuse_ceiling",
+    "trace_requests_clipped",
+    "trace_requests_skipped",
+    "trace_requests_cut",
+    "trace_cut_at_s",
+)
+
+
+def _trace_replay(connection: Connection) -> None:
+    """Trace replay: the trace's identity, each run's lateness against the trace's schedule,
+    the trace's cache ceilings and what of it was clipped, skipped or cut."""
+    for column_name in TRACE_COLUMNS:
+        _add_column(connection, Run.__tablename__, column_name)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -179,6 +202,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _baselines,  # 7 -> 8
     _members,  # 8 -> 9
     _foreign_figures,  # 9 -> 10
+    _trace_replay,  # 10 -> 11
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

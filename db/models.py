@@ -139,6 +139,22 @@ class RunResultColumns:
     # Every reason to read the figures with care (k6 CPU, dropped iterations, contention,
     # count-check mismatch, a run too short for its latency...), "; "-separated.
     measurement_warnings: Mapped[str | None] = mapped_column(Text)
+    # A trace replay (workload "trace"): the trace's identity, how late each request left
+    # against its time in the trace (send time less schedule), the hit rates the trace itself
+    # allows an unbounded exact response cache and an unbounded prefix cache, and what of the
+    # trace was not sent as it is (clipped or skipped for the context, cut at the duration).
+    trace_name: Mapped[str | None] = mapped_column(String(200))
+    trace_sha256: Mapped[str | None] = mapped_column(String(64))
+    lateness_p50_ms: Mapped[float | None] = mapped_column(Float)
+    lateness_p99_ms: Mapped[float | None] = mapped_column(Float)
+    lateness_max_ms: Mapped[float | None] = mapped_column(Float)
+    requests_late_over_50ms: Mapped[int | None] = mapped_column(Integer)
+    trace_response_cache_ceiling: Mapped[float | None] = mapped_column(Float)
+    trace_prefix_reuse_ceiling: Mapped[float | None] = mapped_column(Float)
+    trace_requests_clipped: Mapped[int | None] = mapped_column(Integer)
+    trace_requests_skipped: Mapped[int | None] = mapped_column(Integer)
+    trace_requests_cut: Mapped[int | None] = mapped_column(Integer)
+    trace_cut_at_s: Mapped[float | None] = mapped_column(Float)
 
 
 class Run(RunResultColumns, Base):

@@ -263,6 +263,20 @@ export function postChat(messagesOrRequest, extraTags = {}) {
   }
 }
 
+/**
+ * A chat request built ahead of its send: the body as JSON and whether it asks for a stream
+ * (the trace replay builds it before it waits for the request's time, so the wait ends in the send).
+ */
+export function preparedChat(messagesOrRequest) {
+  const request = chatBody(messagesOrRequest);
+  return { body: JSON.stringify(request), stream: request.stream === true };
+}
+
+/** POST a prepared chat request (see postChat; no request ids). */
+export function postPrepared(prepared, extraTags = {}) {
+  return sendChat(prepared.body, prepared.stream, { ...extraTags, [CHAT_TAG]: "chat" });
+}
+
 // The longest error answer kept (status and message), as the failed request's tag.
 const ERROR_ANSWER_CHARS = 300;
 

@@ -22,7 +22,11 @@ from pages.view.text import show_plain
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
-UPLOAD_KIND_LABELS: dict[UploadKind, str] = {"sharegpt": "ShareGPT (JSON array)", "jsonl": "requests (JSONL)"}
+UPLOAD_KIND_LABELS: dict[UploadKind, str] = {
+    "sharegpt": "ShareGPT (JSON array)",
+    "jsonl": "requests (JSONL)",
+    "trace": "trace (Mooncake JSONL, with timestamps)",
+}
 
 
 def launch(spec: ExperimentSpec, tags: str) -> None:

@@ -5,7 +5,8 @@ that answers ``POST /v1/chat/completions`` with a fixed completion and a ``usage
 ``GET /health`` and ``GET /v1/models``. It counts requests server-side (``GET /stats``)
 so tests can check k6's client-side counts against it.
 
-Options: a delay per completion (``delay_s``), an ``X-Cache`` header (``cache_mode``:
+Options: a delay per completion (``delay_s``), a record of arrivals (``record_arrivals``),
+an ``X-Cache`` header (``cache_mode``:
 ``off`` sends none, ``hit``/``miss`` always send that value, ``by-body`` answers ``MISS``
 the first time a request body is seen and ``HIT`` afterwards), an HTTP status to answer
 every n-th completion with (``fail_every``), and a health status (``healthy``).
@@ -51,6 +52,8 @@ class StubStats:
     prompt_tokens_total: int = 0
     completion_tokens_total: int = 0
     seen_body_hashes: set[str] = field(default_factory=set)
+    # (arrival time, epoch s; the request's JSON body) of each completion, when recorded.
+    arrivals: list[tuple[float, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a JSON-ready dict."""
@@ -76,10 +79,12 @@ def build_app(
     metrics: tuple[int, str, bytes] | None = None,
     streams: bool = True,
     token_delay_s: float = 0.0,
+    record_arrivals: bool = False,
 ) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """Build the stub ASGI app; the app's ``stats`` attribute holds its counters.
 
     ``metrics`` is ``GET /metrics``'s (status, content type, body); without it, a 404.
+    ``record_arrivals`` keeps each completion's arrival time and body in ``stats.arrivals``.
     """
     if cache_mode not in {"off", "hit", "miss", "by-body"}:
         raise ValueError(f"unknown cache_mode {cache_mode!r}")
@@ -104,6 +109,8 @@ def build_app(
 
     async def completions(receive: Receive, send: Send) -> None:
         body = await read_body(receive)
+        if record_arrivals:
+            stats.arrivals.append((time.time(), json.loads(body)))
         stats.completions_total += 1
         number = stats.completions_total
         if delay_s > 0:

@@ -48,7 +48,16 @@ RECORD_FIELDS: tuple[str, ...] = (
     *RESULT_FIELDS,
 )
 # The Compare page's cells when no seed table applies, and the figures it averages.
-GENERIC_KEYS = ("backend", "workload", "vus", "arrival_rate_per_s", "prompts", "max_tokens")
+GENERIC_KEYS = (
+    "backend",
+    "workload",
+    "trace_name",
+    "trace_sha256",
+    "vus",
+    "arrival_rate_per_s",
+    "prompts",
+    "max_tokens",
+)
 GENERIC_FIGURES = (
     "req_per_s",
     "output_tok_per_s",
@@ -60,6 +69,10 @@ GENERIC_FIGURES = (
     "latency_max_s",
     "prefix_cache_hit_rate",
     "response_cache_hit_rate",
+    # a trace replay: the ceilings beside the measured hit rates, and how late requests left
+    "trace_prefix_reuse_ceiling",
+    "trace_response_cache_ceiling",
+    "lateness_p99_ms",
 )
 
 

@@ -26,11 +26,44 @@ COUNT_MISMATCH_WARNING_RATIO = 0.02
 # A run shorter than this many mean request latencies: where the last batch ends moves the figures.
 MIN_LATENCIES_PER_RUN = 10.0
 
+# A trace request sent more than this after its time in the trace is late (k6/trace_replay.js).
+LATE_WARNING_MS = 50
+
 STEADY_FROM_SERVER = "server counters"
 STEADY_FROM_CLIENT = "client series"
 # A steady rate needs the counter's moves to span at least this share of the load window:
 # with requests longer than the run, completions come in one or two batches and give none.
 STEADY_MIN_SPAN_SHARE = 0.5
+
+
+def load_generator_warnings(
+    *,
+    k6_cpu_percent_avg: float | None,
+    iterations_dropped: int | None,
+    requests_late: int | None,
+    lateness_p99_ms: float | None,
+) -> list[str]:
+    """The warnings that the load generator did not apply the load asked for: k6 short of CPU,
+    arrival-rate iterations dropped, trace requests sent late."""
+    warnings: list[str] = []
+    if (k6_cpu_percent_avg or 0) > K6_CPU_WARNING_PERCENT:
+        warnings.append(
+            f"k6 used {k6_cpu_percent_avg:.0f}% of a core on average: the load generator may have limited the "
+            "load, so give k6 more CPU (fewer other processes) or lower the load, and compare with care"
+        )
+    if iterations_dropped:
+        warnings.append(
+            f"{iterations_dropped} iterations were dropped (arrival rate not reached): raise "
+            "load.max_vus or lower the rate"
+        )
+    if requests_late:
+        p99 = "" if lateness_p99_ms is None else f" (p99 lateness {lateness_p99_ms:,.0f} ms)"
+        warnings.append(
+            f"{requests_late} requests were sent more than {LATE_WARNING_MS} ms after their time in the trace{p99}: "
+            "the load generator could not keep the schedule, so raise load.max_vus (requests in flight) or lower "
+            "workload.trace.speedup"
+        )
+    return warnings
 
 
 def measurement_warnings(
@@ -43,6 +76,8 @@ def measurement_warnings(
     latency_avg_s: float | None = None,
     load_duration_s: float | None = None,
     steady_figures_available: bool = False,
+    requests_late: int | None = None,
+    lateness_p99_ms: float | None = None,
 ) -> list[str]:
     """One sentence per reason to read the run's figures with care, each saying what to do
     (empty: none).
@@ -50,17 +85,12 @@ def measurement_warnings(
     A run shorter than :data:`MIN_LATENCIES_PER_RUN` mean latencies is warned only when it
     has no steady-state figures: those count inside the load window and do not depend on
     where the last requests end, so a seed-length run that has them is no reason for care."""
-    warnings = []
-    if (k6_cpu_percent_avg or 0) > K6_CPU_WARNING_PERCENT:
-        warnings.append(
-            f"k6 used {k6_cpu_percent_avg:.0f}% of a core on average: the load generator may have limited the "
-            "load, so give k6 more CPU (fewer other processes) or lower the load, and compare with care"
-        )
-    if iterations_dropped:
-        warnings.append(
-            f"{iterations_dropped} iterations were dropped (arrival rate not reached): raise "
-            "load.max_vus or lower the rate"
-        )
+    warnings = load_generator_warnings(
+        k6_cpu_percent_avg=k6_cpu_percent_avg,
+        iterations_dropped=iterations_dropped,
+        requests_late=requests_late,
+        lateness_p99_ms=lateness_p99_ms,
+    )
     if other_cpu_percent_avg is not None and other_cpu_percent_avg > contention_threshold_percent:
         warnings.append(
             f"other processes used {other_cpu_percent_avg:.0f}% of a core on average (threshold "
@@ -214,6 +244,7 @@ def steady_throughput(
 _RECOMPUTED_OPENINGS = (
     "k6 used ",
     "iterations were dropped",
+    "requests were sent more than",
     "other processes used ",
     "client and server ",
     "the load lasted ",
@@ -244,5 +275,7 @@ def recomputed_warnings(
         load_duration_s=columns.get("duration_s"),
         steady_figures_available=columns.get("steady_output_tok_per_s") is not None
         or columns.get("steady_req_per_s") is not None,
+        requests_late=columns.get("requests_late_over_50ms"),
+        lateness_p99_ms=columns.get("lateness_p99_ms"),
     )
     return join_warnings(*fresh, *kept)

@@ -12,6 +12,8 @@ exactly one producer:
 - :class:`SteadyFigures`: the load window only (``checks.SteadyThroughput.part``).
 - :class:`SloFigures`: an SLO evaluation (``lab.analysis.run_slo.save_evaluation``).
 - :class:`MachineSpeedFigures`: the machine-speed calibration around the run (``runner.RunExecutor``).
+- :class:`TraceFigures`: a trace replay (``trace_figures.trace_part``): the trace's identity,
+  lateness against its schedule, its cache ceilings, what was clipped, skipped or cut.
 - :class:`CheckFigures`: every reason to read the figures with care (``checks.measurement_warnings``).
 
 A part is a frozen dataclass: a misspelt figure name is a ``TypeError`` where the part is
@@ -185,6 +187,26 @@ class CheckFigures(FigurePart):
     measurement_warnings: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class TraceFigures(FigurePart):
+    """A trace replay: which trace (name, sha256), how late requests left against their time
+    in it (ms; late: more than 50 ms), the hit rates the trace allows an unbounded exact
+    response cache and an unbounded prefix cache, and the requests not sent as the trace has them."""
+
+    trace_name: str | None = None
+    trace_sha256: str | None = None
+    lateness_p50_ms: float | None = None
+    lateness_p99_ms: float | None = None
+    lateness_max_ms: float | None = None
+    requests_late_over_50ms: int | None = None
+    trace_response_cache_ceiling: float | None = None
+    trace_prefix_reuse_ceiling: float | None = None
+    trace_requests_clipped: int | None = None
+    trace_requests_skipped: int | None = None
+    trace_requests_cut: int | None = None
+    trace_cut_at_s: float | None = None
+
+
 # Every producer's part; each figure of RunResults is in exactly one (held by a unit test).
 PARTS: tuple[type[FigurePart], ...] = (
     ClientFigures,
@@ -195,6 +217,7 @@ PARTS: tuple[type[FigurePart], ...] = (
     SteadyFigures,
     MachineSpeedFigures,
     CheckFigures,
+    TraceFigures,
 )
 
 
@@ -268,6 +291,19 @@ class RunResults:
     machine_calibration_after_s: float | None = None
     # checks (CheckFigures)
     measurement_warnings: str | None = None
+    # a trace replay (TraceFigures)
+    trace_name: str | None = None
+    trace_sha256: str | None = None
+    lateness_p50_ms: float | None = None
+    lateness_p99_ms: float | None = None
+    lateness_max_ms: float | None = None
+    requests_late_over_50ms: int | None = None
+    trace_response_cache_ceiling: float | None = None
+    trace_prefix_reuse_ceiling: float | None = None
+    trace_requests_clipped: int | None = None
+    trace_requests_skipped: int | None = None
+    trace_requests_cut: int | None = None
+    trace_cut_at_s: float | None = None
     # Not a lab figure: other tools' figures, by source (the runs' foreign_figures column).
     foreign: tuple[ForeignFigures, ...] = ()
 

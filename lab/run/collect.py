@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics
+from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics, trace_figures
 from lab.measurement.results import RunResults
 from lab.run import decisions
 from lab.run import figures as run_figures
@@ -159,6 +159,7 @@ class RunCollector:
             server_metrics.response_cache_part(cache, client_hit_rate=figures.get("response_cache_hit_rate")),
             run_figures.resource_figures(samples, backend_service=targets.backend_service),
             steady,
+            *filter(None, [trace_figures.trace_part(self.run_dir, self.summary_path)]),
         )
         results = results.with_parts(
             run_figures.check_figures(

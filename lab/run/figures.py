@@ -174,5 +174,7 @@ def check_figures(
         latency_avg_s=results.latency_avg_s,
         load_duration_s=load_duration_s,
         steady_figures_available=results.steady_output_tok_per_s is not None or results.steady_req_per_s is not None,
+        requests_late=results.requests_late_over_50ms,
+        lateness_p99_ms=results.lateness_p99_ms,
     )
     return CheckFigures(measurement_warnings=join_warnings(*warnings))

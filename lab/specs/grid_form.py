@@ -203,3 +203,26 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
         return None, {"form": format_validation_error(error)}
     except ValueError as error:  # a grid cell that is invalid as a whole
         return None, {"form": str(error)}
+
+
+def workload_preview(form: GridForm) -> list[str]:
+    """What the chosen workload shows before a launch (a trace's summary: requests, rates,
+    lengths, ceilings, lines to clip), for the form's first backend, model and duration; empty
+    while the form cannot make a spec (its fields' messages say why)."""
+    from lab.workloads import get_workload
+
+    try:
+        spec = RunSpec.model_validate(
+            {
+                "backend": (form.backends or backend_names())[0],
+                "model": form.model.strip(),
+                "target_url": form.target_url.strip() or None,
+                "workload": workload_part(form.workload, form.workload_options, stream=form.stream),
+                "load": {"duration_s": form.duration_s},
+                "max_tokens": form.max_tokens,
+                **backend_sections(form.backends, form.backend_options),
+            }
+        )
+        return get_workload(spec.workload.kind).preview_lines(spec)
+    except (ValidationError, ValueError):
+        return []

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-UploadKind = Literal["sharegpt", "jsonl"]
+UploadKind = Literal["sharegpt", "jsonl", "trace"]
 
 
 @dataclass(frozen=True)

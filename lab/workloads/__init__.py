@@ -52,6 +52,15 @@ class WorkloadSettings(Protocol):
     def options(self, kind: str | None = None) -> Any: ...
 
 
+class LoadSettings(Protocol):
+    """The spec's ``load`` part as a workload reads it (``lab.specs.schema.LoadSpec``)."""
+
+    max_vus: int
+
+    @property
+    def planned_duration_s(self) -> float: ...
+
+
 class RunSettings(Protocol):
     """A run spec as a workload reads it (``lab.specs.schema.RunSpec``)."""
 
@@ -62,6 +71,11 @@ class RunSettings(Protocol):
 
     @property
     def workload(self) -> WorkloadSettings: ...
+
+    @property
+    def load(self) -> LoadSettings: ...
+
+    def backend_options(self) -> Any: ...
 
 
 def option_value(workload: WorkloadSettings, option: OptionField) -> Any:
@@ -127,6 +141,10 @@ class Workload:
         """Settings of this workload's k6 script beyond the common ones (see k6/lib.js)."""
         return {}
 
+    def preview_lines(self, spec: RunSettings) -> list[str]:
+        """What the form shows of the spec's workload before a launch (a trace's summary); none by default."""
+        return []
+
     def distinct_requests(self, spec: RunSettings) -> int | None:
         """How many different requests the script can send (None: not a fixed, known set)."""
         return None
@@ -178,5 +196,5 @@ def write_sessions(sessions: list[Any], path: Path) -> Path:
 
 # isort: off
 # Registration order is the order the form and the CLI list the kinds in.
-from lab.workloads import number_story, sharegpt_chat, custom, synthetic  # noqa: E402, F401 - registers the kinds
+from lab.workloads import number_story, sharegpt_chat, custom, synthetic, trace  # noqa: E402, F401 - registers the kinds
 # isort: on

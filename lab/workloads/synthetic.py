@@ -16,7 +16,7 @@ import random
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import Field, model_validator
 
@@ -61,7 +61,13 @@ def load_tokenizer(path: str) -> Any:
     return AutoTokenizer.from_pretrained(path)
 
 
-def tokenizer_path(spec: RunSettings, options: SyntheticOptions) -> str:
+class TokenizerChoice(Protocol):
+    """An options section that may name a tokenizer folder (synthetic, trace)."""
+
+    tokenizer: str | None
+
+
+def tokenizer_path(spec: RunSettings, options: TokenizerChoice) -> str:
     """The tokenizer to count with: the option, the run's model folder, else the default
     model's (a GGUF-only backend serves the same model converted there)."""
     if options.tokenizer:

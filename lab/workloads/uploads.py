@@ -22,8 +22,9 @@ from lab.user_input.validation import UploadNameError, safe_upload_name
 from lab.workloads.datasets import DatasetError, atomic_write_bytes, is_replayable, parse_jsonl_requests
 from lab.workloads.input_files import read_input_text
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, iter_conversations, text_reader
+from lab.workloads.trace_file import parse_trace
 
-_UPLOAD_SUFFIXES: dict[str, str] = {"sharegpt": ".json", "jsonl": ".jsonl"}
+_UPLOAD_SUFFIXES: dict[str, str] = {"sharegpt": ".json", "jsonl": ".jsonl", "trace": ".trace"}
 UPLOAD_META_SUFFIX = ".meta.json"
 # A sidecar is a few hundred bytes; anything larger is not one.
 UPLOAD_META_MAX_BYTES = 64 * 1024
@@ -110,6 +111,11 @@ def _upload_text(data: bytes, display_name: str, max_bytes: int) -> str:
 
 def _check_contents(text: str, kind: UploadKind) -> _CheckedContents:
     """Count what an upload's text holds; raise :class:`DatasetError` when nothing is usable."""
+    if kind == "trace":
+        # Every rule but the hash ids' count, which depends on the run's block_tokens: the
+        # spec's check applies it before anything is queued.
+        trace = parse_trace(text.splitlines(), block_tokens=1)
+        return _CheckedContents(items=len(trace), usable=len(trace))
     if kind != "sharegpt":
         requests = parse_jsonl_requests(text.splitlines())
         return _CheckedContents(items=len(requests), usable=len(requests))
@@ -182,8 +188,20 @@ def record_upload(saved: SavedUpload) -> Path:
     return meta_path
 
 
+def upload_original_name(path: Path) -> str | None:
+    """The name a stored upload had when it was uploaded (its record's), None without a record."""
+    meta_path = path.with_name(path.name + UPLOAD_META_SUFFIX)
+    if not meta_path.is_file():
+        return None
+    try:
+        meta = json.loads(read_input_text(meta_path, what="upload record", max_bytes=UPLOAD_META_MAX_BYTES))
+        return str(meta["original_name"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def list_uploads(upload_dir: Path, kind: UploadKind) -> list[tuple[str, str]]:
-    """``(path, label)`` of stored uploads of ``kind`` (``sharegpt`` or ``jsonl``), newest first."""
+    """``(path, label)`` of stored uploads of ``kind`` (``sharegpt``, ``jsonl`` or ``trace``), newest first."""
     suffix = _UPLOAD_SUFFIXES[kind]
     if not upload_dir.is_dir():
         return []

@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 
 from lab.backends import backend_names, get_backend
-from lab.specs.grid_form import GridForm, check_grid_form, is_external
+from lab.specs.grid_form import GridForm, check_grid_form, is_external, workload_preview
 from lab.specs.options import OptionInput, backend_inputs, backend_kinds, workload_inputs
 from lab.specs.schema import BACKENDS, ExperimentSpec
 from lab.workloads import WORKLOADS
@@ -163,6 +163,9 @@ def grid_form_fields(errors: dict[str, str]) -> GridForm:
         _request_fields(form, errors)
     with right:
         _load_fields(form, errors)
+    preview = workload_preview(form)
+    if preview:
+        st.caption(plain("Before the launch, what each run will send:\n" + "\n".join(preview)))
     return form
 
 

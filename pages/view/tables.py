@@ -194,6 +194,45 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]
         return text if value is None else f"{text}{unit}"
 
     steady_source = record.get("steady_source") or "n/a"
+    return _headline_tiles(record, with_unit, steady_source) + _trace_tiles(record)
+
+
+def _trace_tiles(record: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """A trace replay's tiles: lateness against the trace's schedule and the ceilings the
+    measured hit rates stand beside (none for a run that replayed no trace)."""
+    if not record.get("trace_name"):
+        return []
+    cut = record.get("trace_requests_cut")
+    return [
+        ("trace", str(record["trace_name"]), f"sha256 {record.get('trace_sha256')}"),
+        ("p99 lateness", with_ms(record.get("lateness_p99_ms")), "send time less the trace's time, p99"),
+        ("max lateness", with_ms(record.get("lateness_max_ms")), "send time less the trace's time, at most"),
+        ("late > 50 ms", format_rate(record.get("requests_late_over_50ms"), 0), "requests sent over 50 ms late"),
+        (
+            "response cache ceiling",
+            format_share(record.get("trace_response_cache_ceiling")),
+            "the hit rate an unbounded exact response cache reaches on this trace (beside Redis cache hit)",
+        ),
+        (
+            "prefix reuse ceiling",
+            format_share(record.get("trace_prefix_reuse_ceiling")),
+            "the share of prompt tokens an unbounded prefix cache serves (beside prefix cache hit)",
+        ),
+        (
+            "clipped / skipped / cut",
+            f"{record.get('trace_requests_clipped') or 0} / {record.get('trace_requests_skipped') or 0} / {cut or 0}",
+            f"prompts clipped or skipped for the context; requests cut at {record.get('trace_cut_at_s')} s"
+            if cut
+            else "prompts clipped or skipped for the context; the trace was not cut",
+        ),
+    ]
+
+
+def with_ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f} ms"
+
+
+def _headline_tiles(record: dict[str, Any], with_unit: Any, steady_source: str) -> list[tuple[str, str, str | None]]:
     return [
         ("req/s", format_rate(record.get("req_per_s")), "requests finished per second (k6, drain included)"),
         ("output tok/s", format_rate(record.get("output_tok_per_s"), 1), None),

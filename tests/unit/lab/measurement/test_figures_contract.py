@@ -119,8 +119,12 @@ def test_a_database_written_before_the_typed_contract_reads_every_figure_back_eq
     engine.dispose()
     assert sorted(runs) == sorted(written) and len(runs) >= 10
     for run_id, figures in written.items():
-        assert set(figures) == set(RESULT_COLUMNS)
-        assert runs[run_id].as_columns() == figures, run_id
+        # Figures added since the dump was made (a trace's, ...) read back as not measured.
+        assert set(figures) <= set(RESULT_COLUMNS)
+        columns = runs[run_id].as_columns()
+        assert {name: columns[name] for name in figures} == figures, run_id
+        assert all(columns[name] is None for name in set(RESULT_COLUMNS) - set(figures)), run_id
         assert runs[run_id].foreign == ()
+    dumped = set(next(iter(written.values())))
     every = max(runs.values(), key=lambda results: sum(v is not None for v in results.as_columns().values()))
-    assert all(value is not None for value in every.as_columns().values())
+    assert all(value is not None for name, value in every.as_columns().items() if name in dumped)
