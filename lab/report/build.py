@@ -284,7 +284,7 @@ def write_report(
     environment = published_environment(environment)
     records_by_preset = {preset: [scrub_record(r) for r in records] for preset, records in records_by_preset.items()}
     trust = assess(records_by_preset, frozen_rules_versions=frozen_rules_versions, allowed_dirty=allowed_dirty)
-    verdicts = evaluate_claims(records_by_preset, environment, drift=trust.drift, speed_by_run=trust.speed_by_run)
+    verdicts = evaluate_claims(records_by_preset, environment, drift=trust.drift)
     charts = build_charts(records_by_preset)
     if any(index is not None for index in trust.speed_by_run.values()):
         charts["machine_speed"] = speed_chart(trust)

@@ -12,7 +12,6 @@ from typing import Any
 
 from lab.analysis.aggregation import done_runs, vus_range
 from lab.analysis.interval_verdicts import interval_verdict
-from lab.analysis.reproducibility import runs_off_median
 from lab.analysis.seed import (
     LATENCY_AVG_S,
     SEED_EXPERIMENTS,
@@ -405,14 +404,6 @@ def _judged(claim: Claim, measurement: Measurement, drift: float) -> str:
     return interval_verdict(lambda value: judge(claim.rule, value, measurement.seed), measurement.ours, low, high)
 
 
-def _speed_note(records: Sequence[dict[str, Any]], speed_by_run: dict[int, float | None]) -> str:
-    off = runs_off_median(records, speed_by_run)
-    if not off:
-        return ""
-    runs = ", ".join(f"#{run_id} ({index:.2f})" for run_id, index in off)
-    return f". Measured on a machine more than 10% off its median speed: run{'s' if len(off) > 1 else ''} {runs}"
-
-
 def _verdict(
     claim: Claim, measurement: Measurement, evidence: Evidence, texts: tuple[str, str], *, drift: float
 ) -> tuple[str, str, str | None]:
@@ -450,11 +441,7 @@ def _verdict(
 
 
 def evaluate_claims(
-    records_by_preset: dict[str, list[dict[str, Any]]],
-    environment: dict[str, Any] | None = None,
-    *,
-    drift: float = 1.0,
-    speed_by_run: dict[int, float | None] | None = None,
+    records_by_preset: dict[str, list[dict[str, Any]]], environment: dict[str, Any] | None = None, *, drift: float = 1.0
 ) -> list[dict[str, Any]]:
     """Every claim in ``CLAIMS`` with our figure and its 95% interval, the seed's, the verdict,
     its rule and a reason computed from the runs' figures and the environment (``bound``: the
@@ -462,8 +449,7 @@ def evaluate_claims(
 
     A verdict holds only when the whole interval lies on its side of the rule ("inconclusive"
     otherwise); ``drift`` (the A/A checks' factor, >= 1) widens ratio intervals; a figure cut
-    off by what the run could hold is "not measurable here", naming the cap; runs measured on a
-    machine off its median speed (``speed_by_run``) are named."""
+    off by what the run could hold is "not measurable here", naming the cap."""
     results = []
     for claim in CLAIMS:
         records = records_by_preset.get(claim.preset, [])
@@ -477,7 +463,6 @@ def evaluate_claims(
             (ours_text, seed_text),
             drift=drift,
         )
-        reason += _speed_note(records, speed_by_run or {})
         results.append(
             {
                 "key": claim.key,
