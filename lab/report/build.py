@@ -25,7 +25,7 @@ from lab.analysis.compare import RECORD_FIELDS
 from lab.analysis.safe_csv import records_to_csv
 from lab.report.capacity_section import CapacitySection
 from lab.report.charts import build_charts, write_pngs
-from lab.report.claims import evaluate_claims
+from lab.report.claim_rounds import judge_claims, rounds_of
 from lab.report.publish import published_environment, scrub_paths, scrub_record
 from lab.report.render import Block, render_html, render_markdown
 from lab.report.tables import (
@@ -284,7 +284,12 @@ def write_report(
     environment = published_environment(environment)
     records_by_preset = {preset: [scrub_record(r) for r in records] for preset, records in records_by_preset.items()}
     trust = assess(records_by_preset, frozen_rules_versions=frozen_rules_versions, allowed_dirty=allowed_dirty)
-    verdicts = evaluate_claims(records_by_preset, environment, drift=trust.drift)
+    verdicts = [
+        judged.verdict
+        for judged in judge_claims(
+            records_by_preset, environment, drift=trust.drift, rounds=rounds_of(experiments_meta)
+        )
+    ]
     charts = build_charts(records_by_preset)
     if any(index is not None for index in trust.speed_by_run.values()):
         charts["machine_speed"] = speed_chart(trust)
