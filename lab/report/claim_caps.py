@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from lab.analysis.aggregation import done_runs
+from lab.analysis.measurability import CENSORED_LATENCY_SHARE
 from lab.analysis.seed import setup_mean
 from lab.backends import SeedSetup, seed_setup_of
 from lab.report.claim_reasons import cache_filled_first
 
 # A latency is cut off by the test when requests were still waiting at its end and the longest
-# finished one took at least this share of the test: longer ones could not finish inside it.
-CENSORED_LATENCY_SHARE = 0.5
+# finished one took at least CENSORED_LATENCY_SHARE of the test (the adapted scale plans by it too).
 
 
 def latency_cap(records: Sequence[dict[str, Any]], setup: SeedSetup, vus: int) -> str | None:

@@ -284,6 +284,7 @@ class CellScale(StrictModel):
 
     duration_s: float = Field(gt=0)
     why: str = ""
+    over_cap: str = ""  # what no cell under the cap could measure (the report's "not measurable here" says so)
 
 
 class ExperimentSpec(StrictModel):
