@@ -26,7 +26,7 @@ from lab.analysis.aggregation import done_runs
 from lab.analysis.sequential import widening
 from lab.measurement.checks import contention_warned
 from lab.report.claims import CLAIMS, Claim, evaluate_claims
-from lab.report.verdicts import INCONCLUSIVE, NOT_JUDGED_BUSY, UNDECIDED
+from lab.report.verdicts import INCONCLUSIVE, NOT_JUDGED_BUSY, NOT_MEASURABLE, UNDECIDED
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,12 @@ class Rounds:
     planned: int = 1
     until_decided: bool = False
     max_rounds: int = 20
+    # (preset, cell label) -> what no cell under the adapted scale's cap could measure there.
+    over_cap: tuple[tuple[str, str, str], ...] = ()
+
+    def over_cap_note(self, preset: str, cells: frozenset[str]) -> str:
+        notes = [text for where, label, text in self.over_cap if where == preset and label in cells]
+        return f". No cell under the adapted scale's cap could measure it: {'; '.join(notes)}" if notes else ""
 
 
 def _round(record: dict[str, Any]) -> tuple[Any, Any]:
@@ -130,7 +136,7 @@ def _judge_one(
         if rounds.until_decided and quiet_rounds >= 2:
             widen_by = widening(quiet_rounds, first_look=rounds.planned, max_rounds=rounds.max_rounds)
         return ClaimRounds(
-            _noted(judged(quiet, widen_by), busy_ids, quiet_rounds, rounds), cells, quiet_rounds, busy_ids
+            _noted(judged(quiet, widen_by), busy_ids, quiet_rounds, rounds, cells), cells, quiet_rounds, busy_ids
         )
     # Look after each round from the planned ones on; stop at the first decided look.
     indices = sorted({r.get("repeat_index") or 0 for r in quiet if r.get("cell_label") in cells})
@@ -141,29 +147,46 @@ def _judge_one(
         row = judged(subset, widening(used, first_look=rounds.planned, max_rounds=rounds.max_rounds))
         if row["verdict"] != INCONCLUSIVE:
             break
-    return ClaimRounds(_noted(row, busy_ids, used, rounds), cells, used, busy_ids)
+    return ClaimRounds(_noted(row, busy_ids, used, rounds, cells), cells, used, busy_ids)
 
 
-def _noted(row: dict[str, Any], busy: tuple[int, ...], used: int, rounds: Rounds) -> dict[str, Any]:
-    note = ""
+def _noted(
+    row: dict[str, Any], busy: tuple[int, ...], used: int, rounds: Rounds, cells: frozenset[str]
+) -> dict[str, Any]:
+    note = rounds.over_cap_note(row["preset"], cells) if row["verdict"] == NOT_MEASURABLE else ""
     if busy:
         note += f". Rounds with runs {', '.join(f'#{r}' for r in busy)} are left out: the machine was busy"
     if rounds.until_decided:
         state = "undecided" if row["verdict"] in UNDECIDED else "decided"
+        why = ""
+        if state == "undecided":
+            limit = used >= rounds.max_rounds
+            why = f": the {rounds.max_rounds}-round limit was reached" if limit else ": the budget ran out first"
         note += (
-            f". {state.capitalize()} after {used} round{'s' if used != 1 else ''} (intervals widened for a look "
-            "after every round)"
+            f". {state.capitalize()} after {used} round{'s' if used != 1 else ''}{why} (intervals widened for a "
+            "look after every round)"
         )
-    return {**row, "reason": row["reason"] + note, "rounds": used}
+    return (
+        {**row, "reason": row["reason"] + note, "rounds": used}
+        if rounds.until_decided
+        else {**row, "reason": row["reason"] + note}
+    )
 
 
 def rounds_of(experiments_meta: dict[str, dict[str, Any]]) -> Rounds:
     """How a reproduction's rounds are judged, from its experiments' meta (``repeats``, ``until_decided``)."""
     planned = min((int(meta.get("repeats") or 1) for meta in experiments_meta.values()), default=1)
+    over_cap = tuple(
+        (preset, label, str(cell["over_cap"]))
+        for preset, meta in experiments_meta.items()
+        for label, cell in (meta.get("cell_scales") or {}).items()
+        if cell.get("over_cap")
+    )
     settings = [meta["until_decided"] for meta in experiments_meta.values() if meta.get("until_decided")]
     if not settings:
-        return Rounds(planned=planned)
-    return Rounds(planned=planned, until_decided=True, max_rounds=min(int(s.get("max_rounds", 20)) for s in settings))
+        return Rounds(planned=planned, over_cap=over_cap)
+    max_rounds = min(int(s.get("max_rounds", 20)) for s in settings)
+    return Rounds(planned=planned, until_decided=True, max_rounds=max_rounds, over_cap=over_cap)
 
 
 def judge_claims(

@@ -81,7 +81,7 @@ def test_until_decided_widens_even_the_first_look() -> None:
     fixed = judged(records, Rounds(planned=3))
     looked = judged(records, Rounds(planned=3, until_decided=True))
     assert looked.verdict["ours_low"] < fixed.verdict["ours_low"] and looked.undecided
-    assert "Undecided after 3 rounds" in looked.verdict["reason"]
+    assert "Undecided after 3 rounds: the budget ran out first" in looked.verdict["reason"]
 
 
 def test_rounds_come_from_the_experiments_meta() -> None:
