@@ -597,12 +597,15 @@ def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
 
     monkeypatch.setattr(lab.queue.run_waiter, "wait_for_runs", run_queue)
     assert (
-        reproduce(settings=settings, scale="quick", repeats=1, output_dir=tmp_path / "first", presets=("seed-exp2",)) == 0
+        reproduce(settings=settings, scale="quick", repeats=1, output_dir=tmp_path / "first", presets=("seed-exp2",))
+        == 0
     )
     assert report_only(settings=settings, scale="seed", output_dir=tmp_path / "full") == 2  # only a quick one
     assert report_only(settings=settings, scale="quick", output_dir=tmp_path / "again") == 0
     markdown = (tmp_path / "again" / "README.md").read_text()
-    assert "`python -m lab reproduce --scale quick --repeats 1`" in markdown and "Quick scale, not the seed's" in markdown
+    assert (
+        "`python -m lab reproduce --scale quick --repeats 1`" in markdown and "Quick scale, not the seed's" in markdown
+    )
     assert "/work/" not in (tmp_path / "again" / "runs.csv").read_text()
     assert "SmolLM2-135M-Instruct (config sha256 abababababab)" in (tmp_path / "again" / "runs.csv").read_text()
 
