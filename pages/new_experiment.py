@@ -200,10 +200,31 @@ def reproduce_section() -> None:
 
 def _queue_reproduction() -> bool:
     """The reproduction's scale and its queue button; False when it was refused (a dirty tree)."""
+    from lab.queue.detached import start_reproduction_in_background
     from lab.report import DirtyTreeError, enqueue_reproduction
+    from lab.specs.schema import SCALES
 
-    quick = st.toggle("Quick scale (for a small CPU box)", value=True, key="reproduce_quick")
+    scale = st.selectbox(
+        "Scale",
+        SCALES,
+        index=SCALES.index("quick"),
+        key="reproduce_scale",
+        help="seed: the seed's 60 s cells; adapted: cells the seed's length cannot measure here run longer "
+        "(from this machine's stored runs, up to 600 s); quick: short cells for a small CPU box",
+    )
     repeats = st.number_input("Repeats per cell", min_value=1, max_value=10, value=3, key="reproduce_repeats")
+    until_decided = st.checkbox(
+        "Until decided: add rounds for undecided claims after the planned ones", key="reproduce_until_decided"
+    )
+    budget_h = st.number_input(
+        "Budget (hours, from the start)",
+        min_value=0.25,
+        max_value=24.0,
+        value=2.0,
+        step=0.25,
+        key="reproduce_budget_h",
+        disabled=not until_decided,
+    )
     allow_dirty = st.checkbox(
         "Allow uncommitted changes in the lab's code (the report will say so)", key="reproduce_allow_dirty"
     )
@@ -212,11 +233,20 @@ def _queue_reproduction() -> bool:
     specs = [
         run
         for preset in PRESETS
-        for run in experiment_run_specs(load_preset(preset, quick=quick, overrides=[("repeats", int(repeats))]))
+        for run in experiment_run_specs(
+            load_preset(preset, quick=scale == "quick", overrides=[("repeats", int(repeats))])
+        )
     ]
     if launch_button(specs, label="Queue the reproduction", key="reproduce_queue"):
+        if until_decided:
+            # Rounds after the planned ones need a process that waits and decides: started detached.
+            start_reproduction_in_background(
+                scale=scale, repeats=int(repeats), budget_s=float(budget_h) * 3600, allow_dirty=allow_dirty
+            )
+            flash("success", f"Reproduction started, until decided within {budget_h:g} h: its runs show here.")
+            st.switch_page(RUNS_PAGE)
         try:
-            meta = enqueue_reproduction(settings=settings(), quick=quick, repeats=int(repeats), allow_dirty=allow_dirty)
+            meta = enqueue_reproduction(settings=settings(), scale=scale, repeats=int(repeats), allow_dirty=allow_dirty)
         except DirtyTreeError as error:
             st.error(str(error))
             return False

@@ -137,6 +137,11 @@ def cell_comparisons(records: Sequence[dict[str, Any]], keys: Sequence[str], fig
                     "ratio_ci95_high": interval.ci95_high,
                     "interval_method": interval.method if interval.ci95_low is not None else None,
                     "significance": welch_test(second_values, first_values).verdict,
+                    # What rounds until decided needs: the interval's own centre, the repeats it
+                    # rests on and the cells (run labels) to rerun.
+                    "interval_ratio": interval.ratio,
+                    "rounds": min(len(groups[first]), len(groups[second])),
+                    "cell_labels": sorted({str(m.get("cell_label")) for m in (*groups[first], *groups[second])}),
                 }
             )
     return rows

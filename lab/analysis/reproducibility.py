@@ -10,8 +10,9 @@ the runs, and which code took them.
   either side cannot show agreement either (a busy machine, too few repeats): its point ratio
   widens the verdicts the same way.
 - **Machine speed.** Each run times a fixed CPU kernel before and after its load
-  (:mod:`lab.measurement.machine_speed`); relative to the median run, runs more than 10%
-  off are named in the verdicts that use them.
+  (:mod:`lab.measurement.machine_speed`); the index relative to the median run is shown for
+  the record and flags nothing (it cannot tell load from the host's own switching; the
+  contention warning does).
 - **Provenance.** The commits the runs came from, and whether any ran on a changed tree.
 
 Pure: records are :func:`lab.analysis.compare.run_record` dicts with the run's environment's
@@ -28,7 +29,7 @@ from typing import Any
 from lab.analysis.aggregation import done_runs, ratio_of_runs
 from lab.analysis.statistics import RatioInterval
 from lab.measurement.checks import STEADY_FROM_SERVER
-from lab.measurement.machine_speed import off_median, run_calibration_s, speed_indices
+from lab.measurement.machine_speed import run_calibration_s, speed_indices
 
 # Identical cells whose ratio stays within this of 1 agree (their interval may still span more).
 AA_TOLERANCE = 0.10
@@ -150,20 +151,6 @@ def machine_speed_by_run(records: Sequence[dict[str, Any]]) -> dict[int, float |
             if record.get("run_id") is not None
         }
     )
-
-
-def runs_off_median(
-    records: Sequence[dict[str, Any]], speed_by_run: dict[int, float | None]
-) -> list[tuple[int, float]]:
-    """(run id, index) of the done runs among ``records`` measured on a machine more than 10%
-    away from the median speed."""
-    off: list[tuple[int, float]] = []
-    for record in done_runs(records):
-        run_id: int | None = record.get("run_id")
-        index = speed_by_run.get(run_id) if run_id is not None else None
-        if run_id is not None and index is not None and off_median(index):
-            off.append((run_id, index))
-    return off
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,12 @@ def add_spec_and_baseline_commands(runs_actions: Any, id_help: str) -> None:
 
 
 def load_experiment(args: argparse.Namespace, overrides: list[tuple[str, Any]]) -> ExperimentSpec:
-    """The experiment ``run`` was given: a preset, or a spec file."""
+    """The experiment ``run`` was given: a preset, or a spec file (at the quick scale with
+    ``--quick`` or ``--scale quick``)."""
+    quick = bool(args.quick) or getattr(args, "scale", None) == "quick"
     if getattr(args, "spec", None):
-        return load_spec_file(Path(args.spec), quick=args.quick, overrides=overrides)
-    return load_preset(args.preset, quick=args.quick, overrides=overrides)
+        return load_spec_file(Path(args.spec), quick=quick, overrides=overrides)
+    return load_preset(args.preset, quick=quick, overrides=overrides)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from lab.cli.baseline_commands import add_gate_arguments, add_spec_and_baseline_
 from lab.cli.capacity_commands import cmd_capacity
 from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
+from lab.cli.scale_options import add_scale_and_rounds
 from lab.cli.services_commands import cmd_services, service_names
 from lab.context import LabContext, StorageError
 from lab.queue.run_waiter import WorkerUnusableError
@@ -85,7 +86,7 @@ def _add_run_commands(commands: Any) -> None:
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", help=f"one of: {', '.join(list_presets())}")
     source.add_argument("--spec", metavar="FILE", help="a spec file (.json or .toml) of the presets' schema")
-    run.add_argument("--quick", action="store_true", help="the preset's quick scale for a small CPU box")
+    add_scale_and_rounds(run, precision=True)
     run.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help=set_help("override a setting, e.g. load.duration_s=20")
     )
@@ -149,7 +150,7 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     capacity.add_argument("--local", action="store_true", help=LOCAL_HELP)
 
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
-    reproduce.add_argument("--quick", action="store_true")
+    add_scale_and_rounds(reproduce, precision=False)
     reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
     reproduce.add_argument(
         "--output", default=None, help="report folder (default docs/reproduction, docs/reproduction/quick with --quick)"

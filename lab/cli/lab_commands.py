@@ -125,10 +125,17 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
+    from lab.cli.scale_options import scale_and_rounds
     from lab.report import QUICK_REPORT_DIR, REPORT_DIR, report_only, reproduce
+    from lab.specs.schema import SpecError
 
+    try:
+        scale, until_decided = scale_and_rounds(args)
+    except SpecError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     # Checked before any run: an unwritable report folder found after an hour of runs loses the report.
-    output = Path(args.output) if args.output else (QUICK_REPORT_DIR if args.quick else REPORT_DIR)
+    output = Path(args.output) if args.output else (QUICK_REPORT_DIR if scale == "quick" else REPORT_DIR)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -138,11 +145,13 @@ def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
         print(f"error: cannot use {output} for the report: it is not writable", file=sys.stderr)
         return 1
     if args.report_only:
-        return report_only(settings=context.settings, quick=args.quick, output_dir=output)
+        return report_only(settings=context.settings, scale=scale, output_dir=output)
     return reproduce(
         settings=context.settings,
-        quick=args.quick,
+        scale=scale,
         repeats=args.repeats,
         output_dir=output,
         allow_dirty=args.allow_dirty,
+        until_decided=until_decided,
+        max_cell_s=args.max_cell_s,
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +17,17 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab.analysis.compare import run_record
+from lab.analysis.until_decided import Undecided, run_until_decided, undecided_comparisons
 from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepare_gate, report_gate
 from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
+from lab.cli.scale_options import scale_and_rounds
 from lab.context import LabContext
 from lab.queue import experiments
+from lab.queue.rounds import adapted_spec
 from lab.queue.run_waiter import WorkerUnusableError
 from lab.queue.submit import open_waiter
 from lab.run.final_state import PendingFinalStates
-from lab.specs.schema import SpecError, parse_set_option
+from lab.specs.schema import SpecError, UntilDecided, parse_set_option
 from lab.user_input.validation import ModelNameError, check_model_on_machine
 
 
@@ -33,8 +38,11 @@ def split_labels(text: str) -> list[str]:
 
 def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
     """Queue a preset's or spec file's runs, wait for them and print their figures (and the grid's ratios;
-    with ``--baseline``, the gate's verdicts and exit code instead)."""
+    with ``--baseline``, the gate's verdicts and exit code instead; with ``--until-decided``, rounds
+    of the undecided comparisons' cells after the planned ones, within ``--budget``)."""
+    started = time.monotonic()
     try:
+        scale, until_decided = scale_and_rounds(args)
         overrides = [parse_set_option(option) for option in args.set or []]
         if args.repeats:
             overrides.append(("repeats", args.repeats))
@@ -51,6 +59,10 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
         return 2
     engine = context.engine
     with Session(engine) as session:
+        if scale == "adapted":
+            spec = adapted_spec(session, spec, max_cell_s=args.max_cell_s)
+        if until_decided is not None:
+            spec = spec.model_copy(update={"until_decided": until_decided})
         experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
         run_ids = [run.id for run in experiment.runs]
         experiment_id = experiment.id
@@ -59,6 +71,8 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
         print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
     try:
         wait_for_submitted_runs(context, run_ids, local=getattr(args, "local", False))
+        if until_decided is not None:
+            run_ids += _rounds_until_decided(context, experiment_id, spec, until_decided, started, local=args.local)
     except WorkerUnusableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -74,6 +88,54 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
     if not args.json:
         print_grid_ratios(records, run_specs, list(spec.grid))
     return 0 if all(r["status"] == RunStatus.DONE for r in records) else 1
+
+
+# The figures whose ratios between cells --until-decided decides (as print_grid_ratios shows them).
+DECIDED_FIGURES = ("req_per_s", "output_tok_per_s")
+
+
+def _rounds_until_decided(
+    context: LabContext, experiment_id: int, spec: Any, until: UntilDecided, started: float, *, local: bool
+) -> list[int]:
+    """Rounds of the cells whose compared ratios are undecided; returns the runs it added."""
+    from lab.analysis.compare import grid_comparisons
+    from lab.queue.rounds import enqueue_round, round_seconds
+
+    added: list[int] = []
+
+    def look() -> list[Undecided]:
+        with Session(context.engine) as session:
+            runs = store.list_runs(session=session, experiment_ids=[experiment_id], newest_first=False)
+            records, specs = [run_record(run) for run in runs], [run.spec for run in runs]
+        rows = [row for figure in DECIDED_FIGURES for row in grid_comparisons(records, specs, list(spec.grid), figure)]
+        return undecided_comparisons(
+            rows, first_look=spec.repeats, precision=until.precision, max_rounds=until.max_rounds
+        )
+
+    def run_round(cells: frozenset[Hashable]) -> None:
+        with Session(context.engine) as session:
+            ids = enqueue_round(session=session, experiment_id=experiment_id, cells=cells)
+        print(f"one more round: {len(ids)} runs ({', '.join(sorted(map(str, cells)))})", file=sys.stderr)
+        added.extend(ids)
+        wait_for_submitted_runs(context, ids, local=local)
+
+    def round_s(cells: frozenset[Hashable]) -> float:
+        with Session(context.engine) as session:
+            return round_seconds(session, experiment_id, cells)
+
+    outcome = run_until_decided(
+        look=look,
+        run_round=run_round,
+        round_s=round_s,
+        budget_s=until.budget_s - (time.monotonic() - started),
+        max_rounds=until.max_rounds,
+    )
+    left = "; ".join(f"{item.key} after {item.rounds} rounds" for item in outcome.undecided) or "none"
+    print(
+        f"until decided: {outcome.rounds_added} rounds added, stopped: {outcome.stop_reason}; undecided: {left}",
+        file=sys.stderr,
+    )
+    return added
 
 
 def wait_for_submitted_runs(context: LabContext, run_ids: list[int], *, local: bool) -> None:

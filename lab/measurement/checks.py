@@ -21,6 +21,8 @@ from lab.measurement.results import SteadyFigures
 K6_CPU_WARNING_PERCENT = 80.0
 # Other processes using more than this share of a core on average: the run shared the machine.
 CONTENTION_WARNING_CPU_PERCENT = 25.0
+# How the contention warning begins: a run carrying it shared the machine (see contention_warned).
+CONTENTION_WARNING_START = "other processes used"
 # A client/server count differing by more than this share: one side missed requests or tokens.
 COUNT_MISMATCH_WARNING_RATIO = 0.02
 # A run shorter than this many mean request latencies: where the last batch ends moves the figures.
@@ -93,7 +95,7 @@ def measurement_warnings(
     )
     if other_cpu_percent_avg is not None and other_cpu_percent_avg > contention_threshold_percent:
         warnings.append(
-            f"other processes used {other_cpu_percent_avg:.0f}% of a core on average (threshold "
+            f"{CONTENTION_WARNING_START} {other_cpu_percent_avg:.0f}% of a core on average (threshold "
             f"{contention_threshold_percent:g}%): the machine was shared, the figures may be low, so rerun it on a "
             "quiet machine"
         )
@@ -120,6 +122,12 @@ def measurement_warnings(
             "or a longer run"
         )
     return warnings
+
+
+def contention_warned(warnings: str | None) -> bool:
+    """Whether a run's stored warnings say other processes used more than the lab's contention
+    threshold while it ran (the threshold in force when it ran)."""
+    return bool(warnings) and CONTENTION_WARNING_START in str(warnings)
 
 
 def join_warnings(*parts: str | None) -> str | None:

@@ -222,7 +222,7 @@ def create_experiment(*, session: Session, plan: CapacityPlan, tags: str = "", l
         base=plan.base,
         grid={"backend": list(plan.backends)},
         repeats=plan.repeats,
-        scale=plan.scale,
+        scale="seed" if plan.scale == "full" else plan.scale,
     )
     experiment = store.enqueue_experiment(
         session=session,

@@ -13,6 +13,14 @@ import sys
 from services.processes import start_detached
 
 
+def start_reproduction_in_background(*, scale: str, repeats: int, budget_s: float, allow_dirty: bool) -> int:
+    """Start ``python -m lab reproduce --until-decided`` detached (it queues, waits and adds
+    rounds; the lab's worker runs them); returns its pid."""
+    argv = [sys.executable, "-m", "lab", "reproduce", "--scale", scale, "--repeats", str(repeats)]
+    argv += ["--until-decided", "--budget", f"{budget_s:g}s"] + (["--allow-dirty"] if allow_dirty else [])
+    return start_detached(argv)
+
+
 def start_service_in_background(name: str) -> int:
     """Start ``python -m lab services up NAME`` detached; returns its pid."""
     return start_detached([sys.executable, "-m", "lab", "services", "up", name])

@@ -25,15 +25,17 @@ from lab.analysis.compare import RECORD_FIELDS
 from lab.analysis.safe_csv import records_to_csv
 from lab.report.capacity_section import CapacitySection
 from lab.report.charts import build_charts, write_pngs
-from lab.report.claims import evaluate_claims
+from lab.report.claim_rounds import judge_claims, rounds_of
 from lab.report.publish import published_environment, scrub_paths, scrub_record
 from lab.report.render import Block, render_html, render_markdown
 from lab.report.tables import (
+    cell_scaling_table,
     environment_table,
     open_questions_table,
     our_table,
     problem_rows,
     ratio_rows,
+    scale_name,
     scaling_table,
     seed_table,
 )
@@ -46,6 +48,7 @@ REPORT_COMMAND = "python -m lab reproduce"
 REPORT_DIR = PROJECT_ROOT / "docs" / "reproduction"
 QUICK_REPORT_DIR = REPORT_DIR / "quick"
 SEED_HARDWARE = "one RTX 4060 (8 GB VRAM), 32 GB RAM, WSL2 Ubuntu; Qwen3-0.6B bf16; vLLM 0.31.0"
+ADAPTED_CELLS = "The adapted scale's cells: lengthened up to the cap, or kept where no length under it measures:"
 SEED_SCALE = "60 s per cell, constant VUs (1, 8, 32 in experiment 1; 32 in experiments 2 and 3), one run per cell"
 
 
@@ -98,7 +101,7 @@ def _head_blocks(
 ) -> list[Block]:
     counts = {v: sum(1 for item in verdicts if item["verdict"] == v) for v in VERDICTS}
     all_records = [r for records in records_by_preset.values() for r in records]
-    scales = sorted({meta.get("scale", "full") for meta in experiments_meta.values()}) or ["full"]
+    scales = sorted({scale_name(meta.get("scale")) for meta in experiments_meta.values()}) or ["seed"]
     quick = "quick" in scales
     return [
         ("h", 1, "Reproducing the seed's experiments" + (": quick scale" if quick else "")),
@@ -129,10 +132,22 @@ def _head_blocks(
 
 
 def _scaling_blocks(experiments_meta: dict[str, dict[str, Any]]) -> list[Block]:
+    cells = cell_scaling_table(experiments_meta)
     return [
         ("h", 2, "Scaling"),
         ("p", f"The seed: {SEED_SCALE}. Here:"),
         ("table", scaling_table(experiments_meta)),
+        *(
+            [
+                (
+                    "p",
+                    "The adapted scale's cells: lengthened up to the cap, or kept where no length under it measures:",
+                ),
+                ("table", cells),
+            ]
+            if len(cells)
+            else []
+        ),
         *([("p", overhead)] if (overhead := overhead_sentence(experiments_meta)) else []),
         (
             "p",
@@ -160,6 +175,7 @@ def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
                         "seed": v["seed_text"],
                         "ours": v["ours_text"],
                         "verdict": v["verdict"],
+                        **({"rounds": v["rounds"]} if "rounds" in v else {}),
                         "why": v["reason"],
                     }
                     for v in verdicts
@@ -284,7 +300,12 @@ def write_report(
     environment = published_environment(environment)
     records_by_preset = {preset: [scrub_record(r) for r in records] for preset, records in records_by_preset.items()}
     trust = assess(records_by_preset, frozen_rules_versions=frozen_rules_versions, allowed_dirty=allowed_dirty)
-    verdicts = evaluate_claims(records_by_preset, environment, drift=trust.drift, speed_by_run=trust.speed_by_run)
+    verdicts = [
+        judged.verdict
+        for judged in judge_claims(
+            records_by_preset, environment, drift=trust.drift, rounds=rounds_of(experiments_meta)
+        )
+    ]
     charts = build_charts(records_by_preset)
     if any(index is not None for index in trust.speed_by_run.values()):
         charts["machine_speed"] = speed_chart(trust)

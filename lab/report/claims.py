@@ -6,13 +6,12 @@ prints exactly the rule each verdict used. Figures and ratios come from :mod:`la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from lab.analysis.aggregation import done_runs, vus_range
 from lab.analysis.interval_verdicts import interval_verdict
-from lab.analysis.reproducibility import runs_off_median
 from lab.analysis.seed import (
     LATENCY_AVG_S,
     SEED_EXPERIMENTS,
@@ -21,9 +20,10 @@ from lab.analysis.seed import (
     exp2_ratios,
     exp3_ratios,
     seed_growth,
-    setup_mean,
 )
-from lab.backends import SeedSetup, seed_setup_of
+from lab.analysis.sequential import widen_interval
+from lab.backends import SeedSetup
+from lab.report.claim_caps import fill_cap, latency_cap
 from lab.report.claim_reasons import (
     Evidence,
     Reason,
@@ -130,26 +130,6 @@ def _growth(setup: SeedSetup, figure: str) -> Callable[[list[dict[str, Any]]], M
     return measure
 
 
-# A latency is cut off by the test when requests were still waiting at its end and the longest
-# finished one took at least this share of the test: longer ones could not finish inside it.
-CENSORED_LATENCY_SHARE = 0.5
-
-
-def latency_cap(records: Sequence[dict[str, Any]], setup: SeedSetup, vus: int) -> str | None:
-    """Why ``setup``'s latency at ``vus`` is capped by the test's length, or None when it is not."""
-    cell = [r for r in done_runs(records) if seed_setup_of(r.get("backend")) is setup and r.get("vus") == vus]
-    for record in cell:
-        test_s, longest_s = record.get("duration_s"), record.get("latency_max_s")
-        waiting = record.get("iterations_interrupted") or 0
-        if test_s and longest_s and waiting and longest_s >= CENSORED_LATENCY_SHARE * test_s:
-            return (
-                f"the test lasted {test_s:g} s and its longest finished request took {longest_s:.0f} s with "
-                f"{waiting} still waiting at the end (run #{record.get('run_id')}): latencies longer than the "
-                "test cannot be measured, so the mean is cut off by the test's length"
-            )
-    return None
-
-
 def _speedup_at_1_vu(records: list[dict[str, Any]]) -> Measurement:
     ours = next((r for r in exp1_ratios(records).speedups if r.vus == 1), None)
     return _measured(
@@ -176,21 +156,6 @@ def _exp2(prompts: int, pick: Callable[[Any], Any], figure: str) -> Callable[[li
         return _measured(_exp2_found(records, prompts, pick), seed.value if seed else None, figure)
 
     return measure
-
-
-def fill_cap(records: Sequence[dict[str, Any]], prompts: int) -> str | None:
-    """Why the cache cannot hold ``prompts`` distinct answers within the run (each miss costs one
-    direct generation), or None when it can."""
-    direct = setup_mean(records, "req_per_s", _VLLM, prompts=prompts)
-    test_s = next(
-        (r.get("duration_s") for r in done_runs(records) if r.get("prompts") == prompts and r.get("duration_s")), None
-    )
-    if cache_filled_first(records, prompts) or not direct or not test_s or prompts / direct <= test_s:
-        return None
-    return (
-        f"storing {prompts:,} distinct answers takes at least {prompts / direct:,.0f} s at the direct "
-        f"{direct:.2f} req/s, and the run lasted {test_s:g} s: the cache cannot fill within the run"
-    )
 
 
 def _censored_by_fill(
@@ -405,14 +370,6 @@ def _judged(claim: Claim, measurement: Measurement, drift: float) -> str:
     return interval_verdict(lambda value: judge(claim.rule, value, measurement.seed), measurement.ours, low, high)
 
 
-def _speed_note(records: Sequence[dict[str, Any]], speed_by_run: dict[int, float | None]) -> str:
-    off = runs_off_median(records, speed_by_run)
-    if not off:
-        return ""
-    runs = ", ".join(f"#{run_id} ({index:.2f})" for run_id, index in off)
-    return f". Measured on a machine more than 10% off its median speed: run{'s' if len(off) > 1 else ''} {runs}"
-
-
 def _verdict(
     claim: Claim, measurement: Measurement, evidence: Evidence, texts: tuple[str, str], *, drift: float
 ) -> tuple[str, str, str | None]:
@@ -449,12 +406,22 @@ def _verdict(
     return verdict, reason, bound
 
 
+def _widened(measurement: Measurement, unit: str, factor: float) -> Measurement:
+    """The measurement with its interval widened for repeated looks (a share stays at most 100%)."""
+    ours, low, high = measurement.ours, measurement.ours_low, measurement.ours_high
+    if factor == 1 or ours is None or low is None or high is None:
+        return measurement
+    low, high = widen_interval(ours, low, high, factor)
+    return replace(measurement, ours_low=low, ours_high=min(high, 1.0) if unit == "share" else high)
+
+
 def evaluate_claims(
     records_by_preset: dict[str, list[dict[str, Any]]],
     environment: dict[str, Any] | None = None,
     *,
     drift: float = 1.0,
-    speed_by_run: dict[int, float | None] | None = None,
+    keys: Collection[str] | None = None,
+    widen_by: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Every claim in ``CLAIMS`` with our figure and its 95% interval, the seed's, the verdict,
     its rule and a reason computed from the runs' figures and the environment (``bound``: the
@@ -462,12 +429,14 @@ def evaluate_claims(
 
     A verdict holds only when the whole interval lies on its side of the rule ("inconclusive"
     otherwise); ``drift`` (the A/A checks' factor, >= 1) widens ratio intervals; a figure cut
-    off by what the run could hold is "not measurable here", naming the cap; runs measured on a
-    machine off its median speed (``speed_by_run``) are named."""
+    off by what the run could hold is "not measurable here", naming the cap. ``keys``: only
+    these claims; ``widen_by``: the sequential widening of the look (lab/analysis/sequential.py)."""
     results = []
     for claim in CLAIMS:
+        if keys is not None and claim.key not in keys:
+            continue
         records = records_by_preset.get(claim.preset, [])
-        measurement = claim.measure(records)
+        measurement = _widened(claim.measure(records), claim.unit, widen_by)
         ours_text = ratio_with_bounds(measurement.ours, measurement.ours_low, measurement.ours_high, claim.unit)
         seed_text = format_ratio(measurement.seed, claim.unit) if measurement.seed is not None else "not stated"
         verdict, reason, bound = _verdict(
@@ -477,7 +446,6 @@ def evaluate_claims(
             (ours_text, seed_text),
             drift=drift,
         )
-        reason += _speed_note(records, speed_by_run or {})
         results.append(
             {
                 "key": claim.key,

@@ -9,11 +9,13 @@ stored reproduction.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lab.analysis.measurability import DEFAULT_MAX_CELL_S
 from lab.report.build import PRESETS, overhead_sentence, write_report
 from lab.report.capacity_section import latest_capacity_section
 from lab.report.publish import published_record
@@ -31,6 +33,8 @@ def _meta_from_spec(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] 
         "repeats": spec.repeats,
         "order": spec.order if spec.repeats > 1 else "blocks",
         "order_seed": spec.order_seed,
+        "until_decided": spec.until_decided.model_dump() if spec.until_decided else None,
+        "cell_scales": {label: cell.model_dump() for label, cell in spec.cell_scales.items()},
         "rules_version": (frozen_rules or {}).get("version"),
         "allowed_dirty": bool((frozen_rules or {}).get("allowed_dirty")),
     }
@@ -44,11 +48,20 @@ REPRODUCE_TAG = "reproduce"
 
 
 def enqueue_reproduction(
-    *, settings: Any, quick: bool, repeats: int | None, presets: Sequence[str] = PRESETS, allow_dirty: bool = False
+    *,
+    settings: Any,
+    scale: str = "seed",
+    repeats: int | None,
+    presets: Sequence[str] = PRESETS,
+    allow_dirty: bool = False,
+    until_decided: Any = None,
+    max_cell_s: float = DEFAULT_MAX_CELL_S,
 ) -> dict[str, dict[str, Any]]:
     """Queue the seed presets (tagged ``reproduce``), with the verdict rules frozen on each;
     returns per preset its meta and run ids. DirtyTreeError when the checkout has uncommitted
     changes and ``allow_dirty`` is not set: a published result comes from one clean commit.
+    ``scale``: seed, adapted (cells lengthened from the stored history, up to ``max_cell_s``) or
+    quick; ``until_decided``: the :class:`~lab.specs.schema.UntilDecided` settings stored with each.
 
     Returns at once: the lab's worker (or :func:`reproduce`) executes the runs.
     """
@@ -66,14 +79,19 @@ def enqueue_reproduction(
 
     from db.engine import get_engine
     from lab.queue import experiments
+    from lab.queue.rounds import adapted_spec
     from lab.specs.schema import ExperimentSpec, load_preset
 
     engine = get_engine(settings.resolved_database_url)
     overrides = [("repeats", repeats)] if repeats else []
     experiments_meta: dict[str, dict[str, Any]] = {}
     for preset in presets:
-        spec = load_preset(preset, quick=quick, overrides=overrides)
+        spec = load_preset(preset, quick=scale == "quick", overrides=overrides)
         with Session(engine) as session:
+            if scale == "adapted":
+                spec = adapted_spec(session, spec, max_cell_s=max_cell_s)
+            if until_decided is not None:
+                spec = spec.model_copy(update={"until_decided": until_decided})
             experiment = experiments.enqueue_experiment(
                 session=session, spec=spec, tags=REPRODUCE_TAG, frozen_rules=rules
             )
@@ -87,7 +105,7 @@ def enqueue_reproduction(
 def latest_reproduction(
     *, settings: Any, presets: Sequence[str] = PRESETS, scale: str | None = None
 ) -> dict[str, dict[str, Any]]:
-    """The newest experiment of each seed preset (its meta), of ``scale`` ("full"/"quick") if given."""
+    """The newest experiment of each seed preset (its meta), of ``scale`` (seed, adapted, quick) if given."""
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
@@ -101,7 +119,8 @@ def latest_reproduction(
         for preset in presets:
             query = select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc())
             if scale is not None:
-                query = query.where(Experiment.scale == scale)
+                # Seed-scale experiments stored before the scales were renamed say "full".
+                query = query.where(Experiment.scale.in_((scale, "full") if scale == "seed" else (scale,)))
             for experiment in session.scalars(query):
                 try:
                     spec = ExperimentSpec.model_validate(experiment.spec)
@@ -125,7 +144,7 @@ def report_from_experiments(
     ``command`` (what produced the runs) defaults to the reproduce command of their scale and repeats."""
     if command is None:
         command = reproduction_command(
-            quick=any(meta.get("scale") == "quick" for meta in experiments_meta.values()),
+            scale=next((str(meta.get("scale")) for meta in experiments_meta.values()), "seed"),
             repeats=max((meta.get("repeats") or 1 for meta in experiments_meta.values()), default=None),
         )
     from sqlalchemy.orm import Session
@@ -171,23 +190,33 @@ def report_from_experiments(
 def reproduce(
     *,
     settings: Any,
-    quick: bool,
+    scale: str = "seed",
     repeats: int | None,
     output_dir: Path,
     presets: Sequence[str] = PRESETS,
     price_per_hour: float | None = None,
     allow_dirty: bool = False,
+    until_decided: Any = None,
+    max_cell_s: float = DEFAULT_MAX_CELL_S,
 ) -> int:
-    """Queue and run the seed presets, then write the report. 0 if every run is done, else 1;
-    2 (nothing queued) on a checkout with uncommitted changes unless ``allow_dirty``.
+    """Queue and run the seed presets (with ``until_decided``, then more rounds of the undecided
+    claims' cells within its budget, counted from the start), then write the report. 0 if every
+    run is done, else 1; 2 (nothing queued) on a checkout with uncommitted changes unless ``allow_dirty``.
 
     The report is written either way; failed runs are listed in it.
     """
     from lab.queue import run_waiter
 
+    started = time.monotonic()
     try:
         experiments_meta = enqueue_reproduction(
-            settings=settings, quick=quick, repeats=repeats, presets=presets, allow_dirty=allow_dirty
+            settings=settings,
+            scale=scale,
+            repeats=repeats,
+            presets=presets,
+            allow_dirty=allow_dirty,
+            until_decided=until_decided,
+            max_cell_s=max_cell_s,
         )
     except DirtyTreeError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -201,7 +230,12 @@ def reproduce(
     run_waiter.wait_for_runs(
         settings=settings, run_ids=[i for meta in experiments_meta.values() for i in meta["run_ids"]]
     )
-    command = reproduction_command(quick=quick, repeats=repeats)
+    if until_decided is not None:
+        from lab.report.extra_rounds import rounds_until_decided
+
+        budget_left_s = until_decided.budget_s - (time.monotonic() - started)
+        rounds_until_decided(settings=settings, experiments_meta=experiments_meta, budget_s=budget_left_s)
+    command = reproduction_command(scale=scale, repeats=repeats, until_decided=until_decided)
     written, all_done = report_from_experiments(
         settings=settings,
         experiments_meta=experiments_meta,
@@ -215,19 +249,24 @@ def reproduce(
     return 0 if all_done else 1
 
 
-def reproduction_command(*, quick: bool, repeats: int | None) -> str:
-    return "python -m lab reproduce" + (" --quick" if quick else "") + (f" --repeats {repeats}" if repeats else "")
+def reproduction_command(*, scale: str, repeats: int | None, until_decided: Any = None) -> str:
+    until = f" --until-decided --budget {until_decided.budget_s:g}s" if until_decided is not None else ""
+    return (
+        "python -m lab reproduce"
+        + (f" --scale {scale}" if scale != "seed" else "")
+        + (f" --repeats {repeats}" if repeats else "")
+        + until
+    )
 
 
-def report_only(*, settings: Any, quick: bool, output_dir: Path) -> int:
+def report_only(*, settings: Any, scale: str, output_dir: Path) -> int:
     """Write the report again from the newest stored reproduction of that scale (no runs).
 
     0 if every run is done, 1 if some are not, 2 if nothing of that scale is stored."""
-    scale = "quick" if quick else "full"
     experiments_meta = latest_reproduction(settings=settings, scale=scale)
     if not experiments_meta:
         print(
-            f"error: no {scale}-scale reproduction is stored: run {reproduction_command(quick=quick, repeats=None)} "
+            f"error: no {scale}-scale reproduction is stored: run {reproduction_command(scale=scale, repeats=None)} "
             "first",
             file=sys.stderr,
         )

@@ -16,11 +16,13 @@ from lab.report.formatting import format_rate, format_ratio, format_seconds, rat
 from lab.report.seed_tables import our_table, seed_table, setup_name
 
 __all__ = [
+    "cell_scaling_table",
     "environment_table",
     "open_questions_table",
     "our_table",
     "problem_rows",
     "ratio_rows",
+    "scale_name",
     "scaling_table",
     "seed_table",
 ]
@@ -213,6 +215,21 @@ def environment_table(environment: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["", "here"])
 
 
+def scale_name(stored: Any) -> str:
+    """The scale's name as the CLI spells it (seed, adapted, quick); "full" was the seed's."""
+    return "seed" if stored in (None, "full") else str(stored)
+
+
+def cell_scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Per cell the adapted scale changed or could not help: "240 s instead of 60 s, because ..."."""
+    rows = [
+        {"experiment": preset, "cell": label, "seconds": cell.get("why") or f"{cell.get('duration_s'):g} s"}
+        for preset, meta in experiments_meta.items()
+        for label, cell in (meta.get("cell_scales") or {}).items()
+    ]
+    return pd.DataFrame(rows)
+
+
 def scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per experiment: its scale, seconds per cell, VUs, repeats and how it differs from the seed."""
     rows = []
@@ -220,7 +237,7 @@ def scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFrame:
         rows.append(
             {
                 "experiment": preset,
-                "scale": meta.get("scale", "full"),
+                "scale": scale_name(meta.get("scale")),
                 "seconds per cell": meta.get("duration_s", "–"),
                 "VUs": ", ".join(str(v) for v in meta.get("vus", [])) or "–",
                 "repeats per cell": meta.get("repeats", "–"),

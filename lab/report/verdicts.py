@@ -13,12 +13,27 @@ HELD, NOT_HELD, PARTLY, NOT_MEASURED = "held", "did not hold", "partly", "not me
 NOT_HELD_HARDWARE = "did not hold here (hardware)"
 # The figure is cut off by what the run could hold (the test's length, a cache that cannot fill).
 NOT_MEASURABLE = "not measurable here"
-VERDICTS: tuple[str, ...] = (HELD, PARTLY, INCONCLUSIVE, NOT_HELD_HARDWARE, NOT_HELD, NOT_MEASURABLE, NOT_MEASURED)
+# Runs the figure rests on shared the machine (the contention warning): no verdict from them.
+NOT_JUDGED_BUSY = "not judged: machine busy"
+VERDICTS: tuple[str, ...] = (
+    HELD,
+    PARTLY,
+    INCONCLUSIVE,
+    NOT_HELD_HARDWARE,
+    NOT_HELD,
+    NOT_MEASURABLE,
+    NOT_JUDGED_BUSY,
+    NOT_MEASURED,
+)
+# Verdicts more rounds may turn into a decided one (--until-decided adds rounds for these).
+UNDECIDED: tuple[str, ...] = (INCONCLUSIVE, NOT_JUDGED_BUSY)
 # The rules' version: a reproduction freezes the rules (with this) when it is queued, and its
 # report judges with those. Bump it with any change to VERDICT_RULES or to how they are applied.
 # 3: an A/A check too wide to show agreement widens ratio intervals by its ratio.
 # 4: the A/A check compares the backend's steady output rate where every run has one.
-RULES_VERSION = 4
+# 5: no verdict from runs with the contention warning; until-decided experiments judge on
+#    sequential intervals; the machine-speed index names no run.
+RULES_VERSION = 5
 
 
 def frozen_rules() -> dict[str, Any]:
@@ -32,6 +47,10 @@ def frozen_rules() -> dict[str, Any]:
         "interval reaches beyond 1.5x either side of 1",
         "aa_figure": "the backend's steady output tok/s where every run of both cells has it from its counters, "
         "else k6's req/s",
+        "busy_rule": "a round in which a run of the claim's cells carries the contention warning is left out; "
+        "with fewer quiet rounds than planned the claim is not judged (machine busy)",
+        "sequential_rule": "an experiment run until decided judges each look on intervals widened for repeated "
+        "looks (Pocock-type alpha spending over at most 20 rounds) and stops a claim at its first decided look",
     }
 
 

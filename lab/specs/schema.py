@@ -265,6 +265,28 @@ class RunSpec(BaseModel):
         return (self.__pydantic_extra__ or {}).get(self.base_backend)
 
 
+# The scales, named once: the seed's (its 60 s cells), adapted (the seed's, with the cells it
+# cannot measure here lengthened, lab/analysis/measurability.py) and quick (the preset's quick
+# section). "full", the seed scale's old name, is read as "seed".
+SCALES = ("seed", "adapted", "quick")
+
+
+class UntilDecided(StrictModel):
+    """Rounds added after the planned ones until every compared figure is decided or the budget is spent."""
+
+    budget_s: float = Field(gt=0, le=7 * 24 * 3600)
+    precision: float = Field(default=0.10, gt=0, lt=1)
+    max_rounds: int = Field(default=20, ge=2, le=20)
+
+
+class CellScale(StrictModel):
+    """A cell the adapted scale runs longer than the experiment's own duration, and why."""
+
+    duration_s: float = Field(gt=0)
+    why: str = ""
+    over_cap: str = ""  # what no cell under the cap could measure (the report's "not measurable here" says so)
+
+
 class ExperimentSpec(StrictModel):
     """A named grid of runs: ``grid`` maps dotted RunSpec fields to the values to try."""
 
@@ -279,8 +301,16 @@ class ExperimentSpec(StrictModel):
     # "blocks" runs each cell's repeats together (see lab/queue/round_order.py).
     order: Literal["interleaved", "blocks"] = "interleaved"
     order_seed: int | None = Field(default=None, ge=0, lt=2**31)
-    scale: Literal["full", "quick"] = "full"
+    scale: Literal["seed", "adapted", "quick"] = "seed"
     scale_note: str = ""
+    # The adapted scale's cells (by label) that run longer than ``base.load.duration_s``.
+    cell_scales: dict[str, CellScale] = Field(default_factory=dict)
+    until_decided: UntilDecided | None = None
+
+    @field_validator("scale", mode="before")
+    @classmethod
+    def _old_scale_name(cls, value: Any) -> Any:
+        return "seed" if value == "full" else value
 
     @model_validator(mode="after")
     def _grid_is_valid(self) -> ExperimentSpec:
@@ -310,12 +340,15 @@ class ExperimentSpec(StrictModel):
             for (path, _), value in zip(axes, combination, strict=True):
                 set_dotted(data, path, value)
                 label_parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
+            label = " ".join(label_parts) or "run"
+            if label in self.cell_scales:
+                data["load"]["duration_s"] = self.cell_scales[label].duration_s
             try:
                 spec = RunSpec.model_validate(data)
             except ValidationError as error:
-                raise ValueError(f"cell {' '.join(label_parts)}: {format_validation_error(error)}") from error
+                raise ValueError(f"cell {label}: {format_validation_error(error)}") from error
             for repeat in range(self.repeats):
-                cells.append((" ".join(label_parts) or "run", repeat, spec))
+                cells.append((label, repeat, spec))
         return cells
 
     def distinct_cells(self) -> list[tuple[str, RunSpec]]:

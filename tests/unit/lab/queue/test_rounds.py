@@ -1,0 +1,70 @@
+"""The adapted scale from stored history, and one more round of chosen cells."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from db import store
+from db.models import Run, RunStatus
+from lab.queue import experiments
+from lab.queue.rounds import adapted_spec, cell_history, enqueue_round, round_seconds
+from lab.specs.schema import ExperimentSpec, load_preset
+
+
+def _finish(engine, run_id: int, **figures) -> None:
+    start = datetime(2026, 12, 3, 10, 0)
+    store.set_run_status(
+        engine=engine,
+        run_id=run_id,
+        status=RunStatus.DONE,
+        started_at=start,
+        finished_at=start + timedelta(seconds=90),
+        **figures,
+    )
+
+
+def test_the_adapted_scale_lengthens_only_the_cells_history_says_cannot_measure(engine) -> None:
+    spec = load_preset("seed-exp2", overrides=[("repeats", 1)])
+    with Session(engine) as session:
+        history = experiments.enqueue_experiment(session=session, spec=spec)
+        ids = {run.cell_label: run.id for run in history.runs}
+    # What this machine measured before: direct vLLM at 0.39 req/s, the cache at 30 req/s.
+    for label, run_id in ids.items():
+        rate = 30.0 if "cache" in label else 0.3925
+        _finish(engine, run_id, req_per_s=rate, latency_avg_s=32 / rate if rate < 1 else 1.0)
+    with Session(engine) as session:
+        assert cell_history(session, spec.distinct_cells()[0][1]).req_per_s == 0.3925
+        adapted = adapted_spec(session, spec, max_cell_s=600)
+    assert adapted.scale == "adapted"
+    cells = adapted.cell_scales
+    assert cells["backend=vllm+cache prompts=50"].duration_s == 180  # 128 s to fill, with the margin
+    assert "storing 50 answers takes at least 127 s" in cells["backend=vllm+cache prompts=50"].why
+    thousand = cells["backend=vllm+cache prompts=1000"]
+    assert thousand.duration_s == 60 and "at least 2,548 s" in thousand.over_cap
+    # The direct cells complete under 30 requests at 0.39 req/s: lengthened alike, so the A/A
+    # check against experiment 1's identical cell compares the same configuration.
+    assert cells["backend=vllm prompts=50"].duration_s == cells["backend=vllm prompts=1000"].duration_s
+    expanded = {label: run_spec.load.duration_s for label, _, run_spec in adapted.expand()}
+    assert expanded["backend=vllm+cache prompts=50"] == 180
+
+
+def test_one_more_round_runs_only_the_chosen_cells_with_the_next_repeat_index(engine) -> None:
+    spec = load_preset("seed-exp1", quick=True, overrides=[("repeats", 2)])
+    with Session(engine) as session:
+        experiment = experiments.enqueue_experiment(session=session, spec=spec)
+        experiment_id = experiment.id
+        first = {run.cell_label: run.id for run in experiment.runs if run.repeat_index == 0}
+    _finish(engine, first["backend=vllm vus=1"])
+    chosen = {"backend=naive vus=1", "backend=vllm vus=1"}
+    with Session(engine) as session:
+        added = enqueue_round(session=session, experiment_id=experiment_id, cells=chosen)
+        runs = session.scalars(select(Run).where(Run.id.in_(added))).all()
+        assert {run.cell_label for run in runs} == chosen and {run.repeat_index for run in runs} == {2}
+        stored = ExperimentSpec.model_validate(session.get(type(experiment), experiment_id).spec)
+        seeds = {run.cell_label: run.random_seed for run in runs}
+        assert seeds["backend=vllm vus=1"] == (stored.base.random_seed + 2) % 2**31
+        # Predicted seconds: the finished cell's wall time, the other's planned seconds.
+        assert round_seconds(session, experiment_id, chosen) == 90 + spec.base.load.duration_s
