@@ -36,7 +36,8 @@ def test_the_adapted_scale_lengthens_only_the_cells_history_says_cannot_measure(
         rate = 30.0 if "cache" in label else 0.3925
         _finish(engine, run_id, req_per_s=rate, latency_avg_s=32 / rate if rate < 1 else 1.0)
     with Session(engine) as session:
-        assert cell_history(session, spec.distinct_cells()[0][1]).req_per_s == 0.3925
+        history_of_first_cell = cell_history(session, spec.distinct_cells()[0][1])
+        assert history_of_first_cell is not None and history_of_first_cell.req_per_s == 0.3925
         adapted = adapted_spec(session, spec, max_cell_s=600)
     assert adapted.scale == "adapted"
     cells = adapted.cell_scales
@@ -63,7 +64,7 @@ def test_one_more_round_runs_only_the_chosen_cells_with_the_next_repeat_index(en
         added = enqueue_round(session=session, experiment_id=experiment_id, cells=chosen)
         runs = session.scalars(select(Run).where(Run.id.in_(added))).all()
         assert {run.cell_label for run in runs} == chosen and {run.repeat_index for run in runs} == {2}
-        stored = ExperimentSpec.model_validate(session.get(type(experiment), experiment_id).spec)
+        stored = ExperimentSpec.model_validate(session.get_one(type(experiment), experiment_id).spec)
         seeds = {run.cell_label: run.random_seed for run in runs}
         assert seeds["backend=vllm vus=1"] == (stored.base.random_seed + 2) % 2**31
         # Predicted seconds: the finished cell's wall time, the other's planned seconds.
