@@ -14,8 +14,8 @@ the runs, and which code took them.
   off are named in the verdicts that use them.
 - **Provenance.** The commits the runs came from, and whether any ran on a changed tree.
 
-Pure: records are :func:`lab.analysis.compare.run_record` dicts with the run's environment's
-provenance fields added (``lab_git_commit``, ``lab_git_dirty``).
+Pure: records are :func:`lab.analysis.compare.run_record` dicts, which carry the run's
+provenance (``lab_git_commit``, ``lab_git_dirty``, ``rules_version``).
 """
 
 from __future__ import annotations
