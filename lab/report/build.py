@@ -77,7 +77,8 @@ def build_blocks(
     """The report as blocks (see ``render_markdown`` and ``render_html``)."""
     trust = trust or assess(records_by_preset)
     blocks = _head_blocks(records_by_preset, experiments_meta, generated_at, command, verdicts, trust)
-    blocks += [("h", 2, "Environment"), ("table", environment_table(environment))]
+    all_records = [r for records in records_by_preset.values() for r in records]
+    blocks += [("h", 2, "Environment"), ("table", environment_table(environment, all_records))]
     blocks += _scaling_blocks(experiments_meta)
     blocks += _claim_blocks(verdicts)
     blocks += section_blocks(trust)
