@@ -178,6 +178,10 @@ class MachineRecord:
         """Whether anything about the CPU was recorded (runs from before the record have nothing)."""
         return any(getattr(self, column) is not None for column in ("cpu_model_name", *INSTRUCTION_SETS))
 
+    @property
+    def instruction_sets_recorded(self) -> bool:
+        return any(getattr(self, column) is not None for column in INSTRUCTION_SETS)
+
     def instruction_sets_text(self) -> str:
         """``AVX2 yes, AVX-512 no, AVX-512 BF16 no, AMX no`` (``not recorded`` for an old run)."""
         if all(getattr(self, column) is None for column in INSTRUCTION_SETS):

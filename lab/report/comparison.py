@@ -95,6 +95,12 @@ def _readme_commit(readme: Path) -> str | None:
     return match.group(1) if match else None
 
 
+def _readme_cpu(readme: Path) -> str | None:
+    """The CPU row of a report's environment table, without its core count."""
+    match = re.search(r"^\| CPU \| ([^|]+?)(?:, \d+ cores)? \|", readme.read_text(encoding="utf-8"), re.MULTILINE)
+    return match.group(1) if match else None
+
+
 def read_reproduction(folder: Path, name: str) -> Reproduction:
     """A report folder (or its README.md) with the runs.csv beside it, when there is one."""
     readme = folder / "README.md" if folder.is_dir() else folder
@@ -106,10 +112,14 @@ def read_reproduction(folder: Path, name: str) -> Reproduction:
         known = (commit.removesuffix("-dirty")[:7],)
     starts = sorted(row["started_at"] for row in rows if row.get("started_at"))
     ends = sorted(row["finished_at"] for row in rows if row.get("finished_at"))
+    machines = [(row.get("backend") or "", MachineRecord.from_record(row)) for row in rows]
+    if not any(machine.cpu_model_name for _, machine in machines) and (cpu := _readme_cpu(readme)):
+        # A report from before the machine record: its environment table names the CPU, nothing more.
+        machines = [("", MachineRecord(cpu_model_name=cpu))]
     return Reproduction(
         name=name,
         claims=claim_rows(readme),
-        machines=[(row.get("backend") or "", MachineRecord.from_record(row)) for row in rows],
+        machines=machines,
         commits=known,
         started_at=starts[0] if starts else None,
         finished_at=ends[-1] if ends else None,
@@ -150,20 +160,29 @@ class Comparison:
         return (self.first.name, self.second.name)
 
     def unrecorded(self) -> list[str]:
-        return [side.name for side in (self.first, self.second) if not any(m.recorded for m in side.records())]
+        return [
+            side.name
+            for side in (self.first, self.second)
+            if not any(m.instruction_sets_recorded for m in side.records())
+        ]
 
 
-def _attribution(
-    overlap: str, hardware: list[FeatureDifference], settings: list[FeatureDifference], unrecorded: list[str]
-) -> str:
-    if unrecorded:
-        return f"cannot tell: the hardware of {' and '.join(unrecorded)} was not recorded"
-    named = "; ".join(f"{d.feature} {d.first} against {d.second}" for d in (*hardware, *settings))
+def _attribution(overlap: str, named: str, unrecorded: list[str]) -> str:
+    missing = f" ({' and '.join(unrecorded)}: instruction sets not recorded)" if unrecorded else ""
     if not named:
+        if unrecorded:
+            return f"cannot tell: the hardware of {' and '.join(unrecorded)} was not recorded"
         return "not the recorded hardware (the machines match in every recorded feature): load, noise or code"
     if overlap == "no":
-        return f"the figures differ beyond both intervals, and the machines differ in: {named}; attributed to these"
-    return f"the intervals overlap (the verdict moved within the noise); the machines also differ in: {named}"
+        return (
+            f"the figures differ beyond both intervals, and the machines differ in: {named}; "
+            f"attributed to these{missing}"
+        )
+    if overlap == "yes":
+        return (
+            f"the intervals overlap (the verdict moved within the noise); the machines also differ in: {named}{missing}"
+        )
+    return f"{overlap}, so the noise is not known; the machines differ in: {named}{missing}"
 
 
 def compare(first: Reproduction, second: Reproduction) -> Comparison:
@@ -171,8 +190,13 @@ def compare(first: Reproduction, second: Reproduction) -> Comparison:
     hardware = [
         d for d in feature_differences(first.records(), second.records()) if NOT_RECORDED not in (d.first, d.second)
     ]
-    settings = settings_differences(settings_by_backend(first.machines), settings_by_backend(second.machines))
-    unrecorded = [side.name for side in (first, second) if not any(m.recorded for m in side.records())]
+    settings = [
+        d
+        for d in settings_differences(settings_by_backend(first.machines), settings_by_backend(second.machines))
+        if NOT_RECORDED not in (d.first, d.second)
+    ]
+    unrecorded = [side.name for side in (first, second) if not any(m.instruction_sets_recorded for m in side.records())]
+    named = "; ".join(f"{d.feature} {d.first} against {d.second}" for d in (*hardware, *settings))
     by_claim = {row.claim: row for row in second.claims}
     differences = []
     for row in first.claims:
@@ -180,23 +204,22 @@ def compare(first: Reproduction, second: Reproduction) -> Comparison:
         if other is None or other.verdict == row.verdict:
             continue
         overlap = intervals_overlap(row, other)
-        differences.append(
-            VerdictDifference(row.claim, row, other, overlap, _attribution(overlap, hardware, settings, unrecorded))
-        )
+        differences.append(VerdictDifference(row.claim, row, other, overlap, _attribution(overlap, named, unrecorded)))
     return Comparison(first, second, differences, hardware, settings)
 
 
 def _machine_lines(comparison: Comparison) -> list[str]:
     names = comparison.names
+    lines = []
+    if comparison.hardware:
+        lines.append("Machines: they differ in " + "; ".join(d.text(names) for d in comparison.hardware) + ".")
     if comparison.unrecorded():
-        lines = [
-            f"Machines: the CPU features of {' and '.join(comparison.unrecorded())} were not recorded (runs.csv "
-            "has no machine record for runs taken before the lab kept one), so whether the machines differ in "
-            "them is not known."
-        ]
-    elif comparison.hardware:
-        lines = ["Machines: they differ in " + "; ".join(d.text(names) for d in comparison.hardware) + "."]
-    else:
+        lines.append(
+            f"The instruction sets of {' and '.join(comparison.unrecorded())} were not recorded (runs.csv has no "
+            "machine record for runs taken before the lab kept one), so whether the machines differ in them is "
+            "not known."
+        )
+    if not lines:
         lines = ["Machines: the same in every recorded CPU feature (model, family, AVX2, AVX-512, AVX-512 BF16, AMX)."]
     if comparison.settings:
         lines.append("Resolved settings differ: " + "; ".join(d.text(names) for d in comparison.settings) + ".")

@@ -95,4 +95,4 @@ def test_the_same_machine_is_not_blamed_and_an_unrecorded_one_cannot_be(tmp_path
     assert old.commits == ("9033924",)  # from the README's environment table when runs.csv is absent
     comparison = compare(old, second)
     assert comparison.differences[0].attribution == "cannot tell: the hardware of quick was not recorded"
-    assert "the CPU features of quick were not recorded" in comparison_markdown(comparison)
+    assert "The instruction sets of quick were not recorded" in comparison_markdown(comparison)
