@@ -24,7 +24,7 @@ from lab.measurement.environment import provenance  # noqa: E402 - after the che
 from lab.report.comparison import compare, comparison_markdown, read_reproduction  # noqa: E402 - same
 
 
-def document(folders: list[Path], names: list[str], *, title: str, command: str, code: str) -> str:
+def document(folders: list[Path], names: list[str], *, title: str, command: str, code: str, note: str = "") -> str:
     """Every pair of ``folders`` compared, under ``title``, saying which code made it."""
     reproductions = [read_reproduction(folder, name) for folder, name in zip(folders, names, strict=True)]
     parts = [
@@ -32,7 +32,7 @@ def document(folders: list[Path], names: list[str], *, title: str, command: str,
         "",
         f"Made by `{command}` with the code of lab commit {code} (lab/report/comparison.py): each report itself "
         "was written by the commit that took its runs. A verdict differs when the two reports judge a claim "
-        'differently in any way, not only "held" against "did not hold".',
+        'differently in any way, not only "held" against "did not hold".' + (f" {note}" if note else ""),
     ]
     for first, second in itertools.combinations(reproductions, 2):
         parts += ["", f"## {first.name} against {second.name}", "", comparison_markdown(compare(first, second))]
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("reports", type=Path, nargs="+", help="report folders (or their README.md), two or more")
     parser.add_argument("--names", nargs="+", help="one name a report (default: the folder names)")
     parser.add_argument("--title", default="Reproductions compared, claim by claim")
+    parser.add_argument("--note", default="", help="where a report not in the checkout came from")
     args = parser.parse_args(argv)
     if len(args.reports) < 2:
         parser.error("give two reports or more")
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     code = (code_of.commit or "unknown")[:12] + (" with uncommitted changes" if code_of.dirty else "")
     shown = [str(path) for path in args.reports]
     command = "scripts/compare_reproductions.py " + " ".join(shown)
-    print(document(args.reports, names, title=args.title, command=command, code=code), end="")
+    text = document(args.reports, names, title=args.title, command=command, code=code, note=args.note)
+    print(text, end="")
     return 0
 
 
