@@ -28,6 +28,7 @@ def document(folders: list[Path], names: list[str], *, title: str, command: str,
     """Every pair of ``folders`` compared, under ``title``, saying which code made it."""
     reproductions = [read_reproduction(folder, name) for folder, name in zip(folders, names, strict=True)]
     parts = [
+        "<!-- generated: scripts/compare_reproductions.py (figures copied from the reports compared) -->",
         f"# {title}",
         "",
         f"Made by `{command}` with the code of lab commit {code} (lab/report/comparison.py): each report itself "
