@@ -22,8 +22,10 @@ pointer fails the check.
 
 A figure under a file pointer must equal a number of its source after rounding to the
 decimals the document shows (``2,201`` matches ``2201.35``; ``67.1%`` matches ``0.671`` or
-``67.12``). Selectors narrow a CSV source: ``where=backend:vllm,vus:1`` keeps the matching
-rows, ``col=output_tok_per_s`` one column; the numbers are then those cells and their mean.
+``67.12``). Selectors narrow a source: in a CSV, ``where=backend:vllm,vus:1`` keeps the matching rows and
+``col=output_tok_per_s`` one column (the numbers are then those cells and their mean); in any
+other file, ``line="| 50 | vLLM + Redis |"`` keeps the lines that contain the text (quote a
+value with spaces).
 A ``commit`` pointer is not re-read (no git in the fast tier): it says where a figure no
 longer kept in the checkout was first written. ``<!-- generated: ... -->`` at the top of a
 file (a comparison) marks it as generated from data, and a README.md with a runs.csv beside it
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import csv
 import re
+import shlex
 import statistics
 import sys
 from collections.abc import Iterator
@@ -50,11 +53,16 @@ GENERATED_MARK = "<!-- generated:"
 
 UNIT = r"(?:req/s|tok/s|GFLOP/s|%|x(?![\w])|ms\b|s\b|min\b|GiB\b|MiB\b)"
 FIGURE = re.compile(r"(?<![\w.,/#-])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?\s?(" + UNIT + ")")
+_BARE = r"(\d[\d,]*(?:\.\d+)?)"
+_INTERVAL = re.compile(_BARE + r"\s?\[\s*" + _BARE + r",\s*" + _BARE + r"\s*\]\s?(" + UNIT + ")")
 POINTER = re.compile(r"<!--\s*(src|not-data):\s*(.*?)\s*-->")
 _HIDDEN = (
     re.compile(r"<!--.*?-->"),  # comments (pointers themselves)
     re.compile(r"`[^`]*`"),  # code spans
     re.compile(r"\]\([^)]*\)"),  # link targets
+    re.compile(
+        r"\b95%(?=\s*$|\s*(?:\w+\s+)?(?:confidence|CI|interval|bound))", re.MULTILINE
+    ),  # the interval's level, not a figure
 )
 
 
@@ -79,10 +87,14 @@ class Pointer:
         words = self.body.split()
         if not words:
             return None, {}, "a src pointer names no file"
-        if words[0] == "commit":
+        if words[0] == "commit":  # free words may follow (why the output is not kept)
             if len(words) < 3 or not re.fullmatch(r"[0-9a-f]{7,40}", words[1]):
                 return None, {}, f"'src: {self.body}': a commit pointer is 'commit SHA PATH'"
             return None, {}, None
+        try:
+            words = shlex.split(self.body)
+        except ValueError as error:
+            return None, {}, f"'src: {self.body}': {error}"
         selectors = dict(word.split("=", 1) for word in words[1:] if "=" in word)
         for candidate in (root / words[0], document.parent / words[0]):
             if candidate.is_file():
@@ -95,6 +107,8 @@ def figures(line: str) -> list[tuple[str, int, str]]:
     visible = line
     for pattern in _HIDDEN:
         visible = pattern.sub(" ", visible)
+    # "2,201 [2,067, 2,344] req/s": the figure and both bounds carry the unit written after them.
+    visible = _INTERVAL.sub(r"\1 \4 [\2 \4, \3 \4]", visible)
     return [
         (whole + (fraction or ""), len(fraction) - 1 if fraction else 0, unit)
         for whole, fraction, unit in FIGURE.findall(visible)
@@ -109,8 +123,11 @@ def _file_numbers(path: Path) -> tuple[float, ...]:
 
 def source_numbers(path: Path, selectors: dict[str, str]) -> tuple[float, ...]:
     """The numbers a figure under this pointer may equal."""
-    if path.suffix != ".csv" or not selectors:
-        return _file_numbers(path)
+    if path.suffix != ".csv":
+        if "line" not in selectors:
+            return _file_numbers(path)
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines() if selectors["line"] in line]
+        return tuple(float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", "\n".join(kept)))
     rows = list(csv.DictReader(path.open(encoding="utf-8")))
     for condition in filter(None, selectors.get("where", "").split(",")):
         column, _, value = condition.partition(":")
