@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from sqlalchemy import Connection, Engine, MetaData, Table, inspect, text
 
 from db.models import (
+    MACHINE_COLUMNS,
     UNKNOWN_LAUNCHER,
     Base,
     Baseline,
@@ -191,6 +192,13 @@ def _trace_replay(connection: Connection) -> None:
         _add_column(connection, Run.__tablename__, column_name)
 
 
+def _machine_record(connection: Connection) -> None:
+    """The hardware a run's backend chose its settings by (CPU, instruction sets, a fixed-kernel
+    speed) and what "best" became; runs from before stay None ("not recorded")."""
+    for column_name in MACHINE_COLUMNS:
+        _add_column(connection, Run.__tablename__, column_name)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -203,6 +211,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _members,  # 8 -> 9
     _foreign_figures,  # 9 -> 10
     _trace_replay,  # 10 -> 11
+    _machine_record,  # 11 -> 12
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

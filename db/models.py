@@ -226,6 +226,16 @@ class Run(RunResultColumns, Base):
     foreign_figures: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     server_metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The hardware the backend chose its settings by, and what "best" became (one column each:
+    # lab.measurement.machine_record.MachineRecord); None for runs from before they were recorded.
+    cpu_model_name: Mapped[str | None] = mapped_column(String(200))
+    cpu_family: Mapped[str | None] = mapped_column(String(100))
+    cpu_avx2: Mapped[bool | None] = mapped_column(Boolean)
+    cpu_avx512: Mapped[bool | None] = mapped_column(Boolean)
+    cpu_avx512_bf16: Mapped[bool | None] = mapped_column(Boolean)
+    cpu_amx: Mapped[bool | None] = mapped_column(Boolean)
+    reference_kernel_gflops: Mapped[float | None] = mapped_column(Float)
+    backend_settings: Mapped[str | None] = mapped_column(Text)
 
     experiment: Mapped[Experiment | None] = relationship(back_populates="runs")
     series: Mapped[RunSeries | None] = relationship(back_populates="run", cascade="all, delete-orphan", uselist=False)
@@ -233,6 +243,17 @@ class Run(RunResultColumns, Base):
 
 # The result columns, in declaration order.
 RESULT_COLUMNS: tuple[str, ...] = tuple(RunResultColumns.__annotations__)
+# The machine record's columns (lab.measurement.machine_record.MachineRecord), in its order.
+MACHINE_COLUMNS: tuple[str, ...] = (
+    "cpu_model_name",
+    "cpu_family",
+    "cpu_avx2",
+    "cpu_avx512",
+    "cpu_avx512_bf16",
+    "cpu_amx",
+    "reference_kernel_gflops",
+    "backend_settings",
+)
 
 
 class RunSeries(Base):

@@ -1,91 +1,63 @@
-"""Two reproduction reports, claim by claim: each claim's figure and verdict side by side, and
-whether they conflict (held in one, partly or did not hold in the other).
+"""Reproduction reports compared, pair by pair: every verdict that differs (not only "held"
+against "did not hold"), with both intervals and whether they overlap, whether the machines
+differ in their CPU features and resolved settings, and the difference attributed to them where
+they do (lab/report/comparison.py). Prints Markdown.
 
-Reads the "Claim by claim" table of each report's README.md (what a reader of the two reports
-sees), so it also compares a report written by older code; prints Markdown.
-
+    .venv/bin/python scripts/compare_reproductions.py docs/reproduction/quick docs/reproduction/quick-third
     .venv/bin/python scripts/compare_reproductions.py docs/reproduction/quick docs/reproduction/quick-second \\
-        --names first second
-    .venv/bin/python scripts/compare_reproductions.py OLD_README.md docs/reproduction --names block interleaved
+        docs/reproduction/quick-third --names quick quick-second quick-third --title "The quick reproductions"
+
+With more than two reports, every pair is compared (the first against each later one, and so on).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-HELD = "held"
-# A conflict: one report holds a claim the other judges against it. Inconclusive and "not
-# measurable here" are no conflict: they say the figure cannot decide.
-AGAINST = ("partly", "did not hold", "did not hold here (hardware)")
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT_ROOT))
+
+from lab.measurement.environment import provenance  # noqa: E402 - after the checkout is importable
+from lab.report.comparison import compare, comparison_markdown, read_reproduction  # noqa: E402 - same
 
 
-@dataclass(frozen=True)
-class ClaimRow:
-    claim: str
-    ours: str
-    verdict: str
-
-
-def claim_rows(report: Path) -> list[ClaimRow]:
-    """The rows of the report's "Claim by claim" table (``report``: its folder or its README.md)."""
-    readme = report / "README.md" if report.is_dir() else report
-    lines = readme.read_text(encoding="utf-8").splitlines()
-    try:
-        start = lines.index("## Claim by claim")
-    except ValueError:
-        raise SystemExit(f"{readme}: no 'Claim by claim' section") from None
-    header: list[str] | None = None
-    rows: list[ClaimRow] = []
-    for line in lines[start + 1 :]:
-        if line.startswith("## "):
-            break
-        if not line.startswith("|") or line.startswith("|---"):
-            continue
-        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
-        if header is None:
-            header = cells
-            continue
-        row = dict(zip(header, cells, strict=False))
-        rows.append(ClaimRow(claim=row["claim (seed)"], ours=row["ours"], verdict=row["verdict"]))
-    return rows
-
-
-def conflicts(first: str, second: str) -> bool:
-    return (first == HELD and second in AGAINST) or (second == HELD and first in AGAINST)
-
-
-def comparison_markdown(first: list[ClaimRow], second: list[ClaimRow], names: tuple[str, str]) -> str:
-    by_claim = {row.claim: row for row in second}
-    lines = [
-        f"| claim | {names[0]}: ours | {names[0]} | {names[1]}: ours | {names[1]} | agree |",
-        "|---|---|---|---|---|---|",
+def document(folders: list[Path], names: list[str], *, title: str, command: str, code: str, note: str = "") -> str:
+    """Every pair of ``folders`` compared, under ``title``, saying which code made it."""
+    reproductions = [read_reproduction(folder, name) for folder, name in zip(folders, names, strict=True)]
+    parts = [
+        "<!-- generated: scripts/compare_reproductions.py (figures copied from the reports compared) -->",
+        f"# {title}",
+        "",
+        f"Made by `{command}` with the code of lab commit {code} (lab/report/comparison.py): each report itself "
+        "was written by the commit that took its runs. A verdict differs when the two reports judge a claim "
+        'differently in any way, not only "held" against "did not hold".' + (f" {note}" if note else ""),
     ]
-    count = 0
-    for row in first:
-        other = by_claim.get(row.claim)
-        if other is None:
-            lines.append(f"| {row.claim} | {row.ours} | {row.verdict} | – | not in the report | – |")
-            continue
-        conflict = conflicts(row.verdict, other.verdict)
-        count += conflict
-        lines.append(
-            f"| {row.claim} | {row.ours} | {row.verdict} | {other.ours} | {other.verdict} | "
-            f"{'**no**' if conflict else 'yes'} |"
-        )
-    lines += ["", f"Conflicts (held in one, partly or did not hold in the other): {count} of {len(first)} claims."]
-    return "\n".join(lines)
+    for first, second in itertools.combinations(reproductions, 2):
+        parts += ["", f"## {first.name} against {second.name}", "", comparison_markdown(compare(first, second))]
+    return "\n".join(parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("first", type=Path, help="a report folder or its README.md")
-    parser.add_argument("second", type=Path)
-    parser.add_argument("--names", nargs=2, default=("first", "second"))
+    parser.add_argument("reports", type=Path, nargs="+", help="report folders (or their README.md), two or more")
+    parser.add_argument("--names", nargs="+", help="one name a report (default: the folder names)")
+    parser.add_argument("--title", default="Reproductions compared, claim by claim")
+    parser.add_argument("--note", default="", help="where a report not in the checkout came from")
     args = parser.parse_args(argv)
-    print(comparison_markdown(claim_rows(args.first), claim_rows(args.second), tuple(args.names)))
+    if len(args.reports) < 2:
+        parser.error("give two reports or more")
+    names = args.names or [path.name if path.is_dir() else path.parent.name for path in args.reports]
+    if len(names) != len(args.reports):
+        parser.error("give one name a report")
+    code_of = provenance()
+    code = (code_of.commit or "unknown")[:12] + (" with uncommitted changes" if code_of.dirty else "")
+    shown = [str(path) for path in args.reports]
+    command = "scripts/compare_reproductions.py " + " ".join(shown)
+    text = document(args.reports, names, title=args.title, command=command, code=code, note=args.note)
+    print(text, end="")
     return 0
 
 

@@ -90,11 +90,18 @@ def ratio_of_runs(
     when both sides ran the same rounds of one experiment (each round's two runs saw the same
     machine; with blocks the pairing is arbitrary but still valid), unpaired otherwise."""
     top, bottom = _by_round(numerator_runs, figure), _by_round(denominator_runs, figure)
-    paired = len(top) >= 2 and top.keys() == bottom.keys() and len({key[0] for key in top}) == 1
+    every_top, every_bottom = _values(numerator_runs, figure), _values(denominator_runs, figure)
+    # Paired only when each run has a round of its own (runs without one would collide on a key).
+    distinct = len(top) == len(every_top) and len(bottom) == len(every_bottom)
+    paired = distinct and len(top) >= 2 and top.keys() == bottom.keys() and len({key[0] for key in top}) == 1
     if paired:
         rounds = sorted(top, key=str)
         return ratio_interval([top[r] for r in rounds], [bottom[r] for r in rounds], paired=True)
-    return ratio_interval(list(top.values()), list(bottom.values()))
+    return ratio_interval(every_top, every_bottom)
+
+
+def _values(records: Sequence[dict[str, Any]], figure: str) -> list[float]:
+    return finite_numbers(record.get(figure) for record in done_runs(records))
 
 
 def ratio_between(

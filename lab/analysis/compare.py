@@ -16,7 +16,11 @@ from lab.analysis.aggregation import aggregate, done_groups, ratio, ratio_of_run
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.statistics import mean_interval, welch_test
 from lab.measurement.hardware import hardware_summary
+from lab.measurement.machine_record import MachineRecord
 from lab.measurement.results import RESULT_FIELDS
+
+# Which code took a run and by which rules it is judged: every export carries them.
+PROVENANCE_FIELDS: tuple[str, ...] = ("lab_git_commit", "lab_git_dirty", "rules_version")
 
 # A run as a record: who and what it was, then its results (one field list: lab.measurement.results).
 RECORD_FIELDS: tuple[str, ...] = (
@@ -45,6 +49,8 @@ RECORD_FIELDS: tuple[str, ...] = (
     "finished_at",
     "worker_name",
     "hardware",
+    *PROVENANCE_FIELDS,
+    *MachineRecord.names(),
     *RESULT_FIELDS,
 )
 # The Compare page's cells when no seed table applies, and the figures it averages.
@@ -76,6 +82,23 @@ GENERIC_FIGURES = (
 )
 
 
+def provenance_of(run: Any) -> dict[str, Any]:
+    """The lab commit that took the run (without ``-dirty``), whether its tree differed, and the
+    version of the verdict rules its experiment froze; None where the run recorded none."""
+    environment = getattr(run, "environment", None) or {}
+    label = environment.get("lab_git_commit")
+    dirty = environment.get("lab_git_dirty")
+    if label is not None and dirty is None:  # recorded before the flag: the label's suffix says it
+        dirty = str(label).endswith("-dirty")
+    experiment = getattr(run, "experiment", None)
+    rules = (getattr(experiment, "frozen_rules", None) or {}) if experiment is not None else {}
+    return {
+        "lab_git_commit": str(label).removesuffix("-dirty") if label else None,
+        "lab_git_dirty": dirty,
+        "rules_version": rules.get("version"),
+    }
+
+
 def run_record(run: Any) -> dict[str, Any]:
     """A run (ORM object) as a flat dict of RECORD_FIELDS."""
     record: dict[str, Any] = {}
@@ -88,6 +111,8 @@ def run_record(run: Any) -> dict[str, Any]:
             record[name] = run.experiment.preset if run.experiment else None
         elif name == "hardware":
             record[name] = hardware_summary(run.worker_hardware) or None
+        elif name in PROVENANCE_FIELDS:
+            record[name] = provenance_of(run)[name]
         else:
             value = getattr(run, name)
             record[name] = value.isoformat() if hasattr(value, "isoformat") else value

@@ -15,8 +15,8 @@ the runs, and which code took them.
   contention warning does).
 - **Provenance.** The commits the runs came from, and whether any ran on a changed tree.
 
-Pure: records are :func:`lab.analysis.compare.run_record` dicts with the run's environment's
-provenance fields added (``lab_git_commit``, ``lab_git_dirty``).
+Pure: records are :func:`lab.analysis.compare.run_record` dicts, which carry the run's
+provenance (``lab_git_commit``, ``lab_git_dirty``, ``rules_version``).
 """
 
 from __future__ import annotations

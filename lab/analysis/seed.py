@@ -283,13 +283,17 @@ def setup_ratio(
     records: Sequence[dict[str, Any]], figure: str, numerator: SeedSetup, denominator: SeedSetup, **load: Any
 ) -> SetupRatio:
     """``numerator`` over ``denominator`` in ``figure``, at one ``vus=`` or ``prompts=`` when given."""
-    value = ratio(setup_mean(records, figure, numerator, **load), setup_mean(records, figure, denominator, **load))
     interval = ratio_between(
         records,
         figure,
         {"backend": seed_setup_backend(numerator), **load},
         {"backend": seed_setup_backend(denominator), **load},
     )
+    # One estimator a figure: the point is the interval's own (paired rounds: the geometric mean
+    # of the per-round ratios), the ratio of means only where no interval's point exists.
+    value = interval.ratio
+    if value is None:
+        value = ratio(setup_mean(records, figure, numerator, **load), setup_mean(records, figure, denominator, **load))
     return SetupRatio(figure, numerator, denominator, value, **load, interval=interval)
 
 
@@ -297,11 +301,13 @@ def growth(
     records: Sequence[dict[str, Any]], setup: SeedSetup, figure: str, low_vus: int, high_vus: int
 ) -> GrowthRatio:
     """``setup``'s ``figure`` at ``high_vus`` over at ``low_vus``."""
-    value = ratio(setup_mean(records, figure, setup, vus=high_vus), setup_mean(records, figure, setup, vus=low_vus))
     backend = seed_setup_backend(setup)
     interval = ratio_between(
         records, figure, {"backend": backend, "vus": high_vus}, {"backend": backend, "vus": low_vus}
     )
+    value = interval.ratio  # one estimator a figure, as in setup_ratio
+    if value is None:
+        value = ratio(setup_mean(records, figure, setup, vus=high_vus), setup_mean(records, figure, setup, vus=low_vus))
     return GrowthRatio(setup, figure, low_vus, high_vus, value, interval)
 
 

@@ -120,6 +120,9 @@ class Backend:
     # The seed's set-up this kind reproduces, alone and behind the response cache (None: none).
     seed_setup: ClassVar[SeedSetup | None] = None
     seed_cached_setup: ClassVar[SeedSetup | None] = None
+    # What "best" became, read back from a launch: a setting's name -> the launch argument that
+    # carries it (``--dtype``) or, as ``env:NAME``, the environment variable.
+    settings_from_launch: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def launch(self, *, model: str, options: Any, settings: Settings) -> Launch:
         """The server's launch description for ``model`` (already validated) and ``options``."""
@@ -139,6 +142,23 @@ class Backend:
             health_path=launch.health_path,
             readiness_timeout_s=timeout_s,
         )
+
+    def resolved_settings(self, argv: list[str], env: dict[str, str]) -> dict[str, str]:
+        """The settings a launch (``argv`` and ``env`` as recorded in the run's environment)
+        resolved to, by :attr:`settings_from_launch`; a flag given twice counts its last value,
+        as the servers' own parsers do, and a setting the launch leaves to the server is absent."""
+        found: dict[str, str] = {}
+        for name, source in self.settings_from_launch:
+            if source.startswith("env:"):
+                if (value := env.get(source.removeprefix("env:"))) is not None:
+                    found[name] = str(value)
+                continue
+            for index, arg in enumerate(argv):
+                if arg == source and index + 1 < len(argv):
+                    found[name] = str(argv[index + 1])
+                elif str(arg).startswith(source + "="):
+                    found[name] = str(arg).split("=", 1)[1]
+        return found
 
     def reset_caches(self, base_url: str) -> str | None:
         """Empty the server's own caches so a run starts cold; returns a warning or None.

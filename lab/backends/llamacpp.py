@@ -87,6 +87,7 @@ class LlamaCppBackend(Backend):
     start_hint = "a few seconds"
     packages = ("llama-cpp-python", GGUF_DISTRIBUTION)
     readiness_timeout_s = 120.0
+    settings_from_launch = (("threads", "--n_threads"), ("context", "--n_ctx"), ("wait_policy", "env:OMP_WAIT_POLICY"))
 
     def launch(self, *, model: str, options: LlamaCppOptions, settings: Settings) -> Launch:
         if importlib.util.find_spec("llama_cpp") is None:

@@ -63,6 +63,7 @@ class NaiveBackend(Backend):
     start_hint = "about 10 s"
     packages = ("torch", "transformers", "fastapi", "uvicorn")
     readiness_timeout_s = 180.0
+    settings_from_launch = (("dtype", "--dtype"), ("threads", "--torch-threads"))
 
     def launch(self, *, model: str, options: NaiveOptions, settings: Settings) -> Launch:
         argv = [

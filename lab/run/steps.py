@@ -25,8 +25,10 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.backends import Backend, managed_backend_names
+from lab.backends import Backend, get_backend, managed_backend_names
 from lab.measurement import environment, live, server_metrics
+from lab.measurement.machine_record import MachineRecord, read_cpu_features
+from lab.measurement.reference_kernel import reference_kernel_gflops
 from lab.measurement.resources import ResourceSampler
 from lab.run import decisions
 from lab.run.decisions import RunCancelled, RunFailed
@@ -160,8 +162,20 @@ class RunSteps:
             engine=self.engine,
             run_id=self.run_id,
             environment={**run_environment, "services": self.service_configs, "startup": startup},
+            **self.machine_record(spec).columns(),
         )
         return targets
+
+    def machine_record(self, spec: RunSpec) -> MachineRecord:
+        """The CPU the backend chose its settings by, a fixed-kernel speed, and the settings its
+        launch resolved to (read back from the launch, so "best" is what it became)."""
+        launch = self.service_configs.get(spec.base_backend) or {}
+        settings = get_backend(spec.base_backend).resolved_settings(
+            [str(arg) for arg in launch.get("argv") or []], dict(launch.get("env") or {})
+        )
+        return MachineRecord.capture(
+            features=read_cpu_features(), reference_kernel_gflops=reference_kernel_gflops(), backend_settings=settings
+        )
 
     def backends_still_needed(self) -> set[str]:
         """The backends that queued runs of this run's interleaved experiment still use, when

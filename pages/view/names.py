@@ -73,6 +73,18 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "finished_at": DisplayName("finished"),
     "worker_name": DisplayName("worker"),
     "hardware": DisplayName("hardware"),
+    # provenance and the machine record (lab.measurement.machine_record)
+    "lab_git_commit": DisplayName("lab commit"),
+    "lab_git_dirty": DisplayName("uncommitted changes"),
+    "rules_version": DisplayName("rules version", thousands=False),
+    "cpu_model_name": DisplayName("CPU"),
+    "cpu_family": DisplayName("CPU family"),
+    "cpu_avx2": DisplayName("AVX2"),
+    "cpu_avx512": DisplayName("AVX-512"),
+    "cpu_avx512_bf16": DisplayName("AVX-512 BF16"),
+    "cpu_amx": DisplayName("AMX"),
+    "reference_kernel_gflops": DisplayName("fixed-kernel speed", "GFLOP/s", 1),
+    "backend_settings": DisplayName("resolved settings"),
     "n": DisplayName("runs"),
     # results
     "requests_ok": DisplayName("requests ok"),

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from db.engine import get_engine, sqlite_path
-from lab.measurement import environment, hardware, machine_speed
+from lab.measurement import environment, hardware, machine_speed, reference_kernel
 from lab.run import k6_driver
 from lab.settings import get_settings
 from tests.support.isolation import browser_absent, isolate, machine_probes_absent, needs_isolation
@@ -77,5 +77,5 @@ def _no_process_no_network(request: pytest.FixtureRequest, monkeypatch: pytest.M
     The lab's machine probes answer "not available" instead (tests/support/isolation.py)."""
     if needs_isolation(request.node):
         isolate(monkeypatch)
-        machine_probes_absent(monkeypatch, environment, machine_speed, hardware, k6_driver)
+        machine_probes_absent(monkeypatch, environment, machine_speed, reference_kernel, hardware, k6_driver)
         browser_absent(monkeypatch)

@@ -1,0 +1,250 @@
+"""Documents checked against their data: every measured figure in README.md, BENCHMARKS.md and
+docs/ names its source, and a figure whose source the checkout holds reads as it does there.
+
+Pointers are HTML comments (invisible on GitHub):
+
+    <!-- src: PATH -->                   a report, a runs.csv or a benchmark's output file
+    <!-- src: PATH where=COL:VALUE,COL:VALUE col=COL -->   a runs.csv's cells (see below)
+    <!-- src: commit SHA PATH -->        a file as a past commit holds it (output not kept now)
+    <!-- not-data: WHY -->               settings, targets or arithmetic: not measured figures
+
+Where a pointer applies:
+
+- at the end of a line (a sentence or a table row): that line;
+- on a line of its own just above a table: every row of the table;
+- on a line of its own just below a heading: the whole section (to the next heading of the
+  same or a higher level).
+
+A *figure* is a number with a unit of measurement right after it: ``req/s``, ``tok/s``, ``%``,
+``x`` (a ratio), ``ms``, ``s``, ``min``, ``GiB``, ``MiB``, ``GFLOP/s``. Numbers in code spans,
+code blocks, HTML comments, headings and links are not figures. A figure outside every
+pointer fails the check.
+
+A figure under a file pointer must equal a number of its source after rounding to the
+decimals the document shows (``2,201`` matches ``2201.35``; ``67.1%`` matches ``0.671`` or
+``67.12``). Selectors narrow a source: in a CSV, ``where=backend:vllm,vus:1`` keeps the matching rows and
+``col=output_tok_per_s`` one column (the numbers are then those cells and their mean); in any
+other file, ``line="| 50 | vLLM + Redis |"`` keeps the lines that contain the text (quote a
+value with spaces).
+A ``commit`` pointer is not re-read (no git in the fast tier): it says where a figure no
+longer kept in the checkout was first written. ``<!-- generated: ... -->`` at the top of a
+file (a comparison) marks it as generated from data, and a README.md with a runs.csv beside it
+is a report the lab wrote from its runs: both are sources, not checked.
+
+    .venv/bin/python scripts/check_documents.py          # exit 1 and one line a finding
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+import statistics
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = ("README.md", "BENCHMARKS.md", "docs")
+# Reports and comparisons the lab writes from data: sources themselves.
+GENERATED_MARK = "<!-- generated:"
+
+UNIT = r"(?:req/s|tok/s|GFLOP/s|%|x(?![\w])|ms\b|s\b|min\b|GiB\b|MiB\b)"
+FIGURE = re.compile(r"(?<![\w.,/#-])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?\s?(" + UNIT + ")")
+_BARE = r"(\d[\d,]*(?:\.\d+)?)"
+_INTERVAL = re.compile(_BARE + r"\s?\[\s*" + _BARE + r",\s*" + _BARE + r"\s*\]\s?(" + UNIT + ")")
+POINTER = re.compile(r"<!--\s*(src|not-data):\s*(.*?)\s*-->")
+_HIDDEN = (
+    re.compile(r"<!--.*?-->"),  # comments (pointers themselves)
+    re.compile(r"`[^`]*`"),  # code spans
+    re.compile(r"\]\([^)]*\)"),  # link targets
+    re.compile(
+        r"\b95%(?=\s*$|\s*(?:\w+\s+)?(?:confidence|CI|interval|bound))", re.MULTILINE
+    ),  # the interval's level, not a figure
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Pointer:
+    kind: str  # "src" or "not-data"
+    body: str
+    line: int
+
+    def source(self, document: Path, root: Path) -> tuple[Path | None, dict[str, str], str | None]:
+        """(the file, its selectors, an error) of a ``src`` pointer; no file for a commit pointer."""
+        words = self.body.split()
+        if not words:
+            return None, {}, "a src pointer names no file"
+        if words[0] == "commit":  # free words may follow (why the output is not kept)
+            if len(words) < 3 or not re.fullmatch(r"[0-9a-f]{7,40}", words[1]):
+                return None, {}, f"'src: {self.body}': a commit pointer is 'commit SHA PATH'"
+            return None, {}, None
+        try:
+            words = shlex.split(self.body)
+        except ValueError as error:
+            return None, {}, f"'src: {self.body}': {error}"
+        selectors = dict(word.split("=", 1) for word in words[1:] if "=" in word)
+        for candidate in (root / words[0], document.parent / words[0]):
+            if candidate.is_file():
+                return candidate, selectors, None
+        return None, selectors, f"source {words[0]} does not exist"
+
+
+def figures(line: str) -> list[tuple[str, int, str]]:
+    """The figures of a line: (the number as written, its decimals, its unit)."""
+    visible = line
+    for pattern in _HIDDEN:
+        visible = pattern.sub(" ", visible)
+    # "2,201 [2,067, 2,344] req/s": the figure and both bounds carry the unit written after them.
+    visible = _INTERVAL.sub(r"\1 \4 [\2 \4, \3 \4]", visible)
+    return [
+        (whole + (fraction or ""), len(fraction) - 1 if fraction else 0, unit)
+        for whole, fraction, unit in FIGURE.findall(visible)
+    ]
+
+
+@lru_cache(maxsize=256)
+def _file_numbers(path: Path) -> tuple[float, ...]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return tuple(float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?(?:[eE]-?\d+)?", text))
+
+
+def source_numbers(path: Path, selectors: dict[str, str]) -> tuple[float, ...]:
+    """The numbers a figure under this pointer may equal."""
+    if path.suffix != ".csv":
+        if "line" not in selectors:
+            return _file_numbers(path)
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines() if selectors["line"] in line]
+        return tuple(float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", "\n".join(kept)))
+    rows = list(csv.DictReader(path.open(encoding="utf-8")))
+    for condition in filter(None, selectors.get("where", "").split(",")):
+        column, _, value = condition.partition(":")
+        rows = [row for row in rows if row.get(column) == value]
+    columns = [selectors["col"]] if "col" in selectors else list(rows[0]) if rows else []
+    numbers = []
+    for column in columns:
+        cells = []
+        for row in rows:
+            try:
+                cells.append(float(row.get(column) or "nan"))
+            except ValueError:
+                continue
+        cells = [cell for cell in cells if cell == cell]
+        numbers += cells + ([statistics.fmean(cells)] if cells else [])
+    return tuple(numbers)
+
+
+def matches(number: str, decimals: int, unit: str, candidates: tuple[float, ...]) -> bool:
+    """Whether a figure as written equals a source number after rounding to its decimals."""
+    value = float(number.replace(",", ""))
+    tolerance = 0.5 * 10**-decimals + 1e-9
+    scales = (1.0, 100.0) if unit == "%" else (1.0,)  # a share stored as 0.671 reads 67.1%
+    return any(abs(candidate * scale - value) <= tolerance for candidate in candidates for scale in scales)
+
+
+def _coverage(lines: list[str]) -> Iterator[tuple[int, Pointer | None]]:
+    """Each line's number (from 1) with the pointer that covers it, None for none."""
+    section: list[tuple[int, Pointer]] = []  # (heading level, pointer)
+    table: Pointer | None = None
+    pending_table: Pointer | None = None
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        heading = re.match(r"^(#+)\s", stripped)
+        own = POINTER.fullmatch(stripped)
+        if heading:
+            level = len(heading.group(1))
+            section = [(lvl, p) for lvl, p in section if lvl < level]
+            table = pending_table = None
+            if index + 1 < len(lines) and (below := POINTER.fullmatch(lines[index + 1].strip())):
+                section.append((level, Pointer(below.group(1), below.group(2), index + 2)))
+            yield index + 1, None
+            continue
+        if own:
+            if index and not re.match(r"^#+\s", lines[index - 1].strip()):
+                pending_table = Pointer(own.group(1), own.group(2), index + 1)
+            yield index + 1, None
+            continue
+        if stripped.startswith("|"):
+            table = table or pending_table
+        else:
+            table = None
+            if stripped:
+                pending_table = None
+        inline = POINTER.search(line)
+        pointer = Pointer(inline.group(1), inline.group(2), index + 1) if inline else None
+        yield index + 1, pointer or table or (section[-1][1] if section else None)
+
+
+def check_document(path: Path, root: Path = PROJECT_ROOT) -> list[Finding]:
+    """Every figure of one document without a pointer, or differing from its source."""
+    text = path.read_text(encoding="utf-8")
+    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    if text.lstrip().startswith(GENERATED_MARK) or (path.name == "README.md" and (path.parent / "runs.csv").is_file()):
+        return []
+    lines = text.splitlines()
+    findings: list[Finding] = []
+    in_code = False
+    for number, pointer in _coverage(lines):
+        line = lines[number - 1]
+        if line.strip().startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code or line.lstrip().startswith("#"):
+            continue
+        found = figures(line)
+        if not found:
+            continue
+        if pointer is None:
+            shown = ", ".join(f"{n}{'' if u in '%x' else ' '}{u}" for n, _, u in found[:3])
+            findings.append(Finding(name, number, f"figure without a source pointer: {shown}"))
+            continue
+        if pointer.kind == "not-data":
+            continue
+        source, selectors, error = pointer.source(path, root)
+        if error:
+            findings.append(Finding(name, number, error))
+            continue
+        if source is None:  # a commit pointer
+            continue
+        candidates = source_numbers(source, selectors)
+        for figure, decimals, unit in found:
+            if not matches(figure, decimals, unit, candidates):
+                findings.append(Finding(name, number, f"{figure}{unit} is not in {pointer.body} (after rounding)"))
+    return findings
+
+
+def documents(root: Path = PROJECT_ROOT) -> list[Path]:
+    """README.md, BENCHMARKS.md and every Markdown file under docs/."""
+    found: list[Path] = []
+    for entry in DOCUMENTS:
+        path = root / entry
+        found += sorted(path.rglob("*.md")) if path.is_dir() else [path] if path.is_file() else []
+    return found
+
+
+def check(root: Path = PROJECT_ROOT) -> list[Finding]:
+    return [finding for path in documents(root) for finding in check_document(path, root)]
+
+
+def main() -> int:
+    findings = check()
+    for finding in findings:
+        print(finding)
+    print(f"{len(findings)} finding(s) in {len(documents())} documents", file=sys.stderr)
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""scripts/check_documents.py: the checkout's documents pass; a planted wrong figure, a figure
+without a pointer and a pointer to a missing file fail."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
+_spec = importlib.util.spec_from_file_location("check_documents", PROJECT_ROOT / "scripts" / "check_documents.py")
+assert _spec is not None and _spec.loader is not None
+check_documents = importlib.util.module_from_spec(_spec)
+sys.modules["check_documents"] = check_documents  # its dataclasses look their module up
+_spec.loader.exec_module(check_documents)
+
+RUNS_CSV = (
+    "run_id,backend,vus,output_tok_per_s,prefix_cache_hit_rate\n1,vllm,1,7.6,0.62\n2,vllm,1,8.0,0.64\n3,naive,1,11.0,\n"
+)
+
+
+def test_the_checkout_s_documents_pass() -> None:
+    assert [str(finding) for finding in check_documents.check()] == []
+
+
+def test_a_planted_wrong_figure_in_benchmarks_fails(tmp_path: Path) -> None:
+    (tmp_path / "docs" / "reproduction" / "quick").mkdir(parents=True)
+    for name in ("README.md", "runs.csv"):
+        shutil.copy(
+            PROJECT_ROOT / "docs" / "reproduction" / "quick" / name, tmp_path / "docs/reproduction/quick" / name
+        )
+    benchmarks = (PROJECT_ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    assert "| 2,201 [2,067, 2,344] req/s |" in benchmarks
+    (tmp_path / "BENCHMARKS.md").write_text(benchmarks.replace("2,201 [2,067", "3,440 [2,067"), encoding="utf-8")
+    findings = [str(f) for f in check_documents.check_document(tmp_path / "BENCHMARKS.md", tmp_path)]
+    assert len(findings) == 1 and "3,440req/s is not in docs/reproduction/quick/README.md" in findings[0]
+
+
+def test_csv_selectors_rounding_shares_and_missing_pointers(tmp_path: Path) -> None:
+    (tmp_path / "runs.csv").write_text(RUNS_CSV, encoding="utf-8")
+    pointer = "<!-- src: runs.csv where=backend:vllm,vus:1 col=output_tok_per_s -->"
+    document = tmp_path / "NOTES.md"
+    document.write_text(
+        "# Notes\n\n"
+        f"vLLM at 1 VU: 7.8 tok/s (7.6 and 8.0 a run). {pointer}\n"
+        f"vLLM at 1 VU: 11.0 tok/s. {pointer}\n"  # the naive server's figure: not in the selected cells
+        "The prefix cache hit 63.0% of tokens. <!-- src: runs.csv col=prefix_cache_hit_rate -->\n"
+        "A figure with no source: 42 req/s.\n"
+        "A lease of 6 s. <!-- not-data: a test's setting -->\n"
+        "Gone: 3 s. <!-- src: old/output.json -->\n"
+        "Old: 17.9 tok/s. <!-- src: commit a460864 docs/reproduction/README.md -->\n"
+        "`99 req/s` in code, a 95% confidence interval.\n\n"
+        "## Section\n<!-- src: runs.csv -->\n\n| figure |\n|---|\n| 11.0 tok/s |\n",
+        encoding="utf-8",
+    )
+    findings = [f.text for f in check_documents.check_document(document, tmp_path)]
+    assert findings == [
+        "11.0tok/s is not in runs.csv where=backend:vllm,vus:1 col=output_tok_per_s (after rounding)",
+        "figure without a source pointer: 42 req/s",
+        "source old/output.json does not exist",
+    ]
+
+
+def test_a_report_folder_and_a_generated_comparison_are_sources_not_checked(tmp_path: Path) -> None:
+    (tmp_path / "docs" / "report").mkdir(parents=True)
+    (tmp_path / "docs" / "report" / "README.md").write_text("vLLM 99 tok/s\n", encoding="utf-8")
+    (tmp_path / "docs" / "report" / "runs.csv").write_text(RUNS_CSV, encoding="utf-8")
+    (tmp_path / "docs" / "comparison.md").write_text("<!-- generated: x -->\n# C\n\n1.5x\n", encoding="utf-8")
+    assert check_documents.check(tmp_path) == []
