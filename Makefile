@@ -13,14 +13,20 @@ run: setup
 check: setup
 	scripts/check.sh
 
-# The static checks, the fast tier in a shuffled order (pytest-randomly; its seed is printed
-# at the top, `-p randomly --randomly-seed=N` replays it), then the real-process tiers in file
-# order (they share one instance of each slow service, stopped by the runs_last test at the end).
+# Python's bytecode and pytest's rewritten test modules are cached between runs even where the
+# shell sets PYTHONDONTWRITEBYTECODE (without the cache, collecting the tests alone takes 24 s).
+TEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
+FAST_TESTS := tests/unit tests/ui -m "not integration and not browser and not model"
+
+# The static checks; the process-free tier (with the torch tests) on two workers in a shuffled
+# order (pytest-randomly prints its seed; `-p randomly --randomly-seed=N` replays it); then the
+# real-process tiers on three workers, in file order. Workers share the slow services by xdist
+# group: each service runs once, on the worker that holds its tests (tests/conftest.py).
 test: setup
 	scripts/check.sh
-	$(PY) -m pytest -m "not integration and not browser"
-	$(PY) -m pytest -p no:randomly -m "integration or browser"
+	$(TEST) -n 2 --dist loadgroup -m "not integration and not browser"
+	$(TEST) -n 3 --dist loadgroup -p no:randomly -m "integration or browser"
 
-# On every change: no process, no network, no sleep.
+# On every change: no process, no network, no torch.
 test-fast: setup
-	$(PY) -m pytest -m "not integration and not browser"
+	$(TEST) -n 2 --dist loadgroup $(FAST_TESTS)
