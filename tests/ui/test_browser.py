@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from db.models import Run, RunStatus
+from db.models import Experiment, Run, RunStatus
 from tests.support.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -35,12 +35,13 @@ from tests.support.browser import (
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 
-@pytest.fixture
-def lab_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """``python -m lab start`` on a free port; stopped (its whole process group) afterwards."""
+@pytest.fixture(scope="module")
+def lab_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """``python -m lab start`` on a free port, one for this module's tests (the first test sees it
+    empty; they run in file order); stopped (its whole process group) afterwards."""
     check_prerequisites()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_path / "lab-data"
+    data_dir = tmp_path_factory.mktemp("browser") / "lab-data"
     try:
         with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-lab.log") as url:
             yield url, data_dir
@@ -194,7 +195,9 @@ def test_live_view_agrees_everywhere_without_reloading(lab_url: tuple[str, Path]
             page.evaluate("() => { window.__notReloaded = true; }")
             engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
             with Session(engine) as session:
-                run_id = session.scalars(select(Run.id)).one()
+                run_id = session.scalars(
+                    select(Run.id).join(Experiment).where(Experiment.name == "live view run")
+                ).one()
             agreed: dict[str, int] = {}
             points_during_load = 0
             looks: list[dict] = []
