@@ -168,6 +168,12 @@ def _foreign_figures(connection: Connection) -> None:
     _add_column(connection, Run.__tablename__, "foreign_figures")
 
 
+def _imports(connection: Connection) -> None:
+    """Runs imported from other tools' result files: their source tool and the file's key."""
+    for column_name in ("source_tool", "import_key"):
+        _add_column(connection, Run.__tablename__, column_name)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -179,6 +185,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _baselines,  # 7 -> 8
     _members,  # 8 -> 9
     _foreign_figures,  # 9 -> 10
+    _imports,  # 10 -> 11
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from lab.cli.baseline_commands import add_gate_arguments, add_spec_and_baseline_commands
 from lab.cli.capacity_commands import cmd_capacity
+from lab.cli.import_commands import add_import_command, cmd_import
 from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
 from lab.cli.services_commands import cmd_services, service_names
@@ -179,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lab_commands(commands)
     _add_run_commands(commands)
     _add_capacity_and_reproduce(commands)
+    add_import_command(commands)
     return parser
 
 
@@ -190,6 +192,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
     "start": cmd_start,
     "reproduce": cmd_reproduce,
     "capacity": cmd_capacity,
+    "import": cmd_import,
 }
 
 
