@@ -134,6 +134,8 @@ class FigureChange:
     n_baseline: int
     n_later: int
     significant: bool | None
+    # Why no verdict can be given, when the reason is not too few runs (an imported baseline).
+    why_undecided: str | None = None
 
     @property
     def worse_by(self) -> float | None:
@@ -145,6 +147,8 @@ class FigureChange:
     @property
     def verdict(self) -> str:
         """What a reader is shown: worse/better (significant), no significant change, or why none."""
+        if self.why_undecided:
+            return self.why_undecided
         if self.change is None:
             return "not measured on both sides"
         if self.significant is None:
@@ -241,7 +245,11 @@ def judge(
     cell: str, threshold: Threshold, baseline_values: Sequence[object], later_values: Sequence[object]
 ) -> GateVerdict:
     """The gate's verdict on one figure of one cell."""
-    change = figure_change(threshold.figure, baseline_values, later_values)
+    return verdict_of(cell, threshold, figure_change(threshold.figure, baseline_values, later_values))
+
+
+def verdict_of(cell: str, threshold: Threshold, change: FigureChange) -> GateVerdict:
+    """The outcome of a figure's change under its threshold: undecided without a significance."""
     if change.change is None or change.significant is None:
         outcome = UNDECIDED
     elif change.significant and (change.worse_by or 0) * 100 > threshold.percent:

@@ -9,6 +9,7 @@ file again, by any name, adds nothing and says which runs it already is.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,11 @@ def save_parsed(*, session: Session, parsed: ParsedFile, member: Member) -> Impo
 
 
 def import_files(
-    *, session_factory: Callable[[], Session], paths: list[Path], member: Member, max_bytes: int | None = None
+    *,
+    session_factory: Callable[[], AbstractContextManager[Session]],
+    paths: list[Path],
+    member: Member,
+    max_bytes: int | None = None,
 ) -> tuple[list[ImportOutcome], list[str]]:
     """Import each file on its own (one session and transaction per file): the outcomes, and
     one line per file refused (the others are imported all the same)."""
