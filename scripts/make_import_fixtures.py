@@ -10,7 +10,9 @@ Starts GuideLLM's mock server, then runs against it, each with a small load:
 
 The files are then scrubbed for the repository: absolute paths become the model folder's
 name, and prompt and answer texts (the mock's random words, kilobytes a request) are blanked;
-every number and every field the tools wrote stays. The peer tools live in their own venv:
+every number and every field the tools wrote stays. JSON is written compact; the YAML report
+keeps its first benchmark only (GuideLLM writes about 110 KB of statistics per benchmark, and
+the JSON report already covers two). The peer tools live in their own venv:
 
     python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1 'aiperf==0.13.*'
     .venv/bin/python scripts/make_import_fixtures.py --peer-venv /work/peer-venv
@@ -140,7 +142,13 @@ def vllm_bench(url: str, out: Path, name: str, *, detailed: bool, concurrency: i
         name,
     ]
     if detailed:
-        arguments += ["--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,95,99"]
+        arguments += [
+            "--save-detailed",
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,90,95,99",
+        ]
     subprocess.run([sys.executable, "-c", code, *arguments], check=True, stdout=subprocess.DEVNULL)
     return out / name
 
@@ -182,7 +190,9 @@ def aiperf(peer_venv: Path, url: str, out: Path, *, concurrency: int, requests: 
 def scrub(value: Any, replacements: dict[str, str]) -> Any:
     """Absolute paths replaced, prompt and answer texts blanked; numbers untouched."""
     if isinstance(value, dict):
-        return {key: "" if key in TEXT_FIELDS and value[key] else scrub(item, replacements) for key, item in value.items()}
+        return {
+            key: "" if key in TEXT_FIELDS and value[key] else scrub(item, replacements) for key, item in value.items()
+        }
     if isinstance(value, list):
         return [scrub(item, replacements) for item in value]
     if isinstance(value, str):
@@ -196,10 +206,11 @@ def write_scrubbed(source: Path, target: Path, replacements: dict[str, str]) -> 
         import yaml  # type: ignore[import-untyped]  # only this script writes YAML
 
         document = yaml.safe_load(source.read_text())
-        target.write_text(yaml.safe_dump(scrub(document, replacements), sort_keys=False))
+        document["benchmarks"] = document["benchmarks"][:1]
+        target.write_text(yaml.safe_dump(scrub(document, replacements), sort_keys=False, width=200))
     else:
         document = json.loads(source.read_text())
-        target.write_text(json.dumps(scrub(document, replacements), indent=1) + "\n")
+        target.write_text(json.dumps(scrub(document, replacements), separators=(",", ":")) + "\n")
     print(f"{target.relative_to(PROJECT_ROOT)}: {target.stat().st_size:,} bytes")
 
 

@@ -136,6 +136,8 @@ class FigureChange:
     significant: bool | None
     # Why no verdict can be given, when the reason is not too few runs (an imported baseline).
     why_undecided: str | None = None
+    # What the counts count: runs, or requests (against an imported run's per-request samples).
+    counted: str = "runs"
 
     @property
     def worse_by(self) -> float | None:
@@ -208,7 +210,7 @@ class GateVerdict:
         """One line for the terminal: outcome, figure, change with its interval, why."""
         where = f"{self.cell}: " if with_cell else ""
         figure = self.threshold.figure
-        runs = f"{self.change.n_later} new vs {self.change.n_baseline} baseline runs"
+        runs = f"{self.change.n_later} new vs {self.change.n_baseline} baseline {self.change.counted}"
         if self.outcome == REGRESSION:
             return (
                 f"REGRESSION {where}{figure}: {change_text(self.change)}, worse than the baseline by more than "

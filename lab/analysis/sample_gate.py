@@ -97,6 +97,7 @@ def sample_change(
         len(first),
         len(second),
         significant,
+        counted="requests",
     )
 
 

@@ -157,7 +157,8 @@ def _document(name: str, content: bytes, suffix: str) -> dict[str, Any]:
     try:
         document = _yaml(text) if suffix in YAML_SUFFIXES else json.loads(text)
     except json.JSONDecodeError as error:
-        cut = " (it ends early: truncated?)" if error.pos >= len(text.rstrip()) else ""
+        # A whole JSON document ends with its closing bracket; one cut short does not.
+        cut = " (it ends early: truncated?)" if not text.rstrip().endswith(("}", "]")) else ""
         raise ImportFileError(f"{name} is not valid JSON{cut} at line {error.lineno}: {error.msg}; {what}") from None
     except _YamlError as error:
         raise ImportFileError(f"{name} is not valid YAML ({error}); {what}") from None
