@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -178,6 +180,8 @@ def main() -> None:
     parser.add_argument("--no-unstreamed", action="store_true", help="streamed answers only")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    # A timeout's SIGTERM ends like an error: the running tool and the mock server are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-peer-"))
     mock = None
     if args.target == "mock":
@@ -206,6 +210,7 @@ def main() -> None:
                 for vus in args.concurrency:
                     samples.setdefault((mode, vus), []).append((measured["lab"][vus], measured["peer"][vus]))
                 print(f"round {round_index + 1} {mode} done at {time.monotonic() - started:.0f} s", flush=True)
+                write_document(args, samples, started, complete=False, mock=mock is not None)
     finally:
         if mock is not None:
             mock.terminate()
@@ -218,25 +223,34 @@ def main() -> None:
             f"  {row['mode']:<13} c={row['concurrency']:<3} {row['figure']:<17} {row['ratio']:.3f}x {interval} "
             f"(lab {row['lab_mean']:.4g}, GuideLLM {row['peer_mean']:.4g}, {row['pairs']} pairs)"
         )
+    write_document(args, samples, started, complete=True, mock=mock is not None)
+
+
+def write_document(
+    args: argparse.Namespace, samples: dict[tuple[str, int], list[tuple[dict, dict]]], started: float, **state: bool
+) -> None:
+    """The ratios so far as JSON (``--json``), rewritten after each round so a run cut short keeps them."""
+    if not args.json:
+        return
     document = {
         "benchmark": "peer_agreement",
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "target": args.target,
         "peer": "guidellm 0.8.1",
+        "complete": state["complete"],
         "settings": {
             "concurrency": args.concurrency,
             "pairs": args.pairs,
             "duration_s": args.duration_s,
             "output_tokens": args.tokens,
             "prompt_tokens": 16,
-            "mock": "--ttft-ms 50 --itl-ms 10 --request-latency 0.36" if mock is not None else None,
+            "mock": " ".join(MOCK_TIMING) + f" {args.tokens}" if state["mock"] else None,
         },
         "wall_s": round(time.monotonic() - started, 1),
-        "rows": rows,
+        "rows": ratio_rows(samples),
     }
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(document, indent=1) + "\n")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(document, indent=1) + "\n")
 
 
 if __name__ == "__main__":
