@@ -199,6 +199,12 @@ def _machine_record(connection: Connection) -> None:
         _add_column(connection, Run.__tablename__, column_name)
 
 
+def _imports(connection: Connection) -> None:
+    """Runs imported from other tools' result files: their source tool and the file's key."""
+    for column_name in ("source_tool", "import_key"):
+        _add_column(connection, Run.__tablename__, column_name)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -212,6 +218,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _foreign_figures,  # 9 -> 10
     _trace_replay,  # 10 -> 11
     _machine_record,  # 11 -> 12
+    _imports,  # 12 -> 13
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -203,6 +203,12 @@ class Run(RunResultColumns, Base):
         String(200), default=UNKNOWN_LAUNCHER, server_default=UNKNOWN_LAUNCHER, index=True
     )
 
+    # A run imported from another tool's result file: the tool and version ("guidellm 0.8.1"),
+    # None for the lab's own runs; and "sha256 of the file:benchmark index", so importing the
+    # same file again adds nothing (unique).
+    source_tool: Mapped[str | None] = mapped_column(String(100), index=True)
+    import_key: Mapped[str | None] = mapped_column(String(100), index=True, unique=True)
+
     status: Mapped[str] = mapped_column(String(20), default=RunStatus.QUEUED, index=True)
     status_reason: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -9,7 +9,7 @@ that cell's done runs. The pure comparison is :mod:`lab.analysis.regression`'s.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +20,10 @@ from db import store
 from db.models import Baseline, Run, RunStatus
 from lab import backends
 from lab.analysis.compare import run_record
-from lab.analysis.regression import GateVerdict, Threshold, change_rows, judge
+from lab.analysis.regression import GateVerdict, Threshold, change_rows, judge, verdict_of
+from lab.analysis.sample_gate import SAMPLE_FIGURES, sample_change
 from lab.analysis.trends import TrendPoint, trend_points
+from lab.measurement.request_figures import RequestFiguresMissing, load_request_figures
 from lab.specs.configuration import (
     configuration_differences,
     configuration_key,
@@ -156,10 +158,16 @@ def later_groups(*, session: Session, baseline: Baseline) -> list[tuple[str, lis
 @dataclass
 class GateBaseline:
     """What a gated spec is compared against: per configuration key, its cell label and the
-    baseline's run records; ``description`` says where they come from."""
+    baseline's run records; ``description`` says where they come from. ``imported_run_id``:
+    the baseline is one run imported from another tool, compared on per-request samples."""
 
     description: str
     cells: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    imported_run_id: int | None = None
+
+
+# Loads a run's per-request values of one series ("latency", "ttft", "tpot"), empty without any.
+SampleLoader = Callable[[int, str], Sequence[float | None]]
 
 
 def resolve_gate_baseline(*, session: Session, spec: ExperimentSpec, choice: str) -> GateBaseline:
@@ -171,6 +179,14 @@ def resolve_gate_baseline(*, session: Session, spec: ExperimentSpec, choice: str
     subject = parse_subject(choice)
     runs = subject_runs(session=session, subject=subject)
     groups = done_by_configuration(subject=subject, runs=runs)
+    if subject.kind == "run" and runs[0].source_tool:
+        # Another tool's run has no lab configuration to match: every cell is compared with it.
+        record = run_record(runs[0])
+        return GateBaseline(
+            description=f"{subject} (imported from {runs[0].source_tool})",
+            cells={key: (label, [record]) for key, label in cells.items()},
+            imported_run_id=subject.id,
+        )
     resolved = GateBaseline(description=str(subject))
     for key, label in cells.items():
         if key not in groups and key in {configuration_key(run.spec) for run in runs}:
@@ -218,12 +234,17 @@ def differences_text(stored_spec: dict[str, Any], spec: ExperimentSpec, label: s
     return "; ".join(differences[:3]) + (f" and {len(differences) - 3} more" if len(differences) > 3 else "")
 
 
-def gate_verdicts(*, baseline: GateBaseline, thresholds: Sequence[Threshold], runs: Sequence[Run]) -> list[GateVerdict]:
-    """Every watched figure of every cell: the new runs' done values against the baseline's."""
+def gate_verdicts(
+    *, baseline: GateBaseline, thresholds: Sequence[Threshold], runs: Sequence[Run], samples: SampleLoader | None = None
+) -> list[GateVerdict]:
+    """Every watched figure of every cell: the new runs' done values against the baseline's
+    (against an imported run, their requests against its requests, read with ``samples``)."""
     new_by_key: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         if run.status == RunStatus.DONE:
             new_by_key.setdefault(configuration_key(run.spec), []).append(run_record(run))
+    if baseline.imported_run_id is not None:
+        return imported_verdicts(baseline=baseline, thresholds=thresholds, new_by_key=new_by_key, samples=samples)
     verdicts = []
     for key, (label, baseline_runs) in baseline.cells.items():
         new_runs = new_by_key.get(key, [])
@@ -236,6 +257,46 @@ def gate_verdicts(*, baseline: GateBaseline, thresholds: Sequence[Threshold], ru
                     [r.get(threshold.figure) for r in new_runs],
                 )
             )
+    return verdicts
+
+
+def stored_samples(session: Session) -> SampleLoader:
+    """A :data:`SampleLoader` reading the runs' stored per-request figures (empty when a run kept none)."""
+
+    def load(run_id: int, series: str) -> Sequence[float | None]:
+        try:
+            figures = load_request_figures(session=session, run_id=run_id)
+        except RequestFiguresMissing:
+            return []
+        values = figures.values(series)
+        # Latencies of failed requests are kept but never judged.
+        return [v for v, ok in zip(values, figures.ok, strict=False) if ok] if series == "latency" else values
+
+    return load
+
+
+def imported_verdicts(
+    *,
+    baseline: GateBaseline,
+    thresholds: Sequence[Threshold],
+    new_by_key: dict[str, list[dict[str, Any]]],
+    samples: SampleLoader | None,
+) -> list[GateVerdict]:
+    """The gate against one imported run: each cell's new runs' requests against its requests."""
+    imported = baseline.imported_run_id
+    assert imported is not None  # only called for an imported baseline
+    name = f"run #{imported} ({baseline.description.split('(', 1)[-1].rstrip(')')})"
+    verdicts = []
+    for key, (label, _) in baseline.cells.items():
+        new_ids = [record["run_id"] for record in new_by_key.get(key, [])]
+        for threshold in thresholds:
+            series = SAMPLE_FIGURES.get(threshold.figure, ("", ""))[0]
+            if samples is None or not series:
+                change = sample_change(threshold.figure, [], [], baseline_name=name)
+            else:
+                later = [value for run_id in new_ids for value in samples(run_id, series)]
+                change = sample_change(threshold.figure, samples(imported, series), later, baseline_name=name)
+            verdicts.append(verdict_of(label, threshold, change))
     return verdicts
 
 

@@ -221,3 +221,10 @@ def may_manage_lab(member: Member) -> Decision:
     if member.is_admin:
         return ALLOWED
     return Decision(False, "only an admin may start or stop services and manage workers")
+
+
+def may_import(member: Member) -> Decision:
+    """Importing another tool's results adds runs, like launching: any member (everyone with sign-in off)."""
+    if member.may_use_lab:
+        return ALLOWED
+    return Decision(False, f"{member.name} is not a member of this lab: only members may import results")

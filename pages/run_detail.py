@@ -17,6 +17,7 @@ from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, session, sho
 from pages.view.baseline import baseline_panel
 from pages.view.charts import show_charts
 from pages.view.figures import run_detail_figures
+from pages.view.imported import foreign_figures_section, imported_caption
 from pages.view.live import render_phase
 from pages.view.members import audit_trail, notes_thread
 from pages.view.names import local_time
@@ -313,8 +314,12 @@ def page() -> None:
         with st.expander("Spec (replayable)"):
             st.json(run.spec, expanded=True)
         return  # figures, charts and logs come once it has finished
-    run_again_button(run)
+    if run.source_tool:
+        imported_caption(run)
+    else:
+        run_again_button(run)
     figures_section(run, record, series_row.series if series_row else None)
+    foreign_figures_section(run)
     stored_details(run, series_row)
     baseline_panel(run)
 

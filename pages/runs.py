@@ -25,6 +25,7 @@ from pages.common import (
     show_flash,
     startup_facts,
 )
+from pages.view.imported import import_upload
 from pages.view.live import panel_heading, render_phase
 from pages.view.members import current_member, person_filter, run_permission
 from pages.view.names import header
@@ -325,6 +326,7 @@ def page() -> None:
     if message:
         st.success(message)
     query = filters()
+    import_upload()
     sort_col, order_col = st.columns([3, 1])
     sort_label = sort_col.selectbox("Sort by", list(SORTABLE_COLUMNS), key="runs_sort")
     descending = order_col.toggle("Descending", value=True, key="runs_descending")

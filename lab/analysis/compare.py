@@ -44,6 +44,7 @@ RECORD_FIELDS: tuple[str, ...] = (
     "random_seed",
     "tags",
     "launched_by",
+    "source",
     "created_at",
     "started_at",
     "finished_at",
@@ -53,8 +54,12 @@ RECORD_FIELDS: tuple[str, ...] = (
     *MachineRecord.names(),
     *RESULT_FIELDS,
 )
+# The ``source`` of the lab's own runs (imported ones name their tool and version).
+LAB_SOURCE = "lab"
 # The Compare page's cells when no seed table applies, and the figures it averages.
+# ``source`` first: a run imported from another tool is its own row beside the lab's.
 GENERIC_KEYS = (
+    "source",
     "backend",
     "workload",
     "trace_name",
@@ -109,6 +114,8 @@ def run_record(run: Any) -> dict[str, Any]:
             record[name] = run.experiment.name if run.experiment else None
         elif name == "preset":
             record[name] = run.experiment.preset if run.experiment else None
+        elif name == "source":  # who measured it: the lab, or the tool it was imported from
+            record[name] = getattr(run, "source_tool", None) or LAB_SOURCE
         elif name == "hardware":
             record[name] = hardware_summary(run.worker_hardware) or None
         elif name in PROVENANCE_FIELDS:
@@ -217,5 +224,5 @@ def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | 
             cost_per_million_output_tokens(value, price_per_hour) for value in frame["output_tok_per_s"]
         ]
     frame = frame.dropna(axis="columns", how="all")
-    sort_keys = [key for key in ("backend", "vus", "prompts") if key in frame]
+    sort_keys = [key for key in ("backend", "vus", "prompts", "source") if key in frame]
     return frame.sort_values(sort_keys, na_position="last").reset_index(drop=True)

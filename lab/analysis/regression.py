@@ -134,6 +134,10 @@ class FigureChange:
     n_baseline: int
     n_later: int
     significant: bool | None
+    # Why no verdict can be given, when the reason is not too few runs (an imported baseline).
+    why_undecided: str | None = None
+    # What the counts count: runs, or requests (against an imported run's per-request samples).
+    counted: str = "runs"
 
     @property
     def worse_by(self) -> float | None:
@@ -145,6 +149,8 @@ class FigureChange:
     @property
     def verdict(self) -> str:
         """What a reader is shown: worse/better (significant), no significant change, or why none."""
+        if self.why_undecided:
+            return self.why_undecided
         if self.change is None:
             return "not measured on both sides"
         if self.significant is None:
@@ -204,7 +210,7 @@ class GateVerdict:
         """One line for the terminal: outcome, figure, change with its interval, why."""
         where = f"{self.cell}: " if with_cell else ""
         figure = self.threshold.figure
-        runs = f"{self.change.n_later} new vs {self.change.n_baseline} baseline runs"
+        runs = f"{self.change.n_later} new vs {self.change.n_baseline} baseline {self.change.counted}"
         if self.outcome == REGRESSION:
             return (
                 f"REGRESSION {where}{figure}: {change_text(self.change)}, worse than the baseline by more than "
@@ -241,7 +247,11 @@ def judge(
     cell: str, threshold: Threshold, baseline_values: Sequence[object], later_values: Sequence[object]
 ) -> GateVerdict:
     """The gate's verdict on one figure of one cell."""
-    change = figure_change(threshold.figure, baseline_values, later_values)
+    return verdict_of(cell, threshold, figure_change(threshold.figure, baseline_values, later_values))
+
+
+def verdict_of(cell: str, threshold: Threshold, change: FigureChange) -> GateVerdict:
+    """The outcome of a figure's change under its threshold: undecided without a significance."""
     if change.change is None or change.significant is None:
         outcome = UNDECIDED
     elif change.significant and (change.worse_by or 0) * 100 > threshold.percent:

@@ -98,10 +98,14 @@ def prepare_gate(args: argparse.Namespace, spec: ExperimentSpec, context: LabCon
     return Gate(baseline=resolved, thresholds=thresholds)
 
 
-def report_gate(gate: Gate, runs: list[Run], records: list[dict[str, Any]], *, as_json: bool) -> int:
+def report_gate(
+    gate: Gate, runs: list[Run], records: list[dict[str, Any]], *, as_json: bool, session: Session | None = None
+) -> int:
     """Judge the finished runs against the baseline, print one line per watched figure (or the
-    JSON document) and return the exit code."""
-    verdicts = baselines.gate_verdicts(baseline=gate.baseline, thresholds=gate.thresholds, runs=runs)
+    JSON document) and return the exit code (``session``: to read per-request samples, which
+    an imported baseline is compared on)."""
+    samples = baselines.stored_samples(session) if session is not None else None
+    verdicts = baselines.gate_verdicts(baseline=gate.baseline, thresholds=gate.thresholds, runs=runs, samples=samples)
     exit_code = gate_exit_code(verdicts, runs_all_done=all(run.status == RunStatus.DONE for run in runs))
     if as_json:
         print(

@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from lab.cli.baseline_commands import add_gate_arguments, add_spec_and_baseline_commands
 from lab.cli.capacity_commands import cmd_capacity
+from lab.cli.import_commands import add_import_command, cmd_import
 from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
 from lab.cli.scale_options import add_scale_and_rounds
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lab_commands(commands)
     _add_run_commands(commands)
     _add_capacity_and_reproduce(commands)
+    add_import_command(commands)
     return parser
 
 
@@ -191,6 +193,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
     "start": cmd_start,
     "reproduce": cmd_reproduce,
     "capacity": cmd_capacity,
+    "import": cmd_import,
 }
 
 

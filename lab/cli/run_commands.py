@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
         if gate is not None:
             if not args.json:
                 print_records(records, as_json=False)
-            return report_gate(gate, runs, records, as_json=args.json)
+            return report_gate(gate, runs, records, as_json=args.json, session=session)
     print_records(records, as_json=args.json)
     if not args.json:
         print_grid_ratios(records, run_specs, list(spec.grid))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.specs.schema import ExperimentSpec, SpecError, experiment_from_document
+from lab.workloads.input_files import InputFileError, read_input_bytes
 
 SPEC_FILE_FORMATS = (".json", ".toml")
 MAX_SPEC_FILE_BYTES = 1_000_000
@@ -29,9 +30,13 @@ def read_spec_document(path: Path) -> dict[str, Any]:
     if path.suffix.lower() not in SPEC_FILE_FORMATS:
         raise SpecError(f"spec file {path.name}: use a .json or .toml file, not {path.suffix or 'no suffix'}")
     try:
-        if path.stat().st_size > MAX_SPEC_FILE_BYTES:
-            raise SpecError(f"spec file {path.name} is over {MAX_SPEC_FILE_BYTES:,} bytes")
-        text = path.read_bytes().decode("utf-8")
+        # Through the one gate for users' files: a FIFO or a device is refused at once, never read.
+        content = read_input_bytes(
+            path, what="spec file", max_bytes=MAX_SPEC_FILE_BYTES, limit_name="the limit for spec files"
+        )
+        text = content.decode("utf-8")
+    except InputFileError as error:
+        raise SpecError(str(error)) from None
     except OSError as error:
         raise SpecError(f"cannot read spec file {path}: {error.strerror or error}") from None
     except UnicodeDecodeError:

@@ -1,5 +1,5 @@
-"""Files a spec names (request files, datasets): regular files only, under a size limit,
-read with a bound.
+"""Every file the lab reads from a user (request files, datasets, uploads, spec files, other
+tools' result files to import): regular files only, under a size limit, read with a bound.
 
 A FIFO would block the worker in ``starting`` for good and ``/dev/zero`` would fill its
 memory in seconds, so the file is opened without blocking (``O_NONBLOCK``: a FIFO opens at
@@ -7,7 +7,9 @@ once), checked on the open descriptor (no race with a path swapped after a check
 through a reader that stops at the limit (``LAB_INPUT_FILE_MAX_BYTES``) whatever the file
 claims its size is (``/proc`` files say 0). Every refusal is one line naming the path and
 the rule. Spec validation calls :func:`check_input_path` (a missing file is left to the
-run, which says so); the workloads read through :func:`open_input_text`.
+run, which says so); the workloads, ``--spec`` (:mod:`lab.specs.spec_files`) and ``lab import``
+(:mod:`lab.imports`) read through :func:`open_input_binary` / :func:`open_input_text`, each
+with its own limit.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ SPECIAL_FILE_KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
-RULE = "requests and datasets are read only from regular files"
+RULE = "the lab reads requests, datasets, spec files and imports only from regular files"
 
 
 class InputFileError(DatasetError):
@@ -54,7 +56,13 @@ def human_bytes(size_bytes: int) -> str:
     return f"{size_bytes} bytes"
 
 
-def file_problem(path: Path | str, mode: int, size_bytes: int, *, max_bytes: int) -> str | None:
+# What a limit is named by when the caller names none: the runs' files and their setting.
+RUN_FILES_LIMIT = "the limit for request and dataset files (LAB_INPUT_FILE_MAX_BYTES)"
+
+
+def file_problem(
+    path: Path | str, mode: int, size_bytes: int, *, max_bytes: int, limit_name: str = RUN_FILES_LIMIT
+) -> str | None:
     """Why the file at ``path`` (its ``st_mode`` and ``st_size``) is refused, in one line; None when it may be read."""
     for is_kind, kind in SPECIAL_FILE_KINDS:
         if is_kind(mode):
@@ -62,15 +70,12 @@ def file_problem(path: Path | str, mode: int, size_bytes: int, *, max_bytes: int
     if not stat.S_ISREG(mode):
         return f"{path} is not a regular file: {RULE}"
     if size_bytes > max_bytes:
-        return too_large(path, max_bytes)
+        return too_large(path, max_bytes, limit_name)
     return None
 
 
-def too_large(path: Path | str, max_bytes: int) -> str:
-    return (
-        f"{path} is larger than {human_bytes(max_bytes)}, the limit for request and dataset files "
-        "(LAB_INPUT_FILE_MAX_BYTES)"
-    )
+def too_large(path: Path | str, max_bytes: int, limit_name: str = RUN_FILES_LIMIT) -> str:
+    return f"{path} is larger than {human_bytes(max_bytes)}, {limit_name}"
 
 
 def check_input_path(path: Path | str, *, max_bytes: int | None = None) -> None:
@@ -90,9 +95,10 @@ def check_input_path(path: Path | str, *, max_bytes: int | None = None) -> None:
 class _BoundedReader(io.RawIOBase):
     """Reads a descriptor and raises :class:`InputFileError` past ``max_bytes``."""
 
-    def __init__(self, descriptor: int, path: Path, max_bytes: int) -> None:
+    def __init__(self, descriptor: int, path: Path, max_bytes: int, limit_name: str) -> None:
         super().__init__()
         self._descriptor, self._path, self._max_bytes, self._read = descriptor, path, max_bytes, 0
+        self._limit_name = limit_name
 
     def readable(self) -> bool:
         return True
@@ -103,7 +109,7 @@ class _BoundedReader(io.RawIOBase):
         count = os.readv(self._descriptor, [view[: self._max_bytes + 1 - self._read]])
         self._read += count
         if self._read > self._max_bytes:
-            raise InputFileError(too_large(self._path, self._max_bytes))
+            raise InputFileError(too_large(self._path, self._max_bytes, self._limit_name))
         return count
 
     def close(self) -> None:
@@ -112,9 +118,12 @@ class _BoundedReader(io.RawIOBase):
         super().close()
 
 
-def open_input_binary(path: Path | str, *, what: str, max_bytes: int | None = None) -> io.BufferedReader:
-    """Open a file a spec names for reading: a regular file within the limit, else
-    :class:`InputFileError` (``what`` says which file, e.g. "request file")."""
+def open_input_binary(
+    path: Path | str, *, what: str, max_bytes: int | None = None, limit_name: str = RUN_FILES_LIMIT
+) -> io.BufferedReader:
+    """Open a file a user gave for reading: a regular file within the limit, else
+    :class:`InputFileError` (``what`` says which file, e.g. "request file"; ``limit_name`` what
+    the limit is, for the message)."""
     file_path, limit = Path(path), max_bytes or input_file_max_bytes()
     try:
         descriptor = os.open(file_path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
@@ -125,13 +134,13 @@ def open_input_binary(path: Path | str, *, what: str, max_bytes: int | None = No
         raise InputFileError(f"{what} {file_path} cannot be read ({error.strerror or error})") from error
     try:
         status = os.fstat(descriptor)
-        if problem := file_problem(file_path, status.st_mode, status.st_size, max_bytes=limit):
+        if problem := file_problem(file_path, status.st_mode, status.st_size, max_bytes=limit, limit_name=limit_name):
             raise InputFileError(problem)
         os.set_blocking(descriptor, True)
     except BaseException:
         os.close(descriptor)
         raise
-    return io.BufferedReader(_BoundedReader(descriptor, file_path, limit))
+    return io.BufferedReader(_BoundedReader(descriptor, file_path, limit, limit_name))
 
 
 def open_input_text(path: Path | str, *, what: str, max_bytes: int | None = None, newline: str | None = None) -> TextIO:
@@ -141,7 +150,16 @@ def open_input_text(path: Path | str, *, what: str, max_bytes: int | None = None
     )
 
 
-def read_input_text(path: Path | str, *, what: str, max_bytes: int | None = None) -> str:
-    """The whole text of a file a spec names, read with the bound."""
-    with open_input_text(path, what=what, max_bytes=max_bytes) as handle:
+def read_input_text(
+    path: Path | str, *, what: str, max_bytes: int | None = None, limit_name: str = RUN_FILES_LIMIT
+) -> str:
+    """The whole text of a file a user gave, read with the bound."""
+    return read_input_bytes(path, what=what, max_bytes=max_bytes, limit_name=limit_name).decode("utf-8")
+
+
+def read_input_bytes(
+    path: Path | str, *, what: str, max_bytes: int | None = None, limit_name: str = RUN_FILES_LIMIT
+) -> bytes:
+    """The whole content of a file a user gave, read with the bound."""
+    with open_input_binary(path, what=what, max_bytes=max_bytes, limit_name=limit_name) as handle:
         return handle.read()

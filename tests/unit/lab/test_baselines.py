@@ -267,4 +267,4 @@ def test_a_missing_spec_file_is_refused_in_one_line(
 ) -> None:
     assert cli.main(["run", "--spec", str(tmp_path / "nowhere.json")]) == 2
     error = capsys.readouterr().err
-    assert "cannot read spec file" in error and "No such file or directory" in error and len(error.splitlines()) == 1
+    assert "spec file not found" in error and "nowhere.json" in error and len(error.splitlines()) == 1

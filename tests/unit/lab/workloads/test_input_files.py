@@ -55,7 +55,7 @@ def test_the_rule_names_each_kind_of_special_file() -> None:
         problem = file_problem("/p", mode | 0o644, 0, max_bytes=10)
         assert (
             problem == f"/p is {kind}{' (named pipe)' if kind == 'a FIFO' else ''}, not a regular file: "
-            "requests and datasets are read only from regular files"
+            "the lab reads requests, datasets, spec files and imports only from regular files"
         )
     assert file_problem("/p", stat.S_IFREG | 0o644, 10, max_bytes=10) is None
     too_big = file_problem("/p", stat.S_IFREG | 0o644, 11, max_bytes=10)
@@ -80,7 +80,7 @@ def test_special_files_are_refused_by_spec_validation(special_files: dict[str, P
             {"kind": "custom", "requests_path": str(path)},
             {"kind": "sharegpt-chat", "dataset_path": str(path)},
         ):
-            with pytest.raises(ValueError, match="not a regular file: requests and datasets are read only"):
+            with pytest.raises(ValueError, match="not a regular file: the lab reads requests, datasets"):
                 RunSpec.model_validate({"workload": workload})
 
 
@@ -162,3 +162,34 @@ def test_spec_error_type_is_what_the_cli_prints() -> None:
     assert issubclass(InputFileError, ValueError) and issubclass(
         SpecError, ValueError
     )  # one-line errors reach the CLI as ValueErrors
+
+
+def test_a_fifo_or_device_given_as_spec_is_refused_at_once(
+    special_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--spec FIFO`` used to block the CLI on the read; it now goes through the same gate
+    (opened without blocking, refused on its mode), so the FIFO is never read."""
+    monkeypatch.setenv("LAB_DATA_DIR", str(tmp_path / "data"))
+    from lab.settings import get_settings
+
+    get_settings.cache_clear()
+    fifo = tmp_path / "spec.json"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path / "folder.json"):
+        path.parent.mkdir(exist_ok=True)
+        if path.name == "folder.json":
+            path.mkdir()
+        code = cli.main(["run", "--spec", str(path)])
+        error = capsys.readouterr().err
+        assert code == 2 and len(error.splitlines()) == 1 and str(path) in error and "regular file" in error, error
+    assert not (tmp_path / "data" / "lab.db").exists()
+    get_settings.cache_clear()
+
+
+def test_a_spec_file_over_its_limit_is_refused(tmp_path: Path) -> None:
+    from lab.specs.spec_files import MAX_SPEC_FILE_BYTES, load_spec_file
+
+    big = tmp_path / "big.json"
+    big.write_text("{" + " " * MAX_SPEC_FILE_BYTES + "}")
+    with pytest.raises(SpecError, match=r"larger than .*the limit for spec files"):
+        load_spec_file(big)

