@@ -144,10 +144,12 @@ def ratio_rows(samples: dict[tuple[str, int], list[tuple[dict, dict]]]) -> list[
     rows = []
     for (mode, vus), pairs in sorted(samples.items()):
         for figure in STREAMED_FIGURES if mode == "streamed" else UNSTREAMED_FIGURES:
-            lab = [pair[0].get(figure) for pair in pairs]
-            peer = [pair[1].get(figure) for pair in pairs]
-            if any(value is None for value in lab + peer):
+            lab_values = [pair[0].get(figure) for pair in pairs]
+            peer_values = [pair[1].get(figure) for pair in pairs]
+            if any(value is None for value in lab_values + peer_values):
                 continue
+            lab = [float(value) for value in lab_values if value is not None]
+            peer = [float(value) for value in peer_values if value is not None]
             interval = ratio_interval(lab, peer, paired=True)
             rows.append(
                 {

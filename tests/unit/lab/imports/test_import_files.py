@@ -37,6 +37,7 @@ def test_a_guidellm_report_is_one_run_per_benchmark_with_itl_as_the_labs_tpot() 
         assert foreign["time_per_output_token_ms.mean"] == pytest.approx(
             metrics["time_per_output_token_ms"]["successful"]["mean"]
         )
+        assert figures.tpot_avg_s is not None
         assert figures.tpot_avg_s < foreign["time_per_output_token_ms.mean"] / 1000
         # No warm-up or cool-down: GuideLLM's window is the whole test, the lab's req_per_s.
         assert figures.req_per_s == pytest.approx(figures.requests_ok / benchmark["duration"])
