@@ -180,6 +180,7 @@ def synthetic_spec(**options: object) -> RunSpec:
     )
 
 
+@pytest.mark.model  # counts tokens with the model's transformers tokenizer
 def test_synthetic_prompts_have_the_exact_length_and_share_the_prefix() -> None:
     from lab.workloads.synthetic import load_tokenizer, synthetic_sessions, tokenizer_path
 
@@ -206,6 +207,7 @@ def test_synthetic_prompts_have_the_exact_length_and_share_the_prefix() -> None:
     assert other != sessions
 
 
+@pytest.mark.model  # counts tokens with the model's transformers tokenizer
 def test_synthetic_lengths_follow_the_mean_and_spread_and_fixed_output_follows_the_backend() -> None:
     from lab.workloads.synthetic import synthetic_sessions
 
@@ -217,6 +219,7 @@ def test_synthetic_lengths_follow_the_mean_and_spread_and_fixed_output_follows_t
         synthetic_spec(input_tokens_mean=100, shared_prefix_tokens=100)
 
 
+@pytest.mark.model  # counts tokens with the model's transformers tokenizer
 def test_synthetic_prepare_writes_the_request_file_and_warm_up_uses_it(tmp_path: Path) -> None:
     import json
 

@@ -75,6 +75,7 @@ def test_the_workload_needs_a_trace_file() -> None:
     assert "the trace workload needs Trace file" in refusal({"workload": {"kind": "trace"}})
 
 
+@pytest.mark.model  # counts tokens with the model's transformers tokenizer
 def test_prompts_share_leading_tokens_exactly_where_ids_are_shared(tmp_path: Path) -> None:
     spec = trace_spec(FIXTURE, max_input_tokens=None)
     requests_file = get_workload("trace").prepare(spec, tmp_path, get_backend("vllm"))
