@@ -9,7 +9,7 @@ until the record says the action took (or failed anew), or ``PENDING_MAX_S`` has
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 STARTING, STOPPING = "starting", "stopping"
@@ -32,7 +32,7 @@ def settled(action: str, state: str | None, state_before: str | None) -> bool:
 
 
 def shown_states(
-    statuses: Sequence[dict[str, Any]], pending: Pending, *, now_s: float
+    statuses: Sequence[dict[str, Any]], pending: Mapping[str, tuple[str, float, str | None]], *, now_s: float
 ) -> tuple[list[dict[str, Any]], Pending]:
     """The services as shown (a pending action over its recorded state; a service never
     recorded yet added as "starting"), and the actions still pending."""

@@ -45,7 +45,12 @@ def test_services_shows_starting_from_the_click_on_and_says_when_backends_stop(
     seed_lab: SeededLab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started: list[str] = []
-    monkeypatch.setattr(detached, "start_service_in_background", lambda name: started.append(name) or 1)
+
+    def start_in_background(name: str) -> int:
+        started.append(name)
+        return 1
+
+    monkeypatch.setattr(detached, "start_service_in_background", start_in_background)
     worker_store.upsert_service_record(
         engine=seed_lab.engine, worker=get_settings().worker_name, name="redis", kind="redis", state="stopped"
     )
