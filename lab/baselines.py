@@ -113,7 +113,8 @@ def clear_baselines(*, session: Session, subject: Subject) -> int:
 def baseline_label(baseline: Baseline) -> str:
     """``experiment #3 (3 runs)`` or ``run #12``: what was marked."""
     if baseline.experiment_id is not None:
-        return f"experiment #{baseline.experiment_id} ({len(baseline.run_ids)} runs)"
+        runs = len(baseline.run_ids)
+        return f"experiment #{baseline.experiment_id} ({runs} run{'' if runs == 1 else 's'})"
     return f"run #{baseline.run_id}"
 
 

@@ -5,6 +5,7 @@ significant), the spec file download, and the Trends chart."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -184,6 +185,36 @@ def _experiment_means_trace(means: Sequence[ExperimentMean]) -> go.Scatter:
     )
 
 
+# Runs queued together share one time: each gets its own x, this share of the chart's span apart.
+SPREAD_SHARE = 0.02
+MIN_SPREAD = timedelta(seconds=60)
+
+
+def spread_times(points: Sequence[TrendPoint]) -> list[datetime | str]:
+    """Each point's x: its queue time, with the runs of one time (one experiment, queued at
+    once) spread apart around it, so three runs read as three dots and not one (as stored
+    when a time cannot be read)."""
+    try:
+        times = [datetime.fromisoformat(point.created_at) for point in points]
+        return list(_spread(times))
+    except (TypeError, ValueError):  # a missing time, or zoned and unzoned mixed
+        return [point.created_at for point in points]
+
+
+def _spread(times: list[datetime]) -> list[datetime]:
+    if not times:
+        return []
+    step = max((max(times) - min(times)) * SPREAD_SHARE, MIN_SPREAD)
+    groups: dict[datetime, list[int]] = {}
+    for index, moment in enumerate(times):
+        groups.setdefault(moment, []).append(index)
+    spread = list(times)
+    for moment, indexes in groups.items():
+        for rank, index in enumerate(indexes):
+            spread[index] = moment + step * (rank - (len(indexes) - 1) / 2)
+    return spread
+
+
 def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
     """Each run's ``figure`` over time (the baseline's as stars, its mean and 95% band behind),
     each experiment's mean with its 95% interval; the hover says what each run ran with."""
@@ -195,12 +226,13 @@ def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
     if band is not None and band.mean is not None:
         chart.add_hline(y=band.mean, line_dash="dash", line_color="green", annotation_text="baseline mean")
     chart.add_trace(_experiment_means_trace(experiment_means(measured)))
+    x_of = dict(zip((point.run_id for point in measured), spread_times(measured), strict=True))
     for in_baseline, name, symbol in ((False, "runs", "circle"), (True, "baseline runs", "star")):
         subset = [point for point in measured if point.in_baseline == in_baseline]
         if subset:
             chart.add_trace(
                 go.Scatter(
-                    x=[point.created_at for point in subset],
+                    x=[x_of[point.run_id] for point in subset],
                     y=[point.value for point in subset],
                     mode="markers",
                     name=name,
@@ -224,6 +256,7 @@ def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
         yaxis_title=header(figure),
         legend={"orientation": "h"},
     )
+    chart.update_yaxes(rangemode="tozero")  # the trend's figures are never negative
     return chart
 
 
