@@ -37,8 +37,9 @@ from tests.support.seeded_lab import add_done_run
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 # Points per trace of each Plotly chart inside the element keyed ``key`` (Streamlit's st-key class).
+# _fullData: Plotly's decoded traces (``data`` may hold the base64 arrays Plotly 6 writes).
 CHART_POINTS_JS = """(key) => Array.from(document.querySelectorAll(`.st-key-${key} .js-plotly-plot`))
-  .map(plot => plot.data.map(trace => (trace.x || []).length))"""
+  .map(plot => plot._fullData.map(trace => (trace.x || []).length))"""
 CHARTS = ("compare_throughput", "compare_requests", "compare_latency", "compare_pareto_chart")
 FOLLOW_TIMEOUT_MS = 30_000
 
