@@ -328,8 +328,9 @@ def ratio_rows(pairs: list[CellPair]) -> list[dict]:
                     "what_changes": f"{setting_label(name)} {setting_value(low)} → {setting_value(high)}",
                     "figure": display_name(found.figure).header,
                     "ratio": f"{found.ratio:,.2f}x" if found.ratio is not None else None,
-                    "ratio_interval": interval_text(found),
+                    # The verdict before the interval: on screen at 800 px.
                     "significance": found.significance,
+                    "ratio_interval": interval_text(found),
                     "first": cell_text(pair, "first"),
                     "second": cell_text(pair, "second"),
                 }

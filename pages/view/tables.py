@@ -263,17 +263,14 @@ def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]
     ]
 
 
-# Metric tiles are this wide and wrap to the next line when the page is narrow (800 px and less).
-TILE_WIDTH_PX = 150
-
-
-def metric_tiles(tiles: Sequence[tuple[str, str, str | None]], *, width_px: int = TILE_WIDTH_PX) -> None:
-    """Metric tiles in a row that wraps: each keeps its whole value at any page width."""
+def metric_tiles(tiles: Sequence[tuple[str, str, str | None]]) -> None:
+    """Metric tiles in a row that wraps: each as wide as its label and value (a fixed width cut
+    "240.1 ms" to "240.1..."), so it keeps its whole value at any page width."""
     import streamlit as st
 
     with st.container(horizontal=True, wrap=True, gap="small"):
         for label, value, help_text in tiles:
-            st.metric(label, value, help=help_text, width=width_px, border=True)
+            st.metric(label, value, help=help_text, width="content", border=True)
 
 
 # -- compare -----------------------------------------------------------------------------

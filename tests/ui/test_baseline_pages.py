@@ -48,8 +48,8 @@ def test_run_detail_marks_the_run_as_baseline_and_offers_its_spec_file(seed_lab:
     app = open_page(PAGES["Run detail"], run=str(run_id))
     assert "No baseline is marked for this run's configuration." in texts(app)
     labels = [button.label for button in elements(app, "download_button")]
-    assert "Download this run's spec file (JSON)" in labels
-    assert f"Download experiment #{seed_lab.experiment_id}'s spec file (JSON)" in labels
+    assert "Run's spec file (JSON)" in labels
+    assert f"Experiment #{seed_lab.experiment_id}'s spec file (JSON)" in labels
     widget(app.button, "baseline_mark_run").click().run()
     shown = texts(app)
     assert f"run #{run_id} is now the baseline of 1 configuration(s)." in shown

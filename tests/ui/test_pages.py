@@ -241,7 +241,11 @@ def test_run_detail_shows_figures_charts_logs_and_runs_again(seed_lab: SeededLab
     charts = app.get("plotly_chart")
     assert len(charts) >= 5  # throughput, latency, VUs, CPU, RSS
     assert any("naive log line 2" in code.value for code in app.code)
-    assert "vllm:request_success_total" in set(app.dataframe[0].value["metric"])
+    # The naive server's samples under the lab's names, their names on /metrics beside them.
+    metrics = app.dataframe[0].value
+    assert ("requests finished ok", "vllm:request_success_total") in set(
+        zip(metrics["metric"], metrics["name on /metrics"], strict=True)
+    )
     before = len(runs_in_db(seed_lab))
     widget(app.button, "run_again").click().run()
     # "Run again" opens New experiment with the run's spec in an editable form.
