@@ -78,6 +78,10 @@ def test_run_detail_and_compare_show_later_runs_against_the_baseline(seed_lab: S
     detail = open_page(PAGES["Run detail"], run=str(later))
     [table] = [frame.value for frame in detail.dataframe if "verdict" in frame.value.columns]
     assert set(table["later runs"]) == {f"experiment #{seed_lab.experiment_id}"}
+    # Compare of the baseline's run alone: the later run was not chosen, so it is not listed.
+    alone = open_page(PAGES["Compare"], runs=str(run_id))
+    assert not [frame for frame in alone.dataframe if "verdict" in frame.value.columns]
+    assert "No later run of this configuration yet." in texts(alone)
 
 
 def test_trends_plots_the_configuration_with_the_baseline_and_provenance(seed_lab: SeededLab) -> None:
