@@ -22,7 +22,7 @@ from pages.common import (
     WORKERS_PAGE,
     live_poll_interval,
     live_state,
-    services_state,
+    services_shown,
 )
 from pages.view.members import (
     account_box,
@@ -43,23 +43,32 @@ from pages.view.text import plain
 SERVICE_STATE_ICONS = {
     "running": ":green[:material/check_circle:]",
     "starting": ":orange[:material/pending:]",
+    "stopping": ":orange[:material/pending:]",
     "unhealthy": ":orange[:material/warning:]",
     "dead": ":red[:material/error:]",
     "failed": ":red[:material/error:]",
 }
 
 
+# While nothing is pending the sidebar still follows the lab (a run queued elsewhere, a service
+# started from the CLI), only less often.
+SIDEBAR_IDLE_REFRESH_S = 5.0
+
+
 def sidebar() -> None:
-    """The queue, the active run's phase and the services' state, on every page; refreshed
-    while a run is pending, from the same state the Runs page's live view reads."""
+    """The queue, the active run's phase and the services' state, on every page; refreshed by
+    itself (every few seconds while a run is pending, less often otherwise), from the same
+    state the Runs page's live view reads."""
     polling = live_poll_interval(live_state(fresh=True))
 
-    @st.fragment(run_every=polling)
+    @st.fragment(run_every=polling or SIDEBAR_IDLE_REFRESH_S)
     @view_survives_database_outage
     def queue_and_services() -> None:
         state = live_state()
-        if polling and not state["pending"]:
-            st.rerun()  # the last run just ended: stop polling
+        if bool(polling) != bool(state["pending"]):
+            # A run was queued (from the CLI, another tab) or the last one ended: the whole
+            # page runs again, so its live views start or stop following.
+            st.rerun()
         st.subheader("Queue")
         left, right = st.columns(2)
         left.metric("queued", state["queued"])
@@ -73,7 +82,7 @@ def sidebar() -> None:
         finished = ", ".join(f"{count} {status}" for status, count in state["finished"].items())
         st.caption(finished or "no finished runs yet")
         st.subheader("Services")
-        services = services_state()
+        services = services_shown()
         if not services:
             st.caption("none started yet; runs start what they need")
         for service in services:

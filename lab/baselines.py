@@ -9,7 +9,7 @@ that cell's done runs. The pure comparison is :mod:`lab.analysis.regression`'s.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +115,8 @@ def clear_baselines(*, session: Session, subject: Subject) -> int:
 def baseline_label(baseline: Baseline) -> str:
     """``experiment #3 (3 runs)`` or ``run #12``: what was marked."""
     if baseline.experiment_id is not None:
-        return f"experiment #{baseline.experiment_id} ({len(baseline.run_ids)} runs)"
+        runs = len(baseline.run_ids)
+        return f"experiment #{baseline.experiment_id} ({runs} run{'' if runs == 1 else 's'})"
     return f"run #{baseline.run_id}"
 
 
@@ -143,13 +144,15 @@ def runs_of_configuration(*, session: Session, configuration: dict[str, Any]) ->
     return [run for run in candidates if configuration_key(run.spec) == key]
 
 
-def later_groups(*, session: Session, baseline: Baseline) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The done runs of the baseline's configuration made after its runs, grouped by
-    experiment (label, run records), oldest first."""
+def later_groups(
+    *, session: Session, baseline: Baseline, only_run_ids: Collection[int] | None = None
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The done runs of the baseline's configuration made after its runs (only those of
+    ``only_run_ids`` when given), grouped by experiment (label, run records), oldest first."""
     newest = max(baseline.run_ids, default=0)
     groups: dict[str, list[dict[str, Any]]] = {}
     for run in runs_of_configuration(session=session, configuration=baseline.configuration):
-        if run.id > newest:
+        if run.id > newest and (only_run_ids is None or run.id in only_run_ids):
             label = f"experiment #{run.experiment_id}" if run.experiment_id is not None else f"run #{run.id}"
             groups.setdefault(label, []).append(run_record(run))
     return list(groups.items())
@@ -332,10 +335,14 @@ class BaselineComparison:
     rows: list[dict[str, Any]]
 
 
-def comparison_of(*, session: Session, baseline: Baseline) -> BaselineComparison:
-    """The baseline's later runs against it, each headline figure's change with its interval."""
+def comparison_of(
+    *, session: Session, baseline: Baseline, only_run_ids: Collection[int] | None = None
+) -> BaselineComparison:
+    """The baseline's later runs (only those of ``only_run_ids`` when given) against it, each
+    headline figure's change with its interval."""
     rows = change_rows(
-        baseline_records(session=session, baseline=baseline), later_groups(session=session, baseline=baseline)
+        baseline_records(session=session, baseline=baseline),
+        later_groups(session=session, baseline=baseline, only_run_ids=only_run_ids),
     )
     return BaselineComparison(
         baseline.configuration_key,
@@ -347,7 +354,8 @@ def comparison_of(*, session: Session, baseline: Baseline) -> BaselineComparison
 
 
 def comparisons_for_runs(*, session: Session, run_ids: Sequence[int], limit: int = 10) -> list[BaselineComparison]:
-    """The baseline comparisons of the configurations these runs ran (those with a baseline)."""
+    """The baseline comparisons of the configurations these runs ran (those with a baseline):
+    only these runs against it (Compare shows what was chosen, not every later experiment)."""
     keys = dict.fromkeys(
         configuration_key(run.spec)
         for run in store.list_runs(session=session, run_ids=list(run_ids), newest_first=False)
@@ -356,7 +364,7 @@ def comparisons_for_runs(*, session: Session, run_ids: Sequence[int], limit: int
     for key in keys:
         baseline = baseline_store.get_baseline(session=session, configuration_key=key)
         if baseline is not None:
-            found.append(comparison_of(session=session, baseline=baseline))
+            found.append(comparison_of(session=session, baseline=baseline, only_run_ids=set(run_ids)))
         if len(found) >= limit:
             break
     return found

@@ -80,6 +80,12 @@ class Settings(BaseSettings):
     stop_idle_backends: bool = Field(
         default=True, description="stop the inference backend a run does not use (one accelerator, or few CPU cores)"
     )
+    backend_idle_stop_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="stop a backend a run started once no run has used it for this long and none queued needs it "
+        "(seconds; 0 = never); services started by hand stay up",
+    )
     keep_experiment_backends_min_free_gib: float = Field(
         default=6.0,
         ge=0,

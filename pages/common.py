@@ -19,6 +19,7 @@ from lab import history
 from lab.backends import CACHE_SUFFIX
 from lab.context import LabContext
 from lab.settings import Settings, get_settings
+from pages.view.service_states import shown_states
 from services.manager import ServiceManager
 
 NEW_EXPERIMENT_PAGE = "pages/new_experiment.py"
@@ -136,6 +137,25 @@ def services_state(*, fresh: bool = False) -> list[dict]:
 @st.cache_data(ttl=2.0, show_spinner=False)
 def _services_state(database_url: str) -> list[dict]:
     return [as_shown(status.to_dict()) for status in service_manager().status()]
+
+
+SERVICE_ACTIONS_KEY = "service_actions"
+
+
+def note_service_action(name: str, action: str) -> None:
+    """Remember that this session asked to start or stop ``name`` (shown until the record catches up)."""
+    state_before = next((s["state"] for s in services_state(fresh=True) if s["name"] == name), None)
+    st.session_state.setdefault(SERVICE_ACTIONS_KEY, {})[name] = (action, time.monotonic(), state_before)
+
+
+def services_shown() -> list[dict]:
+    """The services' states as the pages show them: a Start or Stop clicked in this session
+    shows as "starting" or "stopping" from the click on (pages.view.service_states)."""
+    shown, pending = shown_states(
+        services_state(), st.session_state.get(SERVICE_ACTIONS_KEY, {}), now_s=time.monotonic()
+    )
+    st.session_state[SERVICE_ACTIONS_KEY] = pending
+    return shown
 
 
 # What the supervisor records when a run is cancelled while its service starts (services.supervisor).

@@ -23,6 +23,7 @@ from lab.specs.schema import load_preset
 from pages.common import NEW_EXPERIMENT_PAGE, session
 from pages.view.baseline import compare_baselines
 from pages.view.charts import CHART_WIDTH_PX
+from pages.view.compare_picker import DEFAULT_TEXT, default_choice, run_labels
 from pages.view.figures import (
     CHART_CONFIG,
     hit_rates_figure,
@@ -34,6 +35,7 @@ from pages.view.figures import (
 from pages.view.members import person_filter
 from pages.view.names import csv_frame, display_frame, display_name, header, setting_label, setting_value
 from pages.view.page_guard import only_through_entry_file
+from pages.view.series import LOAD_AXIS, NO_AXIS, VUS_AXIS, run_line_label, with_series
 from pages.view.tables import interval_text, plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain
 
@@ -68,17 +70,9 @@ def apply_link() -> None:
     st.session_state["compare_runs"] = [int(part) for part in link.split(",") if part.strip().isdigit()]
 
 
-def newest_experiment_runs(runs: list) -> list[int]:
-    """The done runs of the newest experiment with two or more of them (its cells), else the two newest."""
-    by_experiment: dict[int | None, list[int]] = {}
-    for run in runs:  # newest first
-        by_experiment.setdefault(run.experiment_id, []).append(run.id)
-    best = next((ids for ids in by_experiment.values() if len(ids) >= 2), None)
-    return sorted(best[:MAX_OVERLAID_RUNS]) if best else [run.id for run in runs[:2]]
-
-
 def choose_runs(person: str | None) -> Chosen:
-    """The mode and the experiments or runs chosen (launched by ``person`` when named); their records and specs."""
+    """The mode and the experiments or runs chosen (launched by ``person`` when named); their
+    records and specs. Both modes start from one default (pages.view.compare_picker), said on the page."""
     apply_link()
     mode = st.radio("Compare", ["whole experiments", "individual runs"], horizontal=True, key="compare_mode")
     with session() as db_session:
@@ -87,15 +81,14 @@ def choose_runs(person: str | None) -> Chosen:
             for run in history.list_runs(session=db_session, statuses=["done"], limit=RECENT_RUNS_LISTED)
             if person is None or run.launched_by == person
         ]
+        default = default_choice(done)
         if mode == "whole experiments":
             experiments = history.list_experiments(session=db_session)
             names = {e.id: f"#{e.id} {e.name}" + (f" ({e.scale})" if e.preset else "") for e in experiments}
-            finished = {run.experiment_id for run in done}
-            default = next((eid for eid in names if eid in finished), None)
             chosen = st.multiselect(
                 "Experiments",
                 list(names),
-                default=[default] if default else [],
+                default=[eid for eid in default.experiment_ids if eid in names],
                 format_func=lambda option: names[option],
                 key="compare_experiments",
             )
@@ -103,19 +96,20 @@ def choose_runs(person: str | None) -> Chosen:
         else:
             linked = [rid for rid in st.session_state.get("compare_runs", []) if rid not in {r.id for r in done}]
             extra = history.list_runs(session=db_session, run_ids=linked) if linked else []
-            names = {r.id: f"#{r.id} {r.backend} {r.cell_label}" for r in [*done, *extra]}
+            names = run_labels([*done, *extra])
             if "compare_runs" in st.session_state:  # a link may name runs deleted since
                 st.session_state["compare_runs"] = [rid for rid in st.session_state["compare_runs"] if rid in names]
-            default_runs = None if "compare_runs" in st.session_state else newest_experiment_runs(done)
             chosen = st.multiselect(
                 "Runs",
                 list(names),
-                default=default_runs,
+                default=None if "compare_runs" in st.session_state else default.run_ids,
                 format_func=lambda option: names[option],
                 key="compare_runs",
-                help="Done runs by default; runs ticked on Runs too.",
+                help="Done runs, each named by its backend, its load and what differs from the runs listed "
+                "beside it; runs ticked on Runs too.",
             )
             runs = history.list_runs(session=db_session, run_ids=chosen, newest_first=False) if chosen else []
+        st.caption(DEFAULT_TEXT)
         runs = [run for run in runs if person is None or run.launched_by == person]
         return Chosen([run_record(run) for run in runs], {run.id: run.spec for run in runs})
 
@@ -334,8 +328,9 @@ def ratio_rows(pairs: list[CellPair]) -> list[dict]:
                     "what_changes": f"{setting_label(name)} {setting_value(low)} → {setting_value(high)}",
                     "figure": display_name(found.figure).header,
                     "ratio": f"{found.ratio:,.2f}x" if found.ratio is not None else None,
-                    "ratio_interval": interval_text(found),
+                    # The verdict before the interval: on screen at 800 px.
                     "significance": found.significance,
+                    "ratio_interval": interval_text(found),
                     "first": cell_text(pair, "first"),
                     "second": cell_text(pair, "second"),
                 }
@@ -364,26 +359,35 @@ def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
     return rows
 
 
-def charts_section(done: list[dict]) -> None:
-    """Throughput, requests and latency by VUs, the runs' output tok/s over time, cache hit rates."""
+def charts_section(done: list[dict], chosen: Chosen) -> None:
+    """Throughput, requests and latency by VUs, the runs' output tok/s over time, cache hit rates,
+    the Pareto chart: a line joins only runs that differ in the chart's own axis (pages.view.series)."""
     st.subheader("Charts")
+    specs = chosen.specs_of(done)
+    by_vus = with_series(done, specs, VUS_AXIS)
     charts = {
-        "compare_throughput": throughput_vs_vus_figure(done),
-        "compare_requests": req_per_s_vs_vus_figure(done),
-        "compare_latency": latency_vs_vus_figure(done),
+        "compare_throughput": throughput_vs_vus_figure(by_vus),
+        "compare_requests": req_per_s_vs_vus_figure(by_vus),
+        "compare_latency": latency_vs_vus_figure(by_vus),
         "compare_hits": hit_rates_figure(done),
     }
+    if len({record["series"] for record in by_vus}) > len({record["backend"] for record in by_vus}):
+        st.caption(
+            "A line joins only runs that differ in the chart's own axis: runs that differ in more "
+            "are separate series, each named by what else differs."
+        )
     with st.container(horizontal=True, wrap=True, gap="small"):
         for key, figure in charts.items():
             if figure is not None:  # no cache involved: no chart of nothing
                 st.plotly_chart(figure, key=key, width=CHART_WIDTH_PX, config=CHART_CONFIG)
     smooth_s = 5 if st.toggle("Smooth the per-second series (5 s moving average)", key="compare_smooth") else 1
+    one_by_one = with_series(done, specs, NO_AXIS)
     with session() as db_session:
         series_by_run = {}
-        for record in done[:MAX_OVERLAID_RUNS]:
+        for record in one_by_one[:MAX_OVERLAID_RUNS]:
             row = history.get_run_series(session=db_session, run_id=record["run_id"])
             if row is not None:
-                label = chart_label(f"#{record['run_id']} {record['backend']} {record['cell_label']}")
+                label = chart_label(run_line_label(record, record["series"]))
                 series_by_run[label] = (record["backend"], row.series)
     st.plotly_chart(
         overlaid_series_figure(series_by_run, "output_tok_per_s", title="Output tokens/s over time", smooth_s=smooth_s),
@@ -392,6 +396,10 @@ def charts_section(done: list[dict]) -> None:
     )
     if len(done) > MAX_OVERLAID_RUNS:
         st.caption(f"Time series show the first {MAX_OVERLAID_RUNS} runs.")
+    st.subheader("Throughput against latency (Pareto)")
+    from pages.view.capacity_form import pareto_block
+
+    pareto_block(with_series(done, specs, LOAD_AXIS), key="compare_pareto")
 
 
 def page() -> None:
@@ -427,11 +435,7 @@ def page() -> None:
     compare_baselines(done)
     st.subheader("Cost per million output tokens")
     st.dataframe(display_frame(cost_table(done, price_per_hour)), hide_index=True, key="compare_cost")
-    charts_section(done)
-    st.subheader("Throughput against latency (Pareto)")
-    from pages.view.capacity_form import pareto_block
-
-    pareto_block(done, key="compare_pareto")
+    charts_section(done, chosen)
 
 
 page()

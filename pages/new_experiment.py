@@ -104,8 +104,11 @@ def grid_section() -> None:
     tags = st.text_input("Tags (comma separated)", key="grid_tags")
     overrides = overrides_box("grid_overrides")
     field_error(errors, "form")
-    spec, _ = check_grid_form(form)
+    spec, problems = check_grid_form(form)
     specs = experiment_run_specs(spec) if spec is not None else []
+    if spec is None and problems:
+        # The estimate needs a valid grid: say what stops it rather than leave a gap.
+        show_plain(f"No estimate yet: {next(iter(problems.values()))}", kind="caption")
     if spec is not None and overrides:
         changed = overridden(spec, overrides)
         specs = experiment_run_specs(changed) if changed is not None else []

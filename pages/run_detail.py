@@ -238,7 +238,7 @@ def figures_section(run: Run, record: dict, series: dict | None) -> None:
 def stored_details(run: Run, series_row: RunSeries | None) -> None:
     """Server metrics, log tails, spec, environment, tags and notes, each folded away."""
     with st.expander("Server metrics before and after the load"):
-        metrics = server_metrics_table(run.server_metrics)
+        metrics = server_metrics_table(run.server_metrics, run.backend)
         if metrics.empty:
             st.caption("No server metrics were scraped (the service exposes none, or the run did not reach the load).")
         else:
@@ -299,7 +299,7 @@ def page() -> None:
         st.subheader(f"Run #{run.id} · {status_badge(run.status)}")
     show_plain(
         f"{run.backend} · {model_short_name(run.model)} · {run.workload} · {run.cell_label} · "
-        f"repeat {run.repeat_index}{experiment} · created {local_time(run.created_at)} by {run.launched_by}",
+        f"repeat {run.repeat_index + 1}{experiment} · created {local_time(run.created_at)} by {run.launched_by}",
         kind="caption",
     )
     if run.status_reason:

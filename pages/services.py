@@ -11,8 +11,9 @@ import streamlit as st
 
 from lab import history
 from lab.backends import BACKENDS, managed_backend_names
-from lab.queue.detached import start_service_in_background
-from pages.common import service_manager, services_state, session, without_polling
+from lab.queue.detached import start_service_in_background, stop_service_in_background
+from lab.queue.idle_stop import idle_stop_text
+from pages.common import note_service_action, service_manager, services_shown, session, settings, without_polling
 from pages.view.members import lab_permission
 from pages.view.names import display_frame
 from pages.view.outage import view_survives_database_outage
@@ -55,15 +56,32 @@ def start_control(active_text: str | None) -> None:
             "Start a service", list(hints), key="service_to_start", format_func=lambda n: f"{n} ({hints[n]})"
         )
         right.write("")
-        if (
-            right.button(
-                "Start", key="start_service", type="primary", disabled=bool(active_text) or not allowed.allowed
-            )
-            and lab_permission().allowed
-        ):
-            start_service_in_background(name)
-            services_state(fresh=True)
+        # A callback: it runs before the page and the sidebar draw, so both show "starting" at once.
+        right.button(
+            "Start",
+            key="start_service",
+            type="primary",
+            disabled=bool(active_text) or not allowed.allowed,
+            on_click=start_clicked,
+            args=(name,),
+        )
+        if st.session_state.get("service_started") == name:
             st.success(f"Starting {name} in the background: its state shows below as it changes.")
+
+
+def start_clicked(name: str) -> None:
+    """Start ``name`` detached (lab services up), shown as starting from now on."""
+    if lab_permission().allowed:
+        note_service_action(name, "starting")
+        start_service_in_background(name)
+        st.session_state["service_started"] = name
+
+
+def stop_clicked(name: str) -> None:
+    """Stop ``name`` detached (lab services down), shown as stopping from now on."""
+    if lab_permission().allowed:
+        note_service_action(name, "stopping")
+        stop_service_in_background(name)
 
 
 def services_table(statuses: list[dict], active_text: str | None) -> None:
@@ -87,18 +105,16 @@ def services_table(statuses: list[dict], active_text: str | None) -> None:
         with st.expander(plain(f"{status['name']} · {status['state']}")):
             if status["message"]:
                 show_plain(status["message"][-2000:], kind="caption")
-            if (
-                status["state"] in ("running", "unhealthy", "starting")
-                and st.button(
+            # A start clicked a moment ago has no process to stop yet. The stop runs in the
+            # background like a start: "stopping" shows until the record says stopped.
+            if status["state"] in ("running", "unhealthy", "starting") and status.get("pid"):
+                st.button(
                     f"Stop {status['name']}",
                     key=f"stop_{status['name']}",
                     disabled=bool(active_text) or not allowed.allowed,
+                    on_click=stop_clicked,
+                    args=(status["name"],),
                 )
-                and lab_permission().allowed
-            ):
-                service_manager().stop(status["name"])
-                services_state(fresh=True)
-                st.rerun()
             # Health and /metrics polling fill a log; what the service said is what matters.
             lines = without_polling(service_manager().log_tail(status["name"], max_lines=200)).splitlines()[-40:]
             st.code("\n".join(lines) or "(empty log)", language=None)
@@ -116,11 +132,12 @@ def page() -> None:
         # Starting or stopping a service by hand now would change what the run measures.
         st.info(f"{active_text} is using the services: starting and stopping by hand is off until it ends.")
     start_control(active_text)
+    st.caption(idle_stop_text(settings().backend_idle_stop_s))
 
     @st.fragment(run_every=SERVICES_REFRESH_S)
     @view_survives_database_outage
     def live_table() -> None:
-        statuses = services_state()
+        statuses = services_shown()
         if not statuses:
             st.info("No service has been started yet. Runs start what they need; start one above to try it by hand.")
             return

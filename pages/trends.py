@@ -12,6 +12,7 @@ from pages.common import session, show_flash
 from pages.view.baseline import trend_figure, trend_table
 from pages.view.names import header
 from pages.view.page_guard import only_through_entry_file
+from pages.view.tables import plural
 from pages.view.text import show_plain
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
@@ -26,7 +27,7 @@ def choose_configuration() -> dict | None:
         return None
     by_key = {item["key"]: item for item in configurations}
     labels = {
-        key: f"{'★ ' if item['has_baseline'] else ''}{item['label']} ({item['runs']} runs)"
+        key: f"{'★ ' if item['has_baseline'] else ''}{item['label']} ({plural(item['runs'], 'run')})"
         for key, item in by_key.items()
     }
     if st.session_state.get("trends_configuration") not in by_key:

@@ -12,9 +12,13 @@ from lab.queue.worker_identity import worker_overview
 from pages.common import session, settings
 from pages.view.members import lab_permission
 from pages.view.names import display_frame
+from pages.view.outage import view_survives_database_outage
 from pages.view.page_guard import only_through_entry_file
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
+
+# The table redraws itself this often: heartbeats, current runs and states follow the lab.
+WORKERS_REFRESH_S = 3.0
 
 
 def page() -> None:
@@ -22,7 +26,13 @@ def page() -> None:
     if not (allowed := lab_permission()).allowed:  # admins only when sign-in is on
         st.info(allowed.reason + ".")
         return
-    lease_s = settings().worker_lease_s
+    workers_table(settings().worker_lease_s)
+
+
+@st.fragment(run_every=WORKERS_REFRESH_S)
+@view_survives_database_outage
+def workers_table(lease_s: float) -> None:
+    """Every worker, its heartbeat age and current run, read again every few seconds."""
     with session() as db_session:
         rows = worker_overview(session=db_session, lease_s=lease_s)
     if not rows:
@@ -34,14 +44,16 @@ def page() -> None:
         return
     alive = sum(row.state == "alive" for row in rows)
     st.caption(
-        f"{alive} of {len(rows)} workers alive. A worker silent for more than {lease_s:g} s is lost: "
-        "another worker marks its runs interrupted. Services run on each worker's own machine."
+        f"{alive} of {len(rows)} workers alive (updated every {WORKERS_REFRESH_S:g} s). A worker silent "
+        f"for more than {lease_s:g} s is lost: another worker marks its runs interrupted. Services run on each "
+        "worker's own machine."
     )
     st.dataframe(
-        display_frame(pd.DataFrame([dataclasses.asdict(row) for row in rows])), hide_index=True, width="stretch"
+        display_frame(pd.DataFrame([dataclasses.asdict(row) for row in rows])),
+        hide_index=True,
+        width="stretch",
+        key="workers_table",
     )
-    if st.button("Refresh", key="workers_refresh", icon=":material/refresh:"):
-        st.rerun()
 
 
 page()

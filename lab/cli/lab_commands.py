@@ -52,13 +52,14 @@ def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
 
 
 def _streamlit_argv(*, host: str, port: int) -> list[str]:
-    """The Streamlit server the lab serves its pages with, headless and without usage statistics."""
+    """The Streamlit server the lab serves its pages with (web_app.py: streamlit_app.py's pages,
+    no 404 for a page opened directly), headless and without usage statistics."""
     return [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(PROJECT_ROOT / "streamlit_app.py"),
+        str(PROJECT_ROOT / "web_app.py"),
         "--server.address",
         host,
         "--server.port",

@@ -149,7 +149,7 @@ def run_pending(*, worker: Worker, engine: Engine, run_ids: list[int], quiet: bo
                 if run is None:  # deleted from a page meanwhile: nothing to report
                     continue
                 print(
-                    f"run #{run_id} {run.cell_label} repeat {run.repeat_index}: {run.status}"
+                    f"run #{run_id} {run.cell_label} repeat {run.repeat_index + 1}: {run.status}"
                     + (f" ({run.status_reason.splitlines()[0]})" if run.status_reason else ""),
                     file=sys.stderr,
                 )

@@ -45,7 +45,7 @@ def live_shared_workers(*, engine: Engine, lease_s: float) -> dict[str, list[str
 
 def run_line(run: Run) -> str:
     """``run #12 (naive 8 VUs, repeat 0)``: how the waiter names a run."""
-    return f"run #{run.id} ({run.cell_label}, repeat {run.repeat_index})"
+    return f"run #{run.id} ({run.cell_label}, repeat {run.repeat_index + 1})"
 
 
 class SharedQueueWaiter(AbstractContextManager["SharedQueueWaiter"]):

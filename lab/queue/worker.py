@@ -10,7 +10,8 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,9 +21,11 @@ from sqlalchemy.orm import Session
 
 from db import store, worker_store
 from db.engine import sqlite_file_identity, sqlite_path
+from lab.backends import CACHE_SUFFIX, managed_backend_names
 from lab.context import LabContext
 from lab.measurement.hardware import worker_hardware
 from lab.queue import experiments
+from lab.queue.idle_stop import BackendInUse, idle_backends_to_stop
 from lab.queue.worker_lock import WorkerBusyError, WorkerLock
 from lab.run.decisions import write_failure_message
 from lab.run.final_state import PendingFinalStates
@@ -66,6 +69,9 @@ class Worker:
         self._database = sqlite_file_identity(self.settings.resolved_database_url)
         self._heartbeat_stop = threading.Event()
         self._current_run_id: int | None = None
+        # The idle stop's clock, and when a run last used each backend (lab.queue.idle_stop).
+        self.clock: Callable[[], float] = time.monotonic
+        self._backend_used_s: dict[str, float] = {}
 
     # -- on the queue ---------------------------------------------------------------------
     def register(self) -> None:
@@ -206,8 +212,54 @@ class Worker:
             ).execute()
         finally:
             self._current_run_id = None
+            self._note_backend_used(run_id)
         self._record_wall_time_ratio(run_id)
         return run_id
+
+    def _note_backend_used(self, run_id: int) -> None:
+        """Remember that a run just used its backend (its idle time starts now)."""
+        try:
+            with Session(self.engine) as session:
+                run = store.get_run(session=session, run_id=run_id)
+                backend = str((run.spec or {}).get("backend") or "") if run is not None else ""
+        except SQLAlchemyError:
+            return  # the idle stop then counts from the backend's start: it only stops later
+        if backend:
+            self._backend_used_s[backend.removesuffix(CACHE_SUFFIX)] = self.clock()
+
+    def stop_idle_backends(self) -> list[str]:
+        """Between runs: stop the backends this worker started that no run used for
+        ``backend_idle_stop_s`` and no queued run needs (lab.queue.idle_stop). Returns their names."""
+        idle_stop_s = self.settings.backend_idle_stop_s
+        if idle_stop_s <= 0:
+            return []
+        managed = set(managed_backend_names())
+        with Session(self.engine) as session:
+            records = [
+                record
+                for record in worker_store.list_service_records(session=session, worker=self.name)
+                if record.name in managed and record.state in ("running", "starting", "unhealthy")
+            ]
+            queued = {
+                str((run.spec or {}).get("backend") or "").removesuffix(CACHE_SUFFIX)
+                for run in store.list_runs(session=session, statuses=["queued"])
+            }
+        now_s = self.clock()
+        in_use = [
+            BackendInUse(
+                name=record.name,
+                started_by_worker=record.owner_pid is not None and record.owner_pid == self.services.owner_pid,
+                # Not used by a run of this worker yet: idle from when the worker first sees it.
+                last_used_s=self._backend_used_s.setdefault(record.name, now_s),
+            )
+            for record in records
+        ]
+        stopped = idle_backends_to_stop(in_use, queued_backends=queued, now_s=now_s, idle_stop_s=idle_stop_s)
+        for name in stopped:
+            log.info("stopping %s: no run used it for %g s and none queued needs it", name, idle_stop_s)
+            self.services.stop(name)
+            self._backend_used_s.pop(name, None)
+        return stopped
 
     def _record_wall_time_ratio(self, run_id: int) -> None:
         """Update the run's experiment's wall-time ratio (the lab's overhead so far)."""
@@ -237,7 +289,15 @@ class Worker:
                         log.exception("the worker hit an error between runs; going on")
                     ran = None
                 if ran is None:
+                    self._stop_idle_backends_quietly()
                     self._stop.wait(self.settings.worker_poll_interval_s)
+
+    def _stop_idle_backends_quietly(self) -> None:
+        # A backend left up is memory, never a reason to stop serving the queue.
+        try:
+            self.stop_idle_backends()
+        except Exception as error:
+            log.warning("the idle stop could not run: %s", write_failure_message(error) or error)
 
     def _check_database_file(self) -> None:
         """Raise DatabaseReplacedError when the SQLite file was removed or replaced: the open

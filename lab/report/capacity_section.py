@@ -93,8 +93,11 @@ def search_figure(state: dict[str, Any]):
     return fig
 
 
-def pareto_points(records: Sequence[dict[str, Any]], figure: str = "latency_p95_s") -> dict[str, list[dict[str, Any]]]:
-    """Per backend, its finished runs' (SLO figure, throughput) in load order, repeats averaged."""
+def pareto_points(
+    records: Sequence[dict[str, Any]], figure: str = "latency_p95_s", *, series: str = "backend"
+) -> dict[str, list[dict[str, Any]]]:
+    """Per backend (or per ``series``, a record field naming the runs one curve may join), its
+    finished runs' (SLO figure, throughput) in load order, repeats averaged."""
     grouped: dict[str, dict[float, list[dict[str, Any]]]] = {}
     for record in records:
         load = _load_of(record)
@@ -105,7 +108,7 @@ def pareto_points(records: Sequence[dict[str, Any]], figure: str = "latency_p95_
             or record.get("req_per_s") is None
         ):
             continue
-        grouped.setdefault(record["backend"], {}).setdefault(float(load), []).append(record)
+        grouped.setdefault(str(record.get(series) or record["backend"]), {}).setdefault(float(load), []).append(record)
     points: dict[str, list[dict[str, Any]]] = {}
     for backend, by_load in grouped.items():
         points[backend] = [
@@ -120,12 +123,18 @@ def pareto_points(records: Sequence[dict[str, Any]], figure: str = "latency_p95_
     return points
 
 
-def pareto_figure(records: Sequence[dict[str, Any]], figure: str = "latency_p95_s", limit_s: float | None = None):
-    """Throughput against the SLO latency figure, one curve per backend across its loads."""
+def pareto_figure(
+    records: Sequence[dict[str, Any]],
+    figure: str = "latency_p95_s",
+    limit_s: float | None = None,
+    *,
+    series: str = "backend",
+):
+    """Throughput against the SLO latency figure, one curve per backend (or ``series``) across its loads."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for backend, points in pareto_points(records, figure).items():
+    for backend, points in pareto_points(records, figure, series=series).items():
         fig.add_trace(
             go.Scatter(
                 name=backend,

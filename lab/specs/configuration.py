@@ -66,7 +66,7 @@ def configuration_label(configuration: dict[str, Any]) -> str:
     if load.get("kind") == "constant-arrival-rate":
         load_text = f"{load.get('rate_per_s')} req/s"
     else:
-        load_text = f"{load.get('vus')} VUs"
+        load_text = f"{load.get('vus')} VU{'' if load.get('vus') == 1 else 's'}"
     return (
         f"{configuration.get('backend')} · {model} · {workload.get('kind')} · {load_text} · "
         f"{load.get('duration_s')} s · max tokens {configuration.get('max_tokens')}"

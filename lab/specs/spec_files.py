@@ -12,6 +12,7 @@ rerun exactly: the run's seeds and the experiment's run order are in the file.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -68,10 +69,44 @@ def load_spec_file(
         )
     document.setdefault("name", path.stem)
     try:
-        return experiment_from_document(document, quick=quick, overrides=overrides)
+        spec = experiment_from_document(document, quick=quick, overrides=overrides)
     except SpecError as error:
         message = str(error).replace("Extra inputs are not permitted", "unknown key")
         raise SpecError(f"spec file {path.name}: {message}") from None
+    return renamed_rerun(spec, named_by_hand=any(key == "name" for key, _ in overrides or []))
+
+
+# The name of an exported run's spec file: "rerun of run #2: naive, 1 VU, max tokens 128".
+RERUN_NAME = re.compile(r"^rerun of run #(?P<run_id>\d+)(:.*)?$")
+
+
+def rerun_summary(base: dict[str, Any]) -> str:
+    """What a run spec runs, in a few words: backend, load, max tokens, workload."""
+    load = base.get("load") or {}
+    parts = [str(base.get("backend") or "?")]
+    if load.get("rate_per_s") is not None and load.get("kind") != "constant-vus":
+        parts.append(f"{load['rate_per_s']:g} req/s")
+    elif load.get("vus") is not None:
+        parts.append(f"{load['vus']} VU{'' if load['vus'] == 1 else 's'}")
+    if base.get("max_tokens") is not None:
+        parts.append(f"max tokens {base['max_tokens']}")
+    if (base.get("workload") or {}).get("kind"):
+        parts.append(str(base["workload"]["kind"]))
+    return ", ".join(parts)
+
+
+def rerun_name(run_id: int, base: dict[str, Any]) -> str:
+    """An exported run's experiment name, after what it runs."""
+    return f"rerun of run #{run_id}: {rerun_summary(base)}"
+
+
+def renamed_rerun(spec: ExperimentSpec, *, named_by_hand: bool) -> ExperimentSpec:
+    """A rerun of an exported run named after what it now runs (the file edited, or ``--set``
+    changed a setting since the export), unless a name was set by hand."""
+    match = RERUN_NAME.match(spec.name)
+    if match is None or named_by_hand:
+        return spec
+    return spec.model_copy(update={"name": rerun_name(int(match["run_id"]), spec.base.model_dump(mode="json"))})
 
 
 def experiment_spec_document(*, stored_spec: dict[str, Any]) -> dict[str, Any]:
@@ -86,9 +121,11 @@ def run_spec_document(
     """One run's stored spec as a spec file: an experiment of that run alone (its seed kept, one
     repeat), so rerunning the file queues a run of the same spec."""
     source = f" of experiment {experiment_name!r}" if experiment_name else ""
+    cell = f" (cell {cell_label})" if cell_label else ""
     return {
-        "name": f"run #{run_id}" + (f" {cell_label}" if cell_label else ""),
-        "description": f"exported from run #{run_id}{source}",
+        # Renamed when loaded after what it then runs (renamed_rerun): an edit or --set shows in the name.
+        "name": rerun_name(run_id, stored_spec),
+        "description": f"exported from run #{run_id}{cell}{source}",
         "base": dict(stored_spec),
         "repeats": 1,
     }

@@ -5,6 +5,7 @@ significant), the spec file download, and the Trends chart."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -26,11 +27,16 @@ def _number(value: Any) -> str:
     return "–" if value is None else f"{value:,.4g}"
 
 
+CHANGE_COLUMNS = ("later runs", "figure", "change", "verdict", "95% interval", "baseline", "later", "runs")
+
+
 def change_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The change rows with human figure names and readable numbers."""
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
+    # The verdict right after what changed, so a narrow page still shows it without scrolling.
+    frame = frame[[c for c in CHANGE_COLUMNS if c in frame] + [c for c in frame if c not in CHANGE_COLUMNS]]
     frame["figure"] = [header(name) for name in frame["figure"]]
     frame["baseline"] = [_number(value) for value in frame["baseline"]]
     frame["later"] = [_number(value) for value in frame["later"]]
@@ -47,7 +53,12 @@ def comparison_block(comparison: BaselineComparison) -> None:
     if not comparison.rows:
         st.caption("No later run of this configuration yet.")
         return
-    st.dataframe(change_frame(comparison.rows), hide_index=True, width="stretch")
+    st.dataframe(
+        change_frame(comparison.rows),
+        hide_index=True,
+        width="stretch",
+        key=f"baseline_changes_{comparison.configuration_key[:16]}",
+    )
 
 
 def mark(subject: Subject, *, clear: bool = False) -> None:
@@ -73,9 +84,10 @@ def spec_downloads(run: Run) -> None:
         cell_label=run.cell_label,
         experiment_name=run.experiment.name if run.experiment else None,
     )
-    columns = st.columns(2)
-    columns[0].download_button(
-        "Download this run's spec file (JSON)",
+    # A row that wraps, each button as wide as its label: nothing cut at 800 px.
+    row = st.container(horizontal=True, wrap=True, gap="small")
+    row.download_button(
+        "Run's spec file (JSON)",
         spec_file_text(document),
         file_name=f"run-{run.id}-spec.json",
         mime="application/json",
@@ -83,36 +95,35 @@ def spec_downloads(run: Run) -> None:
         on_click="ignore",
     )
     if run.experiment is not None:
-        columns[1].download_button(
-            f"Download experiment #{run.experiment.id}'s spec file (JSON)",
+        row.download_button(
+            f"Experiment #{run.experiment.id}'s spec file (JSON)",
             spec_file_text(experiment_spec_document(stored_spec=run.experiment.spec)),
             file_name=f"experiment-{run.experiment.id}-spec.json",
             mime="application/json",
             key="download_experiment_spec",
             on_click="ignore",
         )
-    st.caption(
-        "Rerun a spec file with `python -m lab run --spec FILE`; gate it against this baseline with "
-        "`--baseline auto --fail-on-regression FIGURE=PERCENT` (the README lists the figures)."
-    )
+    # A code block, not inline code: inline, the command broke at its hyphens on a narrow page.
+    st.caption("Rerun a spec file, gated against this baseline (the README lists the figures):")
+    st.code("python -m lab run --spec FILE --baseline auto --fail-on-regression FIGURE=PERCENT", language="bash")
 
 
 def mark_buttons(run: Run, in_baseline: bool) -> None:
     """Mark the run, or its experiment, as the baseline; or unmark it."""
-    columns = st.columns(3)
-    if columns[0].button(
+    row = st.container(horizontal=True, wrap=True, gap="small")
+    if row.button(
         "Mark this run as the baseline",
         key="baseline_mark_run",
         help="The baseline of its configuration: the spec without its seed.",
     ):
         mark(Subject("run", run.id))
-    if run.experiment is not None and columns[1].button(
+    if run.experiment is not None and row.button(
         f"Mark experiment #{run.experiment.id} as the baseline",
         key="baseline_mark_experiment",
         help="Each configuration it ran (one per grid cell) gets its done runs as the baseline.",
     ):
         mark(Subject("experiment", run.experiment.id))
-    if in_baseline and columns[2].button("Unmark the baseline", key="baseline_clear"):
+    if in_baseline and row.button("Unmark the baseline", key="baseline_clear"):
         mark(Subject("run", run.id), clear=True)
 
 
@@ -144,10 +155,8 @@ def compare_baselines(records: Sequence[dict[str, Any]]) -> None:
         comparisons = baselines.comparisons_for_runs(session=db_session, run_ids=[r["run_id"] for r in records])
     st.subheader("Against the baseline")
     if not comparisons:
-        st.caption(
-            "No baseline is marked for these runs' configurations (mark one on Run detail, or "
-            "`python -m lab runs baseline ID`)."
-        )
+        st.caption("No baseline is marked for these runs' configurations: mark one on Run detail, or with")
+        st.code("python -m lab runs baseline ID", language="bash")
         return
     st.caption(
         "Each later experiment of a configuration against its baseline: the change of its mean, the 95% "
@@ -184,6 +193,36 @@ def _experiment_means_trace(means: Sequence[ExperimentMean]) -> go.Scatter:
     )
 
 
+# Runs queued together share one time: each gets its own x, this share of the chart's span apart.
+SPREAD_SHARE = 0.02
+MIN_SPREAD = timedelta(seconds=60)
+
+
+def spread_times(points: Sequence[TrendPoint]) -> list[datetime | str]:
+    """Each point's x: its queue time, with the runs of one time (one experiment, queued at
+    once) spread apart around it, so three runs read as three dots and not one (as stored
+    when a time cannot be read)."""
+    try:
+        times = [datetime.fromisoformat(point.created_at) for point in points]
+        return list(_spread(times))
+    except (TypeError, ValueError):  # a missing time, or zoned and unzoned mixed
+        return [point.created_at for point in points]
+
+
+def _spread(times: list[datetime]) -> list[datetime]:
+    if not times:
+        return []
+    step = max((max(times) - min(times)) * SPREAD_SHARE, MIN_SPREAD)
+    groups: dict[datetime, list[int]] = {}
+    for index, moment in enumerate(times):
+        groups.setdefault(moment, []).append(index)
+    spread = list(times)
+    for moment, indexes in groups.items():
+        for rank, index in enumerate(indexes):
+            spread[index] = moment + step * (rank - (len(indexes) - 1) / 2)
+    return spread
+
+
 def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
     """Each run's ``figure`` over time (the baseline's as stars, its mean and 95% band behind),
     each experiment's mean with its 95% interval; the hover says what each run ran with."""
@@ -195,12 +234,13 @@ def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
     if band is not None and band.mean is not None:
         chart.add_hline(y=band.mean, line_dash="dash", line_color="green", annotation_text="baseline mean")
     chart.add_trace(_experiment_means_trace(experiment_means(measured)))
+    x_of = dict(zip((point.run_id for point in measured), spread_times(measured), strict=True))
     for in_baseline, name, symbol in ((False, "runs", "circle"), (True, "baseline runs", "star")):
         subset = [point for point in measured if point.in_baseline == in_baseline]
         if subset:
             chart.add_trace(
                 go.Scatter(
-                    x=[point.created_at for point in subset],
+                    x=[x_of[point.run_id] for point in subset],
                     y=[point.value for point in subset],
                     mode="markers",
                     name=name,
@@ -224,6 +264,7 @@ def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
         yaxis_title=header(figure),
         legend={"orientation": "h"},
     )
+    chart.update_yaxes(rangemode="tozero")  # the trend's figures are never negative
     return chart
 
 

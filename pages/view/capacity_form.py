@@ -188,11 +188,12 @@ def capacity_search_panel(experiment_id: int, key: str) -> None:
 
 
 def pareto_block(records: list[dict[str, Any]], key: str) -> None:
-    """Throughput against an SLO latency figure, one curve per backend across its loads."""
+    """Throughput against an SLO latency figure, one curve per backend across its loads (per
+    series when the records carry one: :mod:`pages.view.series`)."""
     figures = ["latency_p95_s", "latency_p99_s", "latency_p50_s", "latency_avg_s", "latency_max_s"]
     figure = st.selectbox("SLO latency figure", figures, key=f"{key}_figure", format_func=header)
     chart = by_backend(
-        pareto_figure(records, figure),
+        pareto_figure(records, figure, series="series" if any("series" in r for r in records) else "backend"),
         x_title=header(figure),
         y_title=header("req_per_s"),
         title=f"Requests/s against {display_name(figure).label} (labels: the load)",

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 
 from lab.backends import spec_backend_names
 from pages.view.names import display_name, header
+from pages.view.text import chart_label
 
 SERIES_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 # Backends: the registry's order picks the colour, so a backend looks the same in every chart.
@@ -33,6 +34,9 @@ BACKEND_PALETTE = (
     "#7f7f7f",
 )
 CHART_HEIGHT_PX = 340
+# Series of one backend share its colour: each gets its own dash and marker.
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+MARKERS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down")
 # The toolbar shows on hover only, at the top right, away from the title at the top left.
 CHART_CONFIG = {"displayModeBar": "hover", "displaylogo": False}
 
@@ -67,7 +71,9 @@ def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, heigh
         # The toolbar runs down the right edge, never across the title at the top left.
         modebar={"orientation": "v"},
     )
-    figure.update_xaxes(automargin=True)
+    # Every figure these charts draw (seconds, rates, counts, shares, VUs) is 0 or more:
+    # no axis starts below 0, even around a single point.
+    figure.update_xaxes(automargin=True, rangemode="nonnegative")
     figure.update_yaxes(automargin=True, rangemode="tozero")
     return figure
 
@@ -113,24 +119,50 @@ def resources_frame(series: dict[str, Any] | None, key: str = "resources") -> pd
     return pd.DataFrame(data)
 
 
+def coinciding(frame: pd.DataFrame, columns: Sequence[str]) -> dict[str, str]:
+    """``{column: earlier column}`` for each column whose values equal an earlier one's at every
+    second (avg, p50 and p95 of a run whose requests all took as long): such lines lie on each
+    other, so the legend says so."""
+    same: dict[str, str] = {}
+    for index, column in enumerate(columns):
+        values = pd.to_numeric(frame[column], errors="coerce")
+        for earlier in columns[:index]:
+            if earlier not in same and values.equals(pd.to_numeric(frame[earlier], errors="coerce")):
+                same[column] = earlier
+                break
+    return same
+
+
 def line_figure(
     frame: pd.DataFrame, columns: Sequence[str], *, title: str, y_title: str, smooth_s: int = 1
 ) -> go.Figure:
-    """Lines of ``columns`` (one unit) against ``time_s``, optionally smoothed over ``smooth_s`` seconds."""
+    """Lines of ``columns`` (one unit) against ``time_s``, optionally smoothed over ``smooth_s`` seconds.
+
+    Lines that may lie on each other stay visible: each later line is thinner and dashed over
+    the earlier, and one equal to another at every second says so in its legend name."""
     figure = go.Figure()
-    for index, column in enumerate(columns):
-        if column in frame:
-            figure.add_trace(
-                go.Scatter(
-                    # Markers too when there are few points: a single point draws no line.
-                    x=frame["time_s"],
-                    y=smoothed(frame[column], smooth_s),
-                    mode="lines+markers" if len(frame) < 30 else "lines",
-                    name=display_name(column).label,
-                    line={"color": SERIES_PALETTE[index % len(SERIES_PALETTE)]},
-                    connectgaps=False,
-                )
+    present = [column for column in columns if column in frame]
+    same = coinciding(frame, present)
+    for index, column in enumerate(present):
+        name = display_name(column).label
+        if column in same:
+            name += f" (= {display_name(same[column]).label})"
+        figure.add_trace(
+            go.Scatter(
+                # Markers too when there are few points: a single point draws no line.
+                x=frame["time_s"],
+                y=smoothed(frame[column], smooth_s),
+                mode="lines+markers" if len(frame) < 30 else "lines",
+                name=name,
+                line={
+                    "color": SERIES_PALETTE[index % len(SERIES_PALETTE)],
+                    "dash": DASHES[index % len(DASHES)],
+                    "width": max(1.5, 4.0 - 1.25 * index),
+                },
+                marker={"symbol": MARKERS[index % len(MARKERS)]},
+                connectgaps=False,
             )
+        )
     return readable(
         figure,
         title=title + (f" ({smooth_s} s moving average)" if smooth_s > 1 else ""),
@@ -254,20 +286,39 @@ def vus_axis(figure: go.Figure, vus: Sequence[float]) -> go.Figure:
     return figure
 
 
+def series_of(frame: pd.DataFrame) -> str:
+    """The column a chart groups its lines by: the series (Compare's
+    :func:`pages.view.series.with_series`) when the records carry one, else the backend."""
+    return "series" if "series" in frame else "backend"
+
+
+def series_style(backend: str, index: int) -> dict[str, Any]:
+    """A series' look: its backend's colour; a dash and marker of its own per series of one backend."""
+    return {
+        "line": {"color": backend_colour(backend), "dash": DASHES[index % len(DASHES)]},
+        "marker": {"symbol": MARKERS[index % len(MARKERS)], "size": 9},
+    }
+
+
 def figure_vs_vus(records: Sequence[dict[str, Any]], figure_name: str, *, title: str) -> go.Figure:
-    """Mean of one figure against VUs, one line per backend in its colour."""
+    """Mean of one figure against VUs, one line per series (per backend unless the records carry
+    a series), in its backend's colour; a series of one point is a marker."""
     figure = go.Figure()
     frame = _done_frame(records)
     if not frame.empty and "vus" in frame and figure_name in frame:
-        grouped = frame.dropna(subset=["vus"]).groupby(["backend", "vus"], as_index=False)[figure_name].mean()
-        for backend, part in grouped.groupby("backend"):
+        by = series_of(frame)
+        frame = frame.assign(backend=frame["backend"].astype(str), **{by: frame[by].astype(str)})
+        grouped = frame.dropna(subset=["vus"]).groupby([by, "backend", "vus"], as_index=False)[figure_name].mean()
+        seen: dict[str, int] = {}
+        for (name, backend), part in grouped.groupby([by, "backend"], sort=False):
+            count = seen[str(backend)] = seen.get(str(backend), -1) + 1
             figure.add_trace(
                 go.Scatter(
                     x=part["vus"],
                     y=part[figure_name],
                     mode="lines+markers",
-                    name=str(backend),
-                    line={"color": backend_colour(str(backend))},
+                    name=chart_label(name),
+                    **series_style(str(backend), count),
                 )
             )
         vus_axis(figure, grouped["vus"].tolist())
@@ -285,22 +336,27 @@ def req_per_s_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
 
 
 def latency_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
-    """Mean p50/p95/p99 latency against VUs, per backend (its colour; dash style per percentile)."""
+    """Mean p50/p95/p99 latency against VUs, per series (its backend's colour; dash style per percentile)."""
     figure = go.Figure()
     frame = _done_frame(records)
     dashes = {"latency_p50_s": "solid", "latency_p95_s": "dash", "latency_p99_s": "dot"}
     if not frame.empty and "vus" in frame:
         present = [c for c in dashes if c in frame]
-        grouped = frame.dropna(subset=["vus"]).groupby(["backend", "vus"], as_index=False)[present].mean()
-        for backend, part in grouped.groupby("backend"):
+        by = series_of(frame)
+        frame = frame.assign(backend=frame["backend"].astype(str), **{by: frame[by].astype(str)})
+        grouped = frame.dropna(subset=["vus"]).groupby([by, "backend", "vus"], as_index=False)[present].mean()
+        seen: dict[str, int] = {}
+        for (name, backend), part in grouped.groupby([by, "backend"], sort=False):
+            count = seen[str(backend)] = seen.get(str(backend), -1) + 1
             for column in present:
                 figure.add_trace(
                     go.Scatter(
                         x=part["vus"],
                         y=part[column],
                         mode="lines+markers",
-                        name=f"{backend} {display_name(column).label.removesuffix(' latency')}",
+                        name=chart_label(f"{name} {display_name(column).label.removesuffix(' latency')}"),
                         line={"color": backend_colour(str(backend)), "dash": dashes[column]},
+                        marker={"symbol": MARKERS[count % len(MARKERS)], "size": 8},
                     )
                 )
         vus_axis(figure, grouped["vus"].tolist())
@@ -313,7 +369,7 @@ def overlaid_series_figure(
     """One per-second column of several runs on one time axis: ``{label: (backend, series)}``;
     a backend's colour, a dash style per run of the same backend."""
     figure = go.Figure()
-    dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+    dashes = DASHES
     seen: dict[str, int] = {}
     for label, (backend, series) in series_by_run.items():
         frame = series_frame(series)
@@ -356,9 +412,14 @@ def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure | None:
 
 def by_backend(figure: go.Figure, *, title: str, x_title: str, y_title: str) -> go.Figure:
     """A figure built elsewhere (the report's Pareto and search charts) in the pages' look: each
-    trace named after a backend in that backend's colour, the names map's axis titles."""
+    trace named after a backend (or a series starting with one) in that backend's colour, a
+    marker and dash of its own per series of one backend, the names map's axis titles."""
+    seen: dict[str, int] = {}
     for trace in figure.data:
-        if trace.name and trace.name.split(" ")[0] in spec_backend_names():
-            colour = backend_colour(trace.name.split(" ")[0])
-            trace.update(line={"color": colour}, marker={"color": colour})
+        backend = (trace.name or "").split(" ")[0]
+        if backend in spec_backend_names():
+            count = seen[backend] = seen.get(backend, -1) + 1
+            style = series_style(backend, count)
+            trace.update(line=style["line"], marker={**style["marker"], "color": backend_colour(backend)})
+        trace.update(name=chart_label(trace.name))
     return readable(figure, title=title, x_title=x_title, y_title=y_title, height=400)

@@ -116,7 +116,9 @@ def _request_fields(form: GridForm, errors: dict[str, str]) -> None:
     workload_fields(form, errors)
     form.max_tokens = int(st.number_input("Max tokens per request", value=128, step=1, key="grid_max_tokens"))
     field_error(errors, "max_tokens")
-    form.stream = st.checkbox("Stream answers (client TTFT and time per output token)", key="grid_stream")
+    form.stream = st.checkbox(
+        "Stream answers", key="grid_stream", help="Measures the client's TTFT and time per output token."
+    )
 
 
 def _load_fields(form: GridForm, errors: dict[str, str]) -> None:

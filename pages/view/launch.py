@@ -91,7 +91,8 @@ def overrides_box(key: str, *, value: str = "") -> list[tuple[str, Any]] | None:
         key=key,
         help=OVERRIDES_HELP,
         height=100,
-        placeholder="load.duration_s=20\nmax_tokens=32",
+        # An example that cannot be read as a setting already made beside fields that say otherwise.
+        placeholder="empty: the settings above as they are",
     )
     try:
         return [parse_set_option(line.strip()) for line in text.splitlines() if line.strip()]

@@ -24,6 +24,7 @@ from lab.members import (
     may_manage_lab,
     member_from_sign_in,
     member_without_sign_in,
+    os_user,
     parse_roles,
 )
 from lab.settings import get_settings
@@ -64,7 +65,7 @@ def expired_sign_in() -> str | None:
 
 def current_member() -> Member:
     """Who acts in this browser session: the signed-in member, or (sign-in off) the name
-    given once in this session ("unknown" until then)."""
+    given once in this session, else the operating-system user running the lab (said in the sidebar)."""
     if sign_in_configured():
         if not signed_in() or expired_sign_in() is not None:  # nobody acts until signed in again
             return Member(name=UNKNOWN, role="", signed_in=True)
@@ -73,7 +74,7 @@ def current_member() -> Member:
         except RolesError:
             config = RolesConfig(members=frozenset())  # refused at start; nobody acts meanwhile
         return member_from_sign_in(st.user.to_dict(), config)
-    return member_without_sign_in(st.session_state.get(NAME_KEY))
+    return member_without_sign_in(st.session_state.get(NAME_KEY) or os_user())
 
 
 def sign_in_screen() -> None:
@@ -119,6 +120,7 @@ def account_box(member: Member) -> None:
     if typed.strip():
         st.session_state[NAME_KEY] = member_without_sign_in(typed).name
         st.rerun()
+    st.caption(f"Until then, what you launch is recorded as launched by {plain(os_user())} (the user running the lab).")
 
 
 def person_filter(container: Any, names: Sequence[str], *, key: str) -> str | None:

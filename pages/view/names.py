@@ -153,6 +153,7 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "pid": DisplayName("PID", thousands=False),
     "uptime": DisplayName("uptime"),
     "metric": DisplayName("metric"),
+    "wire_name": DisplayName("name on /metrics"),
     "before": DisplayName("before", "", 3),
     "after": DisplayName("after", "", 3),
     "change": DisplayName("change", "", 3),

@@ -25,10 +25,6 @@ CARD_FIGURES: tuple[tuple[str, str], ...] = (
 )
 
 
-# Five tiles fit one row inside the card at 1280 px.
-CARD_TILE_WIDTH_PX = 140
-
-
 def card_heading(card: dict[str, Any]) -> str:
     """``Run #7 · ✅ done · naive · backend=naive vus=1 · finished 2026-12-01 12:03:04``.
 
@@ -44,10 +40,7 @@ def render_result_card(card: dict[str, Any]) -> None:
     with st.container(border=True, key="result_card"):
         st.markdown(card_heading(card))
         if card["status"] == "done":
-            metric_tiles(
-                [(label, format_value(name, card.get(name)), None) for label, name in CARD_FIGURES],
-                width_px=CARD_TILE_WIDTH_PX,
-            )
+            metric_tiles([(label, format_value(name, card.get(name)), None) for label, name in CARD_FIGURES])
         elif card.get("status_reason"):
             show_failure(card["status_reason"], kind="error" if card["status"] == "failed" else "info")
         if card.get("measurement_warnings"):

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from lab.analysis.seed import GrowthRatio, Ratio, seed_table_rows
-from lab.backends import SeedSetup, seed_setup_backend
+from lab.backends import SeedSetup, UnknownBackendError, get_backend, seed_setup_backend
 from lab.report.formatting import format_rate, format_seconds, format_share
 from lab.report.seed_tables import our_cells, seed_cells
 from pages.view.names import display_frame, display_name
@@ -128,6 +128,8 @@ def runs_table(
         for status, run_id in zip(frame["status"], frame["run_id"], strict=True)
     ]
     frame["model"] = frame["model"].map(model_short_name)
+    # Repeats are counted from 1 wherever a person reads them (stored from 0).
+    frame["repeat_index"] = pd.to_numeric(frame["repeat_index"], errors="coerce") + 1
     return display_frame(frame[list(RUNS_TABLE_COLUMNS)])
 
 
@@ -160,8 +162,43 @@ def progress_fraction(progress: dict[str, Any] | None) -> float:
     return min(1.0, max(0.0, float(value)))
 
 
-def server_metrics_table(server_metrics: dict[str, Any] | None) -> pd.DataFrame:
-    """Server metrics before and after the load, and the change, one row per sample name."""
+# The lab's words for the samples it reads (lab.backends.MetricNames' fields).
+LAB_METRIC_WORDS: dict[str, str] = {
+    "ttft_sum": "time to first token, sum (s)",
+    "ttft_count": "time to first token, count",
+    "time_per_output_token_sum": "time per output token, sum (s)",
+    "time_per_output_token_count": "time per output token, count",
+    "inter_token_latency_sum": "inter-token latency, sum (s)",
+    "inter_token_latency_count": "inter-token latency, count",
+    "prefix_cache_hits": "prefix cache hits (tokens)",
+    "prefix_cache_queries": "prefix cache queries (tokens)",
+    "running_requests": "requests running",
+    "waiting_requests": "requests waiting",
+    "requests_ok": "requests finished ok",
+    "e2e_requests": "requests timed end to end",
+    "output_tokens": "output tokens",
+    "prompt_tokens": "prompt tokens",
+}
+
+
+def lab_metric_names(backend: str) -> dict[str, str]:
+    """``{sample name on the wire: the lab's words}`` for ``backend``'s samples: the naive server
+    exports vLLM's names (one reader serves both), which would read as vLLM's figures on its page."""
+    try:
+        metrics = get_backend(backend).metrics
+    except UnknownBackendError:
+        return {}
+    return {
+        wire: LAB_METRIC_WORDS[field]
+        for field, wire in metrics.__dict__.items()
+        if field in LAB_METRIC_WORDS and isinstance(wire, str)
+    }
+
+
+def server_metrics_table(server_metrics: dict[str, Any] | None, backend: str = "") -> pd.DataFrame:
+    """Server metrics before and after the load, and the change, one row per sample: under the
+    lab's name where it reads the sample (its name on /metrics beside it)."""
+    words = lab_metric_names(backend)
     server_metrics = server_metrics or {}
     before = server_metrics.get("before") or {}
     after = server_metrics.get("after") or {}
@@ -174,7 +211,8 @@ def server_metrics_table(server_metrics: dict[str, Any] | None) -> pd.DataFrame:
             rows.append(
                 {
                     "service": service,
-                    "metric": name,
+                    "metric": words.get(name, name),
+                    "wire_name": name,
                     "before": start,
                     "after": end,
                     "change": end - start
@@ -182,7 +220,7 @@ def server_metrics_table(server_metrics: dict[str, Any] | None) -> pd.DataFrame:
                     else None,
                 }
             )
-    return display_frame(pd.DataFrame(rows, columns=["service", "metric", "before", "after", "change"]))
+    return display_frame(pd.DataFrame(rows, columns=["service", "metric", "before", "after", "change", "wire_name"]))
 
 
 def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]:
@@ -264,17 +302,14 @@ def _headline_tiles(record: dict[str, Any], with_unit: Any, steady_source: str) 
     ]
 
 
-# Metric tiles are this wide and wrap to the next line when the page is narrow (800 px and less).
-TILE_WIDTH_PX = 150
-
-
-def metric_tiles(tiles: Sequence[tuple[str, str, str | None]], *, width_px: int = TILE_WIDTH_PX) -> None:
-    """Metric tiles in a row that wraps: each keeps its whole value at any page width."""
+def metric_tiles(tiles: Sequence[tuple[str, str, str | None]]) -> None:
+    """Metric tiles in a row that wraps: each as wide as its label and value (a fixed width cut
+    "240.1 ms" to "240.1..."), so it keeps its whole value at any page width."""
     import streamlit as st
 
     with st.container(horizontal=True, wrap=True, gap="small"):
         for label, value, help_text in tiles:
-            st.metric(label, value, help=help_text, width=width_px, border=True)
+            st.metric(label, value, help=help_text, width="content", border=True)
 
 
 # -- compare -----------------------------------------------------------------------------

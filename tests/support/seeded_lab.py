@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import Run, RunStatus
 from lab.queue import experiments
-from lab.specs.schema import load_preset
+from lab.settings import get_settings
+from lab.specs.schema import ExperimentSpec, LoadSpec, RunSpec, load_preset
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,3 +133,30 @@ def seed_database(engine: Engine) -> SeededLab:
         failed_run_id=failed_id,
         queued_run_id=queued_id,
     )
+
+
+def add_done_run(engine: Engine, *, vus: int, max_tokens: int, tok: float, p95: float) -> int:
+    """A one-run experiment of the naive server with these settings, done, with figures."""
+    spec = ExperimentSpec(
+        name=f"vus {vus} max {max_tokens}",
+        base=RunSpec(
+            backend="naive",
+            model=get_settings().default_model,
+            max_tokens=max_tokens,
+            load=LoadSpec(vus=vus, duration_s=5),
+        ),
+    )
+    with Session(engine, expire_on_commit=False) as session:
+        run_id = experiments.enqueue_experiment(session=session, spec=spec).runs[0].id
+    store.set_run_status(
+        engine=engine,
+        run_id=run_id,
+        status=RunStatus.DONE,
+        output_tok_per_s=tok,
+        req_per_s=tok / 16,
+        latency_p95_s=p95,
+        latency_avg_s=p95 / 2,
+        requests_ok=10,
+        requests_failed=0,
+    )
+    return run_id

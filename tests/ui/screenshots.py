@@ -9,12 +9,15 @@ with a temporary data folder, runs a real small experiment through the CLI (seed
 quick scale on the naive server only, 1 and 2 VUs, 8 s each: the cheapest real backend), then
 photographs each page in Debian's Chromium at 1280x800 and at 800 px wide. It also reads each
 page as a person would and prints every problem it finds (and exits 1): a metric tile whose
-value or label is cut, a link cut short, a chart legend over an axis title or the chart title, a machine column
-name in the text, and at 1280x800 a New experiment whose Launch button is below the fold.
+value or label is cut, a link cut short, a button or widget label cut or off the right edge, a
+code span broken over two lines, a table whose columns run off its frame (a verdict out of sight),
+a chart legend over an axis title or the chart title, a machine column name in the text, and at
+1280x800 a New experiment whose Launch button is below the fold.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -28,6 +31,7 @@ PAGES: tuple[tuple[str, str, str], ...] = (
     ("runs", "runs", "Filters"),
     ("run-detail", "run_detail?run=1", "Per second"),
     ("compare", "compare", "Charts"),
+    ("trends", "trends", "Trends"),
     ("services", "services", "Start a service"),
     ("workers", "workers", "workers alive"),
 )
@@ -61,9 +65,14 @@ MACHINE_NAMES = (
     "slo_evaluated",
 )
 
+# Tables (by key prefix) that carry a verdict: every column on screen, no sideways scroll.
+VERDICT_TABLES = ("compare_ratios", "compare_seed_ratios", "baseline_changes")
+
 PROBLEMS_JS = """() => {
+  const VERDICT_TABLES = VERDICT_TABLES_JSON;
   const problems = [];
-  const cut = e => e.scrollWidth > e.clientWidth + 1;
+  // Visually hidden helpers (1 px wide, for screen readers) are not text a person reads.
+  const cut = e => e.clientWidth > 1 && e.scrollWidth > e.clientWidth + 1;
   for (const m of document.querySelectorAll('[data-testid="stMetric"]')) {
     const label = m.querySelector('[data-testid="stMetricLabel"]');
     const value = m.querySelector('[data-testid="stMetricValue"]');
@@ -74,6 +83,37 @@ PROBLEMS_JS = """() => {
   for (const link of document.querySelectorAll('[data-testid="stPageLink"]')) {
     if (cut(link) || Array.from(link.querySelectorAll('*')).some(cut)) problems.push('link cut: ' + link.innerText);
   }
+  // Past the right edge of the page (or of the main area's scroller): off-screen.
+  const right = Math.min(window.innerWidth, document.documentElement.clientWidth);
+  const offScreen = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.right > right + 1; };
+  const deepCut = e => cut(e) || Array.from(e.querySelectorAll('*')).some(cut);
+  for (const button of document.querySelectorAll('[data-testid="stMain"] button')) {
+    if (!button.innerText.trim()) { continue; }  // icon buttons (toolbar, help)
+    if (deepCut(button)) problems.push('button cut: ' + button.innerText.trim());
+    else if (offScreen(button)) problems.push('button off-screen: ' + button.innerText.trim());
+  }
+  const labels = '[data-testid="stWidgetLabel"], label[data-baseweb="checkbox"], [data-testid="stCheckbox"] label';
+  for (const label of document.querySelectorAll(labels)) {
+    if (!label.innerText.trim()) { continue; }
+    if (deepCut(label)) problems.push('label cut: ' + label.innerText.trim());
+    else if (offScreen(label)) problems.push('label off-screen: ' + label.innerText.trim());
+  }
+  // A code span broken inside (at its hyphens): `--baseline` split over two lines.
+  const codes = '[data-testid="stMain"] p code, [data-testid="stCaptionContainer"] code';
+  for (const code of document.querySelectorAll(codes)) {
+    if (code.getClientRects().length > 1) problems.push('code broken over lines: ' + code.innerText);
+  }
+  // Tables with a verdict column must show all their columns; any table must stay on the page.
+  document.querySelectorAll('[data-testid="stDataFrame"]').forEach((frame, index) => {
+    const holder = frame.closest('[class*="st-key-"]');
+    const key = holder ? Array.from(holder.classList).find(c => c.startsWith('st-key-')).slice(7) : '';
+    const scroller = frame.querySelector('.dvn-scroller') || frame;
+    if (VERDICT_TABLES.some(prefix => key.startsWith(prefix)) && scroller.scrollWidth > scroller.clientWidth + 1) {
+      problems.push('table columns off-screen: ' + key + ' is ' + scroller.scrollWidth + ' px wide in '
+                    + scroller.clientWidth + ' px (its verdict out of sight)');
+    }
+    if (offScreen(frame)) problems.push('table off-screen: ' + (key || 'table ' + (index + 1)));
+  });
   const overlap = (a, b) => a && b && a.width && b.width && !(a.right <= b.left || b.right <= a.left
                                                                || a.bottom <= b.top || b.bottom <= a.top);
   for (const plot of document.querySelectorAll('.js-plotly-plot')) {
@@ -87,7 +127,7 @@ PROBLEMS_JS = """() => {
     }
   }
   return problems;
-}"""
+}""".replace("VERDICT_TABLES_JSON", json.dumps(list(VERDICT_TABLES)))
 
 
 def launch_above_the_fold(page) -> list[str]:

@@ -48,8 +48,8 @@ def test_run_detail_marks_the_run_as_baseline_and_offers_its_spec_file(seed_lab:
     app = open_page(PAGES["Run detail"], run=str(run_id))
     assert "No baseline is marked for this run's configuration." in texts(app)
     labels = [button.label for button in elements(app, "download_button")]
-    assert "Download this run's spec file (JSON)" in labels
-    assert f"Download experiment #{seed_lab.experiment_id}'s spec file (JSON)" in labels
+    assert "Run's spec file (JSON)" in labels
+    assert f"Experiment #{seed_lab.experiment_id}'s spec file (JSON)" in labels
     widget(app.button, "baseline_mark_run").click().run()
     shown = texts(app)
     assert f"run #{run_id} is now the baseline of 1 configuration(s)." in shown
@@ -78,6 +78,10 @@ def test_run_detail_and_compare_show_later_runs_against_the_baseline(seed_lab: S
     detail = open_page(PAGES["Run detail"], run=str(later))
     [table] = [frame.value for frame in detail.dataframe if "verdict" in frame.value.columns]
     assert set(table["later runs"]) == {f"experiment #{seed_lab.experiment_id}"}
+    # Compare of the baseline's run alone: the later run was not chosen, so it is not listed.
+    alone = open_page(PAGES["Compare"], runs=str(run_id))
+    assert not [frame for frame in alone.dataframe if "verdict" in frame.value.columns]
+    assert "No later run of this configuration yet." in texts(alone)
 
 
 def test_trends_plots_the_configuration_with_the_baseline_and_provenance(seed_lab: SeededLab) -> None:

@@ -17,38 +17,17 @@ from db import store, worker_store
 from db.models import Run, RunStatus
 from lab.queue import experiments
 from lab.settings import get_settings
-from lab.specs.schema import ExperimentSpec, LoadSpec, RunSpec
+from lab.specs.schema import ExperimentSpec, RunSpec
 from tests.support.app_pages import INTERNAL_NAMES, PAGES, assert_tables_readable, frame_with, open_page, texts, widget
 from tests.support.seeded_lab import SeededLab
+from tests.support.seeded_lab import add_done_run as add_seeded_run
 
 ELLIPSIS = re.compile(r"…|\.\.\.")
 
 
 def add_done_run(seed: SeededLab, *, vus: int, max_tokens: int, tok: float, p95: float) -> int:
     """A one-run experiment with these settings, done, with figures."""
-    spec = ExperimentSpec(
-        name=f"vus {vus} max {max_tokens}",
-        base=RunSpec(
-            backend="naive",
-            model=get_settings().default_model,
-            max_tokens=max_tokens,
-            load=LoadSpec(vus=vus, duration_s=5),
-        ),
-    )
-    with Session(seed.engine, expire_on_commit=False) as session:
-        run_id = experiments.enqueue_experiment(session=session, spec=spec).runs[0].id
-    store.set_run_status(
-        engine=seed.engine,
-        run_id=run_id,
-        status=RunStatus.DONE,
-        output_tok_per_s=tok,
-        req_per_s=tok / 16,
-        latency_p95_s=p95,
-        latency_avg_s=p95 / 2,
-        requests_ok=10,
-        requests_failed=0,
-    )
-    return run_id
+    return add_seeded_run(seed.engine, vus=vus, max_tokens=max_tokens, tok=tok, p95=p95)
 
 
 @pytest.mark.parametrize("page", [*PAGES.values(), "pages/workers.py"])

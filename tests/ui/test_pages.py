@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from db import store, worker_store
 from db.models import Run, RunStatus
+from lab.members import os_user
 from lab.settings import get_settings
 from tests.support.app_pages import PAGES, elements, frame_with, open_page, runs_in_db, seen, texts, widget
 from tests.support.seeded_lab import FORMULA_TAG, PROJECT_ROOT, SeededLab
@@ -223,10 +224,11 @@ def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
         run = session.get_one(Run, run_id)
         notes = store.list_run_notes(session=session, run_id=run_id)
         assert run.tags == "baseline,cpu"
-        assert [(note.author, note.text) for note in notes] == [("unknown", "warm cache")]  # the thread
+        # No name given, no sign-in: the user running the lab.
+        assert [(note.author, note.text) for note in notes] == [(os_user(), "warm cache")]  # the thread
         assert [(a.action, a.actor) for a in store.list_run_actions(session=session, run_id=run_id)] == [
-            ("tag", "unknown"),
-            ("note", "unknown"),
+            ("tag", os_user()),
+            ("note", os_user()),
         ]
 
 
@@ -239,7 +241,11 @@ def test_run_detail_shows_figures_charts_logs_and_runs_again(seed_lab: SeededLab
     charts = app.get("plotly_chart")
     assert len(charts) >= 5  # throughput, latency, VUs, CPU, RSS
     assert any("naive log line 2" in code.value for code in app.code)
-    assert "vllm:request_success_total" in set(app.dataframe[0].value["metric"])
+    # The naive server's samples under the lab's names, their names on /metrics beside them.
+    metrics = app.dataframe[0].value
+    assert ("requests finished ok", "vllm:request_success_total") in set(
+        zip(metrics["metric"], metrics["name on /metrics"], strict=True)
+    )
     before = len(runs_in_db(seed_lab))
     widget(app.button, "run_again").click().run()
     # "Run again" opens New experiment with the run's spec in an editable form.
