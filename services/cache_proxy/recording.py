@@ -19,11 +19,11 @@ BYTES_PER_MB = 1024 * 1024
 
 
 def recorder_for(config: ProxyConfig) -> TraceRecorder | None:
-    """The recorder ``config`` asks for (not started), None when it records nothing."""
+    """The recorder ``config`` asks for (not started; its tokenizer loaded), None when it records nothing."""
     if config.record_trace is None:
         return None
     tokens: PromptTokens = (
-        ChatTemplateTokens(config.record_tokenizer) if config.record_tokenizer is not None else ByteTokens()
+        ChatTemplateTokens(config.record_tokenizer).load() if config.record_tokenizer is not None else ByteTokens()
     )
     lines = TraceLines(tokens, block_tokens=config.record_block_tokens, record_text=config.record_text)
     rotate_bytes = max(1, int(config.record_rotate_mb * BYTES_PER_MB)) if config.record_rotate_mb is not None else None

@@ -100,13 +100,19 @@ class ByteTokens:
 class ChatTemplateTokens:
     """The model's tokenizer (a Hugging Face folder): chat prompts through its chat template
     with the generation prompt (as vLLM and the naive server count them), completion prompts
-    encoded as they are. Loaded on first use, by the recorder's writer thread."""
+    encoded as they are. Loaded by :meth:`load` before the proxy serves (importing transformers
+    takes seconds of CPU, which would otherwise compete with the first requests)."""
 
     exact = True
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._tokenizer: Any = None
+
+    def load(self) -> ChatTemplateTokens:
+        """Load the tokenizer now (it is loaded on first use otherwise)."""
+        self._loaded()
+        return self
 
     def _loaded(self) -> Any:
         if self._tokenizer is None:

@@ -9,7 +9,6 @@ completion), so a recording holds no text by default.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +40,7 @@ class _Prompt:
     digests: tuple[bytes, ...]
     asked_output_tokens: int | None
     body_session: str | None
-    text: dict[str, Any] | None
+    text: str | None  # the prompt's JSON field(s), ready to join the line
 
 
 class TraceLines:
@@ -64,6 +63,12 @@ class TraceLines:
     def line(self, observation: Observation) -> dict[str, Any] | None:
         """The trace line of ``observation``; None for a body that holds no prompt (not JSON,
         no messages), which a replay could not send either."""
+        encoded = self.encoded(observation)
+        return None if encoded is None else json.loads(encoded)
+
+    def encoded(self, observation: Observation) -> bytes | None:
+        """:meth:`line` as the file's bytes (a JSON line): the numbers written directly, as the
+        writer does this for every request the proxy sees."""
         prompt = self._prompt(observation.path, observation.raw_body)
         if prompt is None:
             return None
@@ -73,19 +78,20 @@ class TraceLines:
         # The server's count when the recorder's own is an estimate (no tokenizer).
         input_length = prompt.tokens if self.tokens.exact or answered_prompt is None else answered_prompt
         input_length = max(1, input_length)
-        digests = prompt.digests[: math.ceil(input_length / self.block_tokens)]
-        line: dict[str, Any] = {
-            "timestamp": round(max(0.0, observation.arrived_s - self.started_s) * 1000, 1),
-            "input_length": input_length,
-            "output_length": max(1, answered_output or prompt.asked_output_tokens or 1),
-            "hash_ids": self.hash_ids.ids_of_digests(digests),
-        }
+        digests = prompt.digests[: -(-input_length // self.block_tokens)]
+        timestamp_ms = round(max(0.0, observation.arrived_s - self.started_s) * 1000, 1)
+        output_length = max(1, answered_output or prompt.asked_output_tokens or 1)
+        hash_ids = ",".join(map(str, self.hash_ids.ids_of_digests(digests)))
+        text = (
+            f'{{"timestamp":{timestamp_ms},"input_length":{input_length},"output_length":{output_length},'
+            f'"hash_ids":[{hash_ids}]'
+        )
         session = session_id(observation.headers, {}) or prompt.body_session
         if session is not None:
-            line["session_id"] = session
+            text += ',"session_id":' + json.dumps(session, ensure_ascii=False)
         if prompt.text is not None:
-            line.update(prompt.text)
-        return line
+            text += "," + prompt.text
+        return (text + "}\n").encode("utf-8")
 
     def _prompt(self, path: str, raw_body: bytes) -> _Prompt | None:
         memo_key = (path, raw_body)
@@ -119,11 +125,11 @@ class TraceLines:
         )
 
     @staticmethod
-    def _text(body: dict[str, Any]) -> dict[str, Any] | None:
+    def _text(body: dict[str, Any]) -> str | None:
         if isinstance(body.get("messages"), list):
-            return {"messages": body["messages"]}
+            return '"messages":' + json.dumps(body["messages"], ensure_ascii=False)
         if isinstance(body.get("prompt"), str):
-            return {"input_text": body["prompt"]}
+            return '"input_text":' + json.dumps(body["prompt"], ensure_ascii=False)
         return None
 
     def _answer(self, answer: bytes | None) -> tuple[int | None, int | None]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import logging
 import os
 import threading
@@ -94,7 +93,9 @@ class TraceRecorder:
         self.recorded = self.dropped = self.unrecordable = 0
         self.files: list[Path] = []
         self._arrivals = itertools.count()
-        self._finished: deque[tuple[int, Observation | None]] = deque()
+        self._finished: deque[
+            tuple[int, tuple[float, str, bytes, Sequence[tuple[bytes, bytes]], bytes | None] | None]
+        ] = deque()
         self._ready: dict[int, Observation | None] = {}
         self._next = 0
         self._handle: BinaryIO | None = None
@@ -119,7 +120,8 @@ class TraceRecorder:
         if len(self._finished) >= self.max_waiting:
             self._finished.append((ticket[0], None))  # keeps its place in the order, counted as dropped
             return
-        self._finished.append((ticket[0], Observation(ticket[1], path, raw_body, headers, answer)))
+        # A plain tuple: the Observation is made by the writer, off the request path.
+        self._finished.append((ticket[0], (ticket[1], path, raw_body, headers, answer)))
 
     # -- the writer -----------------------------------------------------------------------
 
@@ -150,8 +152,8 @@ class TraceRecorder:
     def write_pending(self) -> None:
         """Write the finished requests whose turn has come (every earlier arrival finished)."""
         while self._finished:
-            sequence, observation = self._finished.popleft()
-            self._ready[sequence] = observation
+            sequence, fields = self._finished.popleft()
+            self._ready[sequence] = None if fields is None else Observation(*fields)
         if len(self._ready) > self.max_waiting:  # a ticket never came back: skip past it
             self._next = min(self._ready)
         chunk: list[bytes] = []
@@ -176,11 +178,10 @@ class TraceRecorder:
     def _encoded(self, observation: Observation, chunk: list[bytes]) -> bytes | None:
         """The line of ``observation``, in the file it goes to (rotating first when it would
         not fit in this one); None for a request without a prompt."""
-        line = self.lines.line(observation)
-        if line is None:
+        encoded = self.lines.encoded(observation)
+        if encoded is None:
             self.unrecordable += 1
             return None
-        encoded = (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         limit = self.rotate_bytes
         if limit is not None and self._file_bytes > 0 and self._file_bytes + len(encoded) > limit:
             self._write(chunk)
