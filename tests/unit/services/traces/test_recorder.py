@@ -196,3 +196,23 @@ def test_the_proxy_command_line_refuses_bad_recordings_before_starting(tmp_path:
         == "--record-text needs --record-trace FILE"
     )
     assert checked_settings(parse_args([*base, "--cache", "off", "--record-trace", str(tmp_path / "ok.jsonl")])) is None
+
+
+def test_a_recording_proxy_is_started_with_its_recording(tmp_path: Path) -> None:
+    from services.catalog import build_service, cache_proxy_config
+
+    config = cache_proxy_config(
+        upstream_url="http://127.0.0.1:1",
+        redis_url="redis://127.0.0.1:2/0",
+        record_trace=str(tmp_path / "recorded-trace.jsonl"),
+        record_tokenizer="models/SmolLM2-135M-Instruct",
+        record_block_tokens=64,
+    )
+    argv = build_service("cache-proxy", config, log_path=tmp_path / "p.log", port=1).resolved_argv()
+    assert argv[argv.index("--record-trace") + 1] == str(tmp_path / "recorded-trace.jsonl")
+    assert argv[argv.index("--record-tokenizer") + 1] == "models/SmolLM2-135M-Instruct"
+    assert argv[argv.index("--record-block-tokens") + 1] == "64"
+    plain = cache_proxy_config(upstream_url="http://127.0.0.1:1", redis_url="redis://127.0.0.1:2/0")
+    assert (
+        "--record-trace" not in build_service("cache-proxy", plain, log_path=tmp_path / "p.log", port=1).resolved_argv()
+    )
