@@ -18,6 +18,7 @@ import hashlib
 import json
 from array import array
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -98,42 +99,83 @@ class ByteTokens:
 
 
 class ChatTemplateTokens:
-    """The model's tokenizer (a Hugging Face folder): chat prompts through its chat template
-    with the generation prompt (as vLLM and the naive server count them), completion prompts
-    encoded as they are. Loaded by :meth:`load` before the proxy serves (importing transformers
-    takes seconds of CPU, which would otherwise compete with the first requests)."""
+    """The model's tokenizer (a Hugging Face folder with ``tokenizer.json``): chat prompts rendered
+    with its chat template and the generation prompt, then encoded without special tokens (as
+    transformers' ``apply_chat_template`` does, the way vLLM and the naive server count them);
+    completion prompts encoded as they are.
+
+    Built from the ``tokenizers`` library and a jinja2 sandbox with transformers' settings, not
+    from transformers itself: importing transformers takes seconds of CPU, which a proxy would
+    spend before it serves. Loaded by :meth:`load` (or on first use)."""
 
     exact = True
 
     def __init__(self, path: str) -> None:
-        self.path = path
+        self.path = Path(path)
         self._tokenizer: Any = None
+        self._template: Any = None
+        self._special: dict[str, str] = {}
 
     def load(self) -> ChatTemplateTokens:
-        """Load the tokenizer now (it is loaded on first use otherwise)."""
-        self._loaded()
+        """Load the tokenizer and compile the template now; :class:`ValueError` (one line) when
+        the folder has no fast tokenizer or no chat template."""
+        if self._tokenizer is not None:
+            return self
+        from tokenizers import Tokenizer
+
+        if not (self.path / "tokenizer.json").is_file():
+            raise ValueError(f"{self.path}: no tokenizer.json (a fast Hugging Face tokenizer is needed)")
+        config = json.loads((self.path / "tokenizer_config.json").read_text(encoding="utf-8"))
+        self._template = _compiled_template(self.path, config)
+        self._special = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token")}
+        self._tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         return self
 
-    def _loaded(self) -> Any:
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(self.path)
-        return self._tokenizer
-
     def tokens(self, path: str, body: dict[str, Any]) -> list[int] | None:
-        tokenizer = self._loaded()
+        self.load()
         if path.endswith("/chat/completions"):
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 return None
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            if hasattr(ids, "keys"):  # a BatchEncoding in newer transformers
-                ids = ids["input_ids"]
-            return list(ids)
+            text = self._template.render(messages=messages, add_generation_prompt=True, **self._special)
+            return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
         prompt = body.get("prompt")
         if isinstance(prompt, str):
-            return list(tokenizer.encode(prompt))
+            return list(self._tokenizer.encode(prompt).ids)
         if isinstance(prompt, list) and all(isinstance(token, int) for token in prompt):
             return list(prompt)
         return None
+
+
+def _token_text(value: Any) -> str:
+    """A special token as the config gives it: a string, or an object with its ``content``."""
+    if isinstance(value, dict):
+        return str(value.get("content") or "")
+    return value if isinstance(value, str) else ""
+
+
+def _compiled_template(folder: Path, config: dict[str, Any]) -> Any:
+    """The folder's chat template (``chat_template.jinja``, else the config's), compiled as
+    transformers compiles it (sandboxed, trimmed blocks, loop controls, ``raise_exception``)."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    source: Any = None
+    if (folder / "chat_template.jinja").is_file():
+        source = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    else:
+        source = config.get("chat_template")
+        if isinstance(source, list):  # named templates: the default one
+            source = next((item.get("template") for item in source if item.get("name") == "default"), None)
+    if not isinstance(source, str):
+        raise ValueError(f"{folder}: no chat template (chat_template.jinja or tokenizer_config.json's)")
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    environment.globals["raise_exception"] = raise_exception
+    return environment.from_string(source)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from services.traces.blocks import ChatTemplateTokens
 from services.traces.lines import Observation, TraceLines
 
 LOG = logging.getLogger(__name__)
@@ -52,8 +53,13 @@ def check_recording(path: str, *, rotate_mb: float | None, block_tokens: int, to
         raise RecordingError(f"--record-rotate-mb must be more than 0 (MB a file holds), not {rotate_mb:g}")
     if block_tokens < 1:
         raise RecordingError(f"--record-block-tokens must be at least 1, not {block_tokens}")
-    if tokenizer is not None and not (Path(tokenizer) / "tokenizer_config.json").is_file():
-        raise RecordingError(f"--record-tokenizer {tokenizer}: not a tokenizer folder (no tokenizer_config.json)")
+    if tokenizer is not None:
+        if not (Path(tokenizer) / "tokenizer_config.json").is_file():
+            raise RecordingError(f"--record-tokenizer {tokenizer}: not a tokenizer folder (no tokenizer_config.json)")
+        try:
+            ChatTemplateTokens(tokenizer).load()
+        except (ValueError, OSError) as error:
+            raise RecordingError(f"--record-tokenizer {error}") from None
     target = Path(path)
     if target.is_dir():
         raise RecordingError(f"cannot record the trace to {path}: it is a folder")
