@@ -17,8 +17,13 @@ In one go, on this machine, with one private redis-server and one stub upstream
    no-store`` (BYPASS) vs the lab proxy with a new prompt every request (a real MISS:
    GET, upstream, SET). Prints p50 added by the proxy (target <= 2 ms).
 
-Run: ``.venv/bin/python -m benchmarks.cache_proxy [--duration-s 10] [--rounds 2] [--json FILE]``.
-Every process it starts is stopped at the end.
+With ``--recording`` it measures only the cost of trace recording (``--record-trace``) on
+the hit path: the lab proxy without and with recording (the model's tokenizer, as a ``+cache``
+run records), interleaved in rounds, and the ratio of their req/s (target: recording costs at
+most 5%); it also counts the lines recorded against the requests sent.
+
+Run: ``.venv/bin/python -m benchmarks.cache_proxy [--duration-s 10] [--rounds 2] [--json FILE]``
+or ``... --recording [--rounds 4]``. Every process it starts is stopped at the end.
 """
 
 from __future__ import annotations
@@ -289,6 +294,57 @@ def print_miss_path(miss_runs: dict[str, dict], *, duration_s: float) -> dict[st
     return added_p50_ms
 
 
+def measure_recording(*, rounds: int, vus: int, duration_s: float, log_dir: Path) -> dict[str, Any]:
+    """The hit path of the lab proxy without and with trace recording, side by side."""
+    trace = log_dir / "recorded.jsonl"
+    tokenizer = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
+    record = ["--record-trace", str(trace)] + (["--record-tokenizer", str(tokenizer)] if tokenizer.is_dir() else [])
+    with ExitStack() as stack:
+        redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
+        stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
+        upstream = ["--upstream", stub.url, "--redis-url", redis_url_of(redis)]
+        plain = stack.enter_context(
+            _python_service("lab-proxy", "services.cache_proxy", [*upstream, "--namespace", "bench"], log_dir)
+        )
+        recording = stack.enter_context(
+            _python_service(
+                "lab-proxy-recording", "services.cache_proxy", [*upstream, "--namespace", "bench-rec", *record], log_dir
+            )
+        )
+        runs = measure_hit_path(
+            {"lab": plain.url, "lab-recording": recording.url},
+            rounds=rounds,
+            vus=vus,
+            duration_s=duration_s,
+            log_dir=log_dir,
+        )
+        time.sleep(2.0)  # the writer thread writes every 0.1 s; the tokenizer may still be loading
+    sent = sum(run["requests"] for run in runs["lab-recording"]) + 50  # the warm-up's 50 prompts
+    recorded = sum(len(path.read_text().splitlines()) for path in log_dir.glob("recorded*.jsonl"))
+    averages = {name: _average(name_runs) for name, name_runs in runs.items()}
+    ratio = averages["lab-recording"]["req_per_s"] / averages["lab"]["req_per_s"]
+    print()
+    print(f"Hit path with and without trace recording, k6 {vus} VUs, {duration_s:.0f} s x {rounds} rounds (mean):")
+    print("| proxy | req/s | p50 ms | p95 ms | p99 ms | failed |")
+    print("|---|---|---|---|---|---|")
+    for name, figures in averages.items():
+        print(
+            f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
+            f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} | {figures['failed_rate']:.3f} |"
+        )
+    print(
+        f"recording keeps {ratio:.1%} of the hit path's req/s (target >= 95%); "
+        f"{recorded:,.0f} of {sent:,.0f} requests recorded"
+    )
+    return {
+        "hit_path": {"runs": runs, "average": averages},
+        "recording_vs_plain_req_per_s": ratio,
+        "requests_sent_to_recording_proxy": sent,
+        "lines_recorded": recorded,
+        "tokenizer": tokenizer.is_dir(),
+    }
+
+
 def main() -> None:
     """Start the services, run the hit-path and miss-path comparisons, print the figures."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cache_proxy")
@@ -298,10 +354,16 @@ def main() -> None:
     parser.add_argument("--miss-duration-s", type=float, default=8.0)
     parser.add_argument("--tier-lookups", type=int, default=20_000, help="lookups timed per local-tier kind")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--recording", action="store_true", help="only the cost of trace recording on the hit path")
     args = parser.parse_args()
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-cache-proxy-"))
     print(f"logs and k6 summaries: {log_dir}")
+    if args.recording:
+        figures = measure_recording(rounds=args.rounds, vus=args.vus, duration_s=args.duration_s, log_dir=log_dir)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return
     results: dict[str, Any] = {}
     with ExitStack() as stack:
         services = start_services(stack, log_dir)

@@ -101,9 +101,13 @@ def cache_proxy_config(
     ttl_s: int | None = None,
     single_flight: bool = True,
     server: str = DEFAULT_PROXY_SERVER,
+    record_trace: str | None = None,
+    record_tokenizer: str | None = None,
+    record_block_tokens: int | None = None,
 ) -> ServiceConfig:
     """The response cache in front of ``upstream_url``; ``server``: the HTTP server it runs
-    under (``services.cache_proxy.serving.SERVERS``)."""
+    under (``services.cache_proxy.serving.SERVERS``); ``record_*``: the trace it records
+    (``--record-trace``; a file per run, so a recording proxy is started for its run)."""
     if server not in PROXY_SERVERS:
         raise ValueError(f"the cache proxy's server must be one of {', '.join(PROXY_SERVERS)}, not {server!r}")
     return ServiceConfig(
@@ -115,6 +119,9 @@ def cache_proxy_config(
             "ttl_s": ttl_s,
             "single_flight": single_flight,
             "server": server,
+            "record_trace": record_trace,
+            "record_tokenizer": record_tokenizer,
+            "record_block_tokens": record_block_tokens,
         },
     )
 
@@ -169,5 +176,11 @@ def build_service(name: str, config: ServiceConfig, *, log_path: Path, port: int
         if not params.get("single_flight", True):
             argv.append("--no-single-flight")
         argv += ["--server", params.get("server", DEFAULT_PROXY_SERVER)]
+        if params.get("record_trace"):
+            argv += ["--record-trace", params["record_trace"]]
+            if params.get("record_tokenizer"):
+                argv += ["--record-tokenizer", params["record_tokenizer"]]
+            if params.get("record_block_tokens"):
+                argv += ["--record-block-tokens", str(params["record_block_tokens"])]
         return ManagedService(argv=argv, readiness_timeout_s=30.0, **common)
     raise ValueError(f"unknown service kind {config.kind!r}")

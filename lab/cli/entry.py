@@ -21,6 +21,7 @@ from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
 from lab.cli.scale_options import add_scale_and_rounds
 from lab.cli.services_commands import cmd_services, service_names
+from lab.cli.trace_commands import add_trace_commands, cmd_traces
 from lab.context import LabContext, StorageError
 from lab.queue.run_waiter import WorkerUnusableError
 from lab.settings import get_settings, settings_error_line
@@ -182,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_commands(commands)
     _add_capacity_and_reproduce(commands)
     add_import_command(commands)
+    add_trace_commands(commands)
     return parser
 
 
@@ -194,6 +196,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
     "reproduce": cmd_reproduce,
     "capacity": cmd_capacity,
     "import": cmd_import,
+    "traces": cmd_traces,
 }
 
 

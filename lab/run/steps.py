@@ -50,6 +50,8 @@ K6_CANCEL_GRACE_S = 20.0
 FILL_CANCEL_GRACE_S = 30.0
 # The warm-up's requests ask for at most this many tokens: they only load the model.
 WARMUP_MAX_TOKENS = 16
+# The trace a +cache run's proxy records (cache.record_trace), in the run's folder.
+RECORDED_TRACE_FILE = "recorded-trace.jsonl"
 WARMUP_TIMEOUT_S = 600.0
 CACHE_FLUSH_TIMEOUT_S = 30.0
 # The backend's /metrics may be slow under load: a sample is skipped rather than waited for.
@@ -238,6 +240,7 @@ class RunSteps:
                 ttl_s=spec.cache.ttl_s,
                 single_flight=spec.cache.single_flight,
                 server=spec.cache.server,
+                **self._recording(spec),
             ),
             abort=self.cancel_requested,
         )
@@ -248,6 +251,19 @@ class RunSteps:
             "ttl_s": spec.cache.ttl_s,
             "single_flight": spec.cache.single_flight,
             "server": spec.cache.server,
+        }
+
+    def _recording(self, spec: RunSpec) -> dict[str, Any]:
+        """The proxy's trace recording settings for this run (none unless ``cache.record_trace``):
+        into the run's folder, with the model's tokenizer, in the trace workload's blocks."""
+        if not spec.cache.record_trace:
+            return {}
+        model = Path(spec.model)
+        trace_options = spec.workload.options("trace") if spec.workload.kind == "trace" else None
+        return {
+            "record_trace": str(self.run_dir / RECORDED_TRACE_FILE),
+            "record_tokenizer": str(model) if (model / "tokenizer_config.json").is_file() else None,
+            "record_block_tokens": trace_options.block_tokens if trace_options is not None else None,
         }
 
     def prepare_workload(self, spec: RunSpec) -> Path | None:

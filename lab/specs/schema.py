@@ -164,6 +164,8 @@ class CacheSpec(StrictModel):
     # or its own RSGI, stays an option for machines where the load generator has cores of its own.
     # The servers the proxy itself offers (Literal of that tuple: one list, the same one-line refusal).
     server: Literal[PROXY_SERVERS] = Field(default="uvicorn", description="the cache proxy's HTTP server")  # type: ignore[valid-type]  # a Literal of the tuple's values: pydantic reads it, mypy cannot
+    # The proxy writes the traffic it sees as a Mooncake trace into the run's folder (replay it anywhere).
+    record_trace: bool = Field(default=False, description="record the run's traffic as a trace (recorded-trace.jsonl)")
 
     def fills_first(self, distinct_requests: int | None) -> bool:
         return distinct_requests is not None and 0 < distinct_requests <= self.fill_first_up_to
@@ -406,7 +408,15 @@ def load_preset(name: str, *, quick: bool = False, overrides: list[tuple[str, An
     if name not in list_presets():
         raise SpecError(f"unknown preset {name!r}; presets: {', '.join(list_presets())}")
     raw = json.loads(path.read_text())
+    _resolve_preset_trace(raw)
     return experiment_from_document({**raw, "preset": name}, quick=quick, overrides=overrides)
+
+
+def _resolve_preset_trace(raw: dict[str, Any]) -> None:
+    """A trace a preset replays is named relative to the presets' folder (shipped beside it)."""
+    trace = raw.get("base", {}).get("workload", {}).get("trace")
+    if isinstance(trace, dict) and isinstance(trace.get("path"), str) and not Path(trace["path"]).is_absolute():
+        trace["path"] = str(PRESETS_DIR / trace["path"])
 
 
 def experiment_from_document(

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.workloads.input_files import DatasetError, open_input_binary
+from services.traces.blocks import MOONCAKE_BLOCK_TOKENS  # one definition: the proxy records in these blocks
 
-MOONCAKE_BLOCK_TOKENS = 512
 REQUIRED_FIELDS = ("timestamp", "output_length")
 # Needed unless the line carries its own text (input_text or messages).
 TOKEN_FIELDS = ("input_length", "hash_ids")

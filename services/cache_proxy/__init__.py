@@ -71,7 +71,12 @@ Standalone::
     python -m services.cache_proxy --upstream URL --redis-url URL --port N \\
         [--policy all|deterministic] [--credentials bypass|per-credential] [--ttl-s N] \\
         [--no-single-flight] [--namespace NAME] [--server uvicorn|granian|granian-rsgi] [--max-body-bytes N]
-        [--header-timeout-s S] [--body-timeout-s S]
+        [--header-timeout-s S] [--body-timeout-s S] [--cache on|off]
+        [--record-trace FILE [--record-text] [--record-rotate-mb MB] [--record-block-tokens N] [--record-tokenizer DIR]]
+
+- **Trace recording** (``--record-trace``, :mod:`~services.cache_proxy.recording`,
+  :mod:`services.traces`): every request on a cacheable path, hit or not, is written as a
+  Mooncake trace line by a writer thread; ``--cache off`` passes everything upstream and only records.
 
 Modules: ``policy`` (what is looked up, stored, bypassed), ``keys`` (the canonical key),
 ``resp`` (the pipelined Redis client), ``local_tier``, ``circuit_breaker``, ``metrics``,

@@ -51,6 +51,7 @@ from services.cache_proxy.policy import (
     decide_cache_mode,
     request_cache_control,
 )
+from services.cache_proxy.recording import CapturedAnswer, recorder_for
 from services.cache_proxy.resp import PipelinedRedis, RedisUnavailable, RedisWrongType
 from services.cache_proxy.responses import (
     TAG_BY_CONTENT_TYPE,
@@ -109,6 +110,8 @@ class CacheProxy:
         self.keyer = OffLoopKeyer()
         self.body_deadlines = BodyDeadlines(config.body_timeout_s)
         self._keyed_requests: dict[tuple[str, str | None, bytes], KeyedRequest] = {}
+        self.recorder = recorder_for(config)
+        self._recording = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -121,7 +124,10 @@ class CacheProxy:
                 trust_env=False,
             )
             self.flights.http = self.http
-        if self.redis is None:
+        if self.recorder is not None and not self._recording:
+            self._recording = True
+            self.recorder.start()
+        if self.redis is None and self.config.cache:
             self.redis = PipelinedRedis(
                 self.config.redis_url, timeout_s=self.config.redis_timeout_s, local_tier=self.local_tier
             )
@@ -135,6 +141,9 @@ class CacheProxy:
             await self.redis.close()
             self.redis = None
         self.keyer.close()
+        if self.recorder is not None and self._recording:
+            self.recorder.close()
+            self._recording = False
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -207,11 +216,28 @@ class CacheProxy:
     # -- the cache ------------------------------------------------------------------------
 
     async def _cacheable(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A request on a cacheable path: bypass, local hit, Redis hit, or miss."""
+        """A request on a cacheable path, recorded when the proxy records a trace."""
         raw_body = await self._read_body(scope, receive, send)
         if raw_body is None:
             return
+        if self.recorder is None:
+            await self._answer(scope, receive, send, raw_body)
+            return
+        # The ticket comes back in every case (finally): the lines after it wait for it.
+        ticket = self.recorder.arrive(time.monotonic())
+        captured = CapturedAnswer(send)
+        try:
+            await self._answer(scope, receive, captured.send, raw_body)
+        finally:
+            self.recorder.observe(ticket, scope["path"], raw_body, scope["headers"], captured.answer())
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, raw_body: bytes) -> None:
+        """Bypass (always, with the cache off), local hit, Redis hit, or miss."""
         started_at = time.perf_counter()
+        if not self.config.cache:
+            self.metrics.bypasses.inc()
+            await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False)
+            return
         requester = requester_fingerprint(
             scope["headers"], scope.get("query_string") or b"", secret=self._credential_secret
         )
@@ -363,7 +389,7 @@ class CacheProxy:
     # -- admin endpoints ------------------------------------------------------------------
 
     async def _health(self, send: Send) -> None:
-        assert self.http is not None and self.redis is not None
+        assert self.http is not None
         upstream_reachable = False
         upstream_status: int | None = None
         try:
@@ -372,15 +398,17 @@ class CacheProxy:
             upstream_reachable = response.status_code < 500
         except httpx.HTTPError:
             pass
+        redis_reachable: bool | None = None  # the cache is off: Redis is not asked
         try:
-            redis_reachable = await self.redis.ping(timeout_s=max(0.5, self.config.redis_timeout_s))
+            if self.redis is not None:
+                redis_reachable = await self.redis.ping(timeout_s=max(0.5, self.config.redis_timeout_s))
         except RedisUnavailable:
             redis_reachable = False
         if redis_reachable:
             self._redis_ok()
         document = {
             "status": "ok"
-            if upstream_reachable and redis_reachable
+            if upstream_reachable and redis_reachable is not False
             else ("degraded" if upstream_reachable else "unavailable"),
             "upstream": {"url": self.upstream_url, "reachable": upstream_reachable, "status_code": upstream_status},
             "redis": {"reachable": redis_reachable, "circuit": self.breaker.state},
@@ -391,9 +419,8 @@ class CacheProxy:
         await send_whole(send, 200 if upstream_reachable else 503, json_headers(body), body)
 
     async def _flush(self, send: Send) -> None:
-        assert self.redis is not None
         try:
-            deleted = await self.redis.flush_prefix(key_prefix(self.config.namespace))
+            deleted = 0 if self.redis is None else await self.redis.flush_prefix(key_prefix(self.config.namespace))
             if self.local_tier is not None:
                 self.local_tier.clear()  # Redis invalidates them too; this is at once
         except RedisUnavailable as error:
@@ -437,7 +464,8 @@ def build_app(
     ``local_tier_entries`` / ``local_tier_max_bytes``: bounds of the in-process tier kept
     coherent by Redis's invalidations (:class:`LocalTier`); 0 switches it off.
     ``max_body_bytes``: larger request bodies get 413; ``body_timeout_s``: a body must
-    arrive within it, or 408 (:mod:`~services.cache_proxy.bodies`).
+    arrive within it, or 408 (:mod:`~services.cache_proxy.bodies`). The cache switched off and the
+    trace recording are :class:`ProxyConfig` fields (``cache``, ``record_*``), set with ``CacheProxy(config)``.
     """
     return CacheProxy(
         ProxyConfig(

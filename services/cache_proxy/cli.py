@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterable
 
 import services.cache_proxy
-from services.cache_proxy.app import build_app
+from services.cache_proxy.app import CacheProxy
 from services.cache_proxy.bodies import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
+from services.cache_proxy.config import ProxyConfig
 from services.cache_proxy.policy import CREDENTIAL_MODES, CREDENTIAL_MODES_HELP, POLICIES
 from services.cache_proxy.serving import (
     DEFAULT_HEADER_TIMEOUT_S,
@@ -20,6 +22,8 @@ from services.cache_proxy.serving import (
     serve_uvicorn,
     settings_to_environment,
 )
+from services.traces.blocks import MOONCAKE_BLOCK_TOKENS
+from services.traces.recorder import RecordingError, check_recording
 
 
 def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
@@ -30,12 +34,71 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
         epilog="Credentials: " + CREDENTIAL_MODES_HELP,
     )
     parser.add_argument("--upstream", required=True, help="base URL of an OpenAI-compatible server")
-    parser.add_argument("--redis-url", required=True, help="redis://host:port/db")
+    parser.add_argument("--redis-url", default=None, help="redis://host:port/db (needed unless --cache off)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     _add_cache_arguments(parser)
+    _add_recording_arguments(parser)
     _add_server_arguments(parser)
     return parser.parse_args(list(argv) if argv is not None else None)
+
+
+def _add_recording_arguments(parser: argparse.ArgumentParser) -> None:
+    """The trace the proxy records of what it sees (services.traces)."""
+    parser.add_argument(
+        "--cache",
+        choices=("on", "off"),
+        default="on",
+        help="off: pass every request upstream, uncached (to record only; no Redis needed)",
+    )
+    parser.add_argument(
+        "--record-trace",
+        metavar="FILE",
+        default=None,
+        help="write the requests seen as a Mooncake trace (JSONL): arrival in ms, prompt and answer lengths, "
+        "chained hash ids of the prompt's token blocks, session id; no text unless --record-text",
+    )
+    parser.add_argument("--record-text", action="store_true", help="also write each prompt's text")
+    parser.add_argument(
+        "--record-rotate-mb",
+        type=float,
+        default=None,
+        help="start the next file (FILE.1, FILE.2 ...) when one reaches this size",
+    )
+    parser.add_argument(
+        "--record-block-tokens",
+        type=int,
+        default=MOONCAKE_BLOCK_TOKENS,
+        help="prompt tokens one hash id stands for (the trace workload's block_tokens)",
+    )
+    parser.add_argument(
+        "--record-tokenizer",
+        metavar="DIR",
+        default=None,
+        help="the served model's tokenizer folder: exact lengths and blocks (default: four bytes of text a token)",
+    )
+
+
+def checked_settings(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, in one line (None: nothing). Creates the recording's
+    (empty) file when it can be written."""
+    if args.cache == "on" and not args.redis_url:
+        return "--redis-url is required unless --cache off"
+    if args.record_trace is None:
+        given = [name for name in ("record_text", "record_rotate_mb", "record_tokenizer") if getattr(args, name)]
+        if given:
+            return f"--{given[0].replace('_', '-')} needs --record-trace FILE"
+        return None
+    try:
+        check_recording(
+            args.record_trace,
+            rotate_mb=args.record_rotate_mb,
+            block_tokens=args.record_block_tokens,
+            tokenizer=args.record_tokenizer,
+        )
+    except RecordingError as error:
+        return str(error)
+    return None
 
 
 def _add_cache_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,12 +166,10 @@ def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: Iterable[str] | None = None) -> None:
-    """Serve the proxy with ``--server`` on ``--host:--port``."""
-    args = parse_args(argv)
-    app = build_app(
+def _config(args: argparse.Namespace) -> ProxyConfig:
+    return ProxyConfig(
         upstream_url=args.upstream,
-        redis_url=args.redis_url,
+        redis_url=args.redis_url or "",
         policy=args.policy,
         credentials=args.credentials,
         credential_secret=args.credential_secret_file.read().strip() if args.credential_secret_file else None,
@@ -122,7 +183,23 @@ def main(argv: Iterable[str] | None = None) -> None:
         local_tier_max_bytes=args.local_tier_max_bytes,
         max_body_bytes=args.max_body_bytes,
         body_timeout_s=args.body_timeout_s,
+        cache=args.cache == "on",
+        record_trace=args.record_trace,
+        record_text=args.record_text,
+        record_rotate_mb=args.record_rotate_mb,
+        record_block_tokens=args.record_block_tokens,
+        record_tokenizer=args.record_tokenizer,
     )
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """Serve the proxy with ``--server`` on ``--host:--port``."""
+    args = parse_args(argv)
+    refused = checked_settings(args)
+    if refused is not None:
+        print(f"python -m services.cache_proxy: {refused}", file=sys.stderr)
+        raise SystemExit(2)
+    app = CacheProxy(_config(args))
     if args.server == "uvicorn":
         serve_uvicorn(app, host=args.host, port=args.port, header_timeout_s=args.header_timeout_s)
         return

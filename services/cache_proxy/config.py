@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.cache_proxy.bodies import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, OFF_LOOP_KEY_MIN_BYTES
+from services.traces.blocks import MOONCAKE_BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -29,3 +30,11 @@ class ProxyConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     off_loop_key_min_bytes: int = OFF_LOOP_KEY_MIN_BYTES
+    # False: every request passes straight upstream (recording only; Redis is not used).
+    cache: bool = True
+    # Trace recording (services.cache_proxy.recording): the file, None for none.
+    record_trace: str | None = None
+    record_text: bool = False
+    record_rotate_mb: float | None = None
+    record_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    record_tokenizer: str | None = None
