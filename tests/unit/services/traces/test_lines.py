@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lab.backends import get_backend
 from lab.specs.schema import RunSpec
 from lab.workloads import get_workload
@@ -22,6 +24,7 @@ def first_seen(id_lists: list[list[int]]) -> list[list[int]]:
     return [[numbers.setdefault(block, len(numbers)) for block in ids] for ids in id_lists]
 
 
+@pytest.mark.model  # the trace workload counts with the model's transformers tokenizer
 def test_recorded_prompts_of_a_replayed_trace_give_back_its_hash_ids_and_lengths(tmp_path: Path) -> None:
     trace = [
         json.loads(line)
