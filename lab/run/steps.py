@@ -259,11 +259,10 @@ class RunSteps:
         if not spec.cache.record_trace:
             return {}
         model = Path(spec.model)
-        trace_options = spec.workload.options("trace") if spec.workload.kind == "trace" else None
         return {
             "record_trace": str(self.run_dir / RECORDED_TRACE_FILE),
             "record_tokenizer": str(model) if (model / "tokenizer_config.json").is_file() else None,
-            "record_block_tokens": trace_options.block_tokens if trace_options is not None else None,
+            "record_block_tokens": get_workload(spec.workload.kind).block_tokens(spec),
         }
 
     def prepare_workload(self, spec: RunSpec) -> Path | None:

@@ -149,6 +149,11 @@ class Workload:
         """How many different requests the script can send (None: not a fixed, known set)."""
         return None
 
+    def block_tokens(self, spec: RunSettings) -> int | None:
+        """The prompt block size a recorded trace of this workload's traffic should use (None: the
+        recorder's default)."""
+        return None
+
     @property
     def script_path(self) -> Path:
         return K6_DIR / self.script

@@ -184,6 +184,11 @@ class Trace(Workload):
     def preview_lines(self, spec: RunSettings) -> list[str]:
         return preview(spec).lines()
 
+    def block_tokens(self, spec: RunSettings) -> int | None:
+        # A replay recorded again chains its hash ids in the blocks the trace was made with.
+        options: TraceOptions = spec.workload.options("trace")
+        return options.block_tokens
+
     def k6_env(self, spec: RunSettings) -> dict[str, str]:
         # The schedule is the trace's: VUs are only the most requests in flight at once.
         return {"TRACE_VUS": str(spec.load.max_vus), "TRACE_DURATION": f"{spec.load.planned_duration_s:g}s"}
