@@ -44,15 +44,16 @@ def outage_message(reason: str, since: datetime) -> str:
     )
 
 
-def show_outage(reason: str) -> None:
-    """The outage's one line; the time it was first seen is kept until the database answers."""
-    since = st.session_state.setdefault(_SINCE_KEY, datetime.now(UTC))
+def show_outage(reason: str, view: str = "page") -> None:
+    """The outage's one line; the time ``view`` first saw it is kept until the database answers it."""
+    since = st.session_state.setdefault(f"{_SINCE_KEY}:{view}", datetime.now(UTC))
     st.warning(outage_message(reason, since), icon=":material/cloud_off:")
 
 
-def outage_over() -> None:
-    """The database answered: forget when the outage began."""
-    st.session_state.pop(_SINCE_KEY, None)
+def outage_over(view: str = "page") -> None:
+    """The database answered ``view``: forget when its outage began. Kept per view, because the
+    sidebar answering says nothing of the page's own queries."""
+    st.session_state.pop(f"{_SINCE_KEY}:{view}", None)
 
 
 @contextmanager
@@ -90,9 +91,9 @@ def view_survives_database_outage(view: Callable[..., Any]) -> Callable[..., Any
             reason = outage_reason(error)
             if reason is None:
                 raise
-            show_outage(reason)
+            show_outage(reason, view.__qualname__)
             return None
-        outage_over()
+        outage_over(view.__qualname__)
         return result
 
     return guarded

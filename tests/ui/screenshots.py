@@ -6,7 +6,8 @@ One command takes them all again::
 
 It starts the lab (``python -m lab start``: Streamlit and the worker) on a free loopback port
 with a temporary data folder, runs a real small experiment through the CLI (seed-exp1 at the
-quick scale on the naive server only, 1 and 2 VUs, 8 s each: the cheapest real backend), then
+quick scale on the naive server only, 1 and 2 VUs, 8 s each: the cheapest real backend), replays
+the sample trace on the same server and imports a GuideLLM report beside them, then
 photographs each page in Debian's Chromium at 1280x800 and at 800 px wide. It also reads each
 page as a person would and prints every problem it finds (and exits 1): a metric tile whose
 value or label is cut, a link cut short, a button or widget label cut or off the right edge, a
@@ -51,6 +52,23 @@ EXPERIMENT = [
     "--set",
     "load.graceful_stop_s=60",
 ]
+# A trace replayed on the same server, so Compare's picker shows a replay's label too.
+TRACE_SPEC = {
+    "name": "the sample trace on the naive server",
+    "base": {
+        "backend": "naive",
+        "workload": {
+            "kind": "trace",
+            "trace": {"path": "tests/fixtures/traces/mooncake_sample.jsonl", "block_tokens": 32},
+        },
+        "load": {"duration_s": 8, "max_vus": 4, "graceful_stop_s": 60},
+        "max_tokens": 16,
+    },
+    "grid": {"backend": ["naive"]},
+    "repeats": 1,
+}
+# A GuideLLM report (written by the real tool against its mock server), imported beside them.
+IMPORTED = "tests/fixtures/imports/guidellm.json"
 # Machine names that must never reach a person's eye.
 MACHINE_NAMES = (
     "output_tok_per_s",
@@ -183,18 +201,21 @@ def main(folder: str = "docs/screenshots") -> int:
     with tempfile.TemporaryDirectory() as temporary:
         data_dir = Path(temporary) / "lab-data"
         with running_lab(data_dir, Path(temporary) / "lab.log") as url:
-            ran = subprocess.run(
-                [sys.executable, "-m", "lab", "run", *EXPERIMENT],
-                cwd=PROJECT_ROOT,
-                env=lab_env(data_dir),
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            print(ran.stdout[-3000:], ran.stderr[-2000:], sep="\n")
-            if ran.returncode != 0:
-                print(f"the experiment failed ({ran.returncode}); see above")
-                return 1
+            trace_spec = Path(temporary) / "trace-spec.json"
+            trace_spec.write_text(json.dumps(TRACE_SPEC), encoding="utf-8")
+            for command in (["run", *EXPERIMENT], ["run", "--spec", str(trace_spec)], ["import", IMPORTED]):
+                ran = subprocess.run(
+                    [sys.executable, "-m", "lab", *command],
+                    cwd=PROJECT_ROOT,
+                    env=lab_env(data_dir),
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
+                print(ran.stdout[-3000:], ran.stderr[-2000:], sep="\n")
+                if ran.returncode != 0:
+                    print(f"`lab {command[0]}` failed ({ran.returncode}); see above")
+                    return 1
             problems = photograph(url, out)
     for problem in problems:
         print("PROBLEM:", problem)
