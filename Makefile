@@ -21,11 +21,13 @@ FAST_TESTS := tests/unit tests/ui -m "not integration and not browser and not mo
 # The static checks; the process-free tier (with the torch tests) on two workers in a shuffled
 # order (pytest-randomly prints its seed; `-p randomly --randomly-seed=N` replays it); then the
 # real-process tiers on three workers, in file order. Workers share the slow services by xdist
-# group: each service runs once, on the worker that holds its tests (tests/conftest.py).
+# group: each service runs once, on the worker that holds its tests (tests/conftest.py). The few
+# tests that judge their own timing (p99 lateness, p99 under a hostile body) run last, alone.
 test: setup
 	scripts/check.sh
 	$(TEST) -n 2 --dist loadgroup -m "not integration and not browser"
-	$(TEST) -n 3 --dist loadgroup -p no:randomly -m "integration or browser"
+	$(TEST) -n 3 --dist loadgroup -p no:randomly -m "(integration or browser) and not timing"
+	$(TEST) -p no:randomly -m "timing"
 
 # On every change: no process, no network, no torch.
 test-fast: setup

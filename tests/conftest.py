@@ -49,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vllm: needs the real vLLM server (slow to start)")
     config.addinivalue_line("markers", "browser: drives a real headless Chromium")
     config.addinivalue_line("markers", "model: imports torch or transformers (slow): not in make test-fast")
+    config.addinivalue_line("markers", "timing: judges its own timing; make test runs it alone, after the rest")
     config.addinivalue_line("markers", "runs_last: stops shared services; ordered after every other test")
     config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker with the group's other tests")
     if config.getoption("numprocesses", None) and config.getoption("dist", "no") != "loadgroup":

@@ -274,6 +274,7 @@ def hits_while(proxy_url: str, body: dict, running: threading.Event, latencies: 
             states.add(response.headers.get("x-cache", str(response.status_code)))
 
 
+@pytest.mark.timing
 def test_a_25_mb_body_leaves_other_clients_hits_under_50_ms_p99(
     stub: ManagedService, redis_service, log_dir: Path, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from services.supervisor import find_free_port
 from tests.stub_openai import StubServer
 from tests.support.traces import mooncake_lines, write_trace
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timing, pytest.mark.timeout(180)]
 
 REQUESTS, RATE_PER_S, BLOCK_TOKENS = 300, 20, 32
 

@@ -6,6 +6,7 @@ from lab.measurement.machine_speed import calibration_s, run_calibration_s, spee
 
 
 @pytest.mark.integration  # the kernel runs in a child Python process
+@pytest.mark.timing
 def test_the_kernel_takes_a_positive_number_of_seconds_scaled_to_its_full_length() -> None:
     full_s, one_s = calibration_s(), calibration_s(1)
     assert full_s is not None and 0 < full_s < 60
