@@ -57,5 +57,5 @@ def idle_stop_text(idle_stop_s: float) -> str:
         )
     return (
         f"{idle}. A run also stops the backends it does not need before it starts (one accelerator, or few "
-        "CPU cores). Services started by hand (Start here, or `python -m lab services up`) stay up until stopped."
+        "CPU cores). Services started by hand (Start here, or services up from the CLI) stay up until stopped."
     )

@@ -19,6 +19,7 @@ from lab.baselines import BaselineComparison, BaselineError, Subject
 from lab.specs.configuration import configuration_key
 from lab.specs.spec_files import experiment_spec_document, run_spec_document, spec_file_text
 from pages.common import TRENDS_PAGE, flash, session
+from pages.view.figures import readable
 from pages.view.names import header
 from pages.view.text import chart_label, show_plain
 
@@ -258,14 +259,8 @@ def trend_figure(points: Sequence[TrendPoint], figure: str) -> go.Figure:
                     hovertemplate=HOVER,
                 )
             )
-    chart.update_layout(
-        title=f"{header(figure)} over time",
-        xaxis_title="queued at",
-        yaxis_title=header(figure),
-        legend={"orientation": "h"},
-    )
-    chart.update_yaxes(rangemode="tozero")  # the trend's figures are never negative
-    return chart
+    # The charts' one layout: the legend in its own row above the plot, never over the time axis.
+    return readable(chart, title=f"{header(figure)} over time", x_title="queued at", y_title=header(figure))
 
 
 def trend_table(points: Sequence[TrendPoint], figure: str) -> pd.DataFrame:

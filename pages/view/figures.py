@@ -48,6 +48,13 @@ def backend_colour(backend: str) -> str:
     return BACKEND_PALETTE[index % len(BACKEND_PALETTE)]
 
 
+def _top_margin_px(figure: go.Figure) -> int:
+    """Room above the plot for the title and the legend's row, or two rows when the legend's names
+    are long enough to wrap on a narrow page (800 px)."""
+    legend_chars = sum(len(str(trace.name or "")) + 6 for trace in figure.data if trace.showlegend is not False)
+    return 80 if legend_chars <= 60 else 115
+
+
 def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, height: int = CHART_HEIGHT_PX) -> go.Figure:
     """The one layout of every chart: title top left, legend in a row above the plot, room for the axis titles."""
     figure.update_layout(
@@ -64,7 +71,7 @@ def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, heigh
         yaxis_title=y_title,
         height=height,
         template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 80, "b": 50},
+        margin={"l": 60, "r": 20, "t": _top_margin_px(figure), "b": 50},
         legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None},
         showlegend=len(figure.data) > 1,
         hovermode="x unified",
