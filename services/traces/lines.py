@@ -59,6 +59,8 @@ class TraceLines:
         """Start a new file: timestamps from its first request, hash ids from 0."""
         self.hash_ids = HashIds()
         self.started_s: float | None = None
+        # Lines after their timestamp, by request: their hash ids are this file's.
+        self._tails: dict[tuple[str, bytes, bytes | None, str | None], str] = {}
 
     def line(self, observation: Observation) -> dict[str, Any] | None:
         """The trace line of ``observation``; None for a body that holds no prompt (not JSON,
@@ -68,30 +70,42 @@ class TraceLines:
 
     def encoded(self, observation: Observation) -> bytes | None:
         """:meth:`line` as the file's bytes (a JSON line): the numbers written directly, as the
-        writer does this for every request the proxy sees."""
-        prompt = self._prompt(observation.path, observation.raw_body)
-        if prompt is None:
+        writer does this for every request the proxy sees. A request seen before (the same body,
+        answer and session: a response cache's hits) reuses its line after the timestamp."""
+        header_session = session_id(observation.headers, {})
+        key = (observation.path, observation.raw_body, observation.answer, header_session)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._tail(observation, header_session)
+            if len(self._tails) >= MEMO_ENTRIES:
+                self._tails.clear()
+            self._tails[key] = tail
+        if not tail:
             return None
         if self.started_s is None:
             self.started_s = observation.arrived_s
+        timestamp_ms = round(max(0.0, observation.arrived_s - self.started_s) * 1000, 1)
+        return f'{{"timestamp":{timestamp_ms}{tail}'.encode()
+
+    def _tail(self, observation: Observation, header_session: str | None) -> str:
+        """Everything of the line after its timestamp ("" for a body that holds no prompt)."""
+        prompt = self._prompt(observation.path, observation.raw_body)
+        if prompt is None:
+            return ""
         answered_prompt, answered_output = self._answer(observation.answer)
         # The server's count when the recorder's own is an estimate (no tokenizer).
         input_length = prompt.tokens if self.tokens.exact or answered_prompt is None else answered_prompt
         input_length = max(1, input_length)
         digests = prompt.digests[: -(-input_length // self.block_tokens)]
-        timestamp_ms = round(max(0.0, observation.arrived_s - self.started_s) * 1000, 1)
         output_length = max(1, answered_output or prompt.asked_output_tokens or 1)
         hash_ids = ",".join(map(str, self.hash_ids.ids_of_digests(digests)))
-        text = (
-            f'{{"timestamp":{timestamp_ms},"input_length":{input_length},"output_length":{output_length},'
-            f'"hash_ids":[{hash_ids}]'
-        )
-        session = session_id(observation.headers, {}) or prompt.body_session
+        tail = f',"input_length":{input_length},"output_length":{output_length},"hash_ids":[{hash_ids}]'
+        session = header_session or prompt.body_session
         if session is not None:
-            text += ',"session_id":' + json.dumps(session, ensure_ascii=False)
+            tail += ',"session_id":' + json.dumps(session, ensure_ascii=False)
         if prompt.text is not None:
-            text += "," + prompt.text
-        return (text + "}\n").encode("utf-8")
+            tail += "," + prompt.text
+        return tail + "}\n"
 
     def _prompt(self, path: str, raw_body: bytes) -> _Prompt | None:
         memo_key = (path, raw_body)
