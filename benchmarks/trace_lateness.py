@@ -28,12 +28,10 @@ from typing import Any
 def replay(rate_per_s: float, requests: int, work_dir: Path, max_vus: int) -> dict[str, Any]:
     """One replay at ``rate_per_s``: its lateness figures and how many requests the stub saw."""
     from lab.measurement.trace_figures import trace_part
-    from lab.run.k6_driver import K6Process, k6_environment, script_path
     from lab.specs.schema import RunSpec
-    from lab.workloads import get_workload
     from services.supervisor import find_free_port
     from tests.stub_openai import StubServer
-    from tests.support.traces import mooncake_lines, write_trace
+    from tests.support.traces import mooncake_lines, trace_replay_k6, write_trace
 
     run_dir = work_dir / f"rate-{rate_per_s:g}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -47,14 +45,7 @@ def replay(rate_per_s: float, requests: int, work_dir: Path, max_vus: int) -> di
                 "load": {"duration_s": requests / rate_per_s + 5, "max_vus": max_vus, "graceful_stop_s": 10},
             }
         )
-        requests_file = get_workload("trace").prepare(spec, run_dir, spec.backend_kind)
-        k6 = K6Process(
-            script=script_path("trace"),
-            env=k6_environment(spec, target_url=stub.url, requests_file=requests_file),
-            summary_path=run_dir / "summary.json",
-            ndjson_path=run_dir / "k6.ndjson",
-            log_path=run_dir / "k6.log",
-        )
+        k6 = trace_replay_k6(spec, run_dir, stub.url, spec.backend_kind)
         with k6:
             exit_code = k6.wait(timeout_s=requests / rate_per_s + 120)
         served = stub.stats.completions_ok

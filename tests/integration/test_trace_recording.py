@@ -15,14 +15,13 @@ import httpx
 import pytest
 
 from lab.backends import get_backend
-from lab.run.k6_driver import K6Process, k6_environment, script_path
 from lab.specs.schema import RunSpec
-from lab.workloads import get_workload
 from lab.workloads.trace_plan import quantiles
 from lab.workloads.trace_synth import SynthShape, synth_text
 from services.supervisor import ManagedService
 from tests.conftest import RunningService
 from tests.support.integration_proxy import start_proxy
+from tests.support.traces import trace_replay_k6
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -50,14 +49,7 @@ def replay(trace: Path, proxy: ManagedService, model: str, run_dir: Path) -> Non
             "warmup_requests": 0,
         }
     )
-    requests_file = get_workload("trace").prepare(spec, run_dir, get_backend("naive"))
-    k6 = K6Process(
-        script=script_path("trace"),
-        env=k6_environment(spec, target_url=proxy.url, requests_file=requests_file),
-        summary_path=run_dir / "summary.json",
-        ndjson_path=run_dir / "k6.ndjson",
-        log_path=run_dir / "k6.log",
-    )
+    k6 = trace_replay_k6(spec, run_dir, proxy.url, get_backend("naive"))
     with k6:
         assert k6.wait(timeout_s=240) == 0, k6.exit_message()
 

@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 
 from lab.measurement.trace_figures import trace_part
-from lab.run.k6_driver import K6Process, k6_environment, script_path
 from lab.specs.schema import RunSpec
-from lab.workloads import get_workload
 from services.supervisor import find_free_port
 from tests.stub_openai import StubServer
-from tests.support.traces import mooncake_lines, write_trace
+from tests.support.traces import mooncake_lines, trace_replay_k6, write_trace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timing, pytest.mark.timeout(180)]
 
@@ -42,14 +40,7 @@ def test_a_trace_is_replayed_on_schedule_with_its_prefix_sharing(tmp_path: Path,
         }
     )
     run_dir = tmp_path / "run"
-    requests_file = get_workload("trace").prepare(spec, run_dir, spec.backend_kind)
-    k6 = K6Process(
-        script=script_path("trace"),
-        env=k6_environment(spec, target_url=stub.url, requests_file=requests_file),
-        summary_path=run_dir / "summary.json",
-        ndjson_path=run_dir / "k6.ndjson",
-        log_path=run_dir / "k6.log",
-    )
+    k6 = trace_replay_k6(spec, run_dir, stub.url, spec.backend_kind)
     with k6:
         assert k6.wait(timeout_s=120) == 0, k6.exit_message()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 
 def mooncake_lines(
@@ -52,3 +53,19 @@ def write_trace(path: Path, lines: list[str]) -> Path:
     """The lines as a trace file at ``path``."""
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def trace_replay_k6(spec: Any, run_dir: Path, target_url: str, backend: Any) -> Any:
+    """The real k6 replaying ``spec``'s trace against ``target_url`` (a ``K6Process``, not yet
+    started), its request file, summary, NDJSON and log in ``run_dir``."""
+    from lab.run.k6_driver import K6Process, k6_environment, script_path
+    from lab.workloads import get_workload
+
+    requests_file = get_workload("trace").prepare(spec, run_dir, backend)
+    return K6Process(
+        script=script_path("trace"),
+        env=k6_environment(spec, target_url=target_url, requests_file=requests_file),
+        summary_path=run_dir / "summary.json",
+        ndjson_path=run_dir / "k6.ndjson",
+        log_path=run_dir / "k6.log",
+    )
