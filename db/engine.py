@@ -7,6 +7,7 @@ import os
 import threading
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
@@ -59,6 +60,10 @@ def sqlite_path(database_url: str) -> Path | None:
     url = make_url(database_url)
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return None
+    if url.query.get("uri") == "true" and url.database.startswith("file:"):
+        # SQLite's URI filename (``file:PATH?mode=ro``): the file is PATH, not a folder "file:".
+        path = urlsplit(url.database).path
+        return None if path in ("", ":memory:") or url.query.get("mode") == "memory" else Path(unquote(path))
     return Path(url.database)
 
 
