@@ -1,7 +1,7 @@
 """A page opened directly gets no 404 (issue 39): the page HTML tells Streamlit's browser side
 that the app is at the root, so it asks nothing under the page's own path
 (pages/view/core_paths.py); the real server and browser are asked in
-tests/ui/test_web_lab_round4_browser.py."""
+tests/ui/test_direct_urls_compare_axes_and_following_browser.py."""
 
 from __future__ import annotations
 

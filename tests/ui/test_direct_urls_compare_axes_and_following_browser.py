@@ -1,5 +1,5 @@
-"""The web lab, round 4 (issue 39) in a real headless Chromium against the real lab
-(``python -m lab start``), runs seeded through the store (no load needed for these checks):
+"""Pages opened directly, Compare's axes and pages that follow the lab, in a real headless Chromium
+against the real lab (``python -m lab start``), runs seeded through the store (no load needed):
 
 - a page opened directly asks Streamlit's start-up questions without a 404;
 - Compare of two runs differing in VUs and max tokens joins them in no chart; of two differing
@@ -48,7 +48,7 @@ FOLLOW_TIMEOUT_MS = 30_000
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Engine, dict[str, tuple[int, int]]]]:
     check_prerequisites()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_path_factory.mktemp("round4") / "lab-data"
+    data_dir = tmp_path_factory.mktemp("direct-urls") / "lab-data"
     data_dir.mkdir(parents=True)
     engine = get_engine(f"sqlite:///{data_dir / 'lab.db'}")
     pairs = {
@@ -61,7 +61,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Engine,
             add_done_run(engine, vus=2, max_tokens=64, tok=30.0, p95=3.0),
         ),
     }
-    with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-round4-lab.log") as url:
+    with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-direct-urls-lab.log") as url:
         yield url, engine, pairs
 
 
@@ -99,7 +99,7 @@ def test_compare_joins_runs_only_along_the_axis_and_pages_follow_the_lab(
     for key in CHARTS:
         traces = [points for chart in page.evaluate(CHART_POINTS_JS, key) for points in chart]
         assert traces and max(traces) == 1, (key, traces)  # two series of one point each: no joining line
-    shot(page, "round4-compare-two-settings-apart")
+    shot(page, "compare-two-settings-apart")
 
     first, second = pairs["vus alone"]
     page.goto(f"{url}/compare?runs={first},{second}")
@@ -129,4 +129,4 @@ def test_compare_joins_runs_only_along_the_axis_and_pages_follow_the_lab(
     page.locator("[data-testid='stSidebar']").get_by_text("redis: failed").wait_for(timeout=FOLLOW_TIMEOUT_MS)
     page.get_by_text("redis · failed").first.wait_for(timeout=FOLLOW_TIMEOUT_MS)
     assert page.evaluate("() => window.__notReloaded === true")
-    shot(page, "round4-services-followed")
+    shot(page, "services-followed")

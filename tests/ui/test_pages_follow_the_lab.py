@@ -1,7 +1,7 @@
 """Pages that follow the lab by themselves (issue 39, item 2): a Start or Stop shows as
 "starting"/"stopping" from the click on, in the table and the sidebar, until the record
 catches up; the Services page says when backends are stopped. The refresh itself (fragments
-with ``run_every``) is checked in Chromium by tests/ui/test_web_lab_round4_browser.py."""
+with ``run_every``) is checked in Chromium by tests/ui/test_direct_urls_compare_axes_and_following_browser.py."""
 
 from __future__ import annotations
 
