@@ -19,8 +19,9 @@ In one go, on this machine, with one private redis-server and one stub upstream
 
 With ``--recording`` it measures only the cost of trace recording (``--record-trace``) on
 the hit path: the lab proxy without and with recording (the model's tokenizer, as a ``+cache``
-run records), interleaved in rounds, and the ratio of their req/s (target: recording costs at
-most 5%); it also counts the lines recorded against the requests sent.
+run records), interleaved in ABBA rounds, the ratio of their req/s paired by round (target:
+recording costs at most 5%) and of the proxy's CPU seconds a request, each with its 95%
+interval; it also counts the lines recorded against the requests sent.
 
 Run: ``.venv/bin/python -m benchmarks.cache_proxy [--duration-s 10] [--rounds 2] [--json FILE]``
 or ``... --recording [--rounds 4]``. Every process it starts is stopped at the end.
@@ -295,50 +296,90 @@ def print_miss_path(miss_runs: dict[str, dict], *, duration_s: float) -> dict[st
 
 
 def measure_recording(*, rounds: int, vus: int, duration_s: float, log_dir: Path) -> dict[str, Any]:
-    """The hit path of the lab proxy without and with trace recording, side by side."""
+    """The hit path of the lab proxy without and with trace recording, side by side: rounds in
+    ABBA order (the plain proxy first in odd rounds, the recording one first in even ones), each
+    run's req/s and the proxy process's CPU seconds per request (both proxies are one process on
+    one event loop, so the CPU a request costs is what bounds their rate, and it varies far less
+    between runs than a rate on a shared machine)."""
+    import psutil
+
+    from lab.analysis.statistics import ratio_interval
+
     trace = log_dir / "recorded.jsonl"
     tokenizer = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
     record = ["--record-trace", str(trace)] + (["--record-tokenizer", str(tokenizer)] if tokenizer.is_dir() else [])
+    runs: dict[str, list[dict[str, float]]] = {"lab": [], "lab-recording": []}
     with ExitStack() as stack:
         redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
         stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
         upstream = ["--upstream", stub.url, "--redis-url", redis_url_of(redis)]
-        plain = stack.enter_context(
-            _python_service("lab-proxy", "services.cache_proxy", [*upstream, "--namespace", "bench"], log_dir)
-        )
-        recording = stack.enter_context(
-            _python_service(
-                "lab-proxy-recording", "services.cache_proxy", [*upstream, "--namespace", "bench-rec", *record], log_dir
-            )
-        )
-        runs = measure_hit_path(
-            {"lab": plain.url, "lab-recording": recording.url},
-            rounds=rounds,
-            vus=vus,
-            duration_s=duration_s,
-            log_dir=log_dir,
-        )
+        proxies = {
+            "lab": stack.enter_context(
+                _python_service("lab-proxy", "services.cache_proxy", [*upstream, "--namespace", "bench"], log_dir)
+            ),
+            "lab-recording": stack.enter_context(
+                _python_service(
+                    "lab-proxy-recording",
+                    "services.cache_proxy",
+                    [*upstream, "--namespace", "bench-rec", *record],
+                    log_dir,
+                )
+            ),
+        }
+        for name, proxy in proxies.items():
+            run_k6(target=proxy.url, mode="warm", vus=1, duration_s=60, log_dir=log_dir, label=f"warm-{name}")
+        for round_number in range(1, rounds + 1):
+            order = ("lab", "lab-recording") if round_number % 2 else ("lab-recording", "lab")
+            for name in order:
+                process = psutil.Process(proxies[name].pid)
+                cpu_before = sum(process.cpu_times()[:2])
+                figures = run_k6(
+                    target=proxies[name].url, mode="hits", vus=vus, duration_s=duration_s, log_dir=log_dir,
+                    label=f"hits-{name}-{round_number}",
+                )  # fmt: skip
+                figures["proxy_cpu_ms_per_request"] = (
+                    (sum(process.cpu_times()[:2]) - cpu_before) * 1000 / max(figures["requests"], 1)
+                )
+                runs[name].append(figures)
+                print(
+                    f"round {round_number} {name:13s} {figures['req_per_s']:8.0f} req/s  "
+                    f"{figures['proxy_cpu_ms_per_request'] * 1000:6.1f} us CPU a request  "
+                    f"p99 {figures['latency_p99_ms']:6.2f} ms  failed {figures['failed_rate']:.3f}",
+                    flush=True,
+                )
         time.sleep(2.0)  # the writer thread writes every 0.1 s; the tokenizer may still be loading
     sent = sum(run["requests"] for run in runs["lab-recording"]) + 50  # the warm-up's 50 prompts
     recorded = sum(len(path.read_text().splitlines()) for path in log_dir.glob("recorded*.jsonl"))
     averages = {name: _average(name_runs) for name, name_runs in runs.items()}
-    ratio = averages["lab-recording"]["req_per_s"] / averages["lab"]["req_per_s"]
+    kept = ratio_interval(
+        [run["req_per_s"] for run in runs["lab-recording"]], [run["req_per_s"] for run in runs["lab"]], paired=True
+    )
+    cpu = ratio_interval(
+        [run["proxy_cpu_ms_per_request"] for run in runs["lab-recording"]],
+        [run["proxy_cpu_ms_per_request"] for run in runs["lab"]],
+        paired=True,
+    )
     print()
     print(f"Hit path with and without trace recording, k6 {vus} VUs, {duration_s:.0f} s x {rounds} rounds (mean):")
-    print("| proxy | req/s | p50 ms | p95 ms | p99 ms | failed |")
-    print("|---|---|---|---|---|---|")
+    print("| proxy | req/s | proxy CPU us a request | p50 ms | p95 ms | p99 ms | failed |")
+    print("|---|---|---|---|---|---|---|")
     for name, figures in averages.items():
         print(
-            f"| {name} | {figures['req_per_s']:.0f} | {figures['latency_p50_ms']:.2f} | "
-            f"{figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} | {figures['failed_rate']:.3f} |"
+            f"| {name} | {figures['req_per_s']:.0f} | {figures['proxy_cpu_ms_per_request'] * 1000:.1f} | "
+            f"{figures['latency_p50_ms']:.2f} | {figures['latency_p95_ms']:.2f} | {figures['latency_p99_ms']:.2f} | "
+            f"{figures['failed_rate']:.3f} |"
         )
     print(
-        f"recording keeps {ratio:.1%} of the hit path's req/s (target >= 95%); "
-        f"{recorded:,.0f} of {sent:,.0f} requests recorded"
+        f"recording keeps {kept.ratio:.1%} [{kept.ci95_low:.1%}, {kept.ci95_high:.1%}] of the hit path's req/s "
+        f"(paired by round; target >= 95%); the proxy's CPU a request x{cpu.ratio:.3f} "
+        f"[{cpu.ci95_low:.3f}, {cpu.ci95_high:.3f}]; {recorded:,.0f} of {sent:,.0f} requests recorded"
     )
     return {
         "hit_path": {"runs": runs, "average": averages},
-        "recording_vs_plain_req_per_s": ratio,
+        "recording_vs_plain_req_per_s": kept.ratio,
+        "recording_vs_plain_req_per_s_ci95": [kept.ci95_low, kept.ci95_high],
+        "recording_vs_plain_cpu_per_request": cpu.ratio,
+        "recording_vs_plain_cpu_per_request_ci95": [cpu.ci95_low, cpu.ci95_high],
         "requests_sent_to_recording_proxy": sent,
         "lines_recorded": recorded,
         "tokenizer": tokenizer.is_dir(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.traces.answers import answer_tokens, asked_output_tokens, session_id
 from services.traces.blocks import HashIds, PromptTokens, chained_block_digests
@@ -20,10 +20,10 @@ from services.traces.blocks import HashIds, PromptTokens, chained_block_digests
 MEMO_ENTRIES = 4096
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(NamedTuple):
     """A request the proxy saw: when it arrived (monotonic seconds), its path, body and
-    headers, and the answer's bytes as the client got them (None: none was sent)."""
+    headers, and the answer's bytes as the client got them (None: none was sent). A named
+    tuple: the writer makes one for every request the proxy answers."""
 
     arrived_s: float
     path: str
