@@ -1,11 +1,14 @@
-"""Benchmark: the lab's figures against a peer tool's on the same server, interleaved.
+"""Benchmark: the lab's figures against peer tools' on the same server, interleaved.
 
-For each stream mode (streamed, not streamed) and round, the lab and GuideLLM each measure
-every concurrency of ``--concurrency`` against the same server, in ABBA order across rounds
-(lab, peer, then peer, lab, ...), so a drift of the shared machine falls on both. GuideLLM's
-report is read with the lab's own importer (``lab.imports``), so the figures compared are
-the mapped ones docs/imports.md lists. For each figure, cell and mode it prints the ratio
-lab over peer, paired by round, with its 95% interval (Student's t on the per-round log
+For each stream mode (streamed, not streamed) and round, the lab and each peer (GuideLLM,
+``vllm bench serve``) measure every concurrency of ``--concurrency`` against the same server,
+in ABBA order across rounds (lab, GuideLLM, vLLM's client, then vLLM's client, GuideLLM, lab,
+...), so a drift of the shared machine falls on all. vLLM's client always streams, so it takes
+part in the streamed mode only; it sends a number of prompts, not a duration, so it is given
+as many as the lab's last run at that concurrency completed in ``--duration-s``. The peers'
+files are read with the lab's own importer (``lab.imports``), so the figures compared are
+the mapped ones docs/imports.md lists. For each peer, figure, cell and mode it prints the
+ratio lab over peer, paired by round, with its 95% interval (Student's t on the per-round log
 ratios).
 
 Targets (``--target``):
@@ -19,7 +22,8 @@ The peer tools live in their own venv, passed as an argument:
 
     python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1
     .venv/bin/python -m benchmarks.peer_agreement --peer-venv /work/peer-venv [--target mock]
-        [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32] [--json FILE]
+        [--peers guidellm vllm-bench] [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32]
+        [--json FILE]
 
 Every process it starts is stopped at the end.
 """
@@ -38,6 +42,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.vllm_bench_client import run_vllm_bench
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 MODEL = PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct"
 MOCK_MODEL = "llama-3.1-8b-instruct"
@@ -45,6 +51,10 @@ STREAMED_FIGURES = ("latency_avg_s", "ttft_avg_s", "tpot_avg_s", "req_per_s", "o
 # The mock's fixed timing (its answers are --output-tokens long, the count appended).
 MOCK_TIMING = ("--ttft-ms", "50", "--itl-ms", "10", "--request-latency", "0.36", "--output-tokens")
 UNSTREAMED_FIGURES = ("latency_avg_s", "latency_p50_s", "req_per_s", "output_tok_per_s")
+PEER_NAMES = {"guidellm": "GuideLLM 0.8.1", "vllm-bench": "vllm bench serve 0.32"}
+Figures = dict[str, Any]
+# (peer, mode, concurrency) -> per round, (the lab's figures, the peer's)
+Samples = dict[tuple[str, str, int], list[tuple[Figures, Figures]]]
 
 
 def start_mock(peer_venv: Path, port: int, tokens: int) -> subprocess.Popen:
@@ -98,6 +108,24 @@ def guidellm_run(
     return {run.load.vus or 0: run.results.as_columns() for run in parsed.runs}
 
 
+def vllm_bench_runs(
+    url: str, model: str, out: Path, *, concurrency: list[int], tokens: int, prompts: dict[int, int]
+) -> dict[int, dict[str, Any]]:
+    """One ``vllm bench serve`` per concurrency (``prompts[c]`` prompts each); the mapped figures
+    by concurrency. The tokenizer is the lab's model's, as GuideLLM's is."""
+    from lab.imports import read_result_file
+
+    found = {}
+    for vus in concurrency:
+        result = run_vllm_bench(
+            url, out / f"vllm-bench-{time.monotonic_ns()}.json", served_model=model, tokenizer=MODEL,
+            concurrency=vus, prompts=prompts[vus], input_tokens=16, output_tokens=tokens, ignore_eos=True,
+        )  # fmt: skip
+        (run,) = read_result_file(result).runs
+        found[vus] = run.results.as_columns()
+    return found
+
+
 def lab_runs(
     url: str, model: str, *, concurrency: list[int], stream: bool, duration_s: float, tokens: int
 ) -> dict[int, dict[str, Any]]:
@@ -137,27 +165,28 @@ def lab_runs(
     return found
 
 
-def ratio_rows(samples: dict[tuple[str, int], list[tuple[dict, dict]]]) -> list[dict[str, Any]]:
+def ratio_rows(samples: Samples) -> list[dict[str, Any]]:
     """Each figure's ratio lab over peer, paired by round, with its 95% interval."""
     from lab.analysis.statistics import ratio_interval
 
     rows = []
-    for (mode, vus), pairs in sorted(samples.items()):
+    for (peer, mode, vus), pairs in sorted(samples.items()):
         for figure in STREAMED_FIGURES if mode == "streamed" else UNSTREAMED_FIGURES:
             lab_values = [pair[0].get(figure) for pair in pairs]
             peer_values = [pair[1].get(figure) for pair in pairs]
             if any(value is None for value in lab_values + peer_values):
                 continue
             lab = [float(value) for value in lab_values if value is not None]
-            peer = [float(value) for value in peer_values if value is not None]
-            interval = ratio_interval(lab, peer, paired=True)
+            peer_figures = [float(value) for value in peer_values if value is not None]
+            interval = ratio_interval(lab, peer_figures, paired=True)
             rows.append(
                 {
+                    "peer": PEER_NAMES[peer],
                     "mode": mode,
                     "concurrency": vus,
                     "figure": figure,
                     "lab_mean": sum(lab) / len(lab),
-                    "peer_mean": sum(peer) / len(peer),
+                    "peer_mean": sum(peer_figures) / len(peer_figures),
                     "ratio": interval.ratio,
                     "ci95_low": interval.ci95_low,
                     "ci95_high": interval.ci95_high,
@@ -175,6 +204,7 @@ def main() -> None:
     parser.add_argument("--peer-venv", type=Path, required=True)
     parser.add_argument("--target", default="mock", help="mock (GuideLLM's mock server), or a server's base URL")
     parser.add_argument("--model", default=MOCK_MODEL, help="the served model name (a URL target)")
+    parser.add_argument("--peers", nargs="+", choices=sorted(PEER_NAMES), default=["guidellm", "vllm-bench"])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--duration-s", type=float, default=6)
@@ -193,24 +223,13 @@ def main() -> None:
     else:
         url = args.target.rstrip("/")
     started = time.monotonic()
-    samples: dict[tuple[str, int], list[tuple[dict, dict]]] = {}
+    samples: Samples = {}
     work = Path(tempfile.mkdtemp(prefix="peer-reports-"))
     try:
         for round_index in range(args.pairs):
             for stream in (True,) if args.no_unstreamed else (True, False):
+                measure_round(args, url, work, samples, round_index=round_index, stream=stream)
                 mode = "streamed" if stream else "not streamed"
-                measured: dict[str, dict[int, dict[str, Any]]] = {}
-                # ABBA: the lab first in even rounds, GuideLLM first in odd ones.
-                for who in ("lab", "peer") if round_index % 2 == 0 else ("peer", "lab"):
-                    common = {"concurrency": args.concurrency, "stream": stream}
-                    common |= {"duration_s": args.duration_s, "tokens": args.tokens}
-                    measured[who] = (
-                        lab_runs(url, args.model, **common)
-                        if who == "lab"
-                        else guidellm_run(args.peer_venv, url, work, **common)
-                    )
-                for vus in args.concurrency:
-                    samples.setdefault((mode, vus), []).append((measured["lab"][vus], measured["peer"][vus]))
                 print(f"round {round_index + 1} {mode} done at {time.monotonic() - started:.0f} s", flush=True)
                 write_document(args, samples, started, complete=False, mock=mock is not None)
     finally:
@@ -218,19 +237,53 @@ def main() -> None:
             mock.terminate()
             mock.wait(timeout=10)
     rows = ratio_rows(samples)
-    print(f"\nlab over GuideLLM 0.8.1, target {args.target}, paired by round (95% interval):")
+    print(f"\nlab over each peer, target {args.target}, paired by round (95% interval):")
     for row in rows:
         interval = "–" if row["ci95_low"] is None else f"[{row['ci95_low']:.3f}, {row['ci95_high']:.3f}]"
         print(
-            f"  {row['mode']:<13} c={row['concurrency']:<3} {row['figure']:<17} {row['ratio']:.3f}x {interval} "
-            f"(lab {row['lab_mean']:.4g}, GuideLLM {row['peer_mean']:.4g}, {row['pairs']} pairs)"
+            f"  {row['peer']:<22} {row['mode']:<13} c={row['concurrency']:<3} {row['figure']:<17} "
+            f"{row['ratio']:.3f}x {interval} (lab {row['lab_mean']:.4g}, peer {row['peer_mean']:.4g}, "
+            f"{row['pairs']} pairs)"
         )
     write_document(args, samples, started, complete=True, mock=mock is not None)
 
 
-def write_document(
-    args: argparse.Namespace, samples: dict[tuple[str, int], list[tuple[dict, dict]]], started: float, **state: bool
+def measure_round(
+    args: argparse.Namespace, url: str, work: Path, samples: Samples, *, round_index: int, stream: bool
 ) -> None:
+    """One round of one mode: the lab and each peer taking part, in this round's ABBA order."""
+    mode = "streamed" if stream else "not streamed"
+    peers = [peer for peer in args.peers if stream or peer != "vllm-bench"]  # vLLM's client always streams
+    order = ["lab", *peers] if round_index % 2 == 0 else [*reversed(peers), "lab"]
+    common = {"concurrency": args.concurrency, "tokens": args.tokens}
+    measured: dict[str, dict[int, Figures]] = {}
+    for who in order:
+        if who == "lab":
+            measured[who] = lab_runs(url, args.model, stream=stream, duration_s=args.duration_s, **common)
+        elif who == "guidellm":
+            measured[who] = guidellm_run(args.peer_venv, url, work, stream=stream, duration_s=args.duration_s, **common)
+        else:
+            # As many prompts as the lab's latest run at that concurrency completed (round 0 starts with the lab).
+            prompts = {
+                vus: max(4 * vus, round(lab_rate(samples, measured, vus) * args.duration_s)) for vus in args.concurrency
+            }
+            measured[who] = vllm_bench_runs(url, args.model, work, prompts=prompts, **common)
+    for peer in peers:
+        for vus in args.concurrency:
+            samples.setdefault((peer, mode, vus), []).append((measured["lab"][vus], measured[peer][vus]))
+
+
+def lab_rate(samples: Samples, measured: dict[str, dict[int, Figures]], vus: int) -> float:
+    """The lab's req/s at ``vus`` in this round, or else in the last one measured."""
+    if "lab" in measured:
+        return float(measured["lab"][vus]["req_per_s"])
+    earlier = [
+        pairs[-1][0]["req_per_s"] for (_, mode, at), pairs in samples.items() if at == vus and mode == "streamed"
+    ]
+    return float(earlier[-1])
+
+
+def write_document(args: argparse.Namespace, samples: Samples, started: float, **state: bool) -> None:
     """The ratios so far as JSON (``--json``), rewritten after each round so a run cut short keeps them."""
     if not args.json:
         return
@@ -238,7 +291,7 @@ def write_document(
         "benchmark": "peer_agreement",
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "target": args.target,
-        "peer": "guidellm 0.8.1",
+        "peers": [PEER_NAMES[peer] for peer in args.peers],
         "complete": state["complete"],
         "settings": {
             "concurrency": args.concurrency,

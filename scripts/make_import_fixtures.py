@@ -16,6 +16,7 @@ the JSON report already covers two). The peer tools live in their own venv:
 
     python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1 'aiperf==0.13.*'
     .venv/bin/python scripts/make_import_fixtures.py --peer-venv /work/peer-venv
+    .venv/bin/python scripts/make_import_fixtures.py --peer-venv /work/peer-venv --vllm-url URL  # vLLM-CPU
 
 Takes about 5 minutes on 2 shared cores (each tool spends most of it starting).
 """
@@ -35,6 +36,10 @@ from pathlib import Path
 from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT_ROOT))
+
+from benchmarks.vllm_bench_client import run_vllm_bench  # noqa: E402 - after the checkout is importable
+
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "imports"
 MODEL = PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct"
 SERVED_MODEL = "llama-3.1-8b-instruct"  # the mock server's default name
@@ -106,51 +111,11 @@ def guidellm(peer_venv: Path, url: str, out: Path, *, streams: list[int], second
 
 
 def vllm_bench(url: str, out: Path, name: str, *, detailed: bool, concurrency: int, prompts: int, tokens: int) -> Path:
-    """``vllm bench serve`` of the lab's venv (through its module, as the command needs the
-    ``vllm`` distribution's metadata and this one is ``vllm-cpu``)."""
-    code = (
-        "import sys\n"
-        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-        "from vllm.benchmarks.serve import add_cli_args, main\n"
-        "parser = FlexibleArgumentParser(); add_cli_args(parser); main(parser.parse_args(sys.argv[1:]))\n"
-    )
-    arguments = [
-        "--backend",
-        "openai-chat",
-        "--base-url",
-        url,
-        "--endpoint",
-        "/v1/chat/completions",
-        "--model",
-        SERVED_MODEL,
-        "--tokenizer",
-        str(MODEL),
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        "16",
-        "--random-output-len",
-        str(tokens),
-        "--num-prompts",
-        str(prompts),
-        "--max-concurrency",
-        str(concurrency),
-        "--save-result",
-        "--result-dir",
-        str(out),
-        "--result-filename",
-        name,
-    ]
-    if detailed:
-        arguments += [
-            "--save-detailed",
-            "--percentile-metrics",
-            "ttft,tpot,itl,e2el",
-            "--metric-percentiles",
-            "50,90,95,99",
-        ]
-    subprocess.run([sys.executable, "-c", code, *arguments], check=True, stdout=subprocess.DEVNULL)
-    return out / name
+    """``vllm bench serve`` of the lab's venv against ``url`` (its served model: SERVED_MODEL)."""
+    return run_vllm_bench(
+        url, out / name, served_model=SERVED_MODEL, tokenizer=MODEL, concurrency=concurrency, prompts=prompts,
+        input_tokens=16, output_tokens=tokens, detailed=detailed,
+    )  # fmt: skip
 
 
 def aiperf(peer_venv: Path, url: str, out: Path, *, concurrency: int, requests: int, tokens: int) -> Path:
@@ -214,10 +179,32 @@ def write_scrubbed(source: Path, target: Path, replacements: dict[str, str]) -> 
     print(f"{target.relative_to(PROJECT_ROOT)}: {target.stat().st_size:,} bytes")
 
 
+def write_vllm_cpu_fixture(url: str) -> None:
+    """``vllm bench serve`` against the lab's real vLLM-CPU (``python -m lab services up vllm``)."""
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as answer:
+        served = json.load(answer)["data"][0]["id"]
+    work = Path(tempfile.mkdtemp(prefix="import-fixtures-"))
+    try:
+        made = run_vllm_bench(
+            url, work / "vllm-bench-vllm-cpu.json", served_model=served, tokenizer=MODEL, concurrency=2,
+            prompts=6, input_tokens=16, output_tokens=8, detailed=True,
+        )  # fmt: skip
+        replacements = {str(MODEL): MODEL.name, str(work): "results", str(PROJECT_ROOT): "."}
+        write_scrubbed(made, FIXTURES / made.name, replacements)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer-venv", type=Path, required=True, help="the venv with guidellm and aiperf")
+    parser.add_argument(
+        "--vllm-url", help="only write vllm-bench-vllm-cpu.json, from the running vLLM at this URL (its served model)"
+    )
     args = parser.parse_args()
+    if args.vllm_url:
+        write_vllm_cpu_fixture(args.vllm_url.rstrip("/"))
+        return
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     mock = start_mock(args.peer_venv, port, ttft_ms=80, itl_ms=20, output_tokens=8)
