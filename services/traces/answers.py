@@ -88,7 +88,8 @@ def asked_output_tokens(body: dict[str, Any]) -> int | None:
 def session_id(headers: Iterable[tuple[bytes, bytes]], body: dict[str, Any]) -> str | None:
     """The session the request names: an ``X-Session-Id`` header, else a ``session_id`` body field."""
     for name, value in headers:
-        if name.lower() == SESSION_HEADER and value:
+        # ASGI servers send names lowercased; the length test spares every other name a lower().
+        if value and (name == SESSION_HEADER or (len(name) == len(SESSION_HEADER) and name.lower() == SESSION_HEADER)):
             return value.decode("latin-1")[:200]
     found = body.get(SESSION_FIELD)
     return str(found)[:200] if isinstance(found, (str, int)) and not isinstance(found, bool) else None

@@ -72,8 +72,9 @@ class TraceLines:
         """:meth:`line` as the file's bytes (a JSON line): the numbers written directly, as the
         writer does this for every request the proxy sees. A request seen before (the same body,
         answer and session: a response cache's hits) reuses its line after the timestamp."""
-        header_session = session_id(observation.headers, {})
-        key = (observation.path, observation.raw_body, observation.answer, header_session)
+        arrived_s, path, raw_body, headers, answer = observation
+        header_session = session_id(headers, {})
+        key = (path, raw_body, answer, header_session)
         tail = self._tails.get(key)
         if tail is None:
             tail = self._tail(observation, header_session)
@@ -83,9 +84,9 @@ class TraceLines:
         if not tail:
             return None
         if self.started_s is None:
-            self.started_s = observation.arrived_s
-        timestamp_ms = round(max(0.0, observation.arrived_s - self.started_s) * 1000, 1)
-        return f'{{"timestamp":{timestamp_ms}{tail}'.encode()
+            self.started_s = arrived_s
+        # ':.1f' rounds as round(ms, 1) does (both from the float's exact value), without a repr.
+        return f'{{"timestamp":{max(0.0, (arrived_s - self.started_s) * 1000):.1f}{tail}'.encode()
 
     def _tail(self, observation: Observation, header_session: str | None) -> str:
         """Everything of the line after its timestamp ("" for a body that holds no prompt)."""

@@ -157,29 +157,36 @@ class TraceRecorder:
 
     def write_pending(self) -> None:
         """Write the finished requests whose turn has come (every earlier arrival finished)."""
+        chunk: list[bytes] = []
         while self._finished:
             sequence, fields = self._finished.popleft()
-            self._ready[sequence] = None if fields is None else Observation(*fields)
+            observation = None if fields is None else Observation(*fields)
+            if sequence == self._next and not self._ready:
+                self._take(observation, chunk)  # in arrival order, as most are: no reordering
+            else:
+                self._ready[sequence] = observation
         if len(self._ready) > self.max_waiting:  # a ticket never came back: skip past it
             self._next = min(self._ready)
-        chunk: list[bytes] = []
         while self._next in self._ready:
-            observation = self._ready.pop(self._next)
-            self._next += 1
-            if self.stopped:
-                continue
-            if observation is None:
-                self.dropped += 1
-                continue
-            try:
-                encoded = self._encoded(observation, chunk)
-            except OSError as error:
-                self._stop(error)
-                continue
-            if encoded is not None:
-                chunk.append(encoded)
-                self._file_bytes += len(encoded)
+            self._take(self._ready.pop(self._next), chunk)
         self._write(chunk)
+
+    def _take(self, observation: Observation | None, chunk: list[bytes]) -> None:
+        """The next request in arrival order into ``chunk`` (None: dropped, counted)."""
+        self._next += 1
+        if self.stopped:
+            return
+        if observation is None:
+            self.dropped += 1
+            return
+        try:
+            encoded = self._encoded(observation, chunk)
+        except OSError as error:
+            self._stop(error)
+            return
+        if encoded is not None:
+            chunk.append(encoded)
+            self._file_bytes += len(encoded)
 
     def _encoded(self, observation: Observation, chunk: list[bytes]) -> bytes | None:
         """The line of ``observation``, in the file it goes to (rotating first when it would
