@@ -272,9 +272,9 @@ export function preparedChat(messagesOrRequest) {
   return { body: JSON.stringify(request), stream: request.stream === true };
 }
 
-/** POST a prepared chat request (see postChat; no request ids), with any extra headers. */
-export function postPrepared(prepared, extraTags = {}, extraHeaders = {}) {
-  return sendChat(prepared.body, prepared.stream, { ...extraTags, [CHAT_TAG]: "chat" }, extraHeaders);
+/** POST a prepared chat request (see postChat; no request ids). */
+export function postPrepared(prepared, extraTags = {}) {
+  return sendChat(prepared.body, prepared.stream, { ...extraTags, [CHAT_TAG]: "chat" });
 }
 
 // The longest error answer kept (status and message), as the failed request's tag.
@@ -300,10 +300,10 @@ export function errorAnswer(response) {
   return `${response.status} ${String(message).replace(/\s+/g, " ").trim()}`.slice(0, ERROR_ANSWER_CHARS);
 }
 
-function sendChat(body, streamAsked, tags, extraHeaders = {}) {
+function sendChat(body, streamAsked, tags) {
   metrics.requestsStarted.add(1, tags);
   const response = http.post(`${config.target}/v1/chat/completions`, body, {
-    headers: { ...extraHeaders, "Content-Type": "application/json" },
+    headers: { "Content-Type": "application/json" },
     timeout: config.requestTimeout,
     tags,
   });

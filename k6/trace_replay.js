@@ -3,9 +3,8 @@
 // REQUESTS_FILE is the lab's request file (see chat_replay.js): one one-turn session per
 // trace request, in time order, its turn an object `{"at_ms": ..., "messages": [...], ...}`:
 // `at_ms` is when to send it, in ms after the scenario starts (the trace's timestamp over the
-// speed-up); `session_id` (where the trace line has one) is sent as the X-Session-Id header;
-// the other keys go into the request as they are (max_tokens and the backend's way of fixing
-// the output length).
+// speed-up); the other keys go into the request as they are (max_tokens and the backend's
+// way of fixing the output length).
 //
 // One shared-iterations scenario: iteration i sends request i. A VU takes the next request
 // as soon as it is free, builds its body, sleeps until the request's time and sends it, so
@@ -70,7 +69,7 @@ export default function () {
   const turn = requests[exec.scenario.iterationInTest];
   const request = {};
   for (const key of Object.keys(turn)) {
-    if (key !== "at_ms" && key !== "session_id") request[key] = turn[key];
+    if (key !== "at_ms") request[key] = turn[key];
   }
   const prepared = preparedChat(request);
   const due = exec.scenario.startTime + turn.at_ms;
@@ -79,7 +78,7 @@ export default function () {
   const lateMs = Date.now() - due;
   lateness.add(lateMs);
   if (lateMs > LATE_MS) late.add(1);
-  postPrepared(prepared, {}, turn.session_id === undefined ? {} : { "X-Session-Id": String(turn.session_id) });
+  postPrepared(prepared);
 }
 
 export function handleSummary(data) {

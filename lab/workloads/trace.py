@@ -115,9 +115,7 @@ def preview(spec: RunSettings) -> TraceSummary:
 
 
 def trace_sessions(spec: RunSettings, plan: TracePlan, backend: Backend, tokenizer: str) -> list[Any]:
-    """One one-turn session per request: its send time (``at_ms``), its messages, its output length,
-    and the trace's session id where the line has one (k6 sends it as ``X-Session-Id``, so a proxy
-    recording the replay records the trace's sessions)."""
+    """One one-turn session per request: its send time (``at_ms``), its messages, its output length."""
     from lab.workloads.trace_prompts import TracePromptBuilder
 
     options: TraceOptions = spec.workload.options("trace")
@@ -129,9 +127,7 @@ def trace_sessions(spec: RunSettings, plan: TracePlan, backend: Backend, tokeniz
         messages = item.request.messages or builder.messages(
             item.hash_ids, max(item.input_tokens, builder.min_tokens), item.index
         )
-        request: dict[str, Any] = {"at_ms": round(item.send_at_ms, 3), "messages": messages}
-        if item.request.session_id is not None:
-            request["session_id"] = item.request.session_id  # sent as X-Session-Id, not in the body
+        request = {"at_ms": round(item.send_at_ms, 3), "messages": messages}
         sessions.append([{**request, **backend.fixed_output_fields(item.request.output_length)}])
     return sessions
 

@@ -1,6 +1,6 @@
 """A round trip through the real proxy, Redis and the naive server: traffic recorded by the
 proxy (``--record-trace``), that recording replayed through a second recording proxy, and the
-two recordings compared: the same number of requests, the same hash ids, lengths and sessions,
+two recordings compared: the same number of requests, the same hash ids and lengths,
 inter-arrival quantiles within 5%, and a response-cache hit rate within one point."""
 
 from __future__ import annotations
@@ -120,10 +120,6 @@ def test_a_recorded_run_replayed_gives_back_its_requests_timing_and_hit_rate(
     assert sorted(line["input_length"] for line in first) == sorted(line["input_length"] for line in second)
     # The hash ids say what the prompts share: the same sharing, request by request.
     assert [line["hash_ids"] for line in first] == [line["hash_ids"] for line in second]
-    # The trace's sessions travel with the replay (X-Session-Id) into both recordings.
-    sessions = [json.loads(line).get("session_id") for line in original.read_text().splitlines()]
-    assert any(sessions)
-    assert [line.get("session_id") for line in first] == sessions == [line.get("session_id") for line in second]
     first_gaps, second_gaps = quantiles(gaps_ms(first)), quantiles(gaps_ms(second))
     for name in ("p50", "p90", "p99"):
         assert second_gaps[name] == pytest.approx(first_gaps[name], rel=0.05), (name, first_gaps, second_gaps)
