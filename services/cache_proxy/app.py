@@ -9,6 +9,7 @@ decides is in :mod:`~services.cache_proxy.policy`, how it talks to Redis in
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import os
@@ -126,7 +127,8 @@ class CacheProxy:
             self.flights.http = self.http
         if self.recorder is not None and not self._recording:
             self._recording = True
-            self.recorder.start()
+            # On this event loop: a thread of its own cost the hit path more than the writing.
+            self.recorder.start(asyncio.get_running_loop())
         if self.redis is None and self.config.cache:
             self.redis = PipelinedRedis(
                 self.config.redis_url, timeout_s=self.config.redis_timeout_s, local_tier=self.local_tier

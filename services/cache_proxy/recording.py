@@ -2,7 +2,7 @@
 and the answer a client got, caught on its way out (:class:`CapturedAnswer`).
 
 The recorder itself, and everything it costs beyond a ticket and a ``deque.append`` a
-request, runs in its own thread (:mod:`services.traces.recorder`).
+request, runs in batches every 0.1 s on the proxy's event loop (:mod:`services.traces.recorder`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """The proxy's trace recorder: requests noted on the request path, written as Mooncake lines
-by a thread of its own.
+in batches.
 
 On the request path the proxy only takes a ticket when a request arrives (its place in the
 arrival order and the time) and hands the finished request back (:meth:`TraceRecorder.observe`,
-one ``deque.append``). The writer thread wakes every ``interval_s``, turns what finished into
-lines (:class:`~services.traces.lines.TraceLines`: parsing, tokenizing, hashing happen there)
-and writes them in arrival order, so a long answer that finishes late still lands at its
-arrival, and the file's timestamps never go backwards.
+one ``deque.append``). The writer wakes every ``interval_s``, turns what finished into lines
+(:class:`~services.traces.lines.TraceLines`: parsing, tokenizing, hashing happen there) and
+writes them in arrival order, so a long answer that finishes late still lands at its arrival,
+and the file's timestamps never go backwards. The proxy runs the writer as a timer on its own
+event loop: a thread of its own cost the hit path more (the GIL handed back and forth) than
+the writing itself (BENCHMARKS.md, trace recording); without a loop it runs in a thread.
 
 Files rotate by size: ``day.jsonl``, then ``day.1.jsonl``, ``day.2.jsonl`` ...; each is a trace
 of its own (its clock from its first request, its hash ids from 0). A write that fails (a full
@@ -15,6 +17,7 @@ disk, a removed folder) stops the recording with one log line; the proxy goes on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -109,6 +112,8 @@ class TraceRecorder:
         self._wake = threading.Event()
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- the request path -----------------------------------------------------------------
 
@@ -131,23 +136,42 @@ class TraceRecorder:
 
     # -- the writer -----------------------------------------------------------------------
 
-    def start(self) -> TraceRecorder:
-        """Open the first file and start the writer thread."""
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> TraceRecorder:
+        """Open the first file and start the writer: a timer on ``loop`` every ``interval_s``
+        (the proxy's own event loop), or else a thread of its own."""
         self._open_next()
+        if loop is not None:
+            self._loop = loop
+            self._timer = loop.call_later(self.interval_s, self._tick)
+            return self
         self._thread = threading.Thread(target=self._run, name="trace-recorder", daemon=True)
         self._thread.start()
         return self
 
     def close(self) -> None:
-        """Write what is left and close the file (the writer thread ends)."""
+        """Write what is left and close the file (the writer ends)."""
         self._closing = True
         self._wake.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
         else:
             self.write_pending()
         self._close_file()
+
+    def _tick(self) -> None:
+        try:
+            self.write_pending()
+        except Exception:  # a bug here must stop the recording, never the proxy's loop
+            LOG.exception("trace recording stopped: the writer failed; the proxy goes on without it")
+            self.stopped = True
+            self._finished.clear()
+            return
+        if not self._closing and self._loop is not None:
+            self._timer = self._loop.call_later(self.interval_s, self._tick)
 
     def _run(self) -> None:
         while not self._closing:
