@@ -360,7 +360,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         environment=ENVIRONMENT,
         output_dir=output_dir,
         generated_at=GENERATED_AT,
-        write_png=True,
+        write_png=False,  # the PNGs start kaleido's Chromium: test_pngs_are_written_and_linked writes them
     )
 
 
@@ -421,7 +421,16 @@ def test_html_is_self_contained(report: dict[str, Path]) -> None:
     assert "At 1 VU vLLM is ~5x faster" in page and "did not hold" in page
 
 
-def test_pngs_are_written_and_linked(report: dict[str, Path]) -> None:
+@pytest.mark.integration  # kaleido renders the PNGs in a Chromium process of its own
+def test_pngs_are_written_and_linked(tmp_path: Path) -> None:
+    report = write_report(
+        records_by_preset=cpu_like_records(),
+        experiments_meta=META,
+        environment=ENVIRONMENT,
+        output_dir=tmp_path,
+        generated_at=GENERATED_AT,
+        write_png=True,
+    )
     pngs = {name: path for name, path in report.items() if name.endswith(".png")}
     assert set(pngs) == {"charts/exp1_throughput.png", "charts/exp1_latency.png", "charts/exp2_req_per_s.png"}
     markdown = report["README.md"].read_text()
