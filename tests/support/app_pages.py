@@ -29,12 +29,15 @@ PAGES = {
 
 
 def open_page(page: str, **query: str) -> AppTest:
-    """Run the app and switch to ``page`` (a path under pages/)."""
+    """Run the app on ``page`` (a path under pages/), as a browser opening its URL does.
+
+    Switched to before the first run: the lab's URL paths are its pages' file names, which is
+    how AppTest names a page before a run, so the default page is not rendered first."""
     app = AppTest.from_file(APP, default_timeout=60)
     app.query_params.update(query)
-    app.run()
     if page != PAGES["New experiment"]:
-        app.switch_page(page).run()
+        app.switch_page(page)
+    app.run()
     assert not app.exception, [item.value for item in app.exception]
     return app
 

@@ -25,8 +25,7 @@ def signed_in_as(email: str | None, page: str, **query: str) -> AppTest:
         app.secrets["roles"] = ROLES
         app.user = {"email": email, "is_logged_in": True}
     app.query_params.update(query)
-    app.run()
-    app.switch_page(page).run()
+    app.switch_page(page).run()  # the page's URL, opened first (tests/support/app_pages.open_page)
     assert not app.exception, [item.value for item in app.exception]
     return app
 
