@@ -8,7 +8,7 @@ one ``deque.append``). The writer wakes every ``interval_s``, turns what finishe
 writes them in arrival order, so a long answer that finishes late still lands at its arrival,
 and the file's timestamps never go backwards. The proxy runs the writer as a timer on its own
 event loop: a thread of its own cost the hit path more (the GIL handed back and forth) than
-the writing itself (BENCHMARKS.md, trace recording); without a loop it runs in a thread.
+the writing itself (BENCHMARKS.md, trace recording).
 
 Files rotate by size: ``day.jsonl``, then ``day.1.jsonl``, ``day.2.jsonl`` ...; each is a trace
 of its own (its clock from its first request, its hash ids from 0). A write that fails (a full
@@ -22,7 +22,6 @@ import contextlib
 import itertools
 import logging
 import os
-import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -109,9 +108,7 @@ class TraceRecorder:
         self._next = 0
         self._handle: BinaryIO | None = None
         self._file_bytes = 0
-        self._wake = threading.Event()
         self._closing = False
-        self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -136,30 +133,21 @@ class TraceRecorder:
 
     # -- the writer -----------------------------------------------------------------------
 
-    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> TraceRecorder:
-        """Open the first file and start the writer: a timer on ``loop`` every ``interval_s``
-        (the proxy's own event loop), or else a thread of its own."""
+    def start(self, loop: asyncio.AbstractEventLoop) -> TraceRecorder:
+        """Open the first file and run the writer as a timer on ``loop`` (the proxy's own event
+        loop) every ``interval_s``."""
         self._open_next()
-        if loop is not None:
-            self._loop = loop
-            self._timer = loop.call_later(self.interval_s, self._tick)
-            return self
-        self._thread = threading.Thread(target=self._run, name="trace-recorder", daemon=True)
-        self._thread.start()
+        self._loop = loop
+        self._timer = loop.call_later(self.interval_s, self._tick)
         return self
 
     def close(self) -> None:
-        """Write what is left and close the file (the writer ends)."""
+        """Write what is left and close the file (the writer stops)."""
         self._closing = True
-        self._wake.set()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
-        else:
-            self.write_pending()
+        self.write_pending()
         self._close_file()
 
     def _tick(self) -> None:
@@ -172,12 +160,6 @@ class TraceRecorder:
             return
         if not self._closing and self._loop is not None:
             self._timer = self._loop.call_later(self.interval_s, self._tick)
-
-    def _run(self) -> None:
-        while not self._closing:
-            self._wake.wait(self.interval_s)
-            self.write_pending()
-        self.write_pending()
 
     def write_pending(self) -> None:
         """Write the finished requests whose turn has come (every earlier arrival finished)."""

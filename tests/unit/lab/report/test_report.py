@@ -351,17 +351,22 @@ def test_saturated_cores_bound_vllm_scaling_and_unknown_hardware_bounds_nothing(
 # -- the written report -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    output_dir = tmp_path_factory.mktemp("reproduction")
+def cpu_like_report(output_dir: Path, *, write_png: bool) -> dict[str, Path]:
+    """The report of :func:`cpu_like_records` written under ``output_dir``."""
     return write_report(
         records_by_preset=cpu_like_records(),
         experiments_meta=META,
         environment=ENVIRONMENT,
         output_dir=output_dir,
         generated_at=GENERATED_AT,
-        write_png=False,  # the PNGs start kaleido's Chromium: test_pngs_are_written_and_linked writes them
+        write_png=write_png,
     )
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    # No PNGs: they start kaleido's Chromium; test_pngs_are_written_and_linked writes them.
+    return cpu_like_report(tmp_path_factory.mktemp("reproduction"), write_png=False)
 
 
 def _table_headers(markdown: str) -> list[list[str]]:
@@ -423,14 +428,7 @@ def test_html_is_self_contained(report: dict[str, Path]) -> None:
 
 @pytest.mark.integration  # kaleido renders the PNGs in a Chromium process of its own
 def test_pngs_are_written_and_linked(tmp_path: Path) -> None:
-    report = write_report(
-        records_by_preset=cpu_like_records(),
-        experiments_meta=META,
-        environment=ENVIRONMENT,
-        output_dir=tmp_path,
-        generated_at=GENERATED_AT,
-        write_png=True,
-    )
+    report = cpu_like_report(tmp_path, write_png=True)
     pngs = {name: path for name, path in report.items() if name.endswith(".png")}
     assert set(pngs) == {"charts/exp1_throughput.png", "charts/exp1_latency.png", "charts/exp2_req_per_s.png"}
     markdown = report["README.md"].read_text()
