@@ -31,6 +31,7 @@ from db.store import (
     run_worker_names,
 )
 from lab.backends import get_backend, options_sections
+from lab.specs.configuration import model_name
 
 __all__ = [
     "Estimate",
@@ -102,14 +103,14 @@ def start_options(spec: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def last_fresh_start_s(*, session: Session, backend: str, model: str, options: dict[str, Any]) -> float | None:
-    """How long the last fresh start of the same configuration (backend, model, start
+    """How long the last fresh start of the same configuration (backend, model by name, start
     options) took, from the run environments; None when it never started fresh before."""
     runs = list_runs(session=session, backends=[backend], statuses=[RunStatus.DONE], limit=200)
     for run in runs:
         startup = (run.environment or {}).get("startup") or {}
         if (
             startup.get("fresh")
-            and run.model == model
+            and model_name(run.model) == model_name(model)
             and startup.get("seconds") is not None
             and start_options(run.spec) == options
         ):
@@ -141,10 +142,12 @@ class Estimate:
 
 
 def configuration_key(spec: dict[str, Any] | None) -> str:
-    """A run spec without its random seed: runs with the same key measured the same configuration."""
-    return json.dumps(
-        {key: value for key, value in (spec or {}).items() if key != "random_seed"}, sort_keys=True, default=str
-    )
+    """A run spec without its random seed, its model by name (the same from any clone of the lab):
+    runs with the same key measured the same configuration."""
+    kept = {key: value for key, value in (spec or {}).items() if key != "random_seed"}
+    if "model" in kept:
+        kept["model"] = model_name(kept["model"])
+    return json.dumps(kept, sort_keys=True, default=str)
 
 
 def _past_run_seconds(runs: Sequence[Any]) -> dict[str, float]:

@@ -164,6 +164,11 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
         "comes from one clean commit); the report says so at the top",
     )
     reproduce.add_argument(
+        "--plan",
+        action="store_true",
+        help="print each cell's length at this scale and why, and the predicted wall time; queue nothing",
+    )
+    reproduce.add_argument(
         "--report-only",
         action="store_true",
         help="write the report again from the newest stored reproduction of that scale",

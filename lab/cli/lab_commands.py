@@ -135,6 +135,14 @@ def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.plan:
+        from lab.report.reproduction_plan import plan_lines, plan_reproduction
+
+        plan = plan_reproduction(
+            settings=context.settings, scale=scale, repeats=args.repeats, max_cell_s=args.max_cell_s
+        )
+        print("\n".join(plan_lines(plan)))
+        return 0
     # Checked before any run: an unwritable report folder found after an hour of runs loses the report.
     output = Path(args.output) if args.output else (QUICK_REPORT_DIR if scale == "quick" else REPORT_DIR)
     try:

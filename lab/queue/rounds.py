@@ -8,6 +8,7 @@ this module reads and writes the store for them.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Collection, Hashable
 
@@ -19,6 +20,7 @@ from db.models import Experiment, Run, RunStatus
 from lab.analysis.measurability import CellHistory, CellLoad, adapt
 from lab.queue.experiments import run_columns, service_group
 from lab.queue.round_order import INTERLEAVED, plan_runs
+from lab.specs.configuration import model_name
 from lab.specs.schema import CellScale, ExperimentSpec, RunSpec
 
 # The newest stored runs of a configuration its history is taken from.
@@ -26,13 +28,16 @@ HISTORY_RUNS = 10
 
 
 def cell_history(session: Session, spec: RunSpec) -> CellHistory | None:
-    """Medians of the newest done runs of ``spec``'s configuration (any length), or None."""
+    """Medians of the newest done runs of ``spec``'s configuration (any length, its model matched
+    by name, so runs from another clone or worktree of the lab count), or None."""
     columns = run_columns(spec)
-    query = select(Run.req_per_s, Run.latency_avg_s).where(Run.status == RunStatus.DONE)
-    for name in ("backend", "model", "workload", "load_kind", "vus", "prompts", "max_tokens"):
+    query = select(Run.req_per_s, Run.latency_avg_s, Run.model).where(Run.status == RunStatus.DONE)
+    for name in ("backend", "workload", "load_kind", "vus", "prompts", "max_tokens"):
         value = columns[name]
         query = query.where(getattr(Run, name).is_(None) if value is None else getattr(Run, name) == value)
-    rows = session.execute(query.order_by(Run.id.desc()).limit(HISTORY_RUNS)).all()
+    wanted = model_name(columns["model"])
+    same_model = (row for row in session.execute(query.order_by(Run.id.desc())) if model_name(row[2]) == wanted)
+    rows = list(itertools.islice(same_model, HISTORY_RUNS))
     rates = [row[0] for row in rows if row[0]]
     if not rates:
         return None
@@ -58,12 +63,23 @@ def _cell_load(session: Session, label: str, spec: RunSpec) -> CellLoad:
     )
 
 
+def no_history_sentence(duration_s: float) -> str:
+    return (
+        f"{duration_s:,.0f} s kept: no done run of this configuration is stored here to predict from "
+        "(a quick reproduction on this machine stores one)"
+    )
+
+
 def adapted_spec(session: Session, spec: ExperimentSpec, *, max_cell_s: float) -> ExperimentSpec:
     """``spec`` at the adapted scale: each cell the stored history says it cannot measure runs
     longer (up to ``max_cell_s``), with the reason; a need over the cap is kept as a note."""
     cells: dict[str, CellScale] = {}
     for label, run_spec in spec.distinct_cells():
-        need = adapt(_cell_load(session, label, run_spec), max_cell_s=max_cell_s)
+        load = _cell_load(session, label, run_spec)
+        if load.history is None and load.direct is None:
+            cells[label] = CellScale(duration_s=load.duration_s, why=no_history_sentence(load.duration_s))
+            continue
+        need = adapt(load, max_cell_s=max_cell_s)
         if need.lengthened or need.over_cap:
             cells[label] = CellScale(duration_s=need.duration_s, why=need.sentence(), over_cap="; ".join(need.over_cap))
     lengthened = sum(1 for cell in cells.values() if cell.duration_s > spec.base.load.planned_duration_s)
@@ -71,6 +87,9 @@ def adapted_spec(session: Session, spec: ExperimentSpec, *, max_cell_s: float) -
         f"adapted scale: the seed's, with {lengthened} of {len(spec.distinct_cells())} cells lengthened (up to "
         f"{max_cell_s:,.0f} s) where this machine's stored runs say the seed's length cannot measure them"
     )
+    unknown = sum(1 for cell in cells.values() if cell.why == no_history_sentence(cell.duration_s))
+    if unknown:
+        note += f"; {unknown} cells kept the seed's length with no stored run to predict from"
     return spec.model_copy(update={"scale": "adapted", "scale_note": note, "cell_scales": cells})
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from lab.analysis import compare
 from lab.measurement.checks import recomputed_warnings
+from lab.specs.configuration import model_name
 from services.processes import PROJECT_ROOT
 
 # Any other absolute path of two or more parts (not inside a URL or a relative path): its last part is kept.
@@ -54,7 +55,7 @@ def model_label(model: str | None, config_sha256: str | None = None) -> str:
     """A model as published: its name (a local folder's last part) and its config hash."""
     if not model:
         return "unknown"
-    name = Path(model).name if model.startswith(("/", "~", ".")) or "\\" in model else model
+    name = Path(model).name if "\\" in model else model_name(model)
     return f"{name} (config sha256 {config_sha256[:12]})" if config_sha256 else name
 
 

@@ -40,6 +40,16 @@ def _meta_from_spec(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] 
     }
 
 
+def scaled_preset(session: Any, preset: str, *, scale: str, repeats: int | None, max_cell_s: float) -> Any:
+    """The seed preset's experiment spec at ``scale``: the adapted scale lengthens cells from the
+    history stored in ``session``."""
+    from lab.queue.rounds import adapted_spec
+    from lab.specs.schema import load_preset
+
+    spec = load_preset(preset, quick=scale == "quick", overrides=[("repeats", repeats)] if repeats else [])
+    return adapted_spec(session, spec, max_cell_s=max_cell_s) if scale == "adapted" else spec
+
+
 class DirtyTreeError(RuntimeError):
     """The checkout has uncommitted changes and the reproduction was not allowed to run on it."""
 
@@ -79,17 +89,13 @@ def enqueue_reproduction(
 
     from db.engine import get_engine
     from lab.queue import experiments
-    from lab.queue.rounds import adapted_spec
-    from lab.specs.schema import ExperimentSpec, load_preset
+    from lab.specs.schema import ExperimentSpec
 
     engine = get_engine(settings.resolved_database_url)
-    overrides = [("repeats", repeats)] if repeats else []
     experiments_meta: dict[str, dict[str, Any]] = {}
     for preset in presets:
-        spec = load_preset(preset, quick=scale == "quick", overrides=overrides)
         with Session(engine) as session:
-            if scale == "adapted":
-                spec = adapted_spec(session, spec, max_cell_s=max_cell_s)
+            spec = scaled_preset(session, preset, scale=scale, repeats=repeats, max_cell_s=max_cell_s)
             if until_decided is not None:
                 spec = spec.model_copy(update={"until_decided": until_decided})
             experiment = experiments.enqueue_experiment(

@@ -58,6 +58,14 @@ def experiment_configurations(spec: ExperimentSpec) -> dict[str, str]:
     return {configuration_key(run_spec): label for label, run_spec in spec.distinct_cells()}
 
 
+def model_name(model: str | None) -> str:
+    """A model by name, the same from any checkout: a local folder's last part, else the hub id as
+    given. Runs store the folder's absolute path, which differs between clones and worktrees of
+    one lab, so history of a model is matched by this name."""
+    text = str(model or "").rstrip("/")
+    return text.rsplit("/", 1)[-1] if text.startswith(("/", "~", ".")) else text
+
+
 def configuration_label(configuration: dict[str, Any]) -> str:
     """A short description of a configuration for people: backend, model, workload and load."""
     load = configuration.get("load") or {}

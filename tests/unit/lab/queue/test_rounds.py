@@ -69,3 +69,30 @@ def test_one_more_round_runs_only_the_chosen_cells_with_the_next_repeat_index(en
         assert seeds["backend=vllm vus=1"] == (stored.base.random_seed + 2) % 2**31
         # Predicted seconds: the finished cell's wall time, the other's planned seconds.
         assert round_seconds(session, experiment_id, chosen) == 90 + spec.base.load.duration_s
+
+
+def test_history_counts_runs_of_the_same_model_from_another_checkout(engine, tmp_path) -> None:
+    """A reproduction runs from a worktree: its model folder's path differs from the runs stored
+    from the main checkout, and their history must still count (the model matched by name)."""
+    folders = {
+        where: tmp_path / where / "models" / name
+        for where, name in (("clone", "SmolLM2-135M-Instruct"), ("lab", "SmolLM2-135M-Instruct"), ("other", "Another"))
+    }
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    spec = load_preset("seed-exp1", quick=True, overrides=[("repeats", 1)])
+
+    def with_model(where: str) -> ExperimentSpec:
+        return spec.model_copy(update={"base": spec.base.model_copy(update={"model": str(folders[where])})})
+
+    elsewhere = with_model("clone")
+    with Session(engine) as session:
+        stored = experiments.enqueue_experiment(session=session, spec=elsewhere)
+        run_ids = [run.id for run in stored.runs]
+    for run_id in run_ids:
+        _finish(engine, run_id, req_per_s=0.1, latency_avg_s=10.0)
+    here, other_model = with_model("lab"), with_model("other")
+    with Session(engine) as session:
+        found = cell_history(session, here.distinct_cells()[0][1])
+        assert found is not None and found.req_per_s == 0.1
+        assert cell_history(session, other_model.distinct_cells()[0][1]) is None
