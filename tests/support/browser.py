@@ -105,10 +105,14 @@ def check_prerequisites() -> None:
         pytest.fail("models/SmolLM2-135M-Instruct is missing: run `make setup` first")
 
 
+# True once Streamlit has no script run in progress (its status widget is gone).
+IDLE_SCRIPT = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+
+
 def wait_for_app(page: Any, text: str, timeout_ms: int = 60_000) -> None:
     """Wait until Streamlit has rendered ``text`` and finished running the script."""
     page.get_by_text(text, exact=False).first.wait_for(timeout=timeout_ms)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
+    page.wait_for_function(IDLE_SCRIPT, timeout=timeout_ms)
 
 
 def shot(page: Any, name: str) -> None:
@@ -116,7 +120,10 @@ def shot(page: Any, name: str) -> None:
 
 
 def fill(page: Any, label: str, value: str) -> None:
-    """Type into a Streamlit input and commit it (Enter), as a user would."""
+    """Type into a Streamlit input and commit it (Enter), as a user would: once the rerun the
+    last input started has ended (while it runs, the page can hold the old and the new copy
+    of an input)."""
+    page.wait_for_function(IDLE_SCRIPT, timeout=60_000)
     box = page.get_by_label(label, exact=True)
     box.fill(value)
     box.press("Enter")

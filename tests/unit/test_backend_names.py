@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lab.backends import spec_backend_names
 from lab.workloads import workload_names
+from tests.support.source_files import syntax_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("lab", "services", "db", "pages")
@@ -67,7 +68,7 @@ def names_outside(registry: str, names: set[str]) -> dict[str, list[int]]:
         name = relative(path)
         if name.startswith(registry):
             continue
-        tree = ast.parse(path.read_text(), name)
+        tree = syntax_tree(path)
         lines = sorted(name_comparisons(tree, names) + name_iterations(tree, names))
         if lines:
             found[name] = lines
@@ -107,7 +108,7 @@ def test_the_check_finds_a_workload_name_it_must_find() -> None:
 
 def imports_from_lab(path: Path) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(syntax_tree(path)):
         if (
             isinstance(node, ast.ImportFrom)
             and node.module
@@ -150,7 +151,7 @@ def test_the_labs_own_service_names_and_stop_order_are_written_only_in_the_catal
         f"{relative(path)}:{node.lineno} {node.value!r}"
         for path in python_files(*SCANNED)
         if relative(path) != "services/catalog.py" and relative(path) not in NOT_A_SERVICE_NAME
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(syntax_tree(path))
         if isinstance(node, ast.Constant) and node.value in names
     )
     assert spelled == []

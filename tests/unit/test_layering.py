@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 from pathlib import Path
+
+from tests.support.source_files import syntax_tree
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def imports_of(path: Path, *, type_checking: bool = False) -> set[str]:
+@functools.cache
+def imports_of(path: Path, *, type_checking: bool = False) -> frozenset[str]:
     """Every module ``path`` imports, at the top or inside a function (relative ones resolved);
     imports only for type checkers (``if TYPE_CHECKING:``) are not imports at run time, so
     they count only with ``type_checking``."""
     package = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts[:-1])
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = syntax_tree(path)
     type_only = (
         set()
         if type_checking
@@ -39,7 +43,7 @@ def imports_of(path: Path, *, type_checking: bool = False) -> set[str]:
                 base = ".".join([*parts, base] if base else parts)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
+    return frozenset(found)
 
 
 def modules(folder: str) -> dict[str, Path]:
@@ -125,7 +129,7 @@ def test_no_module_or_function_over_the_size_rule() -> None:
                 too_long.append(f"{name}: {len(source.splitlines())} lines")
             too_long.extend(
                 f"{name}: {node.name}() {node.end_lineno - node.lineno + 1} lines"
-                for node in ast.walk(ast.parse(source))
+                for node in ast.walk(syntax_tree(path))
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                 and node.end_lineno is not None
                 and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES

@@ -23,6 +23,7 @@ from lab.run.steps import RunSteps
 from lab.settings import PROJECT_ROOT, Settings, get_settings
 from lab.specs.schema import RunSpec
 from lab.workloads.datasets import DatasetError
+from tests.support.source_files import syntax_tree
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"
 EXTERNAL = ["--set", 'grid.backend=["external"]', "--set", "backend=external"]
@@ -225,8 +226,7 @@ def python_sources() -> list[Path]:
 def test_processes_are_started_from_argv_lists_never_a_shell() -> None:
     offences = []
     for path in python_sources():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
+        for node in ast.walk(syntax_tree(path)):
             if not isinstance(node, ast.Call):
                 continue
             for keyword in node.keywords:
