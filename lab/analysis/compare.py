@@ -8,9 +8,10 @@ The seed's tables and ratios live in :mod:`lab.analysis.seed`, means in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from lab.analysis.aggregation import aggregate, done_groups, ratio, ratio_of_runs
 from lab.analysis.cost import cost_per_million_output_tokens
@@ -213,6 +214,8 @@ def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | 
     """Done runs grouped by backend, workload and load: means, run count, the experiments each
     mean spans, and cost. Machine names and full precision (the CSV); a page shows it with
     its display names."""
+    import pandas as pd  # on first use: most commands never build a table (0.5 s of every CLI start)
+
     groups = done_groups(records, GENERIC_KEYS)
     frame = pd.DataFrame(aggregate(records, GENERIC_KEYS, GENERIC_FIGURES))
     if frame.empty:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from lab.analysis.aggregation import aggregate
 
@@ -19,6 +20,8 @@ def cost_per_million_output_tokens(output_tok_per_s: float | None, price_per_hou
 
 def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.DataFrame:
     """Per backend and VUs: mean output tok/s and what a million output tokens cost (machine names)."""
+    import pandas as pd  # on first use: most commands never build a table (0.5 s of every CLI start)
+
     rows = aggregate(records, ("backend", "vus"), ("output_tok_per_s",))
     frame = pd.DataFrame(
         [

@@ -33,7 +33,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as scipy_stats
+
+from lab.analysis.statistics import scipy_stats
 
 ALPHA = 0.05
 # The most rounds an experiment run until decided may have: the spending function's horizon.
@@ -68,7 +69,7 @@ def widening(rounds: int, *, first_look: int, max_rounds: int = MAX_ROUNDS) -> f
     if rounds < 2 or share <= 0:
         return math.inf
     degrees = rounds - 1
-    return float(scipy_stats.t.ppf(1 - share / 2, degrees) / scipy_stats.t.ppf(1 - ALPHA / 2, degrees))
+    return float(scipy_stats().t.ppf(1 - share / 2, degrees) / scipy_stats().t.ppf(1 - ALPHA / 2, degrees))
 
 
 def widen_interval(point: float, low: float, high: float, factor: float) -> tuple[float, float]:
@@ -124,13 +125,13 @@ def simulate_coverage(
     rounds = np.arange(2, max_rounds + 1)
     sequential_q = np.array(
         [
-            scipy_stats.t.ppf(1 - look_alpha(int(n), first_look=first_look, max_rounds=max_rounds) / 2, n - 1)
+            scipy_stats().t.ppf(1 - look_alpha(int(n), first_look=first_look, max_rounds=max_rounds) / 2, n - 1)
             if n >= first_look
             else np.inf
             for n in rounds
         ]
     )
-    fixed_q = np.asarray(scipy_stats.t.ppf(1 - ALPHA / 2, rounds - 1))
+    fixed_q = np.asarray(scipy_stats().t.ppf(1 - ALPHA / 2, rounds - 1))
     means, sequential_half = _half_widths(logs, sequential_q)
     _, fixed_half = _half_widths(logs, fixed_q)
     looked = rounds >= first_look

@@ -19,7 +19,7 @@ SIGNIFICANCE_LEVEL = 0.05
 MIN_REPEATS_FOR_SIGNIFICANCE = 3
 
 
-def _scipy_stats() -> Any:
+def scipy_stats() -> Any:
     """scipy.stats, imported on first use: it takes about a second, and most CLI commands never need it."""
     from scipy import stats
 
@@ -28,7 +28,7 @@ def _scipy_stats() -> Any:
 
 def _t_critical(confidence: float, degrees_of_freedom: float) -> float:
     """Student's t quantile of a two-sided ``confidence`` interval."""
-    return float(_scipy_stats().t.ppf((1 + confidence) / 2, df=degrees_of_freedom))
+    return float(scipy_stats().t.ppf((1 + confidence) / 2, df=degrees_of_freedom))
 
 
 def finite_numbers(values: Iterable[object]) -> list[float]:
@@ -103,7 +103,7 @@ def welch_test(first: Iterable[object], second: Iterable[object], *, alpha: floa
         # scipy returns NaN here; identical constant samples do not differ, distinct ones do.
         same = statistics.fmean(a) == statistics.fmean(b)
         return Significance(1.0 if same else 0.0, not same, "no difference" if same else "significant")
-    result = _scipy_stats().ttest_ind(a, b, equal_var=False)
+    result = scipy_stats().ttest_ind(a, b, equal_var=False)
     p_value = float(result.pvalue)
     significant = p_value < alpha
     return Significance(
