@@ -30,20 +30,22 @@ def imports_of(path: Path, *, type_checking: bool = False) -> frozenset[str]:
             for child in ast.walk(statement)
         }
     )
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return frozenset(found)
+    return frozenset(
+        name for node in ast.walk(tree) if id(node) not in type_only for name in imported_names(node, package)
+    )
+
+
+def imported_names(node: ast.AST, package: str) -> list[str]:
+    """The modules (and names in them) an import statement in ``package`` names, relative ones resolved."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*parts, base] if base else parts)
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
 
 
 def modules(folder: str) -> dict[str, Path]:
@@ -199,3 +201,36 @@ def test_lab_packages_have_no_import_cycle() -> None:
             + "; ".join(f"{a} -> {b} by {', '.join(sorted(set(whys)))}" for (a, b), whys in pairs)
         )
     assert described == []
+
+
+def top_level_imports(path: Path) -> frozenset[str]:
+    """The modules ``path`` imports when it is loaded: its module-level imports (those inside a
+    function or under ``if TYPE_CHECKING:`` wait for their use)."""
+    package = ".".join(path.relative_to(PROJECT_ROOT).with_suffix("").parts[:-1])
+    return frozenset(name for node in syntax_tree(path).body for name in imported_names(node, package))
+
+
+def loaded_with(module: str) -> set[str]:
+    """Every module of the project, and every outside package, that loading ``module`` loads."""
+    ours = {**modules("lab"), **modules("db"), **modules("services")}
+    seen: set[str] = set()
+    outside: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        for imported in [*top_level_imports(ours[name]), *parents]:
+            if imported in ours:
+                todo.append(imported)
+            elif imported.split(".")[0] not in {"lab", "db", "services"}:
+                outside.add(imported.split(".")[0])
+    return outside
+
+
+def test_the_command_line_starts_without_the_heavy_analysis_libraries() -> None:
+    """Every ``python -m lab`` process (each worker, each ``lab run``) loads the CLI's entry to
+    parse its arguments: scipy and pandas (1.6 s of a 2.9 s start) wait until a command uses them."""
+    assert {"scipy", "pandas", "torch", "plotly", "streamlit"}.isdisjoint(loaded_with("lab.cli.entry"))
