@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db import store
-from db.models import Run, RunStatus
+from db.models import Run
 from lab.queue import experiments
 from lab.queue.rounds import adapted_spec, cell_history, enqueue_round, round_seconds
 from lab.specs.schema import ExperimentSpec, load_preset
-
-
-def _finish(engine, run_id: int, **figures) -> None:
-    start = datetime(2026, 12, 3, 10, 0)
-    store.set_run_status(
-        engine=engine,
-        run_id=run_id,
-        status=RunStatus.DONE,
-        started_at=start,
-        finished_at=start + timedelta(seconds=90),
-        **figures,
-    )
+from tests.support.queue import finish_run
 
 
 def test_the_adapted_scale_lengthens_only_the_cells_history_says_cannot_measure(engine) -> None:
@@ -34,7 +20,7 @@ def test_the_adapted_scale_lengthens_only_the_cells_history_says_cannot_measure(
     # What this machine measured before: direct vLLM at 0.39 req/s, the cache at 30 req/s.
     for label, run_id in ids.items():
         rate = 30.0 if "cache" in label else 0.3925
-        _finish(engine, run_id, req_per_s=rate, latency_avg_s=32 / rate if rate < 1 else 1.0)
+        finish_run(engine, run_id, req_per_s=rate, latency_avg_s=32 / rate if rate < 1 else 1.0)
     with Session(engine) as session:
         history_of_first_cell = cell_history(session, spec.distinct_cells()[0][1])
         assert history_of_first_cell is not None and history_of_first_cell.req_per_s == 0.3925
@@ -58,7 +44,7 @@ def test_one_more_round_runs_only_the_chosen_cells_with_the_next_repeat_index(en
         experiment = experiments.enqueue_experiment(session=session, spec=spec)
         experiment_id = experiment.id
         first = {run.cell_label: run.id for run in experiment.runs if run.repeat_index == 0}
-    _finish(engine, first["backend=vllm vus=1"])
+    finish_run(engine, first["backend=vllm vus=1"])
     chosen = {"backend=naive vus=1", "backend=vllm vus=1"}
     with Session(engine) as session:
         added = enqueue_round(session=session, experiment_id=experiment_id, cells=chosen)
@@ -90,7 +76,7 @@ def test_history_counts_runs_of_the_same_model_from_another_checkout(engine, tmp
         stored = experiments.enqueue_experiment(session=session, spec=elsewhere)
         run_ids = [run.id for run in stored.runs]
     for run_id in run_ids:
-        _finish(engine, run_id, req_per_s=0.1, latency_avg_s=10.0)
+        finish_run(engine, run_id, req_per_s=0.1, latency_avg_s=10.0)
     here, other_model = with_model("lab"), with_model("other")
     with Session(engine) as session:
         found = cell_history(session, here.distinct_cells()[0][1])

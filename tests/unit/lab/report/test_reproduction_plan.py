@@ -3,17 +3,16 @@ wall time, from the stored history, with nothing queued."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from types import SimpleNamespace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from db import store
-from db.models import Run, RunStatus
+from db.models import Run
 from lab.queue import experiments
 from lab.report.reproduction_plan import plan_lines, plan_reproduction
 from lab.specs.schema import load_preset
+from tests.support.queue import finish_run
 
 
 def test_the_plan_lengthens_cells_from_history_says_where_there_is_none_and_queues_nothing(engine) -> None:
@@ -21,18 +20,9 @@ def test_the_plan_lengthens_cells_from_history_says_where_there_is_none_and_queu
     with Session(engine) as session:
         history = experiments.enqueue_experiment(session=session, spec=load_preset("seed-exp2", quick=True))
         run_ids = {run.id: run.cell_label for run in history.runs}
-    start = datetime(2026, 12, 3, 10, 0)
     for run_id, label in run_ids.items():
         rate = 30.0 if "cache" in label else 0.3925  # direct vLLM here, and its cache
-        store.set_run_status(
-            engine=engine,
-            run_id=run_id,
-            status=RunStatus.DONE,
-            started_at=start,
-            finished_at=start + timedelta(seconds=90),
-            req_per_s=rate,
-            latency_avg_s=32 / rate,
-        )
+        finish_run(engine, run_id, req_per_s=rate, latency_avg_s=32 / rate)
     with Session(engine) as session:
         stored_runs = session.scalar(select(func.count(Run.id)))
 
