@@ -12,7 +12,7 @@ import itertools
 import statistics
 from collections.abc import Collection, Hashable
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from db import store
@@ -31,11 +31,14 @@ def cell_history(session: Session, spec: RunSpec) -> CellHistory | None:
     """Medians of the newest done runs of ``spec``'s configuration (any length, its model matched
     by name, so runs from another clone or worktree of the lab count), or None."""
     columns = run_columns(spec)
-    query = select(Run.req_per_s, Run.latency_avg_s, Run.model).where(Run.status == RunStatus.DONE)
+    wanted = model_name(columns["model"])
+    # Narrowed in SQL to this name or a folder of it; the exact match on the name is below.
+    query = select(Run.req_per_s, Run.latency_avg_s, Run.model).where(
+        Run.status == RunStatus.DONE, or_(Run.model == wanted, Run.model.endswith(f"/{wanted}", autoescape=True))
+    )
     for name in ("backend", "workload", "load_kind", "vus", "prompts", "max_tokens"):
         value = columns[name]
         query = query.where(getattr(Run, name).is_(None) if value is None else getattr(Run, name) == value)
-    wanted = model_name(columns["model"])
     same_model = (row for row in session.execute(query.order_by(Run.id.desc())) if model_name(row[2]) == wanted)
     rows = list(itertools.islice(same_model, HISTORY_RUNS))
     rates = [row[0] for row in rows if row[0]]
@@ -63,21 +66,20 @@ def _cell_load(session: Session, label: str, spec: RunSpec) -> CellLoad:
     )
 
 
-def no_history_sentence(duration_s: float) -> str:
-    return (
-        f"{duration_s:,.0f} s kept: no done run of this configuration is stored here to predict from "
-        "(a quick reproduction on this machine stores one)"
-    )
-
-
 def adapted_spec(session: Session, spec: ExperimentSpec, *, max_cell_s: float) -> ExperimentSpec:
     """``spec`` at the adapted scale: each cell the stored history says it cannot measure runs
     longer (up to ``max_cell_s``), with the reason; a need over the cap is kept as a note."""
     cells: dict[str, CellScale] = {}
+    unknown = 0
     for label, run_spec in spec.distinct_cells():
         load = _cell_load(session, label, run_spec)
         if load.history is None and load.direct is None:
-            cells[label] = CellScale(duration_s=load.duration_s, why=no_history_sentence(load.duration_s))
+            unknown += 1
+            why = (
+                f"{load.duration_s:,.0f} s kept: no done run of this configuration is stored here to predict from "
+                "(a quick reproduction on this machine stores one)"
+            )
+            cells[label] = CellScale(duration_s=load.duration_s, why=why)
             continue
         need = adapt(load, max_cell_s=max_cell_s)
         if need.lengthened or need.over_cap:
@@ -87,7 +89,6 @@ def adapted_spec(session: Session, spec: ExperimentSpec, *, max_cell_s: float) -
         f"adapted scale: the seed's, with {lengthened} of {len(spec.distinct_cells())} cells lengthened (up to "
         f"{max_cell_s:,.0f} s) where this machine's stored runs say the seed's length cannot measure them"
     )
-    unknown = sum(1 for cell in cells.values() if cell.why == no_history_sentence(cell.duration_s))
     if unknown:
         note += f"; {unknown} cells kept the seed's length with no stored run to predict from"
     return spec.model_copy(update={"scale": "adapted", "scale_note": note, "cell_scales": cells})

@@ -13,12 +13,17 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lab.analysis.measurability import DEFAULT_MAX_CELL_S
 from lab.report.build import PRESETS, overhead_sentence, write_report
 from lab.report.capacity_section import latest_capacity_section
 from lab.report.publish import published_record
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from lab.specs.schema import ExperimentSpec
 
 
 def _meta_from_spec(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -40,7 +45,9 @@ def _meta_from_spec(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] 
     }
 
 
-def scaled_preset(session: Any, preset: str, *, scale: str, repeats: int | None, max_cell_s: float) -> Any:
+def scaled_preset(
+    session: Session, preset: str, *, scale: str, repeats: int | None, max_cell_s: float
+) -> ExperimentSpec:
     """The seed preset's experiment spec at ``scale``: the adapted scale lengthens cells from the
     history stored in ``session``."""
     from lab.queue.rounds import adapted_spec

@@ -90,7 +90,8 @@ def plan_lines(plan: ReproductionPlan) -> list[str]:
     hours = plan.predicted_wall_s / 3600
     lines.append(
         f"{plan.runs} runs, {plan.load_s:,.0f} s of load; predicted wall time {plan.predicted_wall_s:,.0f} s "
-        f"({hours:.1f} h), {plan.runs_from_history} of {plan.runs} runs timed from past runs of their "
+        f"({hours:.1f} h) for one drawn run order (each order restarts services differently), "
+        f"{plan.runs_from_history} of {plan.runs} runs timed from past runs of their "
         "configuration, the rest guessed from their planned load"
     )
     return lines
