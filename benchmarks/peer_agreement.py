@@ -1,15 +1,17 @@
 """Benchmark: the lab's figures against peer tools' on the same server, interleaved.
 
-For each stream mode (streamed, not streamed) and round, the lab and each peer (GuideLLM,
-``vllm bench serve``) measure every concurrency of ``--concurrency`` against the same server,
-in ABBA order across rounds (lab, GuideLLM, vLLM's client, then vLLM's client, GuideLLM, lab,
-...), so a drift of the shared machine falls on all. vLLM's client always streams, so it takes
-part in the streamed mode only; it sends a number of prompts, not a duration, so it is given
-as many as the lab's last run at that concurrency completed in ``--duration-s``. The peers'
-files are read with the lab's own importer (``lab.imports``), so the figures compared are
-the mapped ones docs/imports.md lists. For each peer, figure, cell and mode it prints the
-ratio lab over peer, paired by round, with its 95% interval (Student's t on the per-round log
-ratios).
+For each round, stream mode (streamed, not streamed) and concurrency of ``--concurrency``,
+the lab and each peer (GuideLLM, ``vllm bench serve``) measure that one cell against the same
+server one right after the other, in ABBA order across cells and rounds (lab, GuideLLM, vLLM's
+client, then vLLM's client, GuideLLM, lab, ...), so the runs of a pair are never more than a
+few runs apart and a drift of the shared machine falls on all. A fixed Python loop is timed
+before each round (``speed_probe_s_by_round`` in the JSON): this host switches between two
+speeds about 1.5x apart. vLLM's client always streams, so it takes part in the streamed mode
+only; it sends a number of prompts, not a duration, so it is given as many as the lab's last
+run at that concurrency completed in ``--duration-s``. The peers' files are read with the
+lab's own importer (``lab.imports``), so the figures compared are the mapped ones
+docs/imports.md lists. For each peer, figure, cell and mode it prints the ratio lab over peer,
+paired by round, with its 95% interval (Student's t on the per-round log ratios).
 
 Targets (``--target``):
 
@@ -224,14 +226,16 @@ def main() -> None:
         url = args.target.rstrip("/")
     started = time.monotonic()
     samples: Samples = {}
+    probes_s: list[float] = []
     work = Path(tempfile.mkdtemp(prefix="peer-reports-"))
     try:
         for round_index in range(args.pairs):
+            probes_s.append(speed_probe_s())
             for stream in (True,) if args.no_unstreamed else (True, False):
                 measure_round(args, url, work, samples, round_index=round_index, stream=stream)
                 mode = "streamed" if stream else "not streamed"
                 print(f"round {round_index + 1} {mode} done at {time.monotonic() - started:.0f} s", flush=True)
-                write_document(args, samples, started, complete=False, mock=mock is not None)
+                write_document(args, samples, started, probes_s, complete=False, mock=mock is not None)
     finally:
         if mock is not None:
             mock.terminate()
@@ -245,45 +249,59 @@ def main() -> None:
             f"{row['ratio']:.3f}x {interval} (lab {row['lab_mean']:.4g}, peer {row['peer_mean']:.4g}, "
             f"{row['pairs']} pairs)"
         )
-    write_document(args, samples, started, complete=True, mock=mock is not None)
+    write_document(args, samples, started, probes_s, complete=True, mock=mock is not None)
 
 
 def measure_round(
     args: argparse.Namespace, url: str, work: Path, samples: Samples, *, round_index: int, stream: bool
 ) -> None:
-    """One round of one mode: the lab and each peer taking part, in this round's ABBA order."""
+    """One round of one mode: at each concurrency in turn, the lab and each peer taking part one
+    after the other, in ABBA order across cells and rounds. A pair's runs are adjacent, so a change
+    of the shared machine's speed between cells falls on neither side of a pair."""
     mode = "streamed" if stream else "not streamed"
     peers = [peer for peer in args.peers if stream or peer != "vllm-bench"]  # vLLM's client always streams
-    order = ["lab", *peers] if round_index % 2 == 0 else [*reversed(peers), "lab"]
-    common = {"concurrency": args.concurrency, "tokens": args.tokens}
-    measured: dict[str, dict[int, Figures]] = {}
-    for who in order:
-        if who == "lab":
-            measured[who] = lab_runs(url, args.model, stream=stream, duration_s=args.duration_s, **common)
-        elif who == "guidellm":
-            measured[who] = guidellm_run(args.peer_venv, url, work, stream=stream, duration_s=args.duration_s, **common)
-        else:
-            # As many prompts as the lab's latest run at that concurrency completed (round 0 starts with the lab).
-            prompts = {
-                vus: max(4 * vus, round(lab_rate(samples, measured, vus) * args.duration_s)) for vus in args.concurrency
-            }
-            measured[who] = vllm_bench_runs(url, args.model, work, prompts=prompts, **common)
-    for peer in peers:
-        for vus in args.concurrency:
-            samples.setdefault((peer, mode, vus), []).append((measured["lab"][vus], measured[peer][vus]))
+    for cell_index, vus in enumerate(args.concurrency):
+        forward = (round_index + cell_index) % 2 == 0
+        order = ["lab", *peers] if forward else [*reversed(peers), "lab"]
+        common = {"concurrency": [vus], "tokens": args.tokens}
+        measured: dict[str, Figures] = {}
+        for who in order:
+            if who == "lab":
+                found = lab_runs(url, args.model, stream=stream, duration_s=args.duration_s, **common)
+            elif who == "guidellm":
+                found = guidellm_run(args.peer_venv, url, work, stream=stream, duration_s=args.duration_s, **common)
+            else:
+                # As many prompts as the lab's latest run at this concurrency completed (round 0 starts with the lab).
+                prompts = max(4 * vus, round(lab_rate(samples, measured, vus) * args.duration_s))
+                found = vllm_bench_runs(url, args.model, work, prompts={vus: prompts}, **common)
+            measured[who] = found[vus]
+        for peer in peers:
+            samples.setdefault((peer, mode, vus), []).append((measured["lab"], measured[peer]))
 
 
-def lab_rate(samples: Samples, measured: dict[str, dict[int, Figures]], vus: int) -> float:
+def lab_rate(samples: Samples, measured: dict[str, Figures], vus: int) -> float:
     """The lab's req/s at ``vus`` in this round, or else in the last one measured."""
     if "lab" in measured:
-        return float(measured["lab"][vus]["req_per_s"])
+        return float(measured["lab"]["req_per_s"])
     earlier = [
         pairs[-1][0]["req_per_s"] for (_, mode, at), pairs in samples.items() if at == vus and mode == "streamed"
     ]
     return float(earlier[-1])
 
 
-def write_document(args: argparse.Namespace, samples: Samples, started: float, **state: bool) -> None:
+def speed_probe_s() -> float:
+    """Seconds a fixed Python loop takes here: this host switches between two speeds about 1.5x
+    apart, and the probe before each round says at which one the round ran."""
+    started = time.perf_counter()
+    total = 0
+    for number in range(30_000_000):
+        total += number
+    return round(time.perf_counter() - started, 2)
+
+
+def write_document(
+    args: argparse.Namespace, samples: Samples, started: float, probes_s: list[float], **state: bool
+) -> None:
     """The ratios so far as JSON (``--json``), rewritten after each round so a run cut short keeps them."""
     if not args.json:
         return
@@ -302,6 +320,7 @@ def write_document(args: argparse.Namespace, samples: Samples, started: float, *
             "mock": " ".join(MOCK_TIMING) + f" {args.tokens}" if state["mock"] else None,
         },
         "wall_s": round(time.monotonic() - started, 1),
+        "speed_probe_s_by_round": probes_s,
         "rows": ratio_rows(samples),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
