@@ -2,7 +2,7 @@
 
 For each round, stream mode (streamed, not streamed) and concurrency of ``--concurrency``,
 the lab and each peer (GuideLLM, ``vllm bench serve``) measure that one cell against the same
-server one right after the other, in ABBA order across cells and rounds (lab, GuideLLM, vLLM's
+server one right after the other, in ABBA order across rounds (lab, GuideLLM, vLLM's
 client, then vLLM's client, GuideLLM, lab, ...), so the runs of a pair are never more than a
 few runs apart and a drift of the shared machine falls on all. A fixed Python loop is timed
 before each round (``speed_probe_s_by_round`` in the JSON): this host switches between two
@@ -256,13 +256,13 @@ def measure_round(
     args: argparse.Namespace, url: str, work: Path, samples: Samples, *, round_index: int, stream: bool
 ) -> None:
     """One round of one mode: at each concurrency in turn, the lab and each peer taking part one
-    after the other, in ABBA order across cells and rounds. A pair's runs are adjacent, so a change
-    of the shared machine's speed between cells falls on neither side of a pair."""
+    after the other, in ABBA order across rounds. A pair's runs are adjacent, so a change of the
+    shared machine's speed between cells falls on neither side of a pair."""
     mode = "streamed" if stream else "not streamed"
     peers = [peer for peer in args.peers if stream or peer != "vllm-bench"]  # vLLM's client always streams
-    for cell_index, vus in enumerate(args.concurrency):
-        forward = (round_index + cell_index) % 2 == 0
-        order = ["lab", *peers] if forward else [*reversed(peers), "lab"]
+    # Round 0 starts with the lab at every concurrency: vLLM's client needs the lab's rate.
+    order = ["lab", *peers] if round_index % 2 == 0 else [*reversed(peers), "lab"]
+    for vus in args.concurrency:
         common = {"concurrency": [vus], "tokens": args.tokens}
         measured: dict[str, Figures] = {}
         for who in order:
