@@ -11,7 +11,9 @@ only; it sends a number of prompts, not a duration, so it is given as many as th
 run at that concurrency completed in ``--duration-s``. The peers' files are read with the
 lab's own importer (``lab.imports``), so the figures compared are the mapped ones
 docs/imports.md lists. For each peer, figure, cell and mode it prints the ratio lab over peer,
-paired by round, with its 95% interval (Student's t on the per-round log ratios).
+paired by round, with its 95% interval (Student's t on the per-round log ratios). The peer
+``lab-again`` is a control: the lab's own second run of the cell, so its interval is how far
+the server alone moves from one run to the next.
 
 Targets (``--target``):
 
@@ -24,7 +26,7 @@ The peer tools live in their own venv, passed as an argument:
 
     python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1
     .venv/bin/python -m benchmarks.peer_agreement --peer-venv /work/peer-venv [--target mock]
-        [--peers guidellm vllm-bench] [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32]
+        [--peers guidellm vllm-bench lab-again] [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32]
         [--json FILE]
 
 Every process it starts is stopped at the end.
@@ -53,7 +55,12 @@ STREAMED_FIGURES = ("latency_avg_s", "ttft_avg_s", "tpot_avg_s", "req_per_s", "o
 # The mock's fixed timing (its answers are --output-tokens long, the count appended).
 MOCK_TIMING = ("--ttft-ms", "50", "--itl-ms", "10", "--request-latency", "0.36", "--output-tokens")
 UNSTREAMED_FIGURES = ("latency_avg_s", "latency_p50_s", "req_per_s", "output_tok_per_s")
-PEER_NAMES = {"guidellm": "GuideLLM 0.8.1", "vllm-bench": "vllm bench serve 0.32"}
+PEER_NAMES = {
+    "guidellm": "GuideLLM 0.8.1",
+    "vllm-bench": "vllm bench serve 0.32",
+    # The control: the lab against itself, run for run, shows how far the server alone moves.
+    "lab-again": "the lab again (A/A)",
+}
 Figures = dict[str, Any]
 # (peer, mode, concurrency) -> per round, (the lab's figures, the peer's)
 Samples = dict[tuple[str, str, int], list[tuple[Figures, Figures]]]
@@ -266,7 +273,7 @@ def measure_round(
         common = {"concurrency": [vus], "tokens": args.tokens}
         measured: dict[str, Figures] = {}
         for who in order:
-            if who == "lab":
+            if who in ("lab", "lab-again"):
                 found = lab_runs(url, args.model, stream=stream, duration_s=args.duration_s, **common)
             elif who == "guidellm":
                 found = guidellm_run(args.peer_venv, url, work, stream=stream, duration_s=args.duration_s, **common)
@@ -322,6 +329,17 @@ def write_document(
         "wall_s": round(time.monotonic() - started, 1),
         "speed_probe_s_by_round": probes_s,
         "rows": ratio_rows(samples),
+        # Each round's pair as measured, so a wide interval can be read round by round.
+        "rounds": [
+            {
+                "peer": PEER_NAMES[peer],
+                "mode": mode,
+                "concurrency": vus,
+                "lab": [{figure: pair[0].get(figure) for figure in STREAMED_FIGURES} for pair in pairs],
+                "peer_figures": [{figure: pair[1].get(figure) for figure in STREAMED_FIGURES} for pair in pairs],
+            }
+            for (peer, mode, vus), pairs in sorted(samples.items())
+        ],
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(document, indent=1) + "\n")
