@@ -35,6 +35,7 @@ Every process it starts is stopped at the end.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -54,6 +55,8 @@ MOCK_MODEL = "llama-3.1-8b-instruct"
 STREAMED_FIGURES = ("latency_avg_s", "ttft_avg_s", "tpot_avg_s", "req_per_s", "output_tok_per_s")
 # The mock's fixed timing (its answers are --output-tokens long, the count appended).
 MOCK_TIMING = ("--ttft-ms", "50", "--itl-ms", "10", "--request-latency", "0.36", "--output-tokens")
+# The peers' prompts: this many tokens of text, to which the server adds the chat template.
+PROMPT_TOKENS = 16
 UNSTREAMED_FIGURES = ("latency_avg_s", "latency_p50_s", "req_per_s", "output_tok_per_s")
 PEER_NAMES = {
     "guidellm": "GuideLLM 0.8.1",
@@ -103,7 +106,7 @@ def guidellm_run(
             "--constraint",
             f"kind=max_duration,seconds={duration_s:g}",
             "--data",
-            f"kind=synthetic_text,prompt_tokens=16,output_tokens={tokens}",
+            f"kind=synthetic_text,prompt_tokens={PROMPT_TOKENS},output_tokens={tokens}",
             "--tokenizer",
             f"kind=huggingface_auto,model={MODEL}",
             "--output",
@@ -128,11 +131,22 @@ def vllm_bench_runs(
     for vus in concurrency:
         result = run_vllm_bench(
             url, out / f"vllm-bench-{time.monotonic_ns()}.json", served_model=model, tokenizer=MODEL,
-            concurrency=vus, prompts=prompts[vus], input_tokens=16, output_tokens=tokens, ignore_eos=True,
+            concurrency=vus, prompts=prompts[vus], input_tokens=PROMPT_TOKENS, output_tokens=tokens, ignore_eos=True,
         )  # fmt: skip
         (run,) = read_result_file(result).runs
         found[vus] = run.results.as_columns()
     return found
+
+
+@functools.cache
+def templated_prompt_tokens() -> int:
+    """The length the peers' prompts reach once the server has applied the model's chat template
+    (46 for SmolLM2: its template adds a system prompt). The lab's synthetic prompt lengths count
+    the template, so the lab asks for this, not for ``PROMPT_TOKENS``: the same prompts as the peers'."""
+    from lab.workloads.synthetic import PromptBuilder
+
+    builder = PromptBuilder(str(MODEL), None)
+    return builder.templated_tokens("".join(builder.words[:PROMPT_TOKENS]))
 
 
 def lab_runs(
@@ -159,7 +173,11 @@ def lab_runs(
                 "workload": {
                     "kind": "synthetic",
                     "stream": stream,
-                    "synthetic": {"prompts": 50, "input_tokens_mean": 16, "tokenizer": str(MODEL)},
+                    "synthetic": {
+                        "prompts": 50,
+                        "input_tokens_mean": templated_prompt_tokens(),
+                        "tokenizer": str(MODEL),
+                    },
                 },
             },
             "grid": {"load.vus": concurrency},
@@ -323,7 +341,8 @@ def write_document(
             "pairs": args.pairs,
             "duration_s": args.duration_s,
             "output_tokens": args.tokens,
-            "prompt_tokens": 16,
+            "prompt_tokens": PROMPT_TOKENS,
+            "prompt_tokens_templated": templated_prompt_tokens(),
             "mock": " ".join(MOCK_TIMING) + f" {args.tokens}" if state["mock"] else None,
         },
         "wall_s": round(time.monotonic() - started, 1),
