@@ -51,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "model: imports torch or transformers (slow): not in make test-fast")
     config.addinivalue_line("markers", "timing: judges its own timing; make test runs it alone, after the rest")
     config.addinivalue_line("markers", "runs_last: stops shared services; ordered after every other test")
+    config.addinivalue_line("markers", "empty_browser_lab: sees the shared browser lab empty; ordered before its users")
     config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker with the group's other tests")
     if config.getoption("numprocesses", None) and config.getoption("dist", "no") != "loadgroup":
         # Any other distribution would start the shared services once per worker (see the docstring).
@@ -166,6 +167,7 @@ def redis_service(service_manager) -> RunningService:
 SERVICE_GROUPS: dict[str, frozenset[str]] = {
     "session-services": frozenset({"naive_service", "vllm_service"}),
     "postgres": frozenset({"postgres_server_url", "postgres_cluster"}),
+    "browser-lab": frozenset({"browser_lab"}),
 }
 
 
@@ -190,8 +192,14 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle, so runs_last still holds
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``runs_last`` stop the shared services, so they run after all others."""
-    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
+    """Tests marked ``runs_last`` stop the shared services, so they run after all others; the one
+    marked ``empty_browser_lab`` checks the shared lab's empty pages, so it runs before the rest."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("runs_last") is not None,
+            item.get_closest_marker("empty_browser_lab") is None,
+        )
+    )
     _group_ids_for_xdist(items)
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,18 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = PROJECT_ROOT / "test-artifacts" / "screenshots"
 RUN_DONE_TIMEOUT_S = 600  # a shared 2-core machine at load 15 took 2.5 min to start the naive server
+
+
+@dataclass(frozen=True)
+class BrowserLab:
+    """The web lab the browser tests share (the ``browser_lab`` fixture): its URL and data folder."""
+
+    url: str
+    data_dir: Path
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.data_dir / 'lab.db'}"
 
 
 def lab_env(data_dir: Path) -> dict[str, str]:

@@ -135,8 +135,12 @@ def seed_database(engine: Engine) -> SeededLab:
     )
 
 
-def add_done_run(engine: Engine, *, vus: int, max_tokens: int, tok: float, p95: float) -> int:
-    """A one-run experiment of the naive server with these settings, done, with figures."""
+def add_done_run(
+    engine: Engine, *, vus: int, max_tokens: int, tok: float, p95: float, requires: tuple[str, ...] = ()
+) -> int:
+    """A one-run experiment of the naive server with these settings, done, with figures.
+    ``requires``: worker labels it asks for; in a lab whose worker is running, a label no worker
+    has keeps the worker from claiming the run in the moment it is queued, before it is done."""
     spec = ExperimentSpec(
         name=f"vus {vus} max {max_tokens}",
         base=RunSpec(
@@ -144,6 +148,7 @@ def add_done_run(engine: Engine, *, vus: int, max_tokens: int, tok: float, p95: 
             model=get_settings().default_model,
             max_tokens=max_tokens,
             load=LoadSpec(vus=vus, duration_s=5),
+            requires=list(requires),
         ),
     )
     with Session(engine, expire_on_commit=False) as session:

@@ -1,5 +1,5 @@
 """Fixtures for the page tests: a temporary lab data folder, empty or with a seeded database
-(what it holds: tests/support/seeded_lab.py)."""
+(what it holds: tests/support/seeded_lab.py); and the one web lab the browser tests share."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from db.engine import get_engine, sqlite_path
 from lab.measurement import environment, hardware, machine_speed, reference_kernel
 from lab.run import k6_driver
 from lab.settings import get_settings
+from tests.support.browser import SCREENSHOTS, BrowserLab, check_prerequisites, running_lab
 from tests.support.isolation import browser_absent, isolate, machine_probes_absent, needs_isolation
 from tests.support.seeded_lab import PROJECT_ROOT, SeededLab, seed_database
 
@@ -31,6 +32,23 @@ def _component_scan_once() -> Iterator[None]:
     manifest_scanner.scan_component_manifests = functools.cache(scan)
     yield
     manifest_scanner.scan_component_manifests = scan
+
+
+@pytest.fixture(scope="session")
+def browser_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserLab]:
+    """``python -m lab start`` (Streamlit and a worker) on a free port with its own data folder,
+    one for every browser test that needs the lab as a user starts it: its xdist group keeps
+    them on one worker (tests/conftest.py), so Streamlit, the worker and the naive server their
+    runs start come up once per test run. Tests that share it pick their own runs by experiment
+    name; the one marked ``empty_browser_lab`` runs first and sees it empty."""
+    check_prerequisites()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    data_dir = tmp_path_factory.mktemp("browser-lab") / "lab-data"
+    try:
+        with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-lab.log") as url:
+            yield BrowserLab(url=url, data_dir=data_dir)
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture

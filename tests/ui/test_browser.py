@@ -1,9 +1,9 @@
 """The whole web lab in a real headless Chromium (Debian's), driven by Playwright.
 
-Starts ``python -m lab start`` (Streamlit + the queue worker) on a free loopback port
-with a temporary data folder, opens every page, launches a quick grid run against the
-real naive server from the form, waits for it to reach done, opens Compare, downloads
-both CSVs and checks them. Screenshots go to ``test-artifacts/screenshots/``.
+On the browser tests' shared lab (``python -m lab start``: Streamlit + the queue worker, the
+``browser_lab`` fixture), still empty: opens every page, launches a quick grid run against the
+real naive server from the form, waits for it to reach done, opens Compare, downloads both
+CSVs and checks them. Screenshots go to ``test-artifacts/screenshots/``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,40 +18,20 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from db.models import Experiment, Run, RunStatus
-from tests.support.browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    PROJECT_ROOT,
-    RUN_DONE_TIMEOUT_S,
-    SCREENSHOTS,
-    check_prerequisites,
-    fill,
-    running_lab,
-    shot,
-    wait_for_app,
-)
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, RUN_DONE_TIMEOUT_S, BrowserLab, fill, shot, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 
-@pytest.fixture(scope="module")
-def lab_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """``python -m lab start`` on a free port, one for this module's tests (the first test sees it
-    empty; they run in file order); stopped (its whole process group) afterwards."""
-    check_prerequisites()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_path_factory.mktemp("browser") / "lab-data"
-    try:
-        with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-lab.log") as url:
-            yield url, data_dir
-    except RuntimeError as error:
-        pytest.fail(str(error))
-
-
-def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
+@pytest.mark.empty_browser_lab
+def test_lab_in_a_real_browser(browser_lab: BrowserLab) -> None:
     from playwright.sync_api import sync_playwright
 
-    url, data_dir = lab_url
+    url = browser_lab.url
+    engine = create_engine(browser_lab.database_url)
+    with Session(engine) as session:
+        earlier = session.scalars(select(Run.id)).all()
+    assert not earlier, f"the shared browser lab already holds runs {earlier}: this test must see it empty"
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -102,7 +81,6 @@ def test_lab_in_a_real_browser(lab_url: tuple[str, Path]) -> None:
 
             # The live view stops polling and the page refreshes once both runs are done.
             page.get_by_text("2 done").first.wait_for(timeout=RUN_DONE_TIMEOUT_S * 1000)
-            engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
             with Session(engine) as session:
                 runs = session.scalars(select(Run).order_by(Run.id)).all()
                 assert [run.status for run in runs] == [RunStatus.DONE, RunStatus.DONE], [
@@ -171,13 +149,13 @@ LOOK_JS = """(runId) => {
 }"""
 
 
-def test_live_view_agrees_everywhere_without_reloading(lab_url: tuple[str, Path]) -> None:
+def test_live_view_agrees_everywhere_without_reloading(browser_lab: BrowserLab) -> None:
     """Launch a short naive run from the form and watch the Runs page, never reloading it:
     panel, table row and sidebar say the same phase (twice at least, at two phases), a live
     chart has 5 points or more before the load ends, and the row becomes done."""
     from playwright.sync_api import sync_playwright
 
-    url, data_dir = lab_url
+    url = browser_lab.url
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -193,7 +171,7 @@ def test_live_view_agrees_everywhere_without_reloading(lab_url: tuple[str, Path]
             page.get_by_role("button", name="Launch grid").click()
             wait_for_app(page, "queued: 1 run")
             page.evaluate("() => { window.__notReloaded = true; }")
-            engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
+            engine = create_engine(browser_lab.database_url)
             with Session(engine) as session:
                 run_id = session.scalars(
                     select(Run.id).join(Experiment).where(Experiment.name == "live view run")

@@ -1,16 +1,16 @@
 """Pages opened directly, Compare's axes and pages that follow the lab, in a real headless Chromium
-against the real lab (``python -m lab start``), runs seeded through the store (no load needed):
+against the browser tests' shared lab (``python -m lab start``, the ``browser_lab`` fixture),
+runs seeded through the store (no load needed):
 
 - a page opened directly asks Streamlit's start-up questions without a 404;
 - Compare of two runs differing in VUs and max tokens joins them in no chart; of two differing
   in VUs alone, it draws one line through both;
 - Workers and Services change state while open, without a reload (and so does the sidebar).
-
-One lab for all of it: each start costs half a minute on the shared machine.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -22,16 +22,7 @@ from sqlalchemy import Engine
 from db import worker_store
 from db.engine import get_engine
 from pages.view.core_paths import BASE_URL_SCRIPT
-from tests.support.browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    PROJECT_ROOT,
-    SCREENSHOTS,
-    check_prerequisites,
-    running_lab,
-    shot,
-    wait_for_app,
-)
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, BrowserLab, shot, wait_for_app
 from tests.support.seeded_lab import add_done_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -45,24 +36,16 @@ FOLLOW_TIMEOUT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Engine, dict[str, tuple[int, int]]]]:
-    check_prerequisites()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_path_factory.mktemp("direct-urls") / "lab-data"
-    data_dir.mkdir(parents=True)
-    engine = get_engine(f"sqlite:///{data_dir / 'lab.db'}")
+def lab(browser_lab: BrowserLab) -> tuple[str, Engine, dict[str, tuple[int, int]]]:
+    """The shared lab, with two pairs of finished runs seeded into its store."""
+    engine = get_engine(browser_lab.database_url)
+    # A label no worker has: the lab's running worker cannot claim a run before it is marked done.
+    seeded = functools.partial(add_done_run, engine, requires=("seeded-not-run",))
     pairs = {
-        "apart": (
-            add_done_run(engine, vus=1, max_tokens=32, tok=16.0, p95=2.0),
-            add_done_run(engine, vus=2, max_tokens=16, tok=20.0, p95=3.0),
-        ),
-        "vus alone": (
-            add_done_run(engine, vus=1, max_tokens=64, tok=16.0, p95=2.0),
-            add_done_run(engine, vus=2, max_tokens=64, tok=30.0, p95=3.0),
-        ),
+        "apart": (seeded(vus=1, max_tokens=32, tok=16.0, p95=2.0), seeded(vus=2, max_tokens=16, tok=20.0, p95=3.0)),
+        "vus alone": (seeded(vus=1, max_tokens=64, tok=16.0, p95=2.0), seeded(vus=2, max_tokens=64, tok=30.0, p95=3.0)),
     }
-    with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-direct-urls-lab.log") as url:
-        yield url, engine, pairs
+    return browser_lab.url, engine, pairs
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,16 @@
 
 1. Sign-in configured: whatever URL a browser opens first (a deep link, with or without a
    query string, a reload), it sees only the sign-in (issue 25, item 0).
-2. Sign-in off: each page opened first and reloaded keeps the real navigation and sidebar.
+2. Sign-in off: each page opened first in a new browser and reloaded keeps the real navigation
+   and sidebar.
 3. A real OpenID Connect provider (``oidc-provider-mock`` on a local port): two members and
    an admin sign in; each sees the lab only after signing in, launches a run and sees their
    own name on it; the second member cannot cancel the first's run (the control is disabled
    and a forged click changes nothing); the admin can; sign-out works.
 
-The lab runs as ``python -m lab start`` (1, 2) or as Streamlit alone (3: no worker, so the
-launched runs stay queued and nothing heavy starts).
+The lab runs as ``python -m lab start`` (1, configured for sign-in; 2, the browser tests' shared
+lab) or as Streamlit alone (3: no worker, so the launched runs stay queued and nothing heavy
+starts).
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ from sqlalchemy.orm import Session
 
 from db.models import Run, RunAudit, RunStatus
 from services.supervisor import find_free_port
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, stop_process_group, wait_for_app
+from tests.support.browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PROJECT_ROOT,
+    BrowserLab,
+    lab_env,
+    stop_process_group,
+    wait_for_app,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -197,8 +207,9 @@ def assert_lab_navigation(page, title: str, where: str) -> None:
     assert "streamlit app" not in sidebar and "common" not in sidebar, (where, sidebar)
 
 
-def test_with_sign_in_off_each_page_opened_first_and_reloaded_keeps_the_navigation(tmp_path: Path) -> None:
-    with lab_server(tmp_path, secrets=None, worker=True) as url, chromium() as browser:
+def test_with_sign_in_off_each_page_opened_first_and_reloaded_keeps_the_navigation(browser_lab: BrowserLab) -> None:
+    url = browser_lab.url
+    with chromium() as browser:
         for path in ["runs?run=1", "run_detail", "compare", "services", "workers", "new_experiment", ""]:
             title = PAGE_TITLES.get(path.split("?")[0], "New experiment")
             page = browser.new_context().new_page()

@@ -1,8 +1,8 @@
-"""The result card and Compare (issue 24) in a real headless Chromium against the real lab
-(``python -m lab start``) and the real naive server: three short runs launched from the form,
-followed on Runs without a reload until each reports itself in the result card (req/s and
-p95); then Compare on two runs one setting apart (a ratio) and on two runs two settings apart
-(both named, no ratio).
+"""The result card and Compare (issue 24) in a real headless Chromium against the browser tests'
+shared lab (``python -m lab start``, the ``browser_lab`` fixture) and the real naive server: three
+short runs launched from the form, followed on Runs without a reload until each reports itself
+in the result card (req/s and p95); then Compare on two runs one setting apart (a ratio) and on
+two runs two settings apart (both named, no ratio).
 
 One test: the runs it waits for are the ones it then compares (three tests before, which
 depended on their order).
@@ -13,26 +13,14 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from db.models import Run, RunStatus
-from tests.support.browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    PROJECT_ROOT,
-    RUN_DONE_TIMEOUT_S,
-    SCREENSHOTS,
-    check_prerequisites,
-    fill,
-    running_lab,
-    shot,
-    wait_for_app,
-)
+from db.models import Experiment, Run, RunStatus
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, RUN_DONE_TIMEOUT_S, BrowserLab, fill, shot, wait_for_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -49,15 +37,7 @@ CARD_JS = """() => {
   return {text: card.textContent, tiles: tiles, marker: window.__notReloaded === true};
 }"""
 TALL = {"width": 1280, "height": 4000}
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    check_prerequisites()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    data_dir = tmp_path_factory.mktemp("result-card") / "lab-data"
-    with running_lab(data_dir, PROJECT_ROOT / "test-artifacts" / "browser-result-card-lab.log") as url:
-        yield url, data_dir
+EXPERIMENTS = ("one setting apart", "two settings apart")  # this test's runs in the shared lab
 
 
 @pytest.fixture(scope="module")
@@ -91,29 +71,34 @@ def card_run(card: dict) -> str | None:
     return found[1] if found else None
 
 
-def run_rows(data_dir: Path) -> list[tuple[int, str, int | None, int]]:
-    engine = create_engine(f"sqlite:///{data_dir / 'lab.db'}")
+def run_rows(database_url: str) -> list[tuple[int, str, int | None, int]]:
+    """This test's runs (by experiment name: other browser tests share the lab), oldest first."""
+    engine = create_engine(database_url)
+    query = select(Run).join(Experiment).where(Experiment.name.in_(EXPERIMENTS)).order_by(Run.id)
     with Session(engine) as session:
-        rows = [(run.id, run.status, run.vus, run.max_tokens) for run in session.scalars(select(Run).order_by(Run.id))]
+        rows = [(run.id, run.status, run.vus, run.max_tokens) for run in session.scalars(query)]
     engine.dispose()
     return rows
 
 
-def test_runs_ending_while_runs_is_open_show_their_result_card_then_compare(lab: tuple[str, Path], browser) -> None:
-    url, data_dir = lab
-    runs_ending_while_runs_is_open_show_their_result_card(url, data_dir, browser)
-    runs_one_setting_apart_compare_with_a_ratio(url, data_dir, browser)
-    runs_two_settings_apart_compare_names_both_and_no_ratio(url, data_dir, browser)
+def test_runs_ending_while_runs_is_open_show_their_result_card_then_compare(
+    browser_lab: BrowserLab, browser: Any
+) -> None:
+    url, database_url = browser_lab.url, browser_lab.database_url
+    runs_ending_while_runs_is_open_show_their_result_card(url, database_url, browser)
+    runs_one_setting_apart_compare_with_a_ratio(url, database_url, browser)
+    runs_two_settings_apart_compare_names_both_and_no_ratio(url, database_url, browser)
 
 
-def runs_ending_while_runs_is_open_show_their_result_card(url: str, data_dir: Path, browser: Any) -> None:
+def runs_ending_while_runs_is_open_show_their_result_card(url: str, database_url: str, browser: Any) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(url)
     wait_for_app(page, "Launching queues runs")
-    launch_grid(page, "one setting apart", "1, 2", "8")
-    launch_grid(page, "two settings apart", "2", "16")
+    launch_grid(page, EXPERIMENTS[0], "1, 2", "8")
+    launch_grid(page, EXPERIMENTS[1], "2", "16")
     assert page.url.rstrip("/").endswith("runs")
     page.evaluate("() => { window.__notReloaded = true; }")
+    own_runs = {str(run_id) for run_id, _, _, _ in run_rows(database_url)}  # the card may first show an older run
     cards: dict[str, dict] = {}
     deadline = time.monotonic() + RUN_DONE_TIMEOUT_S + 300
     while time.monotonic() < deadline and len(cards) < 3:
@@ -121,17 +106,17 @@ def runs_ending_while_runs_is_open_show_their_result_card(url: str, data_dir: Pa
         if card and card["tiles"].get("p95 latency (s)", {}).get("text", "–") != "–":
             assert card["marker"], "the page was reloaded"
             number = card_run(card)
-            if number is not None and number not in cards:
+            if number in own_runs and number not in cards:
                 cards[number] = card
                 shot(page, f"result-card-{number}")
-        if all(status in RunStatus.FINAL for _, status, _, _ in run_rows(data_dir)) and len(cards) >= 1:
+        if all(status in RunStatus.FINAL for _, status, _, _ in run_rows(database_url)) and len(cards) >= 1:
             page.wait_for_timeout(5000)  # the last refresh
             card = page.evaluate(CARD_JS)
-            if card and (number := card_run(card)):
+            if card and (number := card_run(card)) in own_runs:
                 cards[number] = card
             break
         page.wait_for_timeout(500)
-    rows = run_rows(data_dir)
+    rows = run_rows(database_url)
     assert [status for _, status, _, _ in rows] == [RunStatus.DONE] * 3, rows
     last = cards.get(str(rows[-1][0]))
     assert last is not None, cards.keys()
@@ -144,8 +129,8 @@ def runs_ending_while_runs_is_open_show_their_result_card(url: str, data_dir: Pa
     page.close()
 
 
-def runs_one_setting_apart_compare_with_a_ratio(url: str, data_dir: Path, browser: Any) -> None:
-    (first, _, _, _), (second, _, _, _) = run_rows(data_dir)[:2]  # VUs 1 and 2, max tokens 8
+def runs_one_setting_apart_compare_with_a_ratio(url: str, database_url: str, browser: Any) -> None:
+    (first, _, _, _), (second, _, _, _) = run_rows(database_url)[:2]  # VUs 1 and 2, max tokens 8
     page = browser.new_page(viewport=TALL)
     page.goto(f"{url}/compare?runs={first},{second}")
     wait_for_app(page, "What differs between the chosen runs")
@@ -159,8 +144,8 @@ def runs_one_setting_apart_compare_with_a_ratio(url: str, data_dir: Path, browse
     page.close()
 
 
-def runs_two_settings_apart_compare_names_both_and_no_ratio(url: str, data_dir: Path, browser: Any) -> None:
-    rows = run_rows(data_dir)
+def runs_two_settings_apart_compare_names_both_and_no_ratio(url: str, database_url: str, browser: Any) -> None:
+    rows = run_rows(database_url)
     first, third = rows[0][0], rows[2][0]  # VUs 1, max tokens 8 against VUs 2, max tokens 16
     page = browser.new_page(viewport=TALL)
     page.goto(f"{url}/compare?runs={first},{third}")
