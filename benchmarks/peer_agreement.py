@@ -31,12 +31,23 @@ this benchmark and everything it starts (the lab's k6, GuideLLM, vLLM's client) 
 ``--warmup-s`` first runs the lab once per concurrency and mode for that long, uncounted, so
 that no round meets a server that has just started.
 
+vLLM's prefix cache makes a prompt seen before cheaper to prefill, and the tools repeat their
+prompts differently: the lab draws from a pool of 50, vLLM's client and GuideLLM send the same
+seeded prompts in every run but none twice within one. With the cache on, the server then does
+less work for whichever tool's prompts it has cached, and the tools disagree about the server,
+not about their figures (measured: a first GuideLLM run's TTFT 0.45 s at 0 % cache hits beside
+the lab's 0.18 s at 70 %). ``--no-prefix-caching`` starts the lab's vLLM without it. Against
+a vLLM target, each run's own share of prompt tokens served from the prefix cache and the
+server's own mean TTFT over the run, read from its ``/metrics`` before and after, are kept
+beside the tool's figures in the JSON's rounds (the lab's include its two warm-up requests per
+user).
+
 The peer tools live in their own venv, passed as an argument:
 
     python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1
     .venv/bin/python -m benchmarks.peer_agreement --peer-venv /work/peer-venv [--target mock]
         [--peers guidellm vllm-bench lab-again] [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32]
-        [--server-cpus 1 --client-cpus 0] [--warmup-s 30] [--json FILE]
+        [--server-cpus 1 --client-cpus 0] [--warmup-s 30] [--no-prefix-caching] [--json FILE]
 
 Every process it starts is stopped at the end.
 """
@@ -67,6 +78,15 @@ MOCK_TIMING = ("--ttft-ms", "50", "--itl-ms", "10", "--request-latency", "0.36",
 # The peers' prompts: this many tokens of text, to which the server adds the chat template.
 PROMPT_TOKENS = 16
 UNSTREAMED_FIGURES = ("latency_avg_s", "latency_p50_s", "req_per_s", "output_tok_per_s")
+# Read from a vLLM target's /metrics around each run; kept beside each round's figures, not compared.
+SERVER_FIGURES = ("server_prefix_cache_hit_ratio", "server_ttft_avg_s")
+ROUND_FIGURES = STREAMED_FIGURES + SERVER_FIGURES
+SERVER_COUNTERS = (
+    "vllm:prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count",
+)
 PEER_NAMES = {
     "guidellm": "GuideLLM 0.8.1",
     "vllm-bench": "vllm bench serve 0.32",
@@ -106,9 +126,10 @@ def parse_cpus(text: str) -> set[int]:
     return cpus
 
 
-def start_lab_vllm(server_cpus: str | None) -> tuple[str, str, Any]:
-    """The lab's vLLM with its default options, on ``server_cpus`` when given: its URL, its
-    served model name and the service manager that stops it."""
+def start_lab_vllm(server_cpus: str | None, *, prefix_caching: bool = True) -> tuple[str, str, Any]:
+    """The lab's vLLM with its default options, on ``server_cpus`` when given and without its
+    prefix cache when ``prefix_caching`` is off: its URL, its served model name and the service
+    manager that stops it."""
     from lab.backends import get_backend
     from lab.backends.vllm import VllmOptions
     from lab.context import LabContext
@@ -118,7 +139,9 @@ def start_lab_vllm(server_cpus: str | None) -> tuple[str, str, Any]:
     # Its own data folder: the lab's runs here stop every service of theirs when they end.
     context = LabContext(settings.model_copy(update={"data_dir": Path(tempfile.mkdtemp(prefix="peer-vllm-"))}))
     backend = get_backend("vllm")
-    options = VllmOptions(threads_bind=server_cpus) if server_cpus else VllmOptions()
+    options = VllmOptions(prefix_caching=prefix_caching)
+    if server_cpus:
+        options = options.model_copy(update={"threads_bind": server_cpus})
     config = backend.service_config(model=settings.default_model, options=options, settings=context.settings)
     manager = context.service_manager()
     own_cpus = os.sched_getaffinity(0)
@@ -289,10 +312,15 @@ def main() -> None:
     parser.add_argument("--server-cpus", help="the CPUs of the lab's vLLM (--target vllm), e.g. 1")
     parser.add_argument("--client-cpus", help="the CPUs of this benchmark and the clients it starts, e.g. 0")
     parser.add_argument("--warmup-s", type=float, default=0, help="an uncounted lab run per cell first, this long")
+    parser.add_argument(
+        "--no-prefix-caching", action="store_true", help="the lab's vLLM (--target vllm) without its prefix cache"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.server_cpus and args.target != "vllm":
         parser.error("--server-cpus needs --target vllm (the lab starts that server)")
+    if args.no_prefix_caching and args.target != "vllm":
+        parser.error("--no-prefix-caching needs --target vllm (the lab starts that server)")
     # A timeout's SIGTERM ends like an error: the running tool and the mock server are stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-peer-"))
@@ -303,7 +331,7 @@ def main() -> None:
         mock = start_mock(args.peer_venv, port, args.tokens)
         url = f"http://127.0.0.1:{port}"
     elif args.target == "vllm":
-        url, args.model, vllm_manager = start_lab_vllm(args.server_cpus)
+        url, args.model, vllm_manager = start_lab_vllm(args.server_cpus, prefix_caching=not args.no_prefix_caching)
     else:
         url = args.target.rstrip("/")
     if args.client_cpus:
@@ -357,6 +385,7 @@ def measure_round(
         common = {"concurrency": [vus], "tokens": args.tokens}
         measured: dict[str, Figures] = {}
         for who in order:
+            counters_before = server_counters(url) if args.target == "vllm" else None
             if who in ("lab", "lab-again"):
                 found = lab_runs(url, args.model, stream=stream, duration_s=args.duration_s, **common)
             elif who == "guidellm":
@@ -366,8 +395,35 @@ def measure_round(
                 prompts = max(4 * vus, round(lab_rate(samples, measured, vus) * args.duration_s))
                 found = vllm_bench_runs(url, args.model, work, prompts={vus: prompts}, **common)
             measured[who] = found[vus]
+            if counters_before is not None:
+                measured[who].update(server_figures(counters_before, server_counters(url)))
         for peer in peers:
             samples.setdefault((peer, mode, vus), []).append((measured["lab"], measured[peer]))
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """The cumulative counters of SERVER_COUNTERS that a vLLM server's /metrics shows now."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counters = dict.fromkeys(SERVER_COUNTERS, 0.0)
+    for line in text.splitlines():
+        name = line.partition("{")[0].partition(" ")[0]
+        if name in counters:
+            counters[name] += float(line.rsplit(" ", 1)[1])  # summed over the labelled series
+    return counters
+
+
+def server_figures(before: dict[str, float], after: dict[str, float]) -> Figures:
+    """SERVER_FIGURES over one run, from the counters before and after it."""
+    delta = {name: after[name] - before[name] for name in SERVER_COUNTERS}
+    queries = delta["vllm:prefix_cache_queries_total"]
+    first_tokens = delta["vllm:time_to_first_token_seconds_count"]
+    return {
+        "server_prefix_cache_hit_ratio": delta["vllm:prefix_cache_hits_total"] / queries if queries else None,
+        "server_ttft_avg_s": delta["vllm:time_to_first_token_seconds_sum"] / first_tokens if first_tokens else None,
+    }
 
 
 def lab_rate(samples: Samples, measured: dict[str, Figures], vus: int) -> float:
@@ -414,6 +470,7 @@ def write_document(
             # None: shared; the server's list applies to the lab's vLLM started here (--target vllm).
             "server_cpus": args.server_cpus,
             "client_cpus": args.client_cpus,
+            "prefix_caching": None if args.target != "vllm" else not args.no_prefix_caching,
         },
         "wall_s": round(time.monotonic() - started, 1),
         "speed_probe_s_by_round": probes_s,
@@ -424,8 +481,8 @@ def write_document(
                 "peer": PEER_NAMES[peer],
                 "mode": mode,
                 "concurrency": vus,
-                "lab": [{figure: pair[0].get(figure) for figure in STREAMED_FIGURES} for pair in pairs],
-                "peer_figures": [{figure: pair[1].get(figure) for figure in STREAMED_FIGURES} for pair in pairs],
+                "lab": [{figure: pair[0].get(figure) for figure in ROUND_FIGURES} for pair in pairs],
+                "peer_figures": [{figure: pair[1].get(figure) for figure in ROUND_FIGURES} for pair in pairs],
             }
             for (peer, mode, vus), pairs in sorted(samples.items())
         ],
