@@ -48,8 +48,15 @@ The peer tools live in their own venv, passed as an argument:
     .venv/bin/python -m benchmarks.peer_agreement --peer-venv /work/peer-venv [--target mock]
         [--peers guidellm vllm-bench lab-again] [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32]
         [--server-cpus 1 --client-cpus 0] [--warmup-s 30] [--no-prefix-caching] [--json FILE]
+    .venv/bin/python -m benchmarks.peer_agreement --pool FILE FILE... [--confidence 0.975] --json FILE
 
 Every process it starts is stopped at the end.
+
+``--pool A.json B.json ... --json OUT`` measures nothing: it reads the rounds of earlier complete
+runs of the same settings (all but the number of rounds) and writes the ratios over all their
+rounds, at ``--confidence`` (default 0.95), for a run continued in stages. A figure missing from
+any pooled round (``latency_p50_s`` before it was kept per round) is left out of the pooled rows;
+the rows' ``ci95_*`` bounds are then at the document's ``confidence``.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ PROMPT_TOKENS = 16
 UNSTREAMED_FIGURES = ("latency_avg_s", "latency_p50_s", "req_per_s", "output_tok_per_s")
 # Read from a vLLM target's /metrics around each run; kept beside each round's figures, not compared.
 SERVER_FIGURES = ("server_prefix_cache_hit_ratio", "server_ttft_avg_s")
-ROUND_FIGURES = STREAMED_FIGURES + SERVER_FIGURES
+ROUND_FIGURES = (*STREAMED_FIGURES, "latency_p50_s", *SERVER_FIGURES)
 SERVER_COUNTERS = (
     "vllm:prefix_cache_hits_total",
     "vllm:prefix_cache_queries_total",
@@ -262,8 +269,8 @@ def lab_runs(
     return found
 
 
-def ratio_rows(samples: Samples) -> list[dict[str, Any]]:
-    """Each figure's ratio lab over peer, paired by round, with its 95% interval."""
+def ratio_rows(samples: Samples, confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Each figure's ratio lab over peer, paired by round, with its interval at ``confidence``."""
     from lab.analysis.statistics import ratio_interval
 
     rows = []
@@ -275,7 +282,7 @@ def ratio_rows(samples: Samples) -> list[dict[str, Any]]:
                 continue
             lab = [float(value) for value in lab_values if value is not None]
             peer_figures = [float(value) for value in peer_values if value is not None]
-            interval = ratio_interval(lab, peer_figures, paired=True)
+            interval = ratio_interval(lab, peer_figures, paired=True, confidence=confidence)
             rows.append(
                 {
                     "peer": PEER_NAMES[peer],
@@ -298,7 +305,7 @@ def ratio_rows(samples: Samples) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--peer-venv", type=Path, required=True)
+    parser.add_argument("--peer-venv", type=Path, help="the peer tools' venv (required unless --pool)")
     parser.add_argument(
         "--target", default="mock", help="mock (GuideLLM's mock server), vllm (the lab's, started here), or a base URL"
     )
@@ -316,7 +323,21 @@ def main() -> None:
         "--no-prefix-caching", action="store_true", help="the lab's vLLM (--target vllm) without its prefix cache"
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--pool", type=Path, nargs="+", help="earlier runs' JSON files to pool (measures nothing)")
+    parser.add_argument("--confidence", type=float, default=0.95, help="the pooled intervals' level (--pool)")
     args = parser.parse_args()
+    if args.pool:
+        if not args.json:
+            parser.error("--pool needs --json, the file it writes")
+        try:
+            document = pooled_document(args.pool, confidence=args.confidence)
+        except ValueError as error:
+            parser.error(str(error))
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
+        return
+    if args.peer_venv is None:
+        parser.error("--peer-venv is required (the venv with the peer tools)")
     if args.server_cpus and args.target != "vllm":
         parser.error("--server-cpus needs --target vllm (the lab starts that server)")
     if args.no_prefix_caching and args.target != "vllm":
@@ -475,20 +496,60 @@ def write_document(
         "wall_s": round(time.monotonic() - started, 1),
         "speed_probe_s_by_round": probes_s,
         "rows": ratio_rows(samples),
-        # Each round's pair as measured, so a wide interval can be read round by round.
-        "rounds": [
-            {
-                "peer": PEER_NAMES[peer],
-                "mode": mode,
-                "concurrency": vus,
-                "lab": [{figure: pair[0].get(figure) for figure in ROUND_FIGURES} for pair in pairs],
-                "peer_figures": [{figure: pair[1].get(figure) for figure in ROUND_FIGURES} for pair in pairs],
-            }
-            for (peer, mode, vus), pairs in sorted(samples.items())
-        ],
+        "rounds": rounds_of(samples),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def rounds_of(samples: Samples) -> list[dict[str, Any]]:
+    """Each round's pair as measured, so a wide interval can be read round by round."""
+    return [
+        {
+            "peer": PEER_NAMES[peer],
+            "mode": mode,
+            "concurrency": vus,
+            "lab": [{figure: pair[0].get(figure) for figure in ROUND_FIGURES} for pair in pairs],
+            "peer_figures": [{figure: pair[1].get(figure) for figure in ROUND_FIGURES} for pair in pairs],
+        }
+        for (peer, mode, vus), pairs in sorted(samples.items())
+    ]
+
+
+def pooled_document(paths: list[Path], *, confidence: float) -> dict[str, Any]:
+    """The ratios over the rounds of several complete runs of the same settings (the rounds apart)."""
+    peer_keys = {name: key for key, name in PEER_NAMES.items()}
+    documents = [json.loads(path.read_text()) for path in paths]
+    first = documents[0]
+    samples: Samples = {}
+    for path, document in zip(paths, documents, strict=True):
+        if document.get("benchmark") != "peer_agreement" or not document.get("complete"):
+            raise ValueError(f"{path.name}: not a complete peer_agreement run")
+        differing = sorted(
+            name
+            for name in set(first["settings"]) | set(document["settings"])
+            if name != "pairs" and first["settings"].get(name) != document["settings"].get(name)
+        )
+        if differing or document["target"] != first["target"] or document["peers"] != first["peers"]:
+            what = ", ".join(differing) or "peers"
+            raise ValueError(f"{path.name}: its settings differ from {paths[0].name}'s ({what})")
+        for cell in document["rounds"]:
+            key = (peer_keys[cell["peer"]], cell["mode"], cell["concurrency"])
+            samples.setdefault(key, []).extend(zip(cell["lab"], cell["peer_figures"], strict=True))
+    return {
+        "benchmark": "peer_agreement",
+        "date": max(document["date"] for document in documents),
+        "target": first["target"],
+        "peers": first["peers"],
+        "complete": True,
+        "pooled_from": [path.name for path in paths],
+        "confidence": confidence,
+        "settings": {**first["settings"], "pairs": sum(document["settings"]["pairs"] for document in documents)},
+        "wall_s": round(sum(document["wall_s"] for document in documents), 1),
+        "speed_probe_s_by_round": [probe for document in documents for probe in document["speed_probe_s_by_round"]],
+        "rows": ratio_rows(samples, confidence),
+        "rounds": rounds_of(samples),
+    }
 
 
 if __name__ == "__main__":
