@@ -330,11 +330,9 @@ def main() -> None:
         if not args.json:
             parser.error("--pool needs --json, the file it writes")
         try:
-            document = pooled_document(args.pool, confidence=args.confidence)
+            write_json(args.json, pooled_document(args.pool, confidence=args.confidence))
         except ValueError as error:
             parser.error(str(error))
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(document, indent=1) + "\n")
         return
     if args.peer_venv is None:
         parser.error("--peer-venv is required (the venv with the peer tools)")
@@ -498,8 +496,12 @@ def write_document(
         "rows": ratio_rows(samples),
         "rounds": rounds_of(samples),
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(document, indent=1) + "\n")
+    write_json(args.json, document)
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n")
 
 
 def rounds_of(samples: Samples) -> list[dict[str, Any]]:
@@ -519,20 +521,17 @@ def rounds_of(samples: Samples) -> list[dict[str, Any]]:
 def pooled_document(paths: list[Path], *, confidence: float) -> dict[str, Any]:
     """The ratios over the rounds of several complete runs of the same settings (the rounds apart)."""
     peer_keys = {name: key for key, name in PEER_NAMES.items()}
-    documents = [json.loads(path.read_text()) for path in paths]
+    documents = [read_complete_run(path) for path in paths]
     first = documents[0]
     samples: Samples = {}
     for path, document in zip(paths, documents, strict=True):
-        if document.get("benchmark") != "peer_agreement" or not document.get("complete"):
-            raise ValueError(f"{path.name}: not a complete peer_agreement run")
         differing = sorted(
             name
-            for name in set(first["settings"]) | set(document["settings"])
-            if name != "pairs" and first["settings"].get(name) != document["settings"].get(name)
+            for name in set(design_of(first)) | set(design_of(document))
+            if design_of(first).get(name) != design_of(document).get(name)
         )
-        if differing or document["target"] != first["target"] or document["peers"] != first["peers"]:
-            what = ", ".join(differing) or "peers"
-            raise ValueError(f"{path.name}: its settings differ from {paths[0].name}'s ({what})")
+        if differing:
+            raise ValueError(f"{path.name}: its settings differ from {paths[0].name}'s ({', '.join(differing)})")
         for cell in document["rounds"]:
             key = (peer_keys[cell["peer"]], cell["mode"], cell["concurrency"])
             samples.setdefault(key, []).extend(zip(cell["lab"], cell["peer_figures"], strict=True))
@@ -550,6 +549,28 @@ def pooled_document(paths: list[Path], *, confidence: float) -> dict[str, Any]:
         "rows": ratio_rows(samples, confidence),
         "rounds": rounds_of(samples),
     }
+
+
+def read_complete_run(path: Path) -> dict[str, Any]:
+    """A complete run's document as this benchmark wrote it, or ValueError naming the file."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: cannot be read as JSON ({error})") from error
+    if (
+        not isinstance(document, dict)
+        or document.get("benchmark") != "peer_agreement"
+        or not document.get("complete")
+        or not all(key in document for key in ("settings", "target", "peers", "rounds"))
+    ):
+        raise ValueError(f"{path.name}: not a complete peer_agreement run with its rounds")
+    return document
+
+
+def design_of(document: dict[str, Any]) -> dict[str, Any]:
+    """What runs must share to be pooled: everything but the number of rounds."""
+    settings = {name: value for name, value in document["settings"].items() if name != "pairs"}
+    return {**settings, "target": document["target"], "peers": document["peers"]}
 
 
 if __name__ == "__main__":
