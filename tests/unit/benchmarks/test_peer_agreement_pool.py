@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.peer_agreement import pooled_document
+from benchmarks.peer_agreement_results import pooled_document
 
 SETTINGS = {"concurrency": [8], "pairs": 2, "duration_s": 60.0, "prefix_caching": False}
 
