@@ -264,7 +264,7 @@ def lab_runs(
     return found
 
 
-def main() -> None:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer-venv", type=Path, help="the peer tools' venv (required unless --pool)")
     parser.add_argument(
@@ -286,6 +286,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--pool", type=Path, nargs="+", help="earlier runs' JSON files to pool (measures nothing)")
     parser.add_argument("--confidence", type=float, default=0.95, help="the pooled intervals' level (--pool)")
+    return parser
+
+
+def main() -> None:
+    parser = argument_parser()
     args = parser.parse_args()
     if args.pool:
         if not args.json:
@@ -339,16 +344,19 @@ def main() -> None:
             mock.wait(timeout=10)
         if vllm_manager is not None:
             vllm_manager.stop("vllm")
-    rows = ratio_rows(samples)
-    print(f"\nlab over each peer, target {args.target}, paired by round (95% interval):")
-    for row in rows:
+    print_rows(samples, args.target)
+    write_document(args, samples, started, probes_s, complete=True, mock=mock is not None)
+
+
+def print_rows(samples: Samples, target: str) -> None:
+    print(f"\nlab over each peer, target {target}, paired by round (95% interval):")
+    for row in ratio_rows(samples):
         interval = "–" if row["ci95_low"] is None else f"[{row['ci95_low']:.3f}, {row['ci95_high']:.3f}]"
         print(
             f"  {row['peer']:<22} {row['mode']:<13} c={row['concurrency']:<3} {row['figure']:<17} "
             f"{row['ratio']:.3f}x {interval} (lab {row['lab_mean']:.4g}, peer {row['peer_mean']:.4g}, "
             f"{row['pairs']} pairs)"
         )
-    write_document(args, samples, started, probes_s, complete=True, mock=mock is not None)
 
 
 def measure_round(
