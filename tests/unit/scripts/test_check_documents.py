@@ -23,12 +23,13 @@ def test_the_checkout_s_documents_pass() -> None:
     assert [str(finding) for finding in check_documents.check()] == []
 
 
-def test_a_planted_wrong_figure_in_benchmarks_fails(tmp_path: Path) -> None:
+def test_a_planted_wrong_figure_in_a_record_fails(tmp_path: Path) -> None:
     # The planted copy sits outside the checkout; its pointers resolve against the checkout's sources.
-    benchmarks = (PROJECT_ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    record = PROJECT_ROOT / "docs" / "records" / "2026-12-01-cache-hit-path-every-published-figure.md"
+    benchmarks = record.read_text(encoding="utf-8")
     assert "| 2,201 [2,067, 2,344] req/s |" in benchmarks
-    (tmp_path / "BENCHMARKS.md").write_text(benchmarks.replace("2,201 [2,067", "3,440 [2,067"), encoding="utf-8")
-    findings = [str(f) for f in check_documents.check_document(tmp_path / "BENCHMARKS.md", PROJECT_ROOT)]
+    (tmp_path / record.name).write_text(benchmarks.replace("2,201 [2,067", "3,440 [2,067"), encoding="utf-8")
+    findings = [str(f) for f in check_documents.check_document(tmp_path / record.name, PROJECT_ROOT)]
     assert len(findings) == 1 and "3,440req/s is not in docs/reproduction/quick/README.md" in findings[0]
 
 
