@@ -25,6 +25,7 @@ FAST_TESTS := tests/unit tests/ui -m "not integration and not browser and not mo
 # tests that judge their own timing (p99 lateness, p99 under a hostile body) run last, alone.
 test: setup
 	scripts/check.sh
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(TEST) -n 2 --dist loadgroup -m "not integration and not browser"
 	$(TEST) -n 3 --dist loadgroup -p no:randomly -m "(integration or browser) and not timing"
 	$(TEST) -p no:randomly -m "timing"
@@ -32,3 +33,12 @@ test: setup
 # On every change: no process, no network, no torch.
 test-fast: setup
 	$(TEST) -n 2 --dist loadgroup $(FAST_TESTS)
+
+# The documentation site (mkdocs.yml) into site/, strictly: a broken link or a missing page fails.
+.PHONY: docs results
+docs: setup results
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# The results page and the records index, rendered from docs/benchmarks/ and docs/records/.
+results: setup
+	$(PY) scripts/render_results.py

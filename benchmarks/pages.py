@@ -4,7 +4,7 @@ Seeds a temporary lab (5 quick seed-exp1 experiments x 100 repeats x 4 cells, al
 with figures and a per-second series each), then renders each page with Streamlit's
 AppTest several times and prints the median and worst wall time. Target: <= 1.5 s each.
 
-    .venv/bin/python benchmarks/pages.py [--runs 2000] [--repeats 5]
+    .venv/bin/python -m benchmarks.pages [--runs 2000] [--repeats 5]
 """
 
 from __future__ import annotations
