@@ -1,5 +1,5 @@
-"""Documents checked against their data: every measured figure in README.md, BENCHMARKS.md and
-docs/ names its source, and a figure whose source the checkout holds reads as it does there.
+"""Documents checked against their data: every measured figure in README.md, BENCHMARKS.md,
+RELIABILITY.md and docs/ names its source, and a figure whose source the checkout holds reads as it does there.
 
 Pointers are HTML comments (invisible on GitHub):
 
@@ -26,6 +26,20 @@ decimals the document shows (``2,201`` matches ``2201.35``; ``67.1%`` matches ``
 ``col=output_tok_per_s`` one column (the numbers are then those cells and their mean); in any
 other file, ``line="| 50 | vLLM + Redis |"`` keeps the lines that contain the text (quote a
 value with spaces).
+Exact pointers name one source value per number, so a figure cannot pass by equalling some
+other number of the file:
+
+    <!-- src: FILE.json key=PATH;PATH;... -->   each number of the line, in order, is one value
+
+Under a ``key`` pointer every number of the line counts (a count, a unitless cell, an interval's
+bounds, a sign), and the line must hold exactly as many numbers as the pointer has paths. A path
+is dotted (``hit_path.average.lab.req_per_s``, ``ci95.0`` for a list's first item) and picks one
+row of a list by its fields (``rows[peer=GuideLLM 0.8.1,figure=ttft_avg_s].ratio``: exactly one
+row must match; quote the pointer's words with spaces); ``=8`` stands for a number written as a
+setting, not data. A ``line=`` selector must match exactly one line of its source
+(``occurrence=N`` picks the Nth), and the figures must appear in that line in the same order.
+A page rendered by ``scripts/render_results.py`` (its first line says so) must equal its
+rendering from the data: any line that differs is a finding.
 A ``commit`` pointer is not re-read (no git in the fast tier): it says where a figure no
 longer kept in the checkout was first written. ``<!-- generated: ... -->`` at the top of a
 file (a comparison) marks it as generated from data, and a README.md with a runs.csv beside it
@@ -37,6 +51,8 @@ is a report the lab wrote from its runs: both are sources, not checked.
 from __future__ import annotations
 
 import csv
+import importlib.util
+import json
 import re
 import shlex
 import statistics
@@ -45,11 +61,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = ("README.md", "BENCHMARKS.md", "docs")
+DOCUMENTS = ("README.md", "BENCHMARKS.md", "RELIABILITY.md", "docs")
 # Reports and comparisons the lab writes from data: sources themselves.
 GENERATED_MARK = "<!-- generated:"
+# Pages this project renders from its data files: checked by rendering them again.
+RENDERED_MARK = "<!-- generated: scripts/render_results.py"
 
 UNIT = r"(?:req/s|tok/s|GFLOP/s|%|x(?![\w])|ms\b|s\b|min\b|GiB\b|MiB\b)"
 FIGURE = re.compile(r"(?<![\w.,/#-])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?\s?(" + UNIT + ")")
@@ -146,6 +165,139 @@ def source_numbers(path: Path, selectors: dict[str, str]) -> tuple[float, ...]:
     return tuple(numbers)
 
 
+def line_numbers(visible: str) -> list[tuple[str, float, int, bool]]:
+    """Every number of a line as written: (its text, its value with its sign, its decimals,
+    whether a percent sign follows). A number inside a word (``p99``, ``SmolLM2``, ``135M``) is
+    not one; ``x1.082`` and ``1.082x`` are; a dash is a sign only where no number precedes it."""
+    found = []
+    for match in re.finditer(r"([+\-\u2212]?)(\d{1,3}(?:,\d{3})+(?!\d)|\d+)(\.\d+)?(\s?%)?", visible):
+        sign, whole, fraction, percent = match.groups()
+        before = visible[: match.start()]
+        after = visible[match.end() :]
+        previous = before[-1:] or " "
+        if (previous.isalnum() and previous not in "x\u00d7") or previous in "._/#\\":
+            continue
+        if (after[:1].isalpha() and after[:1] != "x") or (after[:1] == "." and after[1:2].isdigit()):
+            continue
+        if sign and before[-1:].isdigit():  # "0.58-0.71": a range, not a negative number
+            sign = ""
+        value = float(whole.replace(",", "") + (fraction or ""))
+        text = match.group(0).strip()
+        found.append(
+            (text, -value if sign in ("-", "\u2212") else value, len(fraction) - 1 if fraction else 0, bool(percent))
+        )
+    return found
+
+
+def resolve_key(document: Any, path: str) -> float:
+    """One value of a JSON document by its path: dotted names, list indices and ``[field=value,...]``
+    (exactly one row of a list must match). Raises ValueError with what went wrong."""
+    value = document
+    for match in re.finditer(r"\[([^\]]*)\]|([^.\[\]]+)", path):
+        selector, name = match.groups()
+        if selector is not None:
+            wanted = dict(condition.split("=", 1) for condition in selector.split(",") if "=" in condition)
+            rows = [
+                row
+                for row in (value if isinstance(value, list) else [])
+                if isinstance(row, dict) and all(str(row.get(field)) == text for field, text in wanted.items())
+            ]
+            if len(rows) != 1:
+                raise ValueError(f"[{selector}] matches {len(rows)} rows, not one")
+            value = rows[0]
+        elif isinstance(value, list) and name.isdigit() and int(name) < len(value):
+            value = value[int(name)]
+        elif isinstance(value, dict) and name in value:
+            value = value[name]
+        else:
+            raise ValueError(f"no {name!r} in {path!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{path!r} is not a number")
+    return float(value)
+
+
+def equal_as_written(value: float, decimals: int, percent: bool, source: float) -> bool:
+    """Whether a number as written equals a source value after rounding to its decimals (a share
+    stored as 0.983 reads 98.3%)."""
+    tolerance = 0.5 * 10**-decimals + 1e-9
+    return abs(source - value) <= tolerance or (percent and abs(source * 100 - value) <= tolerance)
+
+
+@lru_cache(maxsize=64)
+def _json_document(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def check_keyed(visible: str, source: Path, keys: str) -> list[str]:
+    """A line under a ``key`` pointer: every number, in order, equals its own source value."""
+    paths = keys.split(";")
+    numbers = line_numbers(visible)
+    if len(numbers) != len(paths):
+        shown = ", ".join(text for text, *_ in numbers)
+        return [f"{len(numbers)} numbers ({shown}) for {len(paths)} keys of {source.name}"]
+    problems = []
+    for (text, value, decimals, percent), path in zip(numbers, paths, strict=True):
+        if path.startswith("="):  # a setting written as a number: it must read as stated
+            expected = float(path[1:])
+        else:
+            try:
+                expected = resolve_key(_json_document(source), path)
+            except ValueError as error:
+                problems.append(f"{text}: {error}")
+                continue
+        if not equal_as_written(value, decimals, percent, expected):
+            problems.append(f"{text} is not {path} of {source.name} ({expected:g})")
+    return problems
+
+
+def selected_lines(path: Path, selectors: dict[str, str]) -> tuple[list[str], str | None]:
+    """The lines a ``line=`` selector keeps, and an error unless exactly one (or the ``occurrence``) is."""
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if selectors["line"] in line]
+    if "occurrence" in selectors:
+        index = int(selectors["occurrence"]) - 1
+        return (kept[index : index + 1], None) if 0 <= index < len(kept) else ([], "no such occurrence")
+    if len(kept) != 1:
+        return kept, f"line={selectors['line']!r} matches {len(kept)} lines of {path.name}, not one"
+    return kept, None
+
+
+def in_order(found: list[tuple[str, int, str]], source_line: str) -> bool:
+    """Whether the figures appear in the source line in the same order (each after the last)."""
+    numbers = [float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", source_line)]
+    position = 0
+    for figure, decimals, unit in found:
+        while position < len(numbers) and not matches(figure, decimals, unit, (numbers[position],)):
+            position += 1
+        if position == len(numbers):
+            return False
+        position += 1
+    return True
+
+
+def check_rendered(path: Path, root: Path) -> list[Finding]:
+    """A page scripts/render_results.py renders: every line that differs from its rendering."""
+    spec = importlib.util.spec_from_file_location("render_results", root / "scripts" / "render_results.py")
+    if spec is None or spec.loader is None or not (root / "scripts" / "render_results.py").is_file():
+        return [Finding(path.name, 1, "rendered page, but scripts/render_results.py is missing")]
+    renderer = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("render_results", renderer)
+    spec.loader.exec_module(renderer)
+    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    pages = {page.name: render for page, render in renderer.PAGES.items() if page.parent.name == path.parent.name}
+    if path.name not in pages:
+        return [Finding(name, 1, "no renderer for this page")]
+    expected = pages[path.name](root).splitlines()
+    actual = path.read_text(encoding="utf-8").splitlines()
+    findings = [
+        Finding(name, number, f"differs from its rendering from the data: {line.strip()[:80]!r}")
+        for number, (line, want) in enumerate(zip(actual, expected, strict=False), start=1)
+        if line != want
+    ]
+    if len(actual) != len(expected):
+        findings.append(Finding(name, min(len(actual), len(expected)) + 1, "the rendering has another number of lines"))
+    return findings
+
+
 def matches(number: str, decimals: int, unit: str, candidates: tuple[float, ...]) -> bool:
     """Whether a figure as written equals a source number after rounding to its decimals."""
     value = float(number.replace(",", ""))
@@ -191,6 +343,8 @@ def check_document(path: Path, root: Path = PROJECT_ROOT) -> list[Finding]:
     """Every figure of one document without a pointer, or differing from its source."""
     text = path.read_text(encoding="utf-8")
     name = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    if text.startswith(RENDERED_MARK):
+        return check_rendered(path, root)
     if text.lstrip().startswith(GENERATED_MARK) or (path.name == "README.md" and (path.parent / "runs.csv").is_file()):
         return []
     lines = text.splitlines()
@@ -204,7 +358,8 @@ def check_document(path: Path, root: Path = PROJECT_ROOT) -> list[Finding]:
         if in_code or line.lstrip().startswith("#"):
             continue
         found = figures(line)
-        if not found:
+        keyed = pointer is not None and pointer.kind == "src" and " key=" in f" {pointer.body}"
+        if not found and not keyed:
             continue
         if pointer is None:
             shown = ", ".join(f"{n}{'' if u in '%x' else ' '}{u}" for n, _, u in found[:3])
@@ -218,6 +373,17 @@ def check_document(path: Path, root: Path = PROJECT_ROOT) -> list[Finding]:
             continue
         if source is None:  # a commit pointer
             continue
+        if "key" in selectors:
+            visible = line
+            for pattern in _HIDDEN:
+                visible = pattern.sub(" ", visible)
+            findings += [Finding(name, number, problem) for problem in check_keyed(visible, source, selectors["key"])]
+            continue
+        if "line" in selectors and source.suffix != ".csv":
+            kept, problem = selected_lines(source, selectors)
+            if problem or not in_order(found, kept[0]):
+                findings.append(Finding(name, number, problem or f"figures not in order in {pointer.body}"))
+            continue
         candidates = source_numbers(source, selectors)
         for figure, decimals, unit in found:
             if not matches(figure, decimals, unit, candidates):
@@ -226,7 +392,7 @@ def check_document(path: Path, root: Path = PROJECT_ROOT) -> list[Finding]:
 
 
 def documents(root: Path = PROJECT_ROOT) -> list[Path]:
-    """README.md, BENCHMARKS.md and every Markdown file under docs/."""
+    """README.md, BENCHMARKS.md, RELIABILITY.md and every Markdown file under docs/."""
     found: list[Path] = []
     for entry in DOCUMENTS:
         path = root / entry
