@@ -23,6 +23,7 @@ from db.models import (
     Base,
     Baseline,
     Experiment,
+    LongExperiment,
     Run,
     RunAudit,
     RunClaim,
@@ -205,6 +206,12 @@ def _imports(connection: Connection) -> None:
         _add_column(connection, Run.__tablename__, column_name)
 
 
+def _long_experiments(connection: Connection) -> None:
+    """Long experiments: stored plans the worker drives, and each experiment's link to its plan."""
+    _table(LongExperiment).create(connection, checkfirst=True)
+    _add_column(connection, Experiment.__tablename__, "long_experiment_id")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -219,6 +226,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _trace_replay,  # 10 -> 11
     _machine_record,  # 11 -> 12
     _imports,  # 12 -> 13
+    _long_experiments,  # 13 -> 14
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -61,7 +61,56 @@ class Experiment(Base):
     launched_by: Mapped[str] = mapped_column(
         String(200), default=UNKNOWN_LAUNCHER, server_default=UNKNOWN_LAUNCHER, index=True
     )
+    # The long experiment (a stored plan the worker drives) this experiment is part of, if any.
+    long_experiment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("long_experiments.id", ondelete="SET NULL"), index=True
+    )
     runs: Mapped[list[Run]] = relationship(back_populates="experiment", order_by="Run.id")
+
+
+class LongExperimentState:
+    """Where a long experiment stands; the last two are final."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    STOPPED = "stopped"
+
+    FINAL = (FINISHED, STOPPED)
+
+
+class LongExperiment(Base):
+    """A stored plan that the worker drives round by round (lab.queue.long_experiments): its
+    experiments, how long each cell runs and why, the rules and budget, the commit it was
+    created on and the machine its first run ran on. Survives any stop of the lab."""
+
+    __tablename__ = "long_experiments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # "reproduction" (the seed's presets, judged by the report's claims) or "grid" (one experiment,
+    # judged by its grid comparisons).
+    kind: Mapped[str] = mapped_column(String(30))
+    name: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(20), default=LongExperimentState.RUNNING, index=True)
+    state_reason: Mapped[str | None] = mapped_column(Text)
+    # The plan as fixed at creation: cells and their lengths with reasons, scale, planned rounds,
+    # rules version, order seeds, budget, precision and round limit, where the report goes.
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON)
+    lab_commit: Mapped[str | None] = mapped_column(String(100))
+    lab_dirty: Mapped[bool] = mapped_column(Boolean, default=False)
+    allow_commit_change: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The machine record of the worker that took its first run (lab.measurement.hardware.machine_identity).
+    machine: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    machine_worker: Mapped[str | None] = mapped_column(String(100))
+    # Each backend's resolved settings at its first run: later runs must resolve the same.
+    backend_settings: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Workers that take no more of it (their backend resolved other settings), with why.
+    refused_workers: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Bumped by every change the driver makes: two workers never queue the same round twice.
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    launched_by: Mapped[str] = mapped_column(String(200), default=UNKNOWN_LAUNCHER)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class RunResultColumns:

@@ -91,14 +91,14 @@ def run_fits_worker(
     return (pinned_worker is None or pinned_worker == worker_name) and set(requires_labels or ()) <= set(labels)
 
 
-def _eligible_queued_runs(session: Session, *, worker_name: str | None, labels: Collection[str]) -> list[int]:
+def _eligible_queued_runs(
+    session: Session, *, worker_name: str | None, labels: Collection[str], excluded_experiment_ids: Collection[int] = ()
+) -> list[int]:
     """The oldest queued runs (up to ``CLAIM_SCAN_LIMIT``) that this worker may take, in queue order."""
-    candidates = session.execute(
-        select(Run.id, Run.requires_labels, Run.pinned_worker)
-        .where(Run.status == RunStatus.QUEUED)
-        .order_by(Run.id)
-        .limit(CLAIM_SCAN_LIMIT)
-    ).all()
+    query = select(Run.id, Run.requires_labels, Run.pinned_worker).where(Run.status == RunStatus.QUEUED)
+    if excluded_experiment_ids:
+        query = query.where(or_(Run.experiment_id.is_(None), Run.experiment_id.not_in(sorted(excluded_experiment_ids))))
+    candidates = session.execute(query.order_by(Run.id).limit(CLAIM_SCAN_LIMIT)).all()
     return [
         run_id
         for run_id, requires, pinned in candidates
@@ -138,8 +138,10 @@ def claim_next_run(
     labels: Collection[str] = (),
     hardware: dict[str, Any] | None = None,
     worker_pid: int | None = None,
+    excluded_experiment_ids: Collection[int] = (),
 ) -> int | None:
     """Atomically move the oldest queued run this worker may take to ``starting``; its id, or None.
+    ``excluded_experiment_ids``: experiments this worker must not take runs of (another machine's).
 
     The row is locked with ``FOR UPDATE SKIP LOCKED`` (PostgreSQL; SQLite ignores it and
     serialises writers), so concurrent workers never wait on each other; the conditional
@@ -147,7 +149,9 @@ def claim_next_run(
     """
     with Session(engine) as session:
         while True:
-            eligible = _eligible_queued_runs(session, worker_name=worker_name, labels=labels)
+            eligible = _eligible_queued_runs(
+                session, worker_name=worker_name, labels=labels, excluded_experiment_ids=excluded_experiment_ids
+            )
             if not eligible:
                 session.rollback()
                 return None
@@ -397,9 +401,13 @@ def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
     return int(deleted or 0)
 
 
-def mark_orphaned_runs_interrupted(*, engine: Engine, worker_name: str | None = None) -> list[int]:
+def mark_orphaned_runs_interrupted(
+    *, engine: Engine, worker_name: str | None = None, stopped_at: datetime | None = None
+) -> list[int]:
     """Runs left active by ``worker_name`` (restarted, so its old process is gone) become
     ``interrupted``. Returns their ids. Other workers' runs are left to their lease.
+    ``stopped_at``: when the old process was last known alive (its last heartbeat), taken as the
+    runs' end so the time the lab was down is not counted as time they ran.
 
     Only call while holding the worker lock and the name: then that worker runs nothing.
     """
@@ -413,6 +421,19 @@ def mark_orphaned_runs_interrupted(*, engine: Engine, worker_name: str | None = 
                 f"the lab stopped while this run was {run.status}; what k6 wrote is kept in the run's folder"
             )
             run.status = RunStatus.INTERRUPTED
-            run.finished_at = utc_now()
+            run.finished_at = _last_alive(run.started_at, stopped_at)
         session.commit()
     return ids
+
+
+def _last_alive(started_at: datetime | None, stopped_at: datetime | None) -> datetime:
+    """When a run cut by a dead process ended: its process's last sign of life, never before its start."""
+    if stopped_at is None:
+        return utc_now()
+    if started_at is not None:
+        if started_at.tzinfo is None and stopped_at.tzinfo is not None:
+            stopped_at = stopped_at.replace(tzinfo=None)
+        elif started_at.tzinfo is not None and stopped_at.tzinfo is None:
+            stopped_at = stopped_at.replace(tzinfo=started_at.tzinfo)
+        return max(started_at, stopped_at)
+    return stopped_at

@@ -85,6 +85,7 @@ def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_wor
     with Session(engine) as session:
         cutoff = database_now(session) - timedelta(seconds=lease_s)
         alive = select(WorkerRecord.name).where(WorkerRecord.heartbeat_at >= cutoff, WorkerRecord.state == "running")
+        last_beat = dict(session.execute(select(WorkerRecord.name, WorkerRecord.heartbeat_at)).all())
         orphans = session.execute(
             select(Run.id, Run.status, Run.worker_name)
             .where(Run.status.in_(RunStatus.ACTIVE))
@@ -107,7 +108,13 @@ def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_wor
                     Run.status.in_(RunStatus.ACTIVE),
                     Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name,
                 )
-                .values(status=RunStatus.INTERRUPTED, status_reason=reason, finished_at=utc_now(), progress=None),
+                .values(
+                    status=RunStatus.INTERRUPTED,
+                    status_reason=reason,
+                    # Its worker's last heartbeat: the lease's wait is not time the run ran.
+                    finished_at=(last_beat.get(worker_name) if worker_name else None) or utc_now(),
+                    progress=None,
+                ),
             )
             if changed:
                 interrupted.append(run_id)

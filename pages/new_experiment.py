@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import streamlit as st
 
-from lab.queue import experiments
+from lab.queue import experiments, long_status
 from lab.specs.grid_form import check_grid_form
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
 from lab.workloads.datasets import DatasetError
 from lab.workloads.uploads import UploadKind, list_uploads, record_upload, save_upload
-from pages.common import RECOMMENDED_PRESET, RECOMMENDED_TEXT, RUNS_PAGE, flash, session, settings, show_flash
+from pages.common import RECOMMENDED_PRESET, RECOMMENDED_TEXT, RUNS_PAGE, engine, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields
 from pages.view.launch import experiment_run_specs, launch_button, overridden, overrides_box
+from pages.view.long_experiments import long_experiments_table
 from pages.view.members import current_member
 from pages.view.page_guard import only_through_entry_file
-from pages.view.text import show_plain
+from pages.view.text import plain, show_plain
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
@@ -190,22 +191,25 @@ def upload_section() -> None:
 
 
 def reproduce_section() -> None:
-    """Queue the seed's three experiments; write the report from the newest run of each."""
+    """Queue the seed's three experiments as a long experiment the worker drives; follow its claims
+    as they form; write its report (interim until it ends)."""
     st.write(
         "Runs the seed's experiments 1 to 3 with the default model on this machine, then writes a report "
-        "that sets the seed's tables and ours side by side and gives a verdict on each of its claims."
+        "that sets the seed's tables and ours side by side and gives a verdict on each of its claims. "
+        "The lab's worker drives it round by round: stopping the lab pauses it, and it goes on by itself when "
+        "the lab starts again (a run cut by the stop is run again in its round)."
     )
-    if not _queue_reproduction():
-        return
+    _queue_reproduction()
+    st.divider()
+    long_experiments_table()
     st.divider()
     _reproduction_report()
 
 
-def _queue_reproduction() -> bool:
-    """The reproduction's scale and its queue button; False when it was refused (a dirty tree)."""
-    from lab.queue.detached import start_reproduction_in_background
-    from lab.report import DirtyTreeError, enqueue_reproduction
-    from lab.specs.schema import SCALES
+def _queue_reproduction() -> None:
+    """The reproduction's scale, rounds and budget, and its queue button."""
+    from lab.queue.long_experiments import DirtyTreeError, create_reproduction
+    from lab.specs.schema import SCALES, UntilDecided
 
     scale = st.selectbox(
         "Scale",
@@ -213,97 +217,102 @@ def _queue_reproduction() -> bool:
         index=SCALES.index("quick"),
         key="reproduce_scale",
         help="seed: the seed's 60 s cells; adapted: cells the seed's length cannot measure here run longer "
-        "(from this machine's stored runs, up to 600 s); quick: short cells for a small CPU box",
+        "(from this machine's stored runs, up to 600 s; with none stored, the seed's length); quick: short "
+        "cells for a small CPU box",
     )
     repeats = st.number_input("Repeats per cell", min_value=1, max_value=10, value=3, key="reproduce_repeats")
     until_decided = st.checkbox(
-        "Until decided: add rounds for undecided claims after the planned ones", key="reproduce_until_decided"
+        "Until decided: add rounds for undecided claims after the planned ones",
+        key="reproduce_until_decided",
+        help="After the planned rounds, the worker adds one round at a time of only the cells whose claims are "
+        "still undecided, until every claim is decided, the budget is spent or 20 rounds are reached. The "
+        "intervals are widened so that looking after every round stays valid.",
     )
     budget_h = st.number_input(
-        "Budget (hours, from the start)",
+        "Budget (hours of running, planned rounds included)",
         min_value=0.25,
         max_value=24.0,
-        value=2.0,
+        value=4.0,
         step=0.25,
         key="reproduce_budget_h",
         disabled=not until_decided,
+        help="Counts only the time runs run: a pause (the lab stopped) costs nothing. No round starts that "
+        "would pass it.",
     )
     allow_dirty = st.checkbox(
         "Allow uncommitted changes in the lab's code (the report will say so)", key="reproduce_allow_dirty"
     )
-    from lab.report.build import PRESETS
+    refused = _reproduction_estimate(scale, int(repeats), float(budget_h) * 3600 if until_decided else None)
+    if not st.button("Queue the reproduction", type="primary", key="reproduce_queue", disabled=refused):
+        return
+    output_dir = settings().data_dir / "reports" / f"reproduction-{scale}"
+    try:
+        long_id = create_reproduction(
+            engine=engine(),
+            scale=scale,
+            repeats=int(repeats),
+            until=UntilDecided(budget_s=float(budget_h) * 3600) if until_decided else None,
+            report_dir=output_dir,
+            allow_dirty=allow_dirty,
+        )
+    except DirtyTreeError as error:
+        st.error(plain(str(error)), icon="⚠️")
+        return
+    flash("success", f"Long experiment #{long_id} queued: its claims show below as rounds finish.")
+    st.rerun()
 
-    specs = [
-        run
-        for preset in PRESETS
-        for run in experiment_run_specs(
-            load_preset(preset, quick=scale == "quick", overrides=[("repeats", int(repeats))])
+
+def _reproduction_estimate(scale: str, repeats: int, budget_s: float | None) -> bool:
+    """The planned rounds' predicted time, and a warning when the budget is short; True when the
+    budget is under one round (the button is then refused)."""
+    from lab.analysis.measurability import DEFAULT_MAX_CELL_S
+    from lab.queue.reproduction_plan import plan_reproduction
+
+    plan = plan_reproduction(settings=settings(), scale=scale, repeats=repeats, max_cell_s=DEFAULT_MAX_CELL_S)
+    estimate = f"Planned rounds: {plan.runs} runs, about {plan.predicted_wall_s / 60:,.0f} min"
+    if budget_s is not None:
+        estimate += f"; then rounds of the undecided claims, up to the budget ({budget_s / 3600:g} h in all)"
+    st.caption(estimate)
+    one_round_s = plan.predicted_wall_s / max(1, plan.repeats)
+    if budget_s is not None and budget_s < one_round_s:
+        st.warning(
+            f"A budget of {budget_s / 3600:g} h is under one round's predicted {one_round_s / 3600:.1f} h.", icon="⚠️"
         )
-    ]
-    if launch_button(specs, label="Queue the reproduction", key="reproduce_queue"):
-        if until_decided:
-            # Rounds after the planned ones need a process that waits and decides: started detached.
-            start_reproduction_in_background(
-                scale=scale, repeats=int(repeats), budget_s=float(budget_h) * 3600, allow_dirty=allow_dirty
-            )
-            flash("success", f"Reproduction started, until decided within {budget_h:g} h: its runs show here.")
-            st.switch_page(RUNS_PAGE)
-        try:
-            meta = enqueue_reproduction(settings=settings(), scale=scale, repeats=int(repeats), allow_dirty=allow_dirty)
-        except DirtyTreeError as error:
-            st.error(str(error))
-            return False
-        count = sum(len(m["run_ids"]) for m in meta.values())
-        flash(
-            "success",
-            f"Reproduction queued: {count} runs in {len(meta)} experiments. When they are done, "
-            "come back here to write the report.",
+        return True
+    if budget_s is not None and budget_s < plan.predicted_wall_s:
+        st.warning(
+            f"The budget ends before the planned rounds' predicted {plan.predicted_wall_s / 3600:.1f} h: "
+            "the last planned rounds may not run.",
+            icon="⚠️",
         )
-        st.switch_page(RUNS_PAGE)
-    return True
+    return False
 
 
 def _reproduction_report() -> None:
-    """Write the report from the newest experiment of each preset, and offer its files."""
-    from datetime import datetime
+    """Write the report of the newest long experiment as it stands, and offer its files."""
+    from lab.queue.long_status import write_report as write_long_experiment_report
 
-    from lab.report import latest_reproduction, report_from_experiments
-
-    latest = latest_reproduction(settings=settings())
-    if not latest:
-        st.info("No seed experiment has been run yet: queue the reproduction first.")
+    with session() as db_session:
+        newest = next(iter(long_status.all_ids(db_session)), None)
+    if newest is None:
         return
-    st.caption(
-        "The report uses the newest experiment of each preset: "
-        + ", ".join(f"{preset} (#{meta['ids'][0]})" for preset, meta in latest.items())
-    )
-    if st.button("Write the report", key="reproduce_report"):
-        output_dir = settings().data_dir / "reports" / datetime.now().strftime("%Y%m%d-%H%M%S")
+    if st.button(f"Write the report of #{newest} as it stands", key="reproduce_report"):
+        output_dir = settings().data_dir / "reports" / f"long-{newest}"
         with st.spinner("Writing the report (charts are rendered to PNG too)..."):
-            written, all_done = report_from_experiments(
-                settings=settings(), experiments_meta=latest, output_dir=output_dir
-            )
-        st.session_state["reproduction_report"] = {name: str(path) for name, path in written.items()}
-        if not all_done:
-            st.warning("Some runs are not done (failed, cancelled or still queued); the report lists them.")
-    report = st.session_state.get("reproduction_report")
-    if report:
+            written = write_long_experiment_report(settings=settings(), long_id=newest, output_dir=output_dir)
+        if written is not None:
+            st.session_state["reproduction_report"] = str(written.parent)
+    folder = st.session_state.get("reproduction_report")
+    if folder:
         from pathlib import Path
 
-        show_plain(f"Report written to {Path(report['README.md']).parent}", kind="success")
+        show_plain(f"Report written to {folder}", kind="success")
         st.download_button(
             "Download report.html",
-            Path(report["report.html"]).read_bytes(),
+            (Path(folder) / "report.html").read_bytes(),
             file_name="report.html",
             mime="text/html",
             key="reproduce_html",
-        )
-        st.download_button(
-            "Download README.md",
-            Path(report["README.md"]).read_bytes(),
-            file_name="README.md",
-            mime="text/markdown",
-            key="reproduce_md",
         )
 
 

@@ -3,16 +3,15 @@ whose figures are still undecided, until none is, the budget is spent or the rou
 sequential method's horizon (lab/analysis/sequential.py, whose widened intervals make looking
 after every round safe).
 
-Pure: what is undecided comes from a ``look`` callable (the report's own verdicts for a
-reproduction, :func:`undecided_comparisons` for any other experiment) and a round is run by a
-``run_round`` callable, so the stopping logic is tested with fake rounds.
+Pure: what is undecided is given (the report's own verdicts for a reproduction,
+:func:`undecided_comparisons` for any other experiment); the worker's long-experiment driver
+(lab/queue/long_experiments.py) asks :func:`next_cells` after every round what to queue next.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from lab.analysis.sequential import MAX_ROUNDS, widen_interval, widening
@@ -29,16 +28,6 @@ class Undecided:
     key: str
     cells: frozenset[Hashable]
     rounds: int
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How the rounds ended: why, how many rounds were added, and what stayed undecided."""
-
-    stop_reason: str
-    rounds_added: int
-    undecided: tuple[Undecided, ...] = ()
-    cells_by_round: tuple[frozenset[Hashable], ...] = field(default_factory=tuple)
 
 
 def next_cells(
@@ -61,30 +50,6 @@ def next_cells(
     if elapsed_s + round_s(cells) > budget_s:
         return frozenset(), BUDGET_SPENT
     return cells, None
-
-
-def run_until_decided(
-    *,
-    look: Callable[[], Sequence[Undecided]],
-    run_round: Callable[[frozenset[Hashable]], None],
-    round_s: Callable[[frozenset[Hashable]], float],
-    budget_s: float,
-    max_rounds: int = MAX_ROUNDS,
-    clock: Callable[[], float] = time.monotonic,
-) -> Outcome:
-    """Look, run a round of the undecided cells, look again, until :func:`next_cells` says stop.
-    ``budget_s`` counts from this call (the planned rounds are done before it)."""
-    started = clock()
-    rounds: list[frozenset[Hashable]] = []
-    while True:
-        undecided = tuple(look())
-        cells, stop = next_cells(
-            undecided, elapsed_s=clock() - started, budget_s=budget_s, round_s=round_s, max_rounds=max_rounds
-        )
-        if stop is not None:
-            return Outcome(stop, len(rounds), undecided, tuple(rounds))
-        run_round(cells)
-        rounds.append(cells)
 
 
 def undecided_comparisons(

@@ -127,7 +127,7 @@ def _add_run_commands(commands: Any) -> None:
 
 
 def _add_capacity_and_reproduce(commands: Any) -> None:
-    """capacity and reproduce."""
+    """capacity."""
     capacity = commands.add_parser("capacity", help="find each backend's capacity under an SLO")
     capacity.add_argument("--backend", action="append", help="a backend (repeatable)")
     capacity.add_argument("--slo", action="append", metavar="LIMIT", help="e.g. latency_p95_s=10 (repeatable)")
@@ -151,6 +151,9 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
     capacity.add_argument("--json", action="store_true")
     capacity.add_argument("--local", action="store_true", help=LOCAL_HELP)
 
+
+def _add_reproduce(commands: Any) -> None:
+    """reproduce: create, follow, --status, --stop and --resume a long reproduction."""
     reproduce = commands.add_parser("reproduce", help="reproduce the seed's experiments and write the report")
     add_scale_and_rounds(reproduce, precision=False)
     reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
@@ -173,6 +176,28 @@ def _add_capacity_and_reproduce(commands: Any) -> None:
         action="store_true",
         help="write the report again from the newest stored reproduction of that scale",
     )
+    reproduce.add_argument(
+        "--detach", action="store_true", help="create it and return at once (the lab's worker runs it)"
+    )
+    reproduce.add_argument(
+        "--status",
+        nargs="?",
+        const=0,
+        type=bounded_int(1, MAX_ID, "a long experiment id"),
+        metavar="ID",
+        help="print where a long experiment stands (every running or paused one without ID)",
+    )
+    reproduce.add_argument(
+        "--stop", type=bounded_int(1, MAX_ID, "a long experiment id"), metavar="ID", help="end one and write its report"
+    )
+    reproduce.add_argument(
+        "--resume", type=bounded_int(1, MAX_ID, "a long experiment id"), metavar="ID", help="go on with a paused one"
+    )
+    reproduce.add_argument(
+        "--allow-commit-change",
+        action="store_true",
+        help="let it go on when the lab's commit changes between sittings (the report names both)",
+    )
 
 
 LOCAL_HELP = (
@@ -187,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lab_commands(commands)
     _add_run_commands(commands)
     _add_capacity_and_reproduce(commands)
+    _add_reproduce(commands)
     add_import_command(commands)
     add_trace_commands(commands)
     return parser

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from lab.cli.run_commands import split_labels
 from lab.context import LabContext
@@ -126,41 +127,158 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
+    """The seed's reproduction as a long experiment the worker drives: create it and follow it
+    (``--detach``: return at once), or ``--status``, ``--stop``, ``--resume`` one; ``--plan`` and
+    ``--report-only`` as before."""
     from lab.cli.scale_options import scale_and_rounds
-    from lab.report import QUICK_REPORT_DIR, REPORT_DIR, report_only, reproduce
     from lab.specs.schema import SpecError
 
+    if args.status is not None or args.stop is not None or args.resume is not None:
+        return _long_experiment_action(args, context)
     try:
         scale, until_decided = scale_and_rounds(args)
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.plan:
-        from lab.report.reproduction_plan import plan_lines, plan_reproduction
+        from lab.queue.reproduction_plan import plan_lines, plan_reproduction
 
         plan = plan_reproduction(
             settings=context.settings, scale=scale, repeats=args.repeats, max_cell_s=args.max_cell_s
         )
         print("\n".join(plan_lines(plan)))
         return 0
-    # Checked before any run: an unwritable report folder found after an hour of runs loses the report.
+    output = _report_folder(args, scale)
+    if output is None:
+        return 1
+    if args.report_only:
+        from lab.report import report_only
+
+        return report_only(settings=context.settings, scale=scale, output_dir=output)
+    return _create_and_follow(args, context, scale=scale, until_decided=until_decided, output=output)
+
+
+def _report_folder(args: argparse.Namespace, scale: str) -> Path | None:
+    """The report folder, checked writable before any run (one found unwritable after an hour of runs
+    loses the report); None after printing why not."""
+    from lab.report import QUICK_REPORT_DIR, REPORT_DIR
+
     output = Path(args.output) if args.output else (QUICK_REPORT_DIR if scale == "quick" else REPORT_DIR)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         print(f"error: cannot use {output} for the report: {error.strerror or error}", file=sys.stderr)
-        return 1
+        return None
     if not os.access(output, os.W_OK):
         print(f"error: cannot use {output} for the report: it is not writable", file=sys.stderr)
-        return 1
-    if args.report_only:
-        return report_only(settings=context.settings, scale=scale, output_dir=output)
-    return reproduce(
-        settings=context.settings,
-        scale=scale,
-        repeats=args.repeats,
-        output_dir=output,
-        allow_dirty=args.allow_dirty,
-        until_decided=until_decided,
-        max_cell_s=args.max_cell_s,
-    )
+        return None
+    return output.resolve()
+
+
+def _create_and_follow(
+    args: argparse.Namespace, context: LabContext, *, scale: str, until_decided: Any, output: Path
+) -> int:
+    from lab.queue import long_experiments
+    from lab.queue.reproduction_plan import plan_reproduction
+
+    if until_decided is not None:
+        plan = plan_reproduction(
+            settings=context.settings, scale=scale, repeats=args.repeats, max_cell_s=args.max_cell_s
+        )
+        one_round_s = plan.predicted_wall_s / max(1, plan.repeats)
+        if until_decided.budget_s < one_round_s:
+            print(
+                f"error: a budget of {until_decided.budget_s:,.0f} s is under one round's predicted "
+                f"{one_round_s:,.0f} s: give at least --budget {one_round_s / 3600:.1f}h",
+                file=sys.stderr,
+            )
+            return 2
+    try:
+        long_id = long_experiments.create_reproduction(
+            engine=context.engine,
+            scale=scale,
+            repeats=args.repeats,
+            until=until_decided,
+            report_dir=output,
+            max_cell_s=args.max_cell_s,
+            allow_dirty=args.allow_dirty,
+            allow_commit_change=args.allow_commit_change,
+        )
+    except long_experiments.DirtyTreeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"long experiment #{long_id} created: lab reproduce --status {long_id} shows it", file=sys.stderr)
+    return _follow(context, long_id, detach=args.detach)
+
+
+def _follow(context: LabContext, long_id: int, *, detach: bool) -> int:
+    """Follow until it ends (its report written), or return at once with ``detach``."""
+    from db.models import LongExperimentState
+    from lab.queue.follow import follow, runs_here
+    from lab.queue.long_status import write_report as write_long_experiment_report
+
+    here = runs_here(context)
+    if detach:
+        where = (
+            "nothing runs it until a worker starts on this machine (lab start or lab worker)"
+            if here
+            else "the lab's worker runs it"
+        )
+        print(f"detached: {where}", file=sys.stderr)
+        return 0
+    try:
+        state = follow(context, long_id)
+    except KeyboardInterrupt:
+        if here:
+            print(
+                f"\nstopped: the run in progress ends interrupted and is replaced when long experiment #{long_id} "
+                "goes on; it waits for a worker on this machine (lab start or lab worker)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"\nstopped following; long experiment #{long_id} goes on in the lab's worker", file=sys.stderr)
+        return 130
+    if state in LongExperimentState.FINAL:
+        written = write_long_experiment_report(settings=context.settings, long_id=long_id)
+        if written is not None:
+            print(f"report written: {written}", file=sys.stderr)
+    return 0 if state == LongExperimentState.FINISHED else 1
+
+
+def _long_experiment_action(args: argparse.Namespace, context: LabContext) -> int:
+    """``--status [ID]``, ``--stop ID``, ``--resume ID``: one line and exit 2 for one that does not
+    exist or already ended."""
+    from sqlalchemy.orm import Session
+
+    from db.models import LongExperimentState
+    from lab.members import os_user
+    from lab.queue import long_experiments, long_status
+    from lab.queue.long_status import write_report as write_long_experiment_report
+
+    try:
+        if args.stop is not None:
+            long_experiments.stop(context.engine, args.stop, by=os_user())
+            written = write_long_experiment_report(settings=context.settings, long_id=args.stop)
+            print(f"long experiment #{args.stop} stopped" + (f"; report written: {written}" if written else ""))
+            return 0
+        if args.resume is not None:
+            long_experiments.resume(context.engine, args.resume, allow_commit_change=args.allow_commit_change)
+            print(f"long experiment #{args.resume} goes on", file=sys.stderr)
+            return _follow(context, args.resume, detach=args.detach)
+        with Session(context.engine) as session:
+            ids = [args.status] if args.status else long_status.all_ids(session, unfinished_only=True)
+            if not ids:
+                print("no long experiment is running or paused (lab reproduce starts one)")
+                return 0
+            for long_id in ids:
+                found = long_status.status(session, long_id)
+                if args.status and found.state in LongExperimentState.FINAL:
+                    raise long_experiments.LongExperimentError(
+                        f"long experiment #{long_id} already ended ({found.state}: {found.state_reason}); "
+                        "lab reproduce --report-only writes its report"
+                    )
+                print("\n".join(long_status.table_lines(found)))
+        return 0
+    except long_experiments.LongExperimentError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

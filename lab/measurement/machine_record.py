@@ -19,12 +19,14 @@ Every reader takes ``/proc/cpuinfo``'s path as an argument, so a test fakes a CP
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CPUINFO = Path("/proc/cpuinfo")
+# LAB_CPUINFO names another file to read (a test fakes a second machine's CPU with it).
+CPUINFO = Path(os.environ.get("LAB_CPUINFO") or "/proc/cpuinfo")
 
 # Column -> (the name people read, the /proc/cpuinfo flags any one of which means "has it").
 INSTRUCTION_SETS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -1,8 +1,7 @@
 """Detached lab commands: what a page starts and must not wait for.
 
 A page may start ``python -m lab services up NAME`` (a model can take minutes to load) or
-``services down NAME``;
-it runs in its own session, so it outlives the Streamlit rerun that started it, and its
+``services down NAME``; it runs in its own session, so it outlives the Streamlit rerun that started it, and its
 state shows in the services table. The page calls this instead of building argv itself,
 and never imports the CLI.
 """
@@ -12,14 +11,6 @@ from __future__ import annotations
 import sys
 
 from services.processes import start_detached
-
-
-def start_reproduction_in_background(*, scale: str, repeats: int, budget_s: float, allow_dirty: bool) -> int:
-    """Start ``python -m lab reproduce --until-decided`` detached (it queues, waits and adds
-    rounds; the lab's worker runs them); returns its pid."""
-    argv = [sys.executable, "-m", "lab", "reproduce", "--scale", scale, "--repeats", str(repeats)]
-    argv += ["--until-decided", "--budget", f"{budget_s:g}s"] + (["--allow-dirty"] if allow_dirty else [])
-    return start_detached(argv)
 
 
 def start_service_in_background(name: str) -> int:

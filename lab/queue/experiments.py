@@ -15,6 +15,7 @@ from db.models import Experiment, Run, RunStatus
 
 # Queue actions the pages take on stored runs: db.store's own, reached through the domain.
 from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401 - re-exported for the pages
+from lab.analysis.wall_time import wall_and_measured_s
 from lab.members import os_user
 from lab.queue.round_order import BLOCKS, INTERLEAVED, QueuedRun, draw_order_seed, plan_runs
 from lab.specs.schema import ExperimentSpec, RunSpec
@@ -41,17 +42,6 @@ def last_queued_group(session: Session) -> str | None:
         return service_group(RunSpec.model_validate(spec))
     except ValueError:  # a spec no longer valid: it fails on its own when claimed
         return None
-
-
-def wall_and_measured_s(runs: list[Run]) -> tuple[float, float] | None:
-    """(first run started -> last run finished, sum of the seconds k6 measured) in seconds;
-    None until a run has measured something."""
-    measured_s = sum(run.measured_duration_s or 0 for run in runs)
-    starts = [run.started_at for run in runs if run.started_at]
-    ends = [run.finished_at for run in runs if run.finished_at]
-    if not measured_s or not starts or not ends:
-        return None
-    return (max(ends) - min(starts)).total_seconds(), measured_s
 
 
 def wall_time_ratio(runs: list[Run]) -> float | None:

@@ -3,7 +3,7 @@ configuration (its history), a spec adapted before queueing, one more round of c
 and how long a round of them takes.
 
 The decisions are pure (:mod:`lab.analysis.measurability`, :mod:`lab.analysis.until_decided`);
-this module reads and writes the store for them.
+this module reads the store for them.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Collection, Hashable
+from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from db import store
 from db.models import Experiment, Run, RunStatus
 from lab.analysis.measurability import CellHistory, CellLoad, adapt
 from lab.queue.experiments import run_columns, service_group
@@ -94,14 +94,9 @@ def adapted_spec(session: Session, spec: ExperimentSpec, *, max_cell_s: float) -
     return spec.model_copy(update={"scale": "adapted", "scale_note": note, "cell_scales": cells})
 
 
-def enqueue_round(*, session: Session, experiment_id: int, cells: Collection[Hashable]) -> list[int]:
-    """Queue one more round of ``cells`` (labels) in the experiment, in an order drawn from its
-    seed and the round; each run's seed advanced by the round, as the planned rounds' are. Commits."""
-    experiment = session.get(Experiment, experiment_id)
-    if experiment is None:
-        raise LookupError(f"no experiment #{experiment_id}")
-    spec = ExperimentSpec.model_validate(experiment.spec)
-    round_index = max((run.repeat_index for run in experiment.runs), default=-1) + 1
+def round_run_columns(spec: ExperimentSpec, round_index: int, cells: Collection[Hashable]) -> list[dict[str, Any]]:
+    """The runs of one more round of ``cells`` (labels) of ``spec``, in an order drawn from its seed
+    and the round; each run's seed advanced by the round, as the planned rounds' are."""
     chosen = [(label, run_spec) for label, run_spec in spec.distinct_cells() if label in cells]
     plan = plan_runs(
         chosen,
@@ -117,8 +112,7 @@ def enqueue_round(*, session: Session, experiment_id: int, cells: Collection[Has
             {**run_spec.model_dump(), "random_seed": (run_spec.random_seed + round_index) % 2**31}
         )
         runs.append({"cell_label": label, "repeat_index": round_index, **run_columns(seeded)})
-    tags = next((run.tags for run in experiment.runs), "")
-    return store.add_experiment_runs(session=session, experiment_id=experiment_id, runs=runs, tags=tags)
+    return runs
 
 
 def round_seconds(session: Session, experiment_id: int, cells: Collection[Hashable]) -> float:

@@ -107,6 +107,19 @@ class RunWaiter:
             stop_own_services(worker.services)
             self._lock.release()
 
+    def run_next(self) -> int | None:
+        """Execute the next queued run this machine may take, becoming this data folder's worker
+        first if no other process is; its id, or None (nothing to run, or another worker runs here)."""
+        if self._worker is None and not self._open_worker():
+            return None
+        assert self._worker is not None
+        return self._worker.run_one()
+
+    @property
+    def executes(self) -> bool:
+        """Whether this process is the data folder's worker (it runs the runs, not the lab's worker)."""
+        return self._worker is not None
+
     def wait(self, run_ids: list[int]) -> None:
         """Return once every run of ``run_ids`` is final (see ``wait_for_runs``)."""
         last_line = ""

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -23,8 +24,8 @@ from db import store, worker_store
 from db.engine import sqlite_file_identity, sqlite_path
 from lab.backends import CACHE_SUFFIX, managed_backend_names
 from lab.context import LabContext
-from lab.measurement.hardware import worker_hardware
-from lab.queue import experiments
+from lab.measurement.hardware import machine_identity, worker_hardware
+from lab.queue import experiments, long_experiments, long_gate
 from lab.queue.idle_stop import BackendInUse, idle_backends_to_stop
 from lab.queue.worker_lock import WorkerBusyError, WorkerLock
 from lab.run.decisions import write_failure_message
@@ -61,6 +62,8 @@ class Worker:
         self.name = name or self.settings.worker_name
         self.labels = sorted(set(self.settings.worker_labels if labels is None else labels))
         self.hardware = worker_hardware()
+        # What a long experiment's runs must all run on (lab.queue.long_experiments).
+        self.identity = machine_identity()
         self.services = context.service_manager(worker=self.name, owner_pid=os.getpid())
         # Final states of runs the database could not record: written before the next claim.
         self.pending_final_states = PendingFinalStates()
@@ -69,6 +72,7 @@ class Worker:
         self._database = sqlite_file_identity(self.settings.resolved_database_url)
         self._heartbeat_stop = threading.Event()
         self._current_run_id: int | None = None
+        self._previous_heartbeat_at: datetime | None = None
         # The idle stop's clock, and when a run last used each backend (lab.queue.idle_stop).
         self.clock: Callable[[], float] = time.monotonic
         self._backend_used_s: dict[str, float] = {}
@@ -80,6 +84,8 @@ class Worker:
         host = socket.gethostname()
         with Session(self.engine) as session:
             record = worker_store.get_worker(session=session, name=self.name)
+            # A run this name left active ended, at the latest, at the last heartbeat before now.
+            self._previous_heartbeat_at = record.heartbeat_at if record is not None else None
             age_s = worker_store.heartbeat_age_s(session=session, record=record) if record is not None else None
             if (
                 record is not None
@@ -112,7 +118,9 @@ class Worker:
             log.warning(
                 "wrote the final states of runs %s, kept in their folders while the database was unreachable", written
             )
-        interrupted = store.mark_orphaned_runs_interrupted(engine=self.engine, worker_name=self.name)
+        interrupted = store.mark_orphaned_runs_interrupted(
+            engine=self.engine, worker_name=self.name, stopped_at=self._previous_heartbeat_at
+        )
         stale = self.services.stop_stale()
         k6_pids = self._stop_orphaned_k6(interrupted)
         if interrupted or stale or k6_pids:
@@ -192,12 +200,20 @@ class Worker:
         states the database could not record are written first (the database is back)."""
         if len(self.pending_final_states) and (written := self.pending_final_states.save(self.engine)):
             log.warning("the database answers again: wrote the final states of runs %s", written)
+        self.advance_long_experiments()
         run_id = store.claim_next_run(
             engine=self.engine,
             worker_name=self.name,
             labels=self.labels,
             hardware=self.hardware,
             worker_pid=os.getpid(),
+            excluded_experiment_ids=long_gate.closed_experiments(
+                self.engine,
+                worker_name=self.name,
+                labels=self.labels,
+                identity=self.identity,
+                commit=self.hardware.get("lab_version"),
+            ),
         )
         if run_id is None:
             return None
@@ -209,12 +225,39 @@ class Worker:
                 services=self.services,
                 run_id=run_id,
                 pending_final_states=self.pending_final_states,
+                check_settings=lambda claimed: long_gate.check_backend_settings(self.engine, claimed, self.name),
             ).execute()
         finally:
             self._current_run_id = None
             self._note_backend_used(run_id)
         self._record_wall_time_ratio(run_id)
+        self.advance_long_experiments()
         return run_id
+
+    def advance_long_experiments(self) -> None:
+        """Queue what each running long experiment needs next (lab.queue.long_experiments), and
+        write the report of one that just ended. Never fails the worker: a plan left as it is
+        advances at the next call."""
+        for long_id in long_experiments.running_ids(self.engine):
+            try:
+                advanced = long_experiments.advance(self.engine, long_id)
+            except Exception as error:
+                log.warning("long experiment #%s could not advance: %s", long_id, write_failure_message(error) or error)
+                continue
+            if advanced is None:
+                continue
+            log.info("%s", advanced.line)
+            if advanced.ended:
+                self._write_long_report(long_id)
+
+    def _write_long_report(self, long_id: int) -> None:
+        from lab.queue.long_status import write_report
+
+        try:
+            if written := write_report(settings=self.settings, long_id=long_id):
+                log.info("long experiment #%s ended: report written to %s", long_id, written)
+        except Exception:
+            log.exception("long experiment #%s ended but its report could not be written", long_id)
 
     def _note_backend_used(self, run_id: int) -> None:
         """Remember that a run just used its backend (its idle time starts now)."""

@@ -14,6 +14,7 @@ HTML). Running the experiments and reading them back from the store is :mod:`.re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -76,10 +77,14 @@ def build_blocks(
     price_per_hour: float | None,
     capacity: CapacitySection | None = None,
     trust: Trust | None = None,
+    plan_lines: Sequence[str] = (),
 ) -> list[Block]:
-    """The report as blocks (see ``render_markdown`` and ``render_html``)."""
+    """The report as blocks (see ``render_markdown`` and ``render_html``); ``plan_lines``: how its
+    long experiment ran (state, wall time and pauses, budget, machine, commits), one paragraph each."""
     trust = trust or assess(records_by_preset)
     blocks = _head_blocks(records_by_preset, experiments_meta, generated_at, command, verdicts, trust)
+    if plan_lines:
+        blocks += [("h", 2, "How the experiment ran"), *(("p", line) for line in plan_lines)]
     all_records = [r for records in records_by_preset.values() for r in records]
     blocks += [("h", 2, "Environment"), ("table", environment_table(environment, all_records))]
     blocks += _scaling_blocks(experiments_meta)
@@ -266,13 +271,15 @@ def _tail_blocks(
 
 
 def overhead_sentence(experiments_meta: dict[str, dict[str, Any]]) -> str | None:
-    """The lab's own overhead over the whole reproduction: wall time over measured seconds."""
+    """The lab's own overhead over the whole reproduction: the seconds its runs ran (each
+    experiment's on the union of its runs' intervals, so interleaved rounds count once) over the
+    seconds measured."""
     wall_s = sum(meta.get("wall_s") or 0 for meta in experiments_meta.values())
     measured_s = sum(meta.get("measured_s") or 0 for meta in experiments_meta.values())
     if not wall_s or not measured_s:
         return None
     return (
-        f"Wall time {wall_s:.0f} s for {measured_s:.0f} s of measured load (k6's test durations, drain "
+        f"Runs ran {wall_s:.0f} s for {measured_s:.0f} s of measured load (k6's test durations, drain "
         f"included): a wall-time ratio of {wall_s / measured_s:.2f} (the rest is the lab starting "
         "services, warming up and parsing)."
     )
@@ -291,6 +298,7 @@ def write_report(
     capacity: CapacitySection | None = None,
     frozen_rules_versions: tuple[int | None, ...] = (),
     allowed_dirty: bool = False,
+    plan_lines: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write README.md, report.html, runs.csv and charts/*.png under ``output_dir``; their paths.
 
@@ -327,6 +335,7 @@ def write_report(
         price_per_hour=price_per_hour,
         capacity=capacity,
         trust=trust,
+        plan_lines=plan_lines,
     )
     return _write_files(blocks, charts, png_paths, records_by_preset, output_dir)
 

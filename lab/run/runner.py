@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +38,16 @@ log = logging.getLogger(__name__)
 ALWAYS_RESTARTED_SERVICES = (ServiceKind.CACHE_PROXY,)
 
 
+class SettingsRefused(Exception):
+    """The backend resolved settings its experiment does not accept (another dtype than its
+    first run's): the run ends ``interrupted`` with this reason, before any load."""
+
+
+# Called once the services are up and the run's machine record is stored; returns why the run
+# must not go on (its experiment refuses the settings the backend resolved), or None.
+SettingsCheck = Callable[[int], "str | None"]
+
+
 @dataclass
 class RunSoFar:
     """How far a run got: what its partial figures need when it ends early."""
@@ -61,9 +72,11 @@ class RunExecutor:
         services: ServiceManager,
         run_id: int,
         pending_final_states: PendingFinalStates,
+        check_settings: SettingsCheck | None = None,
     ) -> None:
         self.engine = engine
         self.run_id = run_id
+        self.check_settings = check_settings
         self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
         self.calibration_repetitions = settings.machine_calibration_repetitions
         self.collector = RunCollector(
@@ -90,6 +103,8 @@ class RunExecutor:
         try:
             spec = run.spec = steps.load_spec()
             targets = run.targets = steps.start_services(spec)
+            if self.check_settings is not None and (refused := self.check_settings(self.run_id)):
+                raise SettingsRefused(refused)
             steps.check_cancel()
             requests_file = steps.prepare_workload(spec)
             steps.set_status(RunStatus.WARMING)
@@ -119,6 +134,10 @@ class RunExecutor:
                 parts=self.collector.unsaved_parts,
             )
             return RunStatus.CANCELLED
+        except SettingsRefused as refused:
+            log.warning("run %s interrupted: %s", self.run_id, refused)
+            self.final_state.write(RunStatus.INTERRUPTED, reason=str(refused), parts=self.collector.unsaved_parts)
+            return RunStatus.INTERRUPTED
         except Exception as error:
             return self._fail(run, error)
         except BaseException:

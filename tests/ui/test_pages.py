@@ -67,26 +67,30 @@ def test_launching_a_preset_queues_its_runs_and_goes_to_runs(seed_lab: SeededLab
     assert "waiting for the worker" in texts(app)
 
 
-def test_reproduce_tab_queues_the_three_presets_and_writes_the_report(seed_lab: SeededLab, clean_checkout) -> None:
+def test_reproduce_tab_queues_a_long_experiment_shows_its_table_and_writes_an_interim_report(
+    seed_lab: SeededLab, clean_checkout
+) -> None:
     app = open_page(PAGES["New experiment"])
-    # The seeded lab has a quick seed-exp1: the report can be written from it straight away.
-    assert "seed-exp1 (#" in texts(app)
-    widget(app.button, "reproduce_report").click().run()
-    assert not app.exception, [item.value for item in app.exception]
-    report = app.session_state["reproduction_report"]
-    markdown = Path(report["README.md"]).read_text()
-    assert "| VUs | server | throughput (tok/s) | req/s | avg latency | p95 latency |" in markdown
-    assert '<script src="http' not in Path(report["report.html"]).read_text()
+    assert "No long experiment yet" in texts(app)
     before = len(runs_in_db(seed_lab))
     widget(app.number_input, "reproduce_repeats").set_value(1).run()
-    # 13 runs with vLLM start-ups: over ten minutes, so the button waits for a confirmation.
-    assert "13 runs, about " in texts(app)
-    assert widget(app.button, "reproduce_queue").disabled
-    widget(app.checkbox, "reproduce_queue_confirm").check().run()
+    assert "Planned rounds: 13 runs, about " in texts(app)
+    widget(app.checkbox, "reproduce_until_decided").check().run()
+    widget(app.number_input, "reproduce_budget_h").set_value(0.25).run()
+    assert "is under one round's predicted" in texts(app) and widget(app.button, "reproduce_queue").disabled
+    widget(app.number_input, "reproduce_budget_h").set_value(8.0).run()
     widget(app.button, "reproduce_queue").click().run()
-    assert not app.exception
-    assert len(runs_in_db(seed_lab)) - before == 6 + 4 + 3  # quick exp1, exp2, exp3 cells
-    assert [heading.value for heading in app.title] == ["Runs"]
+    assert not app.exception, [item.value for item in app.exception]
+    # One round queued (repeats 1: every cell of the three presets), the table following it.
+    assert len(runs_in_db(seed_lab)) - before == 6 + 4 + 3
+    page_text = texts(app)
+    assert "#1 seed reproduction, quick scale, until decided" in page_text
+    assert "rounds 0 done of 1 planned; runs 0 done, 13 left" in page_text
+    widget(app.button, "reproduce_report").click().run()
+    assert not app.exception, [item.value for item in app.exception]
+    markdown = (Path(app.session_state["reproduction_report"]) / "README.md").read_text()
+    assert "Interim, after 0 of 1 planned rounds" in markdown
+    assert '<script src="http' not in (Path(app.session_state["reproduction_report"]) / "report.html").read_text()
 
 
 def test_grid_form_shows_validation_beside_the_field_and_queues_nothing(seed_lab: SeededLab) -> None:

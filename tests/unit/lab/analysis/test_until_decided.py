@@ -1,19 +1,12 @@
-"""Rounds until decided, with fake rounds: stop when decided, when the next round would pass the
-budget, or at the round limit; only the undecided figures' cells run again."""
+"""Rounds until decided, with fake rounds driven as the long-experiment driver drives them: stop
+when decided, when the next round would pass the budget, or at the round limit; only the
+undecided figures' cells run again."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 
-from lab.analysis.until_decided import (
-    BUDGET_SPENT,
-    DECIDED,
-    HORIZON,
-    Undecided,
-    next_cells,
-    run_until_decided,
-    undecided_comparisons,
-)
+from lab.analysis.until_decided import BUDGET_SPENT, DECIDED, HORIZON, Undecided, next_cells, undecided_comparisons
 
 
 class FakeLab:
@@ -43,31 +36,43 @@ class FakeLab:
         return self.now_s
 
 
+def _drive(lab: FakeLab, *, budget_s: float, max_rounds: int = 20) -> tuple[str, int, list[Undecided]]:
+    """What the long-experiment driver does after every round: look, then queue next_cells' round."""
+    added = 0
+    while True:
+        undecided = lab.look()
+        cells, stop = next_cells(
+            undecided,
+            elapsed_s=lab.clock(),
+            budget_s=budget_s,
+            round_s=lambda _: lab.round_cost_s,
+            max_rounds=max_rounds,
+        )
+        if stop is not None:
+            return stop, added, undecided
+        lab.run_round(cells)
+        added += 1
+
+
 def test_rounds_stop_when_every_figure_is_decided_and_rerun_only_undecided_cells() -> None:
     lab = FakeLab({"speedup": 5, "growth": 3}, {"speedup": {"naive@1", "vllm@1"}, "growth": {"vllm@1", "vllm@32"}})
-    outcome = run_until_decided(
-        look=lab.look, run_round=lab.run_round, round_s=lambda cells: 100.0, budget_s=7200, clock=lab.clock
-    )
-    assert outcome.stop_reason == DECIDED and outcome.rounds_added == 2
+    stop, added, undecided = _drive(lab, budget_s=7200)
+    assert stop == DECIDED and added == 2
     assert lab.ran == [frozenset({"naive@1", "vllm@1"})] * 2  # vllm@32 (decided growth) never reran
-    assert outcome.undecided == ()
+    assert undecided == []
 
 
 def test_rounds_stop_when_the_next_one_would_pass_the_budget() -> None:
     lab = FakeLab({"speedup": 50}, {"speedup": {"naive@1", "vllm@1"}}, round_cost_s=1000.0)
-    outcome = run_until_decided(
-        look=lab.look, run_round=lab.run_round, round_s=lambda cells: 1000.0, budget_s=2500, clock=lab.clock
-    )
-    assert outcome.stop_reason == BUDGET_SPENT and outcome.rounds_added == 2
-    assert [item.key for item in outcome.undecided] == ["speedup"] and outcome.undecided[0].rounds == 5
+    stop, added, undecided = _drive(lab, budget_s=2500)
+    assert stop == BUDGET_SPENT and added == 2
+    assert [item.key for item in undecided] == ["speedup"] and undecided[0].rounds == 5
 
 
 def test_rounds_stop_at_the_round_limit() -> None:
-    lab = FakeLab({"speedup": 50}, {"speedup": {"naive@1"}})
-    outcome = run_until_decided(
-        look=lab.look, run_round=lab.run_round, round_s=lambda cells: 1.0, budget_s=10**6, max_rounds=6, clock=lab.clock
-    )
-    assert outcome.stop_reason == HORIZON and outcome.rounds_added == 3 and lab.rounds["speedup"] == 6
+    lab = FakeLab({"speedup": 50}, {"speedup": {"naive@1"}}, round_cost_s=1.0)
+    stop, added, _ = _drive(lab, budget_s=10**6, max_rounds=6)
+    assert stop == HORIZON and added == 3 and lab.rounds["speedup"] == 6
 
 
 def test_a_figure_no_cell_can_improve_stops_at_once() -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db.models import Run
 from lab.queue import experiments
-from lab.queue.rounds import adapted_spec, cell_history, enqueue_round, round_seconds
+from lab.queue.rounds import adapted_spec, cell_history, round_run_columns, round_seconds
 from lab.specs.schema import ExperimentSpec, load_preset
 from tests.support.queue import finish_run
 
@@ -47,11 +45,10 @@ def test_one_more_round_runs_only_the_chosen_cells_with_the_next_repeat_index(en
     finish_run(engine, first["backend=vllm vus=1"])
     chosen = {"backend=naive vus=1", "backend=vllm vus=1"}
     with Session(engine) as session:
-        added = enqueue_round(session=session, experiment_id=experiment_id, cells=chosen)
-        runs = session.scalars(select(Run).where(Run.id.in_(added))).all()
-        assert {run.cell_label for run in runs} == chosen and {run.repeat_index for run in runs} == {2}
         stored = ExperimentSpec.model_validate(session.get_one(type(experiment), experiment_id).spec)
-        seeds = {run.cell_label: run.random_seed for run in runs}
+        runs = round_run_columns(stored, 2, chosen)
+        assert {run["cell_label"] for run in runs} == chosen and {run["repeat_index"] for run in runs} == {2}
+        seeds = {run["cell_label"]: run["random_seed"] for run in runs}
         assert seeds["backend=vllm vus=1"] == (stored.base.random_seed + 2) % 2**31
         # Predicted seconds: the finished cell's wall time, the other's planned seconds.
         assert round_seconds(session, experiment_id, chosen) == 90 + spec.base.load.duration_s

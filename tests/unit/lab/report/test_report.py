@@ -509,47 +509,62 @@ def test_report_without_pngs_still_writes_markdown_and_html(tmp_path: Path) -> N
 # -- reproduce: queue, run (the runner replaced by a stand-in that records outcomes), report --------
 
 
+def _reproduce(engine: Any, settings: Any, outcome: Any, *, output_dir: Path, **options: Any) -> int:
+    """A quick reproduction as a long experiment, driven to its end with ``outcome`` standing in
+    for the runner, then its report: 0 when every run is done, else 1."""
+    from sqlalchemy.orm import Session
+
+    from lab.queue import long_experiments
+    from lab.queue.long_status import write_report as write_long_experiment_report
+    from tests.support.long_runs import drive
+
+    long_id = long_experiments.create_reproduction(
+        engine=engine, scale="quick", until=None, report_dir=output_dir, **options
+    )
+    drive(engine, long_id, outcome)
+    write_long_experiment_report(settings=settings, long_id=long_id)
+    with Session(engine) as session:
+        runs = [run for e in long_experiments.experiments_of(session, long_id) for run in e.runs]
+        return 0 if all(run.status == "done" for run in runs) else 1
+
+
 def test_reproduce_queues_the_presets_reports_and_fails_when_a_run_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_checkout: Any
 ) -> None:
-    from sqlalchemy.orm import Session
 
-    import lab.queue.run_waiter
     from db import store
     from db.engine import get_engine
-    from lab.report import reproduce
+    from db.models import Run
     from lab.settings import Settings
 
     settings = Settings(data_dir=tmp_path / "data")
     seen: list[int] = []
 
-    def run_queue(*, settings: Settings, run_ids: list[int], **_: Any) -> None:
-        engine = get_engine(settings.resolved_database_url)
-        with Session(engine) as session:
-            runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
-        for run in runs:
-            seen.append(run.id)
-            if run.backend == "vllm+cache" and run.prompts == 1000:
-                store.set_run_status(engine=engine, run_id=run.id, status="failed", reason="proxy did not start")
-            else:
-                store.set_run_status(
-                    engine=engine,
-                    run_id=run.id,
-                    status="done",
-                    req_per_s=1.0 + run.id,
-                    output_tok_per_s=20.0,
-                    latency_avg_s=5.0,
-                    latency_p95_s=6.0,
-                    latency_max_s=7.0,
-                    requests_failed=0,
-                    environment=ENVIRONMENT,
-                )
+    def outcome(engine: Any, run: Run) -> None:
+        seen.append(run.id)
+        if run.backend == "vllm+cache" and run.prompts == 1000:
+            store.set_run_status(engine=engine, run_id=run.id, status="failed", reason="proxy did not start")
+        else:
+            store.set_run_status(
+                engine=engine,
+                run_id=run.id,
+                status="done",
+                req_per_s=1.0 + run.id,
+                output_tok_per_s=20.0,
+                latency_avg_s=5.0,
+                latency_p95_s=6.0,
+                latency_max_s=7.0,
+                requests_failed=0,
+                environment=ENVIRONMENT,
+            )
 
-    monkeypatch.setattr(lab.queue.run_waiter, "wait_for_runs", run_queue)
-    exit_code = reproduce(
-        settings=settings, scale="quick", repeats=2, output_dir=tmp_path / "out", presets=("seed-exp1", "seed-exp2")
+    engine = get_engine(settings.resolved_database_url)
+    assert (
+        _reproduce(
+            engine, settings, outcome, repeats=2, output_dir=tmp_path / "out", presets=("seed-exp1", "seed-exp2")
+        )
+        == 1
     )
-    assert exit_code == 1
     assert len(seen) == 2 * 3 * 2 + 2 * 2 * 2  # exp1 quick: 2 backends x VUs 1, 8, 32; exp2: 2 x 2 prompts; 2 repeats
     markdown = (tmp_path / "out" / "README.md").read_text()
     assert "`python -m lab reproduce --scale quick --repeats 2`" in markdown
@@ -573,40 +588,31 @@ def test_client_streaming_latency_shows_only_where_a_run_streamed() -> None:
 def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_checkout: Any
 ) -> None:
-    from sqlalchemy.orm import Session
-
-    import lab.queue.run_waiter
     from db import store
     from db.engine import get_engine
-    from lab.report import report_only, reproduce
+    from db.models import Run
+    from lab.report import report_only
     from lab.settings import Settings
 
     settings = Settings(data_dir=tmp_path / "data")
     assert report_only(settings=settings, scale="seed", output_dir=tmp_path / "full") == 2
     assert "no seed-scale reproduction is stored" in capsys.readouterr().err
 
-    def run_queue(*, settings: Settings, run_ids: list[int], **_: Any) -> None:
-        engine = get_engine(settings.resolved_database_url)
-        with Session(engine) as session:
-            runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
-        for run in runs:
-            store.set_run_status(
-                engine=engine,
-                run_id=run.id,
-                status="done",
-                req_per_s=2.0,
-                output_tok_per_s=20.0,
-                latency_avg_s=5.0,
-                latency_max_s=7.0,
-                requests_failed=0,
-                environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}},
-            )
+    def outcome(engine: Any, run: Run) -> None:
+        store.set_run_status(
+            engine=engine,
+            run_id=run.id,
+            status="done",
+            req_per_s=2.0,
+            output_tok_per_s=20.0,
+            latency_avg_s=5.0,
+            latency_max_s=7.0,
+            requests_failed=0,
+            environment={**ENVIRONMENT, "services": {"vllm": {"argv": ["--block-size", "32"]}}},
+        )
 
-    monkeypatch.setattr(lab.queue.run_waiter, "wait_for_runs", run_queue)
-    assert (
-        reproduce(settings=settings, scale="quick", repeats=1, output_dir=tmp_path / "first", presets=("seed-exp2",))
-        == 0
-    )
+    engine = get_engine(settings.resolved_database_url)
+    assert _reproduce(engine, settings, outcome, repeats=1, output_dir=tmp_path / "first", presets=("seed-exp2",)) == 0
     assert report_only(settings=settings, scale="seed", output_dir=tmp_path / "full") == 2  # only a quick one
     assert report_only(settings=settings, scale="quick", output_dir=tmp_path / "again") == 0
     markdown = (tmp_path / "again" / "README.md").read_text()
@@ -717,42 +723,41 @@ def test_a_reproduction_refuses_a_dirty_tree_unless_allowed_and_then_says_so(
 ) -> None:
     from sqlalchemy.orm import Session
 
-    import lab.queue.run_waiter
     from db import store
     from db.engine import get_engine
+    from db.models import Run
     from lab.measurement import environment
-    from lab.report import reproduce
+    from lab.queue.long_experiments import DirtyTreeError
     from lab.settings import Settings
 
     dirty = environment.Provenance("fedcba9876543210fedcba9876543210fedcba98", True, "ab" * 32)
     monkeypatch.setattr(environment, "provenance", lambda: dirty)
     settings = Settings(data_dir=tmp_path / "data")
-    assert (
-        reproduce(settings=settings, scale="quick", repeats=1, output_dir=tmp_path / "refused", presets=("seed-exp2",))
-        == 2
-    )
-    assert "uncommitted changes" in capsys.readouterr().err and not (tmp_path / "refused").exists()
-    with Session(get_engine(settings.resolved_database_url)) as session:
+    engine = get_engine(settings.resolved_database_url)
+    with pytest.raises(DirtyTreeError, match="uncommitted changes"):
+        _reproduce(
+            engine, settings, lambda *_: None, repeats=1, output_dir=tmp_path / "refused", presets=("seed-exp2",)
+        )
+    assert not (tmp_path / "refused").exists()
+    with Session(engine) as session:
         assert store.list_runs(session=session) == []  # nothing queued
 
-    def run_queue(*, settings: Settings, run_ids: list[int], **_: Any) -> None:
-        engine = get_engine(settings.resolved_database_url)
-        for run_id in run_ids:
-            store.set_run_status(
-                engine=engine,
-                run_id=run_id,
-                status="done",
-                req_per_s=2.0,
-                latency_avg_s=5.0,
-                requests_failed=0,
-                environment={**ENVIRONMENT, "lab_git_commit": "fedcba987654-dirty", "lab_git_dirty": True},
-            )
+    def outcome(engine: Any, run: Run) -> None:
+        store.set_run_status(
+            engine=engine,
+            run_id=run.id,
+            status="done",
+            req_per_s=2.0,
+            latency_avg_s=5.0,
+            requests_failed=0,
+            environment={**ENVIRONMENT, "lab_git_commit": "fedcba987654-dirty", "lab_git_dirty": True},
+        )
 
-    monkeypatch.setattr(lab.queue.run_waiter, "wait_for_runs", run_queue)
     assert (
-        reproduce(
-            settings=settings,
-            scale="quick",
+        _reproduce(
+            engine,
+            settings,
+            outcome,
             repeats=1,
             output_dir=tmp_path / "allowed",
             presets=("seed-exp2",),

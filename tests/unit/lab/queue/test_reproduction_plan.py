@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Run
 from lab.queue import experiments
-from lab.report.reproduction_plan import plan_lines, plan_reproduction
+from lab.queue.reproduction_plan import plan_lines, plan_reproduction
 from lab.specs.schema import load_preset
 from tests.support.queue import finish_run
 

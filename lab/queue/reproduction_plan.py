@@ -8,10 +8,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lab.analysis.measurability import DEFAULT_MAX_CELL_S
+from lab.queue.rounds import adapted_spec
 from lab.report.build import PRESETS
+from lab.specs.schema import ExperimentSpec, load_preset
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+
+def scaled_preset(
+    session: Session, preset: str, *, scale: str, repeats: int | None, max_cell_s: float
+) -> ExperimentSpec:
+    """The seed preset's experiment spec at ``scale``: the adapted scale lengthens cells from the
+    history stored in ``session``."""
+    spec = load_preset(preset, quick=scale == "quick", overrides=[("repeats", repeats)] if repeats else [])
+    return adapted_spec(session, spec, max_cell_s=max_cell_s) if scale == "adapted" else spec
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,6 @@ def plan_reproduction(
     from db.engine import get_engine
     from lab.history import estimate_runs
     from lab.queue.experiments import queue_plan, run_columns, service_group
-    from lab.report.reproduction import scaled_preset
 
     cells: list[PlannedCell] = []
     runs = 0
