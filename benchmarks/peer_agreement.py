@@ -44,8 +44,8 @@ user).
 
 The peer tools live in their own venv, passed as an argument:
 
-    python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1
-    .venv/bin/python -m benchmarks.peer_agreement --peer-venv /work/peer-venv [--target mock]
+    python3.11 -m venv PEER_VENV && PEER_VENV/bin/pip install guidellm==0.8.1
+    .venv/bin/python -m benchmarks.peer_agreement --peer-venv PEER_VENV [--target mock]
         [--peers guidellm vllm-bench lab-again] [--concurrency 2 8] [--pairs 3] [--duration-s 6] [--tokens 32]
         [--server-cpus 1 --client-cpus 0] [--warmup-s 30] [--no-prefix-caching] [--json FILE]
     .venv/bin/python -m benchmarks.peer_agreement --pool FILE FILE... [--confidence 0.975] --json FILE

@@ -3,7 +3,7 @@
 FastAPI + ``redis.asyncio`` + ``httpx``; key = SHA-256 of the raw request body; on a hit
 return the stored response; on a miss forward upstream and store the answer if the
 status is 200. No canonical key, no policy, no streaming, no fail-open: it is the
-baseline the lab's proxy (``services/cache_proxy.py``) is measured against.
+baseline the lab's proxy (``services/cache_proxy/``) is measured against.
 
 Run: ``python -m benchmarks.seed_proxy --upstream URL --redis-url URL --port N``.
 """

@@ -14,9 +14,9 @@ every number and every field the tools wrote stays. JSON is written compact; the
 keeps its first benchmark only (GuideLLM writes about 110 KB of statistics per benchmark, and
 the JSON report already covers two). The peer tools live in their own venv:
 
-    python3.11 -m venv /work/peer-venv && /work/peer-venv/bin/pip install guidellm==0.8.1 'aiperf==0.13.*'
-    .venv/bin/python scripts/make_import_fixtures.py --peer-venv /work/peer-venv
-    .venv/bin/python scripts/make_import_fixtures.py --peer-venv /work/peer-venv --vllm-url URL  # vLLM-CPU
+    python3.11 -m venv PEER_VENV && PEER_VENV/bin/pip install guidellm==0.8.1 'aiperf==0.13.*'
+    .venv/bin/python scripts/make_import_fixtures.py --peer-venv PEER_VENV
+    .venv/bin/python scripts/make_import_fixtures.py --peer-venv PEER_VENV --vllm-url URL  # vLLM-CPU
 
 Takes about 5 minutes on 2 shared cores (each tool spends most of it starting).
 """

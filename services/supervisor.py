@@ -7,7 +7,7 @@ enough for model loading, fails fast with the last log lines when the child exit
 and stops the whole process group with TERM, a wait, then KILL
 (:func:`services.processes.stop_process_tree`).
 
-Shaped after vLLM's ``tests/utils.py`` ``RemoteOpenAIServer``.
+Shaped after vLLM's test launcher ``RemoteOpenAIServer`` (in vLLM's own test utilities).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ PREFIX_HIT_RATE, RESPONSE_HIT_RATE = "prefix_cache_hit_rate", "response_cache_hi
 
 @dataclass(frozen=True)
 class SeedFigures:
-    """One row of a seed table as published (../shared/reference/seed-experiments.md), latencies in seconds."""
+    """One row of a seed table as the seed study published it (transcribed here), latencies in seconds."""
 
     setup: SeedSetup
     vus: int | None = None

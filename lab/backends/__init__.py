@@ -35,7 +35,7 @@ CACHE_SUFFIX = "+cache"
 
 
 class SeedSetup(Enum):
-    """The seed's three set-ups (../shared/reference/seed-experiments.md), by the seed's own
+    """The seed's three set-ups (its tables are transcribed in lab/analysis/seed.py), by the seed's own
     names. A kind says which one it reproduces (``seed_setup``; behind the response cache,
     ``seed_cached_setup``), so the seed's tables map onto our runs without naming a kind."""
 

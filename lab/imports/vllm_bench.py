@@ -32,7 +32,7 @@ from lab.imports import ImportedLoad, ImportedRun, PeerTool, milliseconds, numbe
 from lab.measurement.results import ClientFigures, ForeignFigures, RunResults
 
 SUPPORTED_MINOR = "0.32"
-# What every ``vllm bench serve`` result holds (older benchmark_serving.py files too).
+# What every ``vllm bench serve`` result holds (the files of vLLM's older serving benchmark script too).
 CORE_FIELDS = ("duration", "completed", "request_throughput", "output_throughput", "num_prompts", "model_id")
 # Fields 0.32 writes that older versions do not.
 NEWER_FIELDS = ("max_concurrent_requests", "rtfx", "endpoint_type")

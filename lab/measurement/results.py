@@ -28,7 +28,7 @@ only) and the live view's per-second series (``live.StreamTail.series``, ``outpu
 per second, shown while a run goes and never stored as a figure).
 
 The store's columns are ``db.models.RunResultColumns`` (``db`` imports nothing from here);
-a unit test (tests/unit/test_figures_contract.py) fails when they and :class:`RunResults`
+a unit test (tests/unit/lab/measurement/test_figures_contract.py) fails when they and :class:`RunResults`
 differ in a name, its order or its type, or when a field of RunResults has no producer.
 **Adding a figure**: a field in the part of its producer and in :class:`RunResults`, a line
 in ``RunResultColumns`` and a migration that adds its column (db/migrations.py).

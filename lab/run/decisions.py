@@ -1,8 +1,8 @@
 """A run's decisions, as plain functions: what a failure's reason is, when the load must
 stop, what to warn about, which partial figures to keep and which final state a run ends in.
 
-The executor (``runner.py``) and its steps (``run_steps.py``) do the I/O and ask these;
-``tests/unit/test_run_decisions.py`` checks them without processes, services or k6.
+The executor (``runner.py``) and its steps (``steps.py``) do the I/O and ask these;
+``tests/unit/lab/run/test_run_decisions.py`` checks them without processes, services or k6.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A run's figures from what its load left, as plain functions: the stored series document,
 the client/server count cross-checks, resource use and the steady-state throughput.
 
-``run_steps.RunSteps.collect`` reads k6's files and the servers' /metrics and hands them
+``collect.RunCollector`` (driven by ``runner.RunExecutor``) reads k6's files and the servers' /metrics and hands them
 here; nothing in this module reads a file or a socket.
 """
 

@@ -2,7 +2,7 @@
 start the services, prepare the workload, warm up, fill the cache, load (then drain).
 
 Each step does its I/O (services, HTTP, k6, the database) and leaves the decisions to
-``run_decisions``; collecting the figures is ``run_collect``'s. ``runner.RunExecutor`` calls
+``decisions``; collecting the figures is ``collect.RunCollector``'s. ``runner.RunExecutor`` calls
 the steps in order and turns what they raise into the run's final state.
 """
 

@@ -25,7 +25,7 @@ def signed_in_as(email: str | None, page: str, **query: str) -> AppTest:
         app.secrets["roles"] = ROLES
         app.user = {"email": email, "is_logged_in": True}
     app.query_params.update(query)
-    app.switch_page(page).run()  # the page's URL, opened first (tests/support/app_pages.open_page)
+    app.switch_page(page).run()  # the page's URL, opened first (open_page in tests/support/app_pages.py)
     assert not app.exception, [item.value for item in app.exception]
     return app
 
@@ -54,7 +54,7 @@ def test_a_member_cannot_cancel_anothers_run_and_a_forged_click_is_refused(seed_
     cancel = button(app, "cancel_selected")
     assert cancel.disabled and "only alice@lab.example (who launched it) or an admin" in cancel.help
     # A forged request: the click sent although the control is disabled. Streamlit discards a
-    # disabled widget's value; lab.run_actions refuses it too (tests/unit/test_members.py).
+    # disabled widget's value; lab.run_actions refuses it too (tests/unit/lab/test_members.py).
     cancel.proto.disabled = False
     cancel.click().run()
     assert not app.exception

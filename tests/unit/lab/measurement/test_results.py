@@ -34,7 +34,7 @@ def test_results_records_and_csv_share_the_store_s_result_columns() -> None:
 
 def test_results_take_their_parts_and_unknown_figures_never_overwrite_known_ones() -> None:
     # Before the typed contract unknown keys were dropped; now a producer's unknown name is an
-    # error (tests/unit/test_figures_contract.py), and a part's None never overwrites a known figure.
+    # error (tests/unit/lab/measurement/test_figures_contract.py), and a part's None never overwrites a known figure.
     results = RunResults.from_parts(ClientFigures(requests_ok=12, latency_p95_s=0.5))
     assert (results.requests_ok, results.latency_p95_s, results.prefix_cache_hit_rate) == (12, 0.5, None)
     updated = results.with_parts(ClientFigures(latency_p95_s=None), ServerFigures(prefix_cache_hit_rate=0.75))
