@@ -15,6 +15,8 @@ written with). What it checks:
 - a module-relative name in double backticks (``steps.RunSteps``) names a module of the tree
   and a name in it (a lowercase name only when the module is beside the naming file: elsewhere
   it may be a setting's key);
+- a section named after a document (``docs/results/index.md, "Set-up and test times"``) is a
+  heading of it;
 - nothing points outside the repository: no ``../`` that leaves it, no absolute path of a machine
   (``/work/...``, ``/home/...``).
 
@@ -49,6 +51,7 @@ IGNORED_PREFIXES = (".venv/", "data/", "models/", "site/", "k6-out/", "test-arti
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:work|home|root|Users)/[\w./-]+")
 PATH = re.compile(r"(?<![\w/.:~$@-])((?:\.{1,2}/)*(?:[\w.-]+/)+[\w.-]*|[\w-]+\.(?:py|md|js|sh|toml|lua))(?![\w/])")
 DOTTED = re.compile(r"(?<![\w./-])((?:" + "|".join(PACKAGES) + r")(?:\.\w+)+)")
+SECTION = re.compile(r"([\w./-]+\.md),?\s+\"([^\"]+)\"")
 RELATIVE = re.compile(r"``([a-z_][a-z0-9_]*)\.([A-Za-z_]\w*)(?:\.\w+)*``")
 URL = re.compile(r"\w+://\S+|[\w.-]+@[\w.-]+|\b[\w.-]+\.(?:org|com|net|io)\b")
 FILE_SUFFIXES = ("py", "md", "json", "jsonl", "ndjson", "csv", "html", "txt", "toml", "jinja", "js", "lua", "sh", "gz")
@@ -205,6 +208,21 @@ def check_relative(root: Path, origin: Path, module: str, name: str) -> str | No
     return f"{module}.{name}: {existing[0].relative_to(root).as_posix()} has no {name}"
 
 
+def check_section(root: Path, origin: Path, document: str, section: str) -> str | None:
+    """``docs/results/index.md, "Set-up and test times"``: the document has a heading that starts with
+    the words."""
+    candidates = [root / document, origin.parent / document]
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None:
+        return None  # the path itself is checked (and reported) as a path
+    lines = found.read_text(encoding="utf-8").splitlines()
+    headings = [line.lstrip("#").strip().lower() for line in lines if line.startswith("#")]
+    wanted = section.strip().lower()
+    if any(line.startswith(wanted) for line in headings if line):
+        return None
+    return f'{document} has no section "{section}"'
+
+
 @cache
 def installed(module: str) -> bool:
     """Whether a top-level module of the standard library or the environment has this name."""
@@ -234,6 +252,10 @@ def check_text(root: Path, origin: Path, number: int, text: str, *, python: bool
         if not python and "/" not in token and not token.endswith(".py"):
             continue
         problem = check_path(root, origin, token)
+        if problem:
+            yield Finding(name, number, problem)
+    for match in SECTION.finditer(visible):
+        problem = check_section(root, origin, match.group(1), match.group(2))
         if problem:
             yield Finding(name, number, problem)
     if python:

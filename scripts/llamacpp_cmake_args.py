@@ -15,7 +15,7 @@ never enabled here.
 
 Why not AVX-512 either: measured on that machine with llama.cpp's own variant builds
 (ggml ``GGML_CPU_ALL_VARIANTS``), CPU seconds for loading SmolLM2-135M Q4_1 and generating
-128 tokens on one thread (medians; BENCHMARKS.md, "llama.cpp build flags"): AVX2
+128 tokens on one thread (medians; docs/records/2026-12-01-llamacpp-build-flags.md): AVX2
 (haswell) 2.66 s, AVX2 + AVX-VNNI (alderlake) 2.61 s, AVX512 (skylakex) 2.95 s,
 AVX512 + VBMI + VNNI (icelake) 2.82 s, + BF16 (zen4) 2.80 s. The 256-bit kernels are as
 fast or faster for a model this small, so the fastest working set is AVX2 with AVX-VNNI

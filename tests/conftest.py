@@ -40,7 +40,7 @@ os.environ.pop("LAB_DATABASE_URL", None)
 # Keep both backends up across tests: each starts once per run (see the module docstring).
 os.environ["LAB_STOP_IDLE_BACKENDS"] = "false"
 # One repetition of the machine-speed kernel around each run (0.1 s, not 2 s before and 2 s
-# after): tests need the figure stored, not steady (BENCHMARKS.md measures the kernel).
+# after): tests need the figure stored, not steady (docs/records/2026-12-01-machine-speed-steadiness.md).
 os.environ["LAB_MACHINE_CALIBRATION_REPETITIONS"] = "1"
 
 

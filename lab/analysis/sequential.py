@@ -12,8 +12,8 @@ n - 1 degrees of freedom. The parts add up to 5% at most, so by the union (Bonfe
 the chance that any look's interval misses the true value is at most 5%, whatever the looks'
 correlation and whatever rule picks the stop (a valid, conservative group-sequential bound;
 Wassmer and Brannath, Group Sequential and Confirmatory Adaptive Designs, 2016). Exact for
-normal per-round log ratios; :func:`simulate_coverage` measures it (BENCHMARKS.md,
-"Sequential intervals").
+normal per-round log ratios; :func:`simulate_coverage` measures it
+(docs/records/2026-12-03-sequential-interval-coverage.md).
 
 Why not a confidence sequence (Howard, Ramdas, McAuliffe and Sekhon, "Time-uniform,
 nonparametric, nonasymptotic confidence sequences", Annals of Statistics 49(2), 2021;

@@ -26,7 +26,7 @@ def usable_cores() -> int:
 
 def best_torch_threads(cores: int) -> int:
     """torch intra-op threads that leave one core to k6, the proxy and the lab (see
-    BENCHMARKS.md, "naive server threads"): one fewer than the cores, at least one."""
+    docs/records/2026-12-01-naive-server-threads.md): one fewer than the cores, at least one."""
     return max(1, cores - 1)
 
 

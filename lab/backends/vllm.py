@@ -46,25 +46,25 @@ CPU_BLOCK_SIZE_MULTIPLE = 32
 
 def best_block_size() -> int | None:
     """32 on CPU (the smallest the CPU attention accepts: a short shared prefix fills a block and
-    is cached, see BENCHMARKS.md); None on a GPU, where vLLM's own default is kept."""
+    is cached, see docs/records/2026-12-01-vllm-cpu-block-size.md); None on a GPU, where vLLM's own default is kept."""
     return None if gpu_available() else CPU_BLOCK_SIZE_MULTIPLE
 
 
 def best_threads_bind() -> str:
-    """VLLM_CPU_OMP_THREADS_BIND as measured fastest here (BENCHMARKS.md, "vLLM-CPU flags")."""
+    """VLLM_CPU_OMP_THREADS_BIND as measured fastest here (docs/records/2026-12-01-vllm-cpu-flags-1-and-8-vus.md)."""
     return BEST_THREADS_BIND
 
 
 # "best", "auto", "nobind" or CPU lists per rank ("0-1", "0,2-3|4-7").
 CPU_LIST_PATTERN = r"^(best|auto|nobind|\d+(-\d+)?(,\d+(-\d+)?)*(\|\d+(-\d+)?(,\d+(-\d+)?)*)*)$"
-# Measured on the 2-core machine (BENCHMARKS.md): see best_threads_bind.
+# Measured on the 2-core machine (docs/records/): see best_threads_bind.
 BEST_THREADS_BIND = "auto"
 # VLLM_CPU_KVCACHE_SPACE: ample for SmolLM2-135M at 4,096 tokens x 32+ sequences, small beside RAM.
 BEST_KV_CACHE_GIB = 2
 
 
 def best_vllm_dtype() -> str:
-    """The fastest vLLM dtype on this host, as measured (see BENCHMARKS.md)."""
+    """The fastest vLLM dtype on this host, as measured (docs/records/2026-11-29-vllm-cpu-default-configuration.md)."""
     if gpu_available():
         return "auto"
     return "bfloat16" if cpu_has_native_bf16() else "float32"
@@ -75,7 +75,7 @@ class VllmOptions(StrictModel):
 
     # "best": bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16/AMX), else float32
     # (measured: on an AVX2-only CPU bf16 falls back from oneDNN and is ~3x slower; on an
-    # AMX CPU bf16 is ~2x faster than float32). See BENCHMARKS.md.
+    # AMX CPU bf16 is ~2x faster than float32). See docs/records/2026-11-29-vllm-cpu-default-configuration.md.
     dtype: Literal["best", "auto", "float32", "bfloat16", "float16"] = "best"
     enforce_eager: bool = True
     max_model_len: int = Field(default=4096, ge=128, le=1_048_576)

@@ -9,8 +9,8 @@ into a ``machine_speed_index``: 1.0 at the experiment's median, 0.8 for a run me
 machine 20% slower.
 
 The index is a figure for the record, never a flag. Re-analysed on the stored runs
-(``benchmarks/machine_speed_separation.py``, BENCHMARKS.md "Machine speed"), no threshold on
-it separates runs beside a CPU hog from quiet ones: in the contention reproduction the old
+(``benchmarks/machine_speed_separation.py``, docs/records/2026-12-03-machine-speed-index-as-a-busy-flag.md),
+no threshold on it separates runs beside a CPU hog from quiet ones: in the contention reproduction the old
 10% rule flagged two quiet runs (1.56, 1.46) and missed a hog run (0.90, other processes at
 111% of a core); the best cut fitted on those 13 runs still misses one and flags quiet runs of
 the other reproductions, and it catches only half of the busy runs of a reproduction taken on
@@ -36,7 +36,7 @@ KERNEL_TIMEOUT_S = 60.0
 
 # About two seconds on a quiet core of the project's machine: 20 repetitions of a fixed piece
 # of work. Fixed work, never fixed time: the seconds it takes are the figure. Measured here
-# (BENCHMARKS.md, "Machine speed"), an idle 2-vCPU machine of this kind switches every few
+# (docs/records/2026-12-01-machine-speed-steadiness.md), an idle 2-vCPU machine of this kind switches every few
 # seconds between two speeds about 1.5x apart, so a one-second sample is mostly luck; two
 # seconds before and two after the load average over several switches, while contention that
 # lasts (a busy loop, another tenant) slows all of it.

@@ -160,8 +160,8 @@ class CacheSpec(StrictModel):
         description="fill the cache first when there are at most this many distinct requests",
     )
     fill_timeout_s: float = Field(default=600, ge=1, le=7200, description="longest wait for the cache to fill")
-    # uvicorn measured fastest under k6 here (BENCHMARKS.md, "ASGI servers"); granian, through ASGI
-    # or its own RSGI, stays an option for machines where the load generator has cores of its own.
+    # uvicorn measured fastest under k6 here (docs/records/2026-12-02-cache-proxy-round-3-servers-and-load-clients.md);
+    # granian, through ASGI or its own RSGI, stays an option for machines where the load generator has cores of its own.
     # The servers the proxy itself offers (Literal of that tuple: one list, the same one-line refusal).
     server: Literal[PROXY_SERVERS] = Field(default="uvicorn", description="the cache proxy's HTTP server")  # type: ignore[valid-type]  # a Literal of the tuple's values: pydantic reads it, mypy cannot
     # The proxy writes the traffic it sees as a Mooncake trace into the run's folder (replay it anywhere).

@@ -8,7 +8,7 @@ one ``deque.append``). The writer wakes every ``interval_s``, turns what finishe
 writes them in arrival order, so a long answer that finishes late still lands at its arrival,
 and the file's timestamps never go backwards. The proxy runs the writer as a timer on its own
 event loop: a thread of its own cost the hit path more (the GIL handed back and forth) than
-the writing itself (BENCHMARKS.md, trace recording).
+the writing itself (docs/records/2026-12-03-trace-recording-cost.md).
 
 Files rotate by size: ``day.jsonl``, then ``day.1.jsonl``, ``day.2.jsonl`` ...; each is a trace
 of its own (its clock from its first request, its hash ids from 0). A write that fails (a full

@@ -50,13 +50,15 @@ def test_wrong_names_in_docstrings_comments_and_documents_are_found(tmp_path: Pa
     )
     (root / "README.md").write_text(
         "See [the steps](lab/run/steps.py), [a gone page](docs/gone.md) and `lab/statistics.py`.\n"
-        "Output goes to `data/runs/` and `site/`; run `python -m benchmarks.NAME`.\n",
+        "Output goes to `data/runs/` and `site/`; run `python -m benchmarks.NAME`.\n"
+        '# A section\n\nAs measured (README.md, "A section"); not README.md, "Machine speed".\n',
         encoding="utf-8",
     )
     found = sorted(f"{finding.path}:{finding.line}: {finding.text}" for finding in check_names.check(root))
     assert found == [
         "README.md:1: docs/gone.md does not exist",
         "README.md:1: lab/statistics.py does not exist",
+        'README.md:5: README.md has no section "Machine speed"',
         "lab/run/runner.py:1: run_steps.RunSteps: no module run_steps.py",
         "lab/run/runner.py:3: lab.run.steps.Missing: lab.run.steps has no Missing",
         "lab/run/runner.py:3: tests/unit/test_runner.py does not exist",

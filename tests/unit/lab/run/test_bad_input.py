@@ -3,7 +3,7 @@
 Covers the CLI (``python -m lab run --set ...``, in-process and two real subprocesses),
 the run spec, model names, external target URLs, dataset files at run time, and the
 safe defaults (loopback binds, argv lists only, Streamlit error details hidden).
-Cases already covered elsewhere are listed in RELIABILITY.md, not repeated here.
+Cases already covered elsewhere are listed in docs/results/reliability.md, not repeated here.
 """
 
 from __future__ import annotations
