@@ -1,7 +1,7 @@
 """Names that resolve: every file, module, class and function a docstring, a comment or a document
 names exists in the repository, and nothing points outside it.
 
-What it reads: the docstrings and comments of every Python file (``ast`` and ``tokenize``), the
+What it reads: the docstrings and comments of every Python file (a scan of the text), the
 comments of requirements.txt, the Makefile and the shell scripts, and the Markdown documents
 (README.md, BENCHMARKS.md, RELIABILITY.md, every README.md under scripts/, benchmarks/ and tests/,
 and docs/ but for its records and the lab's generated reports, which keep the words they were
@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import io
 import re
 import sys
-import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -53,8 +51,13 @@ PATH = re.compile(r"(?<![\w/.:~$@-])((?:\.{1,2}/)*(?:[\w.-]+/)+[\w.-]*|[\w-]+\.(
 DOTTED = re.compile(r"(?<![\w./-])((?:" + "|".join(PACKAGES) + r")(?:\.\w+)+)")
 SECTION = re.compile(r"([\w./-]+\.md),?\s+\"([^\"]+)\"")
 RELATIVE = re.compile(r"``([a-z_][a-z0-9_]*)\.([A-Za-z_]\w*)(?:\.\w+)*``")
+TRIPLE_QUOTED = re.compile(r'[rbuf]*("""|\'\'\')(.*?)\1', re.DOTALL)
+STRING_LITERAL = re.compile(r"'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"")
 URL = re.compile(r"\w+://\S+|[\w.-]+@[\w.-]+|\b[\w.-]+\.(?:org|com|net|io)\b")
-FILE_SUFFIXES = ("py", "md", "json", "jsonl", "ndjson", "csv", "html", "txt", "toml", "jinja", "js", "lua", "sh", "gz")
+FILE_SUFFIXES = (
+    *("py", "md", "json", "jsonl", "ndjson", "csv", "html", "txt", "toml", "jinja", "js", "lua", "sh", "gz"),
+    *("db", "sql", "sqlite", "log", "lock", "yaml", "yml", "png"),
+)
 # Pages the site generates at build time (scripts/docs_reference.py), named from docs/.
 GENERATED_PAGES = ("reference/", "../reference/", "docs/reference/")
 PLACEHOLDER = re.compile(r"[*<>{}$]|\.\.\.|\b[A-Z][A-Z_]{2,}\b|\bN\b")
@@ -78,23 +81,43 @@ def _python_files(root: Path) -> list[Path]:
     return [path for path in found if "__pycache__" not in path.parts]
 
 
+@cache
+def syntax_tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def statements(node: ast.AST) -> Iterator[ast.AST]:
+    """The node and every statement under it (bodies of classes, functions, ifs, loops, withs and
+    trys), never an expression's inside: where docstrings and definitions are, at a tenth of the walk."""
+    yield node
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        for child in getattr(node, field, ()) or ():
+            if isinstance(child, ast.AST):
+                yield from statements(child)
+
+
 def python_texts(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, text) of every docstring and comment of a Python file."""
-    source = path.read_text(encoding="utf-8")
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                for offset, line in enumerate(first.value.value.splitlines()):
-                    yield first.lineno + offset, line
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            yield token.start[0], token.string
+    """(line, text) of every docstring (a triple-quoted string first in its file or right after a
+    ``def``/``class`` line) and every comment of a Python file. A comment is what follows a ``#``
+    outside the line's string literals; both found by scanning the text (parsing every file took
+    most of the check's time)."""
+    text = path.read_text(encoding="utf-8")
+    for match in TRIPLE_QUOTED.finditer(text):
+        before = text[: match.start()].rstrip()
+        if (
+            before
+            and not before.endswith(":")
+            and not all(line.lstrip().startswith("#") or not line.strip() for line in before.splitlines())
+        ):
+            continue  # a long string of the code (a test's planted text), not a docstring
+        first = text.count("\n", 0, match.start()) + 1
+        for offset, line in enumerate(match.group(2).splitlines()):
+            yield first + offset, line
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "#" in line and '"""' not in line and "'''" not in line:
+            code = STRING_LITERAL.sub('""', line)
+            if "#" in code:
+                yield number, code[code.index("#") :]
 
 
 def comment_texts(path: Path) -> Iterator[tuple[int, str]]:
@@ -113,9 +136,8 @@ def markdown_texts(path: Path) -> Iterator[tuple[int, str]]:
 @cache
 def top_level_names(module: Path) -> frozenset[str]:
     """The names a module defines or imports at its top level, and those its classes define."""
-    tree = ast.parse(module.read_text(encoding="utf-8"))
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in statements(syntax_tree(module)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -152,14 +174,19 @@ def check_dotted(root: Path, name: str) -> str | None:
 
 
 @cache
+def file_index(root: Path) -> dict[str, tuple[Path, ...]]:
+    """Every file and folder of the tree's top-level folders by its name (one walk of the tree)."""
+    index: dict[str, list[Path]] = {}
+    for folder in TOP_LEVEL:
+        if (root / folder).is_dir():
+            for path in (root / folder).rglob("*"):
+                if "__pycache__" not in path.parts:
+                    index.setdefault(path.name, []).append(path)
+    return {name: tuple(paths) for name, paths in index.items()}
+
+
 def files_named(root: Path, name: str) -> tuple[Path, ...]:
-    return tuple(
-        path
-        for folder in TOP_LEVEL
-        if (root / folder).is_dir()
-        for path in (root / folder).rglob(name)
-        if "__pycache__" not in path.parts
-    ) + ((root / name,) if (root / name).exists() else ())
+    return file_index(root).get(name, ()) + ((root / name,) if (root / name).exists() else ())
 
 
 def check_path(root: Path, origin: Path, token: str) -> str | None:

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 if str(PROJECT_ROOT) not in sys.path:  # MkDocs loads a hook by its path, not as a package
     sys.path.insert(0, str(PROJECT_ROOT))
@@ -179,13 +181,11 @@ def _limits(field: Any) -> str:
     return ", ".join(words)
 
 
-def setting_rows(model: type, prefix: str = "") -> Iterator[tuple[str, str, str, str, str]]:
+def setting_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str, str, str, str]]:
     """(dotted setting, type, default, limits, description) of a pydantic model, nested models
     walked (their own rows follow the section's)."""
-    from pydantic import BaseModel
-
     comments = source_comments(model)
-    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+    for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         annotation = field.annotation
         description = field.description or " ".join(comments.get(name, []))
@@ -227,7 +227,7 @@ def settings_page() -> str:
         "",
         *_settings_table(setting_rows(RunSpec)),
     ]
-    sections: list[tuple[str, str, type]] = [
+    sections: list[tuple[str, str, type[BaseModel]]] = [
         ("Backend options", name, model) for name, model in backends.options_sections().items()
     ]
     sections += [

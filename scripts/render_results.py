@@ -377,7 +377,7 @@ def record_title(path: Path) -> str:
 def render_records_index(root: Path = PROJECT_ROOT) -> str:
     """Every record under docs/records/, newest first, with its date and title."""
     records = sorted(
-        (match.group(1), path.name, record_title(path))
+        (match.group(1), match.group(2).replace("-", " "), path.name, record_title(path))
         for path in (root / RECORDS_DIR).glob("*.md")
         if (match := RECORD_NAME.fullmatch(path.name))
     )
@@ -395,10 +395,7 @@ def render_records_index(root: Path = PROJECT_ROOT) -> str:
                 "",
                 *table(
                     ("date", "subject", "first heading"),
-                    [
-                        (date, f"[{RECORD_NAME.fullmatch(name).group(2).replace('-', ' ')}]({name})", title)  # type: ignore[union-attr]
-                        for date, name, title in reversed(records)
-                    ],
+                    [(date, f"[{subject}]({name})", title) for date, subject, name, title in reversed(records)],
                 ),
             ]
         )
