@@ -334,7 +334,7 @@ def _coverage(lines: list[str]) -> Iterator[tuple[int, Pointer | None]]:
             table = None
             if stripped:
                 pending_table = None
-        inline = POINTER.search(line)
+        inline = POINTER.search(re.sub(r"`[^`]*`", " ", line))  # a pointer shown in a code span is an example
         pointer = Pointer(inline.group(1), inline.group(2), index + 1) if inline else None
         yield index + 1, pointer or table or (section[-1][1] if section else None)
 
