@@ -30,6 +30,7 @@ Exact pointers name one source value per number, so a figure cannot pass by equa
 other number of the file:
 
     <!-- src: FILE.json key=PATH;PATH;... -->   each number of the line, in order, is one value
+    <!-- src: FILE.csv key=[run_id=2].req_per_s -->   a CSV's cell: its row by its fields, then its column
 
 Under a ``key`` pointer every number of the line counts (a count, a unitless cell, an interval's
 bounds, a sign), and the line must hold exactly as many numbers as the pointer has paths. A path
@@ -211,6 +212,11 @@ def resolve_key(document: Any, path: str) -> float:
             value = value[name]
         else:
             raise ValueError(f"no {name!r} in {path!r}")
+    if isinstance(value, str):  # a CSV cell
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{path!r} is not a number") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{path!r} is not a number")
     return float(value)
@@ -225,6 +231,10 @@ def equal_as_written(value: float, decimals: int, percent: bool, source: float) 
 
 @lru_cache(maxsize=64)
 def _json_document(path: Path) -> Any:
+    """A JSON file, or a CSV file as its list of rows (``[run_id=2].req_per_s`` picks a cell)."""
+    if path.suffix == ".csv":
+        with path.open(encoding="utf-8") as rows:
+            return list(csv.DictReader(rows))
     return json.loads(path.read_text(encoding="utf-8"))
 
 

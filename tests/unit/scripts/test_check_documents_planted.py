@@ -24,6 +24,7 @@ RESULTS = "docs/results/index.md"
 IMPORTS = "docs/imports.md"
 HIT_PATH_RECORD = "docs/records/2026-12-01-cache-hit-path-every-published-figure.md"
 RECORDING_RECORD = "docs/records/2026-12-03-trace-recording-cost.md"
+TRACES = "docs/TRACES.md"  # exact pointers into a runs export (CSV)
 FIXTURE = "NOTES.md"  # a hand-written document with exact pointers into fixture.json (below)
 
 FIXTURE_DATA = {
@@ -109,6 +110,8 @@ PLANTED: list[tuple[str, str, Callable[[str], str], str]] = [
         "2,811",
     ),
     ("a changed bound in a table", HIT_PATH_RECORD, _replace("2,201 [2,067, 2,344]", "2,201 [2,076, 2,344]"), "2,076"),
+    ("a count in a table from a CSV", TRACES, _replace("| vLLM | 568 |", "| vLLM | 586 |"), "| vLLM | 586 |"),
+    ("a ceiling in prose", TRACES, _replace("(70.6% against 72.0%)", "(70.6% against 27.0%)"), "27.0%"),
     ("a sign", FIXTURE, _replace("+1.00 ms", "-1.00 ms"), "-1.00"),
     ("a share", FIXTURE, _replace("97.4%", "99.0%"), "99.0%"),
     ("a digit added", FIXTURE, _replace("at 7.8 tok/s", "at 17.8 tok/s"), "17.8"),
@@ -146,6 +149,7 @@ def test_at_least_fifteen_plants_of_every_kind() -> None:
         IMPORTS,
         HIT_PATH_RECORD,
         RECORDING_RECORD,
+        TRACES,
         FIXTURE,
     }
 
