@@ -52,3 +52,16 @@ def test_every_run_setting_and_command_is_on_its_page() -> None:
     assert len(names) > 10
     for words in names:
         assert f"`{' '.join(words)}`" in cli, words
+
+
+def test_the_spec_file_guide_s_example_is_a_valid_spec_file(tmp_path: Path) -> None:
+    import re
+
+    from lab.specs.spec_files import load_spec_file
+
+    guide = (PROJECT_ROOT / "docs" / "guides" / "spec-files.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", guide, re.DOTALL)
+    assert example is not None
+    (tmp_path / "bench.toml").write_text(example.group(1), encoding="utf-8")
+    spec = load_spec_file(tmp_path / "bench.toml")
+    assert spec.repeats == 3 and spec.grid == {"load.vus": [1, 8]}
