@@ -1,8 +1,8 @@
 """The run executor: one claimed run from its spec to a final state, step by step.
 
 ``execute`` reads like the phases the pages show: start the services, warm up, fill the
-cache, load (then drain), collect, store. The steps are ``run_steps.RunSteps``'s, the
-figures ``run_collect.RunCollector``'s, the decisions ``run_decisions``' and the final write
+cache, load (then drain), collect, store. The steps are ``steps.RunSteps``'s, the
+figures ``collect.RunCollector``'s, the decisions ``decisions``' and the final write
 ``final_state.FinalStateWriter``'s. ``worker.Worker`` claims the runs and calls this.
 Nothing here imports Streamlit: pages only read what is written to the database.
 """

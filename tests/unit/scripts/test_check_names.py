@@ -15,17 +15,8 @@ sys.modules["check_names"] = check_names  # its dataclasses look their module up
 _spec.loader.exec_module(check_names)
 
 
-# Wrong names in files another change has open (the queue and report rework): listed for it to
-# fix, allowed here until then. Nothing else may be found.
-PENDING = {
-    "lab/run/runner.py:4: run_steps.RunSteps: no module run_steps.py",
-    "lab/run/runner.py:5: run_collect.RunCollector: no module run_collect.py",
-    "docs/ARCHITECTURE.md:168: extra_rounds.py does not exist",
-}
-
-
 def test_the_tree_s_names_resolve() -> None:
-    assert [str(finding) for finding in check_names.check() if str(finding) not in PENDING] == []
+    assert [str(finding) for finding in check_names.check()] == []
 
 
 def _tree(tmp_path: Path) -> Path:
