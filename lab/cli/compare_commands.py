@@ -4,13 +4,10 @@ Every verdict that differs (not only "held" against "did not hold"), with both i
 whether they overlap, whether the machines differ in their CPU features and resolved settings,
 and the difference attributed to them where they do (:mod:`lab.report.comparison`). Prints
 Markdown; with more than two reports, every pair is compared (the first against each later one,
-and so on). It replaces ``scripts/compare_reproductions.py``, a tool a lab member runs after a
-new reproduction.
+and so on). A lab member runs it after a new reproduction.
 
-The command's parser and handler live here; ``lab.cli.entry`` registers them
-(:func:`add_compare_command` in ``build_parser``, :func:`cmd_compare_reproductions` in
-``HANDLERS``). The report code is imported only when the command runs, so the CLI starts without
-the analysis libraries.
+``lab.cli.entry`` registers the parser and the handler. The report code is imported only when the
+command runs, so the CLI starts without the analysis libraries.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from lab.cli.baseline_commands import add_gate_arguments, add_spec_and_baseline_commands
 from lab.cli.capacity_commands import cmd_capacity
+from lab.cli.compare_commands import add_compare_command, cmd_compare_reproductions
 from lab.cli.import_commands import add_import_command, cmd_import
 from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce(commands)
     add_import_command(commands)
     add_trace_commands(commands)
+    add_compare_command(commands)
     return parser
 
 
@@ -228,6 +230,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
     "capacity": cmd_capacity,
     "import": cmd_import,
     "traces": cmd_traces,
+    "compare-reproductions": cmd_compare_reproductions,
 }
 
 

@@ -99,7 +99,9 @@ def _reproduction_figures(session: Session, experiments: Sequence[Experiment]) -
         rounds = int(verdict.get("rounds", item.rounds) or 0)
         state = "undecided" if verdict["verdict"] in UNDECIDED else "decided"
         progress = (
-            f"decided at round {rounds}"
+            "no round done yet"
+            if rounds == 0
+            else f"decided at round {rounds}"
             if state == "decided"
             else f"undecided after {rounds} round{'s' if rounds != 1 else ''}"
         )
@@ -278,10 +280,12 @@ def summary_lines(found: LongExperimentStatus) -> list[str]:
     if found.state_reason:
         head += f" ({found.state_reason})"
     lines = [head]
+    extra = found.rounds_done - found.rounds_planned
     rounds = (
-        f"rounds {found.rounds_done} done of {found.rounds_planned} planned; "
-        f"runs {found.runs_done} done, {found.runs_left} left"
-    )
+        f"rounds {found.rounds_done} done of {found.rounds_planned} planned"
+        if extra <= 0
+        else f"rounds {found.rounds_done} done: {found.rounds_planned} planned, {extra} until decided"
+    ) + f"; runs {found.runs_done} done, {found.runs_left} left"
     if found.running_run:
         rounds += f"; running {found.running_run}"
     lines.append(rounds)

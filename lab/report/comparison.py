@@ -6,7 +6,7 @@ they do.
 A reproduction is read from its published folder: the "Claim by claim" table of its README.md
 (what a reader sees, so a report written by older code compares too) and its runs.csv (times,
 commit, and the machine record of each run; reports from before the record have none and say
-"not recorded", never a guess). ``scripts/compare_reproductions.py`` is the command.
+"not recorded", never a guess). ``python -m lab compare-reproductions`` is the command.
 """
 
 from __future__ import annotations
