@@ -152,10 +152,25 @@ def cmd_reproduce(args: argparse.Namespace, context: LabContext) -> int:
     if output is None:
         return 1
     if args.report_only:
-        from lab.report import report_only
-
-        return report_only(settings=context.settings, scale=scale, output_dir=output)
+        return _report_only(context, scale=scale, output=output)
     return _create_and_follow(args, context, scale=scale, until_decided=until_decided, output=output)
+
+
+def _report_only(context: LabContext, *, scale: str, output: Path) -> int:
+    """The newest long reproduction of ``scale``'s report as it stands (interim until it ends), else
+    the report of the newest stored experiments of that scale."""
+    from sqlalchemy.orm import Session
+
+    from lab.queue.long_status import newest_reproduction, write_report
+    from lab.report import report_only
+
+    with Session(context.engine) as session:
+        newest = newest_reproduction(session, scale)
+    if newest is None:
+        return report_only(settings=context.settings, scale=scale, output_dir=output)
+    written = write_report(settings=context.settings, long_id=newest, output_dir=output)
+    print(f"report of long experiment #{newest} written: {written}", file=sys.stderr)
+    return 0
 
 
 def _report_folder(args: argparse.Namespace, scale: str) -> Path | None:

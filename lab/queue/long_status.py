@@ -253,6 +253,12 @@ def all_ids(session: Session, *, unfinished_only: bool = False) -> list[int]:
     return list(session.scalars(query))
 
 
+def newest_reproduction(session: Session, scale: str) -> int | None:
+    """The newest long reproduction of ``scale``, or None."""
+    query = select(LongExperiment).where(LongExperiment.kind == plans.REPRODUCTION).order_by(LongExperiment.id.desc())
+    return next((found.id for found in session.scalars(query) if found.plan.get("scale") == scale), None)
+
+
 def _stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M")
 

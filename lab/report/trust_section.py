@@ -167,8 +167,9 @@ def _speed_blocks(trust: Trust) -> list[Block]:
         "Machine speed: a fixed CPU kernel timed before and after each run's load, as an index (1.00 = the "
         "median run; 0.80 = 20% slower), for the record only: it flags no run. It times the moments before and "
         "after the load, and this machine switches by itself between speeds about 1.5x apart, so on the stored "
-        "contention runs no threshold on it told runs beside a CPU hog from quiet ones (BENCHMARKS.md, "
-        '"Machine speed"). Runs that shared the machine are flagged by other processes\' CPU during the load.'
+        "contention runs no threshold on it told runs beside a CPU hog from quiet ones (the lab's record "
+        "docs/records/2026-12-03-machine-speed-index-as-a-busy-flag.md). Runs that shared the machine are "
+        "flagged by other processes' CPU during the load."
     )
     return [("p", text), ("table", pd.DataFrame(rows)), ("chart", "machine_speed", "Machine speed by run")]
 

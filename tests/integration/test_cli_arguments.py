@@ -44,6 +44,10 @@ def lab(data_dir: Path, *args: str, timeout: float = 120) -> subprocess.Complete
         (["run", "--preset", "seed-exp1", "--repeats", "99999999999999"], "repeats must be between"),
         (["reproduce", "--repeats", "-2"], "repeats must be between"),
         (["reproduce", "--quick", "--output", "/proc/version/report"], "error: "),
+        (["reproduce", "--until-decided", "--budget", "60s"], "is under one round's predicted"),
+        (["reproduce", "--status", "5"], "error: no long experiment #5"),
+        (["reproduce", "--stop", "5"], "error: no long experiment #5"),
+        (["reproduce", "--resume", "0"], "a long experiment id must be between"),
     ],
 )
 def test_bad_ids_numbers_and_paths_are_one_clear_line(tmp_path: Path, args: list[str], expected: str) -> None:
