@@ -28,6 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# No deadline per example: a test judges what a function returns, never how fast it ran on a
+# machine that may be busy (a long experiment beside the suite made a 200 ms deadline flaky).
+hypothesis_settings.register_profile("lab", deadline=None)
+hypothesis_settings.load_profile("lab")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = PROJECT_ROOT / "models" / "SmolLM2-135M-Instruct"
