@@ -14,9 +14,9 @@ import pandas as pd
 import streamlit as st
 
 from lab import history
-from lab.analysis.compare import experiments_spanned, generic_table, run_record, split_warned
+from lab.analysis.compare import LAB_SOURCE, experiments_spanned, generic_table, run_record, split_warned
 from lab.analysis.cost import cost_table
-from lab.analysis.run_diff import CellPair, cell_pairs, setting_values_differ_only_in, settings_diff
+from lab.analysis.run_diff import CellPair, cell_pairs, recorded_by_all, setting_values_differ_only_in, settings_diff
 from lab.analysis.safe_csv import dataframe_to_csv
 from lab.analysis.seed import matching_seed_preset, seed_ratios
 from lab.specs.schema import load_preset
@@ -119,6 +119,14 @@ def diff_section(chosen: Chosen) -> None:
     st.subheader("What differs between the chosen runs")
     records = chosen.records
     rows = settings_diff([(record["run_id"], chosen.specs.get(record["run_id"])) for record in records])
+    imported = [record["run_id"] for record in records if record.get("source") not in (None, LAB_SOURCE)]
+    rows, unrecorded, tool_only = recorded_by_all(rows, imported)
+    if unrecorded or tool_only:
+        st.caption(
+            f"Imported: {plural(unrecorded, 'setting')} of the lab's not recorded by the imported run's tool"
+            + (f", {plural(tool_only, 'setting')} only the tool records" if tool_only else "")
+            + "; left out, so only the settings every chosen run has are compared."
+        )
     if len(records) < 2:
         st.caption("One run chosen: nothing to set beside it. Choose two or more.")
         return
@@ -287,8 +295,10 @@ def ratios_section(done: list[dict], chosen: Chosen, preset: str | None) -> None
     apart = [pair for pair in pairs if not pair.comparable]
     if comparable:
         st.caption(
-            "Cells one setting apart, every other setting the same: the ratio of their means (second over "
-            "first), its 95% interval and Welch's t-test on the repeats (under 3 repeats a side: n too small)."
+            "Cells one setting apart, every other setting the same: the ratio, second over first (the "
+            "geometric mean of per-round ratios when both ran the same rounds, else the ratio of means: the "
+            "centre of its 95% interval, as in the reports), and Welch's t-test on the repeats (under 3 "
+            "repeats a side: n too small)."
         )
         st.dataframe(
             display_frame(pd.DataFrame(ratio_rows(comparable))), hide_index=True, width="stretch", key="compare_ratios"
@@ -428,7 +438,10 @@ def page() -> None:
         key="compare_price",
         help="What an hour of this hardware costs you.",
     )
-    preset = matching_seed_preset(done)
+    match = matching_seed_preset(done)
+    if match.why_not:
+        st.caption(f"The seed's table is not shown: {plain(match.why_not)}.")
+    preset = match.preset if match.applies else None
     table = main_table(done, preset, price_per_hour)
     downloads(table, chosen.records)
     ratios_section(done, chosen, preset)

@@ -9,6 +9,25 @@ from typing import Any
 
 from lab.analysis.statistics import RatioInterval, finite_numbers, positive_mean_interval, ratio_interval
 
+# What makes two runs one cell, as run records name it: who measured it, the backend and its model,
+# the workload and its settings (a trace by name and hash), the load and its length, the answer
+# length. Every table or chart that groups runs groups by all of them, so no figure joins two
+# workloads or two loads.
+CELL_KEYS: tuple[str, ...] = (
+    "source",
+    "backend",
+    "model",
+    "workload",
+    "trace_name",
+    "trace_sha256",
+    "load_kind",
+    "vus",
+    "arrival_rate_per_s",
+    "prompts",
+    "duration_s",
+    "max_tokens",
+)
+
 
 def done_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records of runs that finished ``done``."""

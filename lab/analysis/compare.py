@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-from lab.analysis.aggregation import aggregate, done_groups, ratio, ratio_of_runs
+from lab.analysis.aggregation import CELL_KEYS, aggregate, done_groups, ratio, ratio_of_runs
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.statistics import mean_interval, welch_test
 from lab.measurement.hardware import hardware_summary
@@ -59,17 +59,7 @@ RECORD_FIELDS: tuple[str, ...] = (
 LAB_SOURCE = "lab"
 # The Compare page's cells when no seed table applies, and the figures it averages.
 # ``source`` first: a run imported from another tool is its own row beside the lab's.
-GENERIC_KEYS = (
-    "source",
-    "backend",
-    "workload",
-    "trace_name",
-    "trace_sha256",
-    "vus",
-    "arrival_rate_per_s",
-    "prompts",
-    "max_tokens",
-)
+GENERIC_KEYS = CELL_KEYS
 GENERIC_FIGURES = (
     "req_per_s",
     "output_tok_per_s",
@@ -165,7 +155,8 @@ def cell_comparisons(records: Sequence[dict[str, Any]], keys: Sequence[str], fig
                     "figure": figure,
                     "cell": f"{key} {second[differing[0]]} over {key} {first[differing[0]]}"
                     + (f" ({same})" if same else ""),
-                    "ratio": ratio(second_mean, first_mean),
+                    # The interval's own centre, the estimator the reports use (never a point off it).
+                    "ratio": interval.ratio if interval.ratio is not None else ratio(second_mean, first_mean),
                     "ratio_ci95_low": interval.ci95_low,
                     "ratio_ci95_high": interval.ci95_high,
                     "interval_method": interval.method if interval.ci95_low is not None else None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-from lab.analysis.aggregation import aggregate
+from lab.analysis.aggregation import CELL_KEYS, aggregate
 
 
 def cost_per_million_output_tokens(output_tok_per_s: float | None, price_per_hour: float) -> float | None:
@@ -19,15 +19,17 @@ def cost_per_million_output_tokens(output_tok_per_s: float | None, price_per_hou
 
 
 def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.DataFrame:
-    """Per backend and VUs: mean output tok/s and what a million output tokens cost (machine names)."""
+    """Per cell (:data:`~lab.analysis.aggregation.CELL_KEYS`, so two workloads or two loads are never
+    one row): mean output tok/s and what a million output tokens cost (machine names); the cell
+    settings no chosen run has are left out."""
     import pandas as pd  # on first use: most commands never build a table (0.5 s of every CLI start)
 
-    rows = aggregate(records, ("backend", "vus"), ("output_tok_per_s",))
+    rows = aggregate(records, CELL_KEYS, ("output_tok_per_s",))
     frame = pd.DataFrame(
         [
             {
-                "backend": row["backend"],
-                "vus": row["vus"],
+                **{key: row[key] for key in CELL_KEYS},
+                "n": row["n"],
                 "output_tok_per_s": row["output_tok_per_s"],
                 "cost_per_million_output_tokens": cost_per_million_output_tokens(
                     row["output_tok_per_s"], price_per_hour
@@ -35,6 +37,9 @@ def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.D
             }
             for row in rows
         ],
-        columns=["backend", "vus", "output_tok_per_s", "cost_per_million_output_tokens"],
+        columns=[*CELL_KEYS, "n", "output_tok_per_s", "cost_per_million_output_tokens"],
     )
-    return frame.sort_values(["backend", "vus"], na_position="last").reset_index(drop=True)
+    shown = [key for key in CELL_KEYS if frame[key].notna().any()]
+    frame = frame[[*shown, "n", "output_tok_per_s", "cost_per_million_output_tokens"]]
+    sort_keys = [key for key in ("backend", "workload", "vus") if key in frame]
+    return frame.sort_values(sort_keys, na_position="last").reset_index(drop=True)

@@ -55,6 +55,23 @@ def settings_diff(runs: Sequence[tuple[int, dict[str, Any] | None]]) -> list[dic
     ]
 
 
+def recorded_by_all(
+    rows: Sequence[dict[str | int, Any]], imported_run_ids: Sequence[int]
+) -> tuple[list[dict[str | int, Any]], int, int]:
+    """With imported runs among ``rows``' runs: (the differing settings every run records, how many
+    lab settings an imported run's tool did not record, how many of a tool's own settings the other
+    runs do not have). Either gap is in a record, not a difference between the runs. Without
+    imported runs, ``rows`` as they are."""
+    if not imported_run_ids:
+        return list(rows), 0, 0
+    runs = [key for key in (rows[0] if rows else {}) if key != "setting"]
+    shared = [row for row in rows if all(row.get(run_id) is not None for run_id in runs)]
+    unrecorded = sum(
+        1 for row in rows if row not in shared and any(row.get(run_id) is None for run_id in imported_run_ids)
+    )
+    return shared, unrecorded, len(rows) - len(shared) - unrecorded
+
+
 @dataclass
 class Cell:
     """Done runs with the same settings (the random seed aside): ``values`` of the differing settings."""
@@ -69,7 +86,9 @@ class Cell:
 
 @dataclass(frozen=True)
 class FigureRatio:
-    """``figure`` of the second cell over the first's: ratio of means, 95% interval, Welch's verdict."""
+    """``figure`` of the second cell over the first's: the ratio (the centre of its 95% interval: the
+    geometric mean of per-round ratios when both cells ran the same rounds, else the ratio of
+    means), that interval, and Welch's verdict."""
 
     figure: str
     ratio: float | None
@@ -121,7 +140,8 @@ def figure_ratio(figure: str, first: Cell, second: Cell) -> FigureRatio | None:
     interval = ratio_of_runs(figure, second.records, first.records)
     return FigureRatio(
         figure,
-        ratio(second_mean, first_mean),
+        # The interval's own centre (the reports' estimator), so the point never sits off its interval.
+        interval.ratio if interval.ratio is not None else ratio(second_mean, first_mean),
         interval.ci95_low,
         interval.ci95_high,
         interval.method if interval.ci95_low is not None else None,

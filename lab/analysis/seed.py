@@ -174,13 +174,43 @@ SEED_EXPERIMENTS: dict[str, SeedExperiment] = {
 }
 
 
-def matching_seed_preset(records: Sequence[dict[str, Any]]) -> str | None:
-    """The seed preset all ``records`` come from, if exactly one (so its seed table applies)."""
+@dataclass(frozen=True)
+class SeedMatch:
+    """Whether the seed's table applies to chosen runs: the preset they all come from, and None
+    as ``why_not`` when they ran the seed's backends and workload, measured by the lab."""
+
+    preset: str | None
+    why_not: str | None = None
+
+    @property
+    def applies(self) -> bool:
+        return self.preset is not None and self.why_not is None
+
+
+def matching_seed_preset(records: Sequence[dict[str, Any]]) -> SeedMatch:
+    """The seed preset all ``records`` come from (exactly one), and why its table does not apply
+    when they ran other backends or another workload than the seed's, or were imported."""
+    from lab.specs.schema import load_preset
+
     presets = {record.get("preset") for record in records}
     if len(presets) != 1:
-        return None
+        return SeedMatch(None)
     preset = presets.pop()
-    return preset if preset in SEED_EXPERIMENTS else None
+    if preset not in SEED_EXPERIMENTS:
+        return SeedMatch(None)
+    spec = load_preset(str(preset))
+    backends = {str(value) for value in spec.grid.get("backend", [spec.base.backend])}
+    workload = spec.base.workload.kind
+    problems = []
+    if others := sorted({str(r.get("backend")) for r in records} - backends):
+        problems.append(f"backend {', '.join(others)} (the seed's: {', '.join(sorted(backends))})")
+    if others := sorted({str(r.get("workload")) for r in records} - {workload}):
+        problems.append(f"workload {', '.join(others)} (the seed's: {workload})")
+    if imported := sorted({str(r.get("source")) for r in records if r.get("source") not in (None, "lab")}):
+        problems.append(f"runs imported from {', '.join(imported)}")
+    if problems:
+        return SeedMatch(str(preset), f"runs of {preset} with {'; '.join(problems)} are not the seed's set-up")
+    return SeedMatch(str(preset))
 
 
 # -- ours beside the seed's ------------------------------------------------------------------

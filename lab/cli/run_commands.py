@@ -123,8 +123,8 @@ def wait_for_submitted_runs(context: LabContext, run_ids: list[int], *, local: b
 
 
 def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
-    """Cells that differ in one grid setting, as ratios of their mean req/s and output tok/s,
-    each with its 95% interval (from two repeats a side) and Welch's test."""
+    """Cells that differ in one grid setting, as ratios of their req/s and output tok/s (the
+    reports' estimator), each with its 95% interval (from two repeats a side) and Welch's test."""
     from lab.analysis.compare import grid_comparisons
 
     lines = []
@@ -139,8 +139,9 @@ def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, A
                 lines.append(f"  {label}: {row['cell']}: {row['ratio']:,.2f}x{interval} ({row['significance']})")
     if lines:
         print(
-            "ratios of means over repeats, cells differing in one setting "
-            "(intervals on a log scale, paired by round when the cells ran in the same rounds):"
+            "ratios over repeats, cells differing in one setting: the geometric mean of per-round ratios "
+            "when the cells ran in the same rounds, else the ratio of means, each the centre of its "
+            "interval (on a log scale):"
         )
         print("\n".join(lines))
 

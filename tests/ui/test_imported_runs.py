@@ -40,3 +40,71 @@ def test_compare_sets_an_imported_guidellm_run_beside_a_lab_run(seed_lab: Seeded
     assert not app.exception
     table = frame_with(app, "measured by")
     assert set(table["measured by"]) == {"lab", "guidellm 0.8.1"}
+
+
+def external_run(seed: SeededLab, *, workload: str, tok: float, preset: str | None = None) -> int:
+    """A done run against an external server, of one workload (a preset's name when ``preset``)."""
+    from db import store
+    from db.models import RunStatus
+    from lab.queue import experiments
+    from lab.specs.schema import ExperimentSpec, RunSpec
+
+    spec = ExperimentSpec(
+        name=f"external {workload}",
+        preset=preset,
+        base=RunSpec.model_validate(
+            {
+                "backend": "external",
+                "target_url": "http://127.0.0.1:9",
+                "model": "stub",
+                "workload": {"kind": workload},
+                "load": {"vus": 1, "duration_s": 5},
+            }
+        ),
+    )
+    with Session(seed.engine, expire_on_commit=False) as session:
+        run_id = experiments.enqueue_experiment(session=session, spec=spec).runs[0].id
+    store.set_run_status(
+        engine=seed.engine,
+        run_id=run_id,
+        status=RunStatus.DONE,
+        output_tok_per_s=tok,
+        req_per_s=tok / 16,
+        latency_p95_s=1.0,
+        latency_avg_s=0.5,
+        requests_ok=10,
+        requests_failed=0,
+    )
+    return run_id
+
+
+def test_compare_never_joins_two_workloads_and_diffs_only_what_an_imported_run_records(seed_lab: SeededLab) -> None:
+    story = external_run(seed_lab, workload="number-story", tok=290.1)
+    synthetic = external_run(seed_lab, workload="synthetic", tok=66.6)
+    imported = imported_run_ids(seed_lab)[0]
+    app = open_page(PAGES["Compare"])
+    widget(app.radio, "compare_mode").set_value("individual runs").run()
+    widget(app.multiselect, "compare_runs").set_value([story, synthetic, imported]).run()
+    assert not app.exception, [item.value for item in app.exception]
+    tables = [frame.value for frame in app.dataframe if "cost per 1M output tokens" in frame.value.columns]
+    shown = texts(app)
+    # One row per workload (and per tool): no mean of 290.1 and 66.6 anywhere.
+    assert len(tables) == 2  # the figures by cell, and the cost per million output tokens
+    for table in tables:
+        assert len(table) == 3, table  # one row per workload and per tool
+        numbers = table.select_dtypes("number").to_numpy().ravel()
+        assert not any(abs(value - (290.1 + 66.6) / 2) < 0.5 for value in numbers)  # no mean of the two
+    assert "of the lab's not recorded by the imported run's tool" in shown
+    diff = frame_with(app, "setting")
+    assert not diff.isna().any().any() and not (diff == "–").any().any()
+
+
+def test_the_seed_table_is_not_shown_for_a_stub_run_under_a_seed_preset(seed_lab: SeededLab) -> None:
+    first = external_run(seed_lab, workload="number-story", tok=7312.0, preset="seed-exp1")
+    app = open_page(PAGES["Compare"])
+    widget(app.radio, "compare_mode").set_value("individual runs").run()
+    widget(app.multiselect, "compare_runs").set_value([first]).run()
+    assert not app.exception, [item.value for item in app.exception]
+    shown = texts(app)
+    assert "The seed's table is not shown: runs of seed-exp1 with backend external" in shown
+    assert "The seed's table (seed-exp1)" not in shown

@@ -66,8 +66,11 @@ def test_repeats_with_their_own_seeds_form_one_cell() -> None:
     specs = [spec(vus=1, seed=1), spec(vus=1, seed=2), spec(vus=2, seed=1), spec(vus=2, seed=2)]
     (pair,) = cell_pairs(records, specs, ["output_tok_per_s"])
     assert pair.first.run_ids == [1, 2] and pair.second.run_ids == [3, 4]
-    ratio = pair.ratios[0].ratio
-    assert ratio is not None and abs(ratio - 21 / 11) < 1e-9 and pair.ratios[0].ci95_low is not None
+    found = pair.ratios[0]
+    # Paired by round: the geometric mean of 20/10 and 22/12, the centre of its own interval.
+    assert found.ratio is not None and abs(found.ratio - (2.0 * 22 / 12) ** 0.5) < 1e-9
+    assert found.ci95_low is not None and found.ci95_high is not None
+    assert abs(found.ratio - (found.ci95_low * found.ci95_high) ** 0.5) < 1e-9
 
 
 def test_runs_not_done_are_left_out() -> None:
