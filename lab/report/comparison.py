@@ -1,5 +1,6 @@
-"""Two reproductions, claim by claim: every verdict that differs, with both intervals and
-whether they overlap, and whether the two machines differ in what the backends chose their
+"""Two reproductions, claim by claim: every verdict that differs, with both intervals, by how
+much the two figures differ (a ratio, or percentage points between shares), whether the
+intervals overlap, and whether the two machines differ in what the backends chose their
 settings by (CPU, instruction sets, resolved settings), the difference attributed to them where
 they do.
 
@@ -27,6 +28,8 @@ from lab.measurement.machine_record import (
 )
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+# A figure as a report prints it: "5.00x", "70.7%", "1,006.3x", "7.8 tok/s", with or without its interval.
+_POINT = re.compile(r"^\s*(-?\d[\d,]*(?:\.\d+)?)\s*([^\s\[]*)")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,13 @@ class ClaimRow:
     claim: str
     ours: str
     verdict: str
+    # The "figure" column: what is measured ("vLLM over naive req/s, multi-turn chat").
+    figure: str = ""
+
+    def point(self) -> tuple[float, str] | None:
+        """The figure before its interval and its unit ("5.00x [1.87x, 10.3x]": (5.0, "x")); None without one."""
+        match = _POINT.match(self.ours)
+        return (float(match.group(1).replace(",", "")), match.group(2)) if match else None
 
     def interval(self) -> tuple[float, float] | None:
         """The 95% interval written after the figure ("0.76x [0.63x, 0.92x]"); None without one."""
@@ -86,7 +96,9 @@ def claim_rows(readme: Path) -> list[ClaimRow]:
             header = cells
             continue
         row = dict(zip(header, cells, strict=False))
-        rows.append(ClaimRow(claim=row["claim (seed)"], ours=row["ours"], verdict=row["verdict"]))
+        rows.append(
+            ClaimRow(claim=row["claim (seed)"], ours=row["ours"], verdict=row["verdict"], figure=row.get("figure", ""))
+        )
     return rows
 
 
@@ -135,6 +147,22 @@ class VerdictDifference:
     second: ClaimRow
     overlap: str
     attribution: str
+    change: str = ""
+
+
+def figure_change(first: ClaimRow, second: ClaimRow) -> str:
+    """By how much the second figure differs from the first: percentage points between two shares
+    ("-5.5 points"), otherwise the second over the first ("1.95 times")."""
+    a, b = first.point(), second.point()
+    if a is None or b is None:
+        return "no figure on " + ("either side" if a is None and b is None else "one side")
+    if a[1] != b[1]:
+        return f"not comparable ({a[1] or 'no unit'} against {b[1] or 'no unit'})"
+    if a[1] == "%":
+        return f"{b[0] - a[0]:+.1f} points"
+    if a[0] == 0:
+        return "from zero"
+    return f"{b[0] / a[0]:.3g} times"
 
 
 def intervals_overlap(first: ClaimRow, second: ClaimRow) -> str:
@@ -204,7 +232,8 @@ def compare(first: Reproduction, second: Reproduction) -> Comparison:
         if other is None or other.verdict == row.verdict:
             continue
         overlap = intervals_overlap(row, other)
-        differences.append(VerdictDifference(row.claim, row, other, overlap, _attribution(overlap, named, unrecorded)))
+        attribution = _attribution(overlap, named, unrecorded)
+        differences.append(VerdictDifference(row.claim, row, other, overlap, attribution, figure_change(row, other)))
     return Comparison(first, second, differences, hardware, settings)
 
 
@@ -239,12 +268,13 @@ def comparison_markdown(comparison: Comparison) -> str:
         a, b = comparison.names
         lines += [
             "",
-            f"| claim | {a}: ours | {a} | {b}: ours | {b} | intervals overlap | attributed to |",
-            "|---|---|---|---|---|---|---|",
+            f"| claim | {a}: ours | {a} | {b}: ours | {b} | by how much ({b} against {a}) | intervals overlap "
+            "| attributed to |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {d.claim} | {d.first.ours} | {d.first.verdict} | {d.second.ours} | {d.second.verdict} | "
-            f"{d.overlap} | {d.attribution} |"
+            f"{d.change} | {d.overlap} | {d.attribution} |"
             for d in comparison.differences
         ]
     return "\n".join(lines)

@@ -1,5 +1,6 @@
-"""Two reproductions compared: every differing verdict with both intervals and whether they
-overlap, the machines' differing features named, and the differences attributed to them."""
+"""Two reproductions compared: every differing verdict with both intervals, by how much the figures
+differ and whether the intervals overlap, the machines' differing features named, and the differences
+attributed to them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from lab.analysis.compare import RECORD_FIELDS
 from lab.measurement.machine_record import MachineRecord, read_cpu_features
-from lab.report.comparison import compare, comparison_markdown, read_reproduction
+from lab.report.comparison import ClaimRow, compare, comparison_markdown, figure_change, read_reproduction
 from tests.support.cpuinfo import AVX2_ONLY_FLAGS, BF16_FLAGS, fake_cpuinfo
 
 
@@ -96,3 +97,24 @@ def test_the_same_machine_is_not_blamed_and_an_unrecorded_one_cannot_be(tmp_path
     comparison = compare(old, second)
     assert comparison.differences[0].attribution == "cannot tell: the hardware of quick was not recorded"
     assert "The instruction sets of quick were not recorded" in comparison_markdown(comparison)
+
+
+def test_each_differing_verdict_says_by_how_much_the_figures_differ(tmp_path: Path) -> None:
+    first = read_reproduction(_report(tmp_path / "a", VERDICTS_A), "quick")
+    second = read_reproduction(_report(tmp_path / "b", VERDICTS_B), "quick-second")
+    comparison = compare(first, second)
+    # A ratio against a ratio: the second over the first (1.62 / 0.70); 0.90x has no interval but a figure.
+    assert [d.change for d in comparison.differences] == ["2.31 times", "6.32 times", "1.17 times"]
+    text = comparison_markdown(comparison)
+    assert "| by how much (quick-second against quick) | intervals overlap |" in text
+    assert "| partly | 2.31 times | no | " in text
+
+
+def test_shares_differ_in_points_and_a_missing_figure_is_said() -> None:
+    def row(ours: str) -> ClaimRow:
+        return ClaimRow(claim="c", ours=ours, verdict="held")
+
+    assert figure_change(row("62.8% [50.4%, 78.1%]"), row("73.6% [69.7%, 77.8%]")) == "+10.8 points"
+    assert figure_change(row("1,006.3x"), row("3.17x [2.67x, 3.75x]")) == "0.00315 times"
+    assert figure_change(row("not measured"), row("0.0%")) == "no figure on one side"
+    assert figure_change(row("0.0%"), row("1.2x")) == "not comparable (% against x)"
