@@ -1,6 +1,6 @@
 """Can the machine-speed index tell a run beside a CPU hog from a quiet one? A re-analysis of stored runs.
 
-The contention reproduction (docs/reproduction/contention/) ran two busy loops from 17:54:51
+The contention reproduction (docs/reproduction/archive/contention/) ran two busy loops from 17:54:51
 to 17:59:51 UTC. For each figure a run carries (the machine-speed index of the mean, of the
 kernel before and of the kernel after the load, the slower of the two, and other processes'
 CPU) this finds the threshold that best separates the runs whose load overlapped the hog from
@@ -76,7 +76,7 @@ def best_threshold(values: dict[int, float], hog: set[int]) -> dict[str, Any]:
 
 
 def contention_separation() -> dict[str, Any]:
-    rows = read_runs(REPRODUCTIONS / "contention" / "runs.csv")
+    rows = read_runs(REPRODUCTIONS / "archive" / "contention" / "runs.csv")
     run_ids = [int(r["run_id"]) for r in rows]
     hog = {int(r["run_id"]) for r in rows if hog_overlap_s(r) > 0}
     before = {int(r["run_id"]): _number(r["machine_calibration_before_s"]) for r in rows}

@@ -31,7 +31,7 @@ def test_a_planted_wrong_figure_in_a_record_fails(tmp_path: Path) -> None:
     assert "| 2,201 [2,067, 2,344] req/s |" in benchmarks
     (tmp_path / record.name).write_text(benchmarks.replace("2,201 [2,067", "3,440 [2,067"), encoding="utf-8")
     findings = [str(f) for f in check_documents.check_document(tmp_path / record.name, PROJECT_ROOT)]
-    assert len(findings) == 1 and "figures not in order in docs/reproduction/quick/README.md" in findings[0]
+    assert len(findings) == 1 and "figures not in order in docs/reproduction/archive/quick/README.md" in findings[0]
 
 
 def test_csv_selectors_rounding_shares_and_missing_pointers(tmp_path: Path) -> None:
