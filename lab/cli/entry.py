@@ -109,7 +109,14 @@ def _add_run_commands(commands: Any) -> None:
     listing.set_defaults(ids=None)
     export = runs_actions.add_parser("export")
     export.add_argument("ids", nargs="*", type=run_id_arg)
-    export.add_argument("--csv", required=True)
+    export.add_argument(
+        "--csv",
+        nargs="?",
+        const="-",
+        default="-",
+        metavar="FILE",
+        help="write the runs as CSV to FILE (standard output without FILE, or with -)",
+    )
     slo_eval = runs_actions.add_parser("slo", help="evaluate a stored run against an SLO")
     slo_eval.add_argument("id", type=run_id_arg)
     slo_eval.add_argument(
@@ -207,8 +214,15 @@ LOCAL_HELP = (
 )
 
 
+# Loggers of libraries the lab uses, quiet below WARNING unless --verbose.
+QUIET_LOGGERS = ("httpx", "httpcore", "urllib3", "uvicorn.access", "asyncio")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description="Serving Lab: measure LLM serving stacks")
+    parser.add_argument(
+        "--verbose", action="store_true", help="log every library's lines too (each HTTP request, for one)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_lab_commands(commands)
     _add_run_commands(commands)
@@ -236,8 +250,12 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit status (2: bad input, 1: it failed, 130: stopped)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        # Library loggers say every HTTP request at INFO (a metrics poll twice a second): quiet unless asked.
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         context = LabContext(settings=get_settings())
     except ValidationError as error:  # a LAB_ variable with a value the lab refuses: one line

@@ -186,6 +186,9 @@ def cmd_runs(args: argparse.Namespace, context: LabContext) -> int:
         missing = sorted(set(args.ids) - {r["run_id"] for r in records})
         print(f"error: no run with id {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
+    if args.csv == "-":
+        sys.stdout.write(records_to_csv(records))
+        return 0
     try:
         Path(args.csv).write_text(records_to_csv(records), encoding="utf-8")
     except OSError as error:  # a folder, a missing or read-only folder, a full disk

@@ -92,3 +92,12 @@ def test_lab_run_ends_with_one_line_when_the_worker_uses_a_removed_database(tmp_
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_runs_export_writes_csv_to_standard_output_without_a_file_or_with_a_dash(tmp_path: Path) -> None:
+    for args in (["runs", "export", "--csv"], ["runs", "export", "--csv", "-"], ["runs", "export"]):
+        result = lab(tmp_path / "data", *args)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("run_id,"), result.stdout[:200]
+        assert "HTTP Request" not in result.stderr
+    assert not (PROJECT_ROOT / "-").exists()
