@@ -94,13 +94,17 @@ def _reproduction_figures(session: Session, experiments: Sequence[Experiment]) -
     if not any(records.values()):
         return []
     figures = []
-    for item in judge_claims(records, drift=assess(records).drift, rounds=rounds_of(meta)):
+    judging = rounds_of(meta)
+    for item in judge_claims(records, drift=assess(records).drift, rounds=judging):
         verdict = item.verdict
         rounds = int(verdict.get("rounds", item.rounds) or 0)
         state = "undecided" if verdict["verdict"] in UNDECIDED else "decided"
         progress = (
             "no round done yet"
             if rounds == 0
+            # Before the planned rounds are in, a verdict is a reading, not the first decided look.
+            else f"so far, after {rounds} of {judging.planned} planned rounds"
+            if rounds < judging.planned
             else f"decided at round {rounds}"
             if state == "decided"
             else f"undecided after {rounds} round{'s' if rounds != 1 else ''}"
