@@ -160,9 +160,12 @@ def figure_change(first: ClaimRow, second: ClaimRow) -> str:
         return f"not comparable ({a[1] or 'no unit'} against {b[1] or 'no unit'})"
     if a[1] == "%":
         return f"{b[0] - a[0]:+.1f} points"
+    if a[0] == b[0]:
+        return "the same figure"
     if a[0] == 0:
         return "from zero"
-    return f"{b[0] / a[0]:.3g} times"
+    times = b[0] / a[0]
+    return f"{times:,.0f} times" if times >= 100 else f"{times:#.3g} times"
 
 
 def intervals_overlap(first: ClaimRow, second: ClaimRow) -> str:

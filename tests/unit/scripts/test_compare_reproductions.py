@@ -116,5 +116,7 @@ def test_shares_differ_in_points_and_a_missing_figure_is_said() -> None:
 
     assert figure_change(row("62.8% [50.4%, 78.1%]"), row("73.6% [69.7%, 77.8%]")) == "+10.8 points"
     assert figure_change(row("1,006.3x"), row("3.17x [2.67x, 3.75x]")) == "0.00315 times"
+    assert figure_change(row("0.70x [0.56x, 0.86x]"), row("0.70x [0.56x, 0.86x]")) == "the same figure"
+    assert figure_change(row("3.17x"), row("1,006.3x")) == "317 times"
     assert figure_change(row("not measured"), row("0.0%")) == "no figure on one side"
     assert figure_change(row("0.0%"), row("1.2x")) == "not comparable (% against x)"
