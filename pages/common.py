@@ -31,9 +31,10 @@ WORKERS_PAGE = "pages/workers.py"
 TRENDS_PAGE = "pages/trends.py"
 
 # The first experiment every page recommends (New experiment's default, the empty Runs page's advice).
-RECOMMENDED_PRESET = "seed-exp1"
+RECOMMENDED_PRESET = "first-run"
 RECOMMENDED_TEXT = (
-    "the quick scale of seed-exp1 (the naive server and vLLM at 1, 8 and 32 VUs) takes minutes on a small CPU machine"
+    "first-run, one 20-s run of the Transformers server at 1 VU (about a minute here); then the quick scale of "
+    "seed-exp1 (the naive server and vLLM at 1, 8 and 32 VUs) takes minutes on a small CPU machine"
 )
 
 # How often the live view polls the database while a run is active.

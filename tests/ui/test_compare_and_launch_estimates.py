@@ -127,9 +127,11 @@ def test_stop_the_experiment_beside_cancel_this_run(seed_lab: SeededLab) -> None
     assert "3 runs cancelled" in texts(app)
 
 
-def test_the_first_page_recommends_seed_exp1_quick_with_its_estimate(seed_lab: SeededLab) -> None:
+def test_the_first_page_starts_small_then_offers_the_seed_with_its_estimate(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["New experiment"])
-    assert widget(app.selectbox, "preset_name").value == "seed-exp1"
+    assert widget(app.selectbox, "preset_name").value == "first-run"
+    assert re.search(r"1 run, about \d+ (s|min) in all \(1 service start", texts(app)), texts(app)
+    widget(app.selectbox, "preset_name").select("seed-exp1").run()
     assert widget(app.toggle, "preset_quick").value is True
     assert re.search(r"6 runs, about \d+ (s|min) in all \(2 service starts", texts(app))
     widget(app.text_area, "preset_overrides").input("load.duration_s=10\ngrid.load.vus=[1]").run()

@@ -96,7 +96,7 @@ def test_bad_values_give_a_clear_message(key: str, value: object, message: str) 
 
 
 def test_unknown_preset() -> None:
-    with pytest.raises(SpecError, match="unknown preset 'nope'; presets: engines-cpu, seed-exp1"):
+    with pytest.raises(SpecError, match="unknown preset 'nope'; presets: engines-cpu, first-run, seed-exp1"):
         load_preset("nope")
 
 
