@@ -273,6 +273,17 @@ def _reproduction_estimate(scale: str, repeats: int, budget_s: float | None) -> 
     if budget_s is not None:
         estimate += f"; then rounds of the undecided claims, up to the budget ({budget_s / 3600:g} h in all)"
     st.caption(estimate)
+    if scale == "adapted" and not any(" instead of " in cell.why for cell in plan.cells):
+        unknown = sum(1 for cell in plan.cells if "no done run of this configuration" in cell.why)
+        st.caption(
+            "The adapted scale lengthens no cell here, so it runs like the seed's: "
+            + (
+                f"{unknown} of {len(plan.cells)} cells have no stored run on this machine to predict from "
+                "(a quick reproduction stores them)."
+                if unknown
+                else "this machine's stored runs say the seed's lengths measure every cell."
+            )
+        )
     one_round_s = plan.predicted_wall_s / max(1, plan.repeats)
     if budget_s is not None and budget_s < one_round_s:
         st.warning(

@@ -75,6 +75,10 @@ def test_reproduce_tab_queues_a_long_experiment_shows_its_table_and_writes_an_in
     before = len(runs_in_db(seed_lab))
     widget(app.number_input, "reproduce_repeats").set_value(1).run()
     assert "Planned rounds: 13 runs, about " in texts(app)
+    widget(app.selectbox, "reproduce_scale").select("adapted").run()
+    # This lab's stored quick runs lengthen cells: the adapted estimate is longer than the quick one.
+    assert "The adapted scale lengthens no cell here" not in texts(app)
+    widget(app.selectbox, "reproduce_scale").select("quick").run()
     widget(app.checkbox, "reproduce_until_decided").check().run()
     widget(app.number_input, "reproduce_budget_h").set_value(0.25).run()
     assert "is under one round's predicted" in texts(app) and widget(app.button, "reproduce_queue").disabled
@@ -91,6 +95,16 @@ def test_reproduce_tab_queues_a_long_experiment_shows_its_table_and_writes_an_in
     markdown = (Path(app.session_state["reproduction_report"]) / "README.md").read_text()
     assert "Interim, after 0 of 1 planned rounds" in markdown
     assert '<script src="http' not in (Path(app.session_state["reproduction_report"]) / "report.html").read_text()
+
+
+def test_the_adapted_scale_says_why_it_runs_like_the_seeds_on_an_empty_lab(empty_lab) -> None:
+    app = open_page(PAGES["New experiment"])
+    widget(app.selectbox, "reproduce_scale").select("adapted").run()
+    assert not app.exception
+    assert (
+        "The adapted scale lengthens no cell here, so it runs like the seed's: 13 of 13 cells have no stored run "
+        "on this machine to predict from" in texts(app)
+    )
 
 
 def test_grid_form_shows_validation_beside_the_field_and_queues_nothing(seed_lab: SeededLab) -> None:
