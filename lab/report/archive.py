@@ -4,12 +4,12 @@ generated line atop each archived report that needs one.
 An archived report's body stays as it was published; what was learned since goes in one line at
 its top, marked as generated, and only when the report needs it:
 
-- a claim whose printed point is not the centre of its interval. Every interval the report code
-  prints is symmetric on the log scale, so its centre is sqrt(low * high), the estimator it was
-  built on. Reports written before commit 03a12cd print the ratio of means beside an interval
-  centred on the geometric mean of per-round ratios (5.00x beside [1.87x, 10.3x], whose centre is
-  about 4.39x). The point is "not the centre" only when no values that round to the printed
-  point and bounds could make it so.
+- a figure (a claim, or a ratio in an experiment's table) whose printed point is not the centre
+  of its interval. Every interval the report code prints is symmetric on the log scale about its
+  estimator, so its centre is sqrt(low * high). Reports written before commit 03a12cd print the
+  ratio of means beside an interval centred on the geometric mean of per-round ratios (5.00x
+  beside [1.87x, 10.3x], whose centre is about 4.39x). The point is "not the centre" only when no
+  values that round to the printed point and bounds could make it so.
 - a hand-written note that compares the report with others: the line gives what the generated
   comparisons (``lab compare-reproductions``, Markdown files in the archive) found, with links.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.measurement.machine_record import INSTRUCTION_SETS, NOT_RECORDED, MachineRecord
-from lab.report.comparison import ClaimRow, claim_rows
+from lab.report.comparison import ClaimRow
 
 GENERATOR = "python -m lab archive-reproductions"
 # The generated line starts with this; a report's first line that starts with it is ours to replace.
@@ -123,13 +123,17 @@ class ArchivedReport:
     """What the index says of one archived report, read from its README.md and runs.csv."""
 
     name: str  # the folder relative to the archive: "quick-second", "seed-2026-12-01/rules-v4"
-    date: str
+    generated_at: str  # "2026-12-01T23:28:13", as the report says (UTC)
     commit: str
     machine: str
     scale: str
     verdicts: str
     off_centre: tuple[OffCentre, ...]
     hand_note: bool
+
+    @property
+    def date(self) -> str:
+        return self.generated_at[:10]
 
 
 def without_generated_line(text: str) -> str:
@@ -186,13 +190,36 @@ def commit_text(rows: list[dict[str, str]], text: str) -> str:
     return _search(r"lab commit ([0-9a-f]{7})", text) or NOT_RECORDED
 
 
-def read_report(name: str, readme_text: str, rows: list[dict[str, str]], claims: list[ClaimRow]) -> ArchivedReport:
-    """One archived report, from its README's text (generated line or not), its runs and its claims."""
+def printed_figures(text: str) -> list[ClaimRow]:
+    """Every row of the report's tables that print "ours" beside a "figure": the claims and each
+    experiment's ratios. A figure printed twice (a claim and its ratio row) is kept once."""
+    rows: list[ClaimRow] = []
+    seen: set[str] = set()
+    header: list[str] | None = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if header is None:
+            header = cells
+        elif not line.startswith("|---") and {"figure", "ours"} <= set(header):
+            row = dict(zip(header, cells, strict=False))
+            if row["ours"] not in seen:
+                seen.add(row["ours"])
+                rows.append(
+                    ClaimRow(claim=row.get("claim (seed)", ""), ours=row["ours"], verdict="", figure=row["figure"])
+                )
+    return rows
+
+
+def read_report(name: str, readme_text: str, rows: list[dict[str, str]]) -> ArchivedReport:
+    """One archived report, from its README's text (generated line or not) and its runs."""
     text = without_generated_line(readme_text)
-    found = [item for item in map(off_centre, claims) if item is not None]
+    found = [item for item in map(off_centre, printed_figures(text)) if item is not None]
     return ArchivedReport(
         name=name,
-        date=_search(r"^Generated (\d{4}-\d{2}-\d{2})", text) or NOT_RECORDED,
+        generated_at=_search(r"^Generated (\d{4}-\d{2}-\d{2}T[\d:]+)", text) or NOT_RECORDED,
         commit=commit_text(rows, text),
         machine=machine_text(rows),
         scale=_search(r"\(scale: ([^)]+)\)", text) or NOT_RECORDED,
@@ -212,8 +239,10 @@ def generated_line(report: ArchivedReport, findings: list[PairFinding]) -> str |
     parts: list[str] = []
     if report.off_centre:
         claims = "; ".join(f"{item.figure}: {item.printed} printed, centre {item.centre}" for item in report.off_centre)
+        count = len(report.off_centre)
         parts.append(
-            f"{len(report.off_centre)} printed point(s) of this report are not the centre of their interval (its "
+            f"{count} printed point{'s' if count > 1 else ''} of this report {'are' if count > 1 else 'is'} not the "
+            f"centre of {'their' if count > 1 else 'its'} interval (the report's "
             "intervals are symmetric on the log scale, centred on sqrt(low x high) of the printed bounds): "
             + claims
             + "."
@@ -298,10 +327,10 @@ def archive_texts(archive: Path) -> dict[Path, str]:
     for folder in report_folders(archive):
         readme = folder / INDEX_NAME
         text = readme.read_text(encoding="utf-8")
-        report = read_report(folder.relative_to(archive).as_posix(), text, _runs(folder), claim_rows(readme))
+        report = read_report(folder.relative_to(archive).as_posix(), text, _runs(folder))
         reports.append(report)
         texts[readme] = with_generated_line(text, generated_line(report, findings))
-    reports.sort(key=lambda report: (report.date, report.name))
+    reports.sort(key=lambda report: (report.generated_at, report.name))
     texts[archive / INDEX_NAME] = index_markdown(reports, findings)
     return texts
 

@@ -28,7 +28,13 @@ from lab.report.comparison import ClaimRow
 OLD_NOTE = "> **Added by hand after generation (not by the report code):** compared with `../quick/`, no conflict.\n\n"
 
 
-def _readme(*, ours: str = "5.00x [1.87x, 10.3x]", note: str = "", commit: str = "b062e68efee6") -> str:
+def _readme(
+    *,
+    ours: str = "5.00x [1.87x, 10.3x]",
+    ratio: str = "7.52x [0.01x, 888.7x]",
+    note: str = "",
+    commit: str = "b062e68efee6",
+) -> str:
     return (
         f"# Reproducing the seed's experiments\n\n{note}"
         "Generated 2026-12-01T23:28:13+00:00 by `python -m lab reproduce --repeats 3` (scale: full). 39 of 39 runs "
@@ -39,6 +45,9 @@ def _readme(*, ours: str = "5.00x [1.87x, 10.3x]", note: str = "", commit: str =
         "inconclusive | why |\n"
         f"| In chat vLLM is ~40x naive. | vLLM over naive req/s, multi-turn chat | 40.7x | {ours} | partly | why |\n"
         "\n## Environment\n\n| a | b |\n|---|---|\n| CPU | AMD EPYC, 2 cores |\n"
+        "\n### Ratios\n\n| figure | ours | seed |\n|---|---|---|\n"
+        f"| vLLM over naive req/s | {ours} | 40.7x |\n"  # the claim's figure again: counted once
+        f"| vLLM over naive output tok/s at 32 VUs | {ratio} | 174.0x |\n"
     )
 
 
@@ -67,22 +76,25 @@ def test_a_point_at_its_centre_within_rounding_is_not_flagged() -> None:
 
 
 def test_an_index_line_says_date_commit_machine_scale_and_verdicts() -> None:
-    old = read_report(
-        "seed-2026-12-01", _readme(), [{"lab_git_commit": "b062e68efee6c291"}], [_row("5.00x [1.87x, 10.3x]")]
-    )
+    old = read_report("seed-2026-12-01", _readme(), [{"lab_git_commit": "b062e68efee6c291"}])
     assert (old.date, old.commit, old.machine, old.scale) == ("2026-12-01", "b062e68", "not recorded", "full")
     assert old.verdicts == "2 held, 1 partly, 6 inconclusive, 5 not measurable here"
     assert not old.hand_note
+    # The claim off its centre, and a ratio of an experiment's table (sqrt(0.01 * 888.7) = 2.98).
+    assert [(item.figure, item.printed, item.centre) for item in old.off_centre] == [
+        ("vLLM over naive req/s, multi-turn chat", "5.00x", "4.39x"),
+        ("vLLM over naive output tok/s at 32 VUs", "7.52x", "2.98x"),
+    ]
     recorded = {"cpu_model_name": "AMD EPYC", "cpu_avx2": "True", "cpu_avx512": "False", "cpu_avx512_bf16": "False"}
     assert machine_text([recorded, {**recorded, "cpu_amx": "False"}]) == (
         "AMD EPYC: AVX2; no AVX-512, AVX-512 BF16 / AMD EPYC: AVX2; no AVX-512, AVX-512 BF16, AMX"
     )
     # Without runs.csv the commit comes from the report's own line.
-    assert read_report("quick", _readme(commit="cd3223a00b31"), [], []).commit == "cd3223a"
+    assert read_report("quick", _readme(commit="cd3223a00b31"), []).commit == "cd3223a"
     index = index_markdown([old], [])
     assert (
         "| [seed-2026-12-01](seed-2026-12-01/README.md) | 2026-12-01 | b062e68 | not recorded | full | "
-        "2 held, 1 partly, 6 inconclusive, 5 not measurable here | 1 |" in index.splitlines()
+        "2 held, 1 partly, 6 inconclusive, 5 not measurable here | 2 |" in index.splitlines()
     )
 
 
@@ -97,13 +109,23 @@ def test_a_hand_note_gets_what_the_generated_comparison_found_with_a_link() -> N
     assert [(f.first, f.second, f.differing, f.claims) for f in findings] == [
         ("seed-2026-12-01", "seed-2026-12-01/rules-v4", 2, 14)
     ]
-    nested = read_report("seed-2026-12-01/rules-v4", _readme(ours="4.39x [1.87x, 10.3x]", note=OLD_NOTE), [], [])
+    nested = read_report(
+        "seed-2026-12-01/rules-v4",
+        _readme(ours="4.39x [1.87x, 10.3x]", ratio="2.98x [0.01x, 888.7x]", note=OLD_NOTE),
+        [],
+    )
     line = generated_line(nested, findings)
     assert line is not None and line.startswith(LINE_MARK)
     assert "2 of 14 verdicts differ ([seed-rules-v4-comparison.md](../../seed-rules-v4-comparison.md))" in line
     assert "not the centre" not in line
     # No note and no point off centre: no line at all.
-    assert generated_line(read_report("quick-third", _readme(), [], [_row("4.39x [1.87x, 10.3x]")]), findings) is None
+    assert (
+        generated_line(
+            read_report("quick-third", _readme(ours="4.39x [1.87x, 10.3x]", ratio="2.98x [0.01x, 888.7x]"), []),
+            findings,
+        )
+        is None
+    )
 
 
 def _archive(tmp_path: Path, readme: str) -> Path:
