@@ -179,3 +179,11 @@ def test_the_parser_takes_the_archive_and_check() -> None:
     args = parser.parse_args(["archive-reproductions", "--check"])
     assert args.check and args.archive == archive_commands.DEFAULT_ARCHIVE
     assert f"python -m lab {archive_commands.COMMAND}" == archive.GENERATOR
+
+
+def test_the_checkout_s_archive_is_as_the_generator_writes_it() -> None:
+    # Its index and top lines are generated: a hand edit, or a report moved in without rerunning
+    # `python -m lab archive-reproductions`, fails here.
+    texts = archive.archive_texts(archive_commands.DEFAULT_ARCHIVE)
+    assert [str(path) for path in archive.stale_files(texts)] == []
+    assert len(texts) > 1
