@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.analysis.compare import run_record
+from lab.analysis.compare import LAB_SOURCE, run_record
 from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepare_gate, report_gate
 from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.cli.scale_options import scale_and_rounds
@@ -160,8 +160,10 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
         def fmt(value: Any, spec: str) -> str:
             return format(value, spec) if isinstance(value, (int, float)) else "-"
 
+        # An imported run is marked where its state is read: "imported", its tool in --json's source.
+        status = "imported" if r.get("source") not in (None, LAB_SOURCE) and r["status"] == "done" else r["status"]
         print(
-            f"{r['run_id']:>4} {r['backend']:<15} {r['cell_label'][:28]:<28} {r['status']:<11} "
+            f"{r['run_id']:>4} {r['backend']:<15} {r['cell_label'][:28]:<28} {status:<11} "
             f"{fmt(r['req_per_s'], '8.2f')} {fmt(r['output_tok_per_s'], '9.1f')} {fmt(r['latency_avg_s'], '7.2f')} "
             f"{fmt(r['latency_p95_s'], '7.2f')} {fmt(r['requests_failed'], '5d')}"
         )

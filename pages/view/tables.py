@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from lab.analysis.compare import LAB_SOURCE
 from lab.analysis.seed import GrowthRatio, Ratio, seed_table_rows
 from lab.backends import SeedSetup, UnknownBackendError, get_backend, seed_setup_backend
 from lab.report.formatting import format_rate, format_seconds, format_share
@@ -123,9 +124,13 @@ def runs_table(
     if sort_by in frame.columns:
         frame = frame.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable")
     progress_by_run = progress_by_run or {}
+    sources = frame["source"] if "source" in frame else pd.Series([None] * len(frame), index=frame.index)
     frame["status"] = [
-        status_badge(status, progress_by_run.get(run_id))
-        for status, run_id in zip(frame["status"], frame["run_id"], strict=True)
+        # An imported run says so where a person reads its state first, with the tool it came from.
+        f"📥 imported: {source}"
+        if source not in (None, LAB_SOURCE) and status == "done"
+        else status_badge(status, progress_by_run.get(run_id))
+        for status, run_id, source in zip(frame["status"], frame["run_id"], sources, strict=True)
     ]
     frame["model"] = frame["model"].map(model_short_name)
     # Repeats are counted from 1 wherever a person reads them (stored from 0).

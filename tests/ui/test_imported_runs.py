@@ -108,3 +108,11 @@ def test_the_seed_table_is_not_shown_for_a_stub_run_under_a_seed_preset(seed_lab
     shown = texts(app)
     assert "The seed's table is not shown: runs of seed-exp1 with backend external" in shown
     assert "The seed's table (seed-exp1)" not in shown
+
+
+def test_runs_marks_an_imported_run_with_its_tool(seed_lab: SeededLab) -> None:
+    imported_run_ids(seed_lab)
+    app = open_page(PAGES["Runs"])
+    assert not app.exception
+    table = frame_with(app, "status")
+    assert any(str(value).startswith("📥 imported: guidellm 0.8.1") for value in table["status"])
