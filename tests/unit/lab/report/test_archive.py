@@ -4,10 +4,7 @@ top line written once, replaced on a rerun, never doubled, with the body below i
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
-
-import pytest
 
 from lab.cli import archive_commands
 from lab.report import archive
@@ -154,31 +151,6 @@ def test_rerunning_the_generator_replaces_its_line_and_leaves_the_body_byte_for_
     write_archive(folder)
     assert readme.read_text(encoding="utf-8") == written
     assert with_generated_line(written, None) == body
-
-
-def _args(folder: Path, *, check: bool) -> argparse.Namespace:
-    return argparse.Namespace(archive=folder, check=check)
-
-
-def test_the_command_checks_then_writes_and_refuses_a_missing_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    folder = _archive(tmp_path, _readme())
-    assert archive_commands.cmd_archive_reproductions(_args(folder, check=True)) == 1
-    assert archive_commands.cmd_archive_reproductions(_args(folder, check=False)) == 0
-    assert archive_commands.cmd_archive_reproductions(_args(folder, check=True)) == 0
-    assert archive_commands.cmd_archive_reproductions(_args(tmp_path / "none", check=True)) == 2
-    out, err = capsys.readouterr()
-    assert f"not up to date: {folder / 'README.md'}" in out and f"wrote {folder / 'README.md'}" in out
-    assert err.strip() == f"error: {tmp_path / 'none'} is not a folder"
-
-
-def test_the_parser_takes_the_archive_and_check() -> None:
-    parser = argparse.ArgumentParser(prog="python -m lab")
-    archive_commands.add_archive_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["archive-reproductions", "--check"])
-    assert args.check and args.archive == archive_commands.DEFAULT_ARCHIVE
-    assert f"python -m lab {archive_commands.COMMAND}" == archive.GENERATOR
 
 
 def test_the_checkout_s_archive_is_as_the_generator_writes_it() -> None:
