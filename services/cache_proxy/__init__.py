@@ -24,7 +24,9 @@ vLLM. This is that proxy made correct and fast:
   (not a JSON object, NaN, overflowing numbers, lone surrogates, repeated keys, deep
   nesting: passed through as BYPASS). A ``length`` finish is complete and cached.
 - **Streaming**: a miss is passed through as it arrives and stored (raw SSE bytes) only
-  once ``data: [DONE]`` arrived; a hit replays those bytes as ``text/event-stream``.
+  once ``data: [DONE]`` arrived, and before that last chunk is sent on: a client that has
+  the whole answer finds it in the cache, however soon it closes (the OpenAI SDK closes at
+  ``[DONE]``); a hit replays those bytes as ``text/event-stream``.
 - **Single-flight** (switchable): concurrent identical misses make one upstream call; only
   a successful, storable answer is shared, followers of a failed leader ask the upstream.
 - **Fail-open**: Redis calls have a short timeout and no retries; a circuit breaker

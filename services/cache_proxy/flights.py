@@ -12,6 +12,13 @@ key, which holds the requester's HMAC, so a group never spans two credentials). 
 client gets the answer as it arrives; the others get the whole answer once it is complete
 and storable, or ask the upstream themselves when it is not. If the first client leaves
 while others wait, the call goes on for them, and nothing more is sent to the one who left.
+
+Stored before the last byte: a streamed answer is stored, and handed to the followers, the
+moment its ``data: [DONE]`` event is complete, before that last chunk goes to the first
+client (:func:`~services.cache_proxy.upstream.relay_stream`); a plain answer is stored before
+any of it is sent. So no client has a whole answer that is not yet in the cache: an identical
+request sent as soon as one has read it is a hit, however soon that client then closes its
+connection (which cancels the call), and whenever the upstream ends its response.
 """
 
 from __future__ import annotations
@@ -65,12 +72,27 @@ class FlightOutcome:
 
 @dataclass
 class Flight:
-    """One upstream call in its task, and how many clients still wait for it."""
+    """One upstream call in its task, and how many clients still wait for it.
+
+    ``settled`` holds, once known, the answer followers share (None: ask the upstream
+    yourselves): set as soon as a stream is complete and stored, else when the task ends."""
 
     task: asyncio.Task[FlightOutcome] | None = None
     waiters: int = 1
     first_client_gone: bool = False
     on_cancel: list[Callable[[], None]] = field(default_factory=list)
+    settled: asyncio.Future[UpstreamAnswer | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def settle(self, answer: UpstreamAnswer | None) -> None:
+        """Hand ``answer`` to the followers (the first call wins)."""
+        if not self.settled.done():
+            self.settled.set_result(answer)
+
+    def settle_from_task(self, task: asyncio.Task[FlightOutcome]) -> None:
+        """The task ended: followers get its shareable answer, if it left one."""
+        self.settle(None if task.cancelled() or task.exception() is not None else task.result().shared)
 
     def leave(self) -> None:
         """A waiting client left: when it was the last, cancel the call."""
@@ -87,17 +109,17 @@ async def until_disconnected(receive: Receive) -> None:
         pass
 
 
-async def wait_or_leave(flight: Flight, receive: Receive) -> bool:
-    """Wait for ``flight`` while watching the client; True when the call finished, False
-    when the client left first (then it no longer counts as a waiter)."""
-    assert flight.task is not None
+async def wait_or_leave(flight: Flight, receive: Receive, until: asyncio.Future[Any]) -> bool:
+    """Wait for ``until`` (the flight's task, or its settled answer) while watching the
+    client; True when it is done, False when the client left first (then it no longer
+    counts as a waiter)."""
     watch = asyncio.ensure_future(until_disconnected(receive))
     try:
-        await asyncio.wait((flight.task, watch), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((until, watch), return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not watch.done():
             watch.cancel()
-    if flight.task.done():
+    if until.done():
         return True
     flight.leave()
     return False
@@ -115,15 +137,6 @@ async def run_in_task(coroutine: Coroutine[Any, Any, Any]) -> Any:
     task = asyncio.ensure_future(coroutine)
     await asyncio.wait((task,))
     return task.result()
-
-
-def shared_answer(flight: Flight) -> UpstreamAnswer | None:
-    """The answer a finished flight lets followers share, None when there is none."""
-    task = flight.task
-    assert task is not None and task.done()
-    if task.cancelled() or task.exception() is not None:
-        return None
-    return task.result().shared
 
 
 class UpstreamFlights:
@@ -164,9 +177,10 @@ class UpstreamFlights:
             )
             return
         flight.waiters += 1
-        if not await wait_or_leave(flight, receive):
+        if not await wait_or_leave(flight, receive, flight.settled):
             return
-        answer = shared_answer(flight)
+        answer = flight.settled.result()
+        flight.leave()  # answered (the call may still be running, past its answer's end)
         if answer is None:
             # The first client got no shareable answer (an error, a broken stream,
             # no-store): ask the upstream ourselves.
@@ -209,9 +223,10 @@ class UpstreamFlights:
         else:
             worker = self._fetch_whole(request, store_key=store_key)
         flight.task = asyncio.ensure_future(worker)
+        flight.task.add_done_callback(flight.settle_from_task)
         if group_key is not None:
             self._join_group(group_key, flight)
-        if not await wait_or_leave(flight, receive):
+        if not await wait_or_leave(flight, receive, flight.task):
             flight.first_client_gone = True
             return
         try:
@@ -271,8 +286,9 @@ class UpstreamFlights:
         store_key: str | None,
         record: bool,
     ) -> FlightOutcome:
-        """Pass an answer through as it arrives; once complete (an SSE stream ending with
-        ``[DONE]``, a cacheable JSON answer) store it and offer it to followers."""
+        """Pass an answer through as it arrives; once complete (an SSE stream's ``[DONE]``
+        event, before its last chunk is sent; else the answer's end) store it and offer it to
+        followers."""
         assert self.http is not None
 
         async def send_to_first_client(message: Message) -> None:
@@ -287,21 +303,48 @@ class UpstreamFlights:
         # The headers leave with the first chunk: an upstream that sends its headers before
         # its first token (vLLM, llama.cpp) would otherwise hide its TTFT from the client.
         start: dict[str, Any] = {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        settled: list[UpstreamAnswer | None] = []  # the answer settled at [DONE], if it was
+
+        async def store_and_share(chunks: list[bytes]) -> None:
+            whole = b"".join(chunks)
+            settled.append(await self._store_stream(response, whole, store_key=store_key))
+            flight.settle(settled[0])
+
         try:
-            relayed = await relay_stream(response, send_to_first_client, start, record=record)
+            relayed = await relay_stream(
+                response,
+                send_to_first_client,
+                start,
+                record=record,
+                before_last_event=store_and_share if is_sse else None,
+            )
         finally:
             await response.aclose()
             self.metrics.upstream_latency.observe(time.perf_counter() - started_at)
-        whole = b"".join(relayed.chunks)
-        shareable = record and is_storable_stream(
-            response.status_code, response.headers.multi_items(), whole, is_sse=is_sse
-        )
-        # Only a stream is stored for a stream request: a hit is served only in the kind asked for.
-        if shareable and store_key is not None and is_sse:
-            await self.store(store_key, SSE_CONTENT_TYPE, whole)
+        if settled:
+            answer = settled[0]
+        elif is_sse:  # no complete [DONE] event came: judged whole, at the end
+            whole = b"".join(relayed.chunks)
+            answer = await self._store_stream(response, whole, store_key=store_key) if record else None
+        else:  # a plain answer to a stream request: shared, not stored (a hit is served only in the kind asked for)
+            whole = b"".join(relayed.chunks)
+            shareable = record and is_storable_stream(
+                response.status_code, response.headers.multi_items(), whole, is_sse=False
+            )
+            answer = UpstreamAnswer(response.status_code, content_type, whole) if shareable else None
         if not relayed.start_sent:  # an empty answer
             await send_to_first_client(start)
         await send_to_first_client({"type": "http.response.body", "body": b""})
-        if not shareable:
-            return FlightOutcome(None)
-        return FlightOutcome(UpstreamAnswer(response.status_code, SSE_CONTENT_TYPE if is_sse else content_type, whole))
+        return FlightOutcome(answer)
+
+    async def _store_stream(
+        self, response: httpx.Response, whole: bytes, *, store_key: str | None
+    ) -> UpstreamAnswer | None:
+        """Store a complete SSE answer under ``store_key`` (when given) and return it for the
+        followers; None when it may not be kept. The store is shielded: once begun it ends,
+        even if the call is cancelled meanwhile (its last client left)."""
+        if not is_storable_stream(response.status_code, response.headers.multi_items(), whole, is_sse=True):
+            return None
+        if store_key is not None:
+            await asyncio.shield(self.store(store_key, SSE_CONTENT_TYPE, whole))
+        return UpstreamAnswer(response.status_code, SSE_CONTENT_TYPE, whole)

@@ -117,6 +117,57 @@ def is_storable_stream(status_code: int, headers: Iterable[tuple[str, str]], who
     return summarize_sse(whole).is_complete if is_sse else is_cacheable_json_answer(status_code, whole)
 
 
+class SseEnd:
+    """Finds, chunk by chunk, where an SSE stream's ``data: [DONE]`` event is complete (its
+    blank line has arrived): the moment a client has the whole answer.
+
+    Only the current line is kept, and only its first few bytes (a ``[DONE]`` line is short),
+    so a long line costs nothing; newlines are ``\\n`` or ``\\r\\n``, as OpenAI servers send.
+    """
+
+    # Longer lines cannot be "data: [DONE]", whatever their spaces.
+    _LINE_BYTES_KEPT = 64
+
+    def __init__(self) -> None:
+        self._line = bytearray()
+        self._line_too_long = False
+        self._done_line_seen = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take the next chunk; True when the ``[DONE]`` event ends in it (once)."""
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            if newline < 0:
+                self._keep(chunk[start:])
+                return False
+            self._keep(chunk[start:newline])
+            if self._line_ends():
+                return True
+            start = newline + 1
+
+    def _keep(self, piece: bytes) -> None:
+        if not self._line_too_long:
+            self._line += piece
+            if len(self._line) > self._LINE_BYTES_KEPT:
+                self._line_too_long = True
+                self._line.clear()
+
+    def _line_ends(self) -> bool:
+        line = bytes(self._line).strip()
+        too_long = self._line_too_long
+        self._line.clear()
+        self._line_too_long = False
+        if too_long:
+            self._done_line_seen = False
+            return False
+        if not line:  # a blank line dispatches the event
+            ended, self._done_line_seen = self._done_line_seen, False
+            return ended
+        self._done_line_seen = line.startswith(b"data:") and line[5:].strip() == b"[DONE]"
+        return False
+
+
 @dataclass
 class SseSummary:
     """What a chat/completions SSE stream said, assembled."""

@@ -6,11 +6,13 @@ Only misses, bypasses and pass-through paths come here; a hit never reaches the 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from services.cache_proxy.policy import SseEnd
 from services.cache_proxy.responses import (
     REQUEST_HEADERS_NOT_FORWARDED,
     BadRequestTarget,
@@ -54,8 +56,21 @@ def upstream_request(http: httpx.AsyncClient, upstream_url: str, scope: Scope, r
         raise BadRequestTarget(f"the request cannot be forwarded: {error}") from error
 
 
-async def relay_stream(response: httpx.Response, send: Send, start: dict[str, Any], *, record: bool) -> RelayedStream:
+async def relay_stream(
+    response: httpx.Response,
+    send: Send,
+    start: dict[str, Any],
+    *,
+    record: bool,
+    before_last_event: Callable[[list[bytes]], Awaitable[None]] | None = None,
+) -> RelayedStream:
     """Send the upstream's chunks to the client as they arrive, ``start`` with the first.
+
+    With ``record``, the chunks are kept; ``before_last_event`` (with ``record``) is awaited
+    with the chunks so far, the last included, before the chunk that completes the stream's
+    ``data: [DONE]`` event is sent: a client that closes the moment it reads ``[DONE]`` (the
+    OpenAI SDK does) cannot leave before the answer is stored, and the upstream's own end
+    (which may come later, or never once the client has gone) is not waited for.
 
     Raises ``httpx.HTTPError`` when the upstream failed before anything was sent (the
     caller answers 502/504), :class:`UpstreamStreamBroken` when it failed part-way. A
@@ -65,10 +80,15 @@ async def relay_stream(response: httpx.Response, send: Send, start: dict[str, An
     """
     chunks: list[bytes] = []
     start_sent = False
+    sse_end = SseEnd() if record and before_last_event is not None else None
     try:
         async for chunk in response.aiter_bytes():
             if record:
                 chunks.append(chunk)
+            if sse_end is not None and sse_end.feed(chunk):
+                assert before_last_event is not None
+                sse_end = None
+                await before_last_event(chunks)
             if not start_sent:
                 await send(start)
                 start_sent = True
