@@ -97,7 +97,8 @@ def _add_run_commands(commands: Any) -> None:
     run.add_argument("--tag")
     run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
     run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
-    run.add_argument("--json", action="store_true")
+    run.add_argument("--json", action="store_true", help="print only JSON (the runs' records) on standard output")
+    run.add_argument("--quiet", action="store_true", help="no progress and no line per run; the figures at the end")
     add_gate_arguments(run)
     run.add_argument("--local", action="store_true", help=LOCAL_HELP)
 

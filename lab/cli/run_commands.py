@@ -69,7 +69,9 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
             if not args.json:
                 note = f" ({spec.scale_note})" if spec.scale_note else ""
                 print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
-            wait_for_submitted_runs(context, run_ids, local=getattr(args, "local", False))
+            wait_for_submitted_runs(
+                context, run_ids, local=getattr(args, "local", False), quiet=args.json or getattr(args, "quiet", False)
+            )
     except WorkerUnusableError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -115,11 +117,20 @@ def _run_until_decided(context: LabContext, spec: Any, until: UntilDecided, *, t
         return [run.id for experiment in long_experiments.experiments_of(session, long_id) for run in experiment.runs]
 
 
-def wait_for_submitted_runs(context: LabContext, run_ids: list[int], *, local: bool) -> None:
+def wait_for_submitted_runs(context: LabContext, run_ids: list[int], *, local: bool, quiet: bool = False) -> None:
     """Wait for the queued runs: on the shared queue when live workers share the database
-    (printing which worker took each), else executing them here (``local`` forces that)."""
-    with open_waiter(context, local=local) as waiter:
-        waiter.wait(run_ids)
+    (printing which worker took each), else executing them here (``local`` forces that). On a
+    terminal a live progress line replaces the per-run lines; ``quiet``: neither."""
+    from lab.cli.progress import RunsProgress
+
+    progress = RunsProgress(context.engine, run_ids)
+    shown = progress.shown and not quiet
+    with open_waiter(context, local=local, quiet=quiet or shown) as waiter:
+        if shown:
+            with progress:
+                waiter.wait(run_ids)
+        else:
+            waiter.wait(run_ids)
 
 
 def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
