@@ -69,19 +69,40 @@ def start_control(active_text: str | None) -> None:
             st.success(f"Starting {name} in the background: its state shows below as it changes.")
 
 
+def refused_now(action: str, name: str) -> bool:
+    """Checked at the click, not when the page was drawn: True (and the one line why, kept for the
+    page to show) when the member may not act, or a run started since and uses the services."""
+    allowed = lab_permission()
+    if not allowed.allowed:
+        st.session_state["service_refused"] = f"{action} {name}: {allowed.reason}; nothing changed."
+        return True
+    with session() as db_session:
+        active = history.active_run(session=db_session)
+    if active is not None:
+        st.session_state["service_refused"] = (
+            f"{action} {name} refused: run #{active.id} ({active.status}) started after this page was drawn and "
+            "uses the services; nothing changed."
+        )
+        return True
+    st.session_state.pop("service_refused", None)
+    return False
+
+
 def start_clicked(name: str) -> None:
     """Start ``name`` detached (lab services up), shown as starting from now on."""
-    if lab_permission().allowed:
-        note_service_action(name, "starting")
-        start_service_in_background(name)
-        st.session_state["service_started"] = name
+    if refused_now("Start", name):
+        return
+    note_service_action(name, "starting")
+    start_service_in_background(name)
+    st.session_state["service_started"] = name
 
 
 def stop_clicked(name: str) -> None:
     """Stop ``name`` detached (lab services down), shown as stopping from now on."""
-    if lab_permission().allowed:
-        note_service_action(name, "stopping")
-        stop_service_in_background(name)
+    if refused_now("Stop", name):
+        return
+    note_service_action(name, "stopping")
+    stop_service_in_background(name)
 
 
 def services_table(statuses: list[dict], active_text: str | None) -> None:
@@ -128,6 +149,8 @@ def page() -> None:
     allowed = lab_permission()  # admins only when sign-in is on
     if not allowed.allowed:
         st.info(allowed.reason + ": the states and logs below are read-only for you.")
+    if refused := st.session_state.pop("service_refused", None):
+        show_plain(refused, kind="warning")
     if active_text:
         # Starting or stopping a service by hand now would change what the run measures.
         st.info(f"{active_text} is using the services: starting and stopping by hand is off until it ends.")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from pathlib import Path
 
+import pytest
 from sqlalchemy.orm import Session
 
 from db import store, worker_store
@@ -370,6 +372,31 @@ def test_services_cannot_be_started_or_stopped_by_hand_during_a_run(seed_lab: Se
     app = open_page(PAGES["Services"])
     assert "is using the services" in texts(app)
     assert widget(app.button, "start_service").disabled
+
+
+def test_a_services_page_drawn_before_a_run_started_stops_nothing_at_the_click(
+    seed_lab: SeededLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pages.services
+
+    stopped: list[str] = []
+    monkeypatch.setattr(pages.services, "stop_service_in_background", stopped.append)
+    worker_store.upsert_service_record(
+        engine=seed_lab.engine,
+        worker=get_settings().worker_name,
+        name="naive",
+        kind="naive",
+        state="running",
+        pid=os.getpid(),
+    )
+    app = open_page(PAGES["Services"])
+    stop = widget(app.button, "stop_naive")
+    assert not stop.disabled  # drawn while nothing ran
+    store.claim_next_run(engine=seed_lab.engine, worker_pid=1)  # then a run starts
+    stop.click().run()
+    assert not app.exception
+    assert stopped == []
+    assert any("Stop naive refused: run #" in text and "nothing changed" in text for text in texts(app).splitlines())
 
 
 def test_streamlit_config_keeps_the_lab_on_loopback() -> None:
