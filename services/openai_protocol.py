@@ -1,4 +1,4 @@
-"""Pydantic models for the OpenAI chat-completions protocol, as far as the lab uses it.
+"""Pydantic models for the OpenAI chat-completions and completions protocol, as far as the lab uses it.
 
 Shared by the naive Transformers server and the Redis cache proxy. Requests keep fields
 this module does not name (``extra="allow"``), so a proxy can forward them untouched;
@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_MAX_TOKENS = 128
+# OpenAI's and vLLM's default for /v1/completions: one client sees the same length on every backend.
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 FinishReason = Literal["stop", "length"]
 
 
@@ -47,15 +49,16 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
-    """The body of ``POST /v1/chat/completions``."""
+class GenerationRequest(BaseModel):
+    """What both generating endpoints take: the model, the budget, sampling, stops, streaming."""
 
     model_config = ConfigDict(extra="allow")
 
+    # The budget when the request names none (never past the model's context).
+    default_max_tokens: ClassVar[int] = DEFAULT_MAX_TOKENS
+
     model: str | None = None
-    messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     seed: int | None = None
@@ -83,14 +86,64 @@ class ChatCompletionRequest(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
     def requested_max_tokens(self) -> int | None:
-        """``max_completion_tokens`` or else ``max_tokens``; ``None`` when neither is set."""
-        if self.max_completion_tokens is not None:
-            return self.max_completion_tokens
+        """``max_tokens``; ``None`` when unset."""
         return self.max_tokens
 
     def include_usage_in_stream(self) -> bool:
         """True when a streamed answer must end with a usage chunk."""
         return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(GenerationRequest):
+    """The body of ``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+    def requested_max_tokens(self) -> int | None:
+        """``max_completion_tokens`` or else ``max_tokens``; ``None`` when neither is set."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+
+class CompletionRequest(GenerationRequest):
+    """The body of ``POST /v1/completions``: one prompt, as text or token ids (a list of one of
+    either is taken too, as the OpenAI SDK may send it); ``echo``, ``suffix``, ``logprobs`` and
+    ``best_of`` only at their defaults (refused otherwise, never ignored)."""
+
+    default_max_tokens: ClassVar[int] = COMPLETIONS_DEFAULT_MAX_TOKENS
+
+    prompt: str | list[int]
+    echo: bool = False
+    suffix: str | None = None
+    logprobs: int | None = None
+    best_of: int | None = Field(default=None, ge=1, le=1)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, value: Any) -> Any:
+        """Text or token ids; a list of one of either becomes that one."""
+        if isinstance(value, list) and value and isinstance(value[0], str | list):
+            if len(value) != 1:
+                raise ValueError("this server completes one prompt per request")
+            value = value[0]
+        if not value:
+            raise ValueError("the prompt must not be empty")
+        is_token_ids = isinstance(value, list) and all(type(token) is int for token in value)
+        if not isinstance(value, str) and not is_token_ids:
+            raise ValueError("the prompt must be text or a list of token ids")
+        return value
+
+    @model_validator(mode="after")
+    def _only_supported_options(self) -> CompletionRequest:
+        if self.echo:
+            raise ValueError("echo is not supported by this server")
+        if self.suffix is not None:
+            raise ValueError("suffix is not supported by this server")
+        if self.logprobs is not None:
+            raise ValueError("logprobs are not supported by this server")
+        return self
 
 
 # ---------------------------------------------------------------- responses
@@ -176,6 +229,31 @@ class ChatCompletionChunk(BaseModel):
         return sse_event(payload)
 
 
+class CompletionChoice(BaseModel):
+    """One choice of a ``text_completion``, whole or streamed (``finish_reason`` None until the last)."""
+
+    index: int = 0
+    text: str
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class CompletionResponse(BaseModel):
+    """A ``text_completion``: the whole answer, or one streamed chunk of it (then ``usage`` is
+    only on the last chunk, whose ``choices`` is ``[]``, when the request asked for it)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+    def to_sse(self) -> str:
+        """The chunk as one server-sent event (``data: {...}\\n\\n``), without ``usage`` when unset."""
+        return sse_event(self.model_dump(exclude={"usage"} if self.usage is None else set()))
+
+
 class ModelCard(BaseModel):
     """One entry of ``GET /v1/models``."""
 
@@ -219,9 +297,9 @@ def sse_event(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
-def new_completion_id() -> str:
-    """A fresh ``chatcmpl-...`` id."""
-    return f"chatcmpl-{uuid.uuid4().hex}"
+def new_completion_id(prefix: str = "chatcmpl") -> str:
+    """A fresh ``chatcmpl-...`` id (``cmpl`` for a text completion, as OpenAI names them)."""
+    return f"{prefix}-{uuid.uuid4().hex}"
 
 
 def error_body(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -34,8 +35,12 @@ from services.openai_protocol import (
     ChatCompletionChunkChoice,
     ChatCompletionRequest,
     ChatCompletionResponse,
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
     DeltaMessage,
     FinishReason,
+    GenerationRequest,
     ModelCard,
     ModelList,
     Usage,
@@ -122,7 +127,7 @@ async def _read_body_limited(request: Request, max_body_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _parse_chat_request(body: bytes) -> ChatCompletionRequest:
+def _parse_request(body: bytes, request_type: type[GenerationRequest]) -> GenerationRequest:
     try:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as error:
@@ -130,15 +135,24 @@ def _parse_chat_request(body: bytes) -> ChatCompletionRequest:
     if not isinstance(payload, dict):
         raise OpenAIError(400, "The request body must be a JSON object.")
     try:
-        return ChatCompletionRequest.model_validate(payload)
+        return request_type.model_validate(payload)
     except ValidationError as error:
         message, param = describe_validation_error(error)
         raise OpenAIError(400, message, param=param) from None
 
 
-def _stream_chunks(
-    job: GenerationJob, *, completion_id: str, created: int, model_name: str, include_usage: bool
-) -> AsyncIterator[str]:
+@dataclass(frozen=True)
+class _Answer:
+    """Who answers and how: the id, model name and creation time every chunk repeats."""
+
+    completion_id: str
+    created: int
+    model_name: str
+
+
+def _stream_chat_chunks(job: GenerationJob, answer: _Answer, *, include_usage: bool) -> AsyncIterator[str]:
+    completion_id, created, model_name = answer.completion_id, answer.created, answer.model_name
+
     def chunk(delta: DeltaMessage, finish_reason: FinishReason | None = None) -> str:
         return ChatCompletionChunk(
             id=completion_id,
@@ -177,6 +191,74 @@ def _stream_chunks(
     return body()
 
 
+def _stream_text_chunks(job: GenerationJob, answer: _Answer, *, include_usage: bool) -> AsyncIterator[str]:
+    """A text completion's server-sent events: one ``text_completion`` chunk per text piece,
+    the finish reason on the last, then the usage chunk when asked for, then ``[DONE]``."""
+
+    def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> str:
+        return CompletionResponse(
+            id=answer.completion_id, created=answer.created, model=answer.model_name, choices=choices, usage=usage
+        ).to_sse()
+
+    async def body() -> AsyncIterator[str]:
+        try:
+            async for event in job.events():
+                if isinstance(event, TextDelta):
+                    yield chunk([CompletionChoice(text=event.text)])
+                    continue
+                yield chunk([CompletionChoice(text="", finish_reason=event.finish_reason)])
+                if include_usage:
+                    yield chunk(
+                        [], Usage.of(prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens)
+                    )
+            yield SSE_DONE
+        except GenerationFailed as error:
+            yield sse_event(error_body(str(error), error_type="server_error"))
+            yield SSE_DONE
+        finally:
+            await job.aclose()
+
+    return body()
+
+
+def _chat_response(answer: _Answer, finished: Finished, text: str) -> dict[str, Any]:
+    return ChatCompletionResponse(
+        id=answer.completion_id,
+        created=answer.created,
+        model=answer.model_name,
+        choices=[ChatCompletionChoice(message=AssistantMessage(content=text), finish_reason=finished.finish_reason)],
+        usage=Usage.of(prompt_tokens=finished.prompt_tokens, completion_tokens=finished.completion_tokens),
+    ).model_dump()
+
+
+def _text_response(answer: _Answer, finished: Finished, text: str) -> dict[str, Any]:
+    return CompletionResponse(
+        id=answer.completion_id,
+        created=answer.created,
+        model=answer.model_name,
+        choices=[CompletionChoice(text=text, finish_reason=finished.finish_reason)],
+        usage=Usage.of(prompt_tokens=finished.prompt_tokens, completion_tokens=finished.completion_tokens),
+    ).model_dump()
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    """A generating endpoint as data: its request body, how it becomes tokens, its id prefix,
+    and the shapes of its streamed and whole answers."""
+
+    request_type: type[GenerationRequest]
+    prepare: Callable[[NaiveEngine, Any, float], PreparedRequest]
+    id_prefix: str
+    stream: Callable[..., AsyncIterator[str]]
+    whole: Callable[[_Answer, Finished, str], dict[str, Any]]
+
+
+CHAT_ENDPOINT = _Endpoint(ChatCompletionRequest, NaiveEngine.prepare, "chatcmpl", _stream_chat_chunks, _chat_response)
+TEXT_ENDPOINT = _Endpoint(
+    CompletionRequest, NaiveEngine.prepare_completion, "cmpl", _stream_text_chunks, _text_response
+)
+
+
 def _engine(request: Request) -> NaiveEngine:
     return request.app.state.engine
 
@@ -206,22 +288,31 @@ async def list_models(request: Request) -> dict[str, Any]:
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completion, one generation at a time."""
+    return await _generate(request, CHAT_ENDPOINT)
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    """OpenAI (legacy) text completion of a prompt, no chat template; one generation at a time."""
+    return await _generate(request, TEXT_ENDPOINT)
+
+
+async def _generate(request: Request, endpoint: _Endpoint) -> Response:
+    """Parse, check and tokenise the request, wait for the engine, answer whole or streamed."""
     arrival_s = time.perf_counter()
     engine = _engine(request)
     if not engine.ready:
         raise OpenAIError(503, "The model is not loaded yet.", error_type="service_unavailable")
-    chat_request = _parse_chat_request(await _read_body_limited(request, request.app.state.max_body_bytes))
-    if chat_request.model is not None and chat_request.model not in engine.accepted_model_names:
+    body = _parse_request(await _read_body_limited(request, request.app.state.max_body_bytes), endpoint.request_type)
+    if body.model is not None and body.model not in engine.accepted_model_names:
         raise OpenAIError(
             404,
-            f"The model '{chat_request.model}' does not exist; this server serves '{engine.served_model_name}'.",
+            f"The model '{body.model}' does not exist; this server serves '{engine.served_model_name}'.",
             param="model",
             code="model_not_found",
         )
-    model_name = chat_request.model or engine.served_model_name
-    prepared = await asyncio.to_thread(engine.prepare, chat_request, arrival_s)
-    completion_id = new_completion_id()
-    created = int(time.time())
+    prepared = await asyncio.to_thread(endpoint.prepare, engine, body, arrival_s)
+    answer = _Answer(new_completion_id(endpoint.id_prefix), int(time.time()), body.model or engine.served_model_name)
     gone = asyncio.create_task(_until_disconnected(request))
     try:
         job = await _start_unless_gone(engine, prepared, gone)
@@ -231,31 +322,18 @@ async def chat_completions(request: Request) -> Response:
     if job is None:
         gone.cancel()
         return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-    if chat_request.stream:
+    if body.stream:
         # The streaming response watches for the disconnect itself (one reader of receive()).
         gone.cancel()
         return _JobStreamingResponse(
-            _stream_chunks(
-                job,
-                completion_id=completion_id,
-                created=created,
-                model_name=model_name,
-                include_usage=chat_request.include_usage_in_stream(),
-            ),
+            endpoint.stream(job, answer, include_usage=body.include_usage_in_stream()),
             on_close=job.aclose,
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     gone.add_done_callback(lambda _: job.cancel())
     finished, text = await _whole_completion(job, gone)
-    response = ChatCompletionResponse(
-        id=completion_id,
-        created=created,
-        model=model_name,
-        choices=[ChatCompletionChoice(message=AssistantMessage(content=text), finish_reason=finished.finish_reason)],
-        usage=Usage.of(prompt_tokens=finished.prompt_tokens, completion_tokens=finished.completion_tokens),
-    )
-    return JSONResponse(response.model_dump())
+    return JSONResponse(endpoint.whole(answer, finished, text))
 
 
 async def _whole_completion(job: GenerationJob, gone: asyncio.Task) -> tuple[Finished, str]:

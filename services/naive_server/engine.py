@@ -26,7 +26,7 @@ from transformers.generation.streamers import BaseStreamer
 from services.naive_server.detokenizer import IncrementalDetokenizer
 from services.naive_server.errors import GenerationFailed, OpenAIError
 from services.naive_server.metrics import NaiveServerMetrics
-from services.openai_protocol import DEFAULT_MAX_TOKENS, ChatCompletionRequest, FinishReason
+from services.openai_protocol import ChatCompletionRequest, CompletionRequest, FinishReason, GenerationRequest
 
 LOGGER = logging.getLogger(__name__)
 
@@ -254,25 +254,59 @@ class NaiveEngine:
         except Exception as error:  # jinja raises for roles or orders the template refuses
             raise OpenAIError(400, f"Could not apply the chat template: {error}", param="messages") from error
         input_ids = encoded["input_ids"]
+        return self._within_budget(
+            request, input_ids, encoded.get("attention_mask", torch.ones_like(input_ids)), arrival_s, "messages"
+        )
+
+    def prepare_completion(self, request: CompletionRequest, arrival_s: float) -> PreparedRequest:
+        """Tokenise the prompt as it is (no chat template; token ids are taken as given) and
+        check the token budget (raises :class:`OpenAIError`)."""
+        prompt = request.prompt
+        if isinstance(prompt, str):
+            encoded = self.tokenizer(prompt, return_tensors="pt")
+            input_ids = encoded["input_ids"]
+            if input_ids.shape[1] == 0:
+                raise OpenAIError(400, "The prompt holds no token.", param="prompt")
+        else:
+            vocabulary_size = int(self.model.get_input_embeddings().num_embeddings)
+            if any(not 0 <= token < vocabulary_size for token in prompt):
+                raise OpenAIError(
+                    400, f"Token ids in the prompt must be from 0 to {vocabulary_size - 1}.", param="prompt"
+                )
+            input_ids = torch.tensor([prompt], dtype=torch.long)
+        return self._within_budget(request, input_ids, torch.ones_like(input_ids), arrival_s, "prompt")
+
+    def _within_budget(
+        self,
+        request: GenerationRequest,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        arrival_s: float,
+        prompt_param: str,
+    ) -> PreparedRequest:
+        """The prepared request, once prompt and budget fit the context (else a 400 naming
+        ``prompt_param``, the field that holds the prompt)."""
         prompt_tokens = int(input_ids.shape[1])
         context = self.context_length_tokens
         requested = request.requested_max_tokens()
         if prompt_tokens >= context or (requested is not None and prompt_tokens + requested > context):
             asked = (
-                f"you requested {prompt_tokens + (requested or 0)} tokens ({prompt_tokens} in the messages, "
+                f"you requested {prompt_tokens + (requested or 0)} tokens ({prompt_tokens} in the {prompt_param}, "
                 f"{requested or 0} in the completion)"
             )
             raise OpenAIError(
                 400,
                 f"This model's maximum context length is {context} tokens. However, {asked}. "
-                "Please reduce the length of the messages or completion.",
-                param="messages",
+                f"Please reduce the length of the {prompt_param} or completion.",
+                param=prompt_param,
                 code="context_length_exceeded",
             )
-        max_new_tokens = requested if requested is not None else min(DEFAULT_MAX_TOKENS, context - prompt_tokens)
+        max_new_tokens = (
+            requested if requested is not None else min(request.default_max_tokens, context - prompt_tokens)
+        )
         return PreparedRequest(
             input_ids=input_ids,
-            attention_mask=encoded.get("attention_mask", torch.ones_like(input_ids)),
+            attention_mask=attention_mask,
             prompt_tokens=prompt_tokens,
             max_new_tokens=max_new_tokens,
             temperature=1.0 if request.temperature is None else request.temperature,

@@ -248,6 +248,93 @@ def test_stop_string_cuts_the_text_and_finishes_with_stop(client: TestClient, st
     assert finish_reason == "stop"
 
 
+# ---------------------------------------------------------------- text completions (/v1/completions)
+
+TEXT_PROMPT = "Once upon a time, the number seven"
+
+
+def complete_text(client: TestClient, **fields: Any) -> Any:
+    """POST a text completion of ``TEXT_PROMPT``; ``fields`` override the body."""
+    return client.post("/v1/completions", json={"model": SERVED_NAME, "prompt": TEXT_PROMPT, **fields})
+
+
+def test_text_completion_has_openai_shape_usage_and_no_chat_template(client: TestClient, tokenizer: Any) -> None:
+    response = complete_text(client, max_tokens=12, **SEEDED_SAMPLING)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-") and body["model"] == SERVED_NAME
+    (choice,) = body["choices"]
+    assert set(choice) == {"index", "text", "finish_reason", "logprobs"}
+    assert isinstance(choice["text"], str) and choice["text"]
+    usage = body["usage"]
+    assert usage["prompt_tokens"] == len(tokenizer(TEXT_PROMPT)["input_ids"])  # the prompt as it is, no template
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert usage["completion_tokens"] == 12 if choice["finish_reason"] == "length" else usage["completion_tokens"] <= 12
+    same = complete_text(client, max_tokens=12, **SEEDED_SAMPLING).json()
+    assert same["choices"][0]["text"] == choice["text"]
+    as_ids = complete_text(client, prompt=tokenizer(TEXT_PROMPT)["input_ids"], max_tokens=12, **SEEDED_SAMPLING).json()
+    as_list = complete_text(client, prompt=[TEXT_PROMPT], max_tokens=12, **SEEDED_SAMPLING).json()
+    assert as_ids["choices"][0]["text"] == as_list["choices"][0]["text"] == choice["text"]
+
+
+def test_text_completion_defaults_to_16_tokens_as_openai_and_vllm(client: TestClient) -> None:
+    body = complete_text(client, **SEEDED_SAMPLING).json()
+    assert body["usage"]["completion_tokens"] <= 16
+    if body["choices"][0]["finish_reason"] == "length":
+        assert body["usage"]["completion_tokens"] == 16
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_streamed_text_completion_matches_the_whole_one(client: TestClient, include_usage: bool) -> None:
+    plain = complete_text(client, max_tokens=20, **SEEDED_SAMPLING).json()
+    response = complete_text(
+        client, max_tokens=20, stream=True, stream_options={"include_usage": include_usage}, **SEEDED_SAMPLING
+    )
+    assert response.status_code == 200
+    payloads = sse_payloads(response)
+    assert payloads[-1] == "[DONE]"
+    chunks = [json.loads(payload) for payload in payloads[:-1]]
+    assert all(chunk["object"] == "text_completion" for chunk in chunks)
+    assert len({chunk["id"] for chunk in chunks}) == 1 and chunks[0]["id"].startswith("cmpl-")
+    text_chunks = chunks[:-1] if include_usage else chunks
+    assert "".join(chunk["choices"][0]["text"] for chunk in text_chunks) == plain["choices"][0]["text"]
+    assert text_chunks[-1]["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
+    assert all(chunk["choices"][0]["finish_reason"] is None for chunk in text_chunks[:-1])
+    if include_usage:
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
+    else:
+        assert all("usage" not in chunk for chunk in chunks)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"prompt": ["one", "two"]}, "prompt"),
+        ({"prompt": [1, 10**9]}, "prompt"),
+        ({"prompt": {"text": "x"}}, "prompt"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"n": 2}, "n"),
+        ({"best_of": 2}, "best_of"),
+        ({"echo": True}, None),
+        ({"logprobs": 1}, None),
+        ({"suffix": "x"}, None),
+    ],
+)
+def test_text_completion_refuses_what_it_does_not_do_naming_the_parameter(
+    client: TestClient, fields: dict[str, Any], param: str | None
+) -> None:
+    error = assert_openai_error(complete_text(client, **fields), 400, param=param)
+    assert error["type"] == "invalid_request_error"
+
+
+def test_text_completion_over_the_context_or_of_an_unknown_model_is_refused(client: TestClient) -> None:
+    error = assert_openai_error(complete_text(client, max_tokens=TINY_CONTEXT_TOKENS), 400, param="prompt")
+    assert error["code"] == "context_length_exceeded" and "in the prompt" in error["message"]
+    assert assert_openai_error(complete_text(client, model="gpt-nope"), 404, param="model")["code"] == "model_not_found"
+
+
 # ---------------------------------------------------------------- errors
 
 
