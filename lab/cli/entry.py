@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
+from lab.cli.archive_commands import add_archive_command, cmd_archive_reproductions
 from lab.cli.baseline_commands import add_gate_arguments, add_spec_and_baseline_commands
 from lab.cli.capacity_commands import cmd_capacity
 from lab.cli.compare_commands import add_compare_command, cmd_compare_reproductions
@@ -232,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_command(commands)
     add_trace_commands(commands)
     add_compare_command(commands)
+    add_archive_command(commands)
     return parser
 
 
@@ -246,6 +248,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
     "import": cmd_import,
     "traces": cmd_traces,
     "compare-reproductions": cmd_compare_reproductions,
+    "archive-reproductions": cmd_archive_reproductions,
 }
 
 

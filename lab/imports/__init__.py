@@ -140,7 +140,9 @@ def _yaml(text: str) -> Any:
     import yaml  # type: ignore[import-untyped]  # no stubs in the lab's venv; only YAML reports need it
 
     try:
-        return yaml.safe_load(text)
+        # libyaml's safe loader where built (PyYAML's wheels have it): the pure-Python one takes seconds
+        # on a deeply nested file before it gives up; libyaml stops at its nesting limit at once.
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as error:
         raise _YamlError(str(error).splitlines()[0] if str(error) else "unreadable") from None
 
@@ -156,6 +158,8 @@ def _document(name: str, content: bytes, suffix: str) -> dict[str, Any]:
         raise ImportFileError(f"{name} is not UTF-8 text; {what}") from None
     try:
         document = _yaml(text) if suffix in YAML_SUFFIXES else json.loads(text)
+    except RecursionError:
+        raise ImportFileError(f"{name} is nested deeper than {MAX_NESTING_DEPTH} levels; {what}") from None
     except json.JSONDecodeError as error:
         # A whole JSON document ends with its closing bracket; one cut short does not.
         cut = " (it ends early: truncated?)" if not text.rstrip().endswith(("}", "]")) else ""
@@ -164,7 +168,27 @@ def _document(name: str, content: bytes, suffix: str) -> dict[str, Any]:
         raise ImportFileError(f"{name} is not valid YAML ({error}); {what}") from None
     if not isinstance(document, dict):
         raise ImportFileError(f"{name} holds a {type(document).__name__} at its top, not a result table; {what}")
+    if nesting_depth(document) > MAX_NESTING_DEPTH:
+        raise ImportFileError(f"{name} is nested deeper than {MAX_NESTING_DEPTH} levels; {what}")
     return document
+
+
+# No tool's result nests near this deep (GuideLLM's reports about 8 levels); deeper is not a result.
+MAX_NESTING_DEPTH = 64
+
+
+def nesting_depth(document: Any) -> int:
+    """How deep lists and tables nest in ``document`` (1 for a flat one), without recursion."""
+    deepest, stack = 0, [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING_DEPTH:
+                return depth
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def parse_result(name: str, content: bytes, *, suffix: str = ".json") -> ParsedFile:

@@ -28,6 +28,10 @@ from lab.workloads.input_files import DatasetError, open_input_binary
 from services.traces.blocks import MOONCAKE_BLOCK_TOKENS  # one definition: the proxy records in these blocks
 
 REQUIRED_FIELDS = ("timestamp", "output_length")
+# Hard maximums of a line's values: past them a value is absurd, not long, and is refused at the door
+# (a trace longer than the run is cut at its duration and a prompt over the context is clipped, below these).
+MAX_TIMESTAMP_MS = 7 * 24 * 3600 * 1000  # a week of replay
+MAX_LENGTH_TOKENS = 1 << 20  # a million tokens: more than any model's context
 # Needed unless the line carries its own text (input_text or messages).
 TOKEN_FIELDS = ("input_length", "hash_ids")
 
@@ -58,13 +62,20 @@ class TraceRequest:
         return parsed if isinstance(parsed, list) else [{"role": "user", "content": parsed}]
 
 
-def _whole(line: int, name: str, value: Any, *, minimum: int) -> int:
+def _whole(line: int, name: str, value: Any, *, minimum: int, maximum: int = MAX_LENGTH_TOKENS) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
         raise TraceError(f"line {line}: {name} must be a whole number, not {json.dumps(value)[:40]}")
     if value < minimum:
         rule = "lengths must be at least 1" if minimum == 1 else f"{name} must be at least {minimum}"
         raise TraceError(f"line {line}: {name} is {int(value)} ({rule})")
+    if value > maximum:
+        raise TraceError(f"line {line}: {name} is {value:.3g}, over the limit of {maximum:,}")
     return int(value)
+
+
+def _no_constant(name: str) -> Any:
+    """json's hook for NaN and Infinity, which are not JSON: refused, never read as numbers."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _text_of(line: int, item: dict[str, Any]) -> str | None:
@@ -96,9 +107,13 @@ def _hash_ids(line: int, value: Any, input_length: int, block_tokens: int) -> tu
 def parse_line(line: int, raw: str, block_tokens: int) -> TraceRequest:
     """One trace line as a request; :class:`TraceError` naming the line and the rule otherwise."""
     try:
-        item = json.loads(raw)
+        item = json.loads(raw, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         raise TraceError(f"line {line}: not JSON ({error.msg} at column {error.colno})") from None
+    except ValueError as error:  # NaN or Infinity
+        raise TraceError(f"line {line}: not JSON ({error})") from None
+    except RecursionError:
+        raise TraceError(f"line {line}: nested too deep to read") from None
     if not isinstance(item, dict):
         raise TraceError(f"line {line}: not a JSON object")
     text = _text_of(line, item)
@@ -109,8 +124,10 @@ def parse_line(line: int, raw: str, block_tokens: int) -> TraceRequest:
                 "hash_ids, or input_text/messages instead of the last two)"
             )
     timestamp = item["timestamp"]
-    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or timestamp < 0:
-        raise TraceError(f"line {line}: timestamp must be a number of ms from the start, at least 0")
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not 0 <= timestamp <= MAX_TIMESTAMP_MS:
+        raise TraceError(
+            f"line {line}: timestamp must be a number of ms from the start, from 0 to {MAX_TIMESTAMP_MS:,} (a week)"
+        )
     input_length = _whole(line, "input_length", item["input_length"], minimum=1) if "input_length" in item else 0
     output_length = _whole(line, "output_length", item["output_length"], minimum=1)
     hash_ids = _hash_ids(line, item["hash_ids"], input_length, block_tokens) if text is None else ()

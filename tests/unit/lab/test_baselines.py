@@ -58,7 +58,7 @@ def write_spec(tmp_path: Path, name: str = "gate.json", **changes: Any) -> Path:
 def finishing_with(engine: Engine, values: list[float], status: str = RunStatus.DONE) -> Callable[..., None]:
     """A stand-in for wait_for_submitted_runs: the runs end ``status`` with these output tok/s, in order."""
 
-    def finish(context: object, run_ids: list[int], *, local: bool) -> None:
+    def finish(context: object, run_ids: list[int], *, local: bool, quiet: bool = False) -> None:
         with Session(engine) as session:
             for run_id, value in zip(run_ids, values, strict=True):
                 run = session.get_one(Run, run_id)

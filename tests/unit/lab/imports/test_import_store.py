@@ -145,7 +145,7 @@ def samples(latency_s: list[float]) -> dict[str, Any]:
 def finishing_with(engine: Engine, latency_s: list[float]) -> Callable[..., None]:
     """A stand-in for wait_for_submitted_runs: each run ends done with these per-request latencies."""
 
-    def finish(context: object, run_ids: list[int], *, local: bool) -> None:
+    def finish(context: object, run_ids: list[int], *, local: bool, quiet: bool = False) -> None:
         with Session(engine) as session:
             for run_id in run_ids:
                 run = session.get_one(Run, run_id)
