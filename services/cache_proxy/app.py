@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import logging
 import os
 import time
 
@@ -47,8 +48,11 @@ from services.cache_proxy.policy import (
     CACHED_PATHS,
     CREDENTIAL_MODES,
     POLICIES,
+    BypassReason,
     CacheMode,
     XCache,
+    bypass_reason,
+    credential_bypass_notice,
     decide_cache_mode,
     request_cache_control,
 )
@@ -67,6 +71,8 @@ from services.cache_proxy.responses import (
     send_bad_request,
     send_whole,
 )
+
+LOGGER = logging.getLogger(__name__)
 
 # Memo of keyed request bodies (see CacheProxy._keyed): at most this many entries of at
 # most this many bytes each, i.e. a few tens of MB at worst.
@@ -113,6 +119,7 @@ class CacheProxy:
         self._keyed_requests: dict[tuple[str, str | None, bytes], KeyedRequest] = {}
         self.recorder = recorder_for(config)
         self._recording = False
+        self._credential_bypass_told = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -237,30 +244,31 @@ class CacheProxy:
         """Bypass (always, with the cache off), local hit, Redis hit, or miss."""
         started_at = time.perf_counter()
         if not self.config.cache:
-            self.metrics.bypasses.inc()
+            self.metrics.bypassed(BypassReason.CACHE_OFF)
             await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False)
             return
         requester = requester_fingerprint(
             scope["headers"], scope.get("query_string") or b"", secret=self._credential_secret
         )
         if requester is not None and self.config.credentials == "bypass":
-            self.metrics.bypasses.inc()
-            self.metrics.credential_bypasses.inc()
+            self.metrics.bypassed(BypassReason.CREDENTIALS)
+            if not self._credential_bypass_told:  # once: the SDKs send Authorization on every request
+                self._credential_bypass_told = True
+                LOGGER.warning(credential_bypass_notice(scope["headers"], scope.get("query_string") or b""))
             await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False)
             return
         try:
             policy_fields, streaming, key = await self._keyed(scope["path"], requester, raw_body)
         except UnkeyableBody:
             # Passed through untouched: the upstream judges the body, the cache stays out.
-            self.metrics.bypasses.inc()
+            self.metrics.bypassed(BypassReason.UNKEYABLE_BODY)
             self.metrics.unkeyable_bodies.inc()
             await self.flights.call(scope, receive, send, raw_body, True, XCache.BYPASS, store_key=None, record=False)
             return
-        mode = decide_cache_mode(
-            body=policy_fields, cache_control=request_cache_control(scope["headers"]), policy=self.config.policy
-        )
+        cache_control = request_cache_control(scope["headers"])
+        mode = decide_cache_mode(body=policy_fields, cache_control=cache_control, policy=self.config.policy)
         if mode is CacheMode.BYPASS:
-            self.metrics.bypasses.inc()
+            self.metrics.bypassed(bypass_reason(cache_control))
             await self.flights.call(scope, receive, send, raw_body, streaming, XCache.BYPASS, store_key=None)
             return
         if mode is CacheMode.LOOKUP and self.local_tier is not None:

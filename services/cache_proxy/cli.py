@@ -18,6 +18,7 @@ from services.cache_proxy.serving import (
     DEFAULT_SERVER,
     SERVERS,
     SETTINGS_ENVIRONMENT_VARIABLE,
+    log_warnings_to_stderr,
     serve_granian,
     serve_uvicorn,
     settings_to_environment,
@@ -199,6 +200,7 @@ def main(argv: Iterable[str] | None = None) -> None:
     if refused is not None:
         print(f"python -m services.cache_proxy: {refused}", file=sys.stderr)
         raise SystemExit(2)
+    log_warnings_to_stderr()
     app = CacheProxy(_config(args))
     if args.server == "uvicorn":
         serve_uvicorn(app, host=args.host, port=args.port, header_timeout_s=args.header_timeout_s)

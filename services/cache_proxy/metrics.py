@@ -14,6 +14,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
+from services.cache_proxy.policy import BypassReason
+
 
 class _HitPathCounter:
     """A counter for the hit path: a plain integer (the proxy is one event loop, so no
@@ -60,6 +62,21 @@ class _HitPathCollector:
             )
 
 
+def _bypass_counters(registry: CollectorRegistry) -> dict[BypassReason, Any]:
+    """``lab_cache_bypasses_total``'s child counter of each reason, every one there from the
+    start at 0, so a scrape shows what could be counted."""
+    bypasses = Counter(
+        "lab_cache_bypasses",
+        "Requests on a cacheable path neither looked up nor stored, by reason: credentials (they carry "
+        "credentials and --credentials is bypass; --credentials per-credential caches them), no_store "
+        "(Cache-Control: no-store), policy (--policy deterministic, a sampled request), unkeyable_body, "
+        "cache_off (--cache off).",
+        ["reason"],
+        registry=registry,
+    )
+    return {reason: bypasses.labels(reason=reason.value) for reason in BypassReason}
+
+
 class ProxyMetrics:
     """The proxy's prometheus metrics, in their own registry."""
 
@@ -67,9 +84,7 @@ class ProxyMetrics:
         self.registry = CollectorRegistry()
         self.hits = _HitPathCounter("lab_cache_hits", "Requests answered from the cache.")
         self.misses = Counter("lab_cache_misses", "Cacheable requests sent upstream.", registry=self.registry)
-        self.bypasses = Counter(
-            "lab_cache_bypasses", "Requests not looked up (no-store, policy, not JSON).", registry=self.registry
-        )
+        self._bypasses_by_reason = _bypass_counters(self.registry)
         self.errors = Counter(
             "lab_cache_errors",
             "Requests served upstream because Redis failed or the breaker is open.",
@@ -77,7 +92,8 @@ class ProxyMetrics:
         )
         self.credential_bypasses = Counter(
             "lab_cache_credential_bypasses",
-            "Requests with credentials passed through uncached (--credentials bypass).",
+            "Requests with credentials passed through uncached (--credentials bypass); the same as "
+            'lab_cache_bypasses_total{reason="credentials"}.',
             registry=self.registry,
         )
         self.unkeyable_bodies = Counter(
@@ -122,3 +138,9 @@ class ProxyMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
             registry=self.registry,
         )
+
+    def bypassed(self, reason: BypassReason) -> None:
+        """Count one bypass, under its reason."""
+        self._bypasses_by_reason[reason].inc()
+        if reason is BypassReason.CREDENTIALS:
+            self.credential_bypasses.inc()

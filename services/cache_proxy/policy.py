@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.cache_proxy.keys import is_deterministic_request
+from services.cache_proxy.keys import is_credential_header, is_deterministic_request
 
 POLICIES = ("all", "deterministic")
 # What happens to a request carrying credentials (see CREDENTIAL_MODES_HELP).
@@ -36,6 +36,36 @@ class CacheMode(enum.Enum):
     LOOKUP = "lookup"  # read the cache, on a miss call upstream and store
     REFRESH = "refresh"  # Cache-Control: no-cache: skip the read, call upstream, store
     BYPASS = "bypass"  # no-store, or the policy says no: neither read nor store
+
+
+class BypassReason(enum.Enum):
+    """Why a request on a cacheable path was neither looked up nor stored (a label of
+    ``lab_cache_bypasses_total``)."""
+
+    CREDENTIALS = "credentials"  # it carries credentials and --credentials is bypass
+    NO_STORE = "no_store"  # Cache-Control: no-store
+    POLICY = "policy"  # --policy deterministic and the request samples
+    UNKEYABLE_BODY = "unkeyable_body"  # not a JSON object, NaN, repeated keys...
+    CACHE_OFF = "cache_off"  # --cache off
+
+
+def bypass_reason(cache_control: str | bytes | None) -> BypassReason:
+    """Why :func:`decide_cache_mode` bypassed a request: its ``no-store``, else the policy."""
+    return BypassReason.NO_STORE if "no-store" in parse_cache_control(cache_control) else BypassReason.POLICY
+
+
+def credential_bypass_notice(headers: Iterable[tuple[bytes, bytes]], query_string: bytes) -> str:
+    """The proxy's one log line on its first credential bypass: which credentials the request
+    carried (names, never values), that every such request goes uncached, and the setting that
+    caches them. The OpenAI SDKs send ``Authorization`` on every request, even with a dummy key."""
+    names = sorted({name.lower().decode("latin-1") for name, _ in headers if is_credential_header(name.lower())})
+    carried = " and ".join(part for part in (", ".join(names), "a query string" if query_string else "") if part)
+    return (
+        f"a request carrying credentials ({carried}) went upstream uncached: with --credentials bypass (the "
+        "default) every request carrying credentials does, and OpenAI SDK clients send Authorization on every "
+        "request. Start the proxy with --credentials per-credential to cache them, one entry per credential. "
+        '(Said once; lab_cache_bypasses_total{reason="credentials"} in /metrics counts them.)'
+    )
 
 
 class XCache(bytes, enum.Enum):

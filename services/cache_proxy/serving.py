@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from typing import Any
 
@@ -27,6 +28,12 @@ DEFAULT_SERVER = "uvicorn"
 DEFAULT_HEADER_TIMEOUT_S = 5.0
 # The proxy's settings for a granian worker (JSON of ProxyConfig; the secret in hex).
 SETTINGS_ENVIRONMENT_VARIABLE = "LAB_CACHE_PROXY_SETTINGS"
+
+
+def log_warnings_to_stderr() -> None:
+    """The proxy's own warnings (a credential bypass, said once) go to standard error, which the
+    lab keeps as the service's log; INFO stays quiet (httpx would log every upstream call)."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def header_timeout_protocol(header_timeout_s: float) -> type:
@@ -148,6 +155,7 @@ def app_from_environment() -> Any:
     from services.cache_proxy.app import CacheProxy
     from services.cache_proxy.config import ProxyConfig
 
+    log_warnings_to_stderr()
     fields = json.loads(os.environ.pop(SETTINGS_ENVIRONMENT_VARIABLE))
     secret = fields.get("credential_secret")
     fields["credential_secret"] = bytes.fromhex(secret) if secret is not None else None
