@@ -168,7 +168,10 @@ def _add_reproduce(commands: Any) -> None:
     add_scale_and_rounds(reproduce, precision=False)
     reproduce.add_argument("--repeats", type=bounded_int(1, 1000, "repeats"), default=3)
     reproduce.add_argument(
-        "--output", default=None, help="report folder (default docs/reproduction, docs/reproduction/quick with --quick)"
+        "--output",
+        default=None,
+        help="report folder (default docs/reproduction, the front report; with --quick "
+        "docs/reproduction/archive/quick-DATE)",
     )
     reproduce.add_argument(
         "--allow-dirty",

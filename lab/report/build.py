@@ -15,7 +15,7 @@ HTML). Running the experiments and reading them back from the store is :mod:`.re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,8 @@ from services.processes import PROJECT_ROOT
 PRESETS: tuple[str, ...] = ("seed-exp1", "seed-exp2", "seed-exp3")
 REPORT_COMMAND = "python -m lab reproduce"
 REPORT_DIR = PROJECT_ROOT / "docs" / "reproduction"
-QUICK_REPORT_DIR = REPORT_DIR / "quick"
+# Quick reports are not the front one: under the archive, by date, where lab archive-reproductions indexes them.
+QUICK_REPORT_DIR = REPORT_DIR / "archive" / f"quick-{datetime.now(UTC).date().isoformat()}"
 SEED_HARDWARE = "one RTX 4060 (8 GB VRAM), 32 GB RAM, WSL2 Ubuntu; Qwen3-0.6B bf16; vLLM 0.31.0"
 ADAPTED_CELLS = "The adapted scale's cells: lengthened up to the cap, or kept where no length under it measures:"
 SEED_SCALE = "60 s per cell, constant VUs (1, 8, 32 in experiment 1; 32 in experiments 2 and 3), one run per cell"
