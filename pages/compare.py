@@ -37,7 +37,7 @@ from pages.view.names import csv_frame, display_frame, display_name, header, set
 from pages.view.page_guard import only_through_entry_file
 from pages.view.series import LOAD_AXIS, NO_AXIS, VUS_AXIS, run_line_label, with_series
 from pages.view.tables import interval_text, plural, ratios_rows, seed_comparison_table
-from pages.view.text import chart_label, plain
+from pages.view.text import chart_label, plain, show_plain
 
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
@@ -175,28 +175,31 @@ def runs_to_average(records: list[dict]) -> list[dict] | None:
 
 
 def without_warned(done: list[dict]) -> list[dict]:
-    """The toggle for warned runs and one message that agrees with it."""
+    """Runs with measurement warnings are shown with their warnings, not hidden (a busy machine warns
+    every native run, and hiding them left only an imported one); a toggle leaves them out."""
     clean, warned = split_warned(done)
-    include = st.toggle(
-        "Include runs with measurement warnings",
+    leave_out = st.toggle(
+        "Leave out runs with measurement warnings",
         value=False,
-        key="compare_include_warned",
-        help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run "
-        "too short for its latency: left out of the means by default.",
+        key="compare_leave_out_warned",
+        help="Contention, an overloaded k6, dropped iterations, a count mismatch or a run too short for its "
+        "latency: in the means by default, each named below with its warning.",
     )
     if not warned:
         return done
-    if include:
-        st.caption(f"{plural(len(warned), 'run')} with measurement warnings included in the means.")
-        return done
-    if clean:
-        st.caption(
-            f"{plural(len(warned), 'run')} with measurement warnings left out of the means (switch them in above)."
-        )
+    if leave_out and clean:
+        st.caption(f"{plural(len(warned), 'run')} with measurement warnings left out of the means.")
         return clean
-    st.warning(
-        "Every chosen run carries a measurement warning (see Run detail), so the means use them all: "
-        "read them with care."
+    lines = "; ".join(
+        f"#{record['run_id']}: {str(record['measurement_warnings']).split('; ')[0]}" for record in warned[:6]
+    )
+    more = f" and {len(warned) - 6} more" if len(warned) > 6 else ""
+    if leave_out:
+        st.warning("Every chosen run carries a measurement warning, so the means use them all: read them with care.")
+    show_plain(
+        f"{plural(len(warned), 'run')} in the means {'carries' if len(warned) == 1 else 'carry'} a measurement "
+        f"warning (read with care): {lines}{more}.",
+        kind="caption",
     )
     return done
 
