@@ -53,15 +53,32 @@ def backend_colour(backend: str) -> str:
     return BACKEND_PALETTE[index % len(BACKEND_PALETTE)]
 
 
+# Characters of legend names that fit one row of a chart on a narrow page (800 px).
+LEGEND_ROW_CHARS = 60
+
+
+def _legend_rows(figure: go.Figure) -> int:
+    legend_chars = sum(len(str(trace.name or "")) + 6 for trace in figure.data if trace.showlegend is not False)
+    return max(1, -(-legend_chars // LEGEND_ROW_CHARS))
+
+
 def _top_margin_px(figure: go.Figure) -> int:
     """Room above the plot for the title and the legend's row, or two rows when the legend's names
     are long enough to wrap on a narrow page (800 px)."""
-    legend_chars = sum(len(str(trace.name or "")) + 6 for trace in figure.data if trace.showlegend is not False)
-    return 80 if legend_chars <= 60 else 115
+    return 80 if _legend_rows(figure) <= 1 else 115
 
 
 def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, height: int = CHART_HEIGHT_PX) -> go.Figure:
     """The one layout of every chart: title top left, legend in a row above the plot, room for the axis titles."""
+    rows = _legend_rows(figure)
+    # Up to two rows the legend sits above the plot; more go below it and the chart grows by them,
+    # so a long legend never squeezes or covers the plot.
+    below = rows > 2
+    legend = (
+        {"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.18, "yanchor": "top", "title": None}
+        if below
+        else {"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None}
+    )
     figure.update_layout(
         title={
             "text": title,
@@ -74,9 +91,9 @@ def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, heigh
         },
         xaxis_title=x_title,
         yaxis_title=y_title,
-        height=height,
-        margin={"l": 60, "r": 20, "t": _top_margin_px(figure), "b": 50},
-        legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None},
+        height=height + (22 * rows if below else 0),
+        margin={"l": 60, "r": 20, "t": 80 if below else _top_margin_px(figure), "b": 50 + (22 * rows if below else 0)},
+        legend=legend,
         showlegend=len(figure.data) > 1,
         hovermode="x unified",
         # The toolbar runs down the right edge, never across the title at the top left.

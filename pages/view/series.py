@@ -36,14 +36,29 @@ class RunSeries:
     run_ids: tuple[int, ...]
 
 
+# A legend entry names at most this many settings, each value cut to this many characters: a short
+# name per series, never a line that the legend cuts (the rest is in the settings table above).
+MAX_LABEL_SETTINGS = 2
+MAX_VALUE_CHARS = 24
+
+
 def series_label(backend: str, values: dict[str, Any]) -> str:
-    """``"naive"``, ``"vllm · max tokens 32 · streamed answers yes"``."""
-    parts = [backend] + [setting_text(name, value) for name, value in values.items() if name != BACKEND_SETTING]
+    """``"naive"``, ``"vllm · max tokens 32 · +1 more"``: the backend and what else differs, short."""
+    shown = [setting_text(name, _cut(value)) for name, value in values.items() if name != BACKEND_SETTING]
+    more = len(shown) - MAX_LABEL_SETTINGS
+    parts = [backend, *shown[:MAX_LABEL_SETTINGS]] + ([f"+{more} more"] if more > 0 else [])
     return " · ".join(parts)
+
+
+def _cut(value: Any) -> Any:
+    text = str(value)
+    return value if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
 def setting_text(name: str, value: Any) -> str:
     """One setting and its value in a label: ``"2 VUs"``, ``"max tokens 32"``."""
+    if name == "imported from":
+        return f"imported from {value}"
     if name == "load.vus" and isinstance(value, int) and not isinstance(value, bool):
         return f"{value} VU{'' if value == 1 else 's'}"
     return f"{setting_label(name)} {setting_value(value)}"
@@ -54,13 +69,22 @@ def chart_series(
 ) -> list[RunSeries]:
     """The runs (``records`` and their stored ``specs`` in step) grouped into series: one series
     per backend and distinct value of every differing setting outside ``axis``, in first-seen order."""
-    names = [name for name in differing_settings(specs) if name not in axis and name != BACKEND_SETTING]
+    flats = [flatten_spec(spec) for spec in specs]
+    # A setting one run does not record (an imported run has only its tool's) names no series apart.
+    names = [
+        name
+        for name in differing_settings(specs)
+        if name not in axis and name != BACKEND_SETTING and all(flat.get(name) is not None for flat in flats)
+    ]
     grouped: dict[tuple[str, str], tuple[str, list[int]]] = {}
-    for record, spec in zip(records, specs, strict=True):
-        flat = flatten_spec(spec)
+    for record, flat in zip(records, flats, strict=True):
         backend = str(record.get("backend") or flat.get(BACKEND_SETTING) or "?")
         values = {name: flat.get(name) for name in names}
-        key = (backend, repr([values[name] for name in names]))
+        source = record.get("source")
+        if source and source != "lab":  # another tool's run is never one line with the lab's
+            values = {"imported from": source, **values}
+        # A run with no stored settings is its own series: nothing says it is like the others.
+        key = (backend, repr([*values.values(), bool(flat) or record.get("run_id")]))
         label = series_label(backend, values)
         grouped.setdefault(key, (label, []))[1].append(int(record["run_id"]))
     return [RunSeries(label, backend, tuple(run_ids)) for (backend, _), (label, run_ids) in grouped.items()]

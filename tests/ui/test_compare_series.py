@@ -54,6 +54,18 @@ def test_over_time_each_run_is_named_by_every_setting_that_differs() -> None:
     assert [r["series"] for r in labelled] == ["naive · 1 VU · max tokens 32", "naive · 2 VUs · max tokens 16"]
 
 
+def test_legend_names_are_short_and_an_imported_run_is_named_by_its_tool() -> None:
+    long_url = "http://127.0.0.1:8611/a/very/long/path/to/a/server"
+    native = {**spec(max_tokens=32), "target_url": long_url, "temperature": 0.5, "top_p": 0.9}
+    other = {**spec(max_tokens=16), "target_url": long_url + "/2", "temperature": 0.7, "top_p": 0.8}
+    imported = {"backend": "naive", "load": {"vus": 1}, "max_tokens": 64}  # only what its tool wrote
+    records = [record(1), record(2), {**record(3), "source": "guidellm 0.8.1"}]
+    labels = [s.label for s in chart_series(records, [native, other, imported], VUS_AXIS)]
+    assert all(len(label) <= 80 for label in labels), labels
+    assert labels[2].startswith("naive · imported from guidellm 0.8.1")
+    assert "127.0.0.1" not in labels[2]  # settings the imported run does not record name no series
+
+
 def test_the_pareto_axis_is_the_load_and_a_run_without_a_spec_is_its_own_series() -> None:
     records = [record(1, vus=1), record(2, vus=4), record(3, vus=2)]
     series = chart_series(records, [spec(vus=1), spec(vus=4), None], LOAD_AXIS)
