@@ -179,8 +179,8 @@ def upload_section() -> None:
         else:
             record_upload(saved)
             show_plain(
-                f"Saved {saved.original_name}: {saved.items:,} items, {saved.usable:,} usable. "
-                "Choose it in the grid's workload field.",
+                f"{'Already stored' if saved.already_stored else 'Saved'} {saved.original_name}: {saved.items:,} "
+                f"items, {saved.usable:,} usable. Choose it in the grid's workload field (Build a grid tab).",
                 kind="success",
             )
             for note in saved.notes:

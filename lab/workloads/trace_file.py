@@ -97,9 +97,15 @@ def _hash_ids(line: int, value: Any, input_length: int, block_tokens: int) -> tu
         raise TraceError(f"line {line}: hash_ids must be a list of whole numbers")
     needed = math.ceil(input_length / block_tokens)
     if len(value) > needed:
+        fits = input_length // len(value)
         raise TraceError(
             f"line {line}: {len(value)} hash ids, but input_length {input_length} needs at most {needed} "
-            f"(blocks of {block_tokens} tokens)"
+            f"(blocks of {block_tokens} tokens); "
+            + (
+                f"'Tokens per hash id' (trace.block_tokens) of {fits} or less fits this line"
+                if fits >= 1
+                else "more hash ids than tokens: no block size fits this line"
+            )
         )
     return tuple(value)
 
@@ -180,7 +186,14 @@ def read_trace(path: Path | str, *, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -
             return _read(str(path), block_tokens)
         return _read_cached(key, block_tokens)
     except TraceError as error:
-        raise TraceError(f"trace {Path(path).name}: {error}") from None
+        raise TraceError(f"trace {_shown_name(Path(path))}: {error}") from None
+
+
+def _shown_name(path: Path) -> str:
+    """The name the user gave an uploaded trace (its stored name is generated), else the file's."""
+    from lab.workloads.uploads import upload_original_name  # the uploads read traces: imported on use
+
+    return upload_original_name(path) or path.name
 
 
 @lru_cache(maxsize=8)

@@ -11,6 +11,7 @@ message a user can act on.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from lab.workloads.datasets import DatasetError, atomic_write_bytes, is_replayab
 from lab.workloads.input_files import read_input_text
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, iter_conversations, text_reader
 from lab.workloads.trace_file import parse_trace
+from services.traces.blocks import MOONCAKE_BLOCK_TOKENS
 
 _UPLOAD_SUFFIXES: dict[str, str] = {"sharegpt": ".json", "jsonl": ".jsonl", "trace": ".trace"}
 UPLOAD_META_SUFFIX = ".meta.json"
@@ -47,6 +49,9 @@ class SavedUpload:
     truncated: bool = False
     dropped_trailing_chars: int = 0
     notes: list[str] = field(default_factory=list)
+    # The file's SHA-256: the same file uploaded again is the stored one, not a second copy.
+    sha256: str = ""
+    already_stored: bool = False
 
 
 @dataclass
@@ -112,10 +117,17 @@ def _upload_text(data: bytes, display_name: str, max_bytes: int) -> str:
 def _check_contents(text: str, kind: UploadKind) -> _CheckedContents:
     """Count what an upload's text holds; raise :class:`DatasetError` when nothing is usable."""
     if kind == "trace":
-        # Every rule but the hash ids' count, which depends on the run's block_tokens: the
-        # spec's check applies it before anything is queued.
+        # Every rule, the hash ids' count with the block size of Mooncake's traces (the grid's
+        # default): a trace made with smaller blocks is told here, with the setting that fixes it.
         trace = parse_trace(text.splitlines(), block_tokens=1)
-        return _CheckedContents(items=len(trace), usable=len(trace))
+        checked = _CheckedContents(items=len(trace), usable=len(trace))
+        fits = min((item.input_length // len(item.hash_ids) for item in trace if item.hash_ids), default=None)
+        if fits is not None and fits < MOONCAKE_BLOCK_TOKENS:
+            checked.notes.append(
+                f"its hash ids fit blocks of at most {fits} tokens: in the grid set 'Tokens per hash id' to "
+                f"{fits} or less (the default, {MOONCAKE_BLOCK_TOKENS}, is Mooncake's)"
+            )
+        return checked
     if kind != "sharegpt":
         requests = parse_jsonl_requests(text.splitlines())
         return _CheckedContents(items=len(requests), usable=len(requests))
@@ -155,6 +167,22 @@ def save_upload(*, data: bytes, original_name: str, kind: UploadKind, upload_dir
         raise DatasetError(f"{display_name}: {error}") from error
 
     upload_dir = Path(upload_dir)
+    digest = hashlib.sha256(bytes(data)).hexdigest()
+    if (same := _stored_with(upload_dir, kind, digest)) is not None:
+        checked.notes.append(f"the same file is stored already ({same[1]}): not stored twice")
+        return SavedUpload(
+            path=same[0],
+            original_name=display_name,
+            kind=kind,
+            size_bytes=len(data),
+            items=checked.items,
+            usable=checked.usable,
+            truncated=checked.truncated,
+            dropped_trailing_chars=checked.dropped_trailing_chars,
+            notes=checked.notes,
+            sha256=digest,
+            already_stored=True,
+        )
     stored_path = upload_dir / f"{uuid.uuid4().hex}{_UPLOAD_SUFFIXES[kind]}"
     try:
         atomic_write_bytes(stored_path, bytes(data))
@@ -170,13 +198,30 @@ def save_upload(*, data: bytes, original_name: str, kind: UploadKind, upload_dir
         truncated=checked.truncated,
         dropped_trailing_chars=checked.dropped_trailing_chars,
         notes=checked.notes,
+        sha256=digest,
     )
+
+
+def _stored_with(upload_dir: Path, kind: UploadKind, digest: str) -> tuple[Path, str] | None:
+    """The stored upload of ``kind`` whose record names this SHA-256, with its label; None."""
+    for path, label in list_uploads(upload_dir, kind):
+        meta_path = Path(path).with_name(Path(path).name + UPLOAD_META_SUFFIX)
+        try:
+            meta = json.loads(read_input_text(meta_path, what="upload record", max_bytes=UPLOAD_META_MAX_BYTES))
+        except (OSError, ValueError, DatasetError):
+            continue
+        if isinstance(meta, dict) and meta.get("sha256") == digest:
+            return Path(path), label
+    return None
 
 
 def record_upload(saved: SavedUpload) -> Path:
     """Write a small sidecar beside an accepted upload (original name, counts, when) for the pages."""
     meta_path = saved.path.with_name(saved.path.name + UPLOAD_META_SUFFIX)
+    if saved.already_stored and meta_path.is_file():
+        return meta_path  # its record stays the first upload's
     meta = {
+        "sha256": saved.sha256,
         "original_name": saved.original_name,
         "kind": saved.kind,
         "size_bytes": saved.size_bytes,

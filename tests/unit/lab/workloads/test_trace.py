@@ -132,3 +132,25 @@ def test_an_uploaded_trace_is_checked_listed_and_named_by_its_upload(tmp_path: P
         save_upload(data=bad, original_name="bad.jsonl", kind="trace", upload_dir=uploads, max_bytes=10**6)
     with pytest.raises(DatasetError, match="the upload limit is"):
         save_upload(data=data, original_name="big.jsonl", kind="trace", upload_dir=uploads, max_bytes=100)
+
+
+def test_a_trace_upload_is_checked_once_told_its_block_size_stored_once_and_named_as_the_user_named_it(
+    tmp_path: Path,
+) -> None:
+    from lab.workloads.trace_file import TraceError, read_trace
+    from lab.workloads.uploads import record_upload, save_upload
+
+    # Two hash ids for 256 tokens: made with blocks of 128, not Mooncake's 512.
+    data = b'{"timestamp": 0, "input_length": 256, "output_length": 8, "hash_ids": [1, 2]}\n'
+    first = save_upload(data=data, original_name="good.jsonl", kind="trace", upload_dir=tmp_path, max_bytes=10**6)
+    record_upload(first)
+    assert any("set 'Tokens per hash id' to 128 or less" in note for note in first.notes)
+    again = save_upload(data=data, original_name="good.jsonl", kind="trace", upload_dir=tmp_path, max_bytes=10**6)
+    record_upload(again)
+    assert again.already_stored and again.path == first.path
+    assert len([path for path in tmp_path.iterdir() if path.suffix == first.path.suffix]) == 1
+    with pytest.raises(TraceError) as refused:
+        read_trace(first.path, block_tokens=512)
+    message = str(refused.value)
+    assert message.startswith("trace good.jsonl: line 1: 2 hash ids")
+    assert "'Tokens per hash id' (trace.block_tokens) of 128 or less fits this line" in message
