@@ -24,6 +24,10 @@ from lab.queue import long_experiments as plans
 from lab.specs.schema import ExperimentSpec, UntilDecided
 
 
+# How a person reads the figures a grid experiment decides.
+FIGURE_WORDS = {"req_per_s": "req/s", "output_tok_per_s": "output tok/s"}
+
+
 @dataclass(frozen=True)
 class FigureSoFar:
     """One claim's (or compared ratio's) state: its ratio and interval now, and its verdict so far."""
@@ -149,7 +153,15 @@ def _grid_figures(experiment: Experiment) -> list[FigureSoFar]:
                     verdict = f"within +-{until.precision:.0%}"
             progress = f"decided at round {rounds}" if verdict != "inconclusive" else f"undecided after {rounds} rounds"
             figures.append(
-                FigureSoFar(f"{figure}: {row['cell']}", f"{figure}: {row['cell']}", ratio, low, high, verdict, progress)
+                FigureSoFar(
+                    f"{figure}: {row['cell']}",
+                    f"{FIGURE_WORDS.get(figure, figure)}: {row['cell']}",
+                    ratio,
+                    low,
+                    high,
+                    verdict,
+                    progress,
+                )
             )
     return figures
 

@@ -7,7 +7,8 @@ One command takes them all again::
 It starts the lab (``python -m lab start``: Streamlit and the worker) on a free loopback port
 with a temporary data folder, runs a real small experiment through the CLI (seed-exp1 at the
 quick scale on the naive server only, 1 and 2 VUs, 8 s each: the cheapest real backend), replays
-the sample trace on the same server and imports a GuideLLM report beside them, then
+the sample trace on the same server, imports a GuideLLM report beside them and runs the
+experiment again as a long experiment until decided (for the Reproduce tab's table), then
 photographs each page in Debian's Chromium at 1280x800 and at 800 px wide. It also reads each
 page as a person would and prints every problem it finds (and exits 1): a metric tile whose
 value or label is cut, a link cut short, a button or widget label cut or off the right edge, a
@@ -26,15 +27,16 @@ from pathlib import Path
 
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, PROJECT_ROOT, lab_env, running_lab, wait_for_app
 
-# (file name, path under the lab's URL, text that says the page is drawn)
-PAGES: tuple[tuple[str, str, str], ...] = (
-    ("new-experiment", "", "Launching queues runs"),
-    ("runs", "runs", "Filters"),
-    ("run-detail", "run_detail?run=1", "Per second"),
-    ("compare", "compare", "Charts"),
-    ("trends", "trends", "Trends"),
-    ("services", "services", "Start a service"),
-    ("workers", "workers", "workers alive"),
+# (file name, path under the lab's URL, text that says the page is drawn, the tab to open or "")
+PAGES: tuple[tuple[str, str, str, str], ...] = (
+    ("new-experiment", "", "Launching queues runs", ""),
+    ("reproduce", "", "Launching queues runs", "Reproduce the seed"),
+    ("runs", "runs", "Filters", ""),
+    ("run-detail", "run_detail?run=1", "Per second", ""),
+    ("compare", "compare", "Charts", ""),
+    ("trends", "trends", "Trends", ""),
+    ("services", "services", "Start a service", ""),
+    ("workers", "workers", "workers alive", ""),
 )
 VIEWPORTS = {"1280": {"width": 1280, "height": 800}, "800": {"width": 800, "height": 800}}
 EXPERIMENT = [
@@ -179,9 +181,12 @@ def photograph(url: str, out: Path) -> list[str]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for width, viewport in VIEWPORTS.items():
             page = browser.new_page(viewport=viewport)
-            for name, path, text in PAGES:
+            for name, path, text, tab in PAGES:
                 page.goto(f"{url}/{path}")
                 wait_for_app(page, text)
+                if tab:
+                    page.get_by_role("tab", name=tab).click()
+                    page.wait_for_timeout(1000)
                 page.wait_for_timeout(3000)  # charts drawn, fragments settled
                 found = page.evaluate(PROBLEMS_JS)
                 body = page.inner_text("body")
@@ -203,7 +208,9 @@ def main(folder: str = "docs/screenshots") -> int:
         with running_lab(data_dir, Path(temporary) / "lab.log") as url:
             trace_spec = Path(temporary) / "trace-spec.json"
             trace_spec.write_text(json.dumps(TRACE_SPEC), encoding="utf-8")
-            for command in (["run", *EXPERIMENT], ["run", "--spec", str(trace_spec)], ["import", IMPORTED]):
+            until_decided = ["run", *EXPERIMENT, "--repeats", "2", "--until-decided", "--budget", "15m"]
+            commands = (["run", *EXPERIMENT], ["run", "--spec", str(trace_spec)], ["import", IMPORTED], until_decided)
+            for command in commands:
                 ran = subprocess.run(
                     [sys.executable, "-m", "lab", *command],
                     cwd=PROJECT_ROOT,
