@@ -23,7 +23,6 @@ from lab.analysis.wall_time import WallTime, run_intervals, wall_time
 from lab.queue import long_experiments as plans
 from lab.specs.schema import ExperimentSpec, UntilDecided
 
-
 # How a person reads the figures a grid experiment decides.
 FIGURE_WORDS = {"req_per_s": "req/s", "output_tok_per_s": "output tok/s"}
 
