@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from lab.measurement.k6_ndjson import RequestSamples
 from lab.measurement.results import RunResults
+from lab.user_input.json_errors import json_error_text
 from lab.workloads.input_files import InputFileError, input_file_max_bytes, read_input_bytes
 
 IMPORT_LIMIT_NAME = "the limit for imported result files (LAB_INPUT_FILE_MAX_BYTES)"
@@ -163,7 +164,7 @@ def _document(name: str, content: bytes, suffix: str) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         # A whole JSON document ends with its closing bracket; one cut short does not.
         cut = " (it ends early: truncated?)" if not text.rstrip().endswith(("}", "]")) else ""
-        raise ImportFileError(f"{name} is not valid JSON{cut} at line {error.lineno}: {error.msg}; {what}") from None
+        raise ImportFileError(f"{name} is not valid JSON{cut}: {json_error_text(error)}; {what}") from None
     except _YamlError as error:
         raise ImportFileError(f"{name} is not valid YAML ({error}); {what}") from None
     if not isinstance(document, dict):

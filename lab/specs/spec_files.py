@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.specs.schema import ExperimentSpec, SpecError, experiment_from_document
+from lab.user_input.json_errors import json_error_text
 from lab.workloads.input_files import InputFileError, read_input_bytes
 
 SPEC_FILE_FORMATS = (".json", ".toml")
@@ -45,7 +46,7 @@ def read_spec_document(path: Path) -> dict[str, Any]:
     try:
         document = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except json.JSONDecodeError as error:
-        raise SpecError(f"spec file {path.name} is not valid JSON (line {error.lineno}: {error.msg})") from None
+        raise SpecError(f"spec file {path.name} is not valid JSON ({json_error_text(error)})") from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"spec file {path.name} is not valid TOML ({error})") from None
     if not isinstance(document, dict):

@@ -167,7 +167,9 @@ def parse_jsonl_requests(lines: Iterable[str]) -> list[dict]:
         try:
             request = json.loads(line)
         except json.JSONDecodeError as error:
-            raise DatasetError(f"line {line_number}: not valid JSON ({error.msg} at column {error.colno})") from error
+            raise DatasetError(
+                f"line {line_number}: not valid JSON ({error.msg.removesuffix(' at')} at column {error.colno})"
+            ) from error
         except RecursionError as error:
             raise DatasetError(f"line {line_number}: nested too deeply to read") from error
         except ValueError as error:

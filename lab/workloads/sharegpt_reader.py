@@ -186,7 +186,9 @@ def _decode_element(cursor: _TextCursor, decoder: json.JSONDecoder, stats: Share
             element, end = decoder.raw_decode(cursor.buffer, cursor.position)
         except json.JSONDecodeError as error:
             if not _looks_truncated(error, len(cursor.buffer)):
-                raise DatasetError(f"invalid JSON at character {cursor.consumed + error.pos}: {error.msg}") from error
+                raise DatasetError(
+                    f"invalid JSON at character {cursor.consumed + error.pos}: {error.msg.removesuffix(' at')}"
+                ) from error
             if cursor.refill():
                 continue
             stats.truncated = True

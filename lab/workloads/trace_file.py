@@ -115,7 +115,7 @@ def parse_line(line: int, raw: str, block_tokens: int) -> TraceRequest:
     try:
         item = json.loads(raw, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
-        raise TraceError(f"line {line}: not JSON ({error.msg} at column {error.colno})") from None
+        raise TraceError(f"line {line}: not JSON ({error.msg.removesuffix(' at')} at column {error.colno})") from None
     except ValueError as error:  # NaN or Infinity
         raise TraceError(f"line {line}: not JSON ({error})") from None
     except RecursionError:
