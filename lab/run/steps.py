@@ -411,6 +411,7 @@ class RunSteps:
         # k6's samples as read from its pipe so far: the live charts and counts of workload
         # requests only (k6's API counts its setup health check too).
         tail = self.k6.live_tail()
+        planned_vus = spec.load.peak_vus if spec.load.kind == "constant-vus" else None
         while self.k6.is_running():
             progress = self.k6.progress()
             elapsed_s = time.monotonic() - started
@@ -419,7 +420,8 @@ class RunSteps:
                 elapsed_s=elapsed_s,
                 planned_s=spec.load.planned_duration_s,
                 graceful_stop_s=spec.load.graceful_stop_s,
-                vus=progress.vus,
+                # k6's own count where its API answers; a constant-VU load runs its planned VUs throughout.
+                vus=progress.vus if progress.vus is not None else planned_vus,
                 output_tokens=progress.output_tokens,
                 requests_ok=tail.requests_ok_total,
                 requests_failed=tail.requests_failed_total,
