@@ -41,6 +41,8 @@ from services.catalog import ServiceKind, cache_proxy_config, redis_config
 from services.manager import ServiceManager
 
 log = logging.getLogger(__name__)
+# The phase a starting run is in while its workload writes its requests (pages.view.tables reads it).
+PREPARING_PHASE = "preparing"
 
 T = TypeVar("T")
 
@@ -266,7 +268,11 @@ class RunSteps:
         }
 
     def prepare_workload(self, spec: RunSpec) -> Path | None:
-        """Write the request file the workload's k6 script replays (None if it needs none)."""
+        """Write the request file the workload's k6 script replays (None if it needs none); the run
+        says so meanwhile (a trace's prompts can take seconds to build)."""
+        self.live_write(
+            lambda: store.update_run(engine=self.engine, run_id=self.run_id, progress={"phase": PREPARING_PHASE})
+        )
         try:
             return get_workload(spec.workload.kind).prepare(spec, self.run_dir, spec.backend_kind)
         except WorkloadError as error:

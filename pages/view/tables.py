@@ -42,6 +42,8 @@ def phase_text(status: str, progress: dict[str, Any] | None = None) -> str:
     """What a run is doing, in the words every view uses: queued, starting, warming up, load,
     draining (N requests in flight), collecting, done, failed..."""
     progress = progress or {}
+    if status == "starting" and progress.get("phase") == "preparing":
+        return "starting: preparing the requests"
     if status == "running" and progress.get("phase") == "draining":
         in_flight = progress.get("in_flight")
         if in_flight is None:

@@ -198,3 +198,11 @@ def test_grid_form_offers_the_graceful_stop_and_refuses_a_model_not_on_an_offlin
     with Session(seed_lab.engine) as session:
         runs = store.list_runs(session=session)
         assert len(runs) == before + 1 and runs[0].spec["load"]["graceful_stop_s"] == 90.0
+
+
+def test_a_starting_run_says_it_prepares_its_requests() -> None:
+    from lab.run.steps import PREPARING_PHASE
+    from pages.view.tables import phase_text
+
+    assert phase_text("starting", {"phase": PREPARING_PHASE}) == "starting: preparing the requests"
+    assert phase_text("warming", {"phase": PREPARING_PHASE}) == phase_text("warming")
