@@ -148,6 +148,8 @@ def create(
             "cells": cells,
             "report_dir": str(report_dir) if report_dir is not None else None,
             "command": command,
+            # The checkout it was created from; the commit its runs must keep is its first worker's.
+            "created_on_commit": code.label,
         }
         long_id = _store_long(
             session,

@@ -46,9 +46,10 @@ def closed_experiments(
     engine: Engine, *, worker_name: str, labels: Collection[str], identity: dict[str, Any], commit: str | None
 ) -> set[int]:
     """The experiments this worker must not take runs of: those of paused long experiments, of ones
-    recorded on another machine or refusing this worker, and of ones created on another commit
-    (which this call pauses, unless their plan allows it). A long experiment with no machine yet
-    takes this worker's record when this worker may take one of its queued runs."""
+    recorded on another machine or refusing this worker, and of ones whose runs ran another commit
+    of the lab (which this call pauses, unless their plan allows it). A long experiment with no
+    machine yet takes this worker's record and commit when this worker may take one of its queued
+    runs: the code that runs it, whatever the checkout held when it was created."""
     closed: set[int] = set()
     with Session(engine) as session:
         unfinished = session.scalars(
@@ -61,6 +62,18 @@ def closed_experiments(
             ):
                 closed |= ids
                 continue
+            if long_experiment.machine is None:
+                if _has_runs_for(session, ids, worker_name, labels):
+                    session.execute(
+                        update(LongExperiment)
+                        .where(LongExperiment.id == long_experiment.id, LongExperiment.machine.is_(None))
+                        # Its first run's worker fixes its machine and its commit: the code that runs it.
+                        .values(machine=identity, machine_worker=worker_name, lab_commit=commit)
+                    )
+                    session.flush()
+                    session.refresh(long_experiment)
+                if long_experiment.machine is None:
+                    continue
             if commit != long_experiment.lab_commit and not long_experiment.allow_commit_change:
                 if _has_runs_for(session, ids, worker_name, labels):
                     _set_state(
@@ -73,17 +86,6 @@ def closed_experiments(
                     )
                 closed |= ids
                 continue
-            if long_experiment.machine is None:
-                if _has_runs_for(session, ids, worker_name, labels):
-                    session.execute(
-                        update(LongExperiment)
-                        .where(LongExperiment.id == long_experiment.id, LongExperiment.machine.is_(None))
-                        .values(machine=identity, machine_worker=worker_name)
-                    )
-                    session.flush()
-                    session.refresh(long_experiment)
-                if long_experiment.machine is None:
-                    continue
             if machine_differences(long_experiment.machine, identity):
                 closed |= ids
         session.commit()

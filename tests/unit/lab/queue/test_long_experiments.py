@@ -155,9 +155,6 @@ def test_the_first_worker_records_its_machine_and_another_machine_is_closed_out(
     long_id = create(engine)
     experiment_ids = {run.experiment_id for run in runs_of(engine, long_id)}
     commit = "abc"
-    with Session(engine) as session:
-        session.get_one(LongExperiment, long_id).lab_commit = commit
-        session.commit()
     assert long_gate.closed_experiments(engine, worker_name="a", labels=[], identity=MACHINE, commit=commit) == set()
     other = {**MACHINE, "instruction_sets": ["AVX2"]}
     closed = long_gate.closed_experiments(engine, worker_name="b", labels=[], identity=other, commit=commit)
@@ -171,8 +168,12 @@ def test_the_first_worker_records_its_machine_and_another_machine_is_closed_out(
 def test_a_change_of_commit_pauses_it_unless_allowed(engine: Engine) -> None:
     long_id = create(engine)
     with Session(engine) as session:
-        session.get_one(LongExperiment, long_id).lab_commit = "abc"
+        session.get_one(LongExperiment, long_id).lab_commit = "created-on"
         session.commit()
+    # The first worker's commit is the one its runs keep, whatever the checkout held at creation.
+    assert long_gate.closed_experiments(engine, worker_name="a", labels=[], identity=MACHINE, commit="abc") == set()
+    with Session(engine) as session:
+        assert session.get_one(LongExperiment, long_id).lab_commit == "abc"
     closed = long_gate.closed_experiments(engine, worker_name="a", labels=[], identity=MACHINE, commit="def")
     assert closed
     with Session(engine) as session:
