@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,25 @@ def add_import_command(commands: Any) -> None:
     command.add_argument("--json", action="store_true", help="print the outcome of each file as JSON")
 
 
+def _reading(paths: list[Path], *, shown: bool) -> AbstractContextManager[object]:
+    """On a terminal, a spinner while the files are read (a large result file takes seconds)."""
+    if not shown:
+        return nullcontext()
+    from rich.console import Console
+
+    what = paths[0].name if len(paths) == 1 else f"{len(paths)} files"
+    return Console(file=sys.stderr).status(f"reading {what}")
+
+
 def cmd_import(args: argparse.Namespace, context: LabContext) -> int:
     """Import each file; one line a file (its runs, or why it was refused)."""
     member = member_without_sign_in(os_user())  # the CLI acts as its operating-system user
+    paths = [Path(name) for name in args.files]
     try:
-        outcomes, refusals = import_files(
-            session_factory=lambda: Session(context.engine), paths=[Path(name) for name in args.files], member=member
-        )
+        with _reading(paths, shown=sys.stderr.isatty() and not args.json):
+            outcomes, refusals = import_files(
+                session_factory=lambda: Session(context.engine), paths=paths, member=member
+            )
     except ImportRefused as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

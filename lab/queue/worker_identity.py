@@ -15,13 +15,14 @@ from lab.measurement.hardware import hardware_summary
 class WorkerOverview:
     """One worker as the Workers page shows it."""
 
+    # In the order the page shows them: what a person follows first (state, current run) on a narrow page.
     name: str
-    host: str
-    labels: str
-    hardware: str
     state: str  # alive | lost (heartbeat older than the lease) | stopped
-    heartbeat_age_s: float | None
     current_run: str
+    heartbeat_age_s: float | None
+    labels: str
+    host: str
+    hardware: str
     services: str  # the managed services recorded on its machine
 
 

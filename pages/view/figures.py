@@ -75,7 +75,16 @@ def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, heigh
     # so a long legend never squeezes or covers the plot.
     below = rows > 2
     legend = (
-        {"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.18, "yanchor": "top", "title": None}
+        # At the foot of the figure, in the margin grown for it: under the x axis's title, never over it.
+        {
+            "orientation": "h",
+            "x": 0.0,
+            "xanchor": "left",
+            "yref": "container",
+            "y": 0.0,
+            "yanchor": "bottom",
+            "title": None,
+        }
         if below
         else {"orientation": "h", "x": 0.0, "xanchor": "left", "y": 1.04, "yanchor": "bottom", "title": None}
     )
@@ -92,7 +101,7 @@ def readable(figure: go.Figure, *, title: str, x_title: str, y_title: str, heigh
         xaxis_title=x_title,
         yaxis_title=y_title,
         height=height + (22 * rows if below else 0),
-        margin={"l": 60, "r": 20, "t": 80 if below else _top_margin_px(figure), "b": 50 + (22 * rows if below else 0)},
+        margin={"l": 60, "r": 20, "t": 80 if below else _top_margin_px(figure), "b": 50 + (24 * rows if below else 0)},
         legend=legend,
         showlegend=len(figure.data) > 1,
         hovermode="x unified",

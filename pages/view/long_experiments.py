@@ -21,6 +21,8 @@ FINISHED_SHOWN = 3
 
 
 def _figures_frame(found: long_status.LongExperimentStatus) -> pd.DataFrame:
+    """One row a claim: what it says, its verdict so far (second, so a narrow page shows it), its ratio."""
+
     def ratio(value: float | None) -> str:
         return f"{value:,.2f}x" if value is not None else "–"
 
@@ -28,10 +30,9 @@ def _figures_frame(found: long_status.LongExperimentStatus) -> pd.DataFrame:
         [
             {
                 "claim": figure.words,
-                "ratio": ratio(figure.ratio),
-                "interval": f"[{ratio(figure.low)}, {ratio(figure.high)}]" if figure.low is not None else "–",
-                "verdict so far": figure.verdict,
-                "rounds": figure.progress,
+                "verdict so far": f"{figure.verdict}: {figure.progress}",
+                "ratio [95% interval]": ratio(figure.ratio)
+                + (f" [{ratio(figure.low)}, {ratio(figure.high)}]" if figure.low is not None else ""),
             }
             for figure in found.figures
         ]
@@ -44,14 +45,10 @@ def _one(found: long_status.LongExperimentStatus) -> None:
     for line in long_status.summary_lines(found)[1:]:
         show_plain(line, kind="caption")
     if found.state_reason:
-        show_plain(f"Why: {found.state_reason}")
+        show_plain(f"Why: {found.state_reason}", kind="caption")
     if found.figures:
-        st.dataframe(
-            _figures_frame(found),
-            hide_index=True,
-            use_container_width=True,
-            column_config={"claim": st.column_config.TextColumn(width="large")},
-        )
+        # A static table: its cells wrap, so every column (the verdict above all) stays on a narrow page.
+        st.table(_figures_frame(found).set_index("claim"))
     else:
         st.caption("No claim has a figure yet: the first round is running.")
 

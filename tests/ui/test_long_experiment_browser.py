@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 NAME = "long table in the browser"
 TABLE_JS = """() => {
-  const tables = [...document.querySelectorAll('[data-testid="stDataFrame"]')];
+  const tables = [...document.querySelectorAll('[data-testid="stTable"]')];
   const text = document.body.innerText;
   return {text: text, tables: tables.length, marker: window.__notReloaded === true,
           overflow: document.documentElement.scrollWidth > window.innerWidth + 1};
@@ -80,7 +80,8 @@ def test_the_claims_table_follows_a_long_experiment_without_a_reload(browser_lab
         assert seen["marker"], "the page was reloaded"
         assert "rounds 2 done of 2 planned" in seen["text"] or "2 planned, " in seen["text"], seen["text"][-2000:]
         assert "Why: every figure decided" in seen["text"] or "Why: round limit reached" in seen["text"]
-        assert seen["tables"] >= 1 and not seen["overflow"]  # the claims table (drawn on a canvas)
+        assert seen["tables"] >= 1 and not seen["overflow"]
+        assert "req/s: load.vus 2 over load.vus 1" in seen["text"] and "decided at round" in seen["text"]
         page.get_by_text(heading).first.scroll_into_view_if_needed()
         shot(page, "long-experiment-1280")
         page.set_viewport_size({"width": 800, "height": 800})
