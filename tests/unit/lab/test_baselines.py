@@ -175,7 +175,11 @@ def test_auto_without_a_marked_baseline_is_refused(
         ),
         ({**spec_document(), "repeats": 0}, "c.json", "repeats: Input should be greater than or equal to 1"),
         ("[1, 2]", "d.json", "must hold a table of settings at the top, not a list"),
-        ("{not json", "e.json", "is not valid JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
+        (
+            "{not json",
+            "e.json",
+            "is not valid JSON (Expecting property name enclosed in double quotes at line 1, column 2)",
+        ),
         ("name = ", "f.toml", "is not valid TOML"),
         ("{}", "g.yaml", "use a .json or .toml file"),
     ],
