@@ -59,7 +59,7 @@ class TraceOptions(StrictModel):
 
 def trace_name(path: str) -> str:
     """The name an uploaded trace was given (its upload record), else the file's name."""
-    from lab.workloads.uploads import upload_original_name
+    from lab.workloads.upload_records import upload_original_name
 
     return upload_original_name(Path(path)) or Path(path).name
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.workloads.input_files import DatasetError, open_input_binary
+from lab.workloads.upload_records import upload_original_name
 from services.traces.blocks import MOONCAKE_BLOCK_TOKENS  # one definition: the proxy records in these blocks
 
 REQUIRED_FIELDS = ("timestamp", "output_length")
@@ -191,8 +192,6 @@ def read_trace(path: Path | str, *, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -
 
 def _shown_name(path: Path) -> str:
     """The name the user gave an uploaded trace (its stored name is generated), else the file's."""
-    from lab.workloads.uploads import upload_original_name  # the uploads read traces: imported on use
-
     return upload_original_name(path) or path.name
 
 

@@ -24,12 +24,10 @@ from lab.workloads.datasets import DatasetError, atomic_write_bytes, is_replayab
 from lab.workloads.input_files import read_input_text
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, iter_conversations, text_reader
 from lab.workloads.trace_file import parse_trace
+from lab.workloads.upload_records import UPLOAD_META_MAX_BYTES, UPLOAD_META_SUFFIX
 from services.traces.blocks import MOONCAKE_BLOCK_TOKENS
 
 _UPLOAD_SUFFIXES: dict[str, str] = {"sharegpt": ".json", "jsonl": ".jsonl", "trace": ".trace"}
-UPLOAD_META_SUFFIX = ".meta.json"
-# A sidecar is a few hundred bytes; anything larger is not one.
-UPLOAD_META_MAX_BYTES = 64 * 1024
 
 
 @dataclass
@@ -231,18 +229,6 @@ def record_upload(saved: SavedUpload) -> Path:
     }
     meta_path.write_text(json.dumps(meta), encoding="utf-8")
     return meta_path
-
-
-def upload_original_name(path: Path) -> str | None:
-    """The name a stored upload had when it was uploaded (its record's), None without a record."""
-    meta_path = path.with_name(path.name + UPLOAD_META_SUFFIX)
-    if not meta_path.is_file():
-        return None
-    try:
-        meta = json.loads(read_input_text(meta_path, what="upload record", max_bytes=UPLOAD_META_MAX_BYTES))
-        return str(meta["original_name"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def list_uploads(upload_dir: Path, kind: UploadKind) -> list[tuple[str, str]]:

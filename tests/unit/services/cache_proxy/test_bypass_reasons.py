@@ -24,7 +24,8 @@ SECRET_KEY = "sk-do-not-log-me"
 
 def proxy(**settings: object) -> CacheProxy:
     """A proxy whose upstream is in memory and whose Redis is never opened."""
-    app = CacheProxy(ProxyConfig(upstream_url="http://upstream", redis_url="redis://127.0.0.1:1/0", **settings))  # type: ignore[arg-type]
+    config = ProxyConfig(upstream_url="http://upstream", redis_url="redis://127.0.0.1:1/0", **settings)  # type: ignore[arg-type]  # the tests pass each setting by its name
+    app = CacheProxy(config)
     app.http = app.flights.http = httpx.AsyncClient(
         transport=httpx.MockTransport(lambda request: httpx.Response(200, json=ANSWER))
     )
