@@ -70,7 +70,7 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
                 note = f" ({spec.scale_note})" if spec.scale_note else ""
                 print(f"experiment #{experiment_id}: {spec.name}: {len(run_ids)} runs queued{note}", file=sys.stderr)
             wait_for_submitted_runs(
-                context, run_ids, local=getattr(args, "local", False), quiet=args.json or getattr(args, "quiet", False)
+                context, run_ids, local=getattr(args, "local", False), quiet=getattr(args, "quiet", False)
             )
     except WorkerUnusableError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -150,7 +150,11 @@ def _grid_figures(experiment: Experiment) -> list[FigureSoFar]:
                     verdict = "differs"
                 elif (high - low) / 2 < until.precision * ratio:
                     verdict = f"within +-{until.precision:.0%}"
-            progress = f"decided at round {rounds}" if verdict != "inconclusive" else f"undecided after {rounds} rounds"
+            progress = (
+                f"decided at round {rounds}"
+                if verdict != "inconclusive"
+                else f"undecided after {rounds} round{'s' if rounds != 1 else ''}"
+            )
             figures.append(
                 FigureSoFar(
                     f"{figure}: {row['cell']}",

@@ -63,7 +63,14 @@ def comparison_block(comparison: BaselineComparison) -> None:
 
 
 def mark(subject: Subject, *, clear: bool = False) -> None:
-    """Mark (or unmark) ``subject`` as its configuration's baseline, then redraw with a message."""
+    """Mark (or unmark) ``subject`` as its configuration's baseline, then redraw with a message.
+    Checked at the click: the member may still use the lab, and the subject's done runs are read now."""
+    from pages.view.members import current_member
+
+    member = current_member()
+    if member.signed_in and not member.may_use_lab:
+        flash("error", f"Cannot mark it: {member.name} is not a member of this lab; nothing changed.")
+        st.rerun()
     try:
         with session() as db_session:
             if clear:
