@@ -33,7 +33,7 @@ TRENDS_PAGE = "pages/trends.py"
 # The first experiment every page recommends (New experiment's default, the empty Runs page's advice).
 RECOMMENDED_PRESET = "first-run"
 RECOMMENDED_TEXT = (
-    "first-run, one 20-s run of the Transformers server at 1 VU (about a minute here); then the quick scale of "
+    "first-run, one 20-s run of the Transformers server at 1 VU (about half a minute here); then the quick scale of "
     "seed-exp1 (the naive server and vLLM at 1, 8 and 32 VUs) takes minutes on a small CPU machine"
 )
 
