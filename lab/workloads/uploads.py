@@ -166,26 +166,16 @@ def save_upload(*, data: bytes, original_name: str, kind: UploadKind, upload_dir
 
     upload_dir = Path(upload_dir)
     digest = hashlib.sha256(bytes(data)).hexdigest()
-    if (same := _stored_with(upload_dir, kind, digest)) is not None:
+    same = _stored_with(upload_dir, kind, digest)
+    if same is not None:
         checked.notes.append(f"the same file is stored already ({same[1]}): not stored twice")
-        return SavedUpload(
-            path=same[0],
-            original_name=display_name,
-            kind=kind,
-            size_bytes=len(data),
-            items=checked.items,
-            usable=checked.usable,
-            truncated=checked.truncated,
-            dropped_trailing_chars=checked.dropped_trailing_chars,
-            notes=checked.notes,
-            sha256=digest,
-            already_stored=True,
-        )
-    stored_path = upload_dir / f"{uuid.uuid4().hex}{_UPLOAD_SUFFIXES[kind]}"
-    try:
-        atomic_write_bytes(stored_path, bytes(data))
-    except OSError as error:
-        raise DatasetError(f"cannot store the upload in {upload_dir}: {error.strerror or error}") from error
+        stored_path = same[0]
+    else:
+        stored_path = upload_dir / f"{uuid.uuid4().hex}{_UPLOAD_SUFFIXES[kind]}"
+        try:
+            atomic_write_bytes(stored_path, bytes(data))
+        except OSError as error:
+            raise DatasetError(f"cannot store the upload in {upload_dir}: {error.strerror or error}") from error
     return SavedUpload(
         path=stored_path,
         original_name=display_name,
@@ -197,6 +187,7 @@ def save_upload(*, data: bytes, original_name: str, kind: UploadKind, upload_dir
         dropped_trailing_chars=checked.dropped_trailing_chars,
         notes=checked.notes,
         sha256=digest,
+        already_stored=same is not None,
     )
 
 
