@@ -334,7 +334,7 @@ def page() -> None:
     if st.session_state.get("run_again_spec"):
         run_again_section(st.session_state["run_again_spec"])
     preset_tab, grid_tab, upload_tab, reproduce_tab, capacity_tab = st.tabs(
-        ["From a seed preset", "Build a grid", "Upload a dataset", "Reproduce the seed", "Find capacity"]
+        ["Preset", "Build a grid", "Upload", "Reproduce the seed", "Find capacity"]
     )
     with preset_tab:
         preset_section()

@@ -56,7 +56,7 @@ def option_widget(owner: str, field: OptionInput) -> Any:
                 key=key,
                 index=None,
                 help=help_text,
-                placeholder="upload one on the Upload a dataset tab first",
+                placeholder="upload one on the Upload tab first",
             )
         return st.selectbox(
             option.label,
