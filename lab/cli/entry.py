@@ -192,6 +192,7 @@ def _add_reproduce(commands: Any) -> None:
     reproduce.add_argument(
         "--detach", action="store_true", help="create it and return at once (the lab's worker runs it)"
     )
+    reproduce.add_argument("--quiet", action="store_true", help="no table while it runs; only how it ended")
     reproduce.add_argument(
         "--status",
         nargs="?",

@@ -223,11 +223,14 @@ def _create_and_follow(
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"long experiment #{long_id} created: lab reproduce --status {long_id} shows it", file=sys.stderr)
-    return _follow(context, long_id, detach=args.detach)
+    return _follow(context, long_id, detach=args.detach, quiet=args.quiet)
 
 
-def _follow(context: LabContext, long_id: int, *, detach: bool) -> int:
-    """Follow until it ends (its report written), or return at once with ``detach``."""
+def _follow(context: LabContext, long_id: int, *, detach: bool, quiet: bool = False) -> int:
+    """Follow until it ends (its report written), or return at once with ``detach``; ``quiet``: no
+    table while it runs, only the end."""
+    import io
+
     from db.models import LongExperimentState
     from lab.queue.follow import follow, runs_here
     from lab.queue.long_status import write_report as write_long_experiment_report
@@ -242,7 +245,7 @@ def _follow(context: LabContext, long_id: int, *, detach: bool) -> int:
         print(f"detached: {where}", file=sys.stderr)
         return 0
     try:
-        state = follow(context, long_id)
+        state = follow(context, long_id, out=io.StringIO() if quiet else None)
     except KeyboardInterrupt:
         if here:
             print(
@@ -279,7 +282,7 @@ def _long_experiment_action(args: argparse.Namespace, context: LabContext) -> in
         if args.resume is not None:
             long_experiments.resume(context.engine, args.resume, allow_commit_change=args.allow_commit_change)
             print(f"long experiment #{args.resume} goes on", file=sys.stderr)
-            return _follow(context, args.resume, detach=args.detach)
+            return _follow(context, args.resume, detach=args.detach, quiet=args.quiet)
         with Session(context.engine) as session:
             ids = [args.status] if args.status else long_status.all_ids(session, unfinished_only=True)
             if not ids:
