@@ -366,7 +366,13 @@ def table_lines(found: LongExperimentStatus) -> list[str]:
 def report_lines(found: LongExperimentStatus) -> list[str]:
     """How the long experiment ran, for its report: interim or ended, wall time on the union of its
     runs with the pauses named apart, budget and time spent, the machine and the commits."""
-    if found.interim:
+    if found.interim and found.rounds_done > found.rounds_planned:
+        extra = found.rounds_done - found.rounds_planned
+        state = (
+            f"Interim, after {found.rounds_done} rounds: the {found.rounds_planned} planned and {extra} until "
+            f"decided ({found.state})."
+        )
+    elif found.interim:
         state = f"Interim, after {found.rounds_done} of {found.rounds_planned} planned rounds ({found.state})."
     else:
         state = f"Ended ({found.state}: {found.state_reason or 'no reason recorded'}) after {found.rounds_done} rounds."
