@@ -61,6 +61,12 @@ def record_wall_time_ratio(*, session: Session, experiment_id: int | None) -> fl
     return experiment.wall_time_ratio
 
 
+def seeded_for_round(spec: RunSpec, round_index: int) -> RunSpec:
+    """``spec`` with the seed of its round: repeats get distinct seeds so they are independent
+    samples, each replayable. The one rule every round of every experiment uses."""
+    return RunSpec.model_validate({**spec.model_dump(), "random_seed": (spec.random_seed + round_index) % 2**31})
+
+
 def run_columns(spec: RunSpec) -> dict[str, Any]:
     """The run's spec and the columns taken from it for filtering and comparing without parsing JSON."""
     return {
@@ -117,10 +123,8 @@ def enqueue_experiment(
     runs = []
     for queued in plan:
         cell_label, run_spec = queued.cell
-        # Repeats get distinct seeds so they are independent samples, each replayable.
-        seed = (run_spec.random_seed + queued.round_index) % 2**31
-        run_spec = RunSpec.model_validate({**run_spec.model_dump(), "random_seed": seed})
-        runs.append({"cell_label": cell_label, "repeat_index": queued.round_index, **run_columns(run_spec)})
+        seeded = seeded_for_round(run_spec, queued.round_index)
+        runs.append({"cell_label": cell_label, "repeat_index": queued.round_index, **run_columns(seeded)})
     return store.enqueue_experiment(
         session=session,
         name=spec.name,

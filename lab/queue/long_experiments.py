@@ -37,7 +37,7 @@ from db.models import Experiment, LongExperiment, LongExperimentState, Run, RunS
 from lab.analysis.until_decided import Undecided, next_cells, undecided_comparisons
 from lab.analysis.wall_time import run_intervals, wall_time
 from lab.measurement.hardware import identity_summary
-from lab.queue.experiments import queue_plan, run_columns
+from lab.queue.experiments import queue_plan, run_columns, seeded_for_round
 from lab.queue.rounds import round_run_columns, round_seconds
 from lab.specs.schema import ExperimentSpec, UntilDecided
 
@@ -289,7 +289,7 @@ def _planned_round(experiments: Sequence[Experiment], round_index: int) -> Step:
             if item.round_index != round_index:
                 continue
             label, run_spec = item.cell
-            seeded = run_spec.model_copy(update={"random_seed": (run_spec.random_seed + round_index) % 2**31})
+            seeded = seeded_for_round(run_spec, round_index)
             queued.append((experiment.id, {"cell_label": label, "repeat_index": round_index, **run_columns(seeded)}))
     return Step(f"queued planned round {round_index + 1}", runs=tuple(queued))
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Experiment, Run, RunStatus
 from lab.analysis.measurability import CellHistory, CellLoad, adapt
-from lab.queue.experiments import run_columns, service_group
+from lab.queue.experiments import run_columns, seeded_for_round, service_group
 from lab.queue.round_order import INTERLEAVED, plan_runs
 from lab.specs.configuration import model_name
 from lab.specs.schema import CellScale, ExperimentSpec, RunSpec
@@ -108,9 +108,7 @@ def round_run_columns(spec: ExperimentSpec, round_index: int, cells: Collection[
     runs = []
     for queued in plan:
         label, run_spec = queued.cell
-        seeded = RunSpec.model_validate(
-            {**run_spec.model_dump(), "random_seed": (run_spec.random_seed + round_index) % 2**31}
-        )
+        seeded = seeded_for_round(run_spec, round_index)
         runs.append({"cell_label": label, "repeat_index": round_index, **run_columns(seeded)})
     return runs
 
