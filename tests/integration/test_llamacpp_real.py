@@ -20,6 +20,7 @@ from tests.support.integration_streams import (
     stream_text,
     timed_stream,
 )
+from tests.support.openai_sdk import assert_one_client_serves_chat_and_completions
 
 pytestmark = [
     pytest.mark.integration,
@@ -36,6 +37,9 @@ def test_services_up_llamacpp_answers_a_story_and_a_run_measures_it(tmp_path: Pa
         up = lab_cli("services", "up", "llamacpp", env=env, timeout=300)
         assert up.returncode == 0, up.stderr
         url = up.stdout.strip().split(": ", 1)[1]
+        # The OpenAI SDK's calls, as against the naive server and vLLM (test_openai_sdk_real.py);
+        # llama-cpp-python ignores stream_options, so its streams carry no usage chunk.
+        assert_one_client_serves_chat_and_completions(url, usage_when_streamed=False)
 
         answer = httpx.post(
             f"{url}/v1/chat/completions",

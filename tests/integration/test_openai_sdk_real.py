@@ -1,5 +1,6 @@
 """The real OpenAI Python SDK (pinned in requirements.txt) against the naive server with SmolLM2,
-directly and through the cache proxy (issue 56, items 2 to 4).
+directly and through the cache proxy (issue 56, items 2 to 4), and the same calls against vLLM
+once (llama.cpp's are in test_llamacpp_real.py, on its one server).
 
 The SDK is what a lab's applications use: it always sends ``Authorization`` (a key is mandatory),
 closes a stream as soon as it has read ``data: [DONE]``, and calls ``/v1/completions`` for
@@ -14,36 +15,30 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.supervisor import ManagedService
 from tests.support.integration_proxy import start_proxy
+from tests.support.openai_sdk import (
+    ALPHA_KEY,
+    Answer,
+    assert_one_client_serves_chat_and_completions,
+    chat_answer,
+    sdk,
+    text_answer,
+)
 
 pytestmark = pytest.mark.integration
 
-ALPHA_KEY = "sk-lab-test-alpha"
 BETA_KEY = "sk-lab-test-beta"
 # Tries of "the same request sent the moment the first one finished" per kind of request.
 IMMEDIATE_REPEATS = 5
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What a client reads of one answer: the proxy's X-Cache (None directly), text, usage."""
-
-    x_cache: str | None
-    text: str
-    usage: dict[str, int] | None
-    finish_reason: str | None
-    chunks: int = 0
 
 
 @pytest.fixture(scope="module")
@@ -74,68 +69,6 @@ def default_proxy(naive_service: Any, redis_service: Any, log_dir: Path) -> Iter
 @pytest.fixture(scope="module")
 def model(naive_service: Any) -> str:
     return sdk(naive_service.url).models.list().data[0].id
-
-
-def sdk(base_url: str, key: str = ALPHA_KEY) -> OpenAI:
-    return OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0, timeout=120)
-
-
-def chat_answer(client: OpenAI, model: str, content: str, *, stream: bool, include_usage: bool = True) -> Answer:
-    """One chat completion through the SDK, read as its user reads it (a stream to its end)."""
-    messages: Any = [{"role": "user", "content": content}]
-    if not stream:
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=messages, max_tokens=8, temperature=0
-        )
-        completion = raw.parse()
-        usage = completion.usage.model_dump() if completion.usage else None
-        choice = completion.choices[0]
-        return Answer(raw.headers.get("x-cache"), choice.message.content or "", usage, choice.finish_reason)
-    raw_stream = client.chat.completions.with_raw_response.create(
-        model=model,
-        messages=messages,
-        max_tokens=8,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": include_usage},
-    )
-    text, usage, finish_reason, count = "", None, None, 0
-    for chunk in raw_stream.parse():  # the SDK closes the stream at [DONE]
-        count += 1
-        if chunk.usage is not None:
-            usage = chunk.usage.model_dump()
-        for delta_choice in chunk.choices:
-            text += delta_choice.delta.content or ""
-            finish_reason = delta_choice.finish_reason or finish_reason
-    return Answer(raw_stream.headers.get("x-cache"), text, usage, finish_reason, count)
-
-
-def text_answer(client: OpenAI, model: str, prompt: str, *, stream: bool, include_usage: bool = True) -> Answer:
-    """One text completion (``/v1/completions``) through the SDK."""
-    if not stream:
-        raw = client.completions.with_raw_response.create(model=model, prompt=prompt, max_tokens=8, temperature=0)
-        completion = raw.parse()
-        assert completion.object == "text_completion"
-        usage = completion.usage.model_dump() if completion.usage else None
-        choice = completion.choices[0]
-        return Answer(raw.headers.get("x-cache"), choice.text, usage, choice.finish_reason)
-    raw_stream = client.completions.with_raw_response.create(
-        model=model,
-        prompt=prompt,
-        max_tokens=8,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": include_usage},
-    )
-    text, usage, finish_reason, count = "", None, None, 0
-    for chunk in raw_stream.parse():
-        count += 1
-        if chunk.usage is not None:
-            usage = chunk.usage.model_dump()
-        for text_choice in chunk.choices:
-            text += text_choice.text
-            finish_reason = text_choice.finish_reason or finish_reason
-    return Answer(raw_stream.headers.get("x-cache"), text, usage, finish_reason, count)
 
 
 def metric_values(base_url: str, name: str) -> dict[str, float]:
@@ -270,6 +203,26 @@ def test_errors_are_never_cached(sdk_proxy: ManagedService, model: str, stream: 
         assert states == ["MISS", "MISS"], fields
         with pytest.raises(error_type):
             client.completions.create(**{"model": model, "prompt": "hi", "stream": stream, **fields})
+
+
+# --- vLLM: the same client code, directly and through the proxy --------------------------------
+
+
+def test_the_same_sdk_calls_against_vllm_directly_and_a_stream_repeated_at_once_through_the_proxy(
+    vllm_service: Any, redis_service: Any, log_dir: Path
+) -> None:
+    model = assert_one_client_serves_chat_and_completions(vllm_service.url)
+    proxy = start_proxy(vllm_service.url, redis_service.redis_url, log_dir, "--credentials", "per-credential")
+    try:
+        client = sdk(proxy.url)
+        for ask in (chat_answer, text_answer):
+            prompt = f"Say hello to visitor {uuid.uuid4().hex[:8]}."
+            first, again = (ask(client, model, prompt, stream=True) for _ in range(2))
+            assert (first.x_cache, again.x_cache) == ("MISS", "HIT")
+            assert first.text and first.usage is not None
+            assert (again.text, again.usage, again.finish_reason) == (first.text, first.usage, first.finish_reason)
+    finally:
+        proxy.stop()
 
 
 # --- the default credential policy says why nothing is cached ----------------------------------
