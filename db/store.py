@@ -390,15 +390,15 @@ def list_run_notes(*, session: Session, run_id: int) -> list[RunNote]:
     return list(session.scalars(select(RunNote).where(RunNote.run_id == run_id).order_by(RunNote.id)))
 
 
-def delete_runs(*, session: Session, run_ids: Iterable[int]) -> int:
-    """Delete finished or queued runs (never an active one). Returns how many."""
+def delete_runs(*, session: Session, run_ids: Iterable[int]) -> list[int]:
+    """Delete finished or queued runs (never an active one). Returns the ids deleted."""
     ids = list(session.scalars(select(Run.id).where(Run.id.in_(list(run_ids)), Run.status.not_in(RunStatus.ACTIVE))))
     session.execute(delete(RunSeries).where(RunSeries.run_id.in_(ids)))
     session.execute(delete(RunRequests).where(RunRequests.run_id.in_(ids)))
     session.execute(delete(RunNote).where(RunNote.run_id.in_(ids)))
-    deleted = rows_changed(session, delete(Run).where(Run.id.in_(ids)))
+    session.execute(delete(Run).where(Run.id.in_(ids)))
     session.commit()
-    return int(deleted or 0)
+    return ids
 
 
 def mark_orphaned_runs_interrupted(

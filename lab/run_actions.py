@@ -50,8 +50,9 @@ def cancel_runs(*, session: Session, member: Member, run_ids: Iterable[int]) -> 
     return [run.id for run in runs]
 
 
-def delete_runs(*, session: Session, member: Member, run_ids: Iterable[int]) -> int:
-    """Delete finished or queued runs (never an active one). Returns how many."""
+def delete_runs(*, session: Session, member: Member, run_ids: Iterable[int]) -> list[int]:
+    """Delete finished or queued runs (never an active one, judged at this moment: a run that
+    started since the caller looked is left). Returns the ids deleted."""
     runs = [run for run in _runs(session, run_ids) if run.status not in RunStatus.ACTIVE]
     check(member, "delete", runs)
     for run in runs:

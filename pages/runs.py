@@ -250,8 +250,10 @@ def selection_actions(records: list[dict]) -> None:
         ),
     ):
         with session() as db_session:
-            run_actions.cancel_runs(session=db_session, member=current_member(), run_ids=cancellable)
-        st.session_state["runs_message"] = f"Cancel requested for {plural(len(cancellable), 'run')}."
+            cancelled = run_actions.cancel_runs(session=db_session, member=current_member(), run_ids=cancellable)
+        st.session_state["runs_message"] = f"Cancel requested for {plural(len(cancelled), 'run')}." + left_as_they_are(
+            cancellable, cancelled, "ended since the page was drawn"
+        )
         st.rerun()
     deletable = [rid for rid in selected if by_id[rid]["status"] not in RunStatus.ACTIVE]
     if buttons[2].button(
@@ -283,11 +285,19 @@ def delete_confirmation() -> None:
                 deleted = run_actions.delete_runs(session=db_session, member=current_member(), run_ids=pending_delete)
             st.session_state.pop("confirm_delete", None)
             st.session_state.pop("runs_selected", None)
-            st.session_state["runs_message"] = f"Deleted {plural(deleted, 'run')}."
+            st.session_state["runs_message"] = f"Deleted {plural(len(deleted), 'run')}." + left_as_they_are(
+                pending_delete, deleted, "started since the page was drawn: cancel it first"
+            )
             st.rerun()
         if no.button("Keep them", key="confirm_delete_no"):
             st.session_state.pop("confirm_delete", None)
             st.rerun()
+
+
+def left_as_they_are(asked: list[int], done: list[int], why: str) -> str:
+    """The runs an action, checked again at the click, left alone, and why (a stale page)."""
+    left = [run_id for run_id in asked if run_id not in done]
+    return f" Left as they are: {', '.join(f'#{run_id}' for run_id in left)} ({why})." if left else ""
 
 
 def notes_form(first: dict) -> None:

@@ -228,6 +228,18 @@ def test_delete_asks_for_confirmation(seed_lab: SeededLab) -> None:
     assert "Deleted 1 run." in texts(app)
 
 
+def test_a_delete_confirmed_after_the_run_started_deletes_nothing_and_says_why(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["Runs"])
+    run_id = seed_lab.queued_run_id
+    widget(app.multiselect, "runs_selected").set_value([run_id]).run()
+    widget(app.button, "delete_selected").click().run()  # drawn while the run was queued
+    store.set_run_status(engine=seed_lab.engine, run_id=run_id, status=RunStatus.RUNNING)
+    widget(app.button, "confirm_delete_yes").click().run()
+    assert not app.exception
+    assert run_id in [run.id for run in runs_in_db(seed_lab)]
+    assert f"Deleted 0 runs. Left as they are: #{run_id} (started since the page was drawn" in texts(app)
+
+
 def test_tags_and_notes_are_editable(seed_lab: SeededLab) -> None:
     app = open_page(PAGES["Runs"])
     run_id = seed_lab.done_run_ids[1]

@@ -196,7 +196,7 @@ def test_tags_notes_run_again_and_delete_are_recorded_with_who_and_when(engine) 
         assert notes[0].created_at is not None
     assert audit(engine, run_id) == [("tag", ALICE.name), ("note", BOB.name), ("run_again", BOB.name)]
     with Session(engine) as session:
-        assert run_actions.delete_runs(session=session, member=ALICE, run_ids=[run_id]) == 1
+        assert run_actions.delete_runs(session=session, member=ALICE, run_ids=[run_id]) == [run_id]
         assert store.list_run_notes(session=session, run_id=run_id) == []
     assert audit(engine, run_id)[-1] == ("delete", ALICE.name)  # the trail outlives the run
 
