@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db.models import RunStatus
+from db.models import Run, RunStatus
 from db.store import (
     active_run,
     get_experiment,
@@ -61,8 +62,9 @@ CACHE_SECTION = "cache"
 
 def live_state(*, session: Session) -> dict[str, Any]:
     """The queue and the active run as plain data: ``queued``, ``active`` (runs starting to
-    collecting), ``pending``, ``finished`` (count per final status) and ``run`` (the active
-    run as a dict, or None)."""
+    collecting), ``pending``, ``finished`` (count per final status), ``run`` (the active
+    run as a dict, or None) and ``pending_statuses`` (each queued or active run's status, read
+    with the rest, so every view drawn from this state shows one phase per run)."""
     counts = queue_summary(session=session)
     run = active_run(session=session)
     active = (
@@ -86,9 +88,13 @@ def live_state(*, session: Session) -> dict[str, Any]:
     queued = counts.get(RunStatus.QUEUED, 0)
     running = sum(counts.get(status, 0) for status in RunStatus.ACTIVE)
     searches = pending_searches(session=session)
+    pending_statuses = dict(
+        session.execute(select(Run.id, Run.status).where(Run.status.in_([RunStatus.QUEUED, *RunStatus.ACTIVE]))).all()
+    )
     return {
         "queued": queued,
         "active": running,
+        "pending_statuses": pending_statuses,
         "pending": bool(queued or running or searches),
         "run": active,
         "searches": searches,
@@ -248,9 +254,28 @@ def finished_run_card(*, session: Session) -> dict[str, Any] | None:
     if not finished:
         return None
     run = max(finished, key=lambda item: (item.finished_at, item.id))
+    if _launched_since(session, run):
+        return None  # the card belongs to an earlier launch: the live panel shows the new one alone
     siblings = (
         []
         if run.experiment_id is None
         else list_runs(session=session, experiment_ids=[run.experiment_id], statuses=[RunStatus.DONE], limit=200)
     )
     return {**run_record(run), "experiment_done_run_ids": sorted(sibling.id for sibling in siblings)}
+
+
+def _launched_since(session: Session, finished: Any) -> bool:
+    """Whether a run still queued or active was launched after ``finished`` ended (a new launch,
+    not the rest of ``finished``'s own experiment)."""
+    pending = list_runs(session=session, statuses=[RunStatus.QUEUED, *RunStatus.ACTIVE], limit=200)
+    ended = _aware(finished.finished_at)
+    return any(
+        _aware(run.created_at) > ended
+        for run in pending
+        if run.created_at is not None and (run.experiment_id is None or run.experiment_id != finished.experiment_id)
+    )
+
+
+def _aware(moment: Any) -> Any:
+    # SQLite hands back naive datetimes (stored in UTC); PostgreSQL aware ones.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -7,6 +7,7 @@ queued or active, and not at all otherwise (``run_every=None``).
 from __future__ import annotations
 
 from datetime import UTC, datetime, time
+from typing import Any
 
 import streamlit as st
 
@@ -140,6 +141,7 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
             runs = history.list_runs(session=db_session, **query)
             records = [run_record(run) for run in runs]
             progress_by_run = {run.id: run.progress for run in runs if run.status in RunStatus.ACTIVE}
+        as_the_sidebar_shows(records, progress_by_run, state)
         if not records:
             if any(value for key, value in query.items() if key != "limit"):
                 st.info("No run matches these filters. Widen them (open Filters above).")
@@ -164,6 +166,17 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
             st.rerun()
 
     view()
+
+
+def as_the_sidebar_shows(records: list[dict], progress_by_run: dict[int, Any], state: dict) -> None:
+    """A pending run's phase as the live state read it (the sidebar and the panel show that
+    reading): the table's own read is a moment newer and would disagree with them for a second."""
+    for record in records:
+        status = state.get("pending_statuses", {}).get(record["run_id"])
+        if status is not None:
+            record["status"] = status
+    if state["run"] is not None:
+        progress_by_run[state["run"]["id"]] = state["run"]["progress"]
 
 
 def filters() -> dict:

@@ -77,6 +77,18 @@ def test_the_card_is_the_newest_finished_run_with_its_experiments_done_runs(engi
     assert card["experiment_done_run_ids"] == ids[:2]
 
 
+def test_no_card_of_an_earlier_launch_while_a_new_one_waits(engine: Engine) -> None:
+    (earlier,) = queue(engine, [1])
+    finish(engine, earlier, wall_s=50.0, startup_s=1.0)
+    with Session(engine) as session:
+        assert history.finished_run_card(session=session) is not None
+    queue(engine, [2])  # launched after the card's run ended: the live panel shows it alone
+    with Session(engine) as session:
+        assert history.finished_run_card(session=session) is None
+        pending = history.live_state(session=session)["pending_statuses"]
+    assert list(pending.values()) == [RunStatus.QUEUED]  # one reading for the sidebar, panel and table
+
+
 def test_a_capacity_search_between_probes_keeps_the_live_views_on(engine: Engine) -> None:
     with Session(engine) as session:
         experiment = store.enqueue_experiment(session=session, name="cap", preset=None, scale="quick", spec={}, runs=[])
