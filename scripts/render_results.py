@@ -267,6 +267,63 @@ def setup_and_test_times(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def cost_per_request(data: dict[str, Any]) -> list[str]:
+    machine = data["machine"]
+
+    def cell(row: dict[str, Any]) -> list[str]:
+        settings = row["cell"]
+        prompts = settings.get("prompts")
+        return [
+            str(settings.get("backend")),
+            str(settings.get("workload")),
+            f"{settings.get('vus'):.0f}",
+            "–" if prompts is None else f"{prompts:,.0f}",
+        ]
+
+    def cost(row: dict[str, Any], name: str, decimals: int) -> str:
+        low, high = row[f"{name}_ci95"]
+        value = row[name]
+        if low is None or high is None:
+            return f"{value:.{decimals}f}"
+        return f"{value:.{decimals}f} {interval(low, high, lambda v: f'{v:.{decimals}f}')}"
+
+    return [
+        f"What requests and output tokens cost on {machine['hardware']}, with {', '.join(machine['instruction_sets'])},"
+        f" at a machine price of {data['price_per_hour']:g} per hour (any currency: the figures scale with it),",
+        f"from the decided seed reproduction's runs: {data['runs_used']} done runs without a measurement warning",
+        f"({data['runs_left_out_busy']} beside other work left out), per cell of the lab's one cell key;"
+        " means with their 95% interval.",
+        "",
+        *table(
+            (
+                "backend",
+                "workload",
+                "VUs",
+                "prompts",
+                "runs",
+                "req/s",
+                "output tok/s",
+                "per 1,000 requests",
+                "per million output tokens",
+            ),
+            [
+                (
+                    *cell(row),
+                    str(row["runs"]),
+                    f"{row['req_per_s']:.2f}",
+                    f"{row['output_tok_per_s']:.1f}",
+                    cost(row, "cost_per_1000_requests", 3),
+                    cost(row, "cost_per_million_output_tokens", 2),
+                )
+                for row in data["rows"]
+            ],
+        ),
+        "",
+        "A cached backend's cost depends on its hit rate: with 1,000 prompts in a 60-s run the cache",
+        "cannot fill (see the reproduction), so its row costs about what vLLM alone costs.",
+    ]
+
+
 AREAS: tuple[Area, ...] = (
     Area(
         "The cache hit path",
@@ -322,6 +379,15 @@ AREAS: tuple[Area, ...] = (
         ".venv/bin/python -m benchmarks.peer_agreement --peer-venv PEER_VENV --target mock",
         "2026-12-03-peer-agreement-mock-server.md",
         peer_agreement,
+    ),
+    Area(
+        "Cost per request",
+        "cost_per_request.json",
+        "the decided seed reproduction's runs (docs/reproduction/runs.csv), 2026-12-07 14:01-16:33 UTC,"
+        " one machine, no GPU",
+        ".venv/bin/python -m benchmarks.cost_per_request --price-per-hour 1.0",
+        "",
+        cost_per_request,
     ),
     Area(
         "Set-up and test times",
