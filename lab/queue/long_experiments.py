@@ -280,7 +280,8 @@ def _replacements(runs: Sequence[Run]) -> Step | None:
     )
 
 
-def _planned_round(experiments: Sequence[Experiment], round_index: int) -> Step:
+def planned_round(experiments: Sequence[Experiment], round_index: int) -> Step:
+    """Planned round ``round_index`` of ``experiments``: each cell once, seeded for that round."""
     queued = []
     for experiment in experiments:
         spec = ExperimentSpec.model_validate(experiment.spec)
@@ -384,7 +385,7 @@ def decide(session: Session, long_experiment: LongExperiment) -> Step | None:
         return None
     last_round = max((run.repeat_index for run in runs), default=-1)
     if last_round + 1 < int(long_experiment.plan.get("repeats") or 1):
-        return _planned_round(experiments, last_round + 1)
+        return planned_round(experiments, last_round + 1)
     if not long_experiment.plan.get("until_decided"):
         return Step(EVERY_PLANNED_ROUND, state=LongExperimentState.FINISHED, reason=EVERY_PLANNED_ROUND)
     return _until_decided_round(session, long_experiment, experiments, runs)

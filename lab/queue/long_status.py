@@ -204,7 +204,7 @@ def _estimated_end(
     owed_specs: list[dict[str, Any]] = [run.spec for run in runs if run.status == RunStatus.QUEUED]
     last_round = max((run.repeat_index for run in runs), default=-1)
     for round_index in range(last_round + 1, int(long_experiment.plan.get("repeats") or 1)):
-        step = plans._planned_round(experiments, round_index)
+        step = plans.planned_round(experiments, round_index)
         owed_specs += [columns["spec"] for _, columns in step.runs]
     running = [run for run in runs if run.status in RunStatus.ACTIVE]
     seconds = estimate_runs(session=session, specs=owed_specs).seconds if owed_specs else 0.0
