@@ -42,6 +42,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from benchmarks import data_files
 from services.redis_server import make_redis_service, redis_url_of
 from services.supervisor import ManagedService
 
@@ -403,7 +404,7 @@ def main() -> None:
     if args.recording:
         figures = measure_recording(rounds=args.rounds, vus=args.vus, duration_s=args.duration_s, log_dir=log_dir)
         if args.json:
-            args.json.write_text(json.dumps(figures, indent=2))
+            data_files.write(args.json, figures)
         return
     results: dict[str, Any] = {}
     with ExitStack() as stack:
@@ -438,7 +439,7 @@ def main() -> None:
     print()
     print("\n".join(results["lab_metrics_counters"]))
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        data_files.write(args.json, results)
 
 
 if __name__ == "__main__":

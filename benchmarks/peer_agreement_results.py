@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmarks import data_files
+
 STREAMED_FIGURES = ("latency_avg_s", "ttft_avg_s", "tpot_avg_s", "req_per_s", "output_tok_per_s")
 UNSTREAMED_FIGURES = ("latency_avg_s", "latency_p50_s", "req_per_s", "output_tok_per_s")
 # Read from a vLLM target's /metrics around each run; kept beside each round's figures, not compared.
@@ -59,8 +61,7 @@ def ratio_rows(samples: Samples, confidence: float = 0.95) -> list[dict[str, Any
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n")
+    data_files.write(path, document, indent=1)
 
 
 def rounds_of(samples: Samples) -> list[dict[str, Any]]:
@@ -107,6 +108,8 @@ def pooled_document(paths: list[Path], *, confidence: float) -> dict[str, Any]:
         "speed_probe_s_by_round": [probe for document in documents for probe in document["speed_probe_s_by_round"]],
         "rows": ratio_rows(samples, confidence),
         "rounds": rounds_of(samples),
+        # The stages' machines, as each recorded its own (older stages recorded none).
+        data_files.MACHINE_RECORD_KEY: [document.get(data_files.MACHINE_RECORD_KEY) for document in documents],
     }
 
 

@@ -24,6 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks import data_files
+
 
 def replay(rate_per_s: float, requests: int, work_dir: Path, max_vus: int) -> dict[str, Any]:
     """One replay at ``rate_per_s``: its lateness figures and how many requests the stub saw."""
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--max-vus", type=int, default=64)
     parser.add_argument("--p99-limit-ms", type=float, default=10.0)
     parser.add_argument("--keep-going", action="store_true", help="try every rate, past the first over the limit")
+    parser.add_argument("--json", type=Path, default=None, help="also write the document to this file")
     args = parser.parse_args()
     os.environ.setdefault("LAB_DATA_DIR", tempfile.mkdtemp(prefix="bench-trace-lateness-"))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -97,6 +100,8 @@ def main() -> None:
         "seconds": round(time.monotonic() - started),
     }
     print(json.dumps(document, indent=1))
+    if args.json:
+        data_files.write(args.json, document, indent=1)
 
 
 if __name__ == "__main__":

@@ -400,6 +400,23 @@ AREAS: tuple[Area, ...] = (
 )
 
 
+def machine_text(record: Any) -> str:
+    """The machine record a benchmark's data file carries (benchmarks/data_files.py), in words,
+    followed by a semicolon; empty for a data file written before data files carried one (the
+    area's own "measured on" text then says what is known). A pooled file lists its stages'."""
+    if isinstance(record, list):
+        known = [machine_text(stage) for stage in record if stage]
+        return f"stages on {' and '.join(text.rstrip('; ') for text in known)}; " if known else ""
+    if not isinstance(record, dict):
+        return ""
+    sets = ", ".join(record.get("instruction_sets") or []) or "no AVX2"
+    gpus = ", ".join(record.get("gpus") or []) or "no GPU"
+    return (
+        f"{record['cpu_model']} ({sets}), {record['cpu_cores']} cores, {record['memory_gib']:g} GiB, {gpus},"
+        f" load average {record['load_average_1m_at_end']:.1f} at the end, lab {str(record['lab_commit'])[:7]}; "
+    )
+
+
 def slug(title: str) -> str:
     """MkDocs' anchor of a heading (the toc extension's default)."""
     return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", title).strip().lower())
@@ -426,7 +443,8 @@ def render_results(root: Path = PROJECT_ROOT) -> str:
             "",
             f"## {area.title}",
             "",
-            f"Measured on: {area.measured_on}. Data: `docs/benchmarks/{area.data_file}`{record}.",
+            f"Measured on: {machine_text(data.get('machine_record'))}{area.measured_on}."
+            f" Data: `docs/benchmarks/{area.data_file}`{record}.",
             "",
             *area.render(data),
             "",

@@ -5,6 +5,7 @@ is counted from the rows at the file's confidence."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -72,3 +73,18 @@ def test_every_set_up_and_test_time_is_in_its_dated_record() -> None:
     for item in data["times"]:
         number = item["figure"].split()[0]
         assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", records), item
+
+
+def test_a_data_file_written_by_a_benchmark_carries_its_machine_and_the_page_prints_it(tmp_path: Path) -> None:
+    from benchmarks import data_files
+
+    path = tmp_path / "figures.json"
+    data_files.write(path, {"figure": 1.0})
+    record = json.loads(path.read_text())["machine_record"]
+    assert record["cpu_model"] and isinstance(record["instruction_sets"], list) and record["cpu_cores"] >= 1
+    kept = {**record, "cpu_model": "Some Xeon"}
+    data_files.write(path, {"figure": 2.0, "machine_record": kept})  # a derived file keeps its record
+    assert json.loads(path.read_text())["machine_record"] == kept
+    text = render_results.machine_text({**kept, "instruction_sets": ["AVX2", "AMX"], "gpus": []})
+    assert text.startswith("Some Xeon (AVX2, AMX), ") and "no GPU" in text
+    assert render_results.machine_text(None) == "" and render_results.machine_text([None, None]) == ""
