@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from db.figures import FIGURE_NAMES, FIGURES
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -113,97 +115,23 @@ class LongExperiment(Base):
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
-class RunResultColumns:
-    """A run's results: one nullable column each, units in the names; None means not measured.
+def _result_columns() -> Any:
+    """The mixin of a run's result columns, one nullable column a figure of ``db.figures.RunFigures``
+    (where each figure is declared once), in its order; text sized by the figure's ``max_length``."""
+    sql_types: dict[type, Any] = {int: Integer, float: Float}
+    namespace: dict[str, Any] = {"__annotations__": {}, "__doc__": "A run's results: one nullable column a figure."}
+    for item in FIGURES:
+        if item.python_type is str:
+            sql_type = String(item.max_length) if item.max_length else Text
+        else:
+            sql_type = sql_types[item.python_type]
+        namespace[item.name] = mapped_column(sql_type)
+        namespace["__annotations__"][item.name] = Mapped[item.python_type | None]  # type: ignore[name-defined]  # a type known at run time only
+    return type("RunResultColumns", (), namespace)
 
-    This is THE list of a run's figures: ``lab.measurement.results.RunResults`` (what the parser and the
-    metrics code fill), the CSV export and the Compare records derive from it. A new figure
-    is one line here and a migration that adds its column (db/migrations.py), nothing else.
-    """
 
-    # Figures (client side, from k6). Latencies are over successful requests only.
-    requests_ok: Mapped[int | None] = mapped_column(Integer)
-    requests_failed: Mapped[int | None] = mapped_column(Integer)
-    req_per_s: Mapped[float | None] = mapped_column(Float)
-    output_tok_per_s: Mapped[float | None] = mapped_column(Float)
-    input_tok_per_s: Mapped[float | None] = mapped_column(Float)
-    latency_avg_s: Mapped[float | None] = mapped_column(Float)
-    latency_p50_s: Mapped[float | None] = mapped_column(Float)
-    latency_p90_s: Mapped[float | None] = mapped_column(Float)
-    latency_p95_s: Mapped[float | None] = mapped_column(Float)
-    latency_p99_s: Mapped[float | None] = mapped_column(Float)
-    latency_max_s: Mapped[float | None] = mapped_column(Float)
-    iterations_completed: Mapped[int | None] = mapped_column(Integer)
-    iterations_interrupted: Mapped[int | None] = mapped_column(Integer)
-    iterations_dropped: Mapped[int | None] = mapped_column(Integer)
-    measured_duration_s: Mapped[float | None] = mapped_column(Float)
-    # Client-side streaming latency (streamed runs only, from k6/lib.js's lab_ttft/lab_tpot):
-    # TTFT is the time to first byte, sent with the first token's chunk; TPOT per request is
-    # (duration - TTFT) / (tokens - 1). *_hit/*_miss: split by the response cache's X-Cache.
-    ttft_avg_s: Mapped[float | None] = mapped_column(Float)
-    ttft_p50_s: Mapped[float | None] = mapped_column(Float)
-    ttft_p95_s: Mapped[float | None] = mapped_column(Float)
-    ttft_p99_s: Mapped[float | None] = mapped_column(Float)
-    tpot_avg_s: Mapped[float | None] = mapped_column(Float)
-    tpot_p95_s: Mapped[float | None] = mapped_column(Float)
-    ttft_hit_avg_s: Mapped[float | None] = mapped_column(Float)
-    ttft_hit_p95_s: Mapped[float | None] = mapped_column(Float)
-    ttft_miss_avg_s: Mapped[float | None] = mapped_column(Float)
-    ttft_miss_p95_s: Mapped[float | None] = mapped_column(Float)
-    tpot_hit_avg_s: Mapped[float | None] = mapped_column(Float)
-    tpot_miss_avg_s: Mapped[float | None] = mapped_column(Float)
-    # Answers that came back as one body although a stream was asked for (their TTFT is
-    # the time to the whole body): a run with any is not a streamed measurement.
-    unstreamed_answers: Mapped[int | None] = mapped_column(Integer)
-    # Figures (server side, from /metrics deltas).
-    prefix_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
-    response_cache_hit_rate: Mapped[float | None] = mapped_column(Float)
-    response_cache_hits: Mapped[int | None] = mapped_column(Integer)
-    response_cache_store_errors: Mapped[int | None] = mapped_column(Integer)
-    server_ttft_avg_s: Mapped[float | None] = mapped_column(Float)
-    server_time_per_output_token_avg_s: Mapped[float | None] = mapped_column(Float)
-    # Resource use while the load ran.
-    k6_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
-    backend_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
-    backend_rss_max_mb: Mapped[float | None] = mapped_column(Float)
-    gpu_utilization_avg_percent: Mapped[float | None] = mapped_column(Float)
-    # Against an SLO (set when a run is evaluated, e.g. as a capacity probe): requests per second
-    # that met every per-request limit, their share of all requests, and the SLO used.
-    goodput_req_per_s: Mapped[float | None] = mapped_column(Float)
-    slo_attainment: Mapped[float | None] = mapped_column(Float)
-    slo_evaluated: Mapped[str | None] = mapped_column(Text)
-    # Host contention: CPU used by processes that are not the run's (% of one core), and steal.
-    other_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
-    steal_cpu_percent_avg: Mapped[float | None] = mapped_column(Float)
-    # Steady state: inside the load window only (no warm-up, no drain); the source says
-    # whose counters they come from ("server counters" or "client series").
-    steady_output_tok_per_s: Mapped[float | None] = mapped_column(Float)
-    steady_req_per_s: Mapped[float | None] = mapped_column(Float)
-    steady_source: Mapped[str | None] = mapped_column(String(50))
-    # The machine's speed around the run: seconds a fixed CPU kernel took just before and just
-    # after the load (lab/measurement/machine_speed.py); over an experiment they give each run
-    # a machine-speed index (1.0 = the median run).
-    machine_calibration_before_s: Mapped[float | None] = mapped_column(Float)
-    machine_calibration_after_s: Mapped[float | None] = mapped_column(Float)
-    # Every reason to read the figures with care (k6 CPU, dropped iterations, contention,
-    # count-check mismatch, a run too short for its latency...), "; "-separated.
-    measurement_warnings: Mapped[str | None] = mapped_column(Text)
-    # A trace replay (workload "trace"): the trace's identity, how late each request left
-    # against its time in the trace (send time less schedule), the hit rates the trace itself
-    # allows an unbounded exact response cache and an unbounded prefix cache, and what of the
-    # trace was not sent as it is (clipped or skipped for the context, cut at the duration).
-    trace_name: Mapped[str | None] = mapped_column(String(200))
-    trace_sha256: Mapped[str | None] = mapped_column(String(64))
-    lateness_p50_ms: Mapped[float | None] = mapped_column(Float)
-    lateness_p99_ms: Mapped[float | None] = mapped_column(Float)
-    lateness_max_ms: Mapped[float | None] = mapped_column(Float)
-    requests_late_over_50ms: Mapped[int | None] = mapped_column(Integer)
-    trace_response_cache_ceiling: Mapped[float | None] = mapped_column(Float)
-    trace_prefix_reuse_ceiling: Mapped[float | None] = mapped_column(Float)
-    trace_requests_clipped: Mapped[int | None] = mapped_column(Integer)
-    trace_requests_skipped: Mapped[int | None] = mapped_column(Integer)
-    trace_requests_cut: Mapped[int | None] = mapped_column(Integer)
-    trace_cut_at_s: Mapped[float | None] = mapped_column(Float)
+# A run's result columns (derived: a new figure is its declaration in db/figures.py and a migration).
+RunResultColumns: Any = _result_columns()
 
 
 class Run(RunResultColumns, Base):
@@ -297,7 +225,7 @@ class Run(RunResultColumns, Base):
 
 
 # The result columns, in declaration order.
-RESULT_COLUMNS: tuple[str, ...] = tuple(RunResultColumns.__annotations__)
+RESULT_COLUMNS: tuple[str, ...] = FIGURE_NAMES
 # The machine record's columns (lab.measurement.machine_record.MachineRecord), in its order.
 MACHINE_COLUMNS: tuple[str, ...] = (
     "cpu_model_name",

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from db.models import Run, RunSeries, RunStatus
 from lab import history
 from lab.analysis.compare import run_record
+from lab.measurement.results import RunResults
 from lab.specs.schema import RunSpec, format_validation_error
 from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, session, show_flash, startup_facts, without_polling
 from pages.view.baseline import baseline_panel
@@ -199,7 +200,7 @@ def run_again_lines(spec: RunSpec) -> str:
 def figures_section(run: Run, record: dict, series: dict | None) -> None:
     """The figures, streaming latencies, client/server counts and the per-second charts."""
     st.markdown("#### Figures")
-    metric_tiles(figures_summary(record))
+    metric_tiles(figures_summary(RunResults.from_columns(run)))
     streaming = streaming_latency_text(run)
     if streaming is not None:
         show_plain(streaming[1], kind=streaming[0])

@@ -27,11 +27,12 @@ summary or, without one, from the stream), ``steady_output_tok_per_s`` (the load
 only) and the live view's per-second series (``live.StreamTail.series``, ``output_tokens``
 per second, shown while a run goes and never stored as a figure).
 
-The store's columns are ``db.models.RunResultColumns`` (``db`` imports nothing from here);
-a unit test (tests/unit/lab/measurement/test_figures_contract.py) fails when they and :class:`RunResults`
-differ in a name, its order or its type, or when a field of RunResults has no producer.
-**Adding a figure**: a field in the part of its producer and in :class:`RunResults`, a line
-in ``RunResultColumns`` and a migration that adds its column (db/migrations.py).
+Each figure is declared once, in ``db.figures.RunFigures`` (name, type, unit, label, description,
+group); :class:`RunResults` is that declaration with the foreign figures and the methods, and the
+store's columns are derived from it (``db`` imports nothing from here). A unit test
+(tests/unit/lab/measurement/test_figures_contract.py) fails when a figure has no producer.
+**Adding a figure**: its declaration in ``db/figures.py``, a field in the part of its producer
+(below) and a migration that adds its column (db/migrations.py).
 
 Figures from outside the lab (another tool's result, a trace's own statistics) are not
 the lab's columns: they go in :class:`ForeignFigures` (a source and a mapping of names to
@@ -45,9 +46,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from db.models import RESULT_COLUMNS
+from db.figures import FIGURE_NAMES, RunFigures
 
-RESULT_FIELDS: tuple[str, ...] = RESULT_COLUMNS
+RESULT_FIELDS: tuple[str, ...] = FIGURE_NAMES
 
 
 class UnknownFigureError(ValueError):
@@ -231,79 +232,10 @@ class ForeignFigures:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunResults:
-    """A run's figures, one per result column of the store, units in the names; None when not measured."""
+class RunResults(RunFigures):
+    """A run's figures (declared once, in ``db.figures.RunFigures``: one per result column of the
+    store, units in the names; None when not measured), and the foreign figures beside them."""
 
-    # k6 (ClientFigures)
-    requests_ok: int | None = None
-    requests_failed: int | None = None
-    req_per_s: float | None = None
-    output_tok_per_s: float | None = None
-    input_tok_per_s: float | None = None
-    latency_avg_s: float | None = None
-    latency_p50_s: float | None = None
-    latency_p90_s: float | None = None
-    latency_p95_s: float | None = None
-    latency_p99_s: float | None = None
-    latency_max_s: float | None = None
-    iterations_completed: int | None = None
-    iterations_interrupted: int | None = None
-    iterations_dropped: int | None = None
-    measured_duration_s: float | None = None
-    ttft_avg_s: float | None = None
-    ttft_p50_s: float | None = None
-    ttft_p95_s: float | None = None
-    ttft_p99_s: float | None = None
-    tpot_avg_s: float | None = None
-    tpot_p95_s: float | None = None
-    ttft_hit_avg_s: float | None = None
-    ttft_hit_p95_s: float | None = None
-    ttft_miss_avg_s: float | None = None
-    ttft_miss_p95_s: float | None = None
-    tpot_hit_avg_s: float | None = None
-    tpot_miss_avg_s: float | None = None
-    unstreamed_answers: int | None = None
-    # the backend's /metrics (ServerFigures) and the response cache (ResponseCacheFigures)
-    prefix_cache_hit_rate: float | None = None
-    response_cache_hit_rate: float | None = None
-    response_cache_hits: int | None = None
-    response_cache_store_errors: int | None = None
-    server_ttft_avg_s: float | None = None
-    server_time_per_output_token_avg_s: float | None = None
-    # resource use (ResourceFigures)
-    k6_cpu_percent_avg: float | None = None
-    backend_cpu_percent_avg: float | None = None
-    backend_rss_max_mb: float | None = None
-    gpu_utilization_avg_percent: float | None = None
-    # an SLO (SloFigures)
-    goodput_req_per_s: float | None = None
-    slo_attainment: float | None = None
-    slo_evaluated: str | None = None
-    # host contention (ResourceFigures)
-    other_cpu_percent_avg: float | None = None
-    steal_cpu_percent_avg: float | None = None
-    # the load window (SteadyFigures)
-    steady_output_tok_per_s: float | None = None
-    steady_req_per_s: float | None = None
-    steady_source: str | None = None
-    # machine speed (MachineSpeedFigures)
-    machine_calibration_before_s: float | None = None
-    machine_calibration_after_s: float | None = None
-    # checks (CheckFigures)
-    measurement_warnings: str | None = None
-    # a trace replay (TraceFigures)
-    trace_name: str | None = None
-    trace_sha256: str | None = None
-    lateness_p50_ms: float | None = None
-    lateness_p99_ms: float | None = None
-    lateness_max_ms: float | None = None
-    requests_late_over_50ms: int | None = None
-    trace_response_cache_ceiling: float | None = None
-    trace_prefix_reuse_ceiling: float | None = None
-    trace_requests_clipped: int | None = None
-    trace_requests_skipped: int | None = None
-    trace_requests_cut: int | None = None
-    trace_cut_at_s: float | None = None
     # Not a lab figure: other tools' figures, by source (the runs' foreign_figures column).
     foreign: tuple[ForeignFigures, ...] = ()
 

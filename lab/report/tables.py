@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from db.figures import RunFigures, Unit, figure_by
 from lab.analysis.aggregation import aggregate, vus_range
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
@@ -122,20 +123,31 @@ def ratio_rows(preset: str, records: Sequence[dict[str, Any]]) -> list[dict[str,
     return _RATIO_ROWS[preset](records) if preset in _RATIO_ROWS else []
 
 
-OPEN_FIGURES: tuple[tuple[str, str, Callable[[float | None], str]], ...] = (
-    ("server_ttft_avg_s", "server TTFT (avg)", format_seconds),
-    ("server_time_per_output_token_avg_s", "time per output token (avg)", format_seconds),
-    ("backend_cpu_percent_avg", "backend CPU % of a core (avg)", lambda v: format_rate(v, 0)),
-    ("backend_rss_max_mb", "backend RSS (max MiB)", lambda v: format_rate(v, 0)),
-    ("k6_cpu_percent_avg", "k6 CPU % of a core (avg)", lambda v: format_rate(v, 0)),
-    ("gpu_utilization_avg_percent", "GPU utilisation % (avg)", lambda v: format_rate(v, 0)),
-    ("other_cpu_percent_avg", "other processes' CPU % of a core (avg)", lambda v: format_rate(v, 0)),
-    ("steady_output_tok_per_s", "steady output tok/s (load window)", lambda v: format_rate(v, 1)),
+def _header(select: Callable[[RunFigures], object]) -> str:
+    """A figure's header in the report: its label, and its unit where the value is written without one."""
+    declared = figure_by(select)
+    return declared.label if declared.unit is Unit.SECONDS else declared.header
+
+
+def _whole(value: float | None) -> str:
+    return format_rate(value, 0)
+
+
+# (figure, how its value is written): the header is the figure's own (db.figures).
+OPEN_FIGURES: tuple[tuple[Callable[[RunFigures], object], Callable[[float | None], str]], ...] = (
+    (lambda f: f.server_ttft_avg_s, format_seconds),
+    (lambda f: f.server_time_per_output_token_avg_s, format_seconds),
+    (lambda f: f.backend_cpu_percent_avg, _whole),
+    (lambda f: f.backend_rss_max_mb, _whole),
+    (lambda f: f.k6_cpu_percent_avg, _whole),
+    (lambda f: f.gpu_utilization_avg_percent, _whole),
+    (lambda f: f.other_cpu_percent_avg, _whole),
+    (lambda f: f.steady_output_tok_per_s, lambda v: format_rate(v, 1)),
 )
 # Client-side streaming latency: shown only where some run streamed (the seed's requests do not).
-STREAMED_FIGURES: tuple[tuple[str, str, Callable[[float | None], str]], ...] = (
-    ("ttft_p95_s", "client TTFT p95 (streamed)", format_seconds),
-    ("tpot_avg_s", "client time per output token (streamed, avg)", format_seconds),
+STREAMED_FIGURES: tuple[tuple[Callable[[RunFigures], object], Callable[[float | None], str]], ...] = (
+    (lambda f: f.ttft_p95_s, format_seconds),
+    (lambda f: f.tpot_avg_s, format_seconds),
 )
 
 
@@ -144,12 +156,15 @@ def open_questions_table(
 ) -> pd.DataFrame:
     """Per cell: server-side TTFT and time per output token, resource use, failures, mean [95% CI]."""
     rows = []
-    streamed = [
-        figure
-        for figure in STREAMED_FIGURES
-        if any(r.get(figure[0]) is not None for records in records_by_preset.values() for r in records)
+    named = [
+        (figure_by(select).name, _header(select), formatter, select in dict(STREAMED_FIGURES))
+        for select, formatter in (*OPEN_FIGURES, *STREAMED_FIGURES)
     ]
-    shown = (*OPEN_FIGURES, *streamed)
+    shown = [
+        (name, label, formatter)
+        for name, label, formatter, streamed in named
+        if not streamed or any(r.get(name) is not None for records in records_by_preset.values() for r in records)
+    ]
     figures = [name for name, _, _ in shown] + ["output_tok_per_s"]
     for preset, records in records_by_preset.items():
         for row in sorted(

@@ -1,7 +1,8 @@
 """One display-name map: the human name, unit and rounding of every figure the pages show.
 
 Tables, chart legends and axes, and the CSV option for human headers all take their
-names from here, so ``output_tok_per_s`` reads "output tok/s" everywhere. A table shown
+names from here, so ``output_tok_per_s`` reads "output tok/s" everywhere. A run's figures come
+from their one declaration (``db.figures``); the other names (identity, set-up, series) are here. A table shown
 to a person goes through :func:`display_frame`: human headers, numbers rounded, "–" for
 missing, timestamps in local time without microseconds. CSV downloads keep machine names
 and full precision unless the user asks for human headers (:func:`human_headers`).
@@ -16,6 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
+
+from db.figures import FIGURES
 
 MISSING = "–"
 
@@ -87,58 +90,11 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "reference_kernel_gflops": DisplayName("fixed-kernel speed", "GFLOP/s", 1),
     "backend_settings": DisplayName("resolved settings"),
     "n": DisplayName("runs"),
-    # results
-    "requests_ok": DisplayName("requests ok"),
-    "requests_failed": DisplayName("failed requests"),
-    "req_per_s": DisplayName("req/s", "", 2),
-    "output_tok_per_s": DisplayName("output tok/s", "", 1),
-    "input_tok_per_s": DisplayName("input tok/s", "", 1),
-    "latency_avg_s": _seconds("avg latency"),
-    "latency_p50_s": _seconds("p50 latency"),
-    "latency_p90_s": _seconds("p90 latency"),
-    "latency_p95_s": _seconds("p95 latency"),
-    "latency_p99_s": _seconds("p99 latency"),
-    "latency_max_s": _seconds("max latency"),
-    "iterations_completed": DisplayName("iterations done"),
-    "iterations_interrupted": DisplayName("iterations cut by the stop"),
-    "iterations_dropped": DisplayName("iterations dropped"),
-    "measured_duration_s": DisplayName("measured", "s", 1),
-    "prefix_cache_hit_rate": _share("vLLM prefix cache hit"),
-    "response_cache_hit_rate": _share("Redis cache hit"),
-    "response_cache_hits": DisplayName("Redis cache hits"),
-    "response_cache_store_errors": DisplayName("cache store errors"),
-    "server_ttft_avg_s": _seconds("server TTFT avg"),
-    "server_time_per_output_token_avg_s": _seconds("server time per output token"),
-    "k6_cpu_percent_avg": DisplayName("k6 CPU avg", "% of a core", 1),
-    "backend_cpu_percent_avg": DisplayName("backend CPU avg", "% of a core", 1),
-    "backend_rss_max_mb": DisplayName("backend memory max", "MiB", 0),
-    "gpu_utilization_avg_percent": DisplayName("GPU use avg", "%", 1),
-    # measurement (issue 13), capacity (issue 15)
-    "ttft_avg_s": _seconds("TTFT avg"),
-    "ttft_p50_s": _seconds("TTFT p50"),
-    "ttft_p95_s": _seconds("TTFT p95"),
-    "ttft_p99_s": _seconds("TTFT p99"),
-    "tpot_avg_s": _seconds("time per output token avg"),
-    "tpot_p95_s": _seconds("time per output token p95"),
-    "other_cpu_percent_avg": DisplayName("other processes' CPU avg", "% of a core", 1),
-    "measurement_warnings": DisplayName("measurement warnings"),
-    "steady_output_tok_per_s": DisplayName("steady output tok/s", "", 1),
-    "steady_req_per_s": DisplayName("steady req/s", "", 2),
-    "goodput_req_per_s": DisplayName("goodput", "req/s", 2),
-    "slo_attainment": _share("SLO attainment"),
-    # a trace replay (issue 34)
-    "trace_name": DisplayName("trace"),
-    "trace_sha256": DisplayName("trace sha256"),
-    "lateness_p50_ms": DisplayName("p50 lateness", "ms", 1),
-    "lateness_p99_ms": DisplayName("p99 lateness", "ms", 1),
-    "lateness_max_ms": DisplayName("max lateness", "ms", 1),
-    "requests_late_over_50ms": DisplayName("requests > 50 ms late"),
-    "trace_response_cache_ceiling": _share("trace's response cache ceiling"),
-    "trace_prefix_reuse_ceiling": _share("trace's prefix reuse ceiling"),
-    "trace_requests_clipped": DisplayName("trace prompts clipped"),
-    "trace_requests_skipped": DisplayName("trace prompts skipped"),
-    "trace_requests_cut": DisplayName("trace requests cut"),
-    "trace_cut_at_s": DisplayName("trace cut at", "s", 0),
+    # every figure of a run, from its one declaration (db.figures)
+    **{
+        item.name: DisplayName(item.label, item.header_unit, item.display_decimals, item.display_scale)
+        for item in FIGURES
+    },
     # per-second series (charts)
     "time_s": DisplayName("time since the load started", "s", 0),
     "running_requests": DisplayName("running in the backend"),
@@ -172,19 +128,6 @@ DISPLAY_NAMES: dict[str, DisplayName] = {
     "heartbeat_age_s": DisplayName("heartbeat age", "s", 1),
     "current_run": DisplayName("current run", thousands=False),
     "services": DisplayName("services on its machine"),
-    # cache hit and miss latencies, streaming, SLOs, machine figures (every run record field has a name)
-    "ttft_hit_avg_s": _seconds("TTFT avg, cache hits"),
-    "ttft_hit_p95_s": _seconds("TTFT p95, cache hits"),
-    "ttft_miss_avg_s": _seconds("TTFT avg, cache misses"),
-    "ttft_miss_p95_s": _seconds("TTFT p95, cache misses"),
-    "tpot_hit_avg_s": _seconds("time per output token avg, cache hits"),
-    "tpot_miss_avg_s": _seconds("time per output token avg, cache misses"),
-    "unstreamed_answers": DisplayName("answers not streamed"),
-    "slo_evaluated": DisplayName("SLO evaluated"),
-    "steal_cpu_percent_avg": DisplayName("CPU stolen by the hypervisor avg", "% of a core", 1),
-    "steady_source": DisplayName("steady window from"),
-    "machine_calibration_before_s": _seconds("machine speed kernel before"),
-    "machine_calibration_after_s": _seconds("machine speed kernel after"),
     "machine_speed_index": DisplayName("machine speed index", "", 2),
     "setting": DisplayName("setting"),
     "what_changes": DisplayName("what changes"),

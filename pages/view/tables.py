@@ -8,16 +8,18 @@ themselves come from the domain (:mod:`lab.analysis`), computed once for the pag
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from db.figures import RunFigures, figure_by
 from lab.analysis.compare import LAB_SOURCE
 from lab.analysis.seed import GrowthRatio, Ratio, seed_table_rows
 from lab.backends import SeedSetup, UnknownBackendError, get_backend, seed_setup_backend
+from lab.measurement.results import RunResults
 from lab.report.formatting import format_rate, format_seconds, format_share
 from lab.report.seed_tables import our_cells, seed_cells
 from pages.view.names import display_frame, display_name
@@ -230,83 +232,87 @@ def server_metrics_table(server_metrics: dict[str, Any] | None, backend: str = "
     return display_frame(pd.DataFrame(rows, columns=["service", "metric", "before", "after", "change", "wire_name"]))
 
 
-def figures_summary(record: dict[str, Any]) -> list[tuple[str, str, str | None]]:
-    """``(label, value, help)`` of a run's headline figures for ``st.metric`` tiles: labels short
-    enough for a narrow tile (the longer wording in the help), values with their unit."""
+# A run's headline tiles: the figure (its tile label and tooltip come from its declaration) and
+# how its value is written. A figure read by an attribute, never by a string.
+Tile = tuple[Callable[[RunFigures], Any], Callable[[Any], str]]
 
-    def with_unit(value: float | None, unit: str) -> str:
+
+def _with_unit(unit: str) -> Callable[[float | None], str]:
+    def written(value: float | None) -> str:
         text = format_rate(value, 0)
         return text if value is None else f"{text}{unit}"
 
-    steady_source = record.get("steady_source") or "n/a"
-    return _headline_tiles(record, with_unit, steady_source) + _trace_tiles(record)
+    return written
 
 
-def _trace_tiles(record: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+HEADLINE_TILES: tuple[Tile, ...] = (
+    (lambda f: f.req_per_s, format_rate),
+    (lambda f: f.output_tok_per_s, lambda v: format_rate(v, 1)),
+    (lambda f: f.input_tok_per_s, lambda v: format_rate(v, 1)),
+    (lambda f: f.latency_avg_s, format_seconds),
+    (lambda f: f.latency_p50_s, format_seconds),
+    (lambda f: f.latency_p95_s, format_seconds),
+    (lambda f: f.latency_p99_s, format_seconds),
+    (lambda f: f.latency_max_s, format_seconds),
+    (lambda f: f.requests_ok, lambda v: format_rate(v, 0)),
+    (lambda f: f.requests_failed, lambda v: format_rate(v, 0)),
+    (lambda f: f.prefix_cache_hit_rate, format_share),
+    (lambda f: f.response_cache_hit_rate, format_share),
+    (lambda f: f.server_ttft_avg_s, format_seconds),
+    (lambda f: f.backend_cpu_percent_avg, _with_unit("%")),
+    (lambda f: f.backend_rss_max_mb, _with_unit(" MiB")),
+    (lambda f: f.k6_cpu_percent_avg, _with_unit("%")),
+    (lambda f: f.other_cpu_percent_avg, _with_unit("%")),
+)
+# The load window's tiles: their help says whose counters they come from.
+STEADY_TILES: tuple[Tile, ...] = (
+    (lambda f: f.steady_output_tok_per_s, lambda v: format_rate(v, 1)),
+    (lambda f: f.steady_req_per_s, format_rate),
+)
+TileText = tuple[str, str, str | None]
+
+
+def _tile(results: RunResults, select: Callable[[RunFigures], Any], written: Callable[[Any], str]) -> TileText:
+    declared = figure_by(select)
+    return declared.tile_label, written(select(results)), declared.description
+
+
+def figures_summary(results: RunResults) -> list[TileText]:
+    """``(label, value, help)`` of a run's headline figures for ``st.metric`` tiles: labels short
+    enough for a narrow tile, the figure's description as the help, values with their unit."""
+    tiles = [_tile(results, select, written) for select, written in HEADLINE_TILES]
+    for select, written in STEADY_TILES:
+        label, value, help_text = _tile(results, select, written)
+        tiles.append((label, value, f"{help_text} (from {results.steady_source or 'n/a'})"))
+    return tiles + _trace_tiles(results)
+
+
+def _trace_tiles(results: RunResults) -> list[TileText]:
     """A trace replay's tiles: lateness against the trace's schedule and the ceilings the
     measured hit rates stand beside (none for a run that replayed no trace)."""
-    if not record.get("trace_name"):
+    if not results.trace_name:
         return []
-    cut = record.get("trace_requests_cut")
+    cut = results.trace_requests_cut
+    clipped = figure_by(lambda f: f.trace_requests_clipped)
     return [
-        ("trace", str(record["trace_name"]), f"sha256 {record.get('trace_sha256')}"),
-        ("p99 lateness", with_ms(record.get("lateness_p99_ms")), "send time less the trace's time, p99"),
-        ("max lateness", with_ms(record.get("lateness_max_ms")), "send time less the trace's time, at most"),
-        ("late > 50 ms", format_rate(record.get("requests_late_over_50ms"), 0), "requests sent over 50 ms late"),
-        (
-            "response cache ceiling",
-            format_share(record.get("trace_response_cache_ceiling")),
-            "the hit rate an unbounded exact response cache reaches on this trace (beside Redis cache hit)",
-        ),
-        (
-            "prefix reuse ceiling",
-            format_share(record.get("trace_prefix_reuse_ceiling")),
-            "the share of prompt tokens an unbounded prefix cache serves (beside prefix cache hit)",
-        ),
+        (figure_by(lambda f: f.trace_name).tile_label, str(results.trace_name), f"sha256 {results.trace_sha256}"),
+        _tile(results, lambda f: f.lateness_p99_ms, with_ms),
+        _tile(results, lambda f: f.lateness_max_ms, with_ms),
+        _tile(results, lambda f: f.requests_late_over_50ms, lambda v: format_rate(v, 0)),
+        _tile(results, lambda f: f.trace_response_cache_ceiling, format_share),
+        _tile(results, lambda f: f.trace_prefix_reuse_ceiling, format_share),
         (
             "clipped / skipped / cut",
-            f"{record.get('trace_requests_clipped') or 0} / {record.get('trace_requests_skipped') or 0} / {cut or 0}",
-            f"prompts clipped or skipped for the context; requests cut at {record.get('trace_cut_at_s')} s"
+            f"{results.trace_requests_clipped or 0} / {results.trace_requests_skipped or 0} / {cut or 0}",
+            f"{clipped.description} Requests cut at {results.trace_cut_at_s} s."
             if cut
-            else "prompts clipped or skipped for the context; the trace was not cut",
+            else f"{clipped.description} The trace was not cut.",
         ),
     ]
 
 
 def with_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.1f} ms"
-
-
-def _headline_tiles(record: dict[str, Any], with_unit: Any, steady_source: str) -> list[tuple[str, str, str | None]]:
-    return [
-        ("req/s", format_rate(record.get("req_per_s")), "requests finished per second (k6, drain included)"),
-        ("output tok/s", format_rate(record.get("output_tok_per_s"), 1), None),
-        ("input tok/s", format_rate(record.get("input_tok_per_s"), 1), None),
-        ("avg latency", format_seconds(record.get("latency_avg_s")), None),
-        ("p50 latency", format_seconds(record.get("latency_p50_s")), None),
-        ("p95 latency", format_seconds(record.get("latency_p95_s")), None),
-        ("p99 latency", format_seconds(record.get("latency_p99_s")), None),
-        ("max latency", format_seconds(record.get("latency_max_s")), None),
-        ("requests ok", format_rate(record.get("requests_ok"), 0), None),
-        ("failed requests", format_rate(record.get("requests_failed"), 0), None),
-        ("prefix cache hit", format_share(record.get("prefix_cache_hit_rate")), "vLLM's prefix (KV) cache hit rate"),
-        ("Redis cache hit", format_share(record.get("response_cache_hit_rate")), "the Redis response cache's hit rate"),
-        ("server TTFT avg", format_seconds(record.get("server_ttft_avg_s")), "time to first token, from /metrics"),
-        ("backend CPU", with_unit(record.get("backend_cpu_percent_avg"), "%"), "average, % of one core"),
-        ("backend RSS", with_unit(record.get("backend_rss_max_mb"), " MiB"), "the backend's largest resident memory"),
-        ("k6 CPU", with_unit(record.get("k6_cpu_percent_avg"), "%"), "average, % of one core"),
-        (
-            "other CPU",
-            with_unit(record.get("other_cpu_percent_avg"), "%"),
-            "other processes' CPU on the machine during the load, average, % of one core",
-        ),
-        (
-            "steady tok/s",
-            format_rate(record.get("steady_output_tok_per_s"), 1),
-            f"output tokens per second in the load window only (from {steady_source})",
-        ),
-        ("steady req/s", format_rate(record.get("steady_req_per_s")), f"the load window only (from {steady_source})"),
-    ]
 
 
 def metric_tiles(tiles: Sequence[tuple[str, str, str | None]]) -> None:

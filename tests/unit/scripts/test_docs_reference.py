@@ -32,8 +32,13 @@ def test_every_figure_has_a_row_with_its_unit_and_producer() -> None:
     assert "| `prefix_cache_hit_rate` | share, 0 to 1 |" in page
 
 
-def test_a_figure_s_definition_is_the_comment_above_its_group() -> None:
-    assert docs_reference.source_comments(RunResults)["requests_ok"] == ["k6 (ClientFigures)"]
+def test_a_figure_s_group_and_description_come_from_its_declaration() -> None:
+    from db.figures import figure_by
+
+    page = docs_reference.figures_page()
+    declared = figure_by(lambda f: f.backend_rss_max_mb)
+    assert f"## {declared.group.title}" in page and declared.group.description in page
+    assert f"| {declared.header} | float | [`ResourceFigures`](#producers) | {declared.description} |" in page
 
 
 def test_every_run_setting_and_command_is_on_its_page() -> None:

@@ -579,10 +579,10 @@ def test_client_streaming_latency_shows_only_where_a_run_streamed() -> None:
     from lab.report.tables import open_questions_table
 
     records = cpu_like_records()
-    assert "client TTFT p95 (streamed)" not in open_questions_table(records).columns
+    assert "TTFT p95" not in open_questions_table(records).columns
     records["seed-exp1"][0]["ttft_p95_s"] = 0.049
     table = open_questions_table(records)
-    assert "client TTFT p95 (streamed)" in table.columns and "49.0 ms" in table["client TTFT p95 (streamed)"].tolist()
+    assert "TTFT p95" in table.columns and "49.0 ms" in table["TTFT p95"].tolist()
 
 
 def test_report_only_rewrites_the_newest_stored_reproduction_of_its_scale(
