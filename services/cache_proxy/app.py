@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import os
 import time
@@ -19,6 +18,7 @@ import time
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.cache_proxy import admin
 from services.cache_proxy.bodies import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -37,7 +37,6 @@ from services.cache_proxy.flights import UpstreamFlights, run_in_task
 from services.cache_proxy.keys import (
     KeyedRequest,
     UnkeyableBody,
-    key_prefix,
     key_request,
     normalize_upstream_identity,
     requester_fingerprint,
@@ -65,12 +64,12 @@ from services.cache_proxy.responses import (
     Receive,
     Scope,
     Send,
-    error_body,
     json_headers,
     prepared_hit,
     send_bad_request,
     send_whole,
 )
+from services.cache_proxy.semantic import SemanticSettings, SemanticTier
 
 LOGGER = logging.getLogger(__name__)
 
@@ -118,8 +117,25 @@ class CacheProxy:
         self.body_deadlines = BodyDeadlines(config.body_timeout_s)
         self._keyed_requests: dict[tuple[str, str | None, bytes], KeyedRequest] = {}
         self.recorder = recorder_for(config)
+        self.semantic = self._semantic_tier(config)
         self._recording = False
         self._credential_bypass_told = False
+
+    def _semantic_tier(self, config: ProxyConfig) -> SemanticTier | None:
+        if config.semantic_similarity is None or not config.cache:
+            return None
+        if not 0 < config.semantic_similarity <= 1:
+            raise ValueError(f"semantic_similarity must be in (0, 1], not {config.semantic_similarity!r}")
+        settings = SemanticSettings(
+            similarity=config.semantic_similarity,
+            embed=config.semantic_embed,
+            model=config.semantic_model,
+            verify_fraction=config.semantic_verify_fraction,
+            namespace=config.namespace,
+            upstream_url=self.upstream_url,
+            upstream_identity=self.upstream_identity,
+        )
+        return SemanticTier(settings, self.metrics.registry)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -140,6 +156,8 @@ class CacheProxy:
             self.redis = PipelinedRedis(
                 self.config.redis_url, timeout_s=self.config.redis_timeout_s, local_tier=self.local_tier
             )
+            if self.semantic is not None:
+                await self.semantic.open(self.redis, self.http)
 
     async def close(self) -> None:
         """Close the shared clients and stop the keying process."""
@@ -150,6 +168,8 @@ class CacheProxy:
             await self.redis.close()
             self.redis = None
         self.keyer.close()
+        if self.semantic is not None:
+            self.semantic.close()
         if self.recorder is not None and self._recording:
             self.recorder.close()
             self._recording = False
@@ -190,12 +210,14 @@ class CacheProxy:
             if method == "POST" and path in CACHED_PATHS:
                 await self._cacheable(scope, receive, send)
             elif path == "/health" and method == "GET":
-                await run_in_task(self._health(send))
+                await run_in_task(admin.health(self, send))
             elif path == "/metrics" and method == "GET":
                 body = generate_latest(self.metrics.registry)
                 await send_whole(send, 200, json_headers(body, content_type=CONTENT_TYPE_LATEST.encode()), body)
             elif path == "/cache/flush" and method == "POST":
-                await run_in_task(self._flush(send))
+                await run_in_task(admin.flush(self, send))
+            elif path == "/cache/semantic" and method == "GET":
+                await admin.semantic_status(self, send)
             else:
                 raw_body = await self._read_body(scope, receive, send)
                 if raw_body is not None:
@@ -289,6 +311,14 @@ class CacheProxy:
                 self.metrics.errors.inc()
                 await self.flights.call(scope, receive, send, raw_body, streaming, XCache.ERROR, store_key=None)
                 return
+        if self.semantic is not None:
+            semantic_hit = await self.semantic.find(
+                scope, raw_body, key, requester, lookup=mode is CacheMode.LOOKUP, streaming=streaming
+            )
+            if semantic_hit is not None:
+                await self._send_hit(send, semantic_hit.prepared, started_at, exact=False)
+                self.semantic.served(semantic_hit, scope, raw_body)
+                return
         self.metrics.misses.inc()
         await self.flights.miss(scope, receive, send, raw_body, streaming, key, single_flight=self.config.single_flight)
 
@@ -303,10 +333,10 @@ class CacheProxy:
             self._redis_failed()
             return _Lookup.UNAVAILABLE
         except RedisWrongType:
-            self._redis_ok()  # Redis answered: the entry is bad, not Redis
+            self.redis_ok()  # Redis answered: the entry is bad, not Redis
             await self._remove_bad_entry(key)
             return _Lookup.MISS
-        self._redis_ok()
+        self.redis_ok()
         if stored is None:
             return _Lookup.MISS
         prepared = prepared_hit(stored)
@@ -324,11 +354,13 @@ class CacheProxy:
         except RedisUnavailable:
             self._redis_failed()
 
-    async def _send_hit(self, send: Send, prepared: PreparedHit, started_at: float) -> None:
+    async def _send_hit(self, send: Send, prepared: PreparedHit, started_at: float, *, exact: bool = True) -> None:
         headers, payload, _ = prepared
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
         self.metrics.hits.inc()
+        if exact:
+            self.metrics.exact_hits.inc()
         self.metrics.hit_latency.observe(time.perf_counter() - started_at)
 
     async def _keyed(self, path: str, requester: str | None, raw_body: bytes) -> KeyedRequest:
@@ -371,7 +403,7 @@ class CacheProxy:
             self._keyed_requests[memo_key] = keyed
         return keyed
 
-    def _redis_ok(self) -> None:
+    def redis_ok(self) -> None:
         if self.breaker.opened_at is not None:
             self.metrics.circuit_open.set(0)
         self.breaker.record_success()
@@ -387,58 +419,18 @@ class CacheProxy:
             return False
         assert self.redis is not None
         try:
-            await self.redis.set(key, TAG_BY_CONTENT_TYPE.get(content_type, b"j") + body, ttl_s=self.config.ttl_s)
+            value = TAG_BY_CONTENT_TYPE.get(content_type, b"j") + body
+            if self.semantic is None:
+                await self.redis.set(key, value, ttl_s=self.config.ttl_s)
+            else:  # with the request's vector beside it
+                await self.semantic.store(self.redis, key, value, self.config.ttl_s)
         except RedisUnavailable:
             self._redis_failed()
             self.metrics.store_errors.inc()
             return False
-        self._redis_ok()
+        self.redis_ok()
         self.metrics.stores.inc()
         return True
-
-    # -- admin endpoints ------------------------------------------------------------------
-
-    async def _health(self, send: Send) -> None:
-        assert self.http is not None
-        upstream_reachable = False
-        upstream_status: int | None = None
-        try:
-            response = await self.http.get(self.upstream_url + "/health", timeout=2.0)
-            upstream_status = response.status_code
-            upstream_reachable = response.status_code < 500
-        except httpx.HTTPError:
-            pass
-        redis_reachable: bool | None = None  # the cache is off: Redis is not asked
-        try:
-            if self.redis is not None:
-                redis_reachable = await self.redis.ping(timeout_s=max(0.5, self.config.redis_timeout_s))
-        except RedisUnavailable:
-            redis_reachable = False
-        if redis_reachable:
-            self._redis_ok()
-        document = {
-            "status": "ok"
-            if upstream_reachable and redis_reachable is not False
-            else ("degraded" if upstream_reachable else "unavailable"),
-            "upstream": {"url": self.upstream_url, "reachable": upstream_reachable, "status_code": upstream_status},
-            "redis": {"reachable": redis_reachable, "circuit": self.breaker.state},
-            "policy": self.config.policy,
-            "namespace": self.config.namespace,
-        }
-        body = json.dumps(document).encode()
-        await send_whole(send, 200 if upstream_reachable else 503, json_headers(body), body)
-
-    async def _flush(self, send: Send) -> None:
-        try:
-            deleted = 0 if self.redis is None else await self.redis.flush_prefix(key_prefix(self.config.namespace))
-            if self.local_tier is not None:
-                self.local_tier.clear()  # Redis invalidates them too; this is at once
-        except RedisUnavailable as error:
-            body = error_body(f"Redis unavailable: {error}", "redis_unavailable")
-            await send_whole(send, 503, json_headers(body), body)
-            return
-        body = json.dumps({"deleted": deleted, "namespace": self.config.namespace}).encode()
-        await send_whole(send, 200, json_headers(body), body)
 
 
 def build_app(

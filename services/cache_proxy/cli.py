@@ -13,6 +13,7 @@ from services.cache_proxy.app import CacheProxy
 from services.cache_proxy.bodies import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 from services.cache_proxy.config import ProxyConfig
 from services.cache_proxy.policy import CREDENTIAL_MODES, CREDENTIAL_MODES_HELP, POLICIES
+from services.cache_proxy.semantic_cli import CACHE_TIERS, add_semantic_arguments, checked_semantic_settings
 from services.cache_proxy.serving import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_SERVER,
@@ -39,6 +40,7 @@ def parse_args(argv: Iterable[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     _add_cache_arguments(parser)
+    add_semantic_arguments(parser)
     _add_recording_arguments(parser)
     _add_server_arguments(parser)
     return parser.parse_args(list(argv) if argv is not None else None)
@@ -48,9 +50,10 @@ def _add_recording_arguments(parser: argparse.ArgumentParser) -> None:
     """The trace the proxy records of what it sees (services.traces)."""
     parser.add_argument(
         "--cache",
-        choices=("on", "off"),
-        default="on",
-        help="off: pass every request upstream, uncached (to record only; no Redis needed)",
+        choices=CACHE_TIERS,
+        default="exact",
+        help="exact (or on): answers of identical requests; semantic: also of paraphrases (--similarity); "
+        "off: pass every request upstream, uncached (to record only; no Redis needed)",
     )
     parser.add_argument(
         "--record-trace",
@@ -83,8 +86,11 @@ def _add_recording_arguments(parser: argparse.ArgumentParser) -> None:
 def checked_settings(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments, in one line (None: nothing). Creates the recording's
     (empty) file when it can be written."""
-    if args.cache == "on" and not args.redis_url:
+    if args.cache != "off" and not args.redis_url:
         return "--redis-url is required unless --cache off"
+    semantic_refusal = checked_semantic_settings(args)
+    if semantic_refusal is not None:
+        return semantic_refusal
     if args.record_trace is None:
         given = [name for name in ("record_text", "record_rotate_mb", "record_tokenizer") if getattr(args, name)]
         if given:
@@ -184,7 +190,11 @@ def _config(args: argparse.Namespace) -> ProxyConfig:
         local_tier_max_bytes=args.local_tier_max_bytes,
         max_body_bytes=args.max_body_bytes,
         body_timeout_s=args.body_timeout_s,
-        cache=args.cache == "on",
+        cache=args.cache != "off",
+        semantic_similarity=args.similarity if args.cache == "semantic" else None,
+        semantic_embed=args.embed,
+        semantic_model=args.embedding_model,
+        semantic_verify_fraction=args.semantic_verify_fraction,
         record_trace=args.record_trace,
         record_text=args.record_text,
         record_rotate_mb=args.record_rotate_mb,

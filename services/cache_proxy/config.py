@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.cache_proxy.bodies import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, OFF_LOOP_KEY_MIN_BYTES
+from services.embeddings import DEFAULT_EMBEDDING_MODEL
 from services.traces.blocks import MOONCAKE_BLOCK_TOKENS
 
 
@@ -32,6 +33,13 @@ class ProxyConfig:
     off_loop_key_min_bytes: int = OFF_LOOP_KEY_MIN_BYTES
     # False: every request passes straight upstream (recording only; Redis is not used).
     cache: bool = True
+    # The semantic tier (services.cache_proxy.semantic): a cosine threshold in (0, 1], or None
+    # for the exact tier alone; what is embedded, the embedding model, the share of semantic
+    # hits also asked of the upstream and compared (the measuring mode).
+    semantic_similarity: float | None = None
+    semantic_embed: str = "last_user_turn"
+    semantic_model: str = DEFAULT_EMBEDDING_MODEL
+    semantic_verify_fraction: float = 0.0
     # Trace recording (services.cache_proxy.recording): the file, None for none.
     record_trace: str | None = None
     record_text: bool = False

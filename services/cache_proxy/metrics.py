@@ -82,7 +82,8 @@ class ProxyMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.hits = _HitPathCounter("lab_cache_hits", "Requests answered from the cache.")
+        self.hits = _HitPathCounter("lab_cache_hits", "Requests answered from the cache (exact and semantic hits).")
+        self.exact_hits = _HitPathCounter("lab_cache_exact_hits", "Requests answered from the exact tier.")
         self.misses = Counter("lab_cache_misses", "Cacheable requests sent upstream.", registry=self.registry)
         self._bypasses_by_reason = _bypass_counters(self.registry)
         self.errors = Counter(
@@ -131,7 +132,7 @@ class ProxyMetrics:
             "Time from request body read to hit answer sent.",
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
         )
-        self.registry.register(_HitPathCollector([self.hits, self.local_hits], [self.hit_latency]))
+        self.registry.register(_HitPathCollector([self.hits, self.exact_hits, self.local_hits], [self.hit_latency]))
         self.upstream_latency = Histogram(
             "lab_cache_upstream_latency_seconds",
             "Upstream answer time on misses and bypasses (to last byte).",
