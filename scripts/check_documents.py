@@ -44,7 +44,9 @@ rendering from the data: any line that differs is a finding.
 A ``commit`` pointer is not re-read (no git in the fast tier): it says where a figure no
 longer kept in the checkout was first written. ``<!-- generated: ... -->`` at the top of a
 file (a comparison) marks it as generated from data, and a README.md with a runs.csv beside it
-is a report the lab wrote from its runs: both are sources, not checked.
+is a report the lab wrote from its runs: the checkout cannot write either again, so each is
+checked against its seal (``SHA256SUMS`` beside it, lab.report.seal: any edit by hand is a
+finding), and the archive's index against what ``lab archive-reproductions`` writes.
 
     .venv/bin/python scripts/check_documents.py          # exit 1 and one line a finding
 """
@@ -410,8 +412,35 @@ def documents(root: Path = PROJECT_ROOT) -> list[Path]:
     return found
 
 
+def check_published_reproductions(root: Path) -> list[Finding]:
+    """The reports and comparisons under docs/reproduction/, which the checkout cannot write again:
+    each file against its seal (lab.report.seal), and the archive's index and its reports' top
+    lines against what ``lab archive-reproductions`` writes from them."""
+    reproductions = root / "docs" / "reproduction"
+    if not reproductions.is_dir():
+        return []
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from lab.report.archive import archive_texts, stale_files
+    from lab.report.seal import all_problems
+
+    def name(path: Path) -> str:
+        return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+
+    findings = [Finding(name(path), 1, why) for path, why in all_problems(reproductions)]
+    archive = reproductions / "archive"
+    if archive.is_dir():
+        findings += [
+            Finding(name(path), 1, "differs from what `python -m lab archive-reproductions` writes from the reports")
+            for path in stale_files(archive_texts(archive))
+        ]
+    return findings
+
+
 def check(root: Path = PROJECT_ROOT) -> list[Finding]:
-    return [finding for path in documents(root) for finding in check_document(path, root)]
+    return [finding for path in documents(root) for finding in check_document(path, root)] + (
+        check_published_reproductions(root)
+    )
 
 
 def main() -> int:

@@ -59,9 +59,36 @@ def test_csv_selectors_rounding_shares_and_missing_pointers(tmp_path: Path) -> N
     ]
 
 
-def test_a_report_folder_and_a_generated_comparison_are_sources_not_checked(tmp_path: Path) -> None:
-    (tmp_path / "docs" / "report").mkdir(parents=True)
-    (tmp_path / "docs" / "report" / "README.md").write_text("vLLM 99 tok/s\n", encoding="utf-8")
-    (tmp_path / "docs" / "report" / "runs.csv").write_text(RUNS_CSV, encoding="utf-8")
-    (tmp_path / "docs" / "comparison.md").write_text("<!-- generated: x -->\n# C\n\n1.5x\n", encoding="utf-8")
-    assert check_documents.check(tmp_path) == []
+def test_a_report_and_a_comparison_are_checked_against_their_seals(tmp_path: Path) -> None:
+    from lab.report.seal import seal_unsealed
+
+    reproductions = tmp_path / "docs" / "reproduction"
+    (reproductions / "archive").mkdir(parents=True)
+    (reproductions / "README.md").write_text("vLLM 99 tok/s\n", encoding="utf-8")
+    (reproductions / "runs.csv").write_text(RUNS_CSV, encoding="utf-8")
+    comparison = reproductions / "archive" / "a-comparison.md"
+    comparison.write_text(
+        "<!-- generated: python -m lab compare-reproductions a b -->\n# C\n\n1.5x\n", encoding="utf-8"
+    )
+    unsealed = sorted(f.path for f in check_documents.check(tmp_path) if "not sealed" in f.text)
+    assert unsealed == [
+        "docs/reproduction/README.md",
+        "docs/reproduction/archive/a-comparison.md",
+        "docs/reproduction/runs.csv",
+    ]
+    seal_unsealed(reproductions)
+    assert [str(f) for f in check_documents.check(tmp_path) if "archive-reproductions` writes" not in f.text] == []
+
+    # An edit by hand, however small, anywhere in what the lab wrote: each is named.
+    (reproductions / "README.md").write_text("vLLM 98 tok/s\n", encoding="utf-8")
+    (reproductions / "runs.csv").write_text(RUNS_CSV.replace("7.6", "7.9"), encoding="utf-8")
+    comparison.write_text(comparison.read_text(encoding="utf-8").replace("1.5x", "1.6x"), encoding="utf-8")
+    edited = sorted(f.path for f in check_documents.check(tmp_path) if "not edited by hand" in f.text)
+    assert edited == [
+        "docs/reproduction/README.md",
+        "docs/reproduction/archive/a-comparison.md",
+        "docs/reproduction/runs.csv",
+    ]
+    # ...and a second run of the archive command never seals over them.
+    assert seal_unsealed(reproductions) == []
+    assert len([f for f in check_documents.check(tmp_path) if "not edited by hand" in f.text]) == 3

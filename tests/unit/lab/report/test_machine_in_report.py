@@ -11,6 +11,7 @@ from lab.analysis.compare import RECORD_FIELDS
 from lab.measurement.machine_record import MachineRecord, read_cpu_features
 from lab.report import write_report
 from lab.report.claims import NOT_HELD_HARDWARE, evaluate_claims
+from lab.report.seal import read_seal, report_files, seal_problems
 from tests.support.cpuinfo import AVX2_ONLY_FLAGS, fake_cpuinfo
 
 ENVIRONMENT = {"cpu_model": "AMD EPYC", "cpu_count": 2, "gpu_model": None, "lab_git_commit": "189eeba"}
@@ -77,6 +78,9 @@ def test_the_environment_table_shows_instruction_sets_and_resolved_settings(tmp_
     assert "vLLM ran float32: this CPU has no AVX-512 BF16" in readme
     runs_csv = written["runs.csv"].read_text(encoding="utf-8")
     assert runs_csv.splitlines()[0].startswith("run_id,") and "cpu_avx512_bf16" in runs_csv.splitlines()[0]
+    # Sealed as written (lab.report.seal): the documents check names any later edit by hand.
+    assert seal_problems(tmp_path / "report", report_files(tmp_path / "report")) == []
+    assert sorted(read_seal(tmp_path / "report")) == ["README.md", "report.html", "runs.csv"]
 
 
 def test_a_hardware_verdict_names_the_feature_and_old_runs_say_not_recorded(tmp_path: Path) -> None:
