@@ -309,7 +309,8 @@ function sendChat(body, streamAsked, tags) {
   });
   const cacheHeader = response.headers["X-Cache"];
   const cache = cacheHeader === undefined ? undefined : cacheHeader.toUpperCase();
-  if (cache !== undefined) metrics.cacheHits.add(cache === "HIT", tags);
+  // A semantic hit (a paraphrase's stored answer) is a hit too.
+  if (cache !== undefined) metrics.cacheHits.add(cache === "HIT" || cache === "SEMANTIC", tags);
   if (response.status !== 200) {
     metrics.requestFailures.add(1, { ...tags, lab_error: errorAnswer(response) });
     return null;

@@ -104,10 +104,16 @@ def cache_proxy_config(
     record_trace: str | None = None,
     record_tokenizer: str | None = None,
     record_block_tokens: int | None = None,
+    tier: str = "exact",
+    similarity: float | None = None,
+    embed: str | None = None,
+    embedding_model: str | None = None,
+    verify_fraction: float | None = None,
 ) -> ServiceConfig:
     """The response cache in front of ``upstream_url``; ``server``: the HTTP server it runs
     under (``services.cache_proxy.serving.SERVERS``); ``record_*``: the trace it records
-    (``--record-trace``; a file per run, so a recording proxy is started for its run)."""
+    (``--record-trace``; a file per run, so a recording proxy is started for its run); ``tier``: exact,
+    semantic (with ``similarity``, ``embed``, ``embedding_model``, ``verify_fraction``) or off."""
     if server not in PROXY_SERVERS:
         raise ValueError(f"the cache proxy's server must be one of {', '.join(PROXY_SERVERS)}, not {server!r}")
     return ServiceConfig(
@@ -122,8 +128,29 @@ def cache_proxy_config(
             "record_trace": record_trace,
             "record_tokenizer": record_tokenizer,
             "record_block_tokens": record_block_tokens,
+            "tier": tier,
+            "similarity": similarity,
+            "embed": embed,
+            "embedding_model": embedding_model,
+            "verify_fraction": verify_fraction,
         },
     )
+
+
+def _tier_arguments(params: dict[str, Any]) -> list[str]:
+    """The proxy's ``--cache`` tier and, for the semantic one, its settings."""
+    tier = params.get("tier") or "exact"
+    arguments = ["--cache", tier]
+    if tier == "semantic":
+        for option, name in (
+            ("--similarity", "similarity"),
+            ("--embed", "embed"),
+            ("--embedding-model", "embedding_model"),
+            ("--semantic-verify-fraction", "verify_fraction"),
+        ):
+            if params.get(name) is not None:
+                arguments += [option, str(params[name])]
+    return arguments
 
 
 class _CommonParts(TypedDict):
@@ -176,11 +203,14 @@ def build_service(name: str, config: ServiceConfig, *, log_path: Path, port: int
         if not params.get("single_flight", True):
             argv.append("--no-single-flight")
         argv += ["--server", params.get("server", DEFAULT_PROXY_SERVER)]
+        argv += _tier_arguments(params)
         if params.get("record_trace"):
             argv += ["--record-trace", params["record_trace"]]
             if params.get("record_tokenizer"):
                 argv += ["--record-tokenizer", params["record_tokenizer"]]
             if params.get("record_block_tokens"):
                 argv += ["--record-block-tokens", str(params["record_block_tokens"])]
-        return ManagedService(argv=argv, readiness_timeout_s=30.0, **common)
+        # The semantic tier loads its embedding model (and torch) before it answers.
+        readiness_timeout_s = 90.0 if params.get("tier") == "semantic" else 30.0
+        return ManagedService(argv=argv, readiness_timeout_s=readiness_timeout_s, **common)
     raise ValueError(f"unknown service kind {config.kind!r}")

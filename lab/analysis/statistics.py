@@ -206,3 +206,17 @@ def positive_mean_interval(values: Iterable[object], *, confidence: float = CONF
         return MeanInterval(mean, None if len(numbers) < 2 else 0.0, None if len(numbers) < 2 else 0.0, len(numbers))
     half = _t_critical(confidence, len(numbers) - 1) * math.sqrt(_log_mean_variance(numbers))
     return MeanInterval(mean, mean * math.exp(-half), mean * math.exp(half), len(numbers))
+
+
+def proportion_interval(successes: int, trials: int, *, confidence: float = CONFIDENCE_LEVEL) -> MeanInterval:
+    """A share ``successes / trials`` with its Wilson score interval (never outside [0, 1], and
+    not empty at 0 or ``trials`` successes, where the normal approximation's is); no share
+    without a trial."""
+    if trials <= 0:
+        return MeanInterval(None, None, None, 0)
+    share = successes / trials
+    z = float(scipy_stats().norm.ppf((1 + confidence) / 2))
+    denominator = 1 + z * z / trials
+    centre = (share + z * z / (2 * trials)) / denominator
+    half_width = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / denominator
+    return MeanInterval(share, max(0.0, centre - half_width), min(1.0, centre + half_width), trials)

@@ -21,6 +21,11 @@ from lab.measurement.results import ResponseCacheFigures, ServerFigures
 Snapshot = dict[str, float]
 
 CACHE_PROXY_PREFIXES = ("lab_cache_",)
+# Histograms whose buckets a snapshot keeps (see parse_metrics_text): the semantic tier's added
+# latency, whose p50 and p99 a run reports (lab.analysis.semantic_cache).
+HISTOGRAMS_WITH_BUCKETS = frozenset(
+    {"lab_cache_semantic_hit_path_seconds", "lab_cache_semantic_miss_path_seconds", "lab_cache_embedding_seconds"}
+)
 # A /metrics page larger than this is not read (vLLM's is ~100 kB): an external target
 # could answer with anything, of any size.
 MAX_METRICS_BYTES = 8 * 1024 * 1024
@@ -43,7 +48,9 @@ def parse_metrics_text(text: str, prefixes: tuple[str, ...] = CACHE_PROXY_PREFIX
     ``{sample_name: total}``.
 
     Histogram buckets and ``_created`` timestamps are dropped; ``_sum`` and ``_count``
-    are kept, so averages can be taken from deltas.
+    are kept, so averages can be taken from deltas. The buckets of the histograms in
+    :data:`HISTOGRAMS_WITH_BUCKETS` are kept as ``name_bucket{le="bound"}`` (cumulative counts),
+    so a run's quantiles can be read from their deltas.
     Raises ``MetricsUnreadable`` for text that is not Prometheus' format; non-finite
     values (NaN, 1e400) are skipped so no figure becomes NaN.
     """
@@ -52,7 +59,9 @@ def parse_metrics_text(text: str, prefixes: tuple[str, ...] = CACHE_PROXY_PREFIX
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name = sample.name
-                if not name.startswith(prefixes) or name.endswith(("_bucket", "_created")):
+                if name.endswith("_bucket") and name.removesuffix("_bucket") in HISTOGRAMS_WITH_BUCKETS:
+                    name = f'{name}{{le="{sample.labels.get("le", "")}"}}'
+                elif not name.startswith(prefixes) or name.endswith(("_bucket", "_created")):
                     continue
                 value = float(sample.value)
                 if math.isfinite(value):

@@ -242,6 +242,7 @@ class RunSteps:
                 ttl_s=spec.cache.ttl_s,
                 single_flight=spec.cache.single_flight,
                 server=spec.cache.server,
+                **spec.cache.tier_settings(),
                 **self._recording(spec),
             ),
             abort=self.cancel_requested,
@@ -253,6 +254,7 @@ class RunSteps:
             "ttl_s": spec.cache.ttl_s,
             "single_flight": spec.cache.single_flight,
             "server": spec.cache.server,
+            **spec.cache.tier_settings(),
         }
 
     def _recording(self, spec: RunSpec) -> dict[str, Any]:

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lab import backends, workloads
 from lab.settings import get_settings
 from lab.user_input.base import StrictModel
+from services.cache_proxy.semantic_keys import EMBED_SCOPES
 from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
+from services.embeddings import DEFAULT_EMBEDDING_MODEL
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -167,8 +169,35 @@ class CacheSpec(StrictModel):
     # The proxy writes the traffic it sees as a Mooncake trace into the run's folder (replay it anywhere).
     record_trace: bool = Field(default=False, description="record the run's traffic as a trace (recorded-trace.jsonl)")
 
+    # The proxy's tier (services.cache_proxy): exact answers identical requests; semantic also their
+    # paraphrases, at or above ``similarity`` (services.cache_proxy.semantic); off sends every request
+    # upstream through the proxy's hop (the no-cache baseline of a semantic sweep).
+    tier: Literal["exact", "semantic", "off"] = Field(default="exact", description="the response cache's tier")
+    similarity: float = Field(
+        default=0.9, gt=0, le=1, description="(semantic tier) the least cosine similarity of a paraphrase served"
+    )
+    embed: Literal[EMBED_SCOPES] = Field(  # type: ignore[valid-type]  # a Literal of the tuple's values: pydantic reads it, mypy cannot
+        default="last_user_turn", description="(semantic tier) what is compared: the last user turn or the conversation"
+    )
+    embedding_model: str = Field(default=DEFAULT_EMBEDDING_MODEL, description="(semantic tier) the embedding model")
+    verify_fraction: float = Field(
+        default=0.0, ge=0, le=1, description="(semantic tier) share of semantic hits also asked upstream and compared"
+    )
+
     def fills_first(self, distinct_requests: int | None) -> bool:
         return distinct_requests is not None and 0 < distinct_requests <= self.fill_first_up_to
+
+    def tier_settings(self) -> dict[str, Any]:
+        """The proxy's tier settings (``services.catalog.cache_proxy_config``'s keywords)."""
+        if self.tier != "semantic":
+            return {"tier": self.tier}
+        return {
+            "tier": self.tier,
+            "similarity": self.similarity,
+            "embed": self.embed,
+            "embedding_model": self.embedding_model,
+            "verify_fraction": self.verify_fraction,
+        }
 
 
 class RunSpec(BaseModel):
@@ -341,7 +370,7 @@ class ExperimentSpec(StrictModel):
             label_parts = []
             for (path, _), value in zip(axes, combination, strict=True):
                 set_dotted(data, path, value)
-                label_parts.append(f"{path.rsplit('.', 1)[-1]}={value}")
+                label_parts.append(_axis_label(path, value))
             label = " ".join(label_parts) or "run"
             if label in self.cell_scales:
                 data["load"]["duration_s"] = self.cell_scales[label].duration_s
@@ -356,6 +385,15 @@ class ExperimentSpec(StrictModel):
     def distinct_cells(self) -> list[tuple[str, RunSpec]]:
         """Every (cell label, run spec) of the grid once, in grid order."""
         return [(label, spec) for label, repeat, spec in self.expand() if repeat == 0]
+
+
+def _axis_label(path: str, value: Any) -> str:
+    """A grid value in a cell's label: ``vus=4``; a whole section as one value
+    (``"cache": [{"tier": "semantic", "similarity": 0.9}]``) by its settings, nested ones flat
+    (``tier=semantic similarity=0.9``)."""
+    if not isinstance(value, dict):
+        return f"{path.rsplit('.', 1)[-1]}={value}"
+    return " ".join(_axis_label(key, item) for key, item in value.items())
 
 
 def set_dotted(data: dict[str, Any], path: str, value: Any) -> None:

@@ -201,5 +201,5 @@ def write_sessions(sessions: list[Any], path: Path) -> Path:
 
 # isort: off
 # Registration order is the order the form and the CLI list the kinds in.
-from lab.workloads import number_story, sharegpt_chat, custom, synthetic, trace  # noqa: E402, F401 - registers the kinds
+from lab.workloads import number_story, sharegpt_chat, custom, synthetic, trace, paraphrases  # noqa: E402, F401 - registers the kinds
 # isort: on

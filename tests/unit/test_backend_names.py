@@ -135,7 +135,7 @@ def test_db_imports_nothing_from_lab() -> None:
 # Where "redis" or "cache-proxy" spells something other than one of the lab's services.
 NOT_A_SERVICE_NAME = {
     "lab/measurement/environment.py": "the redis Python package, whose version a run records",
-    "services/cache_proxy/app.py": "the redis section of the proxy's health answer (its wire format)",
+    "services/cache_proxy/admin.py": "the redis section of the proxy's health answer (its wire format)",
     "services/cache_proxy/resp.py": "the redis:// URL scheme",
     "services/redis_server.py": "the process label of a redis-server made below the catalog (which imports it)",
 }
