@@ -60,7 +60,7 @@ def serve_worker(name: str, labels: str) -> None:
     from lab.context import LabContext
     from lab.settings import Settings
 
-    worker_module.RunExecutor = InstantExecutor  # type: ignore[misc,assignment] - the queue alone is measured
+    worker_module.RunExecutor = InstantExecutor  # type: ignore[misc,assignment]  # the queue alone is measured
     worker = worker_module.Worker(context=LabContext(settings=Settings()), name=name, labels=labels.split(","))
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     worker.run_forever()

@@ -212,6 +212,27 @@ def _long_experiments(connection: Connection) -> None:
     _add_column(connection, Experiment.__tablename__, "long_experiment_id")
 
 
+def _procrastinate_schema(connection: Connection) -> None:
+    """PostgreSQL only: procrastinate's own schema (its jobs, workers and events tables and
+    functions, of the pinned version), the shared queue's dispatch (lab.queue.dispatch). One
+    migration history: the lab applies it, never ``procrastinate schema --apply``."""
+    if connection.dialect.name != "postgresql" or inspect(connection).has_table("procrastinate_jobs"):
+        return
+    from procrastinate.schema import SchemaManager
+
+    # Through the driver without parameters: the schema's SQL holds literal '%' signs.
+    connection.connection.dbapi_connection.execute(SchemaManager.get_schema())  # type: ignore[union-attr]
+
+
+def _dispatch(connection: Connection) -> None:
+    """The dispatch: a run's priority, its procrastinate job (PostgreSQL) and its fencing token,
+    then procrastinate's schema on PostgreSQL; runs from before get priority and token 0."""
+    for column_name in ("priority", "job_id", "fencing_token"):
+        _add_column(connection, Run.__tablename__, column_name)
+    connection.execute(text("UPDATE runs SET priority = 0, fencing_token = 0"))
+    _procrastinate_schema(connection)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -227,6 +248,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _machine_record,  # 11 -> 12
     _imports,  # 12 -> 13
     _long_experiments,  # 13 -> 14
+    _dispatch,  # 14 -> 15
 ]
 
 LATEST_VERSION = len(MIGRATIONS)
@@ -285,6 +307,7 @@ def upgrade(engine: Engine) -> int:
         start = current_version(connection)
         if start == 0:
             _create_schema(connection)  # every column of the models: no migration to replay
+            _procrastinate_schema(connection)
             connection.execute(text("INSERT INTO schema_version (id, version) VALUES (1, :v)"), {"v": LATEST_VERSION})
         elif start < LATEST_VERSION:
             for version in range(start, LATEST_VERSION):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from db.figures import FIGURE_NAMES, FIGURES
@@ -195,6 +195,12 @@ class Run(RunResultColumns, Base):
     pinned_worker: Mapped[str | None] = mapped_column(String(100))
     worker_name: Mapped[str | None] = mapped_column(String(100), index=True)
     worker_hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The dispatch (lab.queue.dispatch): higher runs first, then the oldest; on PostgreSQL the
+    # procrastinate job that carries it. ``fencing_token`` goes up at each claim and when the run
+    # is taken from a lost worker: a write of the run's outcome carries the token it claimed with.
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    job_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
+    fencing_token: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     load_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -1,9 +1,11 @@
 """Data functions over the run store. Keyword-only arguments; the caller owns the session.
 
-The queue is the ``runs`` table: ``enqueue_experiment`` adds queued rows and
-``claim_next_run`` hands the oldest one a worker may take to it, atomically, also when
-many workers on many machines share one PostgreSQL database (``FOR UPDATE SKIP LOCKED``).
-Workers, their heartbeats and their services: :mod:`db.worker_store`.
+The queue's source of truth is the ``runs`` table: ``enqueue_experiment`` adds queued rows. On
+SQLite (one machine) ``claim_next_run`` hands the next one a worker may take to it; on PostgreSQL
+a procrastinate job carries each queued run to a worker (lab.queue.dispatch). Either way a claim
+raises the run's ``fencing_token``, and a write of its outcome that carries an older token is
+refused (``RunFenced``): a worker that lost its run cannot overwrite it.
+Workers and their services: :mod:`db.worker_store`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from db.models import (
     Experiment,
     Run,
     RunAudit,
-    RunClaim,
     RunNote,
     RunRequests,
     RunSeries,
@@ -76,8 +77,8 @@ def enqueue_run_again(*, session: Session, run_id: int, launched_by: str = UNKNO
     return run
 
 
-# Queued runs a worker looks at per claim: labels are checked in Python (portable JSON).
-CLAIM_SCAN_LIMIT = 1000
+class RunFenced(RuntimeError):
+    """The run is no longer this worker's: it was taken from it (its worker was declared lost)."""
 
 
 def run_fits_worker(
@@ -94,11 +95,12 @@ def run_fits_worker(
 def _eligible_queued_runs(
     session: Session, *, worker_name: str | None, labels: Collection[str], excluded_experiment_ids: Collection[int] = ()
 ) -> list[int]:
-    """The oldest queued runs (up to ``CLAIM_SCAN_LIMIT``) that this worker may take, in queue order."""
+    """Every queued run this worker may take, in queue order (priority, then id): labels are
+    checked in Python (portable JSON), over all queued rows so none starves behind others."""
     query = select(Run.id, Run.requires_labels, Run.pinned_worker).where(Run.status == RunStatus.QUEUED)
     if excluded_experiment_ids:
         query = query.where(or_(Run.experiment_id.is_(None), Run.experiment_id.not_in(sorted(excluded_experiment_ids))))
-    candidates = session.execute(query.order_by(Run.id).limit(CLAIM_SCAN_LIMIT)).all()
+    candidates = session.execute(query.order_by(Run.priority.desc(), Run.id)).all()
     return [
         run_id
         for run_id, requires, pinned in candidates
@@ -106,26 +108,36 @@ def _eligible_queued_runs(
     ]
 
 
-def _take_run(
-    session: Session, *, run_id: int, worker_name: str | None, hardware: dict[str, Any] | None, worker_pid: int | None
+def take_run(
+    session: Session,
+    *,
+    run_id: int,
+    worker_name: str | None,
+    hardware: dict[str, Any] | None,
+    worker_pid: int | None,
+    job_id: int | None = None,
 ) -> bool:
-    """Move ``run_id`` from queued to ``starting`` for this worker, if it is still queued; the
-    claim is logged and the worker's current run set. False when another worker took it first."""
+    """Move ``run_id`` from queued to ``starting`` for this worker, if it is still queued (and
+    carried by ``job_id`` when given), raising its fencing token; the worker's current run is set.
+    False when another worker took it first, or it was cancelled or deleted meanwhile."""
+    condition = [Run.id == run_id, Run.status == RunStatus.QUEUED]
+    if job_id is not None:
+        condition.append(Run.job_id == job_id)
     claimed = rows_changed(
         session,
         update(Run)
-        .where(Run.id == run_id, Run.status == RunStatus.QUEUED)
+        .where(*condition)
         .values(
             status=RunStatus.STARTING,
             started_at=utc_now(),
             worker_pid=worker_pid,
             worker_name=worker_name,
             worker_hardware=hardware,
+            fencing_token=Run.fencing_token + 1,
         ),
     )
     if not claimed:
         return False
-    session.add(RunClaim(run_id=run_id, worker_name=worker_name or ""))
     if worker_name:
         session.execute(update(WorkerRecord).where(WorkerRecord.name == worker_name).values(current_run_id=run_id))
     return True
@@ -140,12 +152,10 @@ def claim_next_run(
     worker_pid: int | None = None,
     excluded_experiment_ids: Collection[int] = (),
 ) -> int | None:
-    """Atomically move the oldest queued run this worker may take to ``starting``; its id, or None.
-    ``excluded_experiment_ids``: experiments this worker must not take runs of (another machine's).
-
-    The row is locked with ``FOR UPDATE SKIP LOCKED`` (PostgreSQL; SQLite ignores it and
-    serialises writers), so concurrent workers never wait on each other; the conditional
-    update keeps it safe on SQLite. Each claim is logged in ``run_claims``.
+    """Atomically move the first queued run this worker may take (highest priority, then oldest)
+    to ``starting``; its id, or None. ``excluded_experiment_ids``: experiments this worker must not
+    take runs of (another machine's). The local dispatch's claim (SQLite, one machine: one writer
+    at a time, and the conditional update makes it exclusive); PostgreSQL's is procrastinate's.
     """
     with Session(engine) as session:
         while True:
@@ -158,36 +168,66 @@ def claim_next_run(
             run_id = session.scalar(
                 select(Run.id)
                 .where(Run.id.in_(eligible), Run.status == RunStatus.QUEUED)
-                .order_by(Run.id)
+                .order_by(Run.priority.desc(), Run.id)
                 .limit(1)
                 .with_for_update(skip_locked=True)
             )
             if run_id is None:  # all taken or being taken by others right now
                 session.rollback()
                 return None
-            taken = _take_run(session, run_id=run_id, worker_name=worker_name, hardware=hardware, worker_pid=worker_pid)
+            taken = take_run(session, run_id=run_id, worker_name=worker_name, hardware=hardware, worker_pid=worker_pid)
             session.commit()
             if taken:
                 return run_id
 
 
-def set_run_status(*, engine: Engine, run_id: int, status: str, reason: str | None = None, **values: Any) -> None:
-    """Write a run's status (and any other columns) in its own short transaction."""
+def _write_run(session: Session, run_id: int, fencing_token: int | None, values: dict[str, Any]) -> None:
+    """Update one run; with ``fencing_token``, only while the run still carries it (else RunFenced)."""
+    condition = [Run.id == run_id]
+    if fencing_token is not None:
+        condition.append(Run.fencing_token == fencing_token)
+    changed = rows_changed(session, update(Run).where(*condition).values(**values))
+    if not changed and fencing_token is not None and session.scalar(select(Run.id).where(Run.id == run_id)):
+        session.rollback()
+        raise RunFenced(f"run {run_id} was taken from this worker (its claim {fencing_token} is no longer current)")
+
+
+def set_run_status(
+    *,
+    engine: Engine,
+    run_id: int,
+    status: str,
+    reason: str | None = None,
+    fencing_token: int | None = None,
+    **values: Any,
+) -> None:
+    """Write a run's status (and any other columns) in its own short transaction; with
+    ``fencing_token``, only while the run is still the claim's (else RunFenced)."""
     changes: dict[str, Any] = {"status": status, **values}
     if reason is not None:
         changes["status_reason"] = reason
     if status in RunStatus.FINAL:
         changes.setdefault("finished_at", utc_now())
     with Session(engine) as session:
-        session.execute(update(Run).where(Run.id == run_id).values(**changes))
+        _write_run(session, run_id, fencing_token, changes)
         session.commit()
 
 
-def update_run(*, engine: Engine, run_id: int, **values: Any) -> None:
-    """Write columns of one run in its own short transaction."""
+def update_run(*, engine: Engine, run_id: int, fencing_token: int | None = None, **values: Any) -> None:
+    """Write columns of one run in its own short transaction (fenced like ``set_run_status``)."""
     with Session(engine) as session:
-        session.execute(update(Run).where(Run.id == run_id).values(**values))
+        _write_run(session, run_id, fencing_token, values)
         session.commit()
+
+
+def check_fence(*, engine: Engine, run_id: int, fencing_token: int | None) -> None:
+    """Raise RunFenced when ``run_id`` no longer carries ``fencing_token`` (None: no check)."""
+    if fencing_token is None:
+        return
+    with Session(engine) as session:
+        current = session.scalar(select(Run.fencing_token).where(Run.id == run_id))
+    if current is not None and current != fencing_token:
+        raise RunFenced(f"run {run_id} was taken from this worker (its claim {fencing_token} is no longer current)")
 
 
 def save_run_series(
@@ -262,9 +302,14 @@ def request_cancel(*, session: Session, run_id: int) -> str:
     return run.status
 
 
-def is_cancel_requested(*, engine: Engine, run_id: int) -> bool:
+def is_cancel_requested(*, engine: Engine, run_id: int, fencing_token: int | None = None) -> bool:
+    """Whether the user asked to cancel the run; raises RunFenced when the run is no longer the
+    claim's of ``fencing_token`` (checked as often as a cancel: about once a second)."""
     with Session(engine) as session:
-        return bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+        row = session.execute(select(Run.cancel_requested, Run.fencing_token).where(Run.id == run_id)).first()
+    if row is not None and fencing_token is not None and row.fencing_token != fencing_token:
+        raise RunFenced(f"run {run_id} was taken from this worker (its claim {fencing_token} is no longer current)")
+    return bool(row and row.cancel_requested)
 
 
 def get_run(*, session: Session, run_id: int) -> Run | None:

@@ -1,23 +1,22 @@
-"""Data functions over the shared queue's workers: registration, heartbeat, the lease after
-which another worker interrupts a lost one's runs, the claim log, and the services each
-worker records. Keyword-only arguments; the caller owns the session.
+"""Data functions over the queue's workers: registration, the heartbeat the Workers page and
+``lab run`` read, taking a lost worker's run, and the services each worker records.
+Keyword-only arguments; the caller owns the session.
 
-Workers say they are alive in the ``workers`` table; the runs of one whose heartbeat is older
-than the lease are interrupted by any other (``interrupt_runs_of_lost_workers``). Claiming a
-run is the queue's (:func:`db.store.claim_next_run`).
+Which worker is lost is the dispatch's to say (lab.queue.dispatch: procrastinate's stalled jobs
+on PostgreSQL, a dead process on one machine); :func:`interrupt_lost_run` then ends its run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, or_, select, update
+from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from db.engine import rows_changed
-from db.models import Run, RunClaim, RunStatus, ServiceRecord, WorkerRecord, utc_now
+from db.models import Run, RunStatus, ServiceRecord, WorkerRecord, utc_now
 
 
 def database_now(session: Session) -> datetime:
@@ -79,57 +78,47 @@ def heartbeat_age_s(*, session: Session, record: WorkerRecord) -> float | None:
     return max(0.0, (now - beat).total_seconds())
 
 
-def interrupt_runs_of_lost_workers(*, engine: Engine, lease_s: float, except_worker: str) -> list[int]:
-    """Active runs of another worker whose heartbeat is older than ``lease_s`` (or of a worker
-    that never had a name or a row) become ``interrupted``, the reason naming that worker."""
+def interrupt_lost_run(*, engine: Engine, run_id: int, reason: str, job_id: int | None = None) -> bool:
+    """End ``run_id`` ``interrupted`` with ``reason`` if it is still active (and still carried by
+    ``job_id`` when given), raising its fencing token so its lost worker's late writes are refused.
+    The run ends at its worker's last heartbeat when known. True when this call ended it."""
     with Session(engine) as session:
-        cutoff = database_now(session) - timedelta(seconds=lease_s)
-        alive = select(WorkerRecord.name).where(WorkerRecord.heartbeat_at >= cutoff, WorkerRecord.state == "running")
-        last_beat = dict(session.execute(select(WorkerRecord.name, WorkerRecord.heartbeat_at)).all())
-        orphans = session.execute(
-            select(Run.id, Run.status, Run.worker_name)
-            .where(Run.status.in_(RunStatus.ACTIVE))
-            .where(or_(Run.worker_name.is_(None), Run.worker_name.not_in(alive)))
-            .where(or_(Run.worker_name.is_(None), Run.worker_name != except_worker))
-        ).all()
-        interrupted = []
-        for run_id, status, worker_name in orphans:
-            who = f"worker {worker_name!r}" if worker_name else "the worker that claimed it"
-            reason = (
-                f"{who} stopped renewing its heartbeat (lease {lease_s:g} s) while this run was {status}; "
-                f"interrupted by worker {except_worker!r}"
+        condition = [Run.id == run_id, Run.status.in_(RunStatus.ACTIVE)]
+        if job_id is not None:
+            condition.append(Run.job_id == job_id)
+        worker_name = session.scalar(select(Run.worker_name).where(*condition))
+        record = session.get(WorkerRecord, worker_name) if worker_name else None
+        changed = rows_changed(
+            session,
+            update(Run)
+            .where(*condition)
+            .values(
+                status=RunStatus.INTERRUPTED,
+                status_reason=reason,
+                # Its worker's last heartbeat: the stall timeout's wait is not time the run ran.
+                finished_at=(record.heartbeat_at if record is not None else None) or utc_now(),
+                progress=None,
+                fencing_token=Run.fencing_token + 1,
+            ),
+        )
+        if changed and worker_name:
+            session.execute(
+                update(WorkerRecord)
+                .where(WorkerRecord.name == worker_name, WorkerRecord.current_run_id == run_id)
+                .values(current_run_id=None)
             )
-            # Conditional: another worker may have interrupted it, or its owner finished it, meanwhile.
-            changed = rows_changed(
-                session,
-                update(Run)
-                .where(
-                    Run.id == run_id,
-                    Run.status.in_(RunStatus.ACTIVE),
-                    Run.worker_name.is_(None) if worker_name is None else Run.worker_name == worker_name,
-                )
-                .values(
-                    status=RunStatus.INTERRUPTED,
-                    status_reason=reason,
-                    # Its worker's last heartbeat: the lease's wait is not time the run ran.
-                    finished_at=(last_beat.get(worker_name) if worker_name else None) or utc_now(),
-                    progress=None,
-                ),
-            )
-            if changed:
-                interrupted.append(run_id)
-                if worker_name:
-                    session.execute(
-                        update(WorkerRecord)
-                        .where(WorkerRecord.name == worker_name, WorkerRecord.current_run_id == run_id)
-                        .values(current_run_id=None)
-                    )
         session.commit()
-    return interrupted
+    return bool(changed)
 
 
-def list_run_claims(*, session: Session) -> list[RunClaim]:
-    return list(session.scalars(select(RunClaim).order_by(RunClaim.id)))
+def active_runs_of_others(*, session: Session, except_worker: str) -> list[tuple[int, str, str | None, int | None]]:
+    """The active runs not claimed by ``except_worker``: (id, status, worker name, worker pid)."""
+    rows = session.execute(
+        select(Run.id, Run.status, Run.worker_name, Run.worker_pid).where(
+            Run.status.in_(RunStatus.ACTIVE), (Run.worker_name.is_(None)) | (Run.worker_name != except_worker)
+        )
+    ).all()
+    return [(run_id, status, name, pid) for run_id, status, name, pid in rows]
 
 
 # Services ---------------------------------------------------------------------------------

@@ -75,7 +75,14 @@ class Settings(BaseSettings):
     worker_labels: list[str] = Field(default_factory=list, description="what this worker offers runs, e.g. gpu,h100")
     worker_heartbeat_interval_s: float = Field(default=5.0, gt=0, description="how often a worker says it is alive")
     worker_lease_s: float = Field(
-        default=60.0, gt=0, description="a worker silent for longer is lost: any other interrupts its runs"
+        default=60.0,
+        gt=0,
+        description="a worker silent for longer is lost (stalled): any other interrupts its run, never runs it again",
+    )
+    long_experiment_priority: int = Field(
+        default=-10,
+        description="the queue priority of a long experiment's runs (other runs have 0; higher runs first): "
+        "a single run or a short experiment queued later starts before its remaining rounds",
     )
     stop_idle_backends: bool = Field(
         default=True, description="stop the inference backend a run does not use (one accelerator, or few CPU cores)"

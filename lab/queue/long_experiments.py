@@ -39,6 +39,7 @@ from lab.analysis.wall_time import run_intervals, wall_time
 from lab.measurement.hardware import identity_summary
 from lab.queue.experiments import queue_plan, run_columns, seeded_for_round
 from lab.queue.rounds import round_run_columns, round_seconds
+from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec, UntilDecided
 
 log = logging.getLogger(__name__)
@@ -391,8 +392,11 @@ def decide(session: Session, long_experiment: LongExperiment) -> Step | None:
     return _until_decided_round(session, long_experiment, experiments, runs)
 
 
-def advance(engine: Engine, long_id: int) -> Advanced | None:
-    """Take the long experiment's next step, if it has one now; what was done, or None."""
+def advance(engine: Engine, long_id: int, *, priority: int | None = None) -> Advanced | None:
+    """Take the long experiment's next step, if it has one now; what was done, or None. The runs
+    it queues have ``priority`` on the queue (default: the ``long_experiment_priority`` setting)."""
+    if priority is None:
+        priority = get_settings().long_experiment_priority
     with Session(engine) as session:
         long_experiment = session.get(LongExperiment, long_id)
         if long_experiment is None or long_experiment.state != LongExperimentState.RUNNING:
@@ -414,7 +418,9 @@ def advance(engine: Engine, long_id: int) -> Advanced | None:
         tags = next((run.tags for experiment in experiments_of(session, long_id) for run in experiment.runs), "")
         launched_by = long_experiment.launched_by
         for experiment_id, columns in step.runs:
-            session.add(Run(experiment_id=experiment_id, tags=tags, launched_by=launched_by, **columns))
+            session.add(
+                Run(experiment_id=experiment_id, tags=tags, launched_by=launched_by, priority=priority, **columns)
+            )
         if step.state is not None:
             session.execute(
                 update(LongExperiment)

@@ -1,6 +1,7 @@
-"""The queue worker: claims the oldest queued run it may take and executes it, one at a time,
-independent of browser tabs and reruns; a heartbeat and leases let many workers share a
-queue (docs/SCALING.md).
+"""The queue worker: takes the next queued run it may take from its dispatch and executes it, one
+at a time, independent of browser tabs and reruns. The dispatch (lab.queue.dispatch) is
+procrastinate's on PostgreSQL, many machines sharing the queue (docs/SCALING.md), and a local one
+on SQLite; the worker's heartbeat says it is alive to it and lets it find lost workers' runs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from lab.backends import CACHE_SUFFIX, managed_backend_names
 from lab.context import LabContext
 from lab.measurement.hardware import machine_identity, worker_hardware
 from lab.queue import experiments, long_experiments, long_gate
+from lab.queue.dispatch import Claim, open_dispatch
 from lab.queue.idle_stop import BackendInUse, idle_backends_to_stop
 from lab.queue.worker_lock import WorkerBusyError, WorkerLock
 from lab.run.decisions import write_failure_message
@@ -51,8 +53,8 @@ class Worker:
     """A queue worker: one run at a time, independent of browser tabs and reruns.
 
     It has a name (the host's by default) and labels; on a shared PostgreSQL queue many
-    workers on many machines claim runs side by side. While serving it renews a heartbeat
-    and interrupts the runs of workers whose heartbeat is older than the lease.
+    workers on many machines take runs side by side. While serving it renews a heartbeat and
+    interrupts the runs of workers its dispatch finds lost (silent for longer than the lease).
     """
 
     def __init__(self, *, context: LabContext, name: str | None = None, labels: list[str] | None = None) -> None:
@@ -65,6 +67,14 @@ class Worker:
         # What a long experiment's runs must all run on (lab.queue.long_experiments).
         self.identity = machine_identity()
         self.services = context.service_manager(worker=self.name, owner_pid=os.getpid())
+        self.dispatch = open_dispatch(
+            engine=self.engine,
+            settings=self.settings,
+            worker_name=self.name,
+            labels=self.labels,
+            hardware=self.hardware,
+            pid=os.getpid(),
+        )
         # Final states of runs the database could not record: written before the next claim.
         self.pending_final_states = PendingFinalStates()
         self._stop = threading.Event()
@@ -147,40 +157,38 @@ class Worker:
                 continue
         return stopped
 
-    def reap_lost_workers(self) -> list[int]:
-        """Interrupt the active runs of workers silent for longer than the lease."""
-        interrupted = worker_store.interrupt_runs_of_lost_workers(
-            engine=self.engine, lease_s=self.settings.worker_lease_s, except_worker=self.name
-        )
+    def interrupt_lost_runs(self) -> list[int]:
+        """Interrupt the active runs of workers the dispatch finds lost."""
+        interrupted = self.dispatch.interrupt_lost_runs()
         if interrupted:
             log.warning("interrupted runs %s of workers that stopped renewing their heartbeat", interrupted)
         return interrupted
 
     def heartbeat(self) -> None:
-        """Say this worker is alive (and what it runs), then reap lost workers' runs."""
-        worker_store.renew_worker_heartbeat(engine=self.engine, name=self.name, current_run_id=self._current_run_id)
-        self.reap_lost_workers()
+        """Say this worker is alive (and what it runs), then interrupt lost workers' runs."""
+        self.dispatch.beat(current_run_id=self._current_run_id)
+        self.interrupt_lost_runs()
 
     def _heartbeat_loop(self) -> None:
-        # Its own thread: a worker busy with a long run still renews its lease and reaps.
+        # Its own thread: a worker busy with a long run still says it is alive.
         failing = False
         while not self._heartbeat_stop.wait(self.settings.worker_heartbeat_interval_s):
             try:
                 self.heartbeat()
                 failing = False
-            except SQLAlchemyError as error:  # a database outage: one line, not one traceback every beat
+            except Exception as error:  # a database outage: one line, not one traceback every beat
                 if not failing:
-                    log.warning("heartbeat failed (%s); retrying", write_failure_message(error))
+                    cause = error.__cause__ or error
+                    log.warning("heartbeat failed (%s); retrying", write_failure_message(error) or cause)
                 failing = True
-            except Exception:
-                log.exception("heartbeat failed; retrying")
 
     @contextmanager
     def serving(self) -> Iterator[Worker]:
         """Registered, recovered and heart-beating for the duration of the block."""
         self.register()
+        self.dispatch.open()
         self.recover()
-        self.reap_lost_workers()
+        self.interrupt_lost_runs()
         self._heartbeat_stop.clear()
         thread = threading.Thread(target=self._heartbeat_loop, name="worker-heartbeat", daemon=True)
         thread.start()
@@ -189,6 +197,10 @@ class Worker:
         finally:
             self._heartbeat_stop.set()
             thread.join(timeout=HEARTBEAT_JOIN_TIMEOUT_S)
+            try:
+                self.dispatch.close()
+            except Exception:
+                log.exception("worker %s could not leave the queue", self.name)
             try:
                 worker_store.mark_worker_stopped(engine=self.engine, name=self.name)
             except Exception:
@@ -201,23 +213,18 @@ class Worker:
         if len(self.pending_final_states) and (written := self.pending_final_states.save(self.engine)):
             log.warning("the database answers again: wrote the final states of runs %s", written)
         self.advance_long_experiments()
-        run_id = store.claim_next_run(
-            engine=self.engine,
-            worker_name=self.name,
-            labels=self.labels,
-            hardware=self.hardware,
-            worker_pid=os.getpid(),
+        claim: Claim | None = self.dispatch.claim(
             excluded_experiment_ids=long_gate.closed_experiments(
                 self.engine,
                 worker_name=self.name,
                 labels=self.labels,
                 identity=self.identity,
                 commit=self.hardware.get("lab_version"),
-            ),
+            )
         )
-        if run_id is None:
+        if claim is None:
             return None
-        self._current_run_id = run_id
+        run_id = self._current_run_id = claim.run_id
         try:
             RunExecutor(
                 engine=self.engine,
@@ -226,9 +233,11 @@ class Worker:
                 run_id=run_id,
                 pending_final_states=self.pending_final_states,
                 check_settings=lambda claimed: long_gate.check_backend_settings(self.engine, claimed, self.name),
+                fencing_token=claim.fencing_token,
             ).execute()
         finally:
             self._current_run_id = None
+            self._finish(claim)
             self._note_backend_used(run_id)
         self._record_wall_time_ratio(run_id)
         self.advance_long_experiments()
@@ -240,7 +249,9 @@ class Worker:
         advances at the next call."""
         for long_id in long_experiments.running_ids(self.engine):
             try:
-                advanced = long_experiments.advance(self.engine, long_id)
+                advanced = long_experiments.advance(
+                    self.engine, long_id, priority=self.settings.long_experiment_priority
+                )
             except Exception as error:
                 log.warning("long experiment #%s could not advance: %s", long_id, write_failure_message(error) or error)
                 continue
@@ -249,6 +260,13 @@ class Worker:
             log.info("%s", advanced.line)
             if advanced.ended:
                 self._write_long_report(long_id)
+
+    def _finish(self, claim: Claim) -> None:
+        # The job's end is the dispatch's record only: the run's state is already written.
+        try:
+            self.dispatch.finish(claim)
+        except Exception as error:
+            log.warning("run %s ended but its job could not be ended: %s", claim.run_id, error.__cause__ or error)
 
     def _write_long_report(self, long_id: int) -> None:
         from lab.queue.long_status import write_report

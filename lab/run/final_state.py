@@ -159,10 +159,14 @@ class PendingFinalStates:
                     run = store.get_run(session=session, run_id=run_id)
                     replaceable = run is not None and run.status in REPLACEABLE_STATES
                 if replaceable:
+                    store.check_fence(engine=engine, run_id=run_id, fencing_token=values.get("fencing_token"))
                     write_parts(engine, run_id, self._parts_by_run_id.get(run_id) or {})
                     store.set_run_status(engine=engine, run_id=run_id, **values)
             except SQLAlchemyError:
                 continue
+            except store.RunFenced as fenced:
+                log.warning("%s: its kept final state is not written", fenced)
+                replaceable = False
             del self._values_by_run_id[run_id]
             self._parts_by_run_id.pop(run_id, None)
             if (path := self._files_by_run_id.pop(run_id, None)) is not None:
@@ -176,10 +180,18 @@ class FinalStateWriter:
     """Writes one run's final state with its reason and figures."""
 
     def __init__(
-        self, *, engine: Engine, run_id: int, run_dir: Path, pending: PendingFinalStates, retry_s: float = 60.0
+        self,
+        *,
+        engine: Engine,
+        run_id: int,
+        run_dir: Path,
+        pending: PendingFinalStates,
+        retry_s: float = 60.0,
+        fencing_token: int | None = None,
     ) -> None:
         self.engine = engine
         self.run_id = run_id
+        self.fencing_token = fencing_token  # the claim's: a run taken from this worker is not written
         self.run_dir = run_dir
         self.pending = pending
         self.retry_s = retry_s
@@ -196,6 +208,8 @@ class FinalStateWriter:
         while the database cannot be reached (then kept for later, figures whole); for other
         failures, tried again, then without the figures."""
         values = decisions.final_values(status, reason=reason, columns=columns, finished_at=store.utc_now())
+        if self.fencing_token is not None:
+            values["fencing_token"] = self.fencing_token
         deadline = time.monotonic() + self.retry_s
         problem, failures, tries, unreachable = "", 0, 0, False
         while True:
@@ -205,11 +219,15 @@ class FinalStateWriter:
                 values = decisions.with_space_freed(values, freed)
             attempt_values = decisions.final_write_attempt(values, attempt=failures, problem=problem)
             try:
+                store.check_fence(engine=self.engine, run_id=self.run_id, fencing_token=self.fencing_token)
                 if failures < decisions.FINAL_WRITE_TRIES_WITH_FIGURES:  # the small write goes alone
                     write_parts(self.engine, self.run_id, parts or {})
                 store.set_run_status(engine=self.engine, run_id=self.run_id, **attempt_values)
                 if tries:
                     log.warning("run %s: its final state was written after %d failed tries", self.run_id, tries)
+                return
+            except store.RunFenced as fenced:
+                log.warning("%s: its %s result is not written", fenced, status)
                 return
             except Exception as error:
                 problem = decisions.write_failure_message(error) or (

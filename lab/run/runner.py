@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from db.models import RunStatus
+from db.store import RunFenced
 from lab.measurement.machine_speed import calibration_s
 from lab.measurement.results import MachineSpeedFigures
 from lab.run import decisions
@@ -73,11 +74,14 @@ class RunExecutor:
         run_id: int,
         pending_final_states: PendingFinalStates,
         check_settings: SettingsCheck | None = None,
+        fencing_token: int | None = None,
     ) -> None:
         self.engine = engine
         self.run_id = run_id
         self.check_settings = check_settings
-        self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
+        self.steps = RunSteps(
+            engine=engine, settings=settings, services=services, run_id=run_id, fencing_token=fencing_token
+        )
         self.calibration_repetitions = settings.machine_calibration_repetitions
         self.collector = RunCollector(
             engine=engine,
@@ -94,6 +98,7 @@ class RunExecutor:
             run_dir=self.steps.run_dir,
             pending=pending_final_states,
             retry_s=settings.final_write_retry_s,
+            fencing_token=fencing_token,
         )
 
     def execute(self) -> str:
@@ -134,6 +139,10 @@ class RunExecutor:
                 parts=self.collector.unsaved_parts,
             )
             return RunStatus.CANCELLED
+        except RunFenced as fenced:
+            # Declared lost while it ran (stopped, cut off): the run is another's decision now.
+            log.warning("%s: this worker stops its load and writes nothing more", fenced)
+            return RunStatus.INTERRUPTED
         except SettingsRefused as refused:
             log.warning("run %s interrupted: %s", self.run_id, refused)
             self.final_state.write(RunStatus.INTERRUPTED, reason=str(refused), parts=self.collector.unsaved_parts)

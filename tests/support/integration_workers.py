@@ -22,9 +22,10 @@ HEARTBEAT_S = 1.0
 
 
 class WorkerProcess:
-    """One ``python -m lab worker`` with its own data folder, on the shared database."""
+    """One ``python -m lab worker`` with its own data folder, on the shared database (``stub``: its
+    runs executed by tests.support.stub_worker, the queue alone)."""
 
-    def __init__(self, *, name: str, labels: str, database_url: str, data_dir: Path) -> None:
+    def __init__(self, *, name: str, labels: str, database_url: str, data_dir: Path, stub: bool = False) -> None:
         self.name, self.data_dir = name, data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = data_dir / "worker.log"
@@ -38,7 +39,15 @@ class WorkerProcess:
         }
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "lab", "worker", "--name", name, "--labels", labels],
+                [
+                    sys.executable,
+                    "-m",
+                    *(["tests.support.stub_worker"] if stub else ["lab", "worker"]),
+                    "--name",
+                    name,
+                    "--labels",
+                    labels,
+                ],
                 cwd=PROJECT_ROOT,
                 env=env,
                 stdout=log,

@@ -1,20 +1,20 @@
-"""Workers on one queue (real SQLite): labels, pins, the claim log, leases, own recovery,
-cancel across workers, the version-1 -> 2 upgrade and the worker's name check."""
+"""Workers on one queue (real SQLite): labels, pins, the local dispatch's lost workers (a process
+gone from this machine) and fencing, own recovery, cancel across workers, the version-1 -> 2
+upgrade and the worker's name check. The same queue on both dispatches: tests/integration/test_queue_dispatch.py."""
 
 from __future__ import annotations
 
 import socket
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from db import migrations, store, worker_store
 from db.engine import make_engine
-from db.models import Run, RunStatus, WorkerRecord
+from db.models import Run, RunStatus
 from lab.context import LabContext
+from lab.queue.dispatch import LocalDispatch
 from lab.queue.worker import Worker
 from lab.queue.worker_identity import hardware_summary
 from lab.queue.worker_lock import WorkerBusyError
@@ -38,8 +38,6 @@ def test_runs_go_only_to_workers_with_the_labels_and_the_name_they_ask_for(engin
     with Session(engine) as session:
         run = session.get_one(Run, gpu_run)
         assert (run.worker_name, run.worker_hardware, run.requires_labels) == ("box-c", HARDWARE, ["gpu"])
-        claims = [(claim.run_id, claim.worker_name) for claim in worker_store.list_run_claims(session=session)]
-    assert claims == [(any_run, "box-a"), (pinned_run, "box-b"), (gpu_run, "box-c")]
 
 
 def test_bad_labels_and_names_are_refused_with_a_clear_message() -> None:
@@ -49,27 +47,28 @@ def test_bad_labels_and_names_are_refused_with_a_clear_message() -> None:
         load_preset("seed-exp1", quick=True, overrides=[("worker", "a;b")])
 
 
-def test_a_lost_workers_run_is_interrupted_by_another_naming_it(engine) -> None:
-    register(engine, "box-a")
+def test_a_run_whose_worker_process_is_gone_is_interrupted_by_another_and_fenced(engine) -> None:
+    dead_pid = 2**22 + 7  # above Linux's largest pid: no process has it
+    worker_store.register_worker(
+        engine=engine, name="box-a", host=socket.gethostname(), pid=dead_pid, labels=[], hardware=HARDWARE
+    )
     register(engine, "box-b")
     [run_id] = enqueue(engine)
-    assert store.claim_next_run(engine=engine, worker_name="box-a") == run_id
-    # Fresh heartbeat: box-b leaves the run alone.
-    assert worker_store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == []
-    with Session(engine) as session:
-        session.execute(
-            update(WorkerRecord)
-            .where(WorkerRecord.name == "box-a")
-            .values(heartbeat_at=store.utc_now() - timedelta(seconds=120))
-        )
-        session.commit()
-    # A worker never reaps itself; another does.
-    assert worker_store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-a") == []
-    assert worker_store.interrupt_runs_of_lost_workers(engine=engine, lease_s=60, except_worker="box-b") == [run_id]
+    box_a = LocalDispatch(engine=engine, worker_name="box-a", labels=[], hardware=HARDWARE, worker_pid=dead_pid)
+    box_b = LocalDispatch(engine=engine, worker_name="box-b", labels=[], hardware=HARDWARE, worker_pid=1)
+    claim = box_a.claim()
+    assert claim is not None and claim.run_id == run_id
+    # A worker never interrupts its own runs; another does, once its process is gone.
+    assert box_a.interrupt_lost_runs() == []
+    assert box_b.interrupt_lost_runs() == [run_id]
     with Session(engine) as session:
         run = session.get_one(Run, run_id)
         assert run.status == RunStatus.INTERRUPTED and run.status_reason is not None
-        assert "'box-a' stopped renewing its heartbeat" in run.status_reason and "'box-b'" in run.status_reason
+        assert f"'box-a' stopped (its process {dead_pid} is gone)" in run.status_reason
+        assert "'box-b'" in run.status_reason
+    # Its late result is refused: the run stays interrupted.
+    with pytest.raises(store.RunFenced):
+        store.set_run_status(engine=engine, run_id=run_id, status=RunStatus.DONE, fencing_token=claim.fencing_token)
 
 
 def test_a_restarted_worker_recovers_only_its_own_runs(engine) -> None:
