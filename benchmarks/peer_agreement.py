@@ -227,7 +227,7 @@ def lab_runs(
     """The lab's runs of every concurrency against the same server (its own worker, in process)."""
     from benchmarks.lab_runs import run_experiment
     from db.engine import get_engine
-    from lab.analysis.compare import run_record
+    from lab.analysis.compare import RunRecord
     from lab.settings import get_settings
     from lab.specs.schema import experiment_from_document
 
@@ -260,7 +260,7 @@ def lab_runs(
     for run in runs:
         if run.status != "done":
             raise SystemExit(f"the lab's run #{run.id} ended {run.status}: {run.status_reason}")
-        found[run.vus] = run_record(run)
+        found[run.vus] = dict(RunRecord.of(run))
     return found
 
 

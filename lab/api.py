@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from db import migrations, store
 from db.engine import make_engine, sqlite_path
 from db.models import Experiment, RunStatus
-from lab.analysis.compare import RECORD_FIELDS, run_record
+from lab.analysis.compare import RECORD_FIELDS, RunRecord
 
 __all__ = ["ReadOnlyError", "requests", "runs", "series", "spec"]
 
@@ -123,7 +123,7 @@ def runs(
     database_url: str | None = None,
 ) -> pd.DataFrame:
     """The runs matching every filter, oldest first, one row each with the CSV export's columns
-    (``run_record``'s); the timestamps as UTC datetimes. ``experiment``: an id, ids or a name;
+    (``RunRecord``'s); the timestamps as UTC datetimes. ``experiment``: an id, ids or a name;
     ``launched_after``/``_before``: when the run was queued; ``status``: e.g. "done"."""
     statuses = _as_list(status)
     unknown = [item for item in statuses or [] if item not in RunStatus.ALL]
@@ -141,7 +141,7 @@ def runs(
             created_after=_as_utc(launched_after, "launched_after"),
             created_before=_as_utc(launched_before, "launched_before"),
         )
-        records = [run_record(run) for run in found]
+        records = [RunRecord.of(run) for run in found]
     frame = pd.DataFrame(records, columns=list(RECORD_FIELDS))
     for column in TIMESTAMP_COLUMNS:
         frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")

@@ -19,7 +19,7 @@ from db import baselines as baseline_store
 from db import store
 from db.models import Baseline, Run, RunStatus
 from lab import backends
-from lab.analysis.compare import run_record
+from lab.analysis.compare import RunRecord
 from lab.analysis.regression import GateVerdict, Threshold, change_rows, judge, verdict_of
 from lab.analysis.sample_gate import SAMPLE_FIGURES, sample_change
 from lab.analysis.trends import TrendPoint, trend_points
@@ -125,10 +125,10 @@ def baseline_of_run(*, session: Session, run: Run) -> Baseline | None:
     return baseline_store.get_baseline(session=session, configuration_key=configuration_key(run.spec))
 
 
-def baseline_records(*, session: Session, baseline: Baseline) -> list[dict[str, Any]]:
+def baseline_records(*, session: Session, baseline: Baseline) -> list[RunRecord]:
     """The run records of the baseline's runs that still exist and are done."""
     runs = store.list_runs(session=session, run_ids=list(baseline.run_ids), newest_first=False)
-    return [run_record(run) for run in runs if run.status == RunStatus.DONE]
+    return [RunRecord.of(run) for run in runs if run.status == RunStatus.DONE]
 
 
 def runs_of_configuration(*, session: Session, configuration: dict[str, Any]) -> list[Run]:
@@ -146,15 +146,15 @@ def runs_of_configuration(*, session: Session, configuration: dict[str, Any]) ->
 
 def later_groups(
     *, session: Session, baseline: Baseline, only_run_ids: Collection[int] | None = None
-) -> list[tuple[str, list[dict[str, Any]]]]:
+) -> list[tuple[str, list[RunRecord]]]:
     """The done runs of the baseline's configuration made after its runs (only those of
     ``only_run_ids`` when given), grouped by experiment (label, run records), oldest first."""
     newest = max(baseline.run_ids, default=0)
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunRecord]] = {}
     for run in runs_of_configuration(session=session, configuration=baseline.configuration):
         if run.id > newest and (only_run_ids is None or run.id in only_run_ids):
             label = f"experiment #{run.experiment_id}" if run.experiment_id is not None else f"run #{run.id}"
-            groups.setdefault(label, []).append(run_record(run))
+            groups.setdefault(label, []).append(RunRecord.of(run))
     return list(groups.items())
 
 
@@ -165,7 +165,7 @@ class GateBaseline:
     the baseline is one run imported from another tool, compared on per-request samples."""
 
     description: str
-    cells: dict[str, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    cells: dict[str, tuple[str, list[RunRecord]]] = field(default_factory=dict)
     imported_run_id: int | None = None
 
 
@@ -184,7 +184,7 @@ def resolve_gate_baseline(*, session: Session, spec: ExperimentSpec, choice: str
     groups = done_by_configuration(subject=subject, runs=runs)
     if subject.kind == "run" and runs[0].source_tool:
         # Another tool's run has no lab configuration to match: every cell is compared with it.
-        record = run_record(runs[0])
+        record = RunRecord.of(runs[0])
         return GateBaseline(
             description=f"{subject} (imported from {runs[0].source_tool})",
             cells={key: (label, [record]) for key, label in cells.items()},
@@ -200,7 +200,7 @@ def resolve_gate_baseline(*, session: Session, spec: ExperimentSpec, choice: str
                 f"{subject} is a baseline of another configuration than {_cell(spec, label)} "
                 f"(it differs in {differences_text(other.spec, spec, label)})"
             )
-        resolved.cells[key] = (label, [run_record(run) for run in groups[key]])
+        resolved.cells[key] = (label, [RunRecord.of(run) for run in groups[key]])
     return resolved
 
 
@@ -242,10 +242,10 @@ def gate_verdicts(
 ) -> list[GateVerdict]:
     """Every watched figure of every cell: the new runs' done values against the baseline's
     (against an imported run, their requests against its requests, read with ``samples``)."""
-    new_by_key: dict[str, list[dict[str, Any]]] = {}
+    new_by_key: dict[str, list[RunRecord]] = {}
     for run in runs:
         if run.status == RunStatus.DONE:
-            new_by_key.setdefault(configuration_key(run.spec), []).append(run_record(run))
+            new_by_key.setdefault(configuration_key(run.spec), []).append(RunRecord.of(run))
     if baseline.imported_run_id is not None:
         return imported_verdicts(baseline=baseline, thresholds=thresholds, new_by_key=new_by_key, samples=samples)
     verdicts = []
@@ -282,7 +282,7 @@ def imported_verdicts(
     *,
     baseline: GateBaseline,
     thresholds: Sequence[Threshold],
-    new_by_key: dict[str, list[dict[str, Any]]],
+    new_by_key: dict[str, list[RunRecord]],
     samples: SampleLoader | None,
 ) -> list[GateVerdict]:
     """The gate against one imported run: each cell's new runs' requests against its requests."""
@@ -379,7 +379,7 @@ def configuration_trend(*, session: Session, configuration: dict[str, Any], figu
     except ValueError:  # a kind no longer registered: its versions cannot be named
         packages = ()
     return trend_points(
-        [run_record(run) for run in runs],
+        [RunRecord.of(run) for run in runs],
         [run.environment for run in runs],
         figure=figure,
         packages=packages,

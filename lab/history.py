@@ -247,7 +247,7 @@ def pending_searches(*, session: Session) -> list[dict[str, Any]]:
 def finished_run_card(*, session: Session) -> dict[str, Any] | None:
     """The newest run that reached a final state, as the Runs page's result card reads it: its
     record fields plus ``finished_at`` and the done runs of its experiment (for Compare)."""
-    from lab.analysis.compare import run_record
+    from lab.analysis.compare import RunRecord
 
     runs = list_runs(session=session, statuses=list(RunStatus.FINAL), limit=200)
     finished = [run for run in runs if run.finished_at is not None]
@@ -261,7 +261,7 @@ def finished_run_card(*, session: Session) -> dict[str, Any] | None:
         if run.experiment_id is None
         else list_runs(session=session, experiment_ids=[run.experiment_id], statuses=[RunStatus.DONE], limit=200)
     )
-    return {**run_record(run), "experiment_done_run_ids": sorted(sibling.id for sibling in siblings)}
+    return {**RunRecord.of(run), "experiment_done_run_ids": sorted(sibling.id for sibling in siblings)}
 
 
 def _launched_since(session: Session, finished: Any) -> bool:

@@ -8,17 +8,20 @@ Opened from Runs' "Compare these" with ``?runs=3,5``; otherwise the newest exper
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from lab import history
-from lab.analysis.compare import LAB_SOURCE, experiments_spanned, generic_table, run_record, split_warned
+from lab.analysis.compare import LAB_SOURCE, RunRecord, experiments_spanned, generic_table, split_warned
 from lab.analysis.cost import cost_table
 from lab.analysis.run_diff import CellPair, cell_pairs, recorded_by_all, setting_values_differ_only_in, settings_diff
 from lab.analysis.safe_csv import dataframe_to_csv
 from lab.analysis.seed import matching_seed_preset, seed_ratios
+from lab.measurement.results import RunResults
 from lab.specs.schema import load_preset
 from pages.common import NEW_EXPERIMENT_PAGE, session
 from pages.view.baseline import compare_baselines
@@ -35,6 +38,7 @@ from pages.view.figures import (
 from pages.view.members import person_filter
 from pages.view.names import csv_frame, display_frame, display_name, header, setting_label, setting_value
 from pages.view.page_guard import only_through_entry_file
+from pages.view.semantic_chart import semantic_block
 from pages.view.series import LOAD_AXIS, NO_AXIS, VUS_AXIS, run_line_label, with_series
 from pages.view.tables import interval_text, plural, ratios_rows, seed_comparison_table
 from pages.view.text import chart_label, plain, show_plain
@@ -53,10 +57,10 @@ PAIR_FIGURES = ("output_tok_per_s", "req_per_s", "latency_p95_s")
 class Chosen:
     """The chosen runs: their records and their stored specs (by run id)."""
 
-    records: list[dict]
+    records: list[RunRecord]
     specs: dict[int, dict]
 
-    def specs_of(self, records: list[dict]) -> list[dict]:
+    def specs_of(self, records: Sequence[Mapping[str, Any]]) -> list[dict]:
         return [self.specs.get(record["run_id"]) or {} for record in records]
 
 
@@ -111,7 +115,7 @@ def choose_runs(person: str | None) -> Chosen:
             runs = history.list_runs(session=db_session, run_ids=chosen, newest_first=False) if chosen else []
         st.caption(DEFAULT_TEXT)
         runs = [run for run in runs if person is None or run.launched_by == person]
-        return Chosen([run_record(run) for run in runs], {run.id: run.spec for run in runs})
+        return Chosen([RunRecord.of(run) for run in runs], {run.id: run.spec for run in runs})
 
 
 def diff_section(chosen: Chosen) -> None:
@@ -153,7 +157,7 @@ def diff_section(chosen: Chosen) -> None:
     st.dataframe(table, hide_index=True, width="stretch", key="compare_diff")
 
 
-def runs_to_average(records: list[dict]) -> list[dict] | None:
+def runs_to_average(records: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]] | None:
     """The done runs the means use: one worker's if asked, without warned runs unless asked;
     None (after saying why) when none of the chosen runs is done."""
     done = [record for record in records if record["status"] == "done"]
@@ -174,7 +178,7 @@ def runs_to_average(records: list[dict]) -> list[dict] | None:
     return without_warned(done)
 
 
-def without_warned(done: list[dict]) -> list[dict]:
+def without_warned(done: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     """Runs with measurement warnings are shown with their warnings, not hidden (a busy machine warns
     every native run, and hiding them left only an imported one); a toggle leaves them out."""
     clean, warned = split_warned(done)
@@ -191,7 +195,8 @@ def without_warned(done: list[dict]) -> list[dict]:
         st.caption(f"{plural(len(warned), 'run')} with measurement warnings left out of the means.")
         return clean
     lines = "; ".join(
-        f"#{record['run_id']}: {str(record['measurement_warnings']).split('; ')[0]}" for record in warned[:6]
+        f"#{record['run_id']}: {str(RunResults.of_record(record).measurement_warnings).split('; ')[0]}"
+        for record in warned[:6]
     )
     more = f" and {len(warned) - 6} more" if len(warned) > 6 else ""
     if leave_out:
@@ -204,7 +209,7 @@ def without_warned(done: list[dict]) -> list[dict]:
     return done
 
 
-def main_table(done: list[dict], preset: str | None, price_per_hour: float) -> pd.DataFrame:
+def main_table(done: Sequence[Mapping[str, Any]], preset: str | None, price_per_hour: float) -> pd.DataFrame:
     """Show the seed's table of ``preset`` (ours beside the seed's) or, without one, the generic table."""
     if preset:
         ran_on = "; ".join(sorted({f"{r['worker_name']}: {r['hardware']}" for r in done if r["hardware"]}))
@@ -230,7 +235,7 @@ def main_table(done: list[dict], preset: str | None, price_per_hour: float) -> p
     return table
 
 
-def downloads(table: pd.DataFrame, records: list[dict]) -> None:
+def downloads(table: pd.DataFrame, records: Sequence[Mapping[str, Any]]) -> None:
     """The shown table and the raw per-run records as CSV, machine or human column names;
     missing values are empty cells either way."""
     human = st.toggle(
@@ -263,7 +268,7 @@ def downloads(table: pd.DataFrame, records: list[dict]) -> None:
     )
 
 
-def seed_ratio_section(done: list[dict], chosen: Chosen, preset: str | None) -> bool:
+def seed_ratio_section(done: Sequence[Mapping[str, Any]], chosen: Chosen, preset: str | None) -> bool:
     """The seed's ratios when the runs come from one seed preset and differ only along its grid;
     True when shown."""
     if not preset:
@@ -289,7 +294,7 @@ def seed_ratio_section(done: list[dict], chosen: Chosen, preset: str | None) -> 
     return True
 
 
-def ratios_section(done: list[dict], chosen: Chosen, preset: str | None) -> None:
+def ratios_section(done: Sequence[Mapping[str, Any]], chosen: Chosen, preset: str | None) -> None:
     """Ratios only between cells one setting apart; other pairs side by side with the reason."""
     st.subheader("Ratios")
     seed_shown = seed_ratio_section(done, chosen, preset)
@@ -372,7 +377,7 @@ def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
     return rows
 
 
-def charts_section(done: list[dict], chosen: Chosen) -> None:
+def charts_section(done: Sequence[Mapping[str, Any]], chosen: Chosen) -> None:
     """Throughput, requests and latency by VUs, the runs' output tok/s over time, cache hit rates,
     the Pareto chart: a line joins only runs that differ in the chart's own axis (pages.view.series)."""
     st.subheader("Charts")
@@ -413,6 +418,7 @@ def charts_section(done: list[dict], chosen: Chosen) -> None:
     from pages.view.capacity_form import pareto_block
 
     pareto_block(with_series(done, specs, LOAD_AXIS), key="compare_pareto")
+    semantic_block([record["run_id"] for record in done])
 
 
 def page() -> None:

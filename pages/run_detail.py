@@ -4,6 +4,7 @@ service log tails, and "run again"."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import streamlit as st
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 
 from db.models import Run, RunSeries, RunStatus
 from lab import history
-from lab.analysis.compare import run_record
+from lab.analysis.compare import RunRecord
 from lab.measurement.results import RunResults
 from lab.specs.schema import RunSpec, format_validation_error
 from pages.common import LIVE_POLL_INTERVAL_S, NEW_EXPERIMENT_PAGE, session, show_flash, startup_facts, without_polling
@@ -101,19 +102,20 @@ def _ms(value_s: float | None) -> str:
 
 def streaming_latency_text(run: Run) -> tuple[str, str] | None:
     """Client vs server TTFT of a streamed run as (kind, text); None when no TTFT was timed."""
-    client_s = getattr(run, "ttft_avg_s", None)
-    unstreamed = getattr(run, "unstreamed_answers", None) or 0
+    results = RunResults.from_columns(run)
+    client_s = results.ttft_avg_s
+    unstreamed = results.unstreamed_answers or 0
     if client_s is None:
         return None
-    server_s = getattr(run, "server_ttft_avg_s", None)
+    server_s = results.server_ttft_avg_s
     text = (
         f"Client TTFT (time to first byte of a streamed answer): avg {_ms(client_s)}, "
-        f"p95 {_ms(run.ttft_p95_s)}; TPOT avg {_ms(run.tpot_avg_s)}, p95 {_ms(run.tpot_p95_s)}"
+        f"p95 {_ms(results.ttft_p95_s)}; TPOT avg {_ms(results.tpot_avg_s)}, p95 {_ms(results.tpot_p95_s)}"
     )
     if server_s is not None:
         text += f" · server TTFT avg {_ms(server_s)} (client − server: {(client_s - server_s) * 1000:+,.0f} ms)"
-    if run.ttft_hit_p95_s is not None or run.ttft_miss_p95_s is not None:
-        text += f" · cache HIT TTFT p95 {_ms(run.ttft_hit_p95_s)}, MISS p95 {_ms(run.ttft_miss_p95_s)}"
+    if results.ttft_hit_p95_s is not None or results.ttft_miss_p95_s is not None:
+        text += f" · cache HIT TTFT p95 {_ms(results.ttft_hit_p95_s)}, MISS p95 {_ms(results.ttft_miss_p95_s)}"
     if unstreamed:
         return "warning", (
             f"{unstreamed} answers were not streamed (one JSON body): their TTFT is the time to the "
@@ -197,7 +199,7 @@ def run_again_lines(spec: RunSpec) -> str:
     return "\n".join(lines)
 
 
-def figures_section(run: Run, record: dict, series: dict | None) -> None:
+def figures_section(run: Run, record: Mapping[str, Any], series: dict | None) -> None:
     """The figures, streaming latencies, client/server counts and the per-second charts."""
     st.markdown("#### Figures")
     metric_tiles(figures_summary(RunResults.from_columns(run)))
@@ -270,13 +272,13 @@ def stored_details(run: Run, series_row: RunSeries | None) -> None:
         audit_trail(actions)
 
 
-def _stored_run(run_id: int) -> tuple[Run, RunSeries | None, dict[str, Any]] | None:
+def _stored_run(run_id: int) -> tuple[Run, RunSeries | None, RunRecord] | None:
     """The run, its per-second series and its figures' record; None when it does not exist."""
     with session() as db_session:
         run = history.get_run(session=db_session, run_id=run_id)
         if run is None:
             return None
-        return run, history.get_run_series(session=db_session, run_id=run_id), run_record(run)
+        return run, history.get_run_series(session=db_session, run_id=run_id), RunRecord.of(run)
 
 
 def page() -> None:

@@ -13,7 +13,7 @@ import streamlit as st
 
 from db.models import RunStatus
 from lab import history, run_actions
-from lab.analysis.compare import run_record
+from lab.analysis.compare import RunRecord
 from lab.specs.schema import BACKENDS, list_presets
 from pages.common import (
     COMPARE_PAGE,
@@ -139,7 +139,7 @@ def runs_view(query: dict, sort_by: str, descending: bool) -> None:
             render_result_card(card)
         with session() as db_session:
             runs = history.list_runs(session=db_session, **query)
-            records = [run_record(run) for run in runs]
+            records = [dict(RunRecord.of(run)) for run in runs]
             progress_by_run = {run.id: run.progress for run in runs if run.status in RunStatus.ACTIVE}
         as_the_sidebar_shows(records, progress_by_run, state)
         if not records:
@@ -355,7 +355,7 @@ def page() -> None:
     descending = order_col.toggle("Descending", value=True, key="runs_descending")
     runs_view(query, SORTABLE_COLUMNS[sort_label], descending)
     with session() as db_session:
-        records = [run_record(run) for run in history.list_runs(session=db_session, **query)]
+        records = [dict(RunRecord.of(run)) for run in history.list_runs(session=db_session, **query)]
     if records:
         try:
             selection_actions(records)

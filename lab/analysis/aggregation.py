@@ -1,13 +1,14 @@
 """Runs grouped into cells: means with their 95% confidence intervals, repeat counts, and the
-ratio of two means. Records are :func:`lab.analysis.compare.run_record` dicts; only done runs count."""
+ratio of two means. Records are :class:`lab.analysis.compare.RunRecord` dicts; only done runs count."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lab.analysis.statistics import RatioInterval, finite_numbers, positive_mean_interval, ratio_interval
+from lab.measurement.results import RunResults
 
 # What makes two runs one cell, as run records name it: who measured it, the backend and its model,
 # the workload and its settings (a trace by name and hash), the load and its length, the answer
@@ -29,12 +30,12 @@ CELL_KEYS: tuple[str, ...] = (
 )
 
 
-def done_runs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def done_runs(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The records of runs that finished ``done``."""
     return [record for record in records if record.get("status") == "done"]
 
 
-def vus_range(records: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+def vus_range(records: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
     """The lowest and highest VU count of the done runs; None under two VU counts."""
     vus = sorted({r["vus"] for r in done_runs(records) if r.get("vus") is not None})
     return (vus[0], vus[-1]) if len(vus) >= 2 else None
@@ -54,7 +55,7 @@ def mean_and_spread(values: Iterable[Any]) -> tuple[float | None, float | None, 
     return statistics.fmean(numbers), spread, len(numbers)
 
 
-def mean_of(records: Sequence[dict[str, Any]], figure: str, **match: Any) -> float | None:
+def mean_of(records: Sequence[Mapping[str, Any]], figure: str, **match: Any) -> float | None:
     """Mean of ``figure`` over done runs matching every ``key=value`` in ``match``."""
     mean, _, _ = mean_and_spread(
         r.get(figure) for r in done_runs(records) if all(r.get(k) == v for k, v in match.items())
@@ -62,15 +63,19 @@ def mean_of(records: Sequence[dict[str, Any]], figure: str, **match: Any) -> flo
     return mean
 
 
-def done_groups(records: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+def done_groups(
+    records: Sequence[Mapping[str, Any]], keys: Sequence[str]
+) -> dict[tuple[Any, ...], list[Mapping[str, Any]]]:
     """Done runs grouped by their values of ``keys``, in the order the groups first appear."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for record in done_runs(records):
         groups.setdefault(tuple(record.get(key) for key in keys), []).append(record)
     return groups
 
 
-def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: Sequence[str]) -> list[dict[str, Any]]:
+def aggregate(
+    records: Sequence[Mapping[str, Any]], keys: Sequence[str], figures: Sequence[str]
+) -> list[dict[str, Any]]:
     """Group done runs by ``keys``; per figure the mean with its 95% confidence interval
     (``<figure>_ci95_low`` / ``_ci95_high``, None under two repeats; on a log scale where no value
     is negative, see :func:`~lab.analysis.statistics.positive_mean_interval`) and the repeat count ``n``."""
@@ -78,9 +83,12 @@ def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: S
     for group_key, members in done_groups(records, keys).items():
         row: dict[str, Any] = dict(zip(keys, group_key, strict=True))
         row["n"] = len(members)
-        row["requests_failed"] = sum(int(m.get("requests_failed") or 0) for m in members)
-        # Still in flight when the graceful stop ended the test: neither done nor failed.
-        row["requests_interrupted"] = sum(int(m.get("iterations_interrupted") or 0) for m in members)
+        results = [RunResults.of_record(m) for m in members]
+        row.update(
+            requests_failed=sum(int(r.requests_failed or 0) for r in results),
+            # Still in flight when the graceful stop ended the test: neither done nor failed.
+            requests_interrupted=sum(int(r.iterations_interrupted or 0) for r in results),
+        )
         for figure in figures:
             # Figures that cannot be negative get an interval that cannot be either.
             interval = positive_mean_interval(m.get(figure) for m in members)
@@ -91,7 +99,7 @@ def aggregate(records: Sequence[dict[str, Any]], keys: Sequence[str], figures: S
     return rows
 
 
-def _by_round(records: Sequence[dict[str, Any]], figure: str) -> dict[tuple[Any, ...], float]:
+def _by_round(records: Sequence[Mapping[str, Any]], figure: str) -> dict[tuple[Any, ...], float]:
     """The finite values of ``figure`` of the done runs among ``records``, keyed by their round
     (experiment and repeat index)."""
     values = {}
@@ -103,7 +111,7 @@ def _by_round(records: Sequence[dict[str, Any]], figure: str) -> dict[tuple[Any,
 
 
 def ratio_of_runs(
-    figure: str, numerator_runs: Sequence[dict[str, Any]], denominator_runs: Sequence[dict[str, Any]]
+    figure: str, numerator_runs: Sequence[Mapping[str, Any]], denominator_runs: Sequence[Mapping[str, Any]]
 ) -> RatioInterval:
     """The ratio of ``figure`` between two sets of runs, with its 95% interval. Paired by round
     when both sides ran the same rounds of one experiment (each round's two runs saw the same
@@ -119,16 +127,16 @@ def ratio_of_runs(
     return ratio_interval(every_top, every_bottom)
 
 
-def _values(records: Sequence[dict[str, Any]], figure: str) -> list[float]:
+def _values(records: Sequence[Mapping[str, Any]], figure: str) -> list[float]:
     return finite_numbers(record.get(figure) for record in done_runs(records))
 
 
 def ratio_between(
-    records: Sequence[dict[str, Any]], figure: str, numerator: dict[str, Any], denominator: dict[str, Any]
+    records: Sequence[Mapping[str, Any]], figure: str, numerator: dict[str, Any], denominator: dict[str, Any]
 ) -> RatioInterval:
     """:func:`ratio_of_runs` between the runs matching ``numerator`` and those matching ``denominator``."""
 
-    def matching(match: dict[str, Any]) -> list[dict[str, Any]]:
+    def matching(match: dict[str, Any]) -> list[Mapping[str, Any]]:
         return [r for r in records if all(r.get(k) == v for k, v in match.items())]
 
     return ratio_of_runs(figure, matching(numerator), matching(denominator))

@@ -7,18 +7,21 @@ The seed's tables and ratios live in :mod:`lab.analysis.seed`, means in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from db.models import Run
+
+from db.figures import figure_by
 from lab.analysis.aggregation import CELL_KEYS, aggregate, done_groups, ratio, ratio_of_runs
 from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.statistics import mean_interval, welch_test
 from lab.measurement.hardware import hardware_summary
 from lab.measurement.machine_record import MachineRecord
-from lab.measurement.results import RESULT_FIELDS
+from lab.measurement.results import RESULT_FIELDS, RunResults
 
 # Which code took a run and by which rules it is judged: every export carries them.
 PROVENANCE_FIELDS: tuple[str, ...] = ("lab_git_commit", "lab_git_dirty", "rules_version")
@@ -95,10 +98,38 @@ def provenance_of(run: Any) -> dict[str, Any]:
     }
 
 
-def run_record(run: Any) -> dict[str, Any]:
-    """A run (ORM object) as a flat dict of RECORD_FIELDS."""
+class RunRecord(dict[str, Any]):
+    """A run as a record: a flat mapping of :data:`RECORD_FIELDS` (what tables, CSV, JSON and
+    ``lab.api`` show), its figures typed in :attr:`results` (what analysis reads,
+    :meth:`RunResults.of_record`). A figure is never written by name: the two stay the same."""
+
+    __slots__ = ("results",)
+
+    def __init__(self, fields: Mapping[str, Any], results: RunResults) -> None:
+        super().__init__({name: fields.get(name) for name in RECORD_FIELDS if name not in RESULT_FIELDS})
+        super().update(results.figure_values())
+        self.results = results
+
+    @classmethod
+    def of(cls, run: Run) -> RunRecord:
+        """A stored run (ORM object) as a record."""
+        return cls(_identity_fields(run), RunResults.from_columns(run))
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        if name in RESULT_FIELDS:
+            raise TypeError(f"{name} is a figure: a record's figures are its results (copy it with dict() to edit)")
+        super().__setitem__(name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RunRecord, ({name: self[name] for name in RECORD_FIELDS}, self.results))
+
+
+def _identity_fields(run: Run) -> dict[str, Any]:
+    """A run's record fields that are not figures: who and what it was, provenance, machine."""
     record: dict[str, Any] = {}
     for name in RECORD_FIELDS:
+        if name in RESULT_FIELDS:
+            continue
         if name == "run_id":
             record[name] = run.id
         elif name == "experiment":
@@ -117,13 +148,13 @@ def run_record(run: Any) -> dict[str, Any]:
     return record
 
 
-def split_warned(records: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_warned(records: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """(runs without a measurement warning, runs with one): means leave the second out by default."""
-    kept = [r for r in records if not r.get("measurement_warnings")]
-    return kept, [r for r in records if r.get("measurement_warnings")]
+    kept = [r for r in records if not RunResults.of_record(r).measurement_warnings]
+    return kept, [r for r in records if RunResults.of_record(r).measurement_warnings]
 
 
-def cell_comparisons(records: Sequence[dict[str, Any]], keys: Sequence[str], figure: str) -> list[dict[str, Any]]:
+def cell_comparisons(records: Sequence[Mapping[str, Any]], keys: Sequence[str], figure: str) -> list[dict[str, Any]]:
     """Every pair of cells (done runs grouped by ``keys``) that differ in one key only: the
     ratio of their ``figure`` means, its 95% interval (log scale, paired by round within one
     experiment: see :func:`~lab.analysis.aggregation.ratio_of_runs`; None under two repeats) and
@@ -172,14 +203,14 @@ def cell_comparisons(records: Sequence[dict[str, Any]], keys: Sequence[str], fig
 
 
 def grid_comparisons(
-    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any]], axes: Sequence[str], figure: str
+    records: Sequence[Mapping[str, Any]], specs: Sequence[Mapping[str, Any]], axes: Sequence[str], figure: str
 ) -> list[dict[str, Any]]:
     """:func:`cell_comparisons` over an experiment's grid axes (dotted spec paths such as
     ``workload.prompts``), read from each run's stored spec (``specs``, beside ``records``)."""
     if not axes:
         return []
 
-    def axis_value(spec: dict[str, Any], path: str) -> Any:
+    def axis_value(spec: Mapping[str, Any], path: str) -> Any:
         node: Any = spec
         for key in path.split("."):
             node = node.get(key) if isinstance(node, dict) else None
@@ -195,13 +226,13 @@ def grid_comparisons(
     return rows
 
 
-def experiments_spanned(records: Sequence[dict[str, Any]]) -> str:
+def experiments_spanned(records: Sequence[Mapping[str, Any]]) -> str:
     """``"#3"`` or ``"#3, #5"``: the experiments a set of runs comes from."""
     ids = sorted({record["experiment_id"] for record in records if record.get("experiment_id") is not None})
     return ", ".join(f"#{experiment_id}" for experiment_id in ids) or "–"
 
 
-def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | None = None) -> pd.DataFrame:
+def generic_table(records: Sequence[Mapping[str, Any]], *, price_per_hour: float | None = None) -> pd.DataFrame:
     """Done runs grouped by backend, workload and load: means, run count, the experiments each
     mean spans, and cost. Machine names and full precision (the CSV); a page shows it with
     its display names."""
@@ -215,7 +246,8 @@ def generic_table(records: Sequence[dict[str, Any]], *, price_per_hour: float | 
     frame["experiments"] = [experiments_spanned(members) for members in groups.values()]
     if price_per_hour is not None:
         frame["cost_per_million_output_tokens"] = [
-            cost_per_million_output_tokens(value, price_per_hour) for value in frame["output_tok_per_s"]
+            cost_per_million_output_tokens(value, price_per_hour)
+            for value in frame[figure_by(lambda f: f.output_tok_per_s).name]
         ]
     frame = frame.dropna(axis="columns", how="all")
     sort_keys = [key for key in ("backend", "vus", "prompts", "source") if key in frame]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
 
+from db.figures import figure_by
 from lab.analysis.aggregation import CELL_KEYS, aggregate
 
 
@@ -18,28 +19,27 @@ def cost_per_million_output_tokens(output_tok_per_s: float | None, price_per_hou
     return price_per_hour / (output_tok_per_s * 3600) * 1_000_000
 
 
-def cost_table(records: Sequence[dict[str, Any]], price_per_hour: float) -> pd.DataFrame:
+def cost_table(records: Sequence[Mapping[str, Any]], price_per_hour: float) -> pd.DataFrame:
     """Per cell (:data:`~lab.analysis.aggregation.CELL_KEYS`, so two workloads or two loads are never
     one row): mean output tok/s and what a million output tokens cost (machine names); the cell
     settings no chosen run has are left out."""
     import pandas as pd  # on first use: most commands never build a table (0.5 s of every CLI start)
 
-    rows = aggregate(records, CELL_KEYS, ("output_tok_per_s",))
+    output = figure_by(lambda f: f.output_tok_per_s).name
+    rows = aggregate(records, CELL_KEYS, (output,))
     frame = pd.DataFrame(
         [
             {
                 **{key: row[key] for key in CELL_KEYS},
                 "n": row["n"],
-                "output_tok_per_s": row["output_tok_per_s"],
-                "cost_per_million_output_tokens": cost_per_million_output_tokens(
-                    row["output_tok_per_s"], price_per_hour
-                ),
+                output: row[output],
+                "cost_per_million_output_tokens": cost_per_million_output_tokens(row[output], price_per_hour),
             }
             for row in rows
         ],
-        columns=[*CELL_KEYS, "n", "output_tok_per_s", "cost_per_million_output_tokens"],
+        columns=[*CELL_KEYS, "n", output, "cost_per_million_output_tokens"],
     )
     shown = [key for key in CELL_KEYS if frame[key].notna().any()]
-    frame = frame[[*shown, "n", "output_tok_per_s", "cost_per_million_output_tokens"]]
+    frame = frame[[*shown, "n", output, "cost_per_million_output_tokens"]]
     sort_keys = [key for key in ("backend", "workload", "vus") if key in frame]
     return frame.sort_values(sort_keys, na_position="last").reset_index(drop=True)

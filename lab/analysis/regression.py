@@ -12,7 +12,7 @@ threshold AND the change is significant; too few repeats is its own outcome, nev
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -288,8 +288,8 @@ def gate_summary(exit_code: int) -> str:
 
 
 def change_rows(
-    baseline: Sequence[dict[str, Any]],
-    later_groups: Sequence[tuple[str, Sequence[dict[str, Any]]]],
+    baseline: Sequence[Mapping[str, Any]],
+    later_groups: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
     figures: Sequence[str] = HEADLINE_FIGURES,
 ) -> list[dict[str, Any]]:
     """One row per later group (label, its run records) and figure measured on both sides: the

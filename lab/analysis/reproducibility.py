@@ -15,14 +15,14 @@ the runs, and which code took them.
   contention warning does).
 - **Provenance.** The commits the runs came from, and whether any ran on a changed tree.
 
-Pure: records are :func:`lab.analysis.compare.run_record` dicts, which carry the run's
+Pure: records are :class:`lab.analysis.compare.RunRecord` dicts, which carry the run's
 provenance (``lab_git_commit``, ``lab_git_dirty``, ``rules_version``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from lab.analysis.aggregation import done_runs, ratio_of_runs
 from lab.analysis.statistics import RatioInterval
 from lab.measurement.checks import STEADY_FROM_SERVER
 from lab.measurement.machine_speed import run_calibration_s, speed_indices
+from lab.measurement.results import RunResults
 
 # Identical cells whose ratio stays within this of 1 agree (their interval may still span more).
 AA_TOLERANCE = 0.10
@@ -92,7 +93,7 @@ class AACheck:
         return max(self.interval.ratio, 1 / self.interval.ratio)
 
 
-def _configuration(record: dict[str, Any]) -> tuple[Any, ...]:
+def _configuration(record: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(record.get(key) for key in CONFIGURATION_KEYS)
 
 
@@ -104,17 +105,21 @@ def _describe(configuration: tuple[Any, ...]) -> str:
     )
 
 
-def aa_figure(records: Sequence[dict[str, Any]]) -> str:
+def aa_figure(records: Sequence[Mapping[str, Any]]) -> str:
     """The figure an A/A check compares: the steady rate when every run has it from the backend's
     counters, else k6's req/s."""
-    steady = all(r.get("steady_source") == STEADY_FROM_SERVER and r.get(AA_STEADY_FIGURE) for r in records)
+    steady = all(
+        RunResults.of_record(r).steady_source == STEADY_FROM_SERVER and r.get(AA_STEADY_FIGURE) for r in records
+    )
     return AA_STEADY_FIGURE if records and steady else AA_FIGURE
 
 
-def aa_checks(records_by_preset: dict[str, list[dict[str, Any]]], *, figure: str | None = None) -> list[AACheck]:
+def aa_checks(
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]], *, figure: str | None = None
+) -> list[AACheck]:
     """Every configuration measured by two experiments of the reproduction, compared on
     ``figure`` (by default :func:`aa_figure` of the two cells' runs)."""
-    cells: dict[tuple[Any, ...], dict[str, list[dict[str, Any]]]] = {}
+    cells: dict[tuple[Any, ...], dict[str, list[Mapping[str, Any]]]] = {}
     for preset, records in records_by_preset.items():
         for record in done_runs(records):
             cells.setdefault(_configuration(record), {}).setdefault(preset, []).append(record)
@@ -140,12 +145,13 @@ def drift_factor(checks: Iterable[AACheck]) -> float:
     return max((check.drift_factor for check in checks), default=1.0)
 
 
-def machine_speed_by_run(records: Sequence[dict[str, Any]]) -> dict[int, float | None]:
+def machine_speed_by_run(records: Sequence[Mapping[str, Any]]) -> dict[int, float | None]:
     """Each run's machine-speed index over ``records`` (1.0 = their median run)."""
     return speed_indices(
         {
             record["run_id"]: run_calibration_s(
-                record.get("machine_calibration_before_s"), record.get("machine_calibration_after_s")
+                RunResults.of_record(record).machine_calibration_before_s,
+                RunResults.of_record(record).machine_calibration_after_s,
             )
             for record in records
             if record.get("run_id") is not None
@@ -180,7 +186,7 @@ class Provenance:
         )
 
 
-def provenance_of(records: Sequence[dict[str, Any]]) -> Provenance:
+def provenance_of(records: Sequence[Mapping[str, Any]]) -> Provenance:
     """The distinct commits (in the runs' order) and the runs taken on a dirty tree."""
     commits: list[str] = []
     dirty: list[int] = []

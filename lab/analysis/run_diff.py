@@ -11,7 +11,7 @@ The random seed is left out of both: repeats of one cell get distinct seeds by d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +77,7 @@ class Cell:
     """Done runs with the same settings (the random seed aside): ``values`` of the differing settings."""
 
     values: dict[str, Any]
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Mapping[str, Any]] = field(default_factory=list)
 
     @property
     def run_ids(self) -> list[int]:
@@ -113,7 +113,7 @@ class CellPair:
         return len(self.differences) == 1
 
 
-def cells_of(records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None]) -> list[Cell]:
+def cells_of(records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None]) -> list[Cell]:
     """Done runs grouped by their settings, one cell per distinct set (``records`` and ``specs`` in step)."""
     done = [(record, spec) for record, spec in zip(records, specs, strict=True) if record.get("status") == "done"]
     names = differing_settings([spec for _, spec in done])
@@ -150,7 +150,7 @@ def figure_ratio(figure: str, first: Cell, second: Cell) -> FigureRatio | None:
 
 
 def cell_pairs(
-    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None], figures: Sequence[str]
+    records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None], figures: Sequence[str]
 ) -> list[CellPair]:
     """Every pair of cells (at most ``MAX_CELLS_PAIRED`` cells), comparable pairs first; each
     comparable pair with the ratio of each of ``figures`` that both cells measured."""
@@ -171,7 +171,7 @@ def cell_pairs(
 
 
 def setting_values_differ_only_in(
-    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None], allowed: Sequence[str]
+    records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None], allowed: Sequence[str]
 ) -> list[str]:
     """The differing settings of the done runs that are not among ``allowed`` (empty: only those vary)."""
     done_specs = [spec for record, spec in zip(records, specs, strict=True) if record.get("status") == "done"]

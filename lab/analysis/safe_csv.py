@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -48,7 +48,7 @@ def neutralise_cell(value: Any) -> Any:
     return value
 
 
-def records_to_csv(records: Sequence[dict[str, Any]], fields: Sequence[str] | None = None) -> str:
+def records_to_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] | None = None) -> str:
     """CSV text of ``records`` with formula-like cells neutralised; the columns are ``fields``,
     else the first record's keys, else the run record's fields."""
     columns = list(fields or (records[0].keys() if records else RECORD_FIELDS))

@@ -9,7 +9,7 @@ registry (:class:`lab.backends.SeedSetup`, declared by each kind), never by a ba
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -187,7 +187,7 @@ class SeedMatch:
         return self.preset is not None and self.why_not is None
 
 
-def matching_seed_preset(records: Sequence[dict[str, Any]]) -> SeedMatch:
+def matching_seed_preset(records: Sequence[Mapping[str, Any]]) -> SeedMatch:
     """The seed preset all ``records`` come from (exactly one), and why its table does not apply
     when they ran other backends or another workload than the seed's, or were imported."""
     from lab.specs.schema import load_preset
@@ -228,7 +228,7 @@ class SeedTableRow:
     seed: SeedFigures | None
 
 
-def seed_table_rows(preset: str, records: Sequence[dict[str, Any]]) -> list[SeedTableRow]:
+def seed_table_rows(preset: str, records: Sequence[Mapping[str, Any]]) -> list[SeedTableRow]:
     """Our done runs of ``preset`` grouped like the seed's table, each beside the seed's row:
     by load then backend name, or in the seed's set-up order where its rows have one load."""
     experiment = SEED_EXPERIMENTS[preset]
@@ -291,12 +291,14 @@ class HitRate:
 Ratio = SetupRatio | GrowthRatio
 
 
-def setup_mean(records: Sequence[dict[str, Any]], figure: str, setup: SeedSetup, **match: Any) -> float | None:
+def setup_mean(records: Sequence[Mapping[str, Any]], figure: str, setup: SeedSetup, **match: Any) -> float | None:
     """Mean of ``figure`` over the done runs of the backend reproducing ``setup`` that match ``match``."""
     return mean_of(records, figure, backend=seed_setup_backend(setup), **match)
 
 
-def hit_rate(records: Sequence[dict[str, Any]], figure: str, setup: SeedSetup, prompts: int | None = None) -> HitRate:
+def hit_rate(
+    records: Sequence[Mapping[str, Any]], figure: str, setup: SeedSetup, prompts: int | None = None
+) -> HitRate:
     """``setup``'s mean ``figure`` (a share) with its 95% interval, kept within [0, 1]."""
     match = {"prompts": prompts} if prompts is not None else {}
     values = [
@@ -310,7 +312,7 @@ def hit_rate(records: Sequence[dict[str, Any]], figure: str, setup: SeedSetup, p
 
 
 def setup_ratio(
-    records: Sequence[dict[str, Any]], figure: str, numerator: SeedSetup, denominator: SeedSetup, **load: Any
+    records: Sequence[Mapping[str, Any]], figure: str, numerator: SeedSetup, denominator: SeedSetup, **load: Any
 ) -> SetupRatio:
     """``numerator`` over ``denominator`` in ``figure``, at one ``vus=`` or ``prompts=`` when given."""
     interval = ratio_between(
@@ -328,7 +330,7 @@ def setup_ratio(
 
 
 def growth(
-    records: Sequence[dict[str, Any]], setup: SeedSetup, figure: str, low_vus: int, high_vus: int
+    records: Sequence[Mapping[str, Any]], setup: SeedSetup, figure: str, low_vus: int, high_vus: int
 ) -> GrowthRatio:
     """``setup``'s ``figure`` at ``high_vus`` over at ``low_vus``."""
     backend = seed_setup_backend(setup)
@@ -361,7 +363,7 @@ class Exp1Ratios:
         return (*self.speedups, *self.growths)
 
 
-def exp1_ratios(records: Sequence[dict[str, Any]]) -> Exp1Ratios:
+def exp1_ratios(records: Sequence[Mapping[str, Any]]) -> Exp1Ratios:
     """Experiment 1's ratios over ``records`` (ours, or the seed's as records)."""
     vus_values = sorted({r["vus"] for r in done_runs(records) if r.get("vus") is not None})
     speedups = tuple(setup_ratio(records, OUTPUT_TOK_PER_S, _VLLM, _NAIVE, vus=vus) for vus in vus_values)
@@ -401,7 +403,7 @@ class Exp2Ratios:
         return (self.cached_over_direct, self.max_latency_cached_over_direct)
 
 
-def exp2_ratios(records: Sequence[dict[str, Any]]) -> dict[int, Exp2Ratios]:
+def exp2_ratios(records: Sequence[Mapping[str, Any]]) -> dict[int, Exp2Ratios]:
     """Experiment 2's ratios per PROMPTS value, in ascending order."""
     result = {}
     for prompts in sorted({r["prompts"] for r in records if r.get("prompts") is not None}):
@@ -428,7 +430,7 @@ class Exp3Ratios:
         return (self.vllm_over_naive, self.cached_over_direct)
 
 
-def exp3_ratios(records: Sequence[dict[str, Any]]) -> Exp3Ratios:
+def exp3_ratios(records: Sequence[Mapping[str, Any]]) -> Exp3Ratios:
     """Experiment 3's ratios over ``records``."""
     return Exp3Ratios(
         setup_ratio(records, REQ_PER_S, _VLLM, _NAIVE),
@@ -438,7 +440,7 @@ def exp3_ratios(records: Sequence[dict[str, Any]]) -> Exp3Ratios:
     )
 
 
-def seed_ratios(preset: str, records: Sequence[dict[str, Any]]) -> tuple[Ratio, ...]:
+def seed_ratios(preset: str, records: Sequence[Mapping[str, Any]]) -> tuple[Ratio, ...]:
     """The ratios (hit rates left out: they are shares) of ``preset`` over ``records``, in reading order."""
     if preset == "seed-exp1":
         return exp1_ratios(records).ratios

@@ -4,7 +4,7 @@ step change can be traced to what changed. Pure: run records and environments in
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,7 @@ def short_commit(label: str | None) -> str:
 
 
 def trend_points(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[Mapping[str, Any]],
     environments: Sequence[dict[str, Any] | None],
     *,
     figure: str,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ def prepare_gate(args: argparse.Namespace, spec: ExperimentSpec, context: LabCon
 
 
 def report_gate(
-    gate: Gate, runs: list[Run], records: list[dict[str, Any]], *, as_json: bool, session: Session | None = None
+    gate: Gate, runs: list[Run], records: Sequence[Mapping[str, Any]], *, as_json: bool, session: Session | None = None
 ) -> int:
     """Judge the finished runs against the baseline, print one line per watched figure (or the
     JSON document) and return the exit code (``session``: to read per-request samples, which

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from db.figures import figure_by
 from lab.analysis.capacity_search import CapacityError
 from lab.analysis.slo import SloError
 from lab.backends import get_backend
@@ -125,13 +126,17 @@ def cmd_capacity(args: argparse.Namespace, context: LabContext) -> int:
     return 0 if all(entry["state"] == "done" for entry in state["backends"].values()) else 1
 
 
+# A backend's goodput at its capacity, under the figure's own name (as the capacity state stores it).
+GOODPUT = figure_by(lambda f: f.goodput_req_per_s).name
+
+
 def capacity_result(experiment_id: int, plan: Any, state: dict[str, Any]) -> dict[str, Any]:
     """The machine-readable answer: per backend its capacity, goodput and probe runs."""
     backends_out = {}
     for name, entry in state["backends"].items():
         backends_out[name] = {
             "capacity_load": entry.get("capacity_load"),
-            "goodput_req_per_s": entry.get("goodput_req_per_s"),
+            GOODPUT: entry.get(GOODPUT),
             "stop_reason": entry.get("stop_reason"),
             "saturated": entry.get("saturated", False),
             "lowest_failing_load": entry.get("lowest_failing_load"),
@@ -158,6 +163,6 @@ def print_capacity(result: dict[str, Any]) -> None:
     print(f"{'backend':<15} {'capacity':>9} {'goodput req/s':>13} {'probes':>6}  bounding runs / why it stopped")
     for name, entry in result["backends"].items():
         capacity = "-" if entry["capacity_load"] is None else f"{entry['capacity_load']:g}"
-        goodput = "-" if entry["goodput_req_per_s"] is None else f"{entry['goodput_req_per_s']:.3f}"
+        goodput = "-" if entry[GOODPUT] is None else f"{entry[GOODPUT]:.3f}"
         runs = ", ".join(f"#{i}" for i in entry["bounding_run_ids"]) or "-"
         print(f"{name:<15} {capacity:>9} {goodput:>13} {len(entry['probes']):>6}  {runs}; {entry['stop_reason']}")

@@ -8,6 +8,7 @@ import argparse
 import io
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RunStatus
-from lab.analysis.compare import LAB_SOURCE, run_record
+from lab.analysis.compare import LAB_SOURCE, RunRecord
 from lab.cli.baseline_commands import GATE_INPUT_ERRORS, load_experiment, prepare_gate, report_gate
 from lab.cli.baseline_commands import HANDLERS as SPEC_AND_BASELINE_HANDLERS
 from lab.cli.scale_options import scale_and_rounds
 from lab.context import LabContext
+from lab.measurement.results import RunResults
 from lab.queue import experiments
 from lab.queue.rounds import adapted_spec
 from lab.queue.run_waiter import WorkerUnusableError
@@ -77,7 +79,7 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
         return 1
     with Session(engine) as session:
         runs = store.list_runs(session=session, run_ids=run_ids, newest_first=False)
-        records = [run_record(run) for run in runs]
+        records = [RunRecord.of(run) for run in runs]
         run_specs = [run.spec for run in runs]
         if gate is not None:
             if not args.json:
@@ -133,7 +135,7 @@ def wait_for_submitted_runs(context: LabContext, run_ids: list[int], *, local: b
             waiter.wait(run_ids)
 
 
-def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
+def print_grid_ratios(records: Sequence[Mapping[str, Any]], run_specs: list[dict[str, Any]], axes: list[str]) -> None:
     """Cells that differ in one grid setting, as ratios of their req/s and output tok/s (the
     reports' estimator), each with its 95% interval (from two repeats a side) and Welch's test."""
     from lab.analysis.compare import grid_comparisons
@@ -157,7 +159,7 @@ def print_grid_ratios(records: list[dict[str, Any]], run_specs: list[dict[str, A
         print("\n".join(lines))
 
 
-def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
+def print_records(records: Sequence[Mapping[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(records, indent=2, default=str))
         return
@@ -173,10 +175,12 @@ def print_records(records: list[dict[str, Any]], *, as_json: bool) -> None:
 
         # An imported run is marked where its state is read: "imported", its tool in --json's source.
         status = "imported" if r.get("source") not in (None, LAB_SOURCE) and r["status"] == "done" else r["status"]
+        results = RunResults.of_record(r)
         print(
             f"{r['run_id']:>4} {r['backend']:<15} {r['cell_label'][:28]:<28} {status:<11} "
-            f"{fmt(r['req_per_s'], '8.2f')} {fmt(r['output_tok_per_s'], '9.1f')} {fmt(r['latency_avg_s'], '7.2f')} "
-            f"{fmt(r['latency_p95_s'], '7.2f')} {fmt(r['requests_failed'], '5d')}"
+            f"{fmt(results.req_per_s, '8.2f')} {fmt(results.output_tok_per_s, '9.1f')} "
+            f"{fmt(results.latency_avg_s, '7.2f')} {fmt(results.latency_p95_s, '7.2f')} "
+            f"{fmt(results.requests_failed, '5d')}"
         )
 
 
@@ -191,7 +195,7 @@ def cmd_runs(args: argparse.Namespace, context: LabContext) -> int:
         return cmd_runs_recover(context)
     with Session(context.engine) as session:
         runs = store.list_runs(session=session, run_ids=args.ids or None, limit=getattr(args, "limit", None))
-        records = [run_record(run) for run in runs]
+        records = [RunRecord.of(run) for run in runs]
     if args.action == "list":
         print_records(records, as_json=args.json)
         return 0

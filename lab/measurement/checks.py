@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.measurement.results import SteadyFigures
+from lab.measurement.results import RunResults, SteadyFigures
 
 # k6 using more than this share of a core on average may have limited the load it applied.
 K6_CPU_WARNING_PERCENT = 80.0
@@ -262,7 +262,8 @@ _RECOMPUTED_OPENINGS = (
 def recomputed_warnings(
     stored: str | None,
     *,
-    columns: Mapping[str, Any],
+    results: RunResults,
+    load_duration_s: float | None,
     count_check: Mapping[str, Any] | None,
     contention_threshold_percent: float = CONTENTION_WARNING_CPU_PERCENT,
 ) -> str | None:
@@ -274,16 +275,15 @@ def recomputed_warnings(
         if note and not any(opening in note[:40] for opening in _RECOMPUTED_OPENINGS)
     ]
     fresh = measurement_warnings(
-        k6_cpu_percent_avg=columns.get("k6_cpu_percent_avg"),
-        iterations_dropped=columns.get("iterations_dropped"),
-        other_cpu_percent_avg=columns.get("other_cpu_percent_avg"),
+        k6_cpu_percent_avg=results.k6_cpu_percent_avg,
+        iterations_dropped=results.iterations_dropped,
+        other_cpu_percent_avg=results.other_cpu_percent_avg,
         contention_threshold_percent=contention_threshold_percent,
         count_check=count_check,
-        latency_avg_s=columns.get("latency_avg_s"),
-        load_duration_s=columns.get("duration_s"),
-        steady_figures_available=columns.get("steady_output_tok_per_s") is not None
-        or columns.get("steady_req_per_s") is not None,
-        requests_late=columns.get("requests_late_over_50ms"),
-        lateness_p99_ms=columns.get("lateness_p99_ms"),
+        latency_avg_s=results.latency_avg_s,
+        load_duration_s=load_duration_s,
+        steady_figures_available=results.steady_output_tok_per_s is not None or results.steady_req_per_s is not None,
+        requests_late=results.requests_late_over_50ms,
+        lateness_p99_ms=results.lateness_p99_ms,
     )
     return join_warnings(*fresh, *kept)

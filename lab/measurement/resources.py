@@ -157,7 +157,7 @@ def host_cpu_shares(previous: Any, current: Any, *, cores: int, own_cpu_percent:
     }
 
 
-def summarise(samples: Sequence[dict[str, Any]], label: str) -> dict[str, float | None]:
+def summarise(samples: Sequence[Mapping[str, Any]], label: str) -> dict[str, float | None]:
     """Average CPU % and peak RSS MiB of one label over the samples (first sample skipped:
     psutil's first cpu_percent reading is always 0)."""
     cpu = [s[f"{label}_cpu_percent"] for s in samples[1:] if f"{label}_cpu_percent" in s]
@@ -165,7 +165,7 @@ def summarise(samples: Sequence[dict[str, Any]], label: str) -> dict[str, float 
     return {"cpu_percent_avg": sum(cpu) / len(cpu) if cpu else None, "rss_max_mb": max(rss) if rss else None}
 
 
-def summarise_host(samples: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+def summarise_host(samples: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     """Average host, other-process and steal CPU (% of one core); first sample skipped."""
     figures: dict[str, float | None] = {}
     for key in ("host_cpu_percent", "other_cpu_percent", "steal_cpu_percent"):

@@ -270,15 +270,28 @@ class RunResults(RunFigures):
         foreign = tuple(ForeignFigures(source, dict(figures)) for source, figures in stored.items())
         return cls(**{name: getattr(row, name) for name in cls.figure_names()}, foreign=foreign)
 
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any]) -> RunResults:
+        """The figures of a run record or of a row of means (other keys ignored), typed. A record
+        that already carries its results (``lab.analysis.compare.RunRecord``) gives them as they are."""
+        carried = getattr(record, "results", None)
+        if isinstance(carried, RunResults):
+            return carried
+        return cls(**{name: record[name] for name in cls.figure_names() if name in record})
+
     def foreign_figures(self) -> dict[str, dict[str, float]] | None:
         """The foreign figures as stored (``{source: {name: value}}``); None without any."""
         if not self.foreign:
             return None
         return {item.source: {name: float(value) for name, value in item.figures.items()} for item in self.foreign}
 
+    def figure_values(self) -> dict[str, Any]:
+        """Every figure by name (the lab's figures only, in declaration order)."""
+        return {name: getattr(self, name) for name in self.figure_names()}
+
     def as_columns(self) -> dict[str, Any]:
         """Every figure as a run column (what the store writes), and the foreign figures when there are any."""
-        columns = {name: getattr(self, name) for name in self.figure_names()}
+        columns = self.figure_values()
         if self.foreign:
             columns["foreign_figures"] = self.foreign_figures()
         return columns

@@ -311,13 +311,13 @@ def _undecided(session: Session, long_experiment: LongExperiment, experiments: S
             for item in judged
             if item.undecided
         ]
-    from lab.analysis.compare import grid_comparisons, run_record
+    from lab.analysis.compare import RunRecord, grid_comparisons
 
     experiment = experiments[0]
     spec = ExperimentSpec.model_validate(experiment.spec)
     until = spec.until_decided or UntilDecided(budget_s=1.0)
     runs = list(experiment.runs)
-    grid_records, specs = [run_record(run) for run in runs], [run.spec for run in runs]
+    grid_records, specs = [RunRecord.of(run) for run in runs], [run.spec for run in runs]
     rows = [row for figure in DECIDED_FIGURES for row in grid_comparisons(grid_records, specs, list(spec.grid), figure)]
     found = undecided_comparisons(rows, first_look=spec.repeats, precision=until.precision, max_rounds=until.max_rounds)
     return [Undecided(item.key, frozenset((experiment.id, cell) for cell in item.cells), item.rounds) for item in found]

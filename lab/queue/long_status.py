@@ -127,13 +127,13 @@ def _reproduction_figures(session: Session, experiments: Sequence[Experiment]) -
 
 
 def _grid_figures(experiment: Experiment) -> list[FigureSoFar]:
-    from lab.analysis.compare import grid_comparisons, run_record
+    from lab.analysis.compare import RunRecord, grid_comparisons
     from lab.analysis.sequential import widen_interval, widening
 
     spec = ExperimentSpec.model_validate(experiment.spec)
     until = spec.until_decided or UntilDecided(budget_s=1.0)
     runs = list(experiment.runs)
-    records, specs = [run_record(run) for run in runs], [run.spec for run in runs]
+    records, specs = [RunRecord.of(run) for run in runs], [run.spec for run in runs]
     figures = []
     for figure in plans.DECIDED_FIGURES:
         for row in grid_comparisons(records, specs, list(spec.grid), figure):

@@ -14,7 +14,7 @@ HTML). Running the experiments and reading them back from the store is :mod:`.re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,7 @@ EXPERIMENT_TITLES = {
 
 def build_blocks(
     *,
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     experiments_meta: dict[str, dict[str, Any]],
     environment: dict[str, Any],
     generated_at: datetime,
@@ -100,7 +100,7 @@ def build_blocks(
 
 
 def _head_blocks(
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     experiments_meta: dict[str, dict[str, Any]],
     generated_at: datetime,
     command: str,
@@ -218,7 +218,7 @@ def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
     ]
 
 
-def _experiment_blocks(preset: str, records: list[dict[str, Any]], meta: dict[str, Any]) -> list[Block]:
+def _experiment_blocks(preset: str, records: Sequence[Mapping[str, Any]], meta: dict[str, Any]) -> list[Block]:
     blocks: list[Block] = [("h", 2, EXPERIMENT_TITLES[preset])]
     if meta.get("scale_note"):
         blocks.append(("p", f"Scale: {meta['scale_note']}."))
@@ -236,7 +236,7 @@ def _experiment_blocks(preset: str, records: list[dict[str, Any]], meta: dict[st
 
 
 def _tail_blocks(
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     price_per_hour: float | None,
     capacity: CapacitySection | None,
     png_note: str | None,
@@ -289,7 +289,7 @@ def overhead_sentence(experiments_meta: dict[str, dict[str, Any]]) -> str | None
 
 def write_report(
     *,
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     experiments_meta: dict[str, dict[str, Any]],
     environment: dict[str, Any],
     output_dir: Path,
@@ -304,7 +304,7 @@ def write_report(
 ) -> dict[str, Path]:
     """Write README.md, report.html, runs.csv and charts/*.png under ``output_dir``; their paths.
 
-    ``records_by_preset`` maps a seed preset to its runs as :func:`lab.analysis.compare.run_record`
+    ``records_by_preset`` maps a seed preset to its runs as :class:`lab.analysis.compare.RunRecord`
     dicts; ``experiments_meta`` maps it to ``name, scale, scale_note, ids`` (and optionally
     ``duration_s, vus, repeats``).
     """
@@ -346,7 +346,7 @@ def _write_files(
     blocks: list[Block],
     charts: dict[str, Any],
     png_paths: dict[str, Path],
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     output_dir: Path,
 ) -> dict[str, Path]:
     """README.md, report.html and runs.csv under ``output_dir``; every file's path, the PNGs' too."""

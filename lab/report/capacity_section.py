@@ -2,25 +2,31 @@
 report section "What the seed did not ask" (capacity of each stack under an SLO).
 
 Pure functions over a search's stored state (``Experiment.capacity``, see
-:mod:`lab.queue.capacity_plan`) and run records (:func:`lab.analysis.compare.run_record`); the pages and
+:mod:`lab.queue.capacity_plan`) and run records (:class:`lab.analysis.compare.RunRecord`); the pages and
 the report both draw from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from db.figures import figure_by
+from lab.measurement.results import RunResults
+
 SECTION_TITLE = "What the seed did not ask"
 PARETO_STEM = "capacity_pareto"
 SEARCH_STEM = "capacity_search"
 PASS_COLOUR, FAIL_COLOUR = "#00a86b", "#d62728"
+# A Pareto point's throughput and a capacity entry's goodput, under their figures' names.
+THROUGHPUT = figure_by(lambda f: f.req_per_s).name
+THROUGHPUT_AT_CAPACITY = figure_by(lambda f: f.goodput_req_per_s).name
 
 
-def _load_of(record: dict[str, Any]) -> float | None:
+def _load_of(record: Mapping[str, Any]) -> float | None:
     return record.get("arrival_rate_per_s") if record.get("load_kind") == "constant-arrival-rate" else record.get("vus")
 
 
@@ -30,7 +36,7 @@ def capacity_table(state: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for backend, entry in state.get("backends", {}).items():
         capacity = entry.get("capacity_load")
-        goodput = entry.get("goodput_req_per_s")
+        goodput = entry.get(THROUGHPUT_AT_CAPACITY)
         rows.append(
             {
                 "backend": backend,
@@ -94,18 +100,18 @@ def search_figure(state: dict[str, Any]):
 
 
 def pareto_points(
-    records: Sequence[dict[str, Any]], figure: str = "latency_p95_s", *, series: str = "backend"
+    records: Sequence[Mapping[str, Any]], figure: str = "latency_p95_s", *, series: str = "backend"
 ) -> dict[str, list[dict[str, Any]]]:
     """Per backend (or per ``series``, a record field naming the runs one curve may join), its
     finished runs' (SLO figure, throughput) in load order, repeats averaged."""
-    grouped: dict[str, dict[float, list[dict[str, Any]]]] = {}
+    grouped: dict[str, dict[float, list[Mapping[str, Any]]]] = {}
     for record in records:
         load = _load_of(record)
         if (
             record.get("status") != "done"
             or load is None
             or record.get(figure) is None
-            or record.get("req_per_s") is None
+            or RunResults.of_record(record).req_per_s is None
         ):
             continue
         grouped.setdefault(str(record.get(series) or record["backend"]), {}).setdefault(float(load), []).append(record)
@@ -115,7 +121,7 @@ def pareto_points(
             {
                 "load": load,
                 figure: sum(r[figure] for r in rows) / len(rows),
-                "req_per_s": sum(r["req_per_s"] for r in rows) / len(rows),
+                THROUGHPUT: sum(RunResults.of_record(r).req_per_s or 0.0 for r in rows) / len(rows),
                 "runs": [r["run_id"] for r in rows],
             }
             for load, rows in sorted(by_load.items())
@@ -124,7 +130,7 @@ def pareto_points(
 
 
 def pareto_figure(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[Mapping[str, Any]],
     figure: str = "latency_p95_s",
     limit_s: float | None = None,
     *,
@@ -139,7 +145,7 @@ def pareto_figure(
             go.Scatter(
                 name=backend,
                 x=[p[figure] for p in points],
-                y=[p["req_per_s"] for p in points],
+                y=[p[THROUGHPUT] for p in points],
                 mode="lines+markers+text",
                 text=[f"{p['load']:g}" for p in points],
                 textposition="top center",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from db.figures import figure_by
 from lab.analysis.aggregation import aggregate, done_runs
 from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES
 from lab.backends import SeedSetup, seed_setup_backend, seed_setup_of
@@ -94,7 +96,7 @@ def _setup_series(
     return [s for s in series if s]
 
 
-def build_charts(records_by_preset: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def build_charts(records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
     """The report's Plotly figures, ours (mean, 95% CI) beside the seed's, keyed by file stem."""
     charts: dict[str, Any] = {}
     exp1 = records_by_preset.get("seed-exp1", [])
@@ -133,7 +135,7 @@ def build_charts(records_by_preset: dict[str, list[dict[str, Any]]]) -> dict[str
     return charts
 
 
-def _exp3_chart(records: list[dict[str, Any]]):
+def _exp3_chart(records: Sequence[Mapping[str, Any]]):
     """Experiment 3's req/s per server, ours in the seed's set-up order (others after), beside the seed's."""
     order = list(SeedSetup)
 
@@ -141,16 +143,17 @@ def _exp3_chart(records: list[dict[str, Any]]):
         setup = seed_setup_of(row["backend"])
         return order.index(setup) if setup else len(order)
 
+    throughput = figure_by(lambda f: f.req_per_s).name
     ours_rows = sorted(
-        (r for r in aggregate(records, ("backend",), ("req_per_s",)) if r["req_per_s"] is not None), key=position
+        (r for r in aggregate(records, ("backend",), (throughput,)) if r[throughput] is not None), key=position
     )
     published = SEED_EXPERIMENTS["seed-exp3"].published
     series: list[dict[str, Any]] = [
         {
             "name": "ours",
             "x": [setup_name(SERVER_NAMES, seed_setup_of(r["backend"]), r["backend"]) for r in ours_rows],
-            "y": [r["req_per_s"] for r in ours_rows],
-            "ci95_half": [_half_width(r, "req_per_s") for r in ours_rows],
+            "y": [r[throughput] for r in ours_rows],
+            "ci95_half": [_half_width(r, throughput) for r in ours_rows],
         },
         {
             "name": "seed",

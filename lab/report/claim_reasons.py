@@ -4,7 +4,7 @@ environment, each naming, where one does, the resource of this machine that boun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ def _seed_records(preset: str) -> list[dict[str, Any]]:
 class Evidence:
     """What a claim's reason may use: its experiment's runs (records) and the environment."""
 
-    records: list[dict[str, Any]]
+    records: Sequence[Mapping[str, Any]]
     environment: dict[str, Any]
 
     def mean(self, figure: str, setup: SeedSetup, **match: Any) -> float | None:
@@ -336,7 +336,7 @@ def explain_cheap(evidence: Evidence) -> Reason:
     return Reason(text, _cpu_bound(evidence, "through the proxy", setup=_CACHED))
 
 
-def cache_filled_first(records: Sequence[dict[str, Any]], prompts: int) -> bool:
+def cache_filled_first(records: Sequence[Mapping[str, Any]], prompts: int) -> bool:
     """Whether the cached cell with ``prompts`` filled its cache before the measured window."""
     return any(
         r.get("cache_filled_first")

@@ -18,13 +18,14 @@ verdict (the rules of :mod:`lab.report.verdicts`, the intervals of :mod:`lab.rep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lab.analysis.aggregation import done_runs
 from lab.analysis.sequential import widening
 from lab.measurement.checks import contention_warned
+from lab.measurement.results import RunResults
 from lab.report.claims import CLAIMS, Claim, evaluate_claims
 from lab.report.verdicts import INCONCLUSIVE, NOT_JUDGED_BUSY, NOT_MEASURABLE, UNDECIDED
 
@@ -45,16 +46,16 @@ class Rounds:
         return f". No cell under the adapted scale's cap could measure it: {'; '.join(notes)}" if notes else ""
 
 
-def _round(record: dict[str, Any]) -> tuple[Any, Any]:
+def _round(record: Mapping[str, Any]) -> tuple[Any, Any]:
     return record.get("experiment_id"), record.get("repeat_index")
 
 
-def _signature(claim: Claim, records: list[dict[str, Any]]) -> tuple[Any, ...]:
+def _signature(claim: Claim, records: list[Mapping[str, Any]]) -> tuple[Any, ...]:
     found = claim.measure(records)
     return found.ours, found.ours_low, found.ours_high, found.censored, found.why_not_measured
 
 
-def claim_cells(claim: Claim, records: Sequence[dict[str, Any]]) -> frozenset[str]:
+def claim_cells(claim: Claim, records: Sequence[Mapping[str, Any]]) -> frozenset[str]:
     """The cell labels whose runs ``claim``'s figure uses."""
     records = list(records)
     whole = _signature(claim, records)
@@ -79,25 +80,27 @@ class ClaimRounds:
         return self.verdict["verdict"] in UNDECIDED and bool(self.cells)
 
 
-def _quiet(records: list[dict[str, Any]], cells: frozenset[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _quiet(
+    records: Sequence[Mapping[str, Any]], cells: frozenset[str]
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """The records without the rounds in which a run of the claim's cells was warned busy, and those runs."""
     busy = [
         r
         for r in done_runs(records)
-        if r.get("cell_label") in cells and contention_warned(r.get("measurement_warnings"))
+        if r.get("cell_label") in cells and contention_warned(RunResults.of_record(r).measurement_warnings)
     ]
     busy_rounds = {_round(r) for r in busy}
     return [r for r in records if _round(r) not in busy_rounds], busy
 
 
-def _rounds_of(records: list[dict[str, Any]], cells: frozenset[str]) -> int:
+def _rounds_of(records: Sequence[Mapping[str, Any]], cells: frozenset[str]) -> int:
     return len({_round(r) for r in done_runs(records) if r.get("cell_label") in cells})
 
 
-def _busy_row(row: dict[str, Any], busy: list[dict[str, Any]], rounds: int, planned: int) -> dict[str, Any]:
+def _busy_row(row: dict[str, Any], busy: Sequence[Mapping[str, Any]], rounds: int, planned: int) -> dict[str, Any]:
     runs = ", ".join(
         f"#{r.get('run_id')}"
-        + (f" ({r['other_cpu_percent_avg']:.0f}%)" if r.get("other_cpu_percent_avg") is not None else "")
+        + (f" ({other:.0f}%)" if (other := RunResults.of_record(r).other_cpu_percent_avg) is not None else "")
         for r in busy
     )
     return {
@@ -112,7 +115,7 @@ def _busy_row(row: dict[str, Any], busy: list[dict[str, Any]], rounds: int, plan
 
 def _judge_one(
     claim: Claim,
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     environment: dict[str, Any],
     drift: float,
     rounds: Rounds,
@@ -122,7 +125,7 @@ def _judge_one(
     quiet, busy = _quiet(records, cells)
     quiet_rounds = _rounds_of(quiet, cells)
 
-    def judged(subset: list[dict[str, Any]], widen_by: float) -> dict[str, Any]:
+    def judged(subset: Sequence[Mapping[str, Any]], widen_by: float) -> dict[str, Any]:
         return evaluate_claims(
             {**records_by_preset, claim.preset: subset}, environment, drift=drift, keys={claim.key}, widen_by=widen_by
         )[0]
@@ -190,7 +193,7 @@ def rounds_of(experiments_meta: dict[str, dict[str, Any]]) -> Rounds:
 
 
 def judge_claims(
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     environment: dict[str, Any] | None = None,
     *,
     drift: float = 1.0,

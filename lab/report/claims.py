@@ -6,7 +6,7 @@ prints exactly the rule each verdict used. Figures and ratios come from :mod:`la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -99,7 +99,7 @@ class Claim:
     seed_words: str
     rule: str
     unit: str  # "x" (a ratio) or "share"
-    measure: Callable[[list[dict[str, Any]]], Measurement]
+    measure: Callable[[Sequence[Mapping[str, Any]]], Measurement]
     explain: Callable[[Evidence], Reason]  # why our figure is what it is, from the measurements
 
 
@@ -107,10 +107,10 @@ def _seed_records(preset: str) -> list[dict[str, Any]]:
     return SEED_EXPERIMENTS[preset].records()
 
 
-def _growth(setup: SeedSetup, figure: str) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _growth(setup: SeedSetup, figure: str) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
     what = "output tok/s" if figure == "output_tok_per_s" else "avg latency"
 
-    def measure(records: list[dict[str, Any]]) -> Measurement:
+    def measure(records: Sequence[Mapping[str, Any]]) -> Measurement:
         span = vus_range(records)
         if span is None:
             return Measurement(None, None, f"{setup.value} {what}, highest over lowest VUs")
@@ -130,14 +130,14 @@ def _growth(setup: SeedSetup, figure: str) -> Callable[[list[dict[str, Any]]], M
     return measure
 
 
-def _speedup_at_1_vu(records: list[dict[str, Any]]) -> Measurement:
+def _speedup_at_1_vu(records: Sequence[Mapping[str, Any]]) -> Measurement:
     ours = next((r for r in exp1_ratios(records).speedups if r.vus == 1), None)
     return _measured(
         ours, exp1_ratios(_seed_records("seed-exp1")).speedup_at(1), "vLLM over naive output tok/s at 1 VU"
     )
 
 
-def _prefix_hit_exp1(records: list[dict[str, Any]]) -> Measurement:
+def _prefix_hit_exp1(records: Sequence[Mapping[str, Any]]) -> Measurement:
     return _measured(
         exp1_ratios(records).prefix_cache_hit_rate,
         None,
@@ -145,13 +145,15 @@ def _prefix_hit_exp1(records: list[dict[str, Any]]) -> Measurement:
     )
 
 
-def _exp2_found(records: Sequence[dict[str, Any]], prompts: int, pick: Callable[[Any], Any]) -> Any:
+def _exp2_found(records: Sequence[Mapping[str, Any]], prompts: int, pick: Callable[[Any], Any]) -> Any:
     at_prompts = exp2_ratios(records).get(prompts)
     return pick(at_prompts) if at_prompts else None
 
 
-def _exp2(prompts: int, pick: Callable[[Any], Any], figure: str) -> Callable[[list[dict[str, Any]]], Measurement]:
-    def measure(records: list[dict[str, Any]]) -> Measurement:
+def _exp2(
+    prompts: int, pick: Callable[[Any], Any], figure: str
+) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
+    def measure(records: Sequence[Mapping[str, Any]]) -> Measurement:
         seed = _exp2_found(_seed_records("seed-exp2"), prompts, pick)
         return _measured(_exp2_found(records, prompts, pick), seed.value if seed else None, figure)
 
@@ -159,9 +161,9 @@ def _exp2(prompts: int, pick: Callable[[Any], Any], figure: str) -> Callable[[li
 
 
 def _censored_by_fill(
-    prompts: int, measure: Callable[[list[dict[str, Any]]], Measurement]
-) -> Callable[[list[dict[str, Any]]], Measurement]:
-    def censored_measure(records: list[dict[str, Any]]) -> Measurement:
+    prompts: int, measure: Callable[[Sequence[Mapping[str, Any]]], Measurement]
+) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
+    def censored_measure(records: Sequence[Mapping[str, Any]]) -> Measurement:
         measurement = measure(records)
         cap = fill_cap(records, prompts)
         return replace(measurement, censored=cap) if cap else measurement
@@ -169,27 +171,27 @@ def _censored_by_fill(
     return censored_measure
 
 
-def _cache_speedup(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _cache_speedup(prompts: int) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
     return _censored_by_fill(
         prompts,
         _exp2(prompts, lambda ratios: ratios.cached_over_direct, f"cached over direct req/s, {prompts} prompts"),
     )
 
 
-def _cache_hit_rate(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _cache_hit_rate(prompts: int) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
     return _censored_by_fill(
         prompts, _exp2(prompts, lambda ratios: ratios.hit_rate, f"response-cache hit rate, {prompts} prompts")
     )
 
 
-def _max_latency(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
+def _max_latency(prompts: int) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
     measure_ratio = _exp2(
         prompts,
         lambda ratios: ratios.max_latency_cached_over_direct,
         f"max latency cached over direct, {prompts} prompts",
     )
 
-    def measure(records: list[dict[str, Any]]) -> Measurement:
+    def measure(records: Sequence[Mapping[str, Any]]) -> Measurement:
         measurement = measure_ratio(records)
         if cache_filled_first(records, prompts):
             return Measurement(
@@ -204,8 +206,8 @@ def _max_latency(prompts: int) -> Callable[[list[dict[str, Any]]], Measurement]:
     return measure
 
 
-def _exp3(pick: Callable[[Any], Any], label: str) -> Callable[[list[dict[str, Any]]], Measurement]:
-    def measure(records: list[dict[str, Any]]) -> Measurement:
+def _exp3(pick: Callable[[Any], Any], label: str) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
+    def measure(records: Sequence[Mapping[str, Any]]) -> Measurement:
         return _measured(pick(exp3_ratios(records)), pick(exp3_ratios(_seed_records("seed-exp3"))).value, label)
 
     return measure
@@ -351,7 +353,7 @@ def _how_far(measurement: Measurement, unit: str) -> str:
     return f" ({times:.1f} times the seed's)" if times >= 1 else f" (1/{1 / times:.1f} of the seed's)"
 
 
-def _load_caveat(preset: str, records: Sequence[dict[str, Any]]) -> str:
+def _load_caveat(preset: str, records: Sequence[Mapping[str, Any]]) -> str:
     """Where experiments 2 and 3 ran at other VUs than the seed's 32, say so."""
     if preset not in SEED_VUS_BY_PRESET:
         return ""
@@ -416,7 +418,7 @@ def _widened(measurement: Measurement, unit: str, factor: float) -> Measurement:
 
 
 def evaluate_claims(
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     environment: dict[str, Any] | None = None,
     *,
     drift: float = 1.0,

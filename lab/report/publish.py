@@ -9,13 +9,16 @@ absolute path by its last part.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from lab.analysis import compare
 from lab.measurement.checks import recomputed_warnings
+from lab.measurement.results import RunResults
 from lab.specs.configuration import model_name
 from services.processes import PROJECT_ROOT
 
@@ -90,25 +93,27 @@ def vllm_block_size(environment: dict[str, Any] | None) -> int | None:
     return size
 
 
-def scrub_record(record: dict[str, Any]) -> dict[str, Any]:
+def scrub_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """A run record fit to publish: the model by name, no folder in any text."""
-    published = scrub_tree(record)
+    published = scrub_tree(dict(record))
     published["model"] = model_label(record.get("model")) if record.get("model") else record.get("model")
     return published
 
 
 def published_record(run: Any) -> dict[str, Any]:
-    """A run as :func:`lab.analysis.compare.run_record`, fit to publish (the model by name and config hash),
+    """A run as :class:`lab.analysis.compare.RunRecord`, fit to publish (the model by name and config hash),
     with the vLLM block size it ran with and its warnings recomputed by today's code."""
-    record = compare.run_record(run)
+    record = dict(compare.RunRecord.of(run))
     environment = run.environment or {}
     record["model"] = model_label(record.get("model"), environment.get("config_sha256"))
     record["vllm_block_size"] = vllm_block_size(environment)
     record["cache_filled_first"] = _filled_first(run.spec)
     # The warnings as today's code writes them from its figures (the commit is the record's own).
-    record["measurement_warnings"] = recomputed_warnings(
-        record.get("measurement_warnings"), columns=record, count_check=run.count_check
+    results = RunResults.from_columns(run)
+    warnings = recomputed_warnings(
+        results.measurement_warnings, results=results, load_duration_s=run.duration_s, count_check=run.count_check
     )
+    record.update(dataclasses.replace(results, measurement_warnings=warnings).figure_values())
     return scrub_record(record)
 
 

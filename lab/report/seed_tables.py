@@ -5,7 +5,7 @@ the same way because both call these."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -19,6 +19,7 @@ from lab.analysis.seed import (
     seed_table_rows,
 )
 from lab.backends import SeedSetup, behind_cache, seed_setup_backend
+from lab.measurement.results import RunResults
 from lab.report.formatting import MISSING, format_rate, format_seconds, format_share, with_interval
 
 Cells = dict[str, Any]
@@ -65,7 +66,7 @@ def _exp2_ours(row: SeedTableRow) -> Cells:
         "avg latency": with_interval(ours, "latency_avg_s", format_seconds),
         "p95 latency": with_interval(ours, "latency_p95_s", format_seconds),
         "max latency": with_interval(ours, "latency_max_s", format_seconds),
-        "cache hit rate": format_share(ours.get("response_cache_hit_rate")),
+        "cache hit rate": format_share(RunResults.of_record(ours).response_cache_hit_rate),
     }
 
 
@@ -78,10 +79,12 @@ def _exp3_ours(row: SeedTableRow) -> Cells:
         "avg latency": with_interval(ours, "latency_avg_s", format_seconds),
         "p95 latency": with_interval(ours, "latency_p95_s", format_seconds),
         # The naive server has no prefix cache; only a backend behind the response cache has Redis hits.
-        "vLLM prefix hit": format_share(ours.get("prefix_cache_hit_rate"))
+        "vLLM prefix hit": format_share(RunResults.of_record(ours).prefix_cache_hit_rate)
         if row.setup is not SeedSetup.NAIVE
         else MISSING,
-        "Redis hit": format_share(ours.get("response_cache_hit_rate")) if behind_cache(row.backend) else MISSING,
+        "Redis hit": format_share(RunResults.of_record(ours).response_cache_hit_rate)
+        if behind_cache(row.backend)
+        else MISSING,
     }
 
 
@@ -134,7 +137,7 @@ def our_cells(preset: str, row: SeedTableRow) -> Cells:
         **key_cells(preset, row.setup, row.backend, row.ours.get(load) if load else None),
         **_OURS[preset](row),
         "repeats": row.ours["n"],
-        "failed requests": row.ours["requests_failed"],
+        "failed requests": RunResults.of_record(row.ours).requests_failed,
         "interrupted at the end": row.ours["requests_interrupted"],
     }
 
@@ -167,6 +170,6 @@ def seed_table(preset: str) -> pd.DataFrame:
     )
 
 
-def our_table(preset: str, records: list[dict[str, Any]]) -> pd.DataFrame:
+def our_table(preset: str, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Our table for ``preset``: the seed's columns (mean [95% CI] over repeats), repeats and failed requests."""
     return pd.DataFrame([our_cells(preset, row) for row in seed_table_rows(preset, records)])

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -14,6 +14,7 @@ from lab.analysis.cost import cost_per_million_output_tokens
 from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, exp1_ratios, exp2_ratios, exp3_ratios, seed_growth
 from lab.backends import CACHE_SUFFIX, SeedSetup, seed_setup_of
 from lab.measurement.machine_record import NOT_RECORDED, MachineRecord, settings_by_backend
+from lab.measurement.results import RunResults
 from lab.report.formatting import format_rate, format_ratio, format_seconds, ratio_with_bounds, with_interval
 from lab.report.seed_tables import our_table, seed_table, setup_name
 
@@ -43,7 +44,7 @@ def ours_text(found: Any, unit: str) -> str:
     return ratio_with_bounds(found.value, low, high, unit)
 
 
-def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+def _exp1_ratio_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     ours, seed = exp1_ratios(records), exp1_ratios(SEED_EXPERIMENTS["seed-exp1"].records())
     rows = []
     for vus in sorted({r.vus for r in (*ours.speedups, *seed.speedups) if r.vus is not None}):
@@ -78,7 +79,7 @@ def _exp1_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     return rows
 
 
-def _exp2_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+def _exp2_ratio_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     ours, seed = exp2_ratios(records), exp2_ratios(SEED_EXPERIMENTS["seed-exp2"].records())
     rows = []
     for prompts in sorted(set(ours) | set(seed)):
@@ -102,7 +103,7 @@ def _exp2_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     return rows
 
 
-def _exp3_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+def _exp3_ratio_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     ours, seed = exp3_ratios(records), exp3_ratios(SEED_EXPERIMENTS["seed-exp3"].records())
     return [
         {"figure": label, "ours": ours_text(found(ours), unit), "seed": format_ratio(found(seed).value, unit)}
@@ -118,7 +119,7 @@ def _exp3_ratio_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
 _RATIO_ROWS = {"seed-exp1": _exp1_ratio_rows, "seed-exp2": _exp2_ratio_rows, "seed-exp3": _exp3_ratio_rows}
 
 
-def ratio_rows(preset: str, records: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+def ratio_rows(preset: str, records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     """The ratios the seed drew its conclusions from, ours beside the seed's."""
     return _RATIO_ROWS[preset](records) if preset in _RATIO_ROWS else []
 
@@ -152,7 +153,7 @@ STREAMED_FIGURES: tuple[tuple[Callable[[RunFigures], object], Callable[[float | 
 
 
 def open_questions_table(
-    records_by_preset: dict[str, list[dict[str, Any]]], *, price_per_hour: float | None = None
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]], *, price_per_hour: float | None = None
 ) -> pd.DataFrame:
     """Per cell: server-side TTFT and time per output token, resource use, failures, mean [95% CI]."""
     rows = []
@@ -180,15 +181,15 @@ def open_questions_table(
             for name, label, formatter in shown:
                 cell[label] = with_interval(row, name, formatter)
             if price_per_hour is not None:
-                cost = cost_per_million_output_tokens(row.get("output_tok_per_s"), price_per_hour)
+                cost = cost_per_million_output_tokens(RunResults.of_record(row).output_tok_per_s, price_per_hour)
                 cell[f"cost per 1M output tokens (at {price_per_hour:g}/h)"] = format_rate(cost)
             cell["repeats"] = row["n"]
-            cell["failed requests"] = row["requests_failed"]
+            cell["failed requests"] = RunResults.of_record(row).requests_failed
             rows.append(cell)
     return pd.DataFrame(rows)
 
 
-def problem_rows(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def problem_rows(records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
     """Runs that did not finish ``done`` and done runs with a load-generator warning."""
     rows = []
     for preset, records in records_by_preset.items():
@@ -196,8 +197,8 @@ def problem_rows(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dic
             problem = None
             if r.get("status") != "done":
                 problem = (r.get("status_reason") or "no reason recorded").strip().splitlines()[0][:300]
-            elif r.get("measurement_warnings"):
-                problem = "warning: " + str(r["measurement_warnings"])[:300]
+            elif warnings := RunResults.of_record(r).measurement_warnings:
+                problem = "warning: " + str(warnings)[:300]
             if problem:
                 rows.append(
                     {
@@ -213,7 +214,7 @@ def problem_rows(records_by_preset: dict[str, list[dict[str, Any]]]) -> list[dic
     return rows
 
 
-def machine_rows(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+def machine_rows(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """The hardware the backends chose their settings by, over the runs: CPU family, instruction
     sets, the fixed-kernel speed and each backend's resolved settings ("not recorded" for runs
     from before the lab recorded them, never a guess)."""
@@ -240,7 +241,7 @@ def machine_rows(records: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     return rows
 
 
-def environment_table(environment: dict[str, Any], records: Sequence[dict[str, Any]] = ()) -> pd.DataFrame:
+def environment_table(environment: dict[str, Any], records: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """What the runs measured on: hardware (with what the backends chose by), software, model, lab commit."""
     packages = environment.get("packages") or {}
     rows = [

@@ -5,6 +5,7 @@ the reproduction. The figures come from :mod:`lab.analysis.reproducibility`; thi
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +37,11 @@ class Trust:
     speed_by_run: dict[int, float | None]
     frozen_rules_versions: tuple[int | None, ...] = ()
     allowed_dirty: bool = False
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: Sequence[Mapping[str, Any]] = field(default_factory=list)
 
 
 def assess(
-    records_by_preset: dict[str, list[dict[str, Any]]],
+    records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     *,
     frozen_rules_versions: tuple[int | None, ...] = (),
     allowed_dirty: bool = False,

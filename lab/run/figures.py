@@ -8,7 +8,7 @@ here; nothing in this module reads a file or a socket.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lab.measurement import server_metrics
@@ -24,8 +24,8 @@ SERVER_SERIES_KEYS = ("t", "running_requests", "waiting_requests", "output_token
 def series_document(
     series: PerSecondSeries | None,
     *,
-    resource_samples: Sequence[dict[str, Any]],
-    server_samples: Sequence[dict[str, Any]],
+    resource_samples: Sequence[Mapping[str, Any]],
+    server_samples: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
     """The run's stored series: every per-bucket list of k6's series (time_s, requests_ok,
     latency_avg_s, vus, ...), resource samples and the backend's samples on the same clock."""
@@ -97,7 +97,7 @@ def count_checks(
     return checks
 
 
-def resource_figures(samples: Sequence[dict[str, Any]], *, backend_service: str | None) -> ResourceFigures:
+def resource_figures(samples: Sequence[Mapping[str, Any]], *, backend_service: str | None) -> ResourceFigures:
     """Resource use while the load ran: k6, the backend, the GPU and the rest of the machine (None
     without samples)."""
     backend_usage = summarise(samples, backend_service) if backend_service else {}

@@ -4,7 +4,7 @@ significant), the spec file download, and the Trends chart."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +31,7 @@ def _number(value: Any) -> str:
 CHANGE_COLUMNS = ("later runs", "figure", "change", "verdict", "95% interval", "baseline", "later", "runs")
 
 
-def change_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def change_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The change rows with human figure names and readable numbers."""
     frame = pd.DataFrame(rows)
     if frame.empty:
@@ -157,7 +157,7 @@ def baseline_panel(run: Run) -> None:
         st.switch_page(TRENDS_PAGE)
 
 
-def compare_baselines(records: Sequence[dict[str, Any]]) -> None:
+def compare_baselines(records: Sequence[Mapping[str, Any]]) -> None:
     """Compare: the chosen runs' configurations that have a baseline, later runs against it."""
     with session() as db_session:
         comparisons = baselines.comparisons_for_runs(session=db_session, run_ids=[r["run_id"] for r in records])

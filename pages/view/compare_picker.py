@@ -3,7 +3,7 @@ label in the picker (what tells it apart from the runs listed beside it)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,7 @@ def origin_parts(run: Any, flat: dict[str, Any]) -> list[str]:
     return parts
 
 
-def differing_from(flat: dict[str, Any], neighbours: Sequence[dict[str, Any]]) -> list[str]:
+def differing_from(flat: dict[str, Any], neighbours: Sequence[Mapping[str, Any]]) -> list[str]:
     """The settings of ``flat`` whose value differs from any neighbour's (in ``flat``'s order)."""
     return [
         name

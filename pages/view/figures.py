@@ -9,7 +9,7 @@ Per-second series can be smoothed with a moving average (:func:`smoothed`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -306,7 +306,7 @@ def live_figures(live: dict[str, Any] | None, *, smooth_s: int = 1) -> list[go.F
     return figures
 
 
-def _done_frame(records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def _done_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([r for r in records if r.get("status") == "done"])
 
 
@@ -337,7 +337,7 @@ def series_style(backend: str, index: int) -> dict[str, Any]:
     }
 
 
-def figure_vs_vus(records: Sequence[dict[str, Any]], figure_name: str, *, title: str) -> go.Figure:
+def figure_vs_vus(records: Sequence[Mapping[str, Any]], figure_name: str, *, title: str) -> go.Figure:
     """Mean of one figure against VUs, one line per series (per backend unless the records carry
     a series), in its backend's colour; a series of one point is a marker."""
     figure = go.Figure()
@@ -362,17 +362,17 @@ def figure_vs_vus(records: Sequence[dict[str, Any]], figure_name: str, *, title:
     return readable(figure, title=title, x_title=header("vus"), y_title=header(figure_name))
 
 
-def throughput_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
+def throughput_vs_vus_figure(records: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Mean output tokens/s against VUs, one line per backend."""
     return figure_vs_vus(records, "output_tok_per_s", title="Output tokens/s against VUs")
 
 
-def req_per_s_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
+def req_per_s_vs_vus_figure(records: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Mean requests/s against VUs, one line per backend (its own chart: another unit)."""
     return figure_vs_vus(records, "req_per_s", title="Requests/s against VUs")
 
 
-def latency_vs_vus_figure(records: Sequence[dict[str, Any]]) -> go.Figure:
+def latency_vs_vus_figure(records: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Mean p50/p95/p99 latency against VUs, per series (its backend's colour; dash style per percentile)."""
     figure = go.Figure()
     frame = _done_frame(records)
@@ -429,7 +429,7 @@ def overlaid_series_figure(
     )
 
 
-def hit_rates_figure(records: Sequence[dict[str, Any]]) -> go.Figure | None:
+def hit_rates_figure(records: Sequence[Mapping[str, Any]]) -> go.Figure | None:
     """Mean prefix (vLLM KV) and response (Redis) cache hit rates per backend; None when no
     run involved a cache (no chart of nothing)."""
     figure = go.Figure()

@@ -6,22 +6,25 @@ to its Run detail and to Compare (with its experiment's done runs chosen).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
 
+from db.figures import RunFigures, figure_by
+from lab.measurement.results import RunResults
 from pages.common import COMPARE_PAGE, RUN_DETAIL_PAGE
 from pages.view.names import format_value, local_time
 from pages.view.tables import metric_tiles, status_badge
 from pages.view.text import plain, show_failure, show_plain
 
 # (label with unit, record field) of the card's tiles: the figures a person looks for first.
-CARD_FIGURES: tuple[tuple[str, str], ...] = (
-    ("req/s", "req_per_s"),
-    ("output tok/s", "output_tok_per_s"),
-    ("p95 latency (s)", "latency_p95_s"),
-    ("avg latency (s)", "latency_avg_s"),
-    ("failed requests", "requests_failed"),
+CARD_FIGURES: tuple[Callable[[RunFigures], Any], ...] = (
+    lambda f: f.req_per_s,
+    lambda f: f.output_tok_per_s,
+    lambda f: f.latency_p95_s,
+    lambda f: f.latency_avg_s,
+    lambda f: f.requests_failed,
 )
 
 
@@ -40,11 +43,17 @@ def render_result_card(card: dict[str, Any]) -> None:
     with st.container(border=True, key="result_card"):
         st.markdown(card_heading(card))
         if card["status"] == "done":
-            metric_tiles([(label, format_value(name, card.get(name)), None) for label, name in CARD_FIGURES])
+            results = RunResults.of_record(card)
+            metric_tiles(
+                [
+                    (figure_by(select).header, format_value(figure_by(select).name, select(results)), None)
+                    for select in CARD_FIGURES
+                ]
+            )
         elif card.get("status_reason"):
             show_failure(card["status_reason"], kind="error" if card["status"] == "failed" else "info")
-        if card.get("measurement_warnings"):
-            show_plain(card["measurement_warnings"], kind="warning")
+        if warnings := RunResults.of_record(card).measurement_warnings:
+            show_plain(warnings, kind="warning")
         with st.container(horizontal=True, wrap=True, gap="medium"):  # one under the other when narrow
             st.page_link(
                 RUN_DETAIL_PAGE,

@@ -9,7 +9,7 @@ page and its tests call it without Streamlit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +65,7 @@ def setting_text(name: str, value: Any) -> str:
 
 
 def chart_series(
-    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None], axis: Sequence[str]
+    records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None], axis: Sequence[str]
 ) -> list[RunSeries]:
     """The runs (``records`` and their stored ``specs`` in step) grouped into series: one series
     per backend and distinct value of every differing setting outside ``axis``, in first-seen order."""
@@ -91,7 +91,7 @@ def chart_series(
 
 
 def with_series(
-    records: Sequence[dict[str, Any]], specs: Sequence[dict[str, Any] | None], axis: Sequence[str]
+    records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None], axis: Sequence[str]
 ) -> list[dict[str, Any]]:
     """Copies of ``records``, each with its series' label under ``"series"`` (the charts group by it)."""
     label_of = {run_id: series.label for series in chart_series(records, specs, axis) for run_id in series.run_ids}

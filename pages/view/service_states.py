@@ -32,7 +32,7 @@ def settled(action: str, state: str | None, state_before: str | None) -> bool:
 
 
 def shown_states(
-    statuses: Sequence[dict[str, Any]], pending: Mapping[str, tuple[str, float, str | None]], *, now_s: float
+    statuses: Sequence[Mapping[str, Any]], pending: Mapping[str, tuple[str, float, str | None]], *, now_s: float
 ) -> tuple[list[dict[str, Any]], Pending]:
     """The services as shown (a pending action over its recorded state; a service never
     recorded yet added as "starting"), and the actions still pending."""

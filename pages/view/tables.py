@@ -8,7 +8,7 @@ themselves come from the domain (:mod:`lab.analysis`), computed once for the pag
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -111,13 +111,13 @@ def model_short_name(model: str | None) -> str:
 
 
 def runs_table(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[Mapping[str, Any]],
     *,
     sort_by: str = "run_id",
     descending: bool = True,
     progress_by_run: dict[int, dict[str, Any] | None] | None = None,
 ) -> pd.DataFrame:
-    """The Runs page table from run records (``lab.analysis.compare.run_record``), sorted, for display:
+    """The Runs page table from run records (``lab.analysis.compare.RunRecord``), sorted, for display:
     human headers, rounded figures, "–" for missing, local times, a running run's phase.
 
     Missing figures sort last whichever the direction.
@@ -328,7 +328,7 @@ def metric_tiles(tiles: Sequence[tuple[str, str, str | None]]) -> None:
 # -- compare -----------------------------------------------------------------------------
 
 
-def seed_comparison_table(preset: str, records: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def seed_comparison_table(preset: str, records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """The seed's table of ``preset`` with ours (mean [95% CI] over repeats) and the seed's
     published figures beside them (``seed ...`` columns)."""
     return pd.DataFrame(

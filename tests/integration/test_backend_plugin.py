@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from lab import cli
-from lab.analysis.compare import run_record
+from lab.analysis.compare import RunRecord
 from lab.analysis.safe_csv import records_to_csv
 from lab.backends import get_backend, register, unregister
 from lab.report.seed_tables import our_table
@@ -70,7 +70,7 @@ def test_a_kind_registered_in_a_test_runs_through_the_cli_the_runner_and_compare
     engine = get_engine(get_settings().resolved_database_url)
     with Session(engine) as session:
         runs = store.list_runs(session=session, newest_first=False)
-        records = [run_record(run) for run in runs]
+        records = [RunRecord.of(run) for run in runs]
         environments = [run.environment for run in runs]
     assert [(r["backend"], r["vus"], r["status"]) for r in records] == [(KIND, 1, "done"), (KIND, 2, "done")]
     for record, environment in zip(records, environments, strict=True):
@@ -110,5 +110,5 @@ def test_a_kind_registered_in_a_test_runs_through_the_cli_the_runner_and_compare
     )
     assert code == 0, capsys.readouterr().err
     with Session(engine) as session:
-        cached = run_record(store.list_runs(session=session, limit=1)[0])
+        cached = RunRecord.of(store.list_runs(session=session, limit=1)[0])
     assert cached["backend"] == f"{KIND}+cache" and cached["response_cache_hit_rate"] > 0.5

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from db import store
 from db.engine import get_engine
 from lab import backends, cli, workloads
-from lab.analysis.compare import run_record
+from lab.analysis.compare import RunRecord
 from lab.settings import get_settings
 from tests.integration.test_backend_plugin import KIND as BACKEND
 from tests.integration.test_backend_plugin import StubEngine
@@ -71,7 +71,7 @@ def test_a_workload_registered_in_a_test_runs_through_the_worker_and_shows_in_co
 
     with Session(get_engine(get_settings().resolved_database_url)) as session:
         [run] = store.list_runs(session=session)
-        record = run_record(run)
+        record = RunRecord.of(run)
         spec = run.spec
     assert (record["backend"], record["workload"], record["status"]) == (BACKEND, KIND, "done")
     assert record["requests_ok"] > 0 and record["requests_failed"] == 0

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import Run, RunStatus
-from lab.analysis.compare import run_record
+from lab.analysis.compare import RunRecord
 from lab.context import LabContext
 from lab.queue import experiments
 from lab.queue.worker import Worker
@@ -157,6 +157,6 @@ def run_experiment(engine: Engine, settings: Settings, spec: ExperimentSpec) -> 
         for run in runs:
             series = store.get_run_series(session=session, run_id=run.id)
             records.append(
-                run_record(run) | {"count_check": run.count_check, "series": series.series if series else {}}
+                {**RunRecord.of(run), "count_check": run.count_check, "series": series.series if series else {}}
             )
         return records

@@ -84,7 +84,7 @@ def test_a_figure_added_to_a_copy_of_the_declarations_reaches_store_csv_page_and
             )
             session.add(run)
             session.commit()
-            record = compare.run_record(session.get(models.Run, run.id))
+            record = compare.RunRecord.of(session.get(models.Run, run.id))
         engine.dispose()
         csv_lines = safe_csv.records_to_csv([record]).splitlines()
         page_table = names.display_frame(pd.DataFrame([record]))

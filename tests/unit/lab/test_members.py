@@ -15,7 +15,7 @@ from db import migrations, store
 from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab import run_actions
-from lab.analysis.compare import run_record
+from lab.analysis.compare import RunRecord
 from lab.analysis.safe_csv import records_to_csv
 from lab.members import (
     ADMIN,
@@ -208,7 +208,7 @@ def test_runs_filter_by_launcher_and_the_csv_carries_it(engine) -> None:
         assert store.run_launchers(session=session) == [ALICE.name, BOB.name]
         mine = store.list_runs(session=session, launched_by=BOB.name)
         assert len(mine) == 2 and {run.launched_by for run in mine} == {BOB.name}
-        records = [run_record(run) for run in store.list_runs(session=session)]
+        records = [RunRecord.of(run) for run in store.list_runs(session=session)]
     header, *_rows = records_to_csv(records).splitlines()
     assert "launched_by" in header.split(",")
     assert {record["launched_by"] for record in records} == {ALICE.name, BOB.name}

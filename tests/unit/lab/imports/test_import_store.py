@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from db.engine import get_engine
 from db.models import Experiment, Run, RunAudit, RunRequests, RunStatus
-from lab.analysis.compare import generic_table, run_record
+from lab.analysis.compare import RunRecord, generic_table
 from lab.cli import entry as cli
 from lab.imports import read_result_file
 from lab.imports.saving import ImportRefused, save_parsed
@@ -53,7 +53,7 @@ def test_lab_import_stores_each_benchmark_once_marked_with_its_tool(
         runs = list(session.scalars(select(Run).order_by(Run.id)))
         assert [run.source_tool for run in runs] == ["guidellm 0.8.1", "guidellm 0.8.1", "vllm-bench 0.32"]
         assert all(run.status == RunStatus.DONE and run.cell_label.startswith(run.source_tool or "?") for run in runs)
-        record = run_record(runs[0])
+        record = RunRecord.of(runs[0])
         assert record["source"] == "guidellm 0.8.1" and record["launched_by"] == runs[0].launched_by
         audit = list(session.scalars(select(RunAudit)))
         assert {line.action for line in audit} == {"import"} and len(audit) == 3
@@ -125,7 +125,7 @@ def test_compare_shows_an_imported_guidellm_run_beside_a_lab_run(engine: Engine)
         imported = session.scalars(select(Run).where(Run.vus == parsed.runs[0].load.vus)).one()
         session.add(lab_run_like(imported, req_per_s=2.4, latency_avg_s=0.41, output_tok_per_s=19.0))
         session.commit()
-        records = [run_record(run) for run in session.scalars(select(Run).where(Run.vus == imported.vus))]
+        records = [RunRecord.of(run) for run in session.scalars(select(Run).where(Run.vus == imported.vus))]
     table = generic_table(records)
     assert list(table["source"]) == ["guidellm 0.8.1", "lab"]
     assert set(table["vus"]) == {imported.vus} and set(table["backend"]) == {"external"}

@@ -3,6 +3,7 @@ the load_generator_warning -> measurement_warnings upgrade and the naive server'
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -438,19 +439,22 @@ def test_server_tokens_for_requests_in_flight_at_the_end_are_no_mismatch() -> No
 
 def test_stored_warnings_are_recomputed_by_todays_rules_and_event_notes_kept() -> None:
     from lab.measurement.checks import recomputed_warnings
+    from lab.measurement.results import RunResults
 
     stored = (
         "the load lasted 60 s, less than 10 times the mean latency (12.00 s): where the last requests end "
         "moves req/s and tok/s, prefer the steady figures or a longer run; client and server requests differ "
         "by +10.0% (client 100, server 110); the response cache was unreachable for 3 s: 12 answers uncached"
     )
-    columns = {"latency_avg_s": 12.0, "duration_s": 60, "steady_output_tok_per_s": 250.0, "other_cpu_percent_avg": 2}
     # The 10 extra requests were the ones still in flight at the end: within today's allowance.
     checks = {
         "requests": {"client": 100, "server": 110, "difference": 10, "difference_ratio": 0.1, "in_flight_allowance": 32}
     }
-    assert recomputed_warnings(stored, columns=columns, count_check=checks) == (
+    results = RunResults(latency_avg_s=12.0, steady_output_tok_per_s=250.0, other_cpu_percent_avg=2)
+    assert recomputed_warnings(stored, results=results, load_duration_s=60, count_check=checks) == (
         "the response cache was unreachable for 3 s: 12 answers uncached"
     )
-    busy = recomputed_warnings(None, columns={**columns, "other_cpu_percent_avg": 90}, count_check=None)
+    busy = recomputed_warnings(
+        None, results=dataclasses.replace(results, other_cpu_percent_avg=90), load_duration_s=60, count_check=None
+    )
     assert busy is not None and busy.startswith("other processes used 90% of a core")

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from db import store
 from db.models import RESULT_COLUMNS, Run
-from lab.analysis.compare import RECORD_FIELDS, run_record
+from lab.analysis.compare import RECORD_FIELDS, RunRecord
 from lab.analysis.safe_csv import records_to_csv
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import client_figures, parse_summary
@@ -61,7 +61,9 @@ def test_stored_results_come_back_in_the_record_and_the_csv(engine: Engine) -> N
     results = RunResults(requests_ok=7, req_per_s=1.5, latency_p95_s=0.25, measurement_warnings="=note")
     store.set_run_status(engine=engine, run_id=run_id, status="done", **results.as_columns())
     with Session(engine) as session:
-        record = run_record(store.get_run(session=session, run_id=run_id))
+        stored = store.get_run(session=session, run_id=run_id)
+        assert stored is not None
+        record = RunRecord.of(stored)
     assert {name: record[name] for name in RESULT_FIELDS} == results.as_columns()
     row = next(csv.DictReader(io.StringIO(records_to_csv([record]))))
     assert (row["requests_ok"], row["latency_p95_s"], row["measurement_warnings"]) == ("7", "0.25", "'=note")

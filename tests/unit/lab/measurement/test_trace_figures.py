@@ -68,6 +68,6 @@ def test_late_requests_are_warned_like_dropped_iterations_and_recomputed_from_st
     assert "raise load.max_vus" in warning
     assert measurement_warnings(requests_late=0, lateness_p99_ms=3.0) == []
     stored = warning + "; the cache proxy failed open"
-    assert recomputed_warnings(stored, columns={"requests_late_over_50ms": 0}, count_check=None) == (
-        "the cache proxy failed open"
-    )
+    assert recomputed_warnings(
+        stored, results=RunResults(requests_late_over_50ms=0), load_duration_s=None, count_check=None
+    ) == ("the cache proxy failed open")

@@ -46,7 +46,7 @@ _next_id = iter(range(1, 10_000))
 
 
 def record(preset: str, backend: str, *, repeat: int = 0, status: str = "done", **figures: Any) -> dict[str, Any]:
-    """A dict shaped like lab.analysis.compare.run_record's output."""
+    """A dict shaped like lab.analysis.compare.RunRecord."""
     row: dict[str, Any] = {name: None for name in RECORD_FIELDS}
     cell = (
         f"backend={backend}"
