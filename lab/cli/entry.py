@@ -22,6 +22,7 @@ from lab.cli.import_commands import add_import_command, cmd_import
 from lab.cli.lab_commands import cmd_reproduce, cmd_start, cmd_worker
 from lab.cli.run_commands import cmd_run, cmd_runs
 from lab.cli.scale_options import add_scale_and_rounds
+from lab.cli.semantic_commands import add_semantic_report_command, cmd_semantic_report
 from lab.cli.services_commands import cmd_services, service_names
 from lab.cli.trace_commands import add_trace_commands, cmd_traces
 from lab.context import LabContext, StorageError
@@ -236,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reproduce(commands)
     add_import_command(commands)
     add_trace_commands(commands)
+    add_semantic_report_command(commands)
     add_compare_command(commands)
     add_archive_command(commands)
     return parser
@@ -251,6 +253,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, LabContext], int]] = {
     "capacity": cmd_capacity,
     "import": cmd_import,
     "traces": cmd_traces,
+    "semantic-report": cmd_semantic_report,
     "compare-reproductions": cmd_compare_reproductions,
     "archive-reproductions": cmd_archive_reproductions,
 }

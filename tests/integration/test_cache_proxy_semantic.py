@@ -107,9 +107,12 @@ def test_another_models_or_settings_entry_is_never_served(semantic_proxy: Manage
 def test_another_credentials_entry_is_never_served(
     stub_upstream: ManagedService, redis_service: Any, log_dir: Path
 ) -> None:
-    with running_proxy(
-        stub_upstream, redis_service.redis_url, log_dir, *SEMANTIC, "--credentials", "per-credential"
-    ) as proxy, httpx.Client(base_url=proxy.url, timeout=60) as client:
+    with (
+        running_proxy(
+            stub_upstream, redis_service.redis_url, log_dir, *SEMANTIC, "--credentials", "per-credential"
+        ) as proxy,
+        httpx.Client(base_url=proxy.url, timeout=60) as client,
+    ):
         alice = {"authorization": "Bearer alice-key"}
         bob = {"authorization": "Bearer bob-key"}
         assert client.post(CHAT_PATH, json=chat(QUESTION), headers=alice).headers["x-cache"] == "MISS"

@@ -128,3 +128,43 @@ def test_a_spec_hands_the_proxy_its_tier_and_a_section_axis_labels_its_cells(tmp
         grid={"cache": [{"tier": "off"}, {"tier": "semantic", "similarity": 0.9}]},
     )
     assert [label for label, _ in experiment.distinct_cells()] == ["tier=off", "tier=semantic similarity=0.9"]
+
+
+def test_the_tradeoff_chart_and_table_name_every_run_and_the_front(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lab.report import charts
+    from lab.report.semantic_cache import table_lines, tradeoff_figure, write_semantic_report
+
+    monkeypatch.setattr(charts, "write_pngs", lambda found, folder: ({}, "no browser in the fast tier"))
+    proxy = ProxyMetrics()
+    semantic = SemanticMetrics(proxy.registry)
+    before = proxy_snapshot(proxy)
+    proxy.hits.inc()
+    semantic.hits.inc()
+    proxy.misses.inc()
+    semantic.lookups.inc()
+    semantic.verified.inc()
+    semantic.false_hits.inc()
+    server_metrics = {"before": {"cache_proxy": before}, "after": {"cache_proxy": proxy_snapshot(proxy)}}
+    points = [
+        threshold_point(1, "off", {"tier": "off"}, None, None),
+        threshold_point(2, "exact", {"tier": "exact"}, None, 0.1),
+        threshold_point(3, "0.8", {"tier": "semantic", "similarity": 0.8}, server_metrics, None),
+    ]
+    chosen = [found for found in points if found is not None]
+    figure = tradeoff_figure(chosen)
+    assert [trace.name for trace in figure.data] == [
+        "cache off",
+        "exact cache",
+        "semantic, by threshold",
+        "Pareto front",
+    ]
+    assert list(figure.data[2].text) == ["semantic 0.8"] and list(figure.data[2].y) == [100.0]
+    assert tradeoff_figure(chosen[:2]) is None  # nothing semantic: no chart
+    table = table_lines(chosen)
+    assert "| 3 | semantic 0.8 | 50.0% | 0 | 1 | 1 | 1 | 100.0% (20.7%-100.0%) |" in table[-1]
+    folder = tmp_path / "report"
+    written = write_semantic_report(chosen, folder, heading="Sweep", notes=["A note."])
+    readme = (folder / "README.md").read_text()
+    assert readme.startswith("# Sweep\n\nA note.") and "<!-- src:" in readme
+    assert "(no chart: no browser in the fast tier)" in readme
+    assert folder / "points.json" in written

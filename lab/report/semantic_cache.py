@@ -1,0 +1,167 @@
+"""The semantic-cache report: hit rate against false-hit rate per similarity threshold.
+
+From the runs of a threshold sweep (the ``semantic-cache`` preset, or any runs with
+``cache.tier`` semantic beside exact and off), :func:`sweep_points` reads each run's stored proxy
+metrics (:mod:`lab.analysis.semantic_cache`); :func:`tradeoff_figure` draws every run as a point
+(hit rate across, false-hit rate up, its Wilson interval as an error bar) with the Pareto front
+joined, the exact cache and the cache off as the baselines; Compare shows it, and
+:func:`write_semantic_report` writes it with its table into a folder (``README.md``,
+``tradeoff.png``, ``points.json``): ``python -m lab semantic-report experiment:N --out DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from db.models import Run, RunStatus
+from lab.analysis.semantic_cache import ThresholdPoint, pareto_front, threshold_point
+
+
+def sweep_points(*, session: Session, run_ids: Sequence[int]) -> list[ThresholdPoint]:
+    """The finished runs of ``run_ids`` as points of the trade (runs without the figures left out)."""
+    runs = session.scalars(select(Run).where(Run.id.in_(list(run_ids)), Run.status == RunStatus.DONE)).all()
+    points = []
+    for run in sorted(runs, key=lambda run: run.id):
+        cache = (run.spec or {}).get("cache") or {}
+        point = threshold_point(
+            run.id, run.cell_label or f"run {run.id}", cache, run.server_metrics, run.response_cache_hit_rate
+        )
+        if point is not None:
+            points.append(point)
+    return points
+
+
+def experiment_run_ids(*, session: Session, experiment_id: int) -> list[int]:
+    """The runs of one experiment."""
+    return list(session.scalars(select(Run.id).where(Run.experiment_id == experiment_id)).all())
+
+
+def _point_name(point: ThresholdPoint) -> str:
+    return f"semantic {point.similarity:g}" if point.tier == "semantic" else point.tier
+
+
+def tradeoff_figure(
+    points: Sequence[ThresholdPoint], *, title: str = "Semantic cache: hit rate against false hits"
+) -> Any:
+    """Every run as a point (hit rate, false-hit rate with its 95% Wilson interval), named by its
+    tier and threshold; the Pareto front joined. None without a semantic run."""
+    if not any(point.tier == "semantic" for point in points):
+        return None
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for tier, symbol in (("off", "x"), ("exact", "square"), ("semantic", "circle")):
+        chosen = [point for point in points if point.tier == tier and point.false_hit_rate is not None]
+        if not chosen:
+            continue
+        figure.add_trace(
+            go.Scatter(
+                x=[point.hit_rate * 100 for point in chosen],
+                y=[(point.false_hit_rate or 0) * 100 for point in chosen],
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [
+                        ((point.false_hit_rate_ci95_high or 0) - (point.false_hit_rate or 0)) * 100 for point in chosen
+                    ],
+                    "arrayminus": [
+                        ((point.false_hit_rate or 0) - (point.false_hit_rate_ci95_low or 0)) * 100 for point in chosen
+                    ],
+                },
+                mode="markers+text",
+                marker={"symbol": symbol, "size": 10},
+                text=[_point_name(point) for point in chosen],
+                textposition="top center",
+                name={"off": "cache off", "exact": "exact cache", "semantic": "semantic, by threshold"}[tier],
+            )
+        )
+    front = pareto_front(points)
+    figure.add_trace(
+        go.Scatter(
+            x=[point.hit_rate * 100 for point in front],
+            y=[(point.false_hit_rate or 0) * 100 for point in front],
+            mode="lines",
+            line={"dash": "dot"},
+            name="Pareto front",
+        )
+    )
+    figure.update_layout(
+        title=title,
+        xaxis_title="hit rate (% of requests looked up)",
+        yaxis_title="false-hit rate (% of verified semantic hits)",
+        legend={"orientation": "h", "y": -0.25},
+        margin={"b": 120},
+    )
+    return figure
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def _milliseconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def table_lines(points: Sequence[ThresholdPoint]) -> list[str]:
+    """The points as a Markdown table: hit rates, false hits with their interval, added latency."""
+    lines = [
+        "| run | tier | hit rate | exact hits | semantic hits | verified | false hits | false-hit rate (95% interval)"
+        " | answer similarity | added ms on a hit p50/p99 | added ms on a miss p50/p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for point in points:
+        figures = point.figures
+        if figures is None:
+            lines.append(f"| {point.run_id} | {_point_name(point)} | {_percent(point.hit_rate)} | | | | | | | | |")
+            continue
+        low, high = _percent(figures.false_hit_rate_ci95_low), _percent(figures.false_hit_rate_ci95_high)
+        interval = f"{_percent(figures.false_hit_rate)} ({low}-{high})"
+        similarity = "n/a" if figures.answer_similarity_mean is None else f"{figures.answer_similarity_mean:.3f}"
+        lines.append(
+            f"| {point.run_id} | {_point_name(point)} | {_percent(figures.hit_rate)} | {figures.exact_hits} |"
+            f" {figures.semantic_hits} | {figures.verified_hits} | {figures.false_hits} | {interval} | {similarity} |"
+            f" {_milliseconds(figures.hit_path_added_p50_ms)}/{_milliseconds(figures.hit_path_added_p99_ms)} |"
+            f" {_milliseconds(figures.miss_path_added_p50_ms)}/{_milliseconds(figures.miss_path_added_p99_ms)} |"
+        )
+    return lines
+
+
+def write_semantic_report(
+    points: Sequence[ThresholdPoint], folder: Path, *, heading: str, notes: Sequence[str] = ()
+) -> list[Path]:
+    """``README.md`` (the table and the chart), ``tradeoff.png`` and ``points.json`` in ``folder``."""
+    from lab.report.charts import write_pngs
+
+    folder.mkdir(parents=True, exist_ok=True)
+    figure = tradeoff_figure(points)
+    written, problem = write_pngs({"tradeoff": figure} if figure is not None else {}, folder)
+    data = [{**asdict(point), "figures": asdict(point.figures) if point.figures else None} for point in points]
+    (folder / "points.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    front = ", ".join(_point_name(point) for point in pareto_front(points)) or "none"
+    source = folder / "points.json"
+    if source.resolve().is_relative_to(Path.cwd()):  # the documents' check reads figures back from it
+        source = source.resolve().relative_to(Path.cwd())
+    lines = [
+        f"# {heading}",
+        "",
+        *notes,
+        "",
+        f"<!-- src: {source.as_posix()} -->",
+        *table_lines(points),
+        "",
+        f"On the Pareto front (no other run has both a higher hit rate and fewer false hits): {front}.",
+        "",
+        "![hit rate against false-hit rate](tradeoff.png)" if "tradeoff" in written else f"(no chart: {problem})",
+        "",
+        "Generated by `python -m lab semantic-report`; the points' data: `points.json`.",
+    ]
+    (folder / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [folder / "README.md", folder / "points.json", *written.values()]
