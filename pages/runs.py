@@ -14,6 +14,7 @@ import streamlit as st
 from db.models import RunStatus
 from lab import history, run_actions
 from lab.analysis.compare import RunRecord
+from lab.queue.dispatch import queue_order
 from lab.specs.schema import BACKENDS, list_presets
 from pages.common import (
     COMPARE_PAGE,
@@ -53,11 +54,26 @@ def live_panel(state: dict) -> None:
                     f"{plural(queued, 'run')} queued; waiting for the worker "
                     "(`python -m lab start` runs one beside the web lab)."
                 )
+                queue_line()
         return
     with st.container(border=True):
         st.markdown(panel_heading(run, queued))
         render_phase(run, startup=startup_facts(run) if run["status"] == RunStatus.STARTING else None)
         stop_buttons(run)
+        if queued:
+            queue_line()
+
+
+def queue_line() -> None:
+    """The queue in the order the workers take it: priority first (a long experiment's rounds
+    have a lower one, so a single run queued later goes before them), then the oldest."""
+    with session() as db_session:
+        first, total = queue_order(session=db_session)
+    if not first:
+        return
+    more = f", then {plural(total - len(first), 'more run')}" if total > len(first) else ""
+    runs = ", ".join(f"#{run.run_id} {plain(run.cell_label)} (priority {run.priority})" for run in first)
+    st.caption(f"Next in the queue: {runs}{more}.")
 
 
 def stop_buttons(run: dict) -> None:

@@ -26,11 +26,11 @@ from itertools import combinations
 from typing import Any, Protocol
 
 import psutil
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from db import store, worker_store
-from db.models import Run
+from db.models import Run, RunStatus
 from lab.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,24 @@ def worker_queues(*, worker_name: str, labels: Collection[str]) -> list[str]:
     return [
         queue_name(requires_labels=subset, pinned_worker=pinned) for pinned in (None, worker_name) for subset in subsets
     ]
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A queued run as the Runs page lists the queue."""
+
+    run_id: int
+    priority: int
+    cell_label: str
+
+
+def queue_order(*, session: Session, limit: int = 5) -> tuple[list[QueuedRun], int]:
+    """The first ``limit`` queued runs in the order workers take them (higher priority first, then
+    the oldest; each worker takes the first it may), and how many runs are queued in all."""
+    queued = select(Run.id, Run.priority, Run.cell_label).where(Run.status == RunStatus.QUEUED)
+    rows = session.execute(queued.order_by(Run.priority.desc(), Run.id).limit(limit)).all()
+    total = session.scalar(select(func.count()).select_from(queued.subquery())) or 0
+    return [QueuedRun(run_id, priority or 0, cell_label) for run_id, priority, cell_label in rows], int(total)
 
 
 def claim_of(engine: Engine, run_id: int, job_id: int | None = None) -> Claim:
