@@ -30,6 +30,7 @@ from array import array
 from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from lab.measurement.k6_results import CHAT_TAG, CHAT_TAG_VALUE, LatencyStats, percentile, streaming_figures_from_ms
@@ -47,6 +48,20 @@ _POINT_RE = re.compile(
 _POINT_MARKERS = tuple(f'{{"metric":"{name}","type":"Point"'.encode() for name in _STREAM_METRICS)
 _CHAT_TAG_BYTES = f'"{CHAT_TAG}":"{CHAT_TAG_VALUE}"'.encode()
 _SUCCESS_TAG_BYTES = b'"expected_response":"true"'
+
+
+class SeriesColumn(StrEnum):
+    """The columns of a run's per-second series (k6's part of the stored series document):
+    counts per bucket, latencies of the requests that ended in it, and the VUs."""
+
+    TIME_S = "time_s"
+    REQUESTS_OK = "requests_ok"
+    REQUESTS_FAILED = "requests_failed"
+    OUTPUT_TOKENS = "output_tokens"
+    LATENCY_AVG_S = "latency_avg_s"
+    LATENCY_P50_S = "latency_p50_s"
+    LATENCY_P95_S = "latency_p95_s"
+    VUS = "vus"
 
 
 @dataclass(frozen=True)
@@ -77,16 +92,7 @@ class PerSecondSeries:
     stream_trends_ms: dict[str, array[float]] = field(default_factory=dict)
     unstreamed_answers: int = 0
 
-    COLUMNS: ClassVar[tuple[str, ...]] = (
-        "time_s",
-        "requests_ok",
-        "requests_failed",
-        "output_tokens",
-        "latency_avg_s",
-        "latency_p50_s",
-        "latency_p95_s",
-        "vus",
-    )
+    COLUMNS: ClassVar[tuple[str, ...]] = tuple(column.value for column in SeriesColumn)
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -455,28 +461,27 @@ def _series_from_buckets(buckets: _Buckets, *, bucket_s: float, samples_read: in
     seen = buckets.seen
     first = min(seen) if seen else 0
     indexes = range(first, max(seen) + 1) if seen else range(0)
-    series: dict[str, list[Any]] = {name: [] for name in PerSecondSeries.COLUMNS}
-    for index in indexes:
-        closed = buckets.closed.get(index)
-        series["time_s"].append(round((index - first) * bucket_s, 9))
-        series["requests_ok"].append(closed.count if closed else 0)
-        series["requests_failed"].append(buckets.failures.get(index, 0))
-        series["output_tokens"].append(int(buckets.output_tokens.get(index, 0)))
-        series["latency_avg_s"].append(closed.sum_ms / closed.count / 1000.0 if closed else None)
-        series["latency_p50_s"].append(closed.p50_ms / 1000.0 if closed and closed.p50_ms is not None else None)
-        series["latency_p95_s"].append(closed.p95_ms / 1000.0 if closed and closed.p95_ms is not None else None)
-        series["vus"].append(int(buckets.vus[index]) if index in buckets.vus else None)
+    closed = [buckets.closed.get(index) for index in indexes]
+    requests_failed = [buckets.failures.get(index, 0) for index in indexes]
+    output_tokens = [int(buckets.output_tokens.get(index, 0)) for index in indexes]
     return PerSecondSeries(
         bucket_s=bucket_s,
         start_epoch_s=first * bucket_s if seen else None,
         latency=_latency_stats(buckets.success_latencies_ms),
         requests_ok_total=len(buckets.success_latencies_ms),
-        requests_failed_total=sum(series["requests_failed"]),
-        output_tokens_total=sum(series["output_tokens"]),
+        requests_failed_total=sum(requests_failed),
+        output_tokens_total=sum(output_tokens),
         samples_read=samples_read,
         stream_trends_ms=_stream_trends_ms(buckets),
         unstreamed_answers=buckets.unstreamed,
-        **series,
+        time_s=[round((index - first) * bucket_s, 9) for index in indexes],
+        requests_ok=[bucket.count if bucket else 0 for bucket in closed],
+        requests_failed=requests_failed,
+        output_tokens=output_tokens,
+        latency_avg_s=[bucket.sum_ms / bucket.count / 1000.0 if bucket else None for bucket in closed],
+        latency_p50_s=[bucket.p50_ms / 1000.0 if bucket and bucket.p50_ms is not None else None for bucket in closed],
+        latency_p95_s=[bucket.p95_ms / 1000.0 if bucket and bucket.p95_ms is not None else None for bucket in closed],
+        vus=[int(buckets.vus[index]) if index in buckets.vus else None for index in indexes],
     )
 
 

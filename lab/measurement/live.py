@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.measurement.k6_ndjson import SampleStream
+from lab.measurement.k6_ndjson import SampleStream, SeriesColumn
 
 # The newest points kept in a run's progress (a 10-minute load at one point a second).
 MAX_LIVE_POINTS = 600
@@ -52,24 +52,21 @@ class StreamTail:
         first = math.floor(origin_epoch_s)
         last = math.floor(until_epoch_s) - 1  # the current second is still filling
         seconds = range(max(first, last - MAX_LIVE_POINTS + 1), last + 1)
-        out: dict[str, list[Any]] = {
-            "time_s": [],
-            "output_tokens": [],
-            "requests_ok": [],
-            "latency_avg_s": [],
-            "latency_p95_s": [],
-            "requests_failed": [],
-        }
         with self.lock:
             figures = [self.stream.second_figures(second) for second in seconds]
-        for second, (ok, failed, tokens, avg_ms, p95_ms) in zip(seconds, figures, strict=False):
-            out["time_s"].append(second - first)
-            out["output_tokens"].append(int(tokens))
-            out["requests_ok"].append(ok)
-            out["requests_failed"].append(failed)
-            out["latency_avg_s"].append(round(avg_ms / 1000, 4) if avg_ms is not None else None)
-            out["latency_p95_s"].append(round(p95_ms / 1000, 4) if p95_ms is not None else None)
-        return out
+        columns: dict[SeriesColumn, list[Any]] = {
+            SeriesColumn.TIME_S: [second - first for second in seconds[: len(figures)]],
+            SeriesColumn.OUTPUT_TOKENS: [int(tokens) for _, _, tokens, _, _ in figures],
+            SeriesColumn.REQUESTS_OK: [ok for ok, _, _, _, _ in figures],
+            SeriesColumn.LATENCY_AVG_S: [
+                round(avg_ms / 1000, 4) if avg_ms is not None else None for *_, avg_ms, _ in figures
+            ],
+            SeriesColumn.LATENCY_P95_S: [
+                round(p95_ms / 1000, 4) if p95_ms is not None else None for *_, p95_ms in figures
+            ],
+            SeriesColumn.REQUESTS_FAILED: [failed for _, failed, _, _, _ in figures],
+        }
+        return {column.value: values for column, values in columns.items()}
 
 
 class NdjsonTail(StreamTail):

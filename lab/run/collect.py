@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics, trace_figures
-from lab.measurement.results import RunResults
+from lab.measurement.results import FigurePart, RunResults
 from lab.run import decisions
 from lab.run import figures as run_figures
 from lab.run.final_state import PART_WRITERS, retry_while_unreachable
@@ -28,6 +29,25 @@ from lab.run.k6_driver import K6Process
 from lab.run.steps import RunTargets
 from lab.specs.schema import RunSpec
 from services.manager import ServiceManager
+
+
+@dataclass(frozen=True)
+class CollectedRun:
+    """What a finished load gave: the run's typed figures, the client/server cross-checks and the
+    raw /metrics snapshots; :meth:`as_columns` is the store's write, made once at the end."""
+
+    results: RunResults
+    count_check: dict[str, Any] = field(default_factory=dict)
+    server_metrics: dict[str, Any] = field(default_factory=dict)
+
+    def with_parts(self, *parts: FigurePart) -> CollectedRun:
+        """The same, with the figures of ``parts`` written over."""
+        return replace(self, results=self.results.with_parts(*parts))
+
+    def as_columns(self) -> dict[str, Any]:
+        """The run's columns as the store writes them."""
+        return {**self.results.as_columns(), "count_check": self.count_check, "server_metrics": self.server_metrics}
+
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +143,9 @@ class RunCollector:
         server_samples: list[dict[str, Any]],
         *,
         partial: bool = False,
-    ) -> dict[str, Any]:
-        """Parse k6's outputs and the server metrics into run columns (and store the series): one
-        :class:`RunResults` assembled from each producer's typed part, the cross-checks, the raw metrics."""
+    ) -> CollectedRun:
+        """Parse k6's outputs and the server metrics (and store the series): one :class:`RunResults`
+        assembled from each producer's typed part, the cross-checks, the raw metrics."""
         figures: dict[str, Any] = k6_results.parse_summary(self.summary_path) if self.summary_path.is_file() else {}
         client = k6_results.client_figures(figures)
         stream = self.stream_results()
@@ -145,18 +165,21 @@ class RunCollector:
             )
             self.cache_errors = cache["response_cache_errors"] or 0
         checks = run_figures.count_checks(figures, backend=backend, cache=cache, max_tokens=spec.max_tokens)
+        response_cache = server_metrics.response_cache_part(
+            cache, client_hit_rate=RunResults.of_record(figures).response_cache_hit_rate
+        )
         steady = run_figures.steady_figures(
             series_doc,
             figures,
             backend,
             load_duration_s=spec.load.planned_duration_s,
             behind_cache=bool(targets.proxy_url),
-            response_cache_hits=cache["response_cache_hits"] if cache else None,
+            response_cache_hits=response_cache.response_cache_hits if cache else None,
         )
         results = RunResults.from_parts(
             client,
             server_metrics.backend_part(backend),
-            server_metrics.response_cache_part(cache, client_hit_rate=figures.get("response_cache_hit_rate")),
+            response_cache,
             run_figures.resource_figures(samples, backend_service=targets.backend_service),
             steady,
             *filter(None, [trace_figures.trace_part(self.run_dir, self.summary_path)]),
@@ -169,11 +192,11 @@ class RunCollector:
                 load_duration_s=spec.load.planned_duration_s,
             )
         )
-        return {
-            **results.as_columns(),
-            "count_check": checks,
-            "server_metrics": {"before": before, "after": after, "delta": {"backend": backend_change}},
-        }
+        return CollectedRun(
+            results=results,
+            count_check=checks,
+            server_metrics={"before": before, "after": after, "delta": {"backend": backend_change}},
+        )
 
     def _store_series(self, targets: RunTargets, series_doc: dict[str, Any]) -> None:
         """The per-second series with the services' log tails, and every request's figures
@@ -218,7 +241,7 @@ class RunCollector:
     ) -> dict[str, Any]:
         """Whatever k6 wrote before a failure, cancel or stop (figures; the series is stored too)."""
         try:
-            return self.collect(spec, targets, before, samples, server_samples, partial=True)
+            return self.collect(spec, targets, before, samples, server_samples, partial=True).as_columns()
         except Exception as error:
             log.warning(
                 "run %s: partial figures not complete: %s",

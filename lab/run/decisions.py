@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlch
 from db.models import RunStatus
 from lab.measurement.checks import join_warnings
 from lab.measurement.k6_results import K6ResultsError
+from lab.measurement.results import RunResults
 from services.catalog import ServiceKind
 
 # Services a run survives losing: the cache proxy fails open without Redis (answers come
@@ -238,22 +239,22 @@ def fail_open_note(lost_services: Sequence[str], *, answers_uncached: int, answe
 
 
 def run_warnings(
-    columns: Mapping[str, Any],
+    results: RunResults,
     *,
     lost_services: Sequence[str],
     cache_errors: int,
     disk_note: str | None,
     metrics_problems: Mapping[str, str],
 ) -> str | None:
-    """The run's measurement warnings: those ``columns`` hold, then a fail-open cache, a
+    """The run's measurement warnings: those ``results`` hold, then a fail-open cache, a
     full run folder and each server whose /metrics could not be read."""
-    notes: list[str | None] = [columns.get("measurement_warnings")]
+    notes: list[str | None] = [results.measurement_warnings]
     if lost_services:
         notes.append(
             fail_open_note(
                 lost_services,
                 answers_uncached=cache_errors,
-                answers_not_stored=columns.get("response_cache_store_errors") or 0,
+                answers_not_stored=results.response_cache_store_errors or 0,
             )
         )
     if disk_note:
@@ -278,16 +279,14 @@ def most_common_error_answer(error_answers: Mapping[str, int]) -> tuple[str, int
     return max(members)[1], sum(count for count, _ in members)
 
 
-def final_state(
-    columns: Mapping[str, Any], *, error_answers: Mapping[str, int] | None = None
-) -> tuple[str, str | None]:
+def final_state(results: RunResults, *, error_answers: Mapping[str, int] | None = None) -> tuple[str, str | None]:
     """(status, reason) of a run whose load ended: done, or failed when no request succeeded,
     quoting the most common error answer when requests failed (a context error is not cured
     by a longer duration)."""
-    if columns.get("requests_ok"):
+    if results.requests_ok:
         return RunStatus.DONE, None
-    failed = columns.get("requests_failed") or 0
-    counts = f"{failed} failed, {columns.get('iterations_interrupted') or 0} still in flight at the end"
+    failed = results.requests_failed or 0
+    counts = f"{failed} failed, {results.iterations_interrupted or 0} still in flight at the end"
     common = most_common_error_answer(error_answers or {})
     if failed and common is not None:
         answer, times = common

@@ -13,7 +13,7 @@ from typing import Any
 
 from lab.measurement import server_metrics
 from lab.measurement.checks import join_warnings, measurement_warnings, steady_throughput
-from lab.measurement.k6_ndjson import PerSecondSeries
+from lab.measurement.k6_ndjson import PerSecondSeries, SeriesColumn
 from lab.measurement.resources import summarise, summarise_host
 from lab.measurement.results import CheckFigures, ResourceFigures, RunResults, SteadyFigures
 
@@ -108,8 +108,8 @@ def resource_figures(samples: Sequence[Mapping[str, Any]], *, backend_service: s
         backend_cpu_percent_avg=backend_usage.get("cpu_percent_avg"),
         backend_rss_max_mb=backend_usage.get("rss_max_mb"),
         gpu_utilization_avg_percent=sum(gpu) / len(gpu) if gpu else None,
-        other_cpu_percent_avg=host["other_cpu_percent_avg"],
-        steal_cpu_percent_avg=host["steal_cpu_percent_avg"],
+        # The host's figures that are this part's (its CPU in all is not a stored figure).
+        **{name: value for name, value in host.items() if name in ResourceFigures.names()},
     )
 
 
@@ -134,8 +134,9 @@ def steady_figures(
     load_start = (server.get("t") or [None])[0] or client_start
     # Tokens per completed request from k6 first: the server's token counter also holds the
     # tokens of requests aborted at the graceful stop, which its request counter never counts.
-    if figures.get("output_tokens") and figures.get("requests_ok"):
-        tokens_per_request = figures["output_tokens"] / figures["requests_ok"]
+    completed = RunResults.of_record(figures).requests_ok
+    if figures.get("output_tokens") and completed:
+        tokens_per_request = figures["output_tokens"] / completed
     elif server and backend.get("server_output_tokens") and backend.get("server_e2e_requests"):
         tokens_per_request = backend["server_output_tokens"] / backend["server_e2e_requests"]
     else:
@@ -151,7 +152,7 @@ def steady_figures(
         if client_start is not None
         else (),
         client_output_tokens=series_doc.get("output_tokens") or (),
-        client_requests_ok=series_doc.get("requests_ok") or (),
+        client_requests_ok=series_doc.get(SeriesColumn.REQUESTS_OK) or (),
         tokens_per_request=tokens_per_request,
     )
     return steady.part()

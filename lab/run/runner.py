@@ -22,7 +22,7 @@ from db.store import RunFenced
 from lab.measurement.machine_speed import calibration_s
 from lab.measurement.results import MachineSpeedFigures
 from lab.run import decisions
-from lab.run.collect import RunCollector, Snapshots
+from lab.run.collect import CollectedRun, RunCollector, Snapshots
 from lab.run.decisions import RunCancelled
 from lab.run.final_state import FinalStateWriter, PendingFinalStates
 from lab.run.steps import RunSteps, RunTargets
@@ -129,8 +129,8 @@ class RunExecutor:
             # A progress write: skipped while the database is unreachable (the final write retries).
             steps.live_write(lambda: steps.set_status(RunStatus.PARSING))
             steps.check_load(exit_code)
-            columns = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
-            return self._store({**columns, **run.calibration.figures()})
+            collected = self.collector.collect(spec, targets, run.before, run.samples, steps.server_samples)
+            return self._store(collected.with_parts(run.calibration))
         except (RunCancelled, ServiceStartAborted):
             self.final_state.write(
                 RunStatus.CANCELLED,
@@ -166,19 +166,21 @@ class RunExecutor:
         finally:
             steps.stop_k6()
 
-    def _store(self, columns: dict[str, Any]) -> str:
+    def _store(self, collected: CollectedRun) -> str:
         """The run's figures with its warnings, in its final state (done, or failed without a success)."""
-        columns["measurement_warnings"] = decisions.run_warnings(
-            columns,
+        warnings = decisions.run_warnings(
+            collected.results,
             lost_services=self.steps.lost_services,
             cache_errors=self.collector.cache_errors,
             disk_note=self._run_folder_full(),
             metrics_problems=self.collector.metrics_problems,
         )
-        error_answers = self.collector.error_answers() if not columns.get("requests_ok") else {}
-        status, reason = decisions.final_state(columns, error_answers=error_answers)
+        results = replace(collected.results, measurement_warnings=warnings)
+        error_answers = self.collector.error_answers() if not results.requests_ok else {}
+        status, reason = decisions.final_state(results, error_answers=error_answers)
         if reason:
             log.warning("run %s failed: %s", self.run_id, reason)
+        columns = replace(collected, results=results).as_columns()
         self.final_state.write(status, reason=reason, parts=self.collector.unsaved_parts, **columns)
         return status
 

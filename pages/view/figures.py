@@ -16,7 +16,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from db.figures import figure_by
 from lab.backends import spec_backend_names
+from lab.measurement.k6_ndjson import SeriesColumn
 from pages.view.names import display_name, header
 from pages.view.text import chart_label
 
@@ -134,10 +136,13 @@ def series_frame(series: dict[str, Any] | None) -> pd.DataFrame:
     if frame.empty:
         return frame
     bucket_s = float(series.get("bucket_s") or 1.0)
-    if "output_tokens" in frame:
-        frame["output_tok_per_s"] = pd.to_numeric(frame["output_tokens"], errors="coerce") / bucket_s
-    if "requests_ok" in frame:
-        frame["req_per_s"] = pd.to_numeric(frame["requests_ok"], errors="coerce") / bucket_s
+    # Counts per bucket become rates, named after the figures they stand beside.
+    for count, rate in (
+        (SeriesColumn.OUTPUT_TOKENS, figure_by(lambda f: f.output_tok_per_s).name),
+        (SeriesColumn.REQUESTS_OK, figure_by(lambda f: f.req_per_s).name),
+    ):
+        if count in frame:
+            frame[rate] = pd.to_numeric(frame[count], errors="coerce") / bucket_s
     return frame
 
 
@@ -227,8 +232,9 @@ def run_detail_figures(series: dict[str, Any] | None, *, smooth_s: int = 1) -> l
             present = [column for column in columns if has_data(frame, [column])]
             if present:
                 figures.append(line_figure(frame, present, title=title, y_title=y_title, smooth_s=smooth_s))
-        if "requests_failed" in frame and pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum():
-            figures.append(line_figure(frame, ["requests_failed"], title="Failed requests", y_title="per second"))
+        failed = SeriesColumn.REQUESTS_FAILED
+        if failed in frame and pd.to_numeric(frame[failed], errors="coerce").fillna(0).sum():
+            figures.append(line_figure(frame, [failed], title="Failed requests", y_title="per second"))
     figures += resource_figures(resources_frame(series))
     server = resources_frame(series, "server")
     if has_data(server, ["running_requests", "waiting_requests"]):
@@ -292,11 +298,9 @@ def live_figures(live: dict[str, Any] | None, *, smooth_s: int = 1) -> list[go.F
         # k6's part holds counts per second, like a stored series: series_frame makes them rates.
         frame = series_frame(live.get(part)) if part == "k6" else pd.DataFrame(live.get(part) or {})
         present = [column for column in columns if has_data(frame, [column])]
-        if (
-            "requests_failed" in present
-            and not pd.to_numeric(frame["requests_failed"], errors="coerce").fillna(0).sum()
-        ):
-            present.remove("requests_failed")  # no failures: no line for them
+        failed = SeriesColumn.REQUESTS_FAILED
+        if failed in present and not pd.to_numeric(frame[failed], errors="coerce").fillna(0).sum():
+            present.remove(failed)  # no failures: no line for them
         if present:
             figures.append(line_figure(frame, present, title=title, y_title=y_title, smooth_s=smooth_s))
     cpu = pd.DataFrame(live.get("cpu") or {})

@@ -152,13 +152,14 @@ def format_progress(progress: dict[str, Any] | None) -> dict[str, str]:
     def seconds(value: float | None) -> str:
         return "–" if value is None else f"{value:.0f} s"
 
-    req_per_s = progress.get("req_per_s")
+    # The live progress keeps k6's running counts under the names of the figures they become.
+    req_per_s = progress.get(figure_by(lambda f: f.req_per_s).name)
     return {
         "elapsed": seconds(elapsed_s),
         "remaining": seconds(remaining_s),
         "req/s": format_rate(req_per_s),
         "requests": str(progress.get("requests_completed") or 0),
-        "errors": str(progress.get("requests_failed") or 0),
+        "errors": str(progress.get(figure_by(lambda f: f.requests_failed).name) or 0),
         "VUs": "–" if progress.get("vus") is None else str(progress.get("vus")),
     }
 

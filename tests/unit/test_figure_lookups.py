@@ -16,8 +16,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("lab", "pages", "services", "db")
 DECLARATION = PROJECT_ROOT / "db" / "figures.py"
 # What is left to type (issue 58), which may only go down to 0: 135 before the figures were
-# declared once, 48 now (the producers' mappings and the per-second series' columns).
-ALLOWED_LOOKUPS = 48
+# declared once, 17 now: the importers' and k6 streaming producers' mappings (lab/imports,
+# k6_results), the cache proxy's counters (server_metrics) and a trace named in a spec (compare_picker).
+ALLOWED_LOOKUPS = 17
 
 
 def _figure_literals(node: ast.AST) -> list[str]:

@@ -11,6 +11,7 @@ from sqlalchemy.exc import OperationalError
 
 from db.models import RunStatus
 from lab.measurement.k6_results import K6ResultsError
+from lab.measurement.results import RunResults
 from lab.run import decisions
 from lab.run.decisions import RunFailed
 
@@ -110,9 +111,9 @@ def test_a_load_fails_when_k6_fails_or_writes_no_summary() -> None:
 
 # -- after the load ------------------------------------------------------------------------
 def test_the_warnings_keep_the_measurements_then_add_the_runs_own() -> None:
-    columns = {"measurement_warnings": "k6 used 90% CPU", "response_cache_store_errors": 3}
+    results = RunResults(measurement_warnings="k6 used 90% CPU", response_cache_store_errors=3)
     warnings = decisions.run_warnings(
-        columns,
+        results,
         lost_services=["redis"],
         cache_errors=7,
         disk_note="the disk is full",
@@ -126,16 +127,19 @@ def test_the_warnings_keep_the_measurements_then_add_the_runs_own() -> None:
         "the cache proxy's /metrics answered HTTP 404: its server-side figures are missing, the client's (k6) are kept",
     ]
     assert warnings == "".join(expected_in_order)
-    assert decisions.run_warnings({}, lost_services=[], cache_errors=0, disk_note=None, metrics_problems={}) is None
+    assert (
+        decisions.run_warnings(RunResults(), lost_services=[], cache_errors=0, disk_note=None, metrics_problems={})
+        is None
+    )
 
 
 def test_a_run_without_a_success_fails_with_its_counts() -> None:
-    assert decisions.final_state({"requests_ok": 3}) == (RunStatus.DONE, None)
-    status, reason = decisions.final_state({"requests_ok": 0, "requests_failed": 5, "iterations_interrupted": 2})
+    assert decisions.final_state(RunResults(requests_ok=3)) == (RunStatus.DONE, None)
+    status, reason = decisions.final_state(RunResults(requests_ok=0, requests_failed=5, iterations_interrupted=2))
     assert status == RunStatus.FAILED and reason is not None
     assert reason.startswith("no request completed successfully (5 failed, 2 still in flight at the end)")
     assert "check the backend's log" in reason and "lengthen the duration" not in reason  # failures, not time
-    _, in_flight_only = decisions.final_state({"requests_ok": 0, "requests_failed": 0, "iterations_interrupted": 2})
+    _, in_flight_only = decisions.final_state(RunResults(requests_ok=0, requests_failed=0, iterations_interrupted=2))
     assert in_flight_only is not None
     assert "lengthen the duration or the graceful stop" in in_flight_only
 
@@ -152,7 +156,7 @@ def test_a_run_whose_requests_all_failed_quotes_the_most_common_error_answer() -
         CONTEXT_ERROR.format(n=9100, m=9036): 2,
         "no answer: request timeout": 4,
     }
-    status, reason = decisions.final_state({"requests_ok": 0, "requests_failed": 9}, error_answers=answers)
+    status, reason = decisions.final_state(RunResults(requests_ok=0, requests_failed=9), error_answers=answers)
     # Answers differing only in numbers are one answer (5 of 9), quoted by its most frequent form.
     assert status == RunStatus.FAILED
     assert reason == (
