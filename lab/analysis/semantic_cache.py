@@ -9,6 +9,10 @@ run's ``server_metrics``); their difference gives, for the semantic tier
 - the false-hit rate: verified semantic hits whose fresh answer differed, over the verified ones
   (the proxy's measuring mode, ``cache.verify_fraction``), with its Wilson interval: at 0 of 40
   verified it is still up to 8.8%, which is what a sample of 40 can say;
+- the answer-mismatch rate: verified semantic hits whose served and fresh answers embed less than
+  :data:`ANSWER_MISMATCH_BELOW` alike (a softer reading than equal text: a small model words the
+  same answer differently for two wordings of one question, and equal text calls that a false
+  hit), with its Wilson interval;
 - the latency the tier adds to every request it embeds, p50 and p99, on the hit path (embedding
   and search of a request answered SEMANTIC) and on the miss path (the same, paid by a request
   that then goes upstream anyway), read from the histograms' buckets (linear within a bucket,
@@ -29,6 +33,9 @@ from lab.analysis.statistics import proportion_interval
 from lab.measurement.server_metrics import delta
 
 Snapshot = Mapping[str, float]
+# A verified hit whose two answers embed less alike than this is an answer mismatch (a bucket
+# bound of the proxy's lab_cache_semantic_answer_similarity histogram).
+ANSWER_MISMATCH_BELOW = 0.8
 
 
 def _count(change: Snapshot, name: str) -> int:
@@ -73,6 +80,10 @@ class SemanticCacheFigures:
     false_hit_rate_ci95_low: float | None
     false_hit_rate_ci95_high: float | None
     answer_similarity_mean: float | None
+    answer_mismatches: int
+    answer_mismatch_rate: float | None
+    answer_mismatch_rate_ci95_low: float | None
+    answer_mismatch_rate_ci95_high: float | None
     hit_path_added_p50_ms: float | None
     hit_path_added_p99_ms: float | None
     miss_path_added_p50_ms: float | None
@@ -99,6 +110,9 @@ def semantic_figures(change: Snapshot) -> SemanticCacheFigures | None:
     )
     false_rate = proportion_interval(false_hits, verified)
     similarity_count = change.get("lab_cache_semantic_answer_similarity_count", 0.0)
+    # The bucket up to the cut counts answers at most that similar: a hair above the cut is not a mismatch.
+    mismatches = _count(change, f'lab_cache_semantic_answer_similarity_bucket{{le="{ANSWER_MISMATCH_BELOW}"}}')
+    mismatch_rate = proportion_interval(mismatches, round(similarity_count))
     return SemanticCacheFigures(
         lookups=lookups,
         exact_hits=exact_hits,
@@ -114,6 +128,10 @@ def semantic_figures(change: Snapshot) -> SemanticCacheFigures | None:
         answer_similarity_mean=(
             change.get("lab_cache_semantic_answer_similarity_sum", 0.0) / similarity_count if similarity_count else None
         ),
+        answer_mismatches=mismatches,
+        answer_mismatch_rate=mismatch_rate.mean,
+        answer_mismatch_rate_ci95_low=mismatch_rate.ci95_low,
+        answer_mismatch_rate_ci95_high=mismatch_rate.ci95_high,
         hit_path_added_p50_ms=_milliseconds(histogram_quantile(change, "lab_cache_semantic_hit_path_seconds", 0.5)),
         hit_path_added_p99_ms=_milliseconds(histogram_quantile(change, "lab_cache_semantic_hit_path_seconds", 0.99)),
         miss_path_added_p50_ms=_milliseconds(histogram_quantile(change, "lab_cache_semantic_miss_path_seconds", 0.5)),

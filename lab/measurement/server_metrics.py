@@ -22,9 +22,14 @@ Snapshot = dict[str, float]
 
 CACHE_PROXY_PREFIXES = ("lab_cache_",)
 # Histograms whose buckets a snapshot keeps (see parse_metrics_text): the semantic tier's added
-# latency, whose p50 and p99 a run reports (lab.analysis.semantic_cache).
+# latency, whose p50 and p99 a run reports, and its verified answers' similarity (lab.analysis.semantic_cache).
 HISTOGRAMS_WITH_BUCKETS = frozenset(
-    {"lab_cache_semantic_hit_path_seconds", "lab_cache_semantic_miss_path_seconds", "lab_cache_embedding_seconds"}
+    {
+        "lab_cache_semantic_hit_path_seconds",
+        "lab_cache_semantic_miss_path_seconds",
+        "lab_cache_embedding_seconds",
+        "lab_cache_semantic_answer_similarity",
+    }
 )
 # A /metrics page larger than this is not read (vLLM's is ~100 kB): an external target
 # could answer with anything, of any size.

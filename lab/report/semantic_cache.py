@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db.models import Run, RunStatus
-from lab.analysis.semantic_cache import ThresholdPoint, pareto_front, threshold_point
+from lab.analysis.semantic_cache import ANSWER_MISMATCH_BELOW, ThresholdPoint, pareto_front, threshold_point
 
 
 def sweep_points(*, session: Session, run_ids: Sequence[int]) -> list[ThresholdPoint]:
@@ -51,7 +51,8 @@ def tradeoff_figure(
     points: Sequence[ThresholdPoint], *, title: str = "Semantic cache: hit rate against false hits"
 ) -> Any:
     """Every run as a point (hit rate, false-hit rate with its 95% Wilson interval), named by its
-    tier and threshold; the Pareto front joined. None without a semantic run."""
+    tier and threshold, each semantic run also at its answer-mismatch rate; the Pareto front (of
+    the false-hit rate) joined. None without a semantic run."""
     if not any(point.tier == "semantic" for point in points):
         return None
     import plotly.graph_objects as go
@@ -82,6 +83,11 @@ def tradeoff_figure(
                 name={"off": "cache off", "exact": "exact cache", "semantic": "semantic, by threshold"}[tier],
             )
         )
+    semantic = [
+        point for point in points if point.figures is not None and point.figures.answer_mismatch_rate is not None
+    ]
+    if semantic:
+        figure.add_trace(_mismatch_trace(semantic))
     front = pareto_front(points)
     figure.add_trace(
         go.Scatter(
@@ -102,6 +108,29 @@ def tradeoff_figure(
     return figure
 
 
+def _mismatch_trace(points: Sequence[ThresholdPoint]) -> Any:
+    """The softer reading, per semantic run: verified hits whose answers embed less than
+    :data:`ANSWER_MISMATCH_BELOW` alike (hollow markers, with their Wilson interval)."""
+    import plotly.graph_objects as go
+
+    rates = [point.figures for point in points if point.figures is not None]
+    return go.Scatter(
+        x=[point.hit_rate * 100 for point in points],
+        y=[(figures.answer_mismatch_rate or 0) * 100 for figures in rates],
+        error_y={
+            "type": "data",
+            "symmetric": False,
+            "array": [((f.answer_mismatch_rate_ci95_high or 0) - (f.answer_mismatch_rate or 0)) * 100 for f in rates],
+            "arrayminus": [
+                ((f.answer_mismatch_rate or 0) - (f.answer_mismatch_rate_ci95_low or 0)) * 100 for f in rates
+            ],
+        },
+        mode="markers",
+        marker={"symbol": "circle-open", "size": 10},
+        name=f"semantic: answers under {ANSWER_MISMATCH_BELOW:g} alike",
+    )
+
+
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}%"
 
@@ -114,20 +143,29 @@ def table_lines(points: Sequence[ThresholdPoint]) -> list[str]:
     """The points as a Markdown table: hit rates, false hits with their interval, added latency."""
     lines = [
         "| run | tier | hit rate | exact hits | semantic hits | verified | false hits | false-hit rate (95% interval)"
-        " | answer similarity | added ms on a hit p50/p99 | added ms on a miss p50/p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f" | answer similarity | answers under {ANSWER_MISMATCH_BELOW:g} alike (95% interval)"
+        " | added ms on a hit p50/p99 | added ms on a miss p50/p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for point in points:
         figures = point.figures
         if figures is None:
-            lines.append(f"| {point.run_id} | {_point_name(point)} | {_percent(point.hit_rate)} | | | | | | | | |")
+            lines.append(f"| {point.run_id} | {_point_name(point)} | {_percent(point.hit_rate)} | | | | | | | | | |")
             continue
         low, high = _percent(figures.false_hit_rate_ci95_low), _percent(figures.false_hit_rate_ci95_high)
         interval = f"{_percent(figures.false_hit_rate)} ({low}-{high})"
         similarity = "n/a" if figures.answer_similarity_mean is None else f"{figures.answer_similarity_mean:.3f}"
+        mismatch_low = _percent(figures.answer_mismatch_rate_ci95_low)
+        mismatch_high = _percent(figures.answer_mismatch_rate_ci95_high)
+        mismatch = (
+            "n/a"
+            if figures.answer_mismatch_rate is None
+            else f"{_percent(figures.answer_mismatch_rate)} ({mismatch_low}-{mismatch_high})"
+        )
         lines.append(
             f"| {point.run_id} | {_point_name(point)} | {_percent(figures.hit_rate)} | {figures.exact_hits} |"
-            f" {figures.semantic_hits} | {figures.verified_hits} | {figures.false_hits} | {interval} | {similarity} |"
+            f" {figures.semantic_hits} | {figures.verified_hits} | {figures.false_hits} | {interval} |"
+            f" {similarity} | {mismatch} |"
             f" {_milliseconds(figures.hit_path_added_p50_ms)}/{_milliseconds(figures.hit_path_added_p99_ms)} |"
             f" {_milliseconds(figures.miss_path_added_p50_ms)}/{_milliseconds(figures.miss_path_added_p99_ms)} |"
         )

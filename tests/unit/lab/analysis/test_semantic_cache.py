@@ -56,6 +56,7 @@ def test_a_runs_figures_come_from_the_change_of_the_proxys_metrics() -> None:
     assert figures.false_hit_rate_ci95_low == pytest.approx(0.0456, abs=1e-3)
     assert figures.false_hit_rate_ci95_high == pytest.approx(0.6994, abs=1e-3)
     assert figures.answer_similarity_mean == pytest.approx(0.8)
+    assert figures.answer_mismatches == 1 and figures.answer_mismatch_rate == pytest.approx(0.5)  # the 0.7 one
     assert 10 < figures.hit_path_added_p50_ms < 15  # type: ignore[operator]
     assert 10 < figures.miss_path_added_p50_ms < 15  # type: ignore[operator]
     assert 75 < figures.miss_path_added_p99_ms <= 100  # type: ignore[operator]  # the one slow miss
@@ -161,7 +162,7 @@ def test_the_tradeoff_chart_and_table_name_every_run_and_the_front(tmp_path, mon
     assert list(figure.data[2].text) == ["semantic 0.8"] and list(figure.data[2].y) == [100.0]
     assert tradeoff_figure(chosen[:2]) is None  # nothing semantic: no chart
     table = table_lines(chosen)
-    assert "| 3 | semantic 0.8 | 50.0% | 0 | 1 | 1 | 1 | 100.0% (20.7%-100.0%) |" in table[-1]
+    assert "| 3 | semantic 0.8 | 50.0% | 0 | 1 | 1 | 1 | 100.0% (20.7%-100.0%) | n/a | n/a |" in table[-1]
     folder = tmp_path / "report"
     written = write_semantic_report(chosen, folder, heading="Sweep", notes=["A note."])
     readme = (folder / "README.md").read_text()
