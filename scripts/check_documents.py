@@ -70,6 +70,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ("README.md", "BENCHMARKS.md", "RELIABILITY.md", "docs")
 # Reports and comparisons the lab writes from data: sources themselves.
 GENERATED_MARK = "<!-- generated:"
+RECORD_NAME = re.compile(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.md")
 # Pages this project renders from its data files: checked by rendering them again.
 RENDERED_MARK = "<!-- generated: scripts/render_results.py"
 
@@ -412,22 +413,30 @@ def documents(root: Path = PROJECT_ROOT) -> list[Path]:
     return found
 
 
-def check_published_reproductions(root: Path) -> list[Finding]:
-    """The reports and comparisons under docs/reproduction/, which the checkout cannot write again:
-    each file against its seal (lab.report.seal), and the archive's index and its reports' top
-    lines against what ``lab archive-reproductions`` writes from them."""
+def check_sealed_documents(root: Path) -> list[Finding]:
+    """The documents written once and never again: the reports and comparisons under
+    docs/reproduction/ (the checkout cannot write them again) and the dated records under
+    docs/records/ (they keep their words), each file against its seal (lab.report.seal); and the
+    archive's index and its reports' top lines against what ``lab archive-reproductions`` writes."""
     reproductions = root / "docs" / "reproduction"
-    if not reproductions.is_dir():
-        return []
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     from lab.report.archive import archive_texts, stale_files
-    from lab.report.seal import all_problems
+    from lab.report.seal import all_problems, seal_problems
 
     def name(path: Path) -> str:
         return path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
 
     findings = [Finding(name(path), 1, why) for path, why in all_problems(reproductions)]
+    records = root / "docs" / "records"
+    if records.is_dir():  # dated records keep their words: sealed when written (make results)
+        kept = sorted(path for path in records.glob("*.md") if RECORD_NAME.fullmatch(path.name))
+        findings += [
+            Finding(name(path), 1, why)
+            for path, why in seal_problems(
+                records, kept, sealed_by="make results", rule="the record as written (write a new record instead)"
+            )
+        ]
     archive = reproductions / "archive"
     if archive.is_dir():
         findings += [
@@ -439,7 +448,7 @@ def check_published_reproductions(root: Path) -> list[Finding]:
 
 def check(root: Path = PROJECT_ROOT) -> list[Finding]:
     return [finding for path in documents(root) for finding in check_document(path, root)] + (
-        check_published_reproductions(root)
+        check_sealed_documents(root)
     )
 
 

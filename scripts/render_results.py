@@ -505,9 +505,32 @@ def main(argv: list[str] | None = None) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         print(f"{path.as_posix()}: {len(text.splitlines())} lines")
+    if not args.check:
+        for record in seal_new_records(PROJECT_ROOT):
+            print(f"sealed {record.relative_to(PROJECT_ROOT).as_posix()}")
     for name in stale:
         print(f"{name} differs from its rendering: run make results", file=sys.stderr)
     return 1 if stale else 0
+
+
+def record_files(root: Path) -> list[Path]:
+    """The dated records (not their index): kept word for word, so sealed (lab.report.seal)."""
+    return sorted(path for path in (root / RECORDS_DIR).glob("*.md") if RECORD_NAME.fullmatch(path.name))
+
+
+def seal_new_records(root: Path) -> list[Path]:
+    """Seal each record that has no seal line yet; one that differs from its line stays a finding
+    of the documents check (a record keeps its words), never sealed over."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from lab.report.seal import read_seal, write_seal
+
+    folder = root / RECORDS_DIR
+    sealed = read_seal(folder)
+    new = [path for path in record_files(root) if path.name not in sealed]
+    if new:
+        write_seal(folder, new)
+    return new
 
 
 if __name__ == "__main__":

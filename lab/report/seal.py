@@ -73,18 +73,23 @@ def report_files(folder: Path) -> list[Path]:
     )
 
 
-def seal_problems(folder: Path, files: Iterable[Path]) -> list[tuple[Path, str]]:
-    """Each of ``files`` that its folder's seal does not cover or that differs from it, and why."""
+def seal_problems(
+    folder: Path,
+    files: Iterable[Path],
+    *,
+    sealed_by: str = "python -m lab archive-reproductions",
+    rule: str = "the file the lab wrote",
+) -> list[tuple[Path, str]]:
+    """Each of ``files`` that its folder's seal does not cover or that differs from it, and why
+    (``sealed_by``: the command that seals a new file there; ``rule``: what the seal holds)."""
     entries = read_seal(folder)
     problems = []
     for path in files:
         name = path.relative_to(folder).as_posix()
         if name not in entries:
-            problems.append((path, f"not sealed (no line in {SEAL_NAME}): run `python -m lab archive-reproductions`"))
+            problems.append((path, f"not sealed (no line in {SEAL_NAME}): run `{sealed_by}`"))
         elif entries[name] != digest(path):
-            problems.append(
-                (path, f"differs from the file the lab wrote ({SEAL_NAME}): a generated document is not edited by hand")
-            )
+            problems.append((path, f"differs from {rule} ({SEAL_NAME}): it is not edited by hand"))
     missing = sorted(name for name in entries if not (folder / name).is_file())
     problems += [(folder / name, f"sealed in {SEAL_NAME} but missing") for name in missing]
     return problems

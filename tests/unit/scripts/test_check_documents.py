@@ -92,3 +92,20 @@ def test_a_report_and_a_comparison_are_checked_against_their_seals(tmp_path: Pat
     # ...and a second run of the archive command never seals over them.
     assert seal_unsealed(reproductions) == []
     assert len([f for f in check_documents.check(tmp_path) if "not edited by hand" in f.text]) == 3
+
+
+def test_a_figure_changed_in_a_dated_record_is_named_whatever_its_pointer(tmp_path: Path) -> None:
+    import shutil
+
+    records = tmp_path / "docs" / "records"
+    shutil.copytree(PROJECT_ROOT / "docs" / "records", records)
+    assert check_documents.check_sealed_documents(tmp_path) == []
+    record = records / "2026-12-01-cache-hit-path-every-published-figure.md"
+    text = record.read_text(encoding="utf-8")
+    assert "2,201" in text
+    record.write_text(text.replace("2,201", "2,210", 1), encoding="utf-8")  # a transposed digit
+    findings = [str(f) for f in check_documents.check_sealed_documents(tmp_path)]
+    assert findings == [
+        f"docs/records/{record.name}:1: differs from the record as written (write a new record instead)"
+        " (SHA256SUMS): it is not edited by hand"
+    ]
