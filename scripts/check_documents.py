@@ -32,6 +32,10 @@ other number of the file:
     <!-- src: FILE.json key=PATH;PATH;... -->   each number of the line, in order, is one value
     <!-- src: FILE.csv key=[run_id=2].req_per_s -->   a CSV's cell: its row by its fields, then its column
 
+Outside the dated records (docs/records/, which keep their words and the pointers they were
+written with, and are sealed), every pointer must be exact: a loose ``src: PATH``, a selector
+that keeps several numbers, or a ``commit`` pointer is itself a finding.
+
 Under a ``key`` pointer every number of the line counts (a count, a unitless cell, an interval's
 bounds, a sign), and the line must hold exactly as many numbers as the pointer has paths. A path
 is dotted (``hit_path.average.lab.req_per_s``, ``ci95.0`` for a list's first item) and picks one
@@ -363,6 +367,9 @@ def check_document(path: Path, root: Path = PROJECT_ROOT) -> list[Finding]:
     lines = text.splitlines()
     findings: list[Finding] = []
     in_code = False
+    # A dated record keeps its words and its pointers as written (its seal guards them); every
+    # other document ties each figure to one value of its source (a key= pointer).
+    frozen = path.parent.name == "records" and RECORD_NAME.fullmatch(path.name) is not None
     for number, pointer in _coverage(lines):
         line = lines[number - 1]
         if line.strip().startswith("```"):
@@ -381,6 +388,11 @@ def check_document(path: Path, root: Path = PROJECT_ROOT) -> list[Finding]:
         if pointer.kind == "not-data":
             continue
         source, selectors, error = pointer.source(path, root)
+        if "key" not in selectors and not frozen:
+            findings.append(
+                Finding(name, number, f"a loose pointer ({pointer.body[:60]}): name each figure's value (key=)")
+            )
+            continue
         if error:
             findings.append(Finding(name, number, error))
             continue

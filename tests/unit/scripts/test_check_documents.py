@@ -29,15 +29,19 @@ def test_a_planted_wrong_figure_in_a_record_fails(tmp_path: Path) -> None:
     record = PROJECT_ROOT / "docs" / "records" / "2026-12-01-cache-hit-path-every-published-figure.md"
     benchmarks = record.read_text(encoding="utf-8")
     assert "| 2,201 [2,067, 2,344] req/s |" in benchmarks
-    (tmp_path / record.name).write_text(benchmarks.replace("2,201 [2,067", "3,440 [2,067"), encoding="utf-8")
-    findings = [str(f) for f in check_documents.check_document(tmp_path / record.name, PROJECT_ROOT)]
+    (tmp_path / "records").mkdir()
+    planted = tmp_path / "records" / record.name
+    planted.write_text(benchmarks.replace("2,201 [2,067", "3,440 [2,067"), encoding="utf-8")
+    findings = [str(f) for f in check_documents.check_document(planted, PROJECT_ROOT)]
     assert len(findings) == 1 and "figures not in order in docs/reproduction/archive/quick/README.md" in findings[0]
 
 
 def test_csv_selectors_rounding_shares_and_missing_pointers(tmp_path: Path) -> None:
-    (tmp_path / "runs.csv").write_text(RUNS_CSV, encoding="utf-8")
+    # A dated record keeps the pointers it was written with (loose ones included); see below for the rest.
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "runs.csv").write_text(RUNS_CSV, encoding="utf-8")
     pointer = "<!-- src: runs.csv where=backend:vllm,vus:1 col=output_tok_per_s -->"
-    document = tmp_path / "NOTES.md"
+    document = tmp_path / "records" / "2026-12-01-notes.md"
     document.write_text(
         "# Notes\n\n"
         f"vLLM at 1 VU: 7.8 tok/s (7.6 and 8.0 a run). {pointer}\n"
@@ -57,6 +61,11 @@ def test_csv_selectors_rounding_shares_and_missing_pointers(tmp_path: Path) -> N
         "figure without a source pointer: 42 req/s",
         "source old/output.json does not exist",
     ]
+    # Any other document names each figure's one value (key=): a loose or a commit pointer is a finding.
+    guide = tmp_path / "records" / "GUIDE.md"
+    guide.write_text(document.read_text(encoding="utf-8"), encoding="utf-8")
+    loose = [f.text for f in check_documents.check_document(guide, tmp_path) if "a loose pointer" in f.text]
+    assert len(loose) == 6 and "commit a460864" in loose[4]
 
 
 def test_a_report_and_a_comparison_are_checked_against_their_seals(tmp_path: Path) -> None:
