@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from enum import StrEnum, nonmember
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
@@ -23,8 +24,9 @@ class Base(DeclarativeBase):
     pass
 
 
-class RunStatus:
-    """The states a run goes through, in order; the last four are final."""
+class RunStatus(StrEnum):
+    """The states a run goes through, in order; the last four are final. The value is what the
+    store keeps; the words a page shows for a state are the page's (``pages.view.tables``)."""
 
     QUEUED = "queued"
     STARTING = "starting"
@@ -36,9 +38,9 @@ class RunStatus:
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
 
-    ACTIVE = (STARTING, WARMING, RUNNING, PARSING)
-    FINAL = (DONE, FAILED, CANCELLED, INTERRUPTED)
-    ALL = (QUEUED, STARTING, WARMING, RUNNING, PARSING, DONE, FAILED, CANCELLED, INTERRUPTED)
+    ACTIVE = nonmember((STARTING, WARMING, RUNNING, PARSING))
+    FINAL = nonmember((DONE, FAILED, CANCELLED, INTERRUPTED))
+    ALL = nonmember((QUEUED, STARTING, WARMING, RUNNING, PARSING, DONE, FAILED, CANCELLED, INTERRUPTED))
 
 
 class Experiment(Base):
@@ -70,7 +72,7 @@ class Experiment(Base):
     runs: Mapped[list[Run]] = relationship(back_populates="experiment", order_by="Run.id")
 
 
-class LongExperimentState:
+class LongExperimentState(StrEnum):
     """Where a long experiment stands; the last two are final."""
 
     RUNNING = "running"
@@ -78,7 +80,7 @@ class LongExperimentState:
     FINISHED = "finished"
     STOPPED = "stopped"
 
-    FINAL = (FINISHED, STOPPED)
+    FINAL = nonmember((FINISHED, STOPPED))
 
 
 class LongExperiment(Base):

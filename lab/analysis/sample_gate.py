@@ -34,7 +34,7 @@ SAMPLE_FIGURES: dict[str, tuple[str, str | float]] = {
     "tpot_p95_s": ("tpot", 95),
 }
 BOOTSTRAP_RESAMPLES = 1000
-BOOTSTRAP_SEED = 20261203
+BOOTSTRAP_RANDOM_SEED = 20261203
 
 
 def undecided(figure: str, why: str) -> FigureChange:
@@ -48,7 +48,7 @@ def finite(values: Sequence[float | None]) -> list[float]:
 
 def percentile_change(baseline: list[float], later: list[float], share: float) -> tuple[float, float, float]:
     """The ratio of the ``share`` percentiles (later over baseline) and its bootstrap 95% interval."""
-    generator = np.random.default_rng(BOOTSTRAP_SEED)
+    generator = np.random.default_rng(BOOTSTRAP_RANDOM_SEED)
     first, second = np.asarray(baseline), np.asarray(later)
     ratio = float(np.percentile(second, share) / np.percentile(first, share))
     draws_first = np.percentile(

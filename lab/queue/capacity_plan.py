@@ -39,7 +39,7 @@ from lab.analysis.slo import Slo, SloError, SloEvaluation, check_slo_applies, ev
 from lab.measurement import request_figures
 from lab.measurement.request_figures import RequestFigures
 from lab.members import os_user
-from lab.queue.experiments import run_columns, seeded_for_round
+from lab.queue.experiments import run_columns, with_round_random_seed
 from lab.specs.schema import (
     PRESETS_DIR,
     ExperimentSpec,
@@ -328,7 +328,7 @@ def measure_probe(
     label = f"{backend} {plan.by}={load:g}"
     runs = []
     for repeat in range(plan.repeats):
-        seeded = seeded_for_round(spec, repeat)
+        seeded = with_round_random_seed(spec, repeat)
         runs.append({"cell_label": label, "repeat_index": repeat, **run_columns(seeded)})
     with Session(engine) as session:
         run_ids = store.add_experiment_runs(session=session, experiment_id=experiment_id, runs=runs, tags=tags)

@@ -61,7 +61,7 @@ def record_wall_time_ratio(*, session: Session, experiment_id: int | None) -> fl
     return experiment.wall_time_ratio
 
 
-def seeded_for_round(spec: RunSpec, round_index: int) -> RunSpec:
+def with_round_random_seed(spec: RunSpec, round_index: int) -> RunSpec:
     """``spec`` with the seed of its round: repeats get distinct seeds so they are independent
     samples, each replayable. The one rule every round of every experiment uses."""
     return RunSpec.model_validate({**spec.model_dump(), "random_seed": (spec.random_seed + round_index) % 2**31})
@@ -100,7 +100,7 @@ def queue_plan(spec: ExperimentSpec, *, first_group: str | None = None) -> tuple
         spec.distinct_cells(),
         repeats=spec.repeats,
         order=order,
-        seed=spec.order_seed or 0,
+        order_seed=spec.order_seed or 0,
         group_of=lambda cell: service_group(cell[1]),
         first_group=first_group,
     )
@@ -123,7 +123,7 @@ def enqueue_experiment(
     runs = []
     for queued in plan:
         cell_label, run_spec = queued.cell
-        seeded = seeded_for_round(run_spec, queued.round_index)
+        seeded = with_round_random_seed(run_spec, queued.round_index)
         runs.append({"cell_label": cell_label, "repeat_index": queued.round_index, **run_columns(seeded)})
     return store.enqueue_experiment(
         session=session,

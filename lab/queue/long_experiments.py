@@ -37,7 +37,7 @@ from db.models import Experiment, LongExperiment, LongExperimentState, Run, RunS
 from lab.analysis.until_decided import Undecided, next_cells, undecided_comparisons
 from lab.analysis.wall_time import run_intervals, wall_time
 from lab.measurement.hardware import identity_summary
-from lab.queue.experiments import queue_plan, run_columns, seeded_for_round
+from lab.queue.experiments import queue_plan, run_columns, with_round_random_seed
 from lab.queue.rounds import round_run_columns, round_seconds
 from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec, UntilDecided
@@ -291,7 +291,7 @@ def planned_round(experiments: Sequence[Experiment], round_index: int) -> Step:
             if item.round_index != round_index:
                 continue
             label, run_spec = item.cell
-            seeded = seeded_for_round(run_spec, round_index)
+            seeded = with_round_random_seed(run_spec, round_index)
             queued.append((experiment.id, {"cell_label": label, "repeat_index": round_index, **run_columns(seeded)}))
     return Step(f"queued planned round {round_index + 1}", runs=tuple(queued))
 

@@ -89,6 +89,7 @@ def _commits(runs: Sequence[Run]) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 
 def _reproduction_figures(session: Session, experiments: Sequence[Experiment]) -> list[FigureSoFar]:
+    from lab.analysis.interval_verdicts import Verdict
     from lab.report.claim_rounds import judge_claims, rounds_of
     from lab.report.trust_section import assess
     from lab.report.verdicts import UNDECIDED
@@ -119,7 +120,7 @@ def _reproduction_figures(session: Session, experiments: Sequence[Experiment]) -
                 verdict.get("ours"),
                 verdict.get("ours_low"),
                 verdict.get("ours_high"),
-                str(verdict["verdict"]),
+                Verdict(verdict["verdict"]).text,
                 progress,
             )
         )

@@ -35,7 +35,7 @@ class QueuedRun(Generic[Cell]):
 
 
 def draw_order_seed() -> int:
-    """A fresh seed for an experiment that names none (recorded with it, so the order replays)."""
+    """A fresh order seed for an experiment that names none (recorded with it, so the order replays)."""
     return random.SystemRandom().randrange(2**31)
 
 
@@ -44,7 +44,7 @@ def plan_runs(
     *,
     repeats: int,
     order: str,
-    seed: int,
+    order_seed: int,
     group_of: Callable[[Cell], Hashable] = lambda cell: 0,
     first_group: Hashable | None = None,
 ) -> list[QueuedRun[Cell]]:
@@ -52,7 +52,7 @@ def plan_runs(
 
     ``blocks``: cells grouped by ``group_of`` (``first_group``, the backend still loaded,
     first), each cell's repeats together. ``interleaved``: ``repeats`` rounds; in each, the
-    groups in an order drawn from ``seed`` and the round, and the cells of a group in a drawn
+    groups in an order drawn from ``order_seed`` and the round, and the cells of a group in a drawn
     order; each cell appears exactly once per round.
     """
     if order not in ORDERS:
@@ -66,7 +66,7 @@ def plan_runs(
         planned = [(cell, r) for group in ordered_groups for cell in groups[group] for r in range(repeats)]
     else:
         for round_index in range(repeats):
-            rng = random.Random(f"{seed}:{round_index}")
+            rng = random.Random(f"{order_seed}:{round_index}")
             round_groups = list(ordered_groups)
             rng.shuffle(round_groups)
             if round_index == 0 and first_group in groups:

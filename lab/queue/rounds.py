@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Experiment, Run, RunStatus
 from lab.analysis.measurability import CellHistory, CellLoad, adapt
-from lab.queue.experiments import run_columns, seeded_for_round, service_group
+from lab.queue.experiments import run_columns, service_group, with_round_random_seed
 from lab.queue.round_order import INTERLEAVED, plan_runs
 from lab.specs.configuration import model_name
 from lab.specs.schema import CellScale, ExperimentSpec, RunSpec
@@ -102,13 +102,13 @@ def round_run_columns(spec: ExperimentSpec, round_index: int, cells: Collection[
         chosen,
         repeats=1,
         order=INTERLEAVED,
-        seed=(spec.order_seed or 0) + round_index,
+        order_seed=(spec.order_seed or 0) + round_index,
         group_of=lambda cell: service_group(cell[1]),
     )
     runs = []
     for queued in plan:
         label, run_spec = queued.cell
-        seeded = seeded_for_round(run_spec, round_index)
+        seeded = with_round_random_seed(run_spec, round_index)
         runs.append({"cell_label": label, "repeat_index": round_index, **run_columns(seeded)})
     return runs
 

@@ -23,6 +23,7 @@ import pandas as pd
 
 from lab.analysis.aggregation import done_runs
 from lab.analysis.compare import RECORD_FIELDS
+from lab.analysis.interval_verdicts import Verdict
 from lab.analysis.safe_csv import records_to_csv
 from lab.report.capacity_section import CapacitySection
 from lab.report.charts import build_charts, write_pngs
@@ -42,7 +43,7 @@ from lab.report.tables import (
     seed_table,
 )
 from lab.report.trust_section import Trust, assess, header_blocks, section_blocks, speed_chart
-from lab.report.verdicts import NOT_HELD_HARDWARE, NOT_MEASURABLE, VERDICT_RULES, VERDICTS
+from lab.report.verdicts import VERDICT_RULES, VERDICTS
 from services.processes import PROJECT_ROOT
 
 PRESETS: tuple[str, ...] = ("seed-exp1", "seed-exp2", "seed-exp3")
@@ -133,7 +134,7 @@ def _head_blocks(
         *header_blocks(trust),
         (
             "p",
-            "Verdicts: " + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]) + ". The seed's set-up: "
+            "Verdicts: " + ", ".join(f"{counts[v]} {v.text}" for v in VERDICTS if counts[v]) + ". The seed's set-up: "
             f"{SEED_HARDWARE}.",
         ),
     ]
@@ -185,7 +186,7 @@ def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
                         "figure": v["figure"],
                         "seed": v["seed_text"],
                         "ours": v["ours_text"],
-                        "verdict": v["verdict"],
+                        "verdict": Verdict(v["verdict"]).text,
                         **({"rounds": v["rounds"]} if "rounds" in v else {}),
                         "why": v["reason"],
                     }
@@ -209,10 +210,12 @@ def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
         ),
         (
             "p",
-            f'Every "why" is computed from these runs\' figures and the environment. "{NOT_HELD_HARDWARE}" '
+            'Every "why" is computed from these runs\' figures and the environment. '
+            f'"{Verdict.NOT_HELD_HARDWARE.text}" '
             "means the figure did not hold and a measured resource of this machine bounds it (named with its "
             'figure): other hardware, such as the seed\'s GPU, would change it. "did not hold" has no such '
-            f'bound: the claim itself is in question here. "{NOT_MEASURABLE}" means the figure is cut off by '
+            f'bound: the claim itself is in question here. "{Verdict.NOT_MEASURABLE.text}" means the figure is cut '
+            "off by "
             "what the run could hold (named): it is not judged.",
         ),
     ]

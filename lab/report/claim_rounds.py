@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.analysis.aggregation import done_runs
+from lab.analysis.interval_verdicts import Verdict
 from lab.analysis.sequential import widening
 from lab.measurement.checks import contention_warned
 from lab.measurement.results import RunResults
 from lab.report.claims import CLAIMS, Claim, evaluate_claims
-from lab.report.verdicts import INCONCLUSIVE, NOT_JUDGED_BUSY, NOT_MEASURABLE, UNDECIDED
+from lab.report.verdicts import UNDECIDED
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def _busy_row(row: dict[str, Any], busy: Sequence[Mapping[str, Any]], rounds: in
     )
     return {
         **row,
-        "verdict": NOT_JUDGED_BUSY,
+        "verdict": Verdict.NOT_JUDGED_BUSY,
         "bound": None,
         "reason": f"other processes used more than the lab's contention threshold of a core while runs {runs} "
         f"ran, so their rounds are left out and {rounds} quiet round{'s' if rounds != 1 else ''} of the {planned} "
@@ -148,7 +149,7 @@ def _judge_one(
         subset = [r for r in quiet if (r.get("repeat_index") or 0) <= upto]
         used = _rounds_of(subset, cells)
         row = judged(subset, widening(used, first_look=rounds.planned, max_rounds=rounds.max_rounds))
-        if row["verdict"] != INCONCLUSIVE:
+        if row["verdict"] != Verdict.INCONCLUSIVE:
             break
     return ClaimRounds(_noted(row, busy_ids, used, rounds, cells), cells, used, busy_ids)
 
@@ -156,7 +157,7 @@ def _judge_one(
 def _noted(
     row: dict[str, Any], busy: tuple[int, ...], used: int, rounds: Rounds, cells: frozenset[str]
 ) -> dict[str, Any]:
-    note = rounds.over_cap_note(row["preset"], cells) if row["verdict"] == NOT_MEASURABLE else ""
+    note = rounds.over_cap_note(row["preset"], cells) if row["verdict"] == Verdict.NOT_MEASURABLE else ""
     if busy:
         note += f". Rounds with runs {', '.join(f'#{r}' for r in busy)} are left out: the machine was busy"
     if rounds.until_decided:

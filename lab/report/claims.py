@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lab.analysis.aggregation import done_runs, vus_range
-from lab.analysis.interval_verdicts import interval_verdict
+from lab.analysis.interval_verdicts import Verdict, interval_verdict
 from lab.analysis.seed import (
     LATENCY_AVG_S,
     SEED_EXPERIMENTS,
@@ -40,18 +40,7 @@ from lab.report.claim_reasons import (
     explain_vllm_growth,
 )
 from lab.report.formatting import format_ratio, ratio_with_bounds
-from lab.report.verdicts import (  # noqa: F401 - re-exported: the verdicts belong with the claims they judge
-    HELD,
-    INCONCLUSIVE,
-    NOT_HELD,
-    NOT_HELD_HARDWARE,
-    NOT_MEASURABLE,
-    NOT_MEASURED,
-    PARTLY,
-    VERDICT_RULES,
-    VERDICTS,
-    judge,
-)
+from lab.report.verdicts import VERDICT_RULES, VERDICTS, judge  # noqa: F401 - re-exported: the verdicts belong with the claims they judge
 
 _NAIVE, _VLLM, _CACHED = SeedSetup.NAIVE, SeedSetup.VLLM, SeedSetup.VLLM_CACHE
 # The VUs behind the seed's experiments 2 and 3 (not stated by the seed; its direct rows match 32).
@@ -378,8 +367,8 @@ def _verdict(
     """The claim's verdict, its reason and the resource that bounded our figure (None: none did);
     ``texts``: our figure and the seed's as the report writes them."""
     ours_text, seed_text = texts
-    verdict = NOT_MEASURABLE if measurement.censored else _judged(claim, measurement, drift)
-    if verdict == NOT_MEASURED:
+    verdict = Verdict.NOT_MEASURABLE if measurement.censored else _judged(claim, measurement, drift)
+    if verdict == Verdict.NOT_MEASURED:
         missing = "the runs needed for this figure are missing or did not report it"
         return (
             verdict,
@@ -388,7 +377,7 @@ def _verdict(
             None,
         )
     explanation = claim.explain(evidence)
-    if verdict == NOT_MEASURABLE:
+    if verdict == Verdict.NOT_MEASURABLE:
         return verdict, f"ours {ours_text}, but {measurement.censored}: {explanation.text}", explanation.bound
     against = f"against the seed's {seed_text}" if measurement.seed is not None else "(the seed gives no figure)"
     reason = (
@@ -396,12 +385,12 @@ def _verdict(
         f"{_load_caveat(claim.preset, evidence.records)}: {explanation.text}"
     )
     bound = None
-    if verdict not in (HELD, INCONCLUSIVE) and explanation.bound:
+    if verdict not in (Verdict.HELD, Verdict.INCONCLUSIVE) and explanation.bound:
         bound = explanation.bound
         reason += f". Bounded here by {bound}"
-        if verdict == NOT_HELD:
-            verdict = NOT_HELD_HARDWARE
-    if verdict == INCONCLUSIVE:
+        if verdict == Verdict.NOT_HELD:
+            verdict = Verdict.NOT_HELD_HARDWARE
+    if verdict == Verdict.INCONCLUSIVE:
         reason += ". The interval spans the rule's threshold" + (
             f" once widened by the machine's drift (x{drift:.2f})" if drift > 1 else ""
         )

@@ -6,27 +6,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lab.analysis.interval_verdicts import INCONCLUSIVE
+from lab.analysis.interval_verdicts import Verdict
 
-HELD, NOT_HELD, PARTLY, NOT_MEASURED = "held", "did not hold", "partly", "not measured"
-# Did not hold, and a measured resource of this machine bounds the figure (a GPU would change it).
-NOT_HELD_HARDWARE = "did not hold here (hardware)"
-# The figure is cut off by what the run could hold (the test's length, a cache that cannot fill).
-NOT_MEASURABLE = "not measurable here"
-# Runs the figure rests on shared the machine (the contention warning): no verdict from them.
-NOT_JUDGED_BUSY = "not judged: machine busy"
-VERDICTS: tuple[str, ...] = (
-    HELD,
-    PARTLY,
-    INCONCLUSIVE,
-    NOT_HELD_HARDWARE,
-    NOT_HELD,
-    NOT_MEASURABLE,
-    NOT_JUDGED_BUSY,
-    NOT_MEASURED,
-)
+# Every verdict, in the order a report counts them (the enum's order).
+VERDICTS: tuple[Verdict, ...] = tuple(Verdict)
 # Verdicts more rounds may turn into a decided one (--until-decided adds rounds for these).
-UNDECIDED: tuple[str, ...] = (INCONCLUSIVE, NOT_JUDGED_BUSY)
+UNDECIDED: tuple[Verdict, ...] = (Verdict.INCONCLUSIVE, Verdict.NOT_JUDGED_BUSY)
 # The rules' version: a reproduction freezes the rules (with this) when it is queued, and its
 # report judges with those. Bump it with any change to VERDICT_RULES or to how they are applied.
 # 3: an A/A check too wide to show agreement widens ratio intervals by its ratio.
@@ -106,45 +91,45 @@ VERDICT_RULES: dict[str, dict[str, Any]] = {
 }
 
 
-def judge(rule: str, ours: float | None, seed: float | None) -> str:
+def judge(rule: str, ours: float | None, seed: float | None) -> Verdict:
     """The verdict of one figure under ``VERDICT_RULES[rule]``; ``not measured`` when a figure is missing."""
     params = VERDICT_RULES[rule]
     if ours is None or (isinstance(ours, float) and math.isnan(ours)):
-        return NOT_MEASURED
+        return Verdict.NOT_MEASURED
     if rule == "factor":
         if seed is None or seed <= 0 or ours <= 0:
-            return NOT_MEASURED if seed is None else NOT_HELD
+            return Verdict.NOT_MEASURED if seed is None else Verdict.NOT_HELD
         factor = params["held_within_factor"]
         if seed / factor <= ours <= seed * factor:
-            return HELD
+            return Verdict.HELD
         margin = params["direction_margin"]
         same_way = ours > 1 + margin if seed > 1 else ours < 1 - margin
-        return PARTLY if same_way else NOT_HELD
+        return Verdict.PARTLY if same_way else Verdict.NOT_HELD
     if rule == "gain":
         if seed is None or seed <= 0 or ours <= 0:
-            return NOT_MEASURED if seed is None else NOT_HELD
+            return Verdict.NOT_MEASURED if seed is None else Verdict.NOT_HELD
         if ours >= seed * params["held_at_least_fraction"]:
-            return HELD
-        return PARTLY if ours > 1 + params["direction_margin"] else NOT_HELD
+            return Verdict.HELD
+        return Verdict.PARTLY if ours > 1 + params["direction_margin"] else Verdict.NOT_HELD
     if rule == "steady":
         if seed is None or seed <= 0 or ours <= 0:
-            return NOT_MEASURED if seed is None else NOT_HELD
+            return Verdict.NOT_MEASURED if seed is None else Verdict.NOT_HELD
         off_by = max(ours / seed, seed / ours)
         if off_by <= params["held_within_factor"]:
-            return HELD
-        return PARTLY if off_by <= params["partly_within_factor"] else NOT_HELD
+            return Verdict.HELD
+        return Verdict.PARTLY if off_by <= params["partly_within_factor"] else Verdict.NOT_HELD
     if rule == "share":
         if seed is None:
-            return NOT_MEASURED
+            return Verdict.NOT_MEASURED
         if abs(ours - seed) <= params["held_within_points"]:
-            return HELD
-        return PARTLY if ours >= seed * params["partly_at_least_fraction"] else NOT_HELD
+            return Verdict.HELD
+        return Verdict.PARTLY if ours >= seed * params["partly_at_least_fraction"] else Verdict.NOT_HELD
     if rule in ("high_share", "cheap"):
         if ours >= params["held_at_least"]:
-            return HELD
-        return PARTLY if ours >= params["partly_at_least"] else NOT_HELD
+            return Verdict.HELD
+        return Verdict.PARTLY if ours >= params["partly_at_least"] else Verdict.NOT_HELD
     if rule == "rare":
         if ours <= params["held_at_most"]:
-            return HELD
-        return PARTLY if ours <= params["partly_at_most"] else NOT_HELD
+            return Verdict.HELD
+        return Verdict.PARTLY if ours <= params["partly_at_most"] else Verdict.NOT_HELD
     raise ValueError(f"unknown verdict rule {rule!r}")

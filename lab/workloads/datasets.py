@@ -1,6 +1,6 @@
 """Workload data: chat sessions from conversations, custom JSONL requests, request files.
 
-- :func:`build_chat_sessions` picks N sessions (deterministic from a seed) and expands
+- :func:`build_chat_sessions` picks N sessions (deterministic from a random seed) and expands
   each into its turns the way the seed's experiment 3 did: turn i sends
   ``[system] + the conversation up to and including the i-th user message``, with the
   assistant messages taken from the dataset.
@@ -71,14 +71,14 @@ def build_chat_sessions(
     sessions: int,
     max_turns: int,
     system_prompt: str | None,
-    seed: int,
+    random_seed: int,
     max_session_chars: int | None = None,
 ) -> list[list[list[dict]]]:
     """Pick ``sessions`` chat sessions and expand each into the requests of its turns.
 
     Eligible conversations (:func:`is_replayable` with ``max_turns``; empty messages
     dropped; optionally at most ``max_session_chars`` characters of dialogue) are sampled
-    without replacement with ``random.Random(seed)``, so the same input and seed give
+    without replacement with ``random.Random(random_seed)``, so the same input and random seed give
     the same sessions. Turn i of a session is ``[system] + the dialogue up to and
     including its i-th user message`` (the assistant messages come from the dataset; the
     conversation's own system messages are replaced by ``system_prompt``, or dropped when
@@ -106,7 +106,7 @@ def build_chat_sessions(
             f"no conversation in the dataset can be replayed with at most {max_turns} turns "
             "(each must start with a user message and alternate user/assistant)"
         )
-    picked = random.Random(seed).sample(eligible, min(sessions, len(eligible)))
+    picked = random.Random(random_seed).sample(eligible, min(sessions, len(eligible)))
     system: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     result: list[list[list[dict]]] = []
     for dialogue in picked:

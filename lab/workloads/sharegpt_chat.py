@@ -38,7 +38,7 @@ class SharegptChat(Workload):
             sessions=workload.sessions,
             max_turns=workload.max_turns,
             system_prompt=workload.system_prompt,
-            seed=spec.random_seed,
+            random_seed=spec.random_seed,
             max_session_chars=workload.max_session_chars,
         )
         return write_sessions(sessions, run_dir / "requests.json")

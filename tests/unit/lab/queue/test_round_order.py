@@ -15,7 +15,7 @@ def backend(cell: str) -> str:
 
 
 def test_interleaved_runs_every_cell_once_per_round() -> None:
-    plan = plan_runs(CELLS, repeats=4, order=INTERLEAVED, seed=42, group_of=backend)
+    plan = plan_runs(CELLS, repeats=4, order=INTERLEAVED, order_seed=42, group_of=backend)
     assert len(plan) == 20
     for round_index in range(4):
         in_round = [queued.cell for queued in plan if queued.round_index == round_index]
@@ -26,9 +26,15 @@ def test_interleaved_runs_every_cell_once_per_round() -> None:
 
 
 def test_the_order_is_drawn_from_the_seed_and_replays() -> None:
-    first = [(q.cell, q.round_index) for q in plan_runs(CELLS, repeats=6, order=INTERLEAVED, seed=1, group_of=backend)]
-    again = [(q.cell, q.round_index) for q in plan_runs(CELLS, repeats=6, order=INTERLEAVED, seed=1, group_of=backend)]
-    other = [(q.cell, q.round_index) for q in plan_runs(CELLS, repeats=6, order=INTERLEAVED, seed=2, group_of=backend)]
+    first = [
+        (q.cell, q.round_index) for q in plan_runs(CELLS, repeats=6, order=INTERLEAVED, order_seed=1, group_of=backend)
+    ]
+    again = [
+        (q.cell, q.round_index) for q in plan_runs(CELLS, repeats=6, order=INTERLEAVED, order_seed=1, group_of=backend)
+    ]
+    other = [
+        (q.cell, q.round_index) for q in plan_runs(CELLS, repeats=6, order=INTERLEAVED, order_seed=2, group_of=backend)
+    ]
     assert first == again
     assert first != other
     # Not the same order every round: the draw differs between rounds.
@@ -37,7 +43,7 @@ def test_the_order_is_drawn_from_the_seed_and_replays() -> None:
 
 
 def test_cells_sharing_a_backend_stay_together_within_a_round() -> None:
-    plan = plan_runs(CELLS, repeats=5, order=INTERLEAVED, seed=3, group_of=backend)
+    plan = plan_runs(CELLS, repeats=5, order=INTERLEAVED, order_seed=3, group_of=backend)
     for round_index in range(5):
         backends = [backend(q.cell) for q in plan if q.round_index == round_index]
         switches = sum(1 for a, b in itertools.pairwise(backends) if a != b)
@@ -46,12 +52,12 @@ def test_cells_sharing_a_backend_stay_together_within_a_round() -> None:
 
 def test_the_backend_still_loaded_goes_first() -> None:
     for seed in range(10):
-        plan = plan_runs(CELLS, repeats=2, order=INTERLEAVED, seed=seed, group_of=backend, first_group="vllm")
+        plan = plan_runs(CELLS, repeats=2, order=INTERLEAVED, order_seed=seed, group_of=backend, first_group="vllm")
         assert backend(plan[0].cell) == "vllm"
 
 
 def test_blocks_keep_a_cells_repeats_together() -> None:
-    plan = plan_runs(CELLS, repeats=3, order=BLOCKS, seed=0, group_of=backend, first_group="vllm")
+    plan = plan_runs(CELLS, repeats=3, order=BLOCKS, order_seed=0, group_of=backend, first_group="vllm")
     assert [q.cell for q in plan][:3] == ["vllm 1"] * 3
     assert Counter(q.cell for q in plan) == {cell: 3 for cell in CELLS}
     assert [q.round_index for q in plan][:3] == [0, 1, 2]
@@ -59,4 +65,4 @@ def test_blocks_keep_a_cells_repeats_together() -> None:
 
 def test_an_unknown_order_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown run order 'random'"):
-        plan_runs(CELLS, repeats=1, order="random", seed=0)
+        plan_runs(CELLS, repeats=1, order="random", order_seed=0)

@@ -7,9 +7,9 @@ import itertools
 from typing import Any
 
 from lab.analysis.compare import RECORD_FIELDS
+from lab.analysis.interval_verdicts import Verdict
 from lab.report.claim_rounds import Rounds, claim_cells, judge_claims, rounds_of
 from lab.report.claims import CLAIMS
-from lab.report.verdicts import HELD, INCONCLUSIVE, NOT_JUDGED_BUSY
 
 _ids = itertools.count(1)
 BUSY = "other processes used 111% of a core on average (threshold 25%): the machine was shared"
@@ -53,7 +53,7 @@ def test_a_claim_whose_runs_shared_the_machine_is_not_judged() -> None:
         [0.02, 0.021, 0.0205], [1.0, 1.02, 1.01], vllm1={"measurement_warnings": BUSY, "other_cpu_percent_avg": 111.5}
     )
     busy = judged(records, Rounds(planned=3))
-    assert busy.verdict["verdict"] == NOT_JUDGED_BUSY and busy.undecided
+    assert busy.verdict["verdict"] == Verdict.NOT_JUDGED_BUSY and busy.undecided
     assert "rerun these cells on a quiet machine" in busy.verdict["reason"] and "(112%)" in busy.verdict["reason"]
     assert busy.cells == {"backend=naive", "backend=vllm"}
 
@@ -61,7 +61,7 @@ def test_a_claim_whose_runs_shared_the_machine_is_not_judged() -> None:
 def test_a_rerun_round_replaces_the_busy_one() -> None:
     records = exp3([0.02, 0.021, 0.0205, 0.0202], [1.0, 1.02, 1.01, 1.0], vllm1={"measurement_warnings": BUSY})
     rerun = judged(records, Rounds(planned=3))
-    assert rerun.verdict["verdict"] == HELD and rerun.rounds == 3
+    assert rerun.verdict["verdict"] == Verdict.HELD and rerun.rounds == 3
     assert "left out: the machine was busy" in rerun.verdict["reason"]
 
 
@@ -70,10 +70,10 @@ def test_until_decided_stops_each_claim_at_its_first_decided_look() -> None:
     naive = [0.07, 0.03, 0.05] + [0.02] * 14
     vllm = [1.0, 1.1, 1.05] + [1.0] * 14
     plain = judged(exp3(naive[:3], vllm[:3]), Rounds(planned=3))
-    assert plain.verdict["verdict"] == INCONCLUSIVE
+    assert plain.verdict["verdict"] == Verdict.INCONCLUSIVE
     sequential = judged(exp3(naive, vllm), Rounds(planned=3, until_decided=True))
     # Decided before the rounds on record run out (at 10 with the paired geometric-mean interval).
-    assert sequential.verdict["verdict"] == HELD and 3 < sequential.rounds < len(naive)
+    assert sequential.verdict["verdict"] == Verdict.HELD and 3 < sequential.rounds < len(naive)
     assert f"Decided after {sequential.rounds} rounds" in sequential.verdict["reason"]
 
 

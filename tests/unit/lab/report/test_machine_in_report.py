@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from lab.analysis.compare import RECORD_FIELDS
+from lab.analysis.interval_verdicts import Verdict
 from lab.measurement.machine_record import MachineRecord, read_cpu_features
 from lab.report import write_report
-from lab.report.claims import NOT_HELD_HARDWARE, evaluate_claims
+from lab.report.claims import evaluate_claims
 from lab.report.seal import read_seal, report_files, seal_problems
 from tests.support.cpuinfo import AVX2_ONLY_FLAGS, fake_cpuinfo
 
@@ -86,7 +87,7 @@ def test_the_environment_table_shows_instruction_sets_and_resolved_settings(tmp_
 def test_a_hardware_verdict_names_the_feature_and_old_runs_say_not_recorded(tmp_path: Path) -> None:
     verdicts = evaluate_claims({"seed-exp1": _records(fake_cpuinfo(tmp_path, "c", flags=AVX2_ONLY_FLAGS))}, ENVIRONMENT)
     speedup = next(v for v in verdicts if v["key"] == "exp1-speedup-1vu")
-    assert speedup["verdict"] == NOT_HELD_HARDWARE
+    assert speedup["verdict"] == Verdict.NOT_HELD_HARDWARE
     assert "vLLM ran float32: this CPU has no AVX-512 BF16 (nor AMX)" in speedup["bound"]
     old = next(v for v in evaluate_claims({"seed-exp1": _records(None)}, ENVIRONMENT) if v["key"] == "exp1-speedup-1vu")
     assert "AVX-512" not in old["bound"]

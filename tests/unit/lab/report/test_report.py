@@ -14,17 +14,7 @@ import pytest
 
 from lab.analysis.compare import RECORD_FIELDS
 from lab.report import write_report
-from lab.report.claims import (
-    HELD,
-    NOT_HELD,
-    NOT_HELD_HARDWARE,
-    NOT_MEASURABLE,
-    NOT_MEASURED,
-    PARTLY,
-    VERDICT_RULES,
-    evaluate_claims,
-    judge,
-)
+from lab.report.claims import VERDICT_RULES, Verdict, evaluate_claims, judge
 from lab.report.tables import seed_table
 
 GENERATED_AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -212,28 +202,28 @@ def verdict_of(verdicts: list[dict[str, Any]], key: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("rule", "ours", "seed", "expected"),
     [
-        ("factor", 5.0, 5.15, HELD),
-        ("factor", 2.6, 5.15, HELD),  # within a factor of 2
-        ("factor", 2.0, 5.15, PARTLY),  # faster, but more than 2x off
-        ("factor", 0.66, 5.15, NOT_HELD),  # slower: the opposite direction
-        ("factor", 400.0, 102.6, PARTLY),  # the same way, more than 2x off
-        ("gain", 400.0, 102.6, HELD),  # a larger gain holds a claimed gain
-        ("gain", 51.3, 102.6, HELD),
-        ("gain", 3.0, 102.6, PARTLY),
-        ("gain", 1.05, 102.6, NOT_HELD),
-        ("factor", None, 5.15, NOT_MEASURED),
-        ("steady", 1.3, 1.28, HELD),
-        ("steady", 3.0, 1.28, PARTLY),
-        ("steady", 5.0, 1.28, NOT_HELD),
-        ("share", 0.78, 0.821, HELD),
-        ("share", 0.5, 0.821, PARTLY),
-        ("share", 0.0, 0.821, NOT_HELD),
-        ("share", 0.9, None, NOT_MEASURED),
-        ("rare", 0.001, None, HELD),
-        ("rare", 0.5, None, NOT_HELD),
-        ("cheap", 0.97, None, HELD),
-        ("cheap", 0.6, None, NOT_HELD),
-        ("high_share", 0.0, None, NOT_HELD),
+        ("factor", 5.0, 5.15, Verdict.HELD),
+        ("factor", 2.6, 5.15, Verdict.HELD),  # within a factor of 2
+        ("factor", 2.0, 5.15, Verdict.PARTLY),  # faster, but more than 2x off
+        ("factor", 0.66, 5.15, Verdict.NOT_HELD),  # slower: the opposite direction
+        ("factor", 400.0, 102.6, Verdict.PARTLY),  # the same way, more than 2x off
+        ("gain", 400.0, 102.6, Verdict.HELD),  # a larger gain holds a claimed gain
+        ("gain", 51.3, 102.6, Verdict.HELD),
+        ("gain", 3.0, 102.6, Verdict.PARTLY),
+        ("gain", 1.05, 102.6, Verdict.NOT_HELD),
+        ("factor", None, 5.15, Verdict.NOT_MEASURED),
+        ("steady", 1.3, 1.28, Verdict.HELD),
+        ("steady", 3.0, 1.28, Verdict.PARTLY),
+        ("steady", 5.0, 1.28, Verdict.NOT_HELD),
+        ("share", 0.78, 0.821, Verdict.HELD),
+        ("share", 0.5, 0.821, Verdict.PARTLY),
+        ("share", 0.0, 0.821, Verdict.NOT_HELD),
+        ("share", 0.9, None, Verdict.NOT_MEASURED),
+        ("rare", 0.001, None, Verdict.HELD),
+        ("rare", 0.5, None, Verdict.NOT_HELD),
+        ("cheap", 0.97, None, Verdict.HELD),
+        ("cheap", 0.6, None, Verdict.NOT_HELD),
+        ("high_share", 0.0, None, Verdict.NOT_HELD),
     ],
 )
 def test_judge_follows_the_rules(rule: str, ours: float | None, seed: float | None, expected: str) -> None:
@@ -248,24 +238,24 @@ def test_claims_get_verdicts_from_our_figures() -> None:
     verdicts = evaluate_claims(cpu_like_records(), ENVIRONMENT)
     speedup = verdict_of(verdicts, "exp1-speedup-1vu")
     # Slower here, with no GPU in the environment: the hardware bounds it.
-    assert speedup["verdict"] == NOT_HELD_HARDWARE and speedup["bound"].startswith("no GPU")
+    assert speedup["verdict"] == Verdict.NOT_HELD_HARDWARE and speedup["bound"].startswith("no GPU")
     assert speedup["ours_text"] == "0.66x" and speedup["seed_text"] == "5.15x"
     assert "CUDA graphs" in speedup["reason"] and "15.0 output tok/s" in speedup["reason"]
     naive_growth = verdict_of(verdicts, "exp1-naive-latency-growth")
     # 1 to 8 VUs here, compared with the seed's own 1-to-8 figure (31.08 / 4.73 = 6.57x).
-    assert naive_growth["verdict"] == HELD and naive_growth["seed_text"] == "6.57x"
+    assert naive_growth["verdict"] == Verdict.HELD and naive_growth["seed_text"] == "6.57x"
     prefix = verdict_of(verdicts, "exp1-prefix-cache")
     # 4.8 / 0.12 = 40 prompt tokens, block size 128: no block is full (a configuration, not the hardware).
-    assert prefix["verdict"] == NOT_HELD and prefix["bound"] is None
+    assert prefix["verdict"] == Verdict.NOT_HELD and prefix["bound"] is None
     assert "40 tokens" in prefix["reason"] and "block size was 128" in prefix["reason"]
     assert "no block is full" in prefix["reason"]
     cache_speedup = verdict_of(verdicts, "exp2-cache-speedup-50")
     # 400x against the seed's ~103x: a larger gain holds the claim.
-    assert cache_speedup["verdict"] == HELD and "3.9 times the seed's" in cache_speedup["reason"]
-    assert verdict_of(verdicts, "exp2-cache-speedup-1000")["verdict"] == NOT_MEASURED  # its cached run failed
-    assert verdict_of(verdicts, "exp2-max-latency-50")["verdict"] == HELD
+    assert cache_speedup["verdict"] == Verdict.HELD and "3.9 times the seed's" in cache_speedup["reason"]
+    assert verdict_of(verdicts, "exp2-cache-speedup-1000")["verdict"] == Verdict.NOT_MEASURED  # its cached run failed
+    assert verdict_of(verdicts, "exp2-max-latency-50")["verdict"] == Verdict.HELD
     for key in ("exp3-vllm-over-naive", "exp3-prefix-hit", "exp3-response-cache-rare", "exp3-response-cache-cheap"):
-        assert verdict_of(verdicts, key)["verdict"] == NOT_MEASURED
+        assert verdict_of(verdicts, key)["verdict"] == Verdict.NOT_MEASURED
 
 
 def _exp2(
@@ -301,7 +291,7 @@ def test_cache_reasons_are_computed_from_the_runs(direct: float, fill_s: str, st
     verdicts = evaluate_claims(_exp2(direct, direct * 1.1, 0.1), ENVIRONMENT)
     hit = verdict_of(verdicts, "exp2-hit-rate-1000")
     # The cache cannot fill within the run: the figure is cut off, not judged (the cap is named).
-    assert hit["verdict"] == NOT_MEASURABLE and "the cache cannot fill within the run" in hit["reason"]
+    assert hit["verdict"] == Verdict.NOT_MEASURABLE and "the cache cannot fill within the run" in hit["reason"]
     assert f"{direct:.2f} req/s" in hit["reason"] and f"at least {fill_s}" in hit["reason"]
     assert f"at most {stored_share} of the prompts" in hit["reason"]
     assert "the seed's GPU 27.1 req/s" in hit["bound"]
@@ -310,7 +300,7 @@ def test_cache_reasons_are_computed_from_the_runs(direct: float, fill_s: str, st
 def test_a_cache_run_long_enough_to_store_every_prompt_says_so() -> None:
     verdicts = evaluate_claims(_exp2(2.4, 3300.0, 0.999, prompts=50), ENVIRONMENT)
     speedup = verdict_of(verdicts, "exp2-cache-speedup-50")
-    assert speedup["verdict"] == HELD and speedup["bound"] is None
+    assert speedup["verdict"] == Verdict.HELD and speedup["bound"] is None
     assert "all could be stored after about 21 s" in speedup["reason"]
 
 
@@ -341,11 +331,11 @@ def test_saturated_cores_bound_vllm_scaling_and_unknown_hardware_bounds_nothing(
         ]
     }
     growth = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp1-vllm-latency-growth")
-    assert growth["verdict"] == NOT_HELD_HARDWARE
+    assert growth["verdict"] == Verdict.NOT_HELD_HARDWARE
     assert "CPU: 96% of the 2 cores were busy at 32 VUs" in growth["bound"]
     assert "from 45 ms to 210 ms (4.7x)" in growth["reason"]
     # Without an environment nothing is known about the hardware: a plain "did not hold".
-    assert verdict_of(evaluate_claims(records), "exp1-vllm-latency-growth")["verdict"] == NOT_HELD
+    assert verdict_of(evaluate_claims(records), "exp1-vllm-latency-growth")["verdict"] == Verdict.NOT_HELD
 
 
 # -- the written report -------------------------------------------------------------------------
@@ -641,9 +631,9 @@ def test_chat_prefix_hits_bounded_by_the_turns_a_run_reaches() -> None:
         ]
     }
     prefix = verdict_of(evidence := evaluate_claims(records, ENVIRONMENT), "exp3-prefix-hit")
-    assert prefix["verdict"] == NOT_HELD_HARDWARE and "1.15 req/s at 32 VUs" in prefix["bound"]
+    assert prefix["verdict"] == Verdict.NOT_HELD_HARDWARE and "1.15 req/s at 32 VUs" in prefix["bound"]
     assert "completed 3.2 turns here, about 22 at the seed's 11.8 req/s" in prefix["reason"]
-    assert verdict_of(evidence, "exp3-vllm-over-naive")["verdict"] == HELD
+    assert verdict_of(evidence, "exp3-vllm-over-naive")["verdict"] == Verdict.HELD
 
 
 def test_a_cache_filled_before_the_window_leaves_the_miss_claims_unmeasured() -> None:
@@ -652,9 +642,12 @@ def test_a_cache_filled_before_the_window_leaves_the_miss_claims_unmeasured() ->
         row["cache_filled_first"] = row["backend"] == "vllm+cache"
     verdicts = evaluate_claims(records, ENVIRONMENT)
     speedup = verdict_of(verdicts, "exp2-cache-speedup-50")
-    assert speedup["verdict"] == HELD and "filled with all 50 prompts before the measured 30 s" in speedup["reason"]
+    assert (
+        speedup["verdict"] == Verdict.HELD
+        and "filled with all 50 prompts before the measured 30 s" in speedup["reason"]
+    )
     max_latency = verdict_of(verdicts, "exp2-max-latency-50")
-    assert max_latency["verdict"] == NOT_MEASURED and "held no miss" in max_latency["reason"]
+    assert max_latency["verdict"] == Verdict.NOT_MEASURED and "held no miss" in max_latency["reason"]
 
 
 # -- intervals, censoring, drift, machine speed (conclusions that survive a second run) ----------
@@ -677,12 +670,12 @@ def test_a_ratio_whose_interval_spans_the_threshold_is_inconclusive() -> None:
     solid = verdict_of(
         evaluate_claims(_exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01]), ENVIRONMENT), "exp3-vllm-over-naive"
     )
-    assert solid["verdict"] == HELD and solid["ours_low"] > 20.35
+    assert solid["verdict"] == Verdict.HELD and solid["ours_low"] > 20.35
 
 
 def test_a_machine_drift_widens_intervals_near_a_threshold() -> None:
     records = _exp3_repeats([0.040, 0.041, 0.0405], [1.0, 1.02, 1.01])  # about 24.9x, tight
-    assert verdict_of(evaluate_claims(records, ENVIRONMENT), "exp3-vllm-over-naive")["verdict"] == HELD
+    assert verdict_of(evaluate_claims(records, ENVIRONMENT), "exp3-vllm-over-naive")["verdict"] == Verdict.HELD
     drifted = verdict_of(evaluate_claims(records, ENVIRONMENT, drift=1.3), "exp3-vllm-over-naive")
     assert drifted["verdict"] == "inconclusive" and "drift (x1.30)" in drifted["reason"]
 
@@ -707,7 +700,7 @@ def test_a_latency_cut_off_by_the_test_length_is_not_measurable_naming_the_cap()
         ]
     }
     growth = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp1-naive-latency-growth")
-    assert growth["verdict"] == NOT_MEASURABLE
+    assert growth["verdict"] == Verdict.NOT_MEASURABLE
     assert "the test lasted 90 s" in growth["reason"] and "88 s" in growth["reason"]
 
 
@@ -715,7 +708,7 @@ def test_the_machine_speed_index_flags_no_run_in_the_verdicts() -> None:
     records = _exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01])
     records["seed-exp3"][4].update(machine_calibration_before_s=3.0, machine_calibration_after_s=3.0)
     verdict = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp3-vllm-over-naive")
-    assert verdict["verdict"] == HELD and "median speed" not in verdict["reason"]
+    assert verdict["verdict"] == Verdict.HELD and "median speed" not in verdict["reason"]
 
 
 def test_a_reproduction_refuses_a_dirty_tree_unless_allowed_and_then_says_so(

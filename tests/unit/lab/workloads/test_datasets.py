@@ -130,7 +130,7 @@ def small_conversations() -> list[Conversation]:
 
 def test_sessions_replay_the_conversation_turn_by_turn_with_the_system_prompt() -> None:
     conversations = [c for c in small_conversations() if c.id == "alt_2turns"]
-    sessions = build_chat_sessions(conversations, sessions=5, max_turns=5, system_prompt="Be kind.", seed=1)
+    sessions = build_chat_sessions(conversations, sessions=5, max_turns=5, system_prompt="Be kind.", random_seed=1)
 
     assert sessions == [
         [
@@ -147,13 +147,13 @@ def test_sessions_replay_the_conversation_turn_by_turn_with_the_system_prompt() 
 
 def test_sessions_replace_the_dataset_system_message_and_omit_it_without_prompt() -> None:
     conversations = [c for c in small_conversations() if c.id == "with_system"]
-    sessions = build_chat_sessions(conversations, sessions=1, max_turns=5, system_prompt=None, seed=1)
+    sessions = build_chat_sessions(conversations, sessions=1, max_turns=5, system_prompt=None, random_seed=1)
     assert sessions == [[[{"role": "user", "content": "Name a prime number."}]]]
 
 
 def test_only_eligible_conversations_are_picked_and_max_turns_is_respected() -> None:
     conversations = small_conversations()
-    picked = build_chat_sessions(conversations, sessions=100, max_turns=5, system_prompt=None, seed=3)
+    picked = build_chat_sessions(conversations, sessions=100, max_turns=5, system_prompt=None, random_seed=3)
     first_users = sorted(session[0][0]["content"] for session in picked)
     # gpt_first, empty_messages and six_turns (6 user turns > 5) are not eligible.
     assert first_users == sorted(
@@ -164,7 +164,7 @@ def test_only_eligible_conversations_are_picked_and_max_turns_is_respected() -> 
             "Write a haiku about the sea.",
         ]
     )
-    with_six = build_chat_sessions(conversations, sessions=100, max_turns=6, system_prompt=None, seed=3)
+    with_six = build_chat_sessions(conversations, sessions=100, max_turns=6, system_prompt=None, random_seed=3)
     assert len(with_six) == 5 and max(len(session) for session in with_six) == 6
 
 
@@ -173,9 +173,9 @@ def test_session_pick_is_deterministic_in_the_seed() -> None:
         Conversation(id=str(i), messages=[{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}])
         for i in range(50)
     ]
-    first = build_chat_sessions(conversations, sessions=10, max_turns=5, system_prompt="s", seed=42)
-    again = build_chat_sessions(conversations, sessions=10, max_turns=5, system_prompt="s", seed=42)
-    other = build_chat_sessions(conversations, sessions=10, max_turns=5, system_prompt="s", seed=43)
+    first = build_chat_sessions(conversations, sessions=10, max_turns=5, system_prompt="s", random_seed=42)
+    again = build_chat_sessions(conversations, sessions=10, max_turns=5, system_prompt="s", random_seed=42)
+    other = build_chat_sessions(conversations, sessions=10, max_turns=5, system_prompt="s", random_seed=43)
     assert first == again and first != other and len(first) == 10
 
 
@@ -185,7 +185,7 @@ def test_max_session_chars_skips_long_sessions() -> None:
         Conversation(id="long", messages=[{"role": "user", "content": "x" * 500}]),
     ]
     sessions = build_chat_sessions(
-        conversations, sessions=5, max_turns=5, system_prompt=None, seed=0, max_session_chars=100
+        conversations, sessions=5, max_turns=5, system_prompt=None, random_seed=0, max_session_chars=100
     )
     assert sessions == [[[{"role": "user", "content": "hi"}]]]
 
@@ -193,7 +193,7 @@ def test_max_session_chars_skips_long_sessions() -> None:
 def test_no_eligible_conversation_is_a_clear_error() -> None:
     conversations = [c for c in small_conversations() if c.id in ("gpt_first", "empty_messages")]
     with pytest.raises(DatasetError, match="no conversation in the dataset can be replayed"):
-        build_chat_sessions(conversations, sessions=3, max_turns=5, system_prompt=None, seed=0)
+        build_chat_sessions(conversations, sessions=3, max_turns=5, system_prompt=None, random_seed=0)
 
 
 def test_empty_messages_break_eligibility_when_they_leave_two_user_turns_in_a_row() -> None:
@@ -264,7 +264,7 @@ def test_empty_custom_file_is_an_error(tmp_path: Path) -> None:
 
 
 def test_request_file_has_the_shape_k6_reads(tmp_path: Path) -> None:
-    sessions = build_chat_sessions(small_conversations(), sessions=10, max_turns=5, system_prompt="S", seed=0)
+    sessions = build_chat_sessions(small_conversations(), sessions=10, max_turns=5, system_prompt="S", random_seed=0)
     path = write_requests_file(sessions, tmp_path / "run" / "requests.json")
 
     written = json.loads(path.read_text(encoding="utf-8"))
@@ -394,7 +394,7 @@ def test_the_packaged_sharegpt_file_yields_its_complete_conversations() -> None:
         c for c in conversations if c.source_speakers[:1] == ("human",) and 2 <= len(c.source_speakers) <= 10
     ]
     assert len(human_first_2_to_10) == 9_140
-    sessions = build_chat_sessions(conversations, sessions=1000, max_turns=5, system_prompt="S", seed=1234)
+    sessions = build_chat_sessions(conversations, sessions=1000, max_turns=5, system_prompt="S", random_seed=1234)
     assert len(sessions) == 1000
     assert all(1 <= len(session) <= 5 for session in sessions)
 
