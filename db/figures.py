@@ -92,6 +92,14 @@ STREAMING = FigureGroup(
     "for have the whole body as their TTFT: a run with any is not a streamed measurement.",
 )
 SERVER = FigureGroup("Server side, from /metrics deltas", "The backend's and the response cache's counters.")
+SEMANTIC_CACHE = FigureGroup(
+    "The semantic cache",
+    "Runs with cache.tier semantic (services/cache_proxy/semantic.py), from the proxy's counters over the load: "
+    "each tier's hits over the requests looked up, the false-hit rate (verified semantic hits whose fresh answer's "
+    "text differed) with its 95% Wilson interval, the share whose answers embed less than 0.8 alike, and the "
+    "latency the tier added (embedding and search, its wait for the embedding thread included) on requests it "
+    "answered and on requests that went upstream anyway.",
+)
 RESOURCES = FigureGroup("Resource use while the load ran", "CPU in % of one core, memory at its peak.")
 SLO = FigureGroup(
     "Against an SLO",
@@ -299,6 +307,49 @@ class RunFigures:
     )
     server_time_per_output_token_avg_s: float | None = figure(
         Unit.SECONDS, "server time per output token", "Time per output token, from /metrics.", SERVER
+    )
+    # the semantic tier of the response cache
+    response_cache_exact_hit_rate: float | None = figure(
+        Unit.SHARE, "exact cache hit", "Hits of the exact tier over the requests looked up.", SEMANTIC_CACHE
+    )
+    semantic_cache_hit_rate: float | None = figure(
+        Unit.SHARE, "semantic cache hit", "Paraphrases answered SEMANTIC over the requests looked up.", SEMANTIC_CACHE
+    )
+    semantic_cache_verified_hits: int | None = figure(
+        Unit.COUNT, "semantic hits verified", "Semantic hits also asked of the upstream and compared.", SEMANTIC_CACHE
+    )
+    semantic_cache_false_hit_rate: float | None = figure(
+        Unit.SHARE, "semantic false hits", "Verified semantic hits whose fresh answer's text differed.", SEMANTIC_CACHE
+    )
+    semantic_cache_false_hit_rate_ci95_low: float | None = figure(
+        Unit.SHARE, "semantic false hits, 95% low", "The Wilson interval's low end.", SEMANTIC_CACHE
+    )
+    semantic_cache_false_hit_rate_ci95_high: float | None = figure(
+        Unit.SHARE, "semantic false hits, 95% high", "The Wilson interval's high end.", SEMANTIC_CACHE
+    )
+    semantic_cache_answer_mismatch_rate: float | None = figure(
+        Unit.SHARE,
+        "semantic answers unalike",
+        "Verified semantic hits whose served and fresh answers embed less than 0.8 alike.",
+        SEMANTIC_CACHE,
+    )
+    semantic_cache_added_hit_p50_ms: float | None = figure(
+        Unit.MILLISECONDS, "semantic added on a hit p50", "Embedding and search on a SEMANTIC answer.", SEMANTIC_CACHE
+    )
+    semantic_cache_added_hit_p99_ms: float | None = figure(
+        Unit.MILLISECONDS, "semantic added on a hit p99", "Embedding and search on a SEMANTIC answer.", SEMANTIC_CACHE
+    )
+    semantic_cache_added_miss_p50_ms: float | None = figure(
+        Unit.MILLISECONDS,
+        "semantic added on a miss p50",
+        "Embedding and search on a request sent upstream.",
+        SEMANTIC_CACHE,
+    )
+    semantic_cache_added_miss_p99_ms: float | None = figure(
+        Unit.MILLISECONDS,
+        "semantic added on a miss p99",
+        "Embedding and search on a request sent upstream.",
+        SEMANTIC_CACHE,
     )
     # resource use while the load ran
     k6_cpu_percent_avg: float | None = figure(

@@ -233,6 +233,28 @@ def _dispatch(connection: Connection) -> None:
     _procrastinate_schema(connection)
 
 
+SEMANTIC_CACHE_COLUMNS = (
+    "response_cache_exact_hit_rate",
+    "semantic_cache_hit_rate",
+    "semantic_cache_verified_hits",
+    "semantic_cache_false_hit_rate",
+    "semantic_cache_false_hit_rate_ci95_low",
+    "semantic_cache_false_hit_rate_ci95_high",
+    "semantic_cache_answer_mismatch_rate",
+    "semantic_cache_added_hit_p50_ms",
+    "semantic_cache_added_hit_p99_ms",
+    "semantic_cache_added_miss_p50_ms",
+    "semantic_cache_added_miss_p99_ms",
+)
+
+
+def _semantic_cache(connection: Connection) -> None:
+    """The response cache's semantic tier: each tier's hit rate, the false hits and the latency
+    the tier added (db.figures, group "The semantic cache"); runs from before stay None."""
+    for column_name in SEMANTIC_CACHE_COLUMNS:
+        _add_column(connection, Run.__tablename__, column_name)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -249,6 +271,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _imports,  # 12 -> 13
     _long_experiments,  # 13 -> 14
     _dispatch,  # 14 -> 15
+    _semantic_cache,  # 15 -> 16
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

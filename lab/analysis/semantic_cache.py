@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.analysis.statistics import proportion_interval
+from lab.measurement.results import SemanticCacheFigures
 from lab.measurement.server_metrics import delta
 
 Snapshot = Mapping[str, float]
@@ -65,8 +66,9 @@ def histogram_quantile(change: Snapshot, histogram: str, quantile: float) -> flo
 
 
 @dataclass(frozen=True)
-class SemanticCacheFigures:
-    """One run's semantic-tier figures (rates are shares, 0 to 1; latencies in milliseconds)."""
+class SemanticRunFigures:
+    """One run's semantic-tier figures (rates are shares, 0 to 1; latencies in milliseconds); the
+    store keeps most of them (:func:`semantic_part`)."""
 
     lookups: int
     exact_hits: int
@@ -95,7 +97,7 @@ def _milliseconds(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000
 
 
-def semantic_figures(change: Snapshot) -> SemanticCacheFigures | None:
+def semantic_figures(change: Snapshot) -> SemanticRunFigures | None:
     """The figures of a run from the change of the proxy's metrics over it; None when the proxy
     ran without the semantic tier (no semantic counter) or nothing was counted."""
     if not change or "lab_cache_semantic_lookups_total" not in change:
@@ -113,7 +115,7 @@ def semantic_figures(change: Snapshot) -> SemanticCacheFigures | None:
     # The bucket up to the cut counts answers at most that similar: a hair above the cut is not a mismatch.
     mismatches = _count(change, f'lab_cache_semantic_answer_similarity_bucket{{le="{ANSWER_MISMATCH_BELOW}"}}')
     mismatch_rate = proportion_interval(mismatches, round(similarity_count))
-    return SemanticCacheFigures(
+    return SemanticRunFigures(
         lookups=lookups,
         exact_hits=exact_hits,
         semantic_hits=semantic_hits,
@@ -140,7 +142,28 @@ def semantic_figures(change: Snapshot) -> SemanticCacheFigures | None:
     )
 
 
-def run_semantic_figures(server_metrics: Mapping[str, Any] | None) -> SemanticCacheFigures | None:
+def semantic_part(change: Snapshot) -> SemanticCacheFigures | None:
+    """A run's semantic figures as its results' part (the store's columns); None when the proxy ran
+    without the semantic tier."""
+    found = semantic_figures(change)
+    if found is None:
+        return None
+    return SemanticCacheFigures(
+        response_cache_exact_hit_rate=found.exact_hit_rate,
+        semantic_cache_hit_rate=found.semantic_hit_rate,
+        semantic_cache_verified_hits=found.verified_hits,
+        semantic_cache_false_hit_rate=found.false_hit_rate,
+        semantic_cache_false_hit_rate_ci95_low=found.false_hit_rate_ci95_low,
+        semantic_cache_false_hit_rate_ci95_high=found.false_hit_rate_ci95_high,
+        semantic_cache_answer_mismatch_rate=found.answer_mismatch_rate,
+        semantic_cache_added_hit_p50_ms=found.hit_path_added_p50_ms,
+        semantic_cache_added_hit_p99_ms=found.hit_path_added_p99_ms,
+        semantic_cache_added_miss_p50_ms=found.miss_path_added_p50_ms,
+        semantic_cache_added_miss_p99_ms=found.miss_path_added_p99_ms,
+    )
+
+
+def run_semantic_figures(server_metrics: Mapping[str, Any] | None) -> SemanticRunFigures | None:
     """:func:`semantic_figures` of a stored run's ``server_metrics`` (its proxy's snapshots
     before and after the load); None without them."""
     if not server_metrics:
@@ -162,7 +185,7 @@ class ThresholdPoint:
     false_hit_rate: float | None
     false_hit_rate_ci95_low: float | None
     false_hit_rate_ci95_high: float | None
-    figures: SemanticCacheFigures | None
+    figures: SemanticRunFigures | None
 
 
 def threshold_point(

@@ -8,6 +8,7 @@ exactly one producer:
   client-side streaming latencies.
 - :class:`ServerFigures`: the backend's /metrics deltas (``server_metrics.backend_part``).
 - :class:`ResponseCacheFigures`: the response cache (``server_metrics.response_cache_part``).
+- :class:`SemanticCacheFigures`: its semantic tier (``lab.analysis.semantic_cache.semantic_part``).
 - :class:`ResourceFigures`: resource use while the load ran (``run_figures.resource_figures``).
 - :class:`SteadyFigures`: the load window only (``checks.SteadyThroughput.part``).
 - :class:`SloFigures`: an SLO evaluation (``lab.analysis.run_slo.save_evaluation``).
@@ -144,6 +145,23 @@ class ResponseCacheFigures(FigurePart):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SemanticCacheFigures(FigurePart):
+    """The response cache's semantic tier, from the proxy's counters over the load."""
+
+    response_cache_exact_hit_rate: float | None = None
+    semantic_cache_hit_rate: float | None = None
+    semantic_cache_verified_hits: int | None = None
+    semantic_cache_false_hit_rate: float | None = None
+    semantic_cache_false_hit_rate_ci95_low: float | None = None
+    semantic_cache_false_hit_rate_ci95_high: float | None = None
+    semantic_cache_answer_mismatch_rate: float | None = None
+    semantic_cache_added_hit_p50_ms: float | None = None
+    semantic_cache_added_hit_p99_ms: float | None = None
+    semantic_cache_added_miss_p50_ms: float | None = None
+    semantic_cache_added_miss_p99_ms: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResourceFigures(FigurePart):
     """Resource use while the load ran (CPU in % of one core)."""
 
@@ -213,6 +231,7 @@ PARTS: tuple[type[FigurePart], ...] = (
     ClientFigures,
     ServerFigures,
     ResponseCacheFigures,
+    SemanticCacheFigures,
     ResourceFigures,
     SloFigures,
     SteadyFigures,

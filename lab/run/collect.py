@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from lab.analysis.semantic_cache import semantic_part
 from lab.measurement import k6_ndjson, k6_ndjson_files, k6_results, request_figures, server_metrics, trace_figures
 from lab.measurement.results import FigurePart, RunResults
 from lab.run import decisions
@@ -134,6 +135,15 @@ class RunCollector:
                 self.metrics_problems.setdefault(name, result.problem)
         return snapshots
 
+    def _optional_parts(self, before: Snapshots, after: Snapshots) -> list[FigurePart]:
+        """The parts only some runs have: a trace replay's, the semantic cache's."""
+        cache_change = server_metrics.delta(before.get("cache_proxy"), after.get("cache_proxy"))
+        return [
+            part
+            for part in (trace_figures.trace_part(self.run_dir, self.summary_path), semantic_part(cache_change))
+            if part is not None
+        ]
+
     def collect(
         self,
         spec: RunSpec,
@@ -182,7 +192,7 @@ class RunCollector:
             response_cache,
             run_figures.resource_figures(samples, backend_service=targets.backend_service),
             steady,
-            *filter(None, [trace_figures.trace_part(self.run_dir, self.summary_path)]),
+            *self._optional_parts(before, after),
         )
         results = results.with_parts(
             run_figures.check_figures(

@@ -13,9 +13,11 @@ from lab.analysis.semantic_cache import (
     pareto_front,
     run_semantic_figures,
     semantic_figures,
+    semantic_part,
     threshold_point,
 )
 from lab.analysis.statistics import proportion_interval
+from lab.measurement.results import RunResults
 from lab.measurement.server_metrics import delta, parse_metrics_text
 from lab.specs.schema import CacheSpec, ExperimentSpec, RunSpec
 from services.cache_proxy.metrics import ProxyMetrics
@@ -47,8 +49,13 @@ def test_a_runs_figures_come_from_the_change_of_the_proxys_metrics() -> None:
     semantic.false_hits.inc(1)
     semantic.answer_similarity.observe(0.9)
     semantic.answer_similarity.observe(0.7)
-    figures = semantic_figures(delta(before, proxy_snapshot(proxy)))
+    change = delta(before, proxy_snapshot(proxy))
+    figures = semantic_figures(change)
     assert figures is not None
+    part = semantic_part(change)  # what the store keeps of them
+    assert part is not None and part.semantic_cache_hit_rate == figures.semantic_hit_rate
+    assert part.semantic_cache_false_hit_rate_ci95_high == figures.false_hit_rate_ci95_high
+    assert RunResults.from_parts(part).semantic_cache_added_miss_p99_ms == figures.miss_path_added_p99_ms
     assert (figures.lookups, figures.exact_hits, figures.semantic_hits) == (20, 6, 4)
     assert figures.exact_hit_rate == pytest.approx(0.3) and figures.semantic_hit_rate == pytest.approx(0.2)
     assert figures.hit_rate == pytest.approx(0.5)
@@ -65,6 +72,7 @@ def test_a_runs_figures_come_from_the_change_of_the_proxys_metrics() -> None:
 def test_no_semantic_figures_without_the_tier_or_a_baseline() -> None:
     exact_only = proxy_snapshot(ProxyMetrics())
     assert semantic_figures(delta(exact_only, exact_only)) is None
+    assert semantic_part(delta(exact_only, exact_only)) is None
     assert semantic_figures({}) is None
     assert run_semantic_figures(None) is None
     assert run_semantic_figures({"before": {}, "after": {"cache_proxy": exact_only}}) is None
