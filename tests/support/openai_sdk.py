@@ -26,62 +26,50 @@ def sdk(base_url: str, key: str = ALPHA_KEY) -> OpenAI:
     return OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0, timeout=120)
 
 
-def chat_answer(client: OpenAI, model: str, content: str, *, stream: bool, include_usage: bool = True) -> Answer:
-    """One chat completion through the SDK, read as its user reads it (a stream to its end)."""
-    messages: Any = [{"role": "user", "content": content}]
-    if not stream:
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=messages, max_tokens=8, temperature=0
-        )
-        completion = raw.parse()
-        usage = completion.usage.model_dump() if completion.usage else None
-        choice = completion.choices[0]
-        return Answer(raw.headers.get("x-cache"), choice.message.content or "", usage, choice.finish_reason)
-    raw_stream = client.chat.completions.with_raw_response.create(
-        model=model,
-        messages=messages,
-        max_tokens=8,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": include_usage},
-    )
-    text, usage, finish_reason, count = "", None, None, 0
-    for chunk in raw_stream.parse():  # the SDK closes the stream at [DONE]
-        count += 1
-        if chunk.usage is not None:
-            usage = chunk.usage.model_dump()
-        for delta_choice in chunk.choices:
-            text += delta_choice.delta.content or ""
-            finish_reason = delta_choice.finish_reason or finish_reason
-    return Answer(raw_stream.headers.get("x-cache"), text, usage, finish_reason, count)
-
-
-def text_answer(client: OpenAI, model: str, prompt: str, *, stream: bool, include_usage: bool = True) -> Answer:
-    """One text completion (``/v1/completions``) through the SDK."""
-    if not stream:
-        raw = client.completions.with_raw_response.create(model=model, prompt=prompt, max_tokens=8, temperature=0)
-        completion = raw.parse()
-        assert completion.object == "text_completion"
-        usage = completion.usage.model_dump() if completion.usage else None
-        choice = completion.choices[0]
-        return Answer(raw.headers.get("x-cache"), choice.text, usage, choice.finish_reason)
-    raw_stream = client.completions.with_raw_response.create(
-        model=model,
-        prompt=prompt,
-        max_tokens=8,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": include_usage},
-    )
+def _streamed(raw_stream: Any, text_of: Any) -> Answer:
+    """A stream read to its end (the SDK closes it at [DONE]); ``text_of`` reads a choice's text."""
     text, usage, finish_reason, count = "", None, None, 0
     for chunk in raw_stream.parse():
         count += 1
         if chunk.usage is not None:
             usage = chunk.usage.model_dump()
-        for text_choice in chunk.choices:
-            text += text_choice.text
-            finish_reason = text_choice.finish_reason or finish_reason
+        for choice in chunk.choices:
+            text += text_of(choice) or ""
+            finish_reason = choice.finish_reason or finish_reason
     return Answer(raw_stream.headers.get("x-cache"), text, usage, finish_reason, count)
+
+
+def _plain(raw: Any, text_of: Any) -> Answer:
+    completion = raw.parse()
+    usage = completion.usage.model_dump() if completion.usage else None
+    choice = completion.choices[0]
+    return Answer(raw.headers.get("x-cache"), text_of(choice) or "", usage, choice.finish_reason)
+
+
+def chat_answer(client: OpenAI, model: str, content: str, *, stream: bool, include_usage: bool = True) -> Answer:
+    """One chat completion through the SDK, read as its user reads it (a stream to its end)."""
+    messages: Any = [{"role": "user", "content": content}]
+    create = client.chat.completions.with_raw_response.create
+    if not stream:
+        raw = create(model=model, messages=messages, max_tokens=8, temperature=0)
+        return _plain(raw, lambda choice: choice.message.content)
+    options: Any = {"include_usage": include_usage}
+    raw_stream = create(
+        model=model, messages=messages, max_tokens=8, temperature=0, stream=True, stream_options=options
+    )
+    return _streamed(raw_stream, lambda choice: choice.delta.content)
+
+
+def text_answer(client: OpenAI, model: str, prompt: str, *, stream: bool, include_usage: bool = True) -> Answer:
+    """One text completion (``/v1/completions``) through the SDK."""
+    create = client.completions.with_raw_response.create
+    if not stream:
+        raw = create(model=model, prompt=prompt, max_tokens=8, temperature=0)
+        assert raw.parse().object == "text_completion"
+        return _plain(raw, lambda choice: choice.text)
+    options: Any = {"include_usage": include_usage}
+    raw_stream = create(model=model, prompt=prompt, max_tokens=8, temperature=0, stream=True, stream_options=options)
+    return _streamed(raw_stream, lambda choice: choice.text)
 
 
 def assert_one_client_serves_chat_and_completions(base_url: str, *, usage_when_streamed: bool = True) -> str:
