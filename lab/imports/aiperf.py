@@ -112,7 +112,7 @@ class AIPerf(PeerTool):
         completed = number((document.get("completed_request_count") or document["request_count"]).get("avg"))
         failed = number((document.get("error_request_count") or {}).get("avg"))
         figures |= {"requests_ok": int(completed or 0), "requests_failed": int(failed or 0)}
-        figures["measured_duration_s"] = duration_s
+        figures |= {"measured_duration_s": duration_s}
         load = load_of(document, duration_s)
         client = ClientFigures.from_figures({name: value for name, value in figures.items() if value is not None})
         return [

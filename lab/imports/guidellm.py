@@ -186,8 +186,8 @@ class GuideLLM(PeerTool):
         if not whole_window:
             parts.append(
                 SteadyFigures(
-                    steady_req_per_s=figures.get("steady_req_per_s"),
-                    steady_output_tok_per_s=figures.get("steady_output_tok_per_s"),
+                    steady_req_per_s=RunResults.of_record(figures).steady_req_per_s,
+                    steady_output_tok_per_s=RunResults.of_record(figures).steady_output_tok_per_s,
                     steady_source="guidellm measured window",
                 )
             )

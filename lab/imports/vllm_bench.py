@@ -91,13 +91,14 @@ def mapped_figures(document: Mapping[str, Any]) -> dict[str, Any]:
     figures |= {name: number(document.get(field)) for name, field in RATE_MAP.items()}
     duration_s = number(document.get("duration"))
     input_tokens = number(document.get("total_input_tokens"))
-    figures["input_tok_per_s"] = input_tokens / duration_s if input_tokens is not None and duration_s else None
-    if figures["latency_avg_s"] is None:
+    if ClientFigures.from_figures(figures).latency_avg_s is None:
         figures |= latency_from_samples(document)
-    figures["requests_ok"] = int(document["completed"])
-    figures["requests_failed"] = int(document.get("failed") or 0)
-    figures["measured_duration_s"] = duration_s
-    return figures
+    return figures | {
+        "input_tok_per_s": input_tokens / duration_s if input_tokens is not None and duration_s else None,
+        "requests_ok": int(document["completed"]),
+        "requests_failed": int(document.get("failed") or 0),
+        "measured_duration_s": duration_s,
+    }
 
 
 def latency_from_samples(document: Mapping[str, Any]) -> dict[str, float]:

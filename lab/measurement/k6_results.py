@@ -324,8 +324,7 @@ def streaming_figures(metrics: dict[str, Any]) -> dict[str, Any]:
             figures[f"{figure}_{stat}_s"] = _ms_to_s(values, _STREAM_STATS[stat]) if timed else None
     # 0 when every timed answer streamed; None when no answer was timed (a stream was not asked for).
     unstreamed = _count(_metric_values(metrics, "lab_unstreamed_answers"))
-    figures["unstreamed_answers"] = unstreamed if unstreamed or figures["ttft_avg_s"] is not None else None
-    return figures
+    return figures | _unstreamed(figures, unstreamed)
 
 
 def streaming_figures_from_ms(trends_ms: Mapping[str, Sequence[float]], unstreamed: int) -> dict[str, Any]:
@@ -335,5 +334,11 @@ def streaming_figures_from_ms(trends_ms: Mapping[str, Sequence[float]], unstream
         latency = asdict(LatencyStats.from_ms(list(trends_ms.get(figure, []))))
         for stat in stats:
             figures[f"{figure}_{stat}_s"] = latency[f"{stat}_s"]
-    figures["unstreamed_answers"] = unstreamed if unstreamed or figures["ttft_avg_s"] is not None else None
-    return figures
+    return figures | _unstreamed(figures, unstreamed)
+
+
+def _unstreamed(streaming: Mapping[str, Any], unstreamed: int) -> dict[str, int | None]:
+    """The unstreamed answers: 0 when every timed answer streamed; None when no answer was timed
+    (a stream was not asked for)."""
+    timed = ClientFigures.from_figures(streaming).ttft_avg_s is not None
+    return {"unstreamed_answers": unstreamed if unstreamed or timed else None}

@@ -16,7 +16,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from lab.backends import MetricNames
-from lab.measurement.results import ResponseCacheFigures, ServerFigures
+from lab.measurement.results import ResponseCacheFigures, RunResults, ServerFigures
 
 Snapshot = dict[str, float]
 
@@ -203,11 +203,13 @@ def response_cache_part(cache: dict[str, Any] | None, *, client_hit_rate: float 
     counted no lookup or did not run."""
     if cache is None:
         return ResponseCacheFigures(response_cache_hit_rate=client_hit_rate)
-    proxy_rate = cache["response_cache_hit_rate"]
+    proxy = RunResults.of_record(cache)
     return ResponseCacheFigures(
-        response_cache_hit_rate=proxy_rate if proxy_rate is not None else client_hit_rate,
-        response_cache_hits=cache["response_cache_hits"],
-        response_cache_store_errors=cache["response_cache_store_errors"],
+        response_cache_hit_rate=proxy.response_cache_hit_rate
+        if proxy.response_cache_hit_rate is not None
+        else client_hit_rate,
+        response_cache_hits=proxy.response_cache_hits,
+        response_cache_store_errors=proxy.response_cache_store_errors,
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from db.figures import figure_by
 from lab.analysis.run_diff import REPEAT_SETTINGS, flatten_spec
 from pages.view.series import setting_text
 
@@ -58,7 +59,8 @@ def origin_parts(run: Any, flat: dict[str, Any]) -> list[str]:
     source = getattr(run, "source_tool", None) or flat.get("source_tool")
     if source and source != LAB_SOURCE:
         parts.append(f"imported from {source}")
-    trace = getattr(run, "trace_name", None) or flat.get("workload.trace_name") or flat.get("trace_name")
+    trace_name = figure_by(lambda f: f.trace_name).name  # a run's figure, or a setting of an imported run
+    trace = getattr(run, trace_name, None) or flat.get("workload.trace_name") or flat.get(trace_name)
     if trace:
         parts.append(f"trace {trace}")
     return parts
