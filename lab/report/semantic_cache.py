@@ -139,36 +139,70 @@ def _milliseconds(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
-def table_lines(points: Sequence[ThresholdPoint]) -> list[str]:
-    """The points as a Markdown table: hit rates, false hits with their interval, added latency."""
+# A cell: its text and the points.json paths of the numbers it shows, in order.
+Cell = tuple[str, tuple[str, ...]]
+
+
+def _share_cell(value: float | None, path: str) -> Cell:
+    return ("n/a", ()) if value is None else (_percent(value), (path,))
+
+
+def _number_cell(value: float | None, path: str, decimals: int) -> Cell:
+    return ("n/a", ()) if value is None else (f"{value:.{decimals}f}", (path,))
+
+
+def _interval_cell(low: float | None, high: float | None, path: str) -> Cell:
+    if low is None or high is None:
+        return ("n/a", ())
+    return (f"{_percent(low)}-{_percent(high)}", (f"{path}_ci95_low", f"{path}_ci95_high"))
+
+
+def _row_cells(point: ThresholdPoint) -> list[Cell]:
+    """A point's cells (the figures' paths under ``[run_id=N]``)."""
+    tier: Cell = (_point_name(point), (".similarity",) if point.tier == "semantic" else ())
+    figures = point.figures
+    if figures is None:
+        return [(str(point.run_id), (".run_id",)), tier, _share_cell(point.hit_rate, ".hit_rate"), *[("", ())] * 13]
+    return [
+        (str(point.run_id), (".run_id",)),
+        tier,
+        _share_cell(figures.hit_rate, ".figures.hit_rate"),
+        (str(figures.exact_hits), (".figures.exact_hits",)),
+        (str(figures.semantic_hits), (".figures.semantic_hits",)),
+        (str(figures.verified_hits), (".figures.verified_hits",)),
+        (str(figures.false_hits), (".figures.false_hits",)),
+        _share_cell(figures.false_hit_rate, ".figures.false_hit_rate"),
+        _interval_cell(figures.false_hit_rate_ci95_low, figures.false_hit_rate_ci95_high, ".figures.false_hit_rate"),
+        _number_cell(figures.answer_similarity_mean, ".figures.answer_similarity_mean", 3),
+        _share_cell(figures.answer_mismatch_rate, ".figures.answer_mismatch_rate"),
+        _interval_cell(
+            figures.answer_mismatch_rate_ci95_low,
+            figures.answer_mismatch_rate_ci95_high,
+            ".figures.answer_mismatch_rate",
+        ),
+        _number_cell(figures.hit_path_added_p50_ms, ".figures.hit_path_added_p50_ms", 1),
+        _number_cell(figures.hit_path_added_p99_ms, ".figures.hit_path_added_p99_ms", 1),
+        _number_cell(figures.miss_path_added_p50_ms, ".figures.miss_path_added_p50_ms", 1),
+        _number_cell(figures.miss_path_added_p99_ms, ".figures.miss_path_added_p99_ms", 1),
+    ]
+
+
+def table_lines(points: Sequence[ThresholdPoint], *, source: str | None = None) -> list[str]:
+    """The points as a Markdown table: hit rates, false hits with their interval, added latency.
+    With ``source`` (points.json's path) each row ends in a pointer naming each number's value,
+    which the documents' check reads back."""
+    not_data = " <!-- not-data: column headings -->" if source else ""
     lines = [
-        "| run | tier | hit rate | exact hits | semantic hits | verified | false hits | false-hit rate (95% interval)"
-        f" | answer similarity | answers under {ANSWER_MISMATCH_BELOW:g} alike (95% interval)"
-        " | added ms on a hit p50/p99 | added ms on a miss p50/p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | tier | hit rate | exact hits | semantic hits | verified | false hits | false-hit rate | 95% interval"
+        f" | answer similarity | answers under {ANSWER_MISMATCH_BELOW:g} alike | 95% interval"
+        f" | added ms on a hit, p50 | p99 | added ms on a miss, p50 | p99{not_data} |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for point in points:
-        figures = point.figures
-        if figures is None:
-            lines.append(f"| {point.run_id} | {_point_name(point)} | {_percent(point.hit_rate)} | | | | | | | | | |")
-            continue
-        low, high = _percent(figures.false_hit_rate_ci95_low), _percent(figures.false_hit_rate_ci95_high)
-        interval = f"{_percent(figures.false_hit_rate)} ({low}-{high})"
-        similarity = "n/a" if figures.answer_similarity_mean is None else f"{figures.answer_similarity_mean:.3f}"
-        mismatch_low = _percent(figures.answer_mismatch_rate_ci95_low)
-        mismatch_high = _percent(figures.answer_mismatch_rate_ci95_high)
-        mismatch = (
-            "n/a"
-            if figures.answer_mismatch_rate is None
-            else f"{_percent(figures.answer_mismatch_rate)} ({mismatch_low}-{mismatch_high})"
-        )
-        lines.append(
-            f"| {point.run_id} | {_point_name(point)} | {_percent(figures.hit_rate)} | {figures.exact_hits} |"
-            f" {figures.semantic_hits} | {figures.verified_hits} | {figures.false_hits} | {interval} |"
-            f" {similarity} | {mismatch} |"
-            f" {_milliseconds(figures.hit_path_added_p50_ms)}/{_milliseconds(figures.hit_path_added_p99_ms)} |"
-            f" {_milliseconds(figures.miss_path_added_p50_ms)}/{_milliseconds(figures.miss_path_added_p99_ms)} |"
-        )
+        cells = _row_cells(point)
+        keys = ";".join(f"[run_id={point.run_id}]{path}" for _, paths in cells for path in paths)
+        pointer = f" <!-- src: {source} key={keys} -->" if source else ""
+        lines.append("| " + " | ".join(text for text, _ in cells) + pointer + " |")
     return lines
 
 
@@ -192,8 +226,7 @@ def write_semantic_report(
         "",
         *notes,
         "",
-        f"<!-- src: {source.as_posix()} -->",
-        *table_lines(points),
+        *table_lines(points, source=source.as_posix()),
         "",
         f"On the Pareto front (no other run has both a higher hit rate and fewer false hits): {front}.",
         "",
