@@ -154,7 +154,7 @@ def _number_cell(value: float | None, path: str, decimals: int) -> Cell:
 def _interval_cell(low: float | None, high: float | None, path: str) -> Cell:
     if low is None or high is None:
         return ("n/a", ())
-    return (f"{_percent(low)}-{_percent(high)}", (f"{path}_ci95_low", f"{path}_ci95_high"))
+    return (f"{_percent(low)} to {_percent(high)}", (f"{path}_ci95_low", f"{path}_ci95_high"))
 
 
 def _row_cells(point: ThresholdPoint) -> list[Cell]:

@@ -171,7 +171,7 @@ def test_the_tradeoff_chart_and_table_name_every_run_and_the_front(tmp_path, mon
     assert tradeoff_figure(chosen[:2]) is None  # nothing semantic: no chart
     table = table_lines(chosen)
     assert table[-1].startswith(
-        "| 3 | semantic 0.8 | 50.0% | 0 | 1 | 1 | 1 | 100.0% | 20.7%-100.0% | n/a | n/a | n/a |"
+        "| 3 | semantic 0.8 | 50.0% | 0 | 1 | 1 | 1 | 100.0% | 20.7% to 100.0% | n/a | n/a | n/a |"
     )
     keyed = table_lines(chosen, source="points.json")[-1]
     assert "<!-- src: points.json key=[run_id=3].run_id;[run_id=3].similarity;[run_id=3].figures.hit_rate;" in keyed
