@@ -116,15 +116,15 @@ def take_run(
     hardware: dict[str, Any] | None,
     worker_pid: int | None,
     job_id: int | None = None,
-) -> bool:
+) -> int | None:
     """Move ``run_id`` from queued to ``starting`` for this worker, if it is still queued (and
     carried by ``job_id`` when given), raising its fencing token; the worker's current run is set.
-    False when another worker took it first, or it was cancelled or deleted meanwhile."""
+    The claim's fencing token; None when another worker took it first, or it was cancelled or
+    deleted meanwhile."""
     condition = [Run.id == run_id, Run.status == RunStatus.QUEUED]
     if job_id is not None:
         condition.append(Run.job_id == job_id)
-    claimed = rows_changed(
-        session,
+    token = session.scalar(
         update(Run)
         .where(*condition)
         .values(
@@ -134,13 +134,14 @@ def take_run(
             worker_name=worker_name,
             worker_hardware=hardware,
             fencing_token=Run.fencing_token + 1,
-        ),
+        )
+        .returning(Run.fencing_token)
     )
-    if not claimed:
-        return False
+    if token is None:
+        return None
     if worker_name:
         session.execute(update(WorkerRecord).where(WorkerRecord.name == worker_name).values(current_run_id=run_id))
-    return True
+    return int(token)
 
 
 def claim_next_run(
@@ -175,9 +176,9 @@ def claim_next_run(
             if run_id is None:  # all taken or being taken by others right now
                 session.rollback()
                 return None
-            taken = take_run(session, run_id=run_id, worker_name=worker_name, hardware=hardware, worker_pid=worker_pid)
+            token = take_run(session, run_id=run_id, worker_name=worker_name, hardware=hardware, worker_pid=worker_pid)
             session.commit()
-            if taken:
+            if token is not None:
                 return run_id
 
 

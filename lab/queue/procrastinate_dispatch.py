@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from db import store, worker_store
 from db.models import Experiment, LongExperiment, LongExperimentState, Run, RunStatus
-from lab.queue.dispatch import Claim, claim_of, queue_name, worker_queues
+from lab.queue.dispatch import Claim, queue_name, worker_queues
 from lab.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,9 +61,16 @@ class BlockingConnector(SyncPsycopgConnector):
         return self.execute_query_all(query, **arguments)
 
 
+_loops = threading.local()
+
+
 def _wait(call: Coroutine[Any, Any, T]) -> T:
-    """Await one of the job manager's calls (which never waits on anything else: BlockingConnector)."""
-    return asyncio.run(call)
+    """Await one of the job manager's calls (which never waits on anything else: BlockingConnector),
+    on an event loop of the calling thread's own, kept for its next call."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None:
+        loop = _loops.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(call)
 
 
 def _run_id(job: jobs.Job) -> int:
@@ -211,9 +218,9 @@ class ProcrastinateDispatch:
                         .where(Run.id == run_id, Run.job_id == job.id, Run.status == RunStatus.QUEUED)
                         .values(job_id=None)
                     )
-                    taken = False
+                    token = None
                 else:
-                    taken = store.take_run(
+                    token = store.take_run(
                         session,
                         run_id=run_id,
                         job_id=job.id,
@@ -222,8 +229,8 @@ class ProcrastinateDispatch:
                         worker_pid=self.worker_pid,
                     )
                 session.commit()
-            if taken:
-                return claim_of(self.engine, run_id, job.id)
+            if token is not None:
+                return Claim(run_id=run_id, fencing_token=token, job_id=job.id)
             self._end_job(job.id, jobs.Status.ABORTED)  # cancelled, deleted or routed again meanwhile
 
     def finish(self, claim: Claim) -> None:
