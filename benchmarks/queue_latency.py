@@ -26,6 +26,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -142,9 +143,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     work_dir = Path(tempfile.mkdtemp(prefix="queue-latency-"))
     url = cluster.url
     engine = make_engine(url)
-    upgrade(engine)
-    processes = []
+    processes: list[subprocess.Popen[bytes]] = []
     try:
+        upgrade(engine)
         for name, labels in WORKERS:
             env = {
                 **os.environ,
@@ -182,6 +183,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "commit": code.label,
             "machine": f"{os.cpu_count()} cores",
+            # The machine is shared: its load says how much the figures may be disturbed.
+            "load_average_1m": round(os.getloadavg()[0], 2),
             "workers": len(WORKERS),
             "poll_interval_s": args.poll_s,
             "single_runs": len(latencies),
@@ -213,13 +216,31 @@ def main() -> None:
     parser.add_argument("--poll-s", type=float, default=1.0, help="the workers' poll interval when idle")
     parser.add_argument("--rng-seed", type=int, default=7, help="seed of the gaps between single runs")
     parser.add_argument("--label", default="", help="a name kept with the result (e.g. before, after)")
-    parser.add_argument("--json", type=Path, help="add the result to this file (a list, one entry per measurement)")
+    parser.add_argument("--json", type=Path, help="add the result to this data file (its measurements and medians)")
     args = parser.parse_args()
     result = {"label": args.label, **measure(args)}
     print(json.dumps(result, indent=2))
     if args.json:
-        existing = json.loads(args.json.read_text()) if args.json.exists() else []
-        args.json.write_text(json.dumps([*existing, result], indent=2) + "\n")
+        existing = json.loads(args.json.read_text()) if args.json.exists() else {}
+        measurements = [*existing.get("measurements", []), result]
+        args.json.write_text(json.dumps({**existing, **summarised(measurements)}, indent=2) + "\n")
+
+
+SUMMARISED_FIGURES = ("queue_to_start_p50_s", "queue_to_start_p99_s", "claims_per_s")
+
+
+def summarised(measurements: list[dict[str, Any]]) -> dict[str, Any]:
+    """The data file: every measurement, and each label's median of each figure (interleaved
+    before/after runs on a shared machine vary more than any one of them says)."""
+    labels = dict.fromkeys(str(item["label"]) for item in measurements)
+    summary = {
+        label: {
+            "measurements": len(rows := [item for item in measurements if item["label"] == label]),
+            **{name: round(statistics.median(float(row[name]) for row in rows), 3) for name in SUMMARISED_FIGURES},
+        }
+        for label in labels
+    }
+    return {"summary": summary, "measurements": measurements}
 
 
 if __name__ == "__main__":
