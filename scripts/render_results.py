@@ -324,6 +324,78 @@ def cost_per_request(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def semantic_cache_overhead(data: dict[str, Any]) -> list[str]:
+    cases = data["cases"]
+    embedding, memory = data["embedding"], data["memory"]
+    rss = memory["proxy_rss_mib"]
+
+    def answers(name: str) -> str:
+        seen: dict[str, int] = {}
+        for found in data["rounds"]:
+            for value, count in found[name]["x_cache"].items():
+                seen[value] = seen.get(value, 0) + count
+        return ", ".join(f"{thousands(count)} {value}" for value, count in sorted(seen.items()))
+
+    return [
+        "The semantic tier (`--cache semantic`) beside the exact one, each proxy in front of the stub upstream",
+        f"(which answers at once), {data['concurrency']} clients in the benchmark's process on the same 2 cores,",
+        f"{len(data['rounds'])} rounds of {data['duration_s']:g} s a case; the req/s range is the slowest and the"
+        " fastest round. A semantic hit is an exact miss, one embedding, one search and one Redis GET;",
+        "a miss on the semantic tier also embeds, searches and writes the vector beside the entry.",
+        "",
+        *table(
+            ("case", "req/s", "req/s range", "p50 ms", "p99 ms", "answers (X-Cache)"),
+            [
+                (
+                    name,
+                    thousands(figures["req_per_s"]),
+                    interval(figures["req_per_s_min"], figures["req_per_s_max"], thousands),
+                    f"{figures['latency_p50_ms']:.2f}",
+                    f"{figures['latency_p99_ms']:.2f}",
+                    answers(name),
+                )
+                for name, figures in cases.items()
+            ],
+        ),
+        "",
+        *table(
+            ("cost", "exact tier", "semantic tier"),
+            [
+                (
+                    "embedding a request (all-MiniLM-L6-v2, one thread), p50 / p99",
+                    "none",
+                    f"{embedding['p50_ms']:.1f} ms / {embedding['p99_ms']:.1f} ms",
+                ),
+                ("embedding in the proxy under load, mean", "none", f"{embedding['proxy_mean_ms']:.1f} ms"),
+                (
+                    "memory per 10,000 entries: Redis",
+                    f"{memory['redis_entries_mib_per_10000']:.1f} MiB",
+                    f"{memory['redis_entries_mib_per_10000'] + memory['redis_vectors_mib_per_10000']:.1f} MiB"
+                    f" ({memory['redis_vectors_mib_per_10000']:.1f} MiB of vectors)",
+                ),
+                ("memory per 10,000 entries: the proxy's index", "none", f"{memory['index_mib_per_10000']:.1f} MiB"),
+                ("the proxy's resident memory after the load", f"{rss['exact']:.0f} MiB", f"{rss['semantic']:.0f} MiB"),
+            ],
+        ),
+        "",
+        f"Of {data['pairs'] + data['pairs_left_out']} paraphrase pairs, {data['pairs_left_out']} were not a semantic"
+        f" hit at similarity {data['similarity']:g} and were left out. Redis's bytes are `MEMORY USAGE` of one"
+        " stub answer and of its vector record, times 10,000; the index's are its matrices as allocated (a"
+        " group's grows by doubling: 16,384 rows of 384 float32 hold 10,000 entries). A semantic hit waits for"
+        " the one embedding thread: with 8 clients its latency is mostly that queue, and its req/s is about"
+        " one over the embedding time.",
+        *(
+            [
+                "",
+                "An ERROR on a miss is a store that did not reach Redis within the proxy's Redis deadline: the"
+                " answer was served, not kept.",
+            ]
+            if any("ERROR" in found[name]["x_cache"] for found in data["rounds"] for name in cases)
+            else []
+        ),
+    ]
+
+
 AREAS: tuple[Area, ...] = (
     Area(
         "The cache hit path",
@@ -333,6 +405,14 @@ AREAS: tuple[Area, ...] = (
         ".venv/bin/python -m benchmarks.cache_proxy --recording --rounds 12 --duration-s 10 --json FILE",
         "2026-12-03-trace-recording-cost.md",
         hit_path,
+    ),
+    Area(
+        "The semantic cache against the exact one",
+        "semantic_cache.json",
+        "the stub upstream, no model behind the proxies",
+        ".venv/bin/python -m benchmarks.semantic_cache --rounds 3 --duration-s 8 --concurrency 8 --json FILE",
+        "",
+        semantic_cache_overhead,
     ),
     Area(
         "Trace recording at the proxy: what it costs",
