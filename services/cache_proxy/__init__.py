@@ -11,7 +11,7 @@ vLLM. This is that proxy made correct and fast:
   requests (a missing temperature is 1.0 on vLLM and the naive server: not cached). Per
   request ``Cache-Control: no-cache`` refreshes, ``no-store`` bypasses (every
   ``Cache-Control`` line is read). Every proxied response carries
-  ``X-Cache: HIT|MISS|BYPASS|ERROR``.
+  ``X-Cache: HIT|SEMANTIC|MISS|BYPASS|ERROR``.
 - **Credentials** (``--credentials``): a request carrying credentials (Authorization,
   cookies, api-key headers, a query string;
   :func:`services.cache_proxy.keys.is_credential_header`) bypasses the cache by default, or
@@ -51,6 +51,15 @@ vLLM. This is that proxy made correct and fast:
   reachability), ``POST /cache/flush`` (SCAN + UNLINK of this namespace only); every other
   path is passed through uncached.
 
+- **Semantic tier** (``--cache semantic --similarity T``, :mod:`~services.cache_proxy.semantic`): after
+  an exact miss, the request's last user turn (or whole conversation, ``--embed``) is embedded
+  (:mod:`services.embeddings`, all-MiniLM-L6-v2) and the nearest stored prompt among entries whose
+  other fields match exactly (model, sampling, max tokens, tools, upstream, namespace, credential)
+  answers it at a cosine similarity of at least T: ``X-Cache: SEMANTIC`` and
+  ``X-Cache-Similarity``. Vectors are stored in Redis beside their entries with the same TTL and
+  indexed in process, rebuilt at start; ``--semantic-verify-fraction`` also asks the upstream for
+  a share of semantic hits and counts the false ones.
+
 - **Local tier** (:class:`~services.cache_proxy.local_tier.LocalTier`, on by default,
   bounded in entries and bytes): hits are answered from process memory, kept coherent by
   Redis's client tracking (an entry is dropped when Redis says its key was overwritten,
@@ -73,7 +82,9 @@ Standalone::
     python -m services.cache_proxy --upstream URL --redis-url URL --port N \\
         [--policy all|deterministic] [--credentials bypass|per-credential] [--ttl-s N] \\
         [--no-single-flight] [--namespace NAME] [--server uvicorn|granian|granian-rsgi] [--max-body-bytes N]
-        [--header-timeout-s S] [--body-timeout-s S] [--cache on|off]
+        [--header-timeout-s S] [--body-timeout-s S] [--cache exact|semantic|off]
+        [--similarity T] [--embed last_user_turn|conversation] [--embedding-model NAME]
+        [--semantic-verify-fraction F]
         [--record-trace FILE [--record-text] [--record-rotate-mb MB] [--record-block-tokens N] [--record-tokenizer DIR]]
 
 - **Trace recording** (``--record-trace``, :mod:`~services.cache_proxy.recording`,
@@ -82,8 +93,9 @@ Standalone::
 
 Modules: ``policy`` (what is looked up, stored, bypassed), ``keys`` (the canonical key),
 ``resp`` (the pipelined Redis client), ``local_tier``, ``circuit_breaker``, ``metrics``,
-``responses`` (ASGI plumbing, the stored value's layout and check), ``bodies`` (body limit,
-deadline, off-loop keying), ``flights`` (upstream calls and single-flight), ``upstream``
+``responses`` (ASGI plumbing, the stored value's layout and check), ``semantic``, ``semantic_keys``,
+``semantic_index`` and ``semantic_cli`` (the semantic tier), ``admin`` (the admin endpoints), ``bodies``
+(body limit, deadline, off-loop keying), ``flights`` (upstream calls and single-flight), ``upstream``
 (the forwarded request, the stream relay), ``app`` (:class:`~services.cache_proxy.app.CacheProxy`,
 ``build_app``), ``serving`` (uvicorn, granian), ``rsgi`` (the RSGI adapter), ``cli`` (``parse_args``, ``main``).
 """

@@ -72,6 +72,7 @@ class XCache(bytes, enum.Enum):
     """Values of the ``X-Cache`` response header."""
 
     HIT = b"HIT"
+    SEMANTIC = b"SEMANTIC"  # a paraphrase's stored answer (services.cache_proxy.semantic)
     MISS = b"MISS"
     BYPASS = b"BYPASS"
     ERROR = b"ERROR"

@@ -40,6 +40,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.cache_proxy.keys import parse_keyable_body
+from services.cache_proxy.policy import XCache
 from services.cache_proxy.resp import PipelinedRedis, RedisUnavailable
 from services.cache_proxy.responses import PreparedHit, Scope, prepared_hit
 from services.cache_proxy.semantic_index import VectorIndex
@@ -307,7 +308,7 @@ class SemanticTier:
             self.metrics.index_entries.set(len(self.index))
             return None
         headers = [(name, value) for name, value in prepared[0] if name != b"x-cache"]
-        headers += [(b"x-cache", b"SEMANTIC"), (b"x-cache-similarity", b"%.4f" % similarity)]
+        headers += [(b"x-cache", XCache.SEMANTIC.value), (b"x-cache-similarity", b"%.4f" % similarity)]
         return SemanticHit((headers, prepared[1], prepared[2]), similarity, entry_key, text)
 
     async def store(self, redis: PipelinedRedis, key: str, value: bytes, ttl_s: int | None) -> None:
