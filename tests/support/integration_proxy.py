@@ -41,7 +41,8 @@ def start_proxy(upstream_url: str, redis_url: str, log_dir: Path, *extra_args: s
             *extra_args,
         ],
         log_path=log_dir / f"cache-proxy-{namespace}.log",
-        readiness_timeout_s=30.0,
+        # The semantic tier loads torch and its embedding model before it answers (seconds on a busy CI).
+        readiness_timeout_s=120.0 if "semantic" in extra_args else 30.0,
         cwd=REPO_ROOT,
     )
     return service.start()
