@@ -221,9 +221,11 @@ def main() -> None:
     result = {"label": args.label, **measure(args)}
     print(json.dumps(result, indent=2))
     if args.json:
+        from benchmarks import data_files
+
         existing = json.loads(args.json.read_text()) if args.json.exists() else {}
         measurements = [*existing.get("measurements", []), result]
-        args.json.write_text(json.dumps({**existing, **summarised(measurements)}, indent=2) + "\n")
+        data_files.write(args.json, {**existing, **summarised(measurements)})
 
 
 SUMMARISED_FIGURES = ("queue_to_start_p50_s", "queue_to_start_p99_s", "claims_per_s")

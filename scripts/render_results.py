@@ -166,6 +166,29 @@ def trace_lateness(data: dict[str, Any]) -> list[str]:
     ]
 
 
+def queue_latency(data: dict[str, Any]) -> list[str]:
+    summary = data["summary"]
+    return [
+        "The shared queue alone (three workers on a private PostgreSQL, each run ended at once by a stub):",
+        "queue-to-start latency of single runs queued on idle workers, and claims per second over runs",
+        "queued in one commit; the medians of runs before and after taken in turn.",
+        "",
+        *table(
+            ("queue", "measurements", "queue-to-start p50 s", "p99 s", "claims per second"),
+            [
+                (
+                    label,
+                    str(row["measurements"]),
+                    f"{row['queue_to_start_p50_s']:.2f}",
+                    f"{row['queue_to_start_p99_s']:.2f}",
+                    f"{row['claims_per_s']:.1f}",
+                )
+                for label, row in summary.items()
+            ],
+        ),
+    ]
+
+
 PEER_FIGURES = ("latency_avg_s", "ttft_avg_s", "tpot_avg_s", "req_per_s", "output_tok_per_s")
 PEER_FIGURE_NAMES = {
     "latency_avg_s": "latency avg",
@@ -413,6 +436,16 @@ AREAS: tuple[Area, ...] = (
         ".venv/bin/python -m benchmarks.semantic_cache --rounds 3 --duration-s 8 --concurrency 8 --json FILE",
         "",
         semantic_cache_overhead,
+    ),
+    Area(
+        "The shared queue: queue-to-start latency and claims per second",
+        "queue_latency.json",
+        "shared with other work (1-minute load average 3.5 to 6.2), 2026-12-07 17:22-17:25 UTC;"
+        " before: commit 773fc42 (the lab's own claim and leases), after: 78d5553 (procrastinate 3.10.0)",
+        "`.venv/bin/python -m benchmarks.queue_latency --label LABEL --json FILE`, before and after in turn,"
+        " three each",
+        "",
+        queue_latency,
     ),
     Area(
         "Trace recording at the proxy: what it costs",
