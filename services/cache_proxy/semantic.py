@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.cache_proxy.keys import parse_keyable_body
 from services.cache_proxy.policy import XCache
-from services.cache_proxy.resp import PipelinedRedis, RedisUnavailable
+from services.cache_proxy.resp import PipelinedRedis, RedisUnavailable, RedisWrongType
 from services.cache_proxy.responses import PreparedHit, Scope, prepared_hit
 from services.cache_proxy.semantic_index import VectorIndex
 from services.cache_proxy.semantic_keys import (
@@ -257,32 +257,23 @@ class SemanticTier:
             return None
         if not self._rebuilt and time.monotonic() - self._rebuild_tried_at > REBUILD_RETRY_S:
             await self.rebuild()
-        settings = self.settings
-        request = semantic_request(
-            parse_keyable_body(raw_body),
-            path=scope["path"],
-            upstream_identity=settings.upstream_identity,
-            namespace=settings.namespace,
-            requester=requester,
-            embed=settings.embed,
-        )
-        if request is None:
-            return None
         started_at = time.perf_counter()
         try:
-            vector, embedding_s = await asyncio.get_running_loop().run_in_executor(
-                self._executor, _timed_embedding, self.embedder, request.text
+            request = semantic_request(
+                parse_keyable_body(raw_body),
+                path=scope["path"],
+                upstream_identity=self.settings.upstream_identity,
+                namespace=self.settings.namespace,
+                requester=requester,
+                embed=self.settings.embed,
             )
-            embedded_at = time.perf_counter()
-            nearest = self.index.nearest(request.group, vector) if lookup else None
+            if request is None:
+                return None
+            vector, nearest = await self._embed_and_search(request.group, request.text, lookup=lookup)
         except Exception as error:  # any failure of the model or the index: fail open
             self._fail(error)
             return None
-        self.metrics.embedding.observe(embedding_s)  # the model's time; the paths' include the wait for the thread
-        if lookup:
-            self.metrics.lookups.inc()
-            self.metrics.search.observe(time.perf_counter() - embedded_at)
-        if nearest is not None and nearest[1] >= settings.similarity:
+        if nearest is not None and nearest[1] >= self.settings.similarity:
             hit = await self._read_hit(nearest[0], nearest[1], streaming, request.text)
             if hit is not None:
                 self.metrics.hits.inc()
@@ -291,8 +282,24 @@ class SemanticTier:
         self.metrics.miss_path.observe(time.perf_counter() - started_at)
         if len(self._pending) >= PENDING_VECTORS_MAX:
             self._pending.clear()
-        self._pending[entry_key] = VectorRecord(request.group, entry_key, settings.model, vector)
+        self._pending[entry_key] = VectorRecord(request.group, entry_key, self.settings.model, vector)
         return None
+
+    async def _embed_and_search(self, group: str, text: str, *, lookup: bool) -> tuple[Any, tuple[str, float] | None]:
+        """``text``'s vector (embedded in the embedding thread) and, when ``lookup``, the nearest
+        entry of ``group`` with its similarity."""
+        assert self.embedder is not None and self.index is not None
+        vector, embedding_s = await asyncio.get_running_loop().run_in_executor(
+            self._executor, _timed_embedding, self.embedder, text
+        )
+        self.metrics.embedding.observe(embedding_s)  # the model's time; the paths' include the wait for the thread
+        if not lookup:
+            return vector, None
+        searched_at = time.perf_counter()
+        nearest = self.index.nearest(group, vector)
+        self.metrics.lookups.inc()
+        self.metrics.search.observe(time.perf_counter() - searched_at)
+        return vector, nearest
 
     async def _read_hit(self, entry_key: str, similarity: float, streaming: bool, text: str) -> SemanticHit | None:
         """The stored answer of ``entry_key`` as a SEMANTIC hit; None (and the vector dropped)
@@ -302,6 +309,8 @@ class SemanticTier:
             stored = await self.redis.execute(b"GET", entry_key)
         except RedisUnavailable:
             return None
+        except RedisWrongType:  # another type under the key: not an entry to serve
+            stored = None
         prepared = prepared_hit(stored) if isinstance(stored, bytes) else None
         if prepared is None or prepared[2] is not streaming:
             self.index.remove(entry_key)  # expired with its entry, or replaced by a bad value
