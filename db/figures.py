@@ -294,7 +294,7 @@ class RunFigures:
         short_label="prefix cache hit",
     )
     response_cache_hit_rate: float | None = figure(
-        Unit.SHARE, "Redis cache hit", "The Redis response cache's hit rate.", SERVER
+        Unit.SHARE, "Redis cache hit", "The Redis response cache's hit rate (exact and semantic hits).", SERVER
     )
     response_cache_hits: int | None = figure(
         Unit.COUNT, "Redis cache hits", "Answers the response cache served.", SERVER
