@@ -30,8 +30,9 @@ def main() -> None:
     from lab.context import LabContext
     from lab.queue import experiments
     from lab.queue.worker import Worker
-    from lab.settings import PROJECT_ROOT, get_settings
+    from lab.settings import get_settings
     from lab.specs.schema import ExperimentSpec, RunSpec
+    from services.processes import PROJECT_ROOT
     from services.supervisor import ManagedService
 
     settings = get_settings()

@@ -31,7 +31,7 @@ def replay(rate_per_s: float, requests: int, work_dir: Path, max_vus: int) -> di
     """One replay at ``rate_per_s``: its lateness figures and how many requests the stub saw."""
     from lab.measurement.trace_figures import trace_part
     from lab.specs.schema import RunSpec
-    from services.supervisor import find_free_port
+    from services.processes import find_free_port
     from tests.stub_openai import StubServer
     from tests.support.traces import mooncake_lines, trace_replay_k6, write_trace
 

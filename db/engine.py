@@ -19,7 +19,7 @@ _engines: dict[str, Engine] = {}
 _engines_lock = threading.Lock()
 
 
-def _configure_sqlite(dbapi_connection, _connection_record) -> None:
+def _configure_sqlite(dbapi_connection: Any, _connection_record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets the Streamlit readers poll while the worker writes; the busy timeout
     # makes a writer wait for another instead of failing with "database is locked".

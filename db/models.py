@@ -136,7 +136,7 @@ def _result_columns() -> Any:
 RunResultColumns: Any = _result_columns()
 
 
-class Run(RunResultColumns, Base):
+class Run(RunResultColumns, Base):  # type: ignore[misc]  # the result columns are built from db/figures.py at import
     """One cell of an experiment, one repeat: queued, executed by the worker, then figures."""
 
     __tablename__ = "runs"
@@ -200,9 +200,9 @@ class Run(RunResultColumns, Base):
     # The dispatch (lab.queue.dispatch): higher runs first, then the oldest; on PostgreSQL the
     # procrastinate job that carries it. ``fencing_token`` goes up at each claim and when the run
     # is taken from a lost worker: a write of the run's outcome carries the token it claimed with.
-    priority: Mapped[int] = mapped_column(Integer, default=0)
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     job_id: Mapped[int | None] = mapped_column(BigInteger, index=True)
-    fencing_token: Mapped[int] = mapped_column(Integer, default=0)
+    fencing_token: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now, index=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     load_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -95,7 +95,8 @@ def _as_utc(value: datetime | str | pd.Timestamp | None, what: str) -> datetime 
     except (ValueError, TypeError):
         raise ValueError(f"{what} must be a date or time (e.g. '2026-12-01' or a datetime), not {value!r}") from None
     moment = moment.tz_localize(UTC) if moment.tzinfo is None else moment.tz_convert(UTC)
-    return moment.to_pydatetime()
+    converted: datetime = moment.to_pydatetime()
+    return converted
 
 
 def _as_list(value: str | Sequence[str] | None) -> list[str] | None:

@@ -11,8 +11,9 @@ import streamlit as st
 from lab.queue import experiments, long_status
 from lab.specs.grid_form import check_grid_form
 from lab.specs.schema import ExperimentSpec, SpecError, list_presets, load_preset
-from lab.workloads.datasets import DatasetError
-from lab.workloads.uploads import UploadKind, list_uploads, record_upload, save_upload
+from lab.user_input.fields import UploadKind
+from lab.workloads.input_files import DatasetError
+from lab.workloads.uploads import list_uploads, record_upload, save_upload
 from pages.common import RECOMMENDED_PRESET, RECOMMENDED_TEXT, RUNS_PAGE, engine, flash, session, settings, show_flash
 from pages.view.grid_form import checked_launch, field_error, grid_form_fields
 from pages.view.launch import experiment_run_specs, launch_button, overridden, overrides_box

@@ -95,7 +95,8 @@ class Embedder:
 
     def embed_one(self, text: str) -> np.ndarray:
         """One text's unit vector."""
-        return self.embed([text])[0]
+        vector: np.ndarray = self.embed([text])[0]
+        return vector
 
 
 @lru_cache(maxsize=4)

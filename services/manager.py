@@ -25,8 +25,9 @@ from sqlalchemy.orm import Session
 
 from db import worker_store
 from services.catalog import ServiceConfig, ServiceKind, build_service, stop_rank
+from services.processes import read_log_tail, stop_process_tree
 from services.redis_server import redis_ping
-from services.supervisor import ManagedService, read_log_tail, stop_process_tree
+from services.supervisor import ManagedService
 
 
 @dataclass

@@ -11,7 +11,8 @@ import shutil
 import socket
 from pathlib import Path
 
-from services.supervisor import LOOPBACK_HOST, ManagedService
+from services.processes import LOOPBACK_HOST
+from services.supervisor import ManagedService
 
 DEFAULT_REDIS_BINARY = "/usr/bin/redis-server"
 DEFAULT_MAXMEMORY = "256mb"

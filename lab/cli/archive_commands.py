@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.context import LabContext
-from lab.settings import PROJECT_ROOT
+from services.processes import PROJECT_ROOT
 
 COMMAND = "archive-reproductions"
 DEFAULT_ARCHIVE = PROJECT_ROOT / "docs" / "reproduction" / "archive"

@@ -13,7 +13,7 @@ from typing import Any
 from lab.cli.run_commands import split_labels
 from lab.context import LabContext
 from lab.queue.worker import stop_own_services
-from lab.settings import PROJECT_ROOT
+from services.processes import PROJECT_ROOT
 
 
 def cmd_worker(args: argparse.Namespace, context: LabContext) -> int:
@@ -72,7 +72,7 @@ def _streamlit_argv(*, host: str, port: int) -> list[str]:
     ]
 
 
-def _stop_children(children: list[subprocess.Popen | None]) -> None:
+def _stop_children(children: list[subprocess.Popen[bytes] | None]) -> None:
     """Terminate every child still running, then wait up to 60 s for each before killing it."""
     for child in children:
         if child is not None and child.poll() is None:
@@ -113,7 +113,7 @@ def cmd_start(args: argparse.Namespace, context: LabContext) -> int:
         preexec_fn=die_with_parent(me),
     )
     streamlit_argv = _streamlit_argv(host=settings.host, port=args.port)
-    streamlit: subprocess.Popen | None = None
+    streamlit: subprocess.Popen[bytes] | None = None
     try:
         streamlit = subprocess.Popen(streamlit_argv, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(me))
         pid_file.write([worker.pid, streamlit.pid])

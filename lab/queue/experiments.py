@@ -86,8 +86,10 @@ def run_columns(spec: RunSpec) -> dict[str, Any]:
     }
 
 
-def queue_plan(spec: ExperimentSpec, *, first_group: str | None = None) -> tuple[ExperimentSpec, list[QueuedRun]]:
-    """The runs of ``spec`` in queue order, and the spec with its run order resolved (the seed
+def queue_plan(
+    spec: ExperimentSpec, *, first_group: str | None = None
+) -> tuple[ExperimentSpec, list[QueuedRun[tuple[str, RunSpec]]]]:
+    """The runs of ``spec`` in queue order, and the spec with its run order resolved (the order seed
     drawn when it names none, so the order is recorded and replays).
 
     One repeat, or ``order="blocks"``: each backend configuration's cells together (each

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 from db.figures import figure_by
 from lab.measurement.results import RunResults
+from lab.report.render import Block
 
 SECTION_TITLE = "What the seed did not ask"
 PARETO_STEM = "capacity_pareto"
@@ -52,7 +56,7 @@ def capacity_table(state: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def search_figure(state: dict[str, Any]):
+def search_figure(state: dict[str, Any]) -> go.Figure:
     """Each probe a point: load against the SLO figure, green when it passed, red when not;
     the SLO limit as a dashed line."""
     import plotly.graph_objects as go
@@ -135,7 +139,7 @@ def pareto_figure(
     limit_s: float | None = None,
     *,
     series: str = "backend",
-):
+) -> go.Figure:
     """Throughput against the SLO latency figure, one curve per backend (or ``series``) across its loads."""
     import plotly.graph_objects as go
 
@@ -165,10 +169,10 @@ def pareto_figure(
     return fig
 
 
-def capacity_blocks(state: dict[str, Any], experiment_id: int, scale_note: str = "") -> list[tuple]:
+def capacity_blocks(state: dict[str, Any], experiment_id: int, scale_note: str = "") -> list[Block]:
     """The report section for a finished capacity search (blocks of lab.report.render)."""
     plan = state.get("plan", {})
-    blocks: list[tuple] = [
+    blocks: list[Block] = [
         ("h", 2, SECTION_TITLE),
         (
             "p",
@@ -207,7 +211,7 @@ class CapacitySection:
             SEARCH_STEM: search_figure(self.state),
         }
 
-    def blocks(self) -> list[tuple]:
+    def blocks(self) -> list[Block]:
         return capacity_blocks(self.state, self.experiment_id, self.scale_note)
 
 

@@ -6,7 +6,10 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 from db.figures import figure_by
 from lab.analysis.aggregation import aggregate, done_runs
@@ -29,7 +32,7 @@ CHART_COLOURS = {
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 
 
-def _bar(frame_rows: list[dict[str, Any]], *, title: str, x_title: str, y_title: str, log_y: bool):
+def _bar(frame_rows: list[dict[str, Any]], *, title: str, x_title: str, y_title: str, log_y: bool) -> go.Figure:
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -135,7 +138,7 @@ def build_charts(records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]]) -
     return charts
 
 
-def _exp3_chart(records: Sequence[Mapping[str, Any]]):
+def _exp3_chart(records: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Experiment 3's req/s per server, ours in the seed's set-up order (others after), beside the seed's."""
     order = list(SeedSetup)
 

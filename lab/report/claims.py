@@ -40,7 +40,7 @@ from lab.report.claim_reasons import (
     explain_vllm_growth,
 )
 from lab.report.formatting import format_ratio, ratio_with_bounds
-from lab.report.verdicts import VERDICT_RULES, VERDICTS, judge  # noqa: F401 - re-exported: the verdicts belong with the claims they judge
+from lab.report.verdicts import VERDICT_RULES, judge
 
 _NAIVE, _VLLM, _CACHED = SeedSetup.NAIVE, SeedSetup.VLLM, SeedSetup.VLLM_CACHE
 # The VUs behind the seed's experiments 2 and 3 (not stated by the seed; its direct rows match 32).

@@ -95,7 +95,7 @@ def vllm_block_size(environment: dict[str, Any] | None) -> int | None:
 
 def scrub_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """A run record fit to publish: the model by name, no folder in any text."""
-    published = scrub_tree(dict(record))
+    published: dict[str, Any] = scrub_tree(dict(record))
     published["model"] = model_label(record.get("model")) if record.get("model") else record.get("model")
     return published
 
@@ -130,4 +130,5 @@ def published_environment(environment: dict[str, Any]) -> dict[str, Any]:
     """The environment table's source, fit to publish (the services' command lines left out)."""
     published = {key: value for key, value in environment.items() if key not in ("services", "startup")}
     published["model"] = model_label(environment.get("model"))
-    return scrub_tree(published)
+    scrubbed: dict[str, Any] = scrub_tree(published)
+    return scrubbed

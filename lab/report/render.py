@@ -13,7 +13,7 @@ import pandas as pd
 # A report is a list of blocks, rendered twice: Markdown and HTML.
 # ("h", level, text) | ("p", text) | ("table", DataFrame) | ("list", [text]) | ("chart", stem)
 
-Block = tuple
+Block = tuple[Any, ...]
 
 
 def _markdown_cell(value: Any) -> str:

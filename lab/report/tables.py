@@ -84,7 +84,7 @@ def _exp2_ratio_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str
     rows = []
     for prompts in sorted(set(ours) | set(seed)):
         mine, theirs = ours.get(prompts), seed.get(prompts)
-        pairs = (
+        pairs: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
             ("cached over direct req/s", "x", lambda r: r.cached_over_direct),
             ("response-cache hit rate", "share", lambda r: r.hit_rate),
             ("max latency cached over direct", "x", lambda r: r.max_latency_cached_over_direct),
@@ -105,14 +105,15 @@ def _exp2_ratio_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str
 
 def _exp3_ratio_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     ours, seed = exp3_ratios(records), exp3_ratios(SEED_EXPERIMENTS["seed-exp3"].records())
+    found_by: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+        ("vLLM over naive req/s", "x", lambda r: r.vllm_over_naive),
+        ("vLLM prefix-cache hit rate", "share", lambda r: r.prefix_cache_hit_rate),
+        ("response-cache (Redis) hit rate", "share", lambda r: r.response_cache_hit_rate),
+        ("vLLM + Redis over vLLM req/s", "x", lambda r: r.cached_over_direct),
+    )
     return [
         {"figure": label, "ours": ours_text(found(ours), unit), "seed": format_ratio(found(seed).value, unit)}
-        for label, unit, found in (
-            ("vLLM over naive req/s", "x", lambda r: r.vllm_over_naive),
-            ("vLLM prefix-cache hit rate", "share", lambda r: r.prefix_cache_hit_rate),
-            ("response-cache (Redis) hit rate", "share", lambda r: r.response_cache_hit_rate),
-            ("vLLM + Redis over vLLM req/s", "x", lambda r: r.cached_over_direct),
-        )
+        for label, unit, found in found_by
     ]
 
 

@@ -149,7 +149,7 @@ class RunCollector:
         spec: RunSpec,
         targets: RunTargets,
         before: Snapshots,
-        samples: list[dict],
+        samples: list[dict[str, Any]],
         server_samples: list[dict[str, Any]],
         *,
         partial: bool = False,
@@ -246,7 +246,7 @@ class RunCollector:
         spec: RunSpec,
         targets: RunTargets,
         before: Snapshots,
-        samples: list[dict],
+        samples: list[dict[str, Any]],
         server_samples: list[dict[str, Any]],
     ) -> dict[str, Any]:
         """Whatever k6 wrote before a failure, cancel or stop (figures; the series is stored too)."""

@@ -339,8 +339,8 @@ def next_final_write_delay_s(
     if unreachable:
         if remaining_s <= 0:
             return None
-        return min(OUTAGE_FIRST_WAIT_S * 2 ** max(attempt - 1, 0), OUTAGE_LONGEST_WAIT_S, remaining_s)
-    return delays_s[attempt - 1] if 1 <= attempt <= len(delays_s) else None
+        return float(min(OUTAGE_FIRST_WAIT_S * 2 ** max(attempt - 1, 0), OUTAGE_LONGEST_WAIT_S, remaining_s))
+    return float(delays_s[attempt - 1]) if 1 <= attempt <= len(delays_s) else None
 
 
 def frees_space_before(attempt: int, problem: str) -> bool:

@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from db import store
-from db.models import RunStatus
+from db.models import RunStatus, utc_now
 from lab.run import decisions
 from lab.workloads.datasets import atomic_write_bytes
 
@@ -207,7 +207,7 @@ class FinalStateWriter:
         """Write the final state (after ``parts``, the run's rows not written yet): tried again
         while the database cannot be reached (then kept for later, figures whole); for other
         failures, tried again, then without the figures."""
-        values = decisions.final_values(status, reason=reason, columns=columns, finished_at=store.utc_now())
+        values = decisions.final_values(status, reason=reason, columns=columns, finished_at=utc_now())
         if self.fencing_token is not None:
             values["fencing_token"] = self.fencing_token
         deadline = time.monotonic() + self.retry_s

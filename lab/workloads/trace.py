@@ -24,8 +24,9 @@ from lab.user_input.base import StrictModel
 from lab.user_input.fields import OptionField
 from lab.workloads import RunSettings, Workload, WorkloadError, WorkloadSettings, register, write_sessions
 from lab.workloads.input_files import DatasetError
-from lab.workloads.trace_file import MOONCAKE_BLOCK_TOKENS, TraceFile, read_trace
+from lab.workloads.trace_file import TraceFile, read_trace
 from lab.workloads.trace_plan import TracePlan, TraceSummary, plan_trace, summarise
+from services.traces.blocks import MOONCAKE_BLOCK_TOKENS
 
 if TYPE_CHECKING:
     from lab.backends import Backend

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from lab.user_input.fields import UploadKind
 from lab.user_input.validation import UploadNameError, safe_upload_name
-from lab.workloads.datasets import DatasetError, atomic_write_bytes, is_replayable, parse_jsonl_requests
-from lab.workloads.input_files import read_input_text
+from lab.workloads.datasets import atomic_write_bytes, is_replayable, parse_jsonl_requests
+from lab.workloads.input_files import DatasetError, read_input_text
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, iter_conversations, text_reader
 from lab.workloads.trace_file import parse_trace
 from lab.workloads.upload_records import UPLOAD_META_MAX_BYTES, UPLOAD_META_SUFFIX

@@ -142,7 +142,7 @@ async def _read_all(receive: Receive, *, max_body_bytes: int) -> bytes:
     message = await receive()
     if message["type"] == "http.disconnect":
         raise ClientGone
-    body = message.get("body", b"")
+    body: bytes = message.get("body", b"")
     if not message.get("more_body", False):  # the common case: the whole body at once
         if len(body) > max_body_bytes:
             raise BodyTooLarge(f"the body holds more than {max_body_bytes} bytes")

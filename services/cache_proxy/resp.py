@@ -311,7 +311,8 @@ class PipelinedRedis:
         tier = self.local_tier
         token = tier.begin_fill(key) if tier is not None else None
         if token is None:
-            return await self.execute(b"GET", key)
+            found: bytes | None = await self.execute(b"GET", key)
+            return found
         assert tier is not None
         try:
             value, ttl_ms = await self.execute_pipeline((b"GET", key), (b"PTTL", key))
@@ -319,7 +320,8 @@ class PipelinedRedis:
             tier.abandon_fill(key, token)
             raise
         tier.finish_fill(key, token, value, int(ttl_ms))
-        return value
+        stored: bytes | None = value
+        return stored
 
     async def unlink(self, key: str) -> None:
         """UNLINK key (whatever its type)."""
@@ -334,7 +336,8 @@ class PipelinedRedis:
 
     async def ping(self, *, timeout_s: float | None = None) -> bool:
         """PING; True when answered PONG."""
-        return await self.execute(b"PING", timeout_s=timeout_s) == b"PONG"
+        answer: Any = await self.execute(b"PING", timeout_s=timeout_s)
+        return bool(answer == b"PONG")
 
     async def flush_prefix(self, prefix: str, *, timeout_s: float = 5.0, batch: int = 1000) -> int:
         """Delete every key starting with ``prefix`` (SCAN + UNLINK); return how many."""

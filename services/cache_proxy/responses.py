@@ -73,7 +73,7 @@ def prepared_hit(stored: bytes) -> PreparedHit | None:
 async def read_body(receive: Receive) -> bytes:
     """The whole request body, however many ``http.request`` messages it came in."""
     message = await receive()
-    body = message.get("body", b"")
+    body: bytes = message.get("body", b"")
     if not message.get("more_body", False):
         return body
     chunks = [body]

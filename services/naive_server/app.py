@@ -76,7 +76,7 @@ async def _until_disconnected(request: Request) -> None:
 
 
 async def _start_unless_gone(
-    engine: NaiveEngine, prepared: PreparedRequest, gone: asyncio.Task
+    engine: NaiveEngine, prepared: PreparedRequest, gone: asyncio.Task[Any]
 ) -> GenerationJob | None:
     """Wait for the generation lock, or for the client to leave first (then None: a request k6
     abandoned at the end of a test must not hold the server for a whole generation)."""
@@ -94,7 +94,7 @@ async def _start_unless_gone(
     return None
 
 
-async def _close_unless_started(starting: asyncio.Future) -> None:
+async def _close_unless_started(starting: asyncio.Future[Any]) -> None:
     """Cancel a pending ``engine.start``; if it got the lock meanwhile, close that job."""
     starting.cancel()
     try:
@@ -260,7 +260,8 @@ TEXT_ENDPOINT = _Endpoint(
 
 
 def _engine(request: Request) -> NaiveEngine:
-    return request.app.state.engine
+    engine: NaiveEngine = request.app.state.engine
+    return engine
 
 
 @router.get("/health")
@@ -336,7 +337,7 @@ async def _generate(request: Request, endpoint: _Endpoint) -> Response:
     return JSONResponse(endpoint.whole(answer, finished, text))
 
 
-async def _whole_completion(job: GenerationJob, gone: asyncio.Task) -> tuple[Finished, str]:
+async def _whole_completion(job: GenerationJob, gone: asyncio.Task[Any]) -> tuple[Finished, str]:
     """Run ``job`` to its end (a non-streamed answer); close it and stop watching ``gone``."""
     try:
         pieces: list[str] = []

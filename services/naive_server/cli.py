@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # vLLM exposes no *_created series either; keeps the scrape small and comparable.
-    prometheus_client.disable_created_metrics()
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the library leaves it unannotated
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     app = build_app(

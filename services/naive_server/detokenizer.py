@@ -25,7 +25,8 @@ class IncrementalDetokenizer:
         self.stopped = False
 
     def _decode(self, token_ids: list[int]) -> str:
-        return self._tokenizer.decode(token_ids, skip_special_tokens=True)
+        text: str = self._tokenizer.decode(token_ids, skip_special_tokens=True)
+        return text
 
     def _decode_new_text(self, *, final: bool) -> str:
         prefix_text = self._decode(self._token_ids[self._prefix_offset : self._read_offset])

@@ -64,7 +64,7 @@ class Finished:
     completion_tokens: int
 
 
-class _QueueStreamer(BaseStreamer):
+class _QueueStreamer(BaseStreamer):  # type: ignore[misc]  # transformers is not analysed: its classes are Any
     """Hands each new token from the ``generate`` thread to the event loop, with its time."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[tuple[str, Any, float]]) -> None:
@@ -92,7 +92,7 @@ class _QueueStreamer(BaseStreamer):
         self._send("error", error)
 
 
-class _CancelCriteria(StoppingCriteria):
+class _CancelCriteria(StoppingCriteria):  # type: ignore[misc]  # transformers is not analysed: its classes are Any
     """Stops ``generate`` at the next token once its event is set (stop string, disconnect)."""
 
     def __init__(self, event: threading.Event) -> None:

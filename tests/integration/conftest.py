@@ -23,7 +23,8 @@ from sqlalchemy.pool import NullPool
 
 from db.engine import make_engine
 from db.migrations import upgrade
-from services.supervisor import ManagedService, find_free_port
+from services.processes import find_free_port
+from services.supervisor import ManagedService
 from tests.stub_openai import StubServer
 from tests.support.integration_lab import Lab, openai_stub_service
 from tests.support.integration_postgres import PostgresCluster

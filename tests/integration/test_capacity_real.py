@@ -29,7 +29,7 @@ def lab_cli(data_dir: Path, *argv: str) -> subprocess.CompletedProcess:
 
 
 def test_capacity_search_against_a_stub_target(tmp_path: Path) -> None:
-    from services.supervisor import find_free_port
+    from services.processes import find_free_port
 
     with StubServer(port=find_free_port(), delay_s=0.05) as target:
         common = [

@@ -16,7 +16,7 @@ import pytest
 from lab.measurement.k6_ndjson_files import stream_series
 from lab.measurement.k6_results import parse_summary
 from lab.run.k6_driver import K6Process, script_path
-from services.supervisor import find_free_port
+from services.processes import find_free_port
 from tests.stub_openai import StubServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

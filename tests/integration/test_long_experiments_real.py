@@ -22,8 +22,8 @@ from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import LongExperiment, LongExperimentState, Run, RunStatus
 from lab.queue import long_experiments, long_status
-from lab.settings import PROJECT_ROOT
 from lab.specs.schema import ExperimentSpec, UntilDecided
+from services.processes import PROJECT_ROOT
 from tests.stub_openai import StubServer
 from tests.support.cpuinfo import AVX2_ONLY_FLAGS, fake_cpuinfo
 from tests.support.integration_workers import WorkerProcess, wait_until

@@ -109,7 +109,7 @@ def test_quick_experiment_1_stores_complete_runs_for_both_backends(
 
 
 def test_a_run_against_a_dead_external_target_fails_with_a_reason(lab_engine, lab_settings) -> None:
-    from services.supervisor import find_free_port
+    from services.processes import find_free_port
 
     port = find_free_port()
     spec = load_preset(

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db import store
-from lab.settings import PROJECT_ROOT
+from services.processes import PROJECT_ROOT
 from tests.stub_openai import StubServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -7,7 +7,7 @@ import pytest
 
 from db.models import RunStatus
 from lab.specs.schema import load_preset
-from services.supervisor import find_free_port
+from services.processes import find_free_port
 from tests.stub_openai import StubServer
 from tests.support.integration_lab import run_experiment
 

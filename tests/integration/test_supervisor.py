@@ -10,14 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.supervisor import (
-    ManagedService,
-    PortInUseError,
-    ServiceStartError,
-    find_free_port,
-    is_port_free,
-    read_log_tail,
-)
+from services.processes import find_free_port, is_port_free, read_log_tail
+from services.supervisor import ManagedService, PortInUseError, ServiceStartError
 
 pytestmark = pytest.mark.integration  # tiny real child processes
 
@@ -116,7 +110,7 @@ def test_abort_during_the_readiness_wait_stops_the_child(tmp_path: Path) -> None
 
 
 def test_leftovers_in_the_group_are_stopped_after_the_leader_died(tmp_path: Path) -> None:
-    from services.supervisor import stop_process_tree
+    from services.processes import stop_process_tree
 
     script = (
         "import subprocess, sys, time\n"

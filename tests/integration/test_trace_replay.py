@@ -11,7 +11,7 @@ import pytest
 
 from lab.measurement.trace_figures import trace_part
 from lab.specs.schema import RunSpec
-from services.supervisor import find_free_port
+from services.processes import find_free_port
 from tests.stub_openai import StubServer
 from tests.support.traces import mooncake_lines, trace_replay_k6, write_trace
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.supervisor import find_free_port
+from services.processes import find_free_port
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from services.supervisor import find_free_port
+from services.processes import find_free_port
 
 
 class PostgresCluster:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import httpx
 
+from services.processes import find_free_port
 from services.redis_server import redis_ping, redis_server_argv
-from services.supervisor import ManagedService, find_free_port
+from services.supervisor import ManagedService
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHAT_PATH = "/v1/chat/completions"

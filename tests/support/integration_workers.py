@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from db import worker_store
-from lab.settings import PROJECT_ROOT
+from services.processes import PROJECT_ROOT
 
 LEASE_S = 6.0
 HEARTBEAT_S = 1.0

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from db import store
-from db.models import Run, RunStatus
+from db.models import Run, RunStatus, utc_now
 
 log = logging.getLogger("tests.support.stub_worker")
 
@@ -42,7 +42,7 @@ class StubExecutor:
         with Session(self.engine) as session:
             duration_s = float(session.scalar(select(Run.duration_s).where(Run.id == self.run_id)) or 0)
         try:
-            self._set(RunStatus.RUNNING, load_started_at=store.utc_now())
+            self._set(RunStatus.RUNNING, load_started_at=utc_now())
             deadline = time.monotonic() + duration_s
             while time.monotonic() < deadline:
                 if store.is_cancel_requested(engine=self.engine, run_id=self.run_id, fencing_token=self.fencing_token):

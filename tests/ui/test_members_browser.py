@@ -32,7 +32,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from db.models import Run, RunAudit, RunStatus
-from services.supervisor import find_free_port
+from services.processes import find_free_port
 from tests.support.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from db import store, worker_store
-from db.models import Run, RunStatus
+from db.models import Run, RunStatus, utc_now
 from lab.settings import get_settings
 from tests.support.app_pages import PAGES, assert_tables_readable, elements, frame_with, open_page, texts, widget
 from tests.support.seeded_lab import SeededLab
@@ -138,7 +138,7 @@ def test_starting_shows_elapsed_the_last_log_line_and_the_expected_time(seed_lab
     )
     store.set_run_status(engine=seed_lab.engine, run_id=seed_lab.queued_run_id, status=RunStatus.STARTING)
     with Session(seed_lab.engine) as session:
-        session.get_one(Run, seed_lab.queued_run_id).started_at = store.utc_now()
+        session.get_one(Run, seed_lab.queued_run_id).started_at = utc_now()
         session.commit()
     app = open_page(PAGES["Runs"])
     shown = texts(app)

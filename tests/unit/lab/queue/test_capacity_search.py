@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from db import store
-from db.models import Run, RunStatus
+from db.models import Run, RunStatus, utc_now
 from lab import cli
 from lab.analysis import run_slo
 from lab.analysis.capacity_search import CapacityError
@@ -184,7 +184,7 @@ def test_a_probe_whose_load_ran_but_no_request_finished_fails_the_slo(engine) ->
                 engine=engine,
                 run_id=run_id,
                 status=RunStatus.FAILED,
-                load_started_at=store.utc_now(),
+                load_started_at=utc_now(),
                 reason="no request completed successfully (0 failed, 1 still in flight at the end)",
             )
 

@@ -14,9 +14,9 @@ from db import migrations, store, worker_store
 from db.engine import make_engine
 from db.models import Run, RunStatus
 from lab.context import LabContext
+from lab.measurement.hardware import hardware_summary
 from lab.queue.dispatch import LocalDispatch
 from lab.queue.worker import Worker
-from lab.queue.worker_identity import hardware_summary
 from lab.queue.worker_lock import WorkerBusyError
 from lab.settings import Settings
 from lab.specs.schema import SpecError, load_preset

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from lab.analysis.compare import RECORD_FIELDS
+from lab.analysis.interval_verdicts import Verdict
 from lab.report import write_report
-from lab.report.claims import VERDICT_RULES, Verdict, evaluate_claims, judge
+from lab.report.claims import evaluate_claims
 from lab.report.tables import seed_table
+from lab.report.verdicts import VERDICT_RULES, judge
 
 GENERATED_AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ENVIRONMENT = {

@@ -20,9 +20,10 @@ import pytest
 
 from lab import cli
 from lab.run.steps import RunSteps
-from lab.settings import PROJECT_ROOT, Settings, get_settings
+from lab.settings import Settings, get_settings
 from lab.specs.schema import RunSpec
-from lab.workloads.datasets import DatasetError
+from lab.workloads.input_files import DatasetError
+from services.processes import PROJECT_ROOT
 from tests.support.source_files import syntax_tree
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures" / "datasets"

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from db import migrations, store
 from db.engine import make_engine
-from db.models import Run, RunStatus
+from db.models import Run, RunStatus, utc_now
 from lab.cli import entry as cli
 from lab.context import LabContext
 from lab.queue import experiments
@@ -143,9 +143,7 @@ def test_lab_runs_recover_writes_kept_states_and_sets_aside_those_of_final_runs(
 ) -> None:
     settings, engine, run_id = lab
     pending = PendingFinalStates()
-    values = decisions.final_values(
-        RunStatus.DONE, reason=None, columns={"requests_ok": 12}, finished_at=store.utc_now()
-    )
+    values = decisions.final_values(RunStatus.DONE, reason=None, columns={"requests_ok": 12}, finished_at=utc_now())
     pending.add(run_id, values, run_dir=settings.runs_dir / str(run_id))
     with Session(engine) as session:
         experiments.enqueue_experiment(

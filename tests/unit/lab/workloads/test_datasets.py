@@ -12,13 +12,13 @@ import pytest
 from lab.workloads import sharegpt_reader
 from lab.workloads.datasets import (
     Conversation,
-    DatasetError,
     build_chat_sessions,
     custom_requests_as_sessions,
     is_replayable,
     load_custom_requests,
     write_requests_file,
 )
+from lab.workloads.input_files import DatasetError
 from lab.workloads.sharegpt_reader import ShareGPTReadStats, default_sharegpt_path, iter_sharegpt_conversations
 from lab.workloads.uploads import list_uploads, record_upload, save_upload
 

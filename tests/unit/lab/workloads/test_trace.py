@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from lab.backends import get_backend
 from lab.specs.schema import ExperimentSpec, RunSpec, format_validation_error
 from lab.workloads import get_workload
-from lab.workloads.datasets import DatasetError
+from lab.workloads.input_files import DatasetError
 from lab.workloads.synthetic import load_tokenizer
 from lab.workloads.trace import preview
 from lab.workloads.uploads import list_uploads, record_upload, save_upload
