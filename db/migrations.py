@@ -221,7 +221,8 @@ def _procrastinate_schema(connection: Connection) -> None:
     from procrastinate.schema import SchemaManager
 
     # Through the driver without parameters: the schema's SQL holds literal '%' signs.
-    connection.connection.dbapi_connection.execute(SchemaManager.get_schema())  # type: ignore[union-attr]
+    driver_connection = connection.connection.dbapi_connection
+    driver_connection.execute(SchemaManager.get_schema())  # type: ignore[union-attr]  # open: never None
 
 
 def _dispatch(connection: Connection) -> None:

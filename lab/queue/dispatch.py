@@ -2,7 +2,7 @@
 is lost. The ``runs`` table stays the source of truth for a run's state, progress and figures; the
 dispatch only hands runs out.
 
-Two dispatches, one interface (``Dispatch``), chosen by the database (``open_dispatch``):
+Two dispatches, one interface (``Dispatch``), chosen by the database (``lab.queue.worker.open_dispatch``):
 
 - **PostgreSQL, many machines**: procrastinate (lab.queue.procrastinate_dispatch). Each queued run
   is a procrastinate job whose queue name routes it (``queue_name``); a worker fetches from the
@@ -31,7 +31,6 @@ from sqlalchemy.orm import Session
 
 from db import store, worker_store
 from db.models import Run, RunStatus
-from lab.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -178,16 +177,3 @@ def _process_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def open_dispatch(
-    *, engine: Engine, settings: Settings, worker_name: str, labels: Collection[str], hardware: dict[str, Any], pid: int
-) -> Dispatch:
-    """The dispatch of this database: procrastinate's on PostgreSQL, the local one on SQLite."""
-    if engine.dialect.name == "postgresql":
-        from lab.queue.procrastinate_dispatch import ProcrastinateDispatch
-
-        return ProcrastinateDispatch(
-            engine=engine, settings=settings, worker_name=worker_name, labels=labels, hardware=hardware, worker_pid=pid
-        )
-    return LocalDispatch(engine=engine, worker_name=worker_name, labels=labels, hardware=hardware, worker_pid=pid)

@@ -12,12 +12,14 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psutil
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -27,12 +29,13 @@ from lab.backends import CACHE_SUFFIX, managed_backend_names
 from lab.context import LabContext
 from lab.measurement.hardware import machine_identity, worker_hardware
 from lab.queue import experiments, long_experiments, long_gate
-from lab.queue.dispatch import Claim, open_dispatch
+from lab.queue.dispatch import Claim, Dispatch, LocalDispatch
 from lab.queue.idle_stop import BackendInUse, idle_backends_to_stop
 from lab.queue.worker_lock import WorkerBusyError, WorkerLock
 from lab.run.decisions import write_failure_message
 from lab.run.final_state import PendingFinalStates
 from lab.run.runner import RunExecutor
+from lab.settings import Settings
 from services.catalog import stop_rank
 from services.manager import ServiceManager
 from services.processes import stop_process_tree
@@ -43,6 +46,19 @@ log = logging.getLogger(__name__)
 ORPHANED_K6_GRACE_S = 5.0
 # How long stopping waits for the heartbeat thread's last write.
 HEARTBEAT_JOIN_TIMEOUT_S = 10.0
+
+
+def open_dispatch(
+    *, engine: Engine, settings: Settings, worker_name: str, labels: Collection[str], hardware: dict[str, Any], pid: int
+) -> Dispatch:
+    """The dispatch of this database: procrastinate's on PostgreSQL, the local one on SQLite."""
+    if engine.dialect.name == "postgresql":
+        from lab.queue.procrastinate_dispatch import ProcrastinateDispatch  # procrastinate: only where it serves
+
+        return ProcrastinateDispatch(
+            engine=engine, settings=settings, worker_name=worker_name, labels=labels, hardware=hardware, worker_pid=pid
+        )
+    return LocalDispatch(engine=engine, worker_name=worker_name, labels=labels, hardware=hardware, worker_pid=pid)
 
 
 class DatabaseReplacedError(RuntimeError):

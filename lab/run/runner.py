@@ -79,9 +79,8 @@ class RunExecutor:
         self.engine = engine
         self.run_id = run_id
         self.check_settings = check_settings
-        self.steps = RunSteps(
-            engine=engine, settings=settings, services=services, run_id=run_id, fencing_token=fencing_token
-        )
+        self.steps = RunSteps(engine=engine, settings=settings, services=services, run_id=run_id)
+        self.steps.fencing_token = fencing_token
         self.calibration_repetitions = settings.machine_calibration_repetitions
         self.collector = RunCollector(
             engine=engine,
@@ -139,10 +138,6 @@ class RunExecutor:
                 parts=self.collector.unsaved_parts,
             )
             return RunStatus.CANCELLED
-        except RunFenced as fenced:
-            # Declared lost while it ran (stopped, cut off): the run is another's decision now.
-            log.warning("%s: this worker stops its load and writes nothing more", fenced)
-            return RunStatus.INTERRUPTED
         except SettingsRefused as refused:
             log.warning("run %s interrupted: %s", self.run_id, refused)
             self.final_state.write(RunStatus.INTERRUPTED, reason=str(refused), parts=self.collector.unsaved_parts)
@@ -185,7 +180,11 @@ class RunExecutor:
         return status
 
     def _fail(self, run: RunSoFar, error: Exception) -> str:
-        """End the run failed with ``error``'s reason and what it measured so far."""
+        """End the run failed with ``error``'s reason and what it measured so far (nothing when the
+        run was taken from this worker: declared lost while it ran, it is another's decision now)."""
+        if isinstance(error, RunFenced):
+            log.warning("%s: this worker stops its load and writes nothing more", error)
+            return RunStatus.INTERRUPTED
         failure = decisions.failure_reason(error, disk_note=self._run_folder_full())
         if failure.expected:
             # Expected failures (a full disk, a dead backend) are one line, not a traceback.

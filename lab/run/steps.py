@@ -76,22 +76,15 @@ class RunSteps:
     """The steps of one claimed run, and what they learn on the way (the services' resolved
     configuration, services lost, the backend's samples) for the run's record and figures."""
 
-    def __init__(
-        self,
-        *,
-        engine: Engine,
-        settings: Settings,
-        services: ServiceManager,
-        run_id: int,
-        fencing_token: int | None = None,
-    ) -> None:
+    # The claim's token (set by the executor): every write carries it, refused (RunFenced) once the
+    # run was taken from this worker (declared lost); the cancel check, once a second, notices it too.
+    fencing_token: int | None = None
+
+    def __init__(self, *, engine: Engine, settings: Settings, services: ServiceManager, run_id: int) -> None:
         self.engine = engine
         self.settings = settings
         self.services = services
         self.run_id = run_id
-        # The claim's token: every write carries it, refused (RunFenced) once the run was taken
-        # from this worker (declared lost); the cancel check, once a second, notices it too.
-        self.fencing_token = fencing_token
         self.run_dir = settings.runs_dir / str(run_id)
         self.k6: K6Process | None = None
         # The resolved configuration of each service this run used (e.g. vLLM's dtype "best" -> bfloat16).
@@ -108,9 +101,12 @@ class RunSteps:
 
     # -- the run's record -------------------------------------------------------------------
     def set_status(self, status: str, **values: Any) -> None:
-        store.set_run_status(
-            engine=self.engine, run_id=self.run_id, status=status, fencing_token=self.fencing_token, **values
-        )
+        fence = self.fencing_token
+        store.set_run_status(engine=self.engine, run_id=self.run_id, status=status, fencing_token=fence, **values)
+
+    def update(self, **values: Any) -> None:
+        """Write the run's columns, fenced by the claim's token (as ``set_status``)."""
+        store.update_run(engine=self.engine, run_id=self.run_id, fencing_token=self.fencing_token, **values)
 
     def cancel_requested(self) -> bool:
         """Whether the user asked to cancel; False while the database cannot be read (seen once it returns)."""
@@ -165,9 +161,7 @@ class RunSteps:
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         run_environment = environment.capture(model=spec.model, k6_version=k6_version())
-        store.update_run(
-            engine=self.engine, run_id=self.run_id, fencing_token=self.fencing_token, environment=run_environment
-        )
+        self.update(environment=run_environment)
         backend_pid_before = self.services.pid_of(spec.base_backend)
         startup_began = time.monotonic()
         targets = self.bring_up_services(spec)
@@ -179,10 +173,7 @@ class RunSteps:
             "seconds": round(time.monotonic() - startup_began, 1),
             "fresh": self.services.pid_of(spec.base_backend) not in (None, backend_pid_before),
         }
-        store.update_run(
-            engine=self.engine,
-            run_id=self.run_id,
-            fencing_token=self.fencing_token,
+        self.update(
             environment={**run_environment, "services": self.service_configs, "startup": startup},
             **self.machine_record(spec).columns(),
         )
@@ -290,14 +281,7 @@ class RunSteps:
     def prepare_workload(self, spec: RunSpec) -> Path | None:
         """Write the request file the workload's k6 script replays (None if it needs none); the run
         says so meanwhile (a trace's prompts can take seconds to build)."""
-        self.live_write(
-            lambda: store.update_run(
-                engine=self.engine,
-                run_id=self.run_id,
-                fencing_token=self.fencing_token,
-                progress={"phase": PREPARING_PHASE},
-            )
-        )
+        self.live_write(lambda: self.update(progress={"phase": PREPARING_PHASE}))
         try:
             return get_workload(spec.workload.kind).prepare(spec, self.run_dir, spec.backend_kind)
         except WorkloadError as error:
@@ -463,14 +447,7 @@ class RunSteps:
                     server_samples=self.server_samples,
                 ),
             )
-            self.live_write(
-                lambda: store.update_run(
-                    engine=self.engine,
-                    run_id=self.run_id,
-                    fencing_token=self.fencing_token,
-                    progress=progress_now,  # noqa: B023 - called within this iteration
-                )
-            )
+            self.live_write(lambda: self.update(progress=progress_now))  # noqa: B023 - called within this iteration
             self.sample_server_gauges(spec.backend_kind, targets)
             ended_early: RunCancelled | RunFailed | None
             if self.cancel_requested():

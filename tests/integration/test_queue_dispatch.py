@@ -28,7 +28,8 @@ from db.engine import make_engine
 from db.migrations import upgrade
 from db.models import Run, RunStatus
 from lab.queue import long_experiments
-from lab.queue.dispatch import Claim, Dispatch, open_dispatch
+from lab.queue.dispatch import Claim, Dispatch
+from lab.queue.worker import open_dispatch
 from lab.settings import PROJECT_ROOT, Settings
 from lab.specs.schema import ExperimentSpec
 from tests.support.integration_workers import HEARTBEAT_S, LEASE_S, WorkerProcess, registered, wait_until
@@ -231,7 +232,7 @@ def test_sigterm_ends_the_run_interrupted_and_a_sigkilled_workers_run_is_taken_n
     [by_term] = stub_runs(queue_engine, duration_s=60, worker="box-term")
     [by_kill] = stub_runs(queue_engine, duration_s=60, worker="box-kill")
     for run_id in (by_term, by_kill):
-        wait_until(lambda: run_of(queue_engine, run_id).status == RunStatus.RUNNING, 30, "the runs to load")  # noqa: B023
+        wait_until(lambda: run_of(queue_engine, run_id).status == RunStatus.RUNNING, 30, "the runs to load")  # noqa: B023 - called in its iteration
     stopped.process.send_signal(signal.SIGTERM)
     assert stopped.process.wait(timeout=30) == 0
     run = run_of(queue_engine, by_term)
