@@ -62,4 +62,5 @@ def records_to_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] |
 
 def dataframe_to_csv(frame: pd.DataFrame) -> str:
     """CSV of a shown table, formula-like text cells neutralised."""
-    return records_to_csv(frame.to_dict("records"), list(frame.columns))
+    rows = [{str(name): value for name, value in row.items()} for row in frame.to_dict("records")]
+    return records_to_csv(rows, [str(name) for name in frame.columns])

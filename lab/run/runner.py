@@ -56,7 +56,7 @@ class RunSoFar:
     spec: RunSpec | None = None
     targets: RunTargets | None = None
     before: Snapshots = field(default_factory=dict)
-    samples: list[dict] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
     loaded: bool = False  # k6 was started: its files may hold figures
     # The fixed CPU kernel's seconds just before and just after the load: the machine's speed.
     calibration: MachineSpeedFigures = field(default_factory=MachineSpeedFigures)

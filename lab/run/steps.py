@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from db import store
-from db.models import RunStatus
+from db.models import RunStatus, utc_now
 from lab.backends import Backend, get_backend, managed_backend_names
 from lab.measurement import environment, live, server_metrics
 from lab.measurement.machine_record import MachineRecord, read_cpu_features
@@ -388,7 +388,9 @@ class RunSteps:
         return float(snapshot.get("lab_cache_stores_total") or 0.0)
 
     # -- load, then drain -------------------------------------------------------------------
-    def drive_load(self, spec: RunSpec, targets: RunTargets, requests_file: Path | None) -> tuple[int, list[dict]]:
+    def drive_load(
+        self, spec: RunSpec, targets: RunTargets, requests_file: Path | None
+    ) -> tuple[int, list[dict[str, Any]]]:
         """Run k6 to the end of its load and its drain (or until cancelled or a service dies);
         returns (exit code, resource samples)."""
         self.k6 = K6Process(
@@ -404,7 +406,7 @@ class RunSteps:
         sampler = ResourceSampler(lambda: {**pids, **({"k6": self.k6.pid} if self.k6 and self.k6.pid else {})})
         self.k6.start()
         sampler.start()
-        self.live_write(lambda: self.set_status(RunStatus.RUNNING, load_started_at=store.utc_now()))
+        self.live_write(lambda: self.set_status(RunStatus.RUNNING, load_started_at=utc_now()))
         try:
             ended_early = self._follow_load(spec, targets, sampler)
             exit_code = self.k6.wait()

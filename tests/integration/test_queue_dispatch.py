@@ -30,8 +30,9 @@ from db.models import Run, RunStatus
 from lab.queue import long_experiments
 from lab.queue.dispatch import Claim, Dispatch
 from lab.queue.worker import open_dispatch
-from lab.settings import PROJECT_ROOT, Settings
+from lab.settings import Settings
 from lab.specs.schema import ExperimentSpec
+from services.processes import PROJECT_ROOT
 from tests.support.integration_workers import HEARTBEAT_S, LEASE_S, WorkerProcess, registered, wait_until
 from tests.support.long_runs import grid_spec
 from tests.support.queue import HARDWARE, enqueue, register

@@ -133,8 +133,9 @@ def assert_api_matches_csv(url: str, exported: pd.DataFrame) -> None:
     for figure in NUMERIC_FIGURES:
         pd.testing.assert_series_equal(frame[figure].astype(float), exported[figure].astype(float), obj=figure)
     for row in exported.itertuples():
-        requests = api.requests(int(row.run_id), database_url=url)
-        assert requests.ok.sum() == row.requests_ok and len(requests) >= row.requests_ok > 0
+        run_id, requests_ok = int(row.run_id), int(row.requests_ok)  # type: ignore[arg-type]  # a row's cells are typed as any cell
+        requests = api.requests(run_id, database_url=url)
+        assert requests.ok.sum() == requests_ok and len(requests) >= requests_ok > 0
         assert requests[requests.ok].latency_s.max() == pytest.approx(row.latency_max_s, rel=1e-5)
 
 
