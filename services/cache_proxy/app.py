@@ -70,6 +70,7 @@ from services.cache_proxy.responses import (
     send_whole,
 )
 from services.cache_proxy.semantic import SemanticSettings, SemanticTier
+from services.cache_proxy.semantic_keys import EMBED_SCOPES
 
 LOGGER = logging.getLogger(__name__)
 
@@ -124,8 +125,11 @@ class CacheProxy:
     def _semantic_tier(self, config: ProxyConfig) -> SemanticTier | None:
         if config.semantic_similarity is None or not config.cache:
             return None
-        if not 0 < config.semantic_similarity <= 1:
-            raise ValueError(f"semantic_similarity must be in (0, 1], not {config.semantic_similarity!r}")
+        if not 0 < config.semantic_similarity <= 1 or config.semantic_embed not in EMBED_SCOPES:
+            raise ValueError(
+                f"semantic similarity in (0, 1] and embed in {EMBED_SCOPES}, "
+                f"not {config.semantic_similarity!r} and {config.semantic_embed!r}"
+            )
         settings = SemanticSettings(
             similarity=config.semantic_similarity,
             embed=config.semantic_embed,
