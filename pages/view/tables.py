@@ -285,7 +285,7 @@ def figures_summary(results: RunResults) -> list[TileText]:
     for select, written in STEADY_TILES:
         label, value, help_text = _tile(results, select, written)
         tiles.append((label, value, f"{help_text} (from {results.steady_source or 'n/a'})"))
-    return tiles + _trace_tiles(results)
+    return tiles + _trace_tiles(results) + _semantic_tiles(results)
 
 
 def _trace_tiles(results: RunResults) -> list[TileText]:
@@ -309,6 +309,27 @@ def _trace_tiles(results: RunResults) -> list[TileText]:
             if cut
             else f"{clipped.description} The trace was not cut.",
         ),
+    ]
+
+
+def _semantic_tiles(results: RunResults) -> list[TileText]:
+    """The semantic cache's tiles: each tier's hit rate, the false hits with their interval and the
+    latency the tier added (none for a run without the semantic tier)."""
+    if results.semantic_cache_hit_rate is None:
+        return []
+    low, high = results.semantic_cache_false_hit_rate_ci95_low, results.semantic_cache_false_hit_rate_ci95_high
+    false_hits = figure_by(lambda f: f.semantic_cache_false_hit_rate)
+    interval = "" if low is None or high is None else f" 95% interval {format_share(low)} to {format_share(high)}."
+    return [
+        _tile(results, lambda f: f.response_cache_exact_hit_rate, format_share),
+        _tile(results, lambda f: f.semantic_cache_hit_rate, format_share),
+        (
+            false_hits.tile_label,
+            format_share(results.semantic_cache_false_hit_rate),
+            f"{false_hits.description} Of {results.semantic_cache_verified_hits or 0} verified.{interval}",
+        ),
+        _tile(results, lambda f: f.semantic_cache_added_hit_p50_ms, with_ms),
+        _tile(results, lambda f: f.semantic_cache_added_miss_p50_ms, with_ms),
     ]
 
 

@@ -1,5 +1,6 @@
-"""Compare draws the semantic cache's trade (hit rate against false hits) when a compared run ran
-the semantic tier, and nothing of it otherwise."""
+"""The semantic cache on the pages: Compare draws its trade (hit rate against false hits) when a
+compared run ran the semantic tier, and nothing of it otherwise; Run detail shows a semantic run's
+hit rates, false hits with their interval and added latency as tiles, and none for another run."""
 
 from __future__ import annotations
 
@@ -64,3 +65,33 @@ def test_compare_draws_the_semantic_trade_only_with_a_semantic_run(seed_lab: See
     without = open_page(PAGES["Compare"], runs=f"{exact},{uncached}")
     headers = [header.value for header in without.subheader]
     assert "Charts" in headers and SUBHEADER not in headers
+
+
+def test_run_detail_shows_a_semantic_runs_tiles_and_none_for_another(seed_lab: SeededLab) -> None:
+    semantic = add_done_run(seed_lab.engine, vus=1, max_tokens=18, tok=16.0, p95=2.0)
+    other = add_done_run(seed_lab.engine, vus=1, max_tokens=19, tok=16.0, p95=2.0)
+    with Session(seed_lab.engine) as session:
+        session.execute(
+            update(Run)
+            .where(Run.id == semantic)
+            .values(
+                response_cache_exact_hit_rate=0.2,
+                semantic_cache_hit_rate=0.4,
+                semantic_cache_verified_hits=4,
+                semantic_cache_false_hit_rate=0.25,
+                semantic_cache_false_hit_rate_ci95_low=0.046,
+                semantic_cache_false_hit_rate_ci95_high=0.699,
+                semantic_cache_added_hit_p50_ms=12.5,
+                semantic_cache_added_miss_p50_ms=14.0,
+            )
+        )
+        session.commit()
+    tiles = {
+        metric.label: (metric.value, metric.help) for metric in open_page(PAGES["Run detail"], run=str(semantic)).metric
+    }
+    assert tiles["exact cache hit"][0] == "20.0%" and tiles["semantic cache hit"][0] == "40.0%"
+    value, help_text = tiles["semantic false hits"]
+    assert value == "25.0%" and "Of 4 verified. 95% interval 4.6% to 69.9%." in (help_text or "")
+    assert tiles["semantic added on a hit p50"][0] == "12.5 ms"
+    others = [metric.label for metric in open_page(PAGES["Run detail"], run=str(other)).metric]
+    assert others and "semantic cache hit" not in others
