@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# The report's rule for a latency cut off by the test (lab/report/claim_caps.py uses it too).
+# The report's rule for a latency cut off by the test (lab/report/claim_reasons.py uses it too).
 CENSORED_LATENCY_SHARE = 0.5
 MIN_REQUESTS = 30
 MARGIN = 1.25

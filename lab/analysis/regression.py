@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.analysis.statistics import MIN_REPEATS_FOR_SIGNIFICANCE, ratio_interval
+from lab.analysis.statistics import MIN_REPEATS_FOR_SIGNIFICANCE, mean_of_known, ratio_interval
 
 HIGHER_IS_BETTER = 1
 LOWER_IS_BETTER = -1
@@ -167,7 +167,7 @@ def figure_change(figure: str, baseline_values: Sequence[object], later_values: 
     """The change of ``figure`` from the baseline's values to the later runs' (one value a run)."""
     interval = ratio_interval(later_values, baseline_values)
     n_later, n_baseline = interval.n_numerator, interval.n_denominator
-    baseline_mean, later_mean = _mean(baseline_values), _mean(later_values)
+    baseline_mean, later_mean = mean_of_known(baseline_values), mean_of_known(later_values)
     if interval.ratio is None:
         return FigureChange(figure, baseline_mean, later_mean, None, None, None, n_baseline, n_later, None)
     decided = min(n_later, n_baseline) >= MIN_REPEATS_FOR_SIGNIFICANCE and interval.ci95_low is not None
@@ -177,11 +177,6 @@ def figure_change(figure: str, baseline_values: Sequence[object], later_values: 
     return FigureChange(
         figure, baseline_mean, later_mean, interval.ratio - 1, low, high, n_baseline, n_later, significant
     )
-
-
-def _mean(values: Sequence[object]) -> float | None:
-    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-    return sum(numbers) / len(numbers) if numbers else None
 
 
 def percent_text(share: float | None) -> str:

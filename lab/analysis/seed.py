@@ -291,6 +291,11 @@ class HitRate:
 Ratio = SetupRatio | GrowthRatio
 
 
+def seed_records(preset: str) -> list[dict[str, Any]]:
+    """The seed study's published figures of ``preset`` as run records (one per cell)."""
+    return SEED_EXPERIMENTS[preset].records()
+
+
 def setup_mean(records: Sequence[Mapping[str, Any]], figure: str, setup: SeedSetup, **match: Any) -> float | None:
     """Mean of ``figure`` over the done runs of the backend reproducing ``setup`` that match ``match``."""
     return mean_of(records, figure, backend=seed_setup_backend(setup), **match)

@@ -31,6 +31,14 @@ def _t_critical(confidence: float, degrees_of_freedom: float) -> float:
     return float(scipy_stats().t.ppf((1 + confidence) / 2, df=degrees_of_freedom))
 
 
+def mean_of_known(values: Iterable[object]) -> float | None:
+    """The mean of the values that are known: a value is missing when it is None, NaN, infinite,
+    text or a boolean, and is left out (it never counts as 0); None when no value is known. The one
+    rule for a plain mean of repeats (a capacity probe's, a regression gate's)."""
+    numbers = finite_numbers(values)
+    return sum(numbers) / len(numbers) if numbers else None
+
+
 def finite_numbers(values: Iterable[object]) -> list[float]:
     """The finite int/float values of ``values`` (None, NaN, text and booleans left out)."""
     numbers = []

@@ -113,10 +113,6 @@ def register(cls: type[PeerTool]) -> type[PeerTool]:
     return cls
 
 
-def tool_names() -> list[str]:
-    return list(TOOLS)
-
-
 def expected_files() -> str:
     """Every importable kind of file, in words, for messages and help."""
     return "; ".join(f"{tool.expected}, version {tool.supported}" for tool in TOOLS.values())

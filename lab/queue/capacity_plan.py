@@ -36,6 +36,7 @@ from lab.analysis.capacity_search import (
     search_capacity,
 )
 from lab.analysis.slo import Slo, SloError, SloEvaluation, check_slo_applies, evaluate, parse_slo
+from lab.analysis.statistics import mean_of_known
 from lab.measurement import request_figures
 from lab.measurement.request_figures import RequestFigures
 from lab.members import os_user
@@ -189,11 +190,6 @@ def decide_probe(slo: Slo, evaluations: list[SloEvaluation]) -> tuple[bool, floa
 
 class ProbeAborted(RuntimeError):
     """A probe's run did not finish (a backend that would not start, a cancel): the search stops."""
-
-
-def _mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
 
 
 def _probe_state(probe: ProbeResult) -> dict[str, Any]:
@@ -358,9 +354,9 @@ def measure_probe(
     return ProbeResult(
         load=load,
         passed=passed,
-        throughput=_mean(throughputs),
+        throughput=mean_of_known(throughputs),
         slo_figure_s=figure_s,
-        goodput_req_per_s=_mean([e.goodput_req_per_s for e in evaluations]),
+        goodput_req_per_s=mean_of_known([e.goodput_req_per_s for e in evaluations]),
         run_ids=tuple(run_ids),
         note=note,
     )

@@ -14,7 +14,6 @@ from db import store
 from db.models import Experiment, Run, RunStatus
 
 # Queue actions the pages take on stored runs: db.store's own, reached through the domain.
-from db.store import delete_runs, enqueue_run_again, request_cancel, set_run_notes  # noqa: F401 - re-exported for the pages
 from lab.analysis.wall_time import wall_and_measured_s
 from lab.members import os_user
 from lab.queue.round_order import BLOCKS, INTERLEAVED, QueuedRun, draw_order_seed, plan_runs

@@ -1,6 +1,8 @@
 """Why each claim's figure is what it is: reasons computed from the runs' figures and the
 environment, each naming, where one does, the resource of this machine that bounds the figure
-(see :mod:`lab.report.claims`, whose claims pair a measurement with one of these)."""
+(see :mod:`lab.report.claims`, whose claims pair a measurement with one of these), and the caps
+on a figure: what the run could hold (the test's length, a cache that cannot fill within it). A
+figure so capped is "not measurable here"; the reason names the cap."""
 
 from __future__ import annotations
 
@@ -9,18 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from lab.analysis.aggregation import done_runs, vus_range
-from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, setup_mean
+from lab.analysis.measurability import CENSORED_LATENCY_SHARE
+from lab.analysis.seed import SERVER_NAMES, seed_records, setup_mean
 from lab.backends import SeedSetup, seed_setup_backend, seed_setup_of
 from lab.measurement.machine_record import MachineRecord, has_native_bf16
+from lab.measurement.results import RunResults
 from lab.report.formatting import format_share
 
 _NAIVE, _VLLM, _CACHED = SeedSetup.NAIVE, SeedSetup.VLLM, SeedSetup.VLLM_CACHE
 # A machine this busy (backend, k6 and everything else, over all its cores) has no compute left to give.
 SATURATED_SHARE = 0.85
-
-
-def _seed_records(preset: str) -> list[dict[str, Any]]:
-    return SEED_EXPERIMENTS[preset].records()
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ def explain_cache(prompts: int) -> Callable[[Evidence], Reason]:
                 f", so at most {run_s / fill_s:.0%} of the prompts were stored by its end "
                 f"(hit rate measured: {format_share(hit)})"
             )
-            seed_direct = setup_mean(_seed_records("seed-exp2"), "req_per_s", _VLLM, prompts=prompts)
+            seed_direct = setup_mean(seed_records("seed-exp2"), "req_per_s", _VLLM, prompts=prompts)
             bound = (
                 f"generation speed: {direct:.2f} req/s direct at {_num(evidence.mean('vus', setup=_VLLM), 0)} "
                 f"VUs against the seed's GPU {seed_direct:g} req/s (which stores them in "
@@ -305,7 +305,7 @@ def explain_exp3_prefix(evidence: Evidence) -> Reason:
     if not requests or not vus or not run_s:
         return Reason(text)
     turns_per_vu = requests / vus
-    seed_rate = setup_mean(_seed_records("seed-exp3"), "req_per_s", _VLLM)
+    seed_rate = setup_mean(seed_records("seed-exp3"), "req_per_s", _VLLM)
     seed_turns_per_vu = seed_rate * run_s / vus if seed_rate else None
     text += f": each of the {vus:.0f} VUs completed {turns_per_vu:.1f} turns here"
     bound = None
@@ -342,4 +342,39 @@ def cache_filled_first(records: Sequence[Mapping[str, Any]], prompts: int) -> bo
         r.get("cache_filled_first")
         for r in done_runs(records)
         if seed_setup_of(r.get("backend")) is _CACHED and r.get("prompts") == prompts
+    )
+
+
+# A latency is cut off by the test when requests were still waiting at its end and the longest
+# finished one took at least CENSORED_LATENCY_SHARE of the test (the adapted scale plans by it too).
+
+
+def latency_cap(records: Sequence[Mapping[str, Any]], setup: SeedSetup, vus: int) -> str | None:
+    """Why ``setup``'s latency at ``vus`` is capped by the test's length, or None when it is not."""
+    cell = [r for r in done_runs(records) if seed_setup_of(r.get("backend")) is setup and r.get("vus") == vus]
+    for record in cell:
+        results = RunResults.of_record(record)
+        test_s, longest_s = record.get("duration_s"), results.latency_max_s
+        waiting = results.iterations_interrupted or 0
+        if test_s and longest_s and waiting and longest_s >= CENSORED_LATENCY_SHARE * test_s:
+            return (
+                f"the test lasted {test_s:g} s and its longest finished request took {longest_s:.0f} s with "
+                f"{waiting} still waiting at the end (run #{record.get('run_id')}): latencies longer than the "
+                "test cannot be measured, so the mean is cut off by the test's length"
+            )
+    return None
+
+
+def fill_cap(records: Sequence[Mapping[str, Any]], prompts: int) -> str | None:
+    """Why the cache cannot hold ``prompts`` distinct answers within the run (each miss costs one
+    direct generation), or None when it can."""
+    direct = setup_mean(records, "req_per_s", SeedSetup.VLLM, prompts=prompts)
+    test_s = next(
+        (r.get("duration_s") for r in done_runs(records) if r.get("prompts") == prompts and r.get("duration_s")), None
+    )
+    if cache_filled_first(records, prompts) or not direct or not test_s or prompts / direct <= test_s:
+        return None
+    return (
+        f"storing {prompts:,} distinct answers takes at least {prompts / direct:,.0f} s at the direct "
+        f"{direct:.2f} req/s, and the run lasted {test_s:g} s: the cache cannot fill within the run"
     )

@@ -14,16 +14,15 @@ from lab.analysis.aggregation import done_runs, vus_range
 from lab.analysis.interval_verdicts import Verdict, interval_verdict
 from lab.analysis.seed import (
     LATENCY_AVG_S,
-    SEED_EXPERIMENTS,
     SERVER_NAMES,
     exp1_ratios,
     exp2_ratios,
     exp3_ratios,
     seed_growth,
+    seed_records,
 )
 from lab.analysis.sequential import widen_interval
 from lab.backends import SeedSetup
-from lab.report.claim_caps import fill_cap, latency_cap
 from lab.report.claim_reasons import (
     Evidence,
     Reason,
@@ -38,6 +37,8 @@ from lab.report.claim_reasons import (
     explain_rare,
     explain_speedup_1vu,
     explain_vllm_growth,
+    fill_cap,
+    latency_cap,
 )
 from lab.report.formatting import format_ratio, ratio_with_bounds
 from lab.report.verdicts import VERDICT_RULES, judge
@@ -92,10 +93,6 @@ class Claim:
     explain: Callable[[Evidence], Reason]  # why our figure is what it is, from the measurements
 
 
-def _seed_records(preset: str) -> list[dict[str, Any]]:
-    return SEED_EXPERIMENTS[preset].records()
-
-
 def _growth(setup: SeedSetup, figure: str) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
     what = "output tok/s" if figure == "output_tok_per_s" else "avg latency"
 
@@ -121,9 +118,7 @@ def _growth(setup: SeedSetup, figure: str) -> Callable[[Sequence[Mapping[str, An
 
 def _speedup_at_1_vu(records: Sequence[Mapping[str, Any]]) -> Measurement:
     ours = next((r for r in exp1_ratios(records).speedups if r.vus == 1), None)
-    return _measured(
-        ours, exp1_ratios(_seed_records("seed-exp1")).speedup_at(1), "vLLM over naive output tok/s at 1 VU"
-    )
+    return _measured(ours, exp1_ratios(seed_records("seed-exp1")).speedup_at(1), "vLLM over naive output tok/s at 1 VU")
 
 
 def _prefix_hit_exp1(records: Sequence[Mapping[str, Any]]) -> Measurement:
@@ -143,7 +138,7 @@ def _exp2(
     prompts: int, pick: Callable[[Any], Any], figure: str
 ) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
     def measure(records: Sequence[Mapping[str, Any]]) -> Measurement:
-        seed = _exp2_found(_seed_records("seed-exp2"), prompts, pick)
+        seed = _exp2_found(seed_records("seed-exp2"), prompts, pick)
         return _measured(_exp2_found(records, prompts, pick), seed.value if seed else None, figure)
 
     return measure
@@ -197,7 +192,7 @@ def _max_latency(prompts: int) -> Callable[[Sequence[Mapping[str, Any]]], Measur
 
 def _exp3(pick: Callable[[Any], Any], label: str) -> Callable[[Sequence[Mapping[str, Any]]], Measurement]:
     def measure(records: Sequence[Mapping[str, Any]]) -> Measurement:
-        return _measured(pick(exp3_ratios(records)), pick(exp3_ratios(_seed_records("seed-exp3"))).value, label)
+        return _measured(pick(exp3_ratios(records)), pick(exp3_ratios(seed_records("seed-exp3"))).value, label)
 
     return measure
 

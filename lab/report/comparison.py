@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -281,9 +280,3 @@ def comparison_markdown(comparison: Comparison) -> str:
             for d in comparison.differences
         ]
     return "\n".join(lines)
-
-
-def compare_folders(folders: Sequence[Path], names: Sequence[str]) -> Comparison:
-    """:func:`compare` of two report folders under ``names``."""
-    first, second = (read_reproduction(folder, name) for folder, name in zip(folders, names, strict=True))
-    return compare(first, second)

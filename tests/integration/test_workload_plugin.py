@@ -16,10 +16,10 @@ from db.engine import get_engine
 from lab import backends, cli, workloads
 from lab.analysis.compare import RunRecord
 from lab.settings import get_settings
-from tests.integration.test_backend_plugin import KIND as BACKEND
-from tests.integration.test_backend_plugin import StubEngine
 from tests.support.app_pages import PAGES, open_page
 from tests.support.count_up import KIND, SECTION, CountUp
+from tests.support.integration_plugins import KIND as BACKEND
+from tests.support.integration_plugins import StubEngine
 
 pytestmark = pytest.mark.integration
 

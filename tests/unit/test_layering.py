@@ -249,3 +249,14 @@ def test_the_command_line_starts_without_the_heavy_analysis_libraries() -> None:
     """Every ``python -m lab`` process (each worker, each ``lab run``) loads the CLI's entry to
     parse its arguments: scipy and pandas (1.6 s of a 2.9 s start) wait until a command uses them."""
     assert {"scipy", "pandas", "torch", "plotly", "streamlit"}.isdisjoint(loaded_with("lab.cli.entry"))
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers two test modules share live in tests/support/, never in a test module another imports."""
+    found = sorted(
+        f"{name} imports {imported}"
+        for name, path in modules("tests").items()
+        for imported in imports_of(path, type_checking=True)
+        if any(part.startswith("test_") for part in imported.split(".")[1:3]) and imported.split(".")[0] == "tests"
+    )
+    assert found == []

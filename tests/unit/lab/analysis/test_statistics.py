@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy import stats
 
-from lab.analysis.statistics import finite_numbers, mean_interval, welch_test
+from lab.analysis.statistics import finite_numbers, mean_interval, mean_of_known, welch_test
 
 
 def test_interval_matches_scipy_t_interval():
@@ -125,3 +125,10 @@ def test_positive_mean_interval_never_goes_below_zero():
     # A small spread gives nearly the Student-t interval.
     tight = [21.9, 22.4, 22.1, 23.0]
     assert positive_mean_interval(tight).ci95_low == pytest.approx(mean_interval(tight).ci95_low, rel=0.01)
+
+
+def test_a_plain_mean_leaves_missing_values_out_never_as_zero() -> None:
+    # One rule for every plain mean of repeats (a capacity probe's goodput, a regression gate's means).
+    assert mean_of_known([2.0, None, 4.0, math.nan, math.inf, True, "x"]) == 3.0
+    assert mean_of_known([None, math.nan]) is None
+    assert mean_of_known([]) is None
