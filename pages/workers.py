@@ -3,15 +3,12 @@ current run and the managed services recorded on its machine."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pandas as pd
 import streamlit as st
 
-from lab.queue.worker_identity import worker_overview
+from lab.queue.worker_identity import WorkerOverview, worker_overview
 from pages.common import session, settings
 from pages.view.members import lab_permission
-from pages.view.names import display_frame
 from pages.view.outage import view_survives_database_outage
 from pages.view.page_guard import only_through_entry_file
 
@@ -48,12 +45,26 @@ def workers_table(lease_s: float) -> None:
         f"for more than {lease_s:g} s is lost: another worker marks its runs interrupted. Services run on each "
         "worker's own machine."
     )
-    st.dataframe(
-        display_frame(pd.DataFrame([dataclasses.asdict(row) for row in rows])),
-        hide_index=True,
-        width="stretch",
-        key="workers_table",
+    st.dataframe(pd.DataFrame([shown(row) for row in rows]), hide_index=True, width="stretch", key="workers_table")
+
+
+def shown(row: WorkerOverview) -> dict[str, str]:
+    """One worker as a row that fits 800 px: the host only where it is not the worker's name, the
+    heartbeat's age beside the state, what a person follows first on the left."""
+    worker = row.name if row.host in (row.name, "") else f"{row.name} on {row.host}"
+    state = (
+        row.state
+        if row.heartbeat_age_s is None or row.state == "stopped"
+        else f"{row.state}, {row.heartbeat_age_s:.0f} s ago"
     )
+    return {
+        "worker": worker,
+        "state": state,
+        "current run": row.current_run or "–",
+        "labels": row.labels or "–",
+        "hardware": row.hardware,
+        "services on its machine": row.services or "–",
+    }
 
 
 page()

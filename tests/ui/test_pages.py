@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -447,13 +448,13 @@ def test_workers_page_lists_workers_labels_hardware_heartbeat_and_services(seed_
     assert not app.exception
     assert "1 of 1 workers alive" in texts(app)
     [row] = app.dataframe[0].value.to_dict("records")
-    assert (row["worker"], row["host"], row["labels"], row["state"], row["services on its machine"]) == (
-        "gpu-box",
-        "gpu-host",
+    assert (row["worker"], row["labels"], row["current run"], row["services on its machine"]) == (
+        "gpu-box on gpu-host",
         "gpu, h200",
-        "alive",
+        "–",
         "vllm: running",
     )
+    assert re.fullmatch(r"alive, \d+ s ago", row["state"])  # the heartbeat's age beside the state
     assert row["hardware"] == "NVIDIA H200 (139.8 GiB), AMD EPYC (16 cores, 128.0 GiB)"
 
 
