@@ -39,6 +39,7 @@ from lab.analysis.wall_time import run_intervals, wall_time
 from lab.measurement.hardware import identity_summary
 from lab.queue.experiments import queue_plan, run_columns, with_round_random_seed
 from lab.queue.rounds import round_run_columns, round_seconds
+from lab.report.experiment_meta import ExperimentMeta
 from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec, UntilDecided
 
@@ -325,7 +326,7 @@ def _undecided(session: Session, long_experiment: LongExperiment, experiments: S
 
 def reproduction_records(
     session: Session, experiments: Sequence[Experiment]
-) -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, Any]], dict[str, int]]:
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, ExperimentMeta], dict[str, int]]:
     """A reproduction's runs as the report reads them (by preset, oldest first), its experiments'
     meta and each preset's experiment id."""
     from lab.report.publish import published_record

@@ -28,6 +28,7 @@ from lab.analysis.safe_csv import records_to_csv
 from lab.report.capacity_section import CapacitySection
 from lab.report.charts import build_charts, write_pngs
 from lab.report.claim_rounds import judge_claims, rounds_of
+from lab.report.experiment_meta import ExperimentMeta
 from lab.report.publish import published_environment, scrub_paths, scrub_record
 from lab.report.render import Block, render_html, render_markdown
 from lab.report.seal import SEAL_NAME, write_seal
@@ -71,7 +72,7 @@ EXPERIMENT_TITLES = {
 def build_blocks(
     *,
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
-    experiments_meta: dict[str, dict[str, Any]],
+    experiments_meta: dict[str, ExperimentMeta],
     environment: dict[str, Any],
     generated_at: datetime,
     command: str,
@@ -102,7 +103,7 @@ def build_blocks(
 
 def _head_blocks(
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
-    experiments_meta: dict[str, dict[str, Any]],
+    experiments_meta: dict[str, ExperimentMeta],
     generated_at: datetime,
     command: str,
     verdicts: list[dict[str, Any]],
@@ -140,7 +141,7 @@ def _head_blocks(
     ]
 
 
-def _scaling_blocks(experiments_meta: dict[str, dict[str, Any]]) -> list[Block]:
+def _scaling_blocks(experiments_meta: dict[str, ExperimentMeta]) -> list[Block]:
     cells = cell_scaling_table(experiments_meta)
     return [
         ("h", 2, "Scaling"),
@@ -221,7 +222,7 @@ def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
     ]
 
 
-def _experiment_blocks(preset: str, records: Sequence[Mapping[str, Any]], meta: dict[str, Any]) -> list[Block]:
+def _experiment_blocks(preset: str, records: Sequence[Mapping[str, Any]], meta: ExperimentMeta) -> list[Block]:
     blocks: list[Block] = [("h", 2, EXPERIMENT_TITLES[preset])]
     if meta.get("scale_note"):
         blocks.append(("p", f"Scale: {meta['scale_note']}."))
@@ -275,7 +276,7 @@ def _tail_blocks(
     return blocks
 
 
-def overhead_sentence(experiments_meta: dict[str, dict[str, Any]]) -> str | None:
+def overhead_sentence(experiments_meta: dict[str, ExperimentMeta]) -> str | None:
     """The lab's own overhead over the whole reproduction: the seconds its runs ran (each
     experiment's on the union of its runs' intervals, so interleaved rounds count once) over the
     seconds measured."""
@@ -293,7 +294,7 @@ def overhead_sentence(experiments_meta: dict[str, dict[str, Any]]) -> str | None
 def write_report(
     *,
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
-    experiments_meta: dict[str, dict[str, Any]],
+    experiments_meta: dict[str, ExperimentMeta],
     environment: dict[str, Any],
     output_dir: Path,
     generated_at: datetime,

@@ -28,6 +28,7 @@ from lab.analysis.sequential import widening
 from lab.measurement.checks import contention_warned
 from lab.measurement.results import RunResults
 from lab.report.claims import CLAIMS, Claim, evaluate_claims
+from lab.report.experiment_meta import ExperimentMeta
 from lab.report.verdicts import UNDECIDED
 
 
@@ -177,7 +178,7 @@ def _noted(
     )
 
 
-def rounds_of(experiments_meta: dict[str, dict[str, Any]]) -> Rounds:
+def rounds_of(experiments_meta: dict[str, ExperimentMeta]) -> Rounds:
     """How a reproduction's rounds are judged, from its experiments' meta (``repeats``, ``until_decided``)."""
     planned = min((int(meta.get("repeats") or 1) for meta in experiments_meta.values()), default=1)
     over_cap = tuple(
@@ -186,7 +187,7 @@ def rounds_of(experiments_meta: dict[str, dict[str, Any]]) -> Rounds:
         for label, cell in (meta.get("cell_scales") or {}).items()
         if cell.get("over_cap")
     )
-    settings = [meta["until_decided"] for meta in experiments_meta.values() if meta.get("until_decided")]
+    settings = [until for meta in experiments_meta.values() if (until := meta.get("until_decided"))]
     if not settings:
         return Rounds(planned=planned, over_cap=over_cap)
     max_rounds = min(int(s.get("max_rounds", 20)) for s in settings)

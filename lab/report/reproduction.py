@@ -16,11 +16,12 @@ from typing import Any
 from lab.analysis.wall_time import wall_and_measured_s
 from lab.report.build import PRESETS, write_report
 from lab.report.capacity_section import latest_capacity_section
+from lab.report.experiment_meta import ExperimentMeta
 from lab.report.publish import published_record
 from lab.specs.schema import ExperimentSpec
 
 
-def experiment_meta(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] | None = None) -> dict[str, Any]:
+def experiment_meta(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] | None = None) -> ExperimentMeta:
     """What the report reads of one experiment: its name, scale, rounds, run order and frozen rules."""
     vus = spec.grid.get("load.vus") or [spec.base.load.peak_vus]
     return {
@@ -42,7 +43,7 @@ def experiment_meta(spec: Any, experiment_id: int, frozen_rules: dict[str, Any] 
 
 def latest_reproduction(
     *, settings: Any, presets: Sequence[str] = PRESETS, scale: str | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ExperimentMeta]:
     """The newest experiment of each seed preset (its meta), of ``scale`` (seed, adapted, quick) if given."""
     from sqlalchemy import select
     from sqlalchemy.orm import Session
@@ -51,7 +52,7 @@ def latest_reproduction(
     from db.models import Experiment
 
     engine = get_engine(settings.resolved_database_url)
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, ExperimentMeta] = {}
     with Session(engine) as session:
         for preset in presets:
             query = select(Experiment).where(Experiment.preset == preset).order_by(Experiment.id.desc())
@@ -71,7 +72,7 @@ def latest_reproduction(
 def report_from_experiments(
     *,
     settings: Any,
-    experiments_meta: dict[str, dict[str, Any]],
+    experiments_meta: dict[str, ExperimentMeta],
     output_dir: Path,
     command: str | None = None,
     price_per_hour: float | None = None,
@@ -107,10 +108,9 @@ def report_from_experiments(
         from lab.run.k6_driver import k6_version
 
         environment = lab_environment.capture(model=settings.default_model, k6_version=k6_version())
-    meta_without_run_ids = {p: {k: v for k, v in m.items() if k != "run_ids"} for p, m in experiments_meta.items()}
     written = write_report(
         records_by_preset=records_by_preset,
-        experiments_meta=meta_without_run_ids,
+        experiments_meta=experiments_meta,
         environment=environment,
         output_dir=Path(output_dir),
         generated_at=datetime.now().astimezone(),

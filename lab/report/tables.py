@@ -15,6 +15,7 @@ from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES, exp1_ratios, exp2_
 from lab.backends import CACHE_SUFFIX, SeedSetup, seed_setup_of
 from lab.measurement.machine_record import NOT_RECORDED, MachineRecord, settings_by_backend
 from lab.measurement.results import RunResults
+from lab.report.experiment_meta import ExperimentMeta
 from lab.report.formatting import format_rate, format_ratio, format_seconds, ratio_with_bounds, with_interval
 from lab.report.seed_tables import our_table, seed_table, setup_name
 
@@ -266,7 +267,7 @@ def scale_name(stored: Any) -> str:
     return "seed" if stored in (None, "full") else str(stored)
 
 
-def cell_scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def cell_scaling_table(experiments_meta: dict[str, ExperimentMeta]) -> pd.DataFrame:
     """Per cell the adapted scale changed or could not help: "240 s instead of 60 s, because ..."."""
     rows = [
         {"experiment": preset, "cell": label, "seconds": cell.get("why") or f"{cell.get('duration_s'):g} s"}
@@ -276,7 +277,7 @@ def cell_scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def scaling_table(experiments_meta: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def scaling_table(experiments_meta: dict[str, ExperimentMeta]) -> pd.DataFrame:
     """Per experiment: its scale, seconds per cell, VUs, repeats and how it differs from the seed."""
     rows = []
     for preset, meta in experiments_meta.items():

@@ -10,6 +10,7 @@ from lab.analysis.compare import RECORD_FIELDS
 from lab.analysis.interval_verdicts import Verdict
 from lab.report.claim_rounds import Rounds, claim_cells, judge_claims, rounds_of
 from lab.report.claims import CLAIMS
+from lab.report.experiment_meta import ExperimentMeta
 
 _ids = itertools.count(1)
 BUSY = "other processes used 111% of a core on average (threshold 25%): the machine was shared"
@@ -87,5 +88,7 @@ def test_until_decided_widens_even_the_first_look() -> None:
 
 def test_rounds_come_from_the_experiments_meta() -> None:
     assert rounds_of({"seed-exp1": {"repeats": 3}}) == Rounds(planned=3)
-    meta = {"seed-exp1": {"repeats": 3, "until_decided": {"budget_s": 7200, "max_rounds": 12}}}
+    meta: dict[str, ExperimentMeta] = {
+        "seed-exp1": {"repeats": 3, "until_decided": {"budget_s": 7200, "max_rounds": 12}}
+    }
     assert rounds_of(meta) == Rounds(planned=3, until_decided=True, max_rounds=12)

@@ -16,6 +16,7 @@ from lab.analysis.compare import RECORD_FIELDS
 from lab.analysis.interval_verdicts import Verdict
 from lab.report import write_report
 from lab.report.claims import evaluate_claims
+from lab.report.experiment_meta import ExperimentMeta
 from lab.report.tables import seed_table
 from lab.report.verdicts import VERDICT_RULES, judge
 
@@ -163,7 +164,7 @@ def cpu_like_records() -> dict[str, list[dict[str, Any]]]:
     return {"seed-exp1": exp1, "seed-exp2": exp2, "seed-exp3": exp3}
 
 
-META = {
+META: dict[str, ExperimentMeta] = {
     "seed-exp1": {
         "name": "Seed experiment 1",
         "scale": "quick",

@@ -19,6 +19,7 @@ from lab.backends import vllm as vllm_backend
 from lab.backends.vllm import VllmBackend, VllmOptions
 from lab.queue import experiments
 from lab.report.build import overhead_sentence
+from lab.report.experiment_meta import ExperimentMeta
 from lab.report.tables import scaling_table
 from lab.settings import Settings
 from lab.specs.schema import ExperimentSpec, load_preset
@@ -156,7 +157,7 @@ def test_the_migration_adds_the_column_and_keeps_experiments(tmp_path: Path) -> 
 
 
 def test_the_report_shows_the_ratio_per_experiment_and_overall() -> None:
-    meta = {
+    meta: dict[str, ExperimentMeta] = {
         "seed-exp1": {"ids": [1], "wall_s": 130.0, "measured_s": 100.0},
         "seed-exp2": {"ids": [2], "wall_s": 110.0, "measured_s": 100.0},
     }
