@@ -28,6 +28,7 @@ from lab.analysis.safe_csv import records_to_csv
 from lab.report.capacity_section import CapacitySection
 from lab.report.charts import build_charts, write_pngs
 from lab.report.claim_rounds import judge_claims, rounds_of
+from lab.report.claims import ClaimVerdict
 from lab.report.experiment_meta import ExperimentMeta
 from lab.report.publish import published_environment, scrub_paths, scrub_record
 from lab.report.render import Block, render_html, render_markdown
@@ -76,7 +77,7 @@ def build_blocks(
     environment: dict[str, Any],
     generated_at: datetime,
     command: str,
-    verdicts: list[dict[str, Any]],
+    verdicts: list[ClaimVerdict],
     png_note: str | None,
     price_per_hour: float | None,
     capacity: CapacitySection | None = None,
@@ -106,7 +107,7 @@ def _head_blocks(
     experiments_meta: dict[str, ExperimentMeta],
     generated_at: datetime,
     command: str,
-    verdicts: list[dict[str, Any]],
+    verdicts: list[ClaimVerdict],
     trust: Trust,
 ) -> list[Block]:
     counts = {v: sum(1 for item in verdicts if item["verdict"] == v) for v in VERDICTS}
@@ -175,7 +176,7 @@ def _scaling_blocks(experiments_meta: dict[str, ExperimentMeta]) -> list[Block]:
     ]
 
 
-def _claim_blocks(verdicts: list[dict[str, Any]]) -> list[Block]:
+def _claim_blocks(verdicts: list[ClaimVerdict]) -> list[Block]:
     return [
         ("h", 2, "Claim by claim"),
         (

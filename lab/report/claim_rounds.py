@@ -27,7 +27,7 @@ from lab.analysis.interval_verdicts import Verdict
 from lab.analysis.sequential import widening
 from lab.measurement.checks import contention_warned
 from lab.measurement.results import RunResults
-from lab.report.claims import CLAIMS, Claim, evaluate_claims
+from lab.report.claims import CLAIMS, Claim, ClaimVerdict, evaluate_claims
 from lab.report.experiment_meta import ExperimentMeta
 from lab.report.verdicts import UNDECIDED
 
@@ -71,7 +71,7 @@ def claim_cells(claim: Claim, records: Sequence[Mapping[str, Any]]) -> frozenset
 class ClaimRounds:
     """One claim's verdict (an :func:`evaluate_claims` row) with its cells and rounds."""
 
-    verdict: dict[str, Any]
+    verdict: ClaimVerdict
     cells: frozenset[str]
     rounds: int
     busy_runs: tuple[int, ...]
@@ -99,7 +99,7 @@ def _rounds_of(records: Sequence[Mapping[str, Any]], cells: frozenset[str]) -> i
     return len({_round(r) for r in done_runs(records) if r.get("cell_label") in cells})
 
 
-def _busy_row(row: dict[str, Any], busy: Sequence[Mapping[str, Any]], rounds: int, planned: int) -> dict[str, Any]:
+def _busy_row(row: ClaimVerdict, busy: Sequence[Mapping[str, Any]], rounds: int, planned: int) -> ClaimVerdict:
     runs = ", ".join(
         f"#{r.get('run_id')}"
         + (f" ({other:.0f}%)" if (other := RunResults.of_record(r).other_cpu_percent_avg) is not None else "")
@@ -127,15 +127,16 @@ def _judge_one(
     quiet, busy = _quiet(records, cells)
     quiet_rounds = _rounds_of(quiet, cells)
 
-    def judged(subset: Sequence[Mapping[str, Any]], widen_by: float) -> dict[str, Any]:
+    def judged(subset: Sequence[Mapping[str, Any]], widen_by: float) -> ClaimVerdict:
         return evaluate_claims(
             {**records_by_preset, claim.preset: subset}, environment, drift=drift, keys={claim.key}, widen_by=widen_by
         )[0]
 
     busy_ids = tuple(int(r["run_id"]) for r in busy if r.get("run_id") is not None)
     if busy and quiet_rounds < rounds.planned:
-        row = _busy_row(judged(quiet, 1.0), busy, quiet_rounds, rounds.planned)
-        return ClaimRounds(row, cells, quiet_rounds, busy_ids)
+        return ClaimRounds(
+            _busy_row(judged(quiet, 1.0), busy, quiet_rounds, rounds.planned), cells, quiet_rounds, busy_ids
+        )
     if not rounds.until_decided or quiet_rounds <= rounds.planned:
         widen_by = 1.0
         if rounds.until_decided and quiet_rounds >= 2:
@@ -145,19 +146,19 @@ def _judge_one(
         )
     # Look after each round from the planned ones on; stop at the first decided look.
     indices = sorted({r.get("repeat_index") or 0 for r in quiet if r.get("cell_label") in cells})
-    row, used = {}, 0
+    row: ClaimVerdict | None = None
+    used = 0
     for upto in indices[rounds.planned - 1 :]:
         subset = [r for r in quiet if (r.get("repeat_index") or 0) <= upto]
         used = _rounds_of(subset, cells)
         row = judged(subset, widening(used, first_look=rounds.planned, max_rounds=rounds.max_rounds))
         if row["verdict"] != Verdict.INCONCLUSIVE:
             break
+    assert row is not None  # there are more quiet rounds than planned, so at least one look
     return ClaimRounds(_noted(row, busy_ids, used, rounds, cells), cells, used, busy_ids)
 
 
-def _noted(
-    row: dict[str, Any], busy: tuple[int, ...], used: int, rounds: Rounds, cells: frozenset[str]
-) -> dict[str, Any]:
+def _noted(row: ClaimVerdict, busy: tuple[int, ...], used: int, rounds: Rounds, cells: frozenset[str]) -> ClaimVerdict:
     note = rounds.over_cap_note(row["preset"], cells) if row["verdict"] == Verdict.NOT_MEASURABLE else ""
     if busy:
         note += f". Rounds with runs {', '.join(f'#{r}' for r in busy)} are left out: the machine was busy"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from lab.analysis.aggregation import done_runs, vus_range
 from lab.analysis.interval_verdicts import Verdict, interval_verdict
@@ -348,7 +348,7 @@ def _load_caveat(preset: str, records: Sequence[Mapping[str, Any]]) -> str:
     return f" (measured at {', '.join(map(str, vus))} VUs, the seed at {seed_vus})"
 
 
-def _judged(claim: Claim, measurement: Measurement, drift: float) -> str:
+def _judged(claim: Claim, measurement: Measurement, drift: float) -> Verdict:
     """The verdict over the figure's interval (stretched by the machine's drift for ratios)."""
     low, high = measurement.ours_low, measurement.ours_high
     if claim.unit == "x" and low is not None and high is not None and drift > 1:
@@ -358,7 +358,7 @@ def _judged(claim: Claim, measurement: Measurement, drift: float) -> str:
 
 def _verdict(
     claim: Claim, measurement: Measurement, evidence: Evidence, texts: tuple[str, str], *, drift: float
-) -> tuple[str, str, str | None]:
+) -> tuple[Verdict, str, str | None]:
     """The claim's verdict, its reason and the resource that bounded our figure (None: none did);
     ``texts``: our figure and the seed's as the report writes them."""
     ours_text, seed_text = texts
@@ -401,6 +401,29 @@ def _widened(measurement: Measurement, unit: str, factor: float) -> Measurement:
     return replace(measurement, ours_low=low, ours_high=min(high, 1.0) if unit == "share" else high)
 
 
+class ClaimVerdict(TypedDict):
+    """One claim judged (a row of the report's claims table): our figure and its 95% interval, the
+    seed's, the verdict, its rule and the reason (``bound``: the limiting resource, if any)."""
+
+    key: str
+    preset: str
+    claim: str
+    figure: str
+    ours: float | None
+    ours_low: float | None
+    ours_high: float | None
+    seed: float | None
+    ours_text: str
+    seed_text: str
+    verdict: Verdict
+    rule: str
+    rule_text: str
+    reason: str
+    bound: str | None
+    # The rounds the verdict rests on (set when a reproduction is judged until decided).
+    rounds: NotRequired[int]
+
+
 def evaluate_claims(
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     environment: dict[str, Any] | None = None,
@@ -408,7 +431,7 @@ def evaluate_claims(
     drift: float = 1.0,
     keys: Collection[str] | None = None,
     widen_by: float = 1.0,
-) -> list[dict[str, Any]]:
+) -> list[ClaimVerdict]:
     """Every claim in ``CLAIMS`` with our figure and its 95% interval, the seed's, the verdict,
     its rule and a reason computed from the runs' figures and the environment (``bound``: the
     limiting resource, if any).
@@ -417,7 +440,7 @@ def evaluate_claims(
     otherwise); ``drift`` (the A/A checks' factor, >= 1) widens ratio intervals; a figure cut
     off by what the run could hold is "not measurable here", naming the cap. ``keys``: only
     these claims; ``widen_by``: the sequential widening of the look (lab/analysis/sequential.py)."""
-    results = []
+    results: list[ClaimVerdict] = []
     for claim in CLAIMS:
         if keys is not None and claim.key not in keys:
             continue

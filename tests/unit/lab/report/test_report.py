@@ -15,7 +15,7 @@ import pytest
 from lab.analysis.compare import RECORD_FIELDS
 from lab.analysis.interval_verdicts import Verdict
 from lab.report import write_report
-from lab.report.claims import evaluate_claims
+from lab.report.claims import ClaimVerdict, evaluate_claims
 from lab.report.experiment_meta import ExperimentMeta
 from lab.report.tables import seed_table
 from lab.report.verdicts import VERDICT_RULES, judge
@@ -195,7 +195,7 @@ META: dict[str, ExperimentMeta] = {
 }
 
 
-def verdict_of(verdicts: list[dict[str, Any]], key: str) -> dict[str, Any]:
+def verdict_of(verdicts: list[ClaimVerdict], key: str) -> ClaimVerdict:
     return next(v for v in verdicts if v["key"] == key)
 
 
@@ -241,7 +241,7 @@ def test_claims_get_verdicts_from_our_figures() -> None:
     verdicts = evaluate_claims(cpu_like_records(), ENVIRONMENT)
     speedup = verdict_of(verdicts, "exp1-speedup-1vu")
     # Slower here, with no GPU in the environment: the hardware bounds it.
-    assert speedup["verdict"] == Verdict.NOT_HELD_HARDWARE and speedup["bound"].startswith("no GPU")
+    assert speedup["verdict"] == Verdict.NOT_HELD_HARDWARE and str(speedup["bound"]).startswith("no GPU")
     assert speedup["ours_text"] == "0.66x" and speedup["seed_text"] == "5.15x"
     assert "CUDA graphs" in speedup["reason"] and "15.0 output tok/s" in speedup["reason"]
     naive_growth = verdict_of(verdicts, "exp1-naive-latency-growth")
@@ -297,7 +297,7 @@ def test_cache_reasons_are_computed_from_the_runs(direct: float, fill_s: str, st
     assert hit["verdict"] == Verdict.NOT_MEASURABLE and "the cache cannot fill within the run" in hit["reason"]
     assert f"{direct:.2f} req/s" in hit["reason"] and f"at least {fill_s}" in hit["reason"]
     assert f"at most {stored_share} of the prompts" in hit["reason"]
-    assert "the seed's GPU 27.1 req/s" in hit["bound"]
+    assert "the seed's GPU 27.1 req/s" in str(hit["bound"])
 
 
 def test_a_cache_run_long_enough_to_store_every_prompt_says_so() -> None:
@@ -335,7 +335,7 @@ def test_saturated_cores_bound_vllm_scaling_and_unknown_hardware_bounds_nothing(
     }
     growth = verdict_of(evaluate_claims(records, ENVIRONMENT), "exp1-vllm-latency-growth")
     assert growth["verdict"] == Verdict.NOT_HELD_HARDWARE
-    assert "CPU: 96% of the 2 cores were busy at 32 VUs" in growth["bound"]
+    assert "CPU: 96% of the 2 cores were busy at 32 VUs" in str(growth["bound"])
     assert "from 45 ms to 210 ms (4.7x)" in growth["reason"]
     # Without an environment nothing is known about the hardware: a plain "did not hold".
     assert verdict_of(evaluate_claims(records), "exp1-vllm-latency-growth")["verdict"] == Verdict.NOT_HELD
@@ -634,7 +634,7 @@ def test_chat_prefix_hits_bounded_by_the_turns_a_run_reaches() -> None:
         ]
     }
     prefix = verdict_of(evidence := evaluate_claims(records, ENVIRONMENT), "exp3-prefix-hit")
-    assert prefix["verdict"] == Verdict.NOT_HELD_HARDWARE and "1.15 req/s at 32 VUs" in prefix["bound"]
+    assert prefix["verdict"] == Verdict.NOT_HELD_HARDWARE and "1.15 req/s at 32 VUs" in str(prefix["bound"])
     assert "completed 3.2 turns here, about 22 at the seed's 11.8 req/s" in prefix["reason"]
     assert verdict_of(evidence, "exp3-vllm-over-naive")["verdict"] == Verdict.HELD
 
@@ -668,11 +668,13 @@ def test_a_ratio_whose_interval_spans_the_threshold_is_inconclusive() -> None:
     shaky = verdict_of(
         evaluate_claims(_exp3_repeats([0.07, 0.03, 0.05], [1.0, 1.1, 1.05]), ENVIRONMENT), "exp3-vllm-over-naive"
     )
+    assert shaky["ours_low"] is not None and shaky["ours_high"] is not None
     assert shaky["verdict"] == "inconclusive" and shaky["ours_low"] < 20.35 < shaky["ours_high"]
     assert "spans the rule's threshold" in shaky["reason"] and "[" in shaky["ours_text"]
     solid = verdict_of(
         evaluate_claims(_exp3_repeats([0.020, 0.021, 0.0205], [1.0, 1.02, 1.01]), ENVIRONMENT), "exp3-vllm-over-naive"
     )
+    assert solid["ours_low"] is not None
     assert solid["verdict"] == Verdict.HELD and solid["ours_low"] > 20.35
 
 
