@@ -26,7 +26,7 @@ from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
@@ -39,9 +39,11 @@ from lab.analysis.wall_time import run_intervals, wall_time
 from lab.measurement.hardware import identity_summary
 from lab.queue.experiments import queue_plan, run_columns, with_round_random_seed
 from lab.queue.rounds import round_run_columns, round_seconds
-from lab.report.experiment_meta import ExperimentMeta
 from lab.settings import get_settings
 from lab.specs.schema import ExperimentSpec, UntilDecided
+
+if TYPE_CHECKING:  # the report package loads pandas: not at the worker's start
+    from lab.report.experiment_meta import ExperimentMeta
 
 log = logging.getLogger(__name__)
 
