@@ -50,7 +50,7 @@ def test_compare_draws_the_semantic_trade_only_with_a_semantic_run(seed_lab: See
             (exact, {"tier": "exact"}, None, 0.2),
             (semantic, {"tier": "semantic", "similarity": 0.9}, semantic_server_metrics(), 0.6),
         ):
-            spec = dict(session.get(Run, run_id).spec or {})  # type: ignore[union-attr]
+            spec = dict(session.get(Run, run_id).spec or {})  # type: ignore[union-attr]  # the run was just stored
             session.execute(
                 update(Run)
                 .where(Run.id == run_id)

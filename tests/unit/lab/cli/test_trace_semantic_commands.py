@@ -18,7 +18,7 @@ from services import embeddings
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab")
     trace_commands.add_trace_commands(parser.add_subparsers(dest="command", required=True))
-    return trace_commands.cmd_traces(parser.parse_args(argv), None)  # type: ignore[arg-type]
+    return trace_commands.cmd_traces(parser.parse_args(argv), None)  # type: ignore[arg-type]  # the command needs no lab context
 
 
 def test_the_paraphrase_trace_is_written_and_bad_settings_are_one_line(

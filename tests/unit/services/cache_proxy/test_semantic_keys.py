@@ -85,7 +85,7 @@ def test_completions_embed_the_prompt_and_what_is_not_plain_text_gets_no_semanti
     assert completion is not None and completion.text == "Once upon"
     parts = chat(("user", "x"))
     parts["messages"][0]["content"] = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
-    assert keyed(parts).text == "a\nb"  # type: ignore[union-attr]
+    assert keyed(parts).text == "a\nb"  # type: ignore[union-attr]  # keyed: the request has a text
     image = chat(("user", "x"))
     image["messages"][0]["content"] = [{"type": "image_url", "image_url": {"url": "data:"}}]
     for body in (
@@ -144,7 +144,7 @@ def test_the_index_finds_the_nearest_of_the_same_group_only() -> None:
     assert found is not None and found[0] == "a" and found[1] == pytest.approx(0.995, abs=1e-3)
     assert index.nearest("nobody", unit(1, 0, 0)) is None
     index.remove("a")
-    assert index.nearest("g", unit(1, 0.1, 0))[0] == "b"  # type: ignore[index]
+    assert index.nearest("g", unit(1, 0.1, 0))[0] == "b"  # type: ignore[index]  # a match exists: asserted by the test
     index.add("g", "b", unit(0, 0, 1))  # replaced, not added twice
     assert len(index) == 2 and index.groups == 2
     index.remove("b")

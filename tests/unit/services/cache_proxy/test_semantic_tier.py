@@ -77,9 +77,9 @@ def tier(*, fails: bool = False) -> tuple[SemanticTier, StandInRedis]:
     )
     semantic = SemanticTier(settings, CollectorRegistry())
     redis = StandInRedis()
-    semantic.embedder = StandInEmbedder(fails=fails)  # type: ignore[assignment]
+    semantic.embedder = StandInEmbedder(fails=fails)  # type: ignore[assignment]  # a stand-in in the tier's slot
     semantic.index = VectorIndex(3)
-    semantic.redis = redis  # type: ignore[assignment]
+    semantic.redis = redis  # type: ignore[assignment]  # a stand-in in the tier's slot
     semantic._rebuilt = True  # nothing to rebuild from the stand-in
     return semantic, redis
 
@@ -98,7 +98,7 @@ def test_a_miss_stores_its_vector_beside_the_entry_and_a_paraphrase_is_served() 
         missed = await semantic.find(
             SCOPE, body("What is the capital of France?"), "lab:resp:v2:aa", None, lookup=True, streaming=False
         )
-        await semantic.store(redis, "lab:resp:v2:aa", ANSWER, 600)  # type: ignore[arg-type]
+        await semantic.store(redis, "lab:resp:v2:aa", ANSWER, 600)  # type: ignore[arg-type]  # a fake Redis client
         paraphrase = await semantic.find(
             SCOPE, body("Which city is the capital of France?"), "lab:resp:v2:bb", None, lookup=True, streaming=False
         )
@@ -132,7 +132,7 @@ def test_an_entry_gone_or_of_another_type_is_a_miss_and_its_vector_is_dropped() 
         await semantic.find(
             SCOPE, body("What is the capital of France?"), "lab:resp:v2:aa", None, lookup=True, streaming=False
         )
-        await semantic.store(redis, "lab:resp:v2:aa", ANSWER, None)  # type: ignore[arg-type]
+        await semantic.store(redis, "lab:resp:v2:aa", ANSWER, None)  # type: ignore[arg-type]  # a fake Redis client
         redis.values[b"lab:resp:v2:aa"] = "a list"
         found = [
             await semantic.find(
