@@ -26,7 +26,6 @@ from db.models import (
     LongExperiment,
     Run,
     RunAudit,
-    RunClaim,
     RunNote,
     RunRequests,
     ServiceRecord,
@@ -60,11 +59,11 @@ def _add_column(connection: Connection, table_name: str, column_name: str) -> No
 
 
 def _workers(connection: Connection) -> None:
-    """Scale-out: workers with identity, run placement, a claim log, services per worker."""
+    """Scale-out: workers with identity, run placement, services per worker (the claim log this
+    step once created is gone: see ``_no_claims_log``)."""
     for column_name in ("requires_labels", "pinned_worker", "worker_name", "worker_hardware"):
         _add_column(connection, Run.__tablename__, column_name)
     _table(WorkerRecord).create(connection, checkfirst=True)
-    _table(RunClaim).create(connection, checkfirst=True)
     if not _has_column(connection, "services", "worker"):
         # The primary key becomes (worker, name): rebuild the small table, keeping its rows.
         # They were started by the single worker of before, whose default name is the host's.
@@ -256,6 +255,12 @@ def _semantic_cache(connection: Connection) -> None:
         _add_column(connection, Run.__tablename__, column_name)
 
 
+def _no_claims_log(connection: Connection) -> None:
+    """The shared queue's claims log (``run_claims``) goes: procrastinate's jobs record who took
+    a run, and the run its worker and fencing token; nothing has written the table since."""
+    connection.execute(text("DROP TABLE IF EXISTS run_claims"))
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_schema,  # 0 -> 1
     _workers,  # 1 -> 2
@@ -273,6 +278,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _long_experiments,  # 13 -> 14
     _dispatch,  # 14 -> 15
     _semantic_cache,  # 15 -> 16
+    _no_claims_log,  # 16 -> 17
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

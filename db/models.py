@@ -294,17 +294,6 @@ class WorkerRecord(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
 
 
-class RunClaim(Base):
-    """One line per claim of a run by a worker: the audit trail of the shared queue."""
-
-    __tablename__ = "run_claims"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(Integer, index=True)
-    worker_name: Mapped[str] = mapped_column(String(100))
-    claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
-
-
 class Baseline(Base):
     """The baseline of one run configuration (the run spec without its seed; the lab computes
     the key): the done runs later runs of that configuration are compared against. One per

@@ -99,6 +99,13 @@ def _add_run_commands(commands: Any) -> None:
     run.add_argument("--tag")
     run.add_argument("--requires", metavar="LABELS", help="only workers with these labels take the runs, e.g. gpu")
     run.add_argument("--worker", metavar="NAME", help="only the worker with this name takes the runs")
+    run.add_argument(
+        "--priority",
+        type=bounded_int(-1000, 1000, "a priority"),
+        default=0,
+        help="the runs' place in the shared queue: higher runs first (default 0; a long experiment's rounds "
+        "have the long_experiment_priority setting, -10 unless set)",
+    )
     run.add_argument("--json", action="store_true", help="print only JSON (the runs' records) on standard output")
     run.add_argument("--quiet", action="store_true", help="no progress and no line per run; the figures at the end")
     add_gate_arguments(run)

@@ -65,7 +65,9 @@ def cmd_run(args: argparse.Namespace, context: LabContext) -> int:
             run_ids = _run_until_decided(context, spec, until_decided, tag=args.tag or "", quiet=args.json)
         else:
             with Session(engine) as session:
-                experiment = experiments.enqueue_experiment(session=session, spec=spec, tags=args.tag or "")
+                experiment = experiments.enqueue_experiment(
+                    session=session, spec=spec, tags=args.tag or "", priority=getattr(args, "priority", 0)
+                )
                 run_ids = [run.id for run in experiment.runs]
                 experiment_id = experiment.id
             if not args.json:

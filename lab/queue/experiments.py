@@ -115,17 +115,22 @@ def enqueue_experiment(
     tags: str = "",
     frozen_rules: dict[str, Any] | None = None,
     launched_by: str | None = None,
+    priority: int = 0,
 ) -> Experiment:
     """Store an experiment and queue one run per grid cell and repeat, in the order of
     :func:`queue_plan` (the queue claims oldest first). ``frozen_rules``: the verdict rules
     its report will judge by, fixed now, before its data. ``launched_by``: who queues it (the
-    web lab's member; by default the operating-system user, as for the CLI). Commits."""
+    web lab's member; by default the operating-system user, as for the CLI). ``priority``: the
+    runs' place in the queue (higher first; a long experiment's rounds have the
+    ``long_experiment_priority`` setting). Commits."""
     spec, plan = queue_plan(spec, first_group=last_queued_group(session))
     runs = []
     for queued in plan:
         cell_label, run_spec = queued.cell
         seeded = with_round_random_seed(run_spec, queued.round_index)
-        runs.append({"cell_label": cell_label, "repeat_index": queued.round_index, **run_columns(seeded)})
+        runs.append(
+            {"cell_label": cell_label, "repeat_index": queued.round_index, "priority": priority, **run_columns(seeded)}
+        )
     return store.enqueue_experiment(
         session=session,
         name=spec.name,
