@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Required, TypedDict
 
 from lab.measurement.k6_results import CHAT_TAG, CHAT_TAG_VALUE, LatencyStats, percentile, streaming_figures_from_ms
 from lab.measurement.results import ClientFigures, whole_test_rate
@@ -117,14 +117,16 @@ class PerSecondSeries:
         latency = {
             f"latency_{key}": value for key, value in asdict(self.latency).items() if key not in ("count", "min_s")
         }
-        return ClientFigures(
-            **latency,
-            requests_ok=self.requests_ok_total,
-            requests_failed=self.requests_failed_total,
-            req_per_s=whole_test_rate(self.requests_ok_total, duration_s),
-            output_tok_per_s=whole_test_rate(self.output_tokens_total, duration_s),
-            measured_duration_s=duration_s,
-            **streaming_figures_from_ms(self.stream_trends_ms, self.unstreamed_answers),
+        return ClientFigures.from_figures(
+            {
+                **latency,
+                "requests_ok": self.requests_ok_total,
+                "requests_failed": self.requests_failed_total,
+                "req_per_s": whole_test_rate(self.requests_ok_total, duration_s),
+                "output_tok_per_s": whole_test_rate(self.output_tokens_total, duration_s),
+                "measured_duration_s": duration_s,
+                **streaming_figures_from_ms(self.stream_trends_ms, self.unstreamed_answers),
+            }
         )
 
 
@@ -143,7 +145,15 @@ _Point = tuple[bytes, bytes, "bytes | None", bytes, bytes, bytes]
 _TIME_RE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 
-def _json_samples(chunk: bytes, metrics: Collection[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+class K6PointData(TypedDict, total=False):
+    """A ``Point`` line's ``data`` in k6's NDJSON output: when, the value, the sample's tags."""
+
+    time: Required[str]
+    value: Required[float]
+    tags: dict[str, str] | None
+
+
+def _json_samples(chunk: bytes, metrics: Collection[str]) -> Iterator[tuple[str, K6PointData]]:
     """(metric, sample data) of every whole Point line of ``metrics`` in ``chunk``, by
     ``json.loads`` (the slow path behind the regexes)."""
     for line in chunk.splitlines():

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from lab.measurement.results import ClientFigures, whole_test_rate
 
@@ -31,6 +31,33 @@ _CHAT_SELECTOR = f"{CHAT_TAG}:{CHAT_TAG_VALUE}"
 
 class K6ResultsError(ValueError):
     """A k6 result file is missing, empty or not what k6 writes."""
+
+
+# A metric's statistics by k6's name ("count", "rate", "avg", "min", "med", "max", "p(90)",
+# "passes", "fails", "value"): numbers, trends in ms.
+K6Statistics = dict[str, float]
+# One metric of the summary: handleSummary nests its statistics under "values" beside "type",
+# "contains" and "thresholds"; --summary-export writes them flat. Read through metric_statistics.
+K6Metric = dict[str, object]
+
+
+class K6RunState(TypedDict, total=False):
+    """handleSummary's ``state`` (--summary-export has none): the run's duration is all the lab reads."""
+
+    testRunDurationMs: float
+
+
+class K6Summary(TypedDict, total=False):
+    """k6's end-of-test summary JSON (handleSummary's ``data`` or ``--summary-export``): the parts read."""
+
+    metrics: Required[dict[str, K6Metric]]
+    state: K6RunState
+
+
+# One value of parse_summary's: a count, a figure (None when not measured) or the latency's source.
+SummaryValue = int | float | str | None
+# Streaming figures by name: seconds, or the unstreamed answers' count; None when not timed.
+StreamingFigures = dict[str, float | int | None]
 
 
 # ---------------------------------------------------------------------------------------
@@ -90,36 +117,36 @@ class LatencyStats:
 # The end-of-test summary.
 
 
-def _metric_values(metrics: dict[str, Any], name: str) -> dict[str, Any] | None:
+def metric_statistics(metrics: Mapping[str, K6Metric], name: str) -> K6Statistics | None:
     """The figures of one metric, for handleSummary's layout (``values``) and --summary-export's (flat)."""
     metric = metrics.get(name)
     if metric is None:
         return None
     values = metric.get("values", metric)
-    return values if isinstance(values, dict) else None
+    return cast(K6Statistics, values) if isinstance(values, dict) else None
 
 
-def _first_metric(metrics: dict[str, Any], names: Sequence[str]) -> dict[str, Any] | None:
+def _first_metric(metrics: Mapping[str, K6Metric], names: Sequence[str]) -> K6Statistics | None:
     for name in names:
-        values = _metric_values(metrics, name)
+        values = metric_statistics(metrics, name)
         if values is not None:
             return values
     return None
 
 
-def _count(values: dict[str, Any] | None, key: str = "count") -> int:
+def _count(values: K6Statistics | None, key: str = "count") -> int:
     if not values:
         return 0
     return round(float(values.get(key, 0) or 0))
 
 
-def _ms_to_s(values: dict[str, Any] | None, key: str) -> float | None:
+def _ms_to_s(values: K6Statistics | None, key: str) -> float | None:
     if not values or values.get(key) is None:
         return None
     return float(values[key]) / 1000.0
 
 
-def load_summary(path: Path | str) -> dict[str, Any]:
+def load_summary(path: Path | str) -> K6Summary:
     """Read a k6 summary JSON file (handleSummary's ``data`` or ``--summary-export``)."""
     path = Path(path)
     try:
@@ -134,7 +161,7 @@ def load_summary(path: Path | str) -> dict[str, Any]:
         raise K6ResultsError(f"k6 summary {path} is not JSON: {error}") from error
     if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
         raise K6ResultsError(f"k6 summary {path} has no 'metrics' object")
-    return data
+    return cast(K6Summary, data)
 
 
 def parse_summary(path: Path | str) -> dict[str, Any]:
@@ -156,21 +183,21 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
     The run's results among them are :func:`client_figures`'s; the rest are :data:`SUMMARY_COUNTS`.
     """
     data = load_summary(path)
-    metrics: dict[str, Any] = data["metrics"]
+    metrics = data["metrics"]
     success_names = [
         f"http_req_duration{{{_CHAT_SELECTOR},expected_response:true}}",
         "http_req_duration{expected_response:true}",
     ]
     latency_source = next((name for name in success_names if name in metrics), "http_req_duration")
-    latency = _metric_values(metrics, latency_source)
+    latency = metric_statistics(metrics, latency_source)
     reqs = _first_metric(metrics, [f"http_reqs{{{_CHAT_SELECTOR}}}", "http_reqs"])
     requests_total = _count(reqs)
     requests_ok, requests_failed = _request_outcomes(metrics, latency_source, latency, requests_total)
-    requests_started = _count(_metric_values(metrics, "lab_requests_started")) or requests_total
-    input_tokens = _count(_metric_values(metrics, "lab_input_tokens"))
-    output_tokens = _count(_metric_values(metrics, "lab_output_tokens"))
+    requests_started = _count(metric_statistics(metrics, "lab_requests_started")) or requests_total
+    input_tokens = _count(metric_statistics(metrics, "lab_input_tokens"))
+    output_tokens = _count(metric_statistics(metrics, "lab_output_tokens"))
     duration_s = _run_duration_s(data, reqs)
-    vus_max = _metric_values(metrics, "vus_max")
+    vus_max = metric_statistics(metrics, "vus_max")
     return {
         **streaming_figures(metrics),
         "requests_ok": requests_ok,
@@ -186,8 +213,8 @@ def parse_summary(path: Path | str) -> dict[str, Any]:
         **_latency_figures(metrics, latency, requests_ok, requests_failed),
         **_iteration_and_cache_figures(metrics),
         "vus_max": _count(vus_max, "max") if vus_max and "max" in vus_max else _count(vus_max, "value"),
-        "data_received_bytes": _count(_metric_values(metrics, "data_received")),
-        "data_sent_bytes": _count(_metric_values(metrics, "data_sent")),
+        "data_received_bytes": _count(metric_statistics(metrics, "data_received")),
+        "data_sent_bytes": _count(metric_statistics(metrics, "data_sent")),
         "measured_duration_s": duration_s,
         "latency_source": latency_source,
     }
@@ -217,14 +244,14 @@ SUMMARY_COUNTS = frozenset(
 )
 
 
-def client_figures(summary: dict[str, Any]) -> ClientFigures:
+def client_figures(summary: Mapping[str, SummaryValue]) -> ClientFigures:
     """The run's client figures from :func:`parse_summary`'s; an unknown name raises
     ``UnknownFigureError`` (a figure misspelt here would otherwise be lost)."""
     return ClientFigures.from_figures(summary, not_figures=SUMMARY_COUNTS)
 
 
 def _request_outcomes(
-    metrics: dict[str, Any], latency_source: str, latency: dict[str, Any] | None, requests_total: int
+    metrics: Mapping[str, K6Metric], latency_source: str, latency: K6Statistics | None, requests_total: int
 ) -> tuple[int, int]:
     """``(requests_ok, requests_failed)`` of workload requests.
 
@@ -239,9 +266,9 @@ def _request_outcomes(
     return requests_total - requests_failed, requests_failed
 
 
-def _run_duration_s(data: dict[str, Any], reqs: dict[str, Any] | None) -> float | None:
+def _run_duration_s(data: K6Summary, reqs: K6Statistics | None) -> float | None:
     """The test run's duration: handleSummary's ``state``, else count / rate (--summary-export has no state)."""
-    duration_ms = (data.get("state") or {}).get("testRunDurationMs")
+    duration_ms = (data.get("state") or K6RunState()).get("testRunDurationMs")
     if duration_ms is not None:
         return float(duration_ms) / 1000.0
     if reqs and reqs.get("rate"):
@@ -250,10 +277,10 @@ def _run_duration_s(data: dict[str, Any], reqs: dict[str, Any] | None) -> float 
 
 
 def _latency_figures(
-    metrics: dict[str, Any], latency: dict[str, Any] | None, requests_ok: int, requests_failed: int
+    metrics: Mapping[str, K6Metric], latency: K6Statistics | None, requests_ok: int, requests_failed: int
 ) -> dict[str, float | None]:
     """``latency_*_s`` over successes (None without one) and ``latency_failed_avg_s``."""
-    failed_latency = _metric_values(metrics, f"http_req_duration{{{_CHAT_SELECTOR},expected_response:false}}")
+    failed_latency = metric_statistics(metrics, f"http_req_duration{{{_CHAT_SELECTOR},expected_response:false}}")
     figures = {
         f"latency_{name}_s": _ms_to_s(latency, statistic) if requests_ok else None
         for name, statistic in (
@@ -270,18 +297,18 @@ def _latency_figures(
     return figures
 
 
-def _iteration_and_cache_figures(metrics: dict[str, Any]) -> dict[str, Any]:
+def _iteration_and_cache_figures(metrics: Mapping[str, K6Metric]) -> dict[str, int | float | None]:
     """``iterations_*`` (completed, started, interrupted, dropped) and the response cache's hits."""
-    iterations_completed = _count(_metric_values(metrics, "iterations"))
-    iterations_started = _count(_metric_values(metrics, "lab_iterations_started")) or iterations_completed
-    cache = _metric_values(metrics, "lab_cache_hits")
+    iterations_completed = _count(metric_statistics(metrics, "iterations"))
+    iterations_started = _count(metric_statistics(metrics, "lab_iterations_started")) or iterations_completed
+    cache = metric_statistics(metrics, "lab_cache_hits")
     cache_hits = _count(cache, "passes")
     cache_lookups = cache_hits + _count(cache, "fails")
     return {
         "iterations_completed": iterations_completed,
         "iterations_started": iterations_started,
         "iterations_interrupted": max(0, iterations_started - iterations_completed),
-        "iterations_dropped": _count(_metric_values(metrics, "dropped_iterations")),
+        "iterations_dropped": _count(metric_statistics(metrics, "dropped_iterations")),
         "cache_hits": cache_hits,
         "cache_lookups": cache_lookups,
         "response_cache_hit_rate": cache_hits / cache_lookups if cache_lookups else None,
@@ -313,23 +340,23 @@ def _stream_metric_name(figure: str) -> str:
     return f"{name}{{cache:{cache.upper()}}}" if cache else name
 
 
-def streaming_figures(metrics: dict[str, Any]) -> dict[str, Any]:
+def streaming_figures(metrics: Mapping[str, K6Metric]) -> StreamingFigures:
     """``ttft_avg_s``... ``tpot_miss_avg_s`` and ``unstreamed_answers`` from a summary's
     metrics; None where no streamed answer was timed (a trend k6 declared but never fed)."""
-    figures: dict[str, Any] = {}
+    figures: StreamingFigures = {}
     for figure, stats in _STREAM_FIGURES.items():
-        values = _metric_values(metrics, _stream_metric_name(figure))
+        values = metric_statistics(metrics, _stream_metric_name(figure))
         timed = bool(values) and _count(values) > 0
         for stat in stats:
             figures[f"{figure}_{stat}_s"] = _ms_to_s(values, _STREAM_STATS[stat]) if timed else None
     # 0 when every timed answer streamed; None when no answer was timed (a stream was not asked for).
-    unstreamed = _count(_metric_values(metrics, "lab_unstreamed_answers"))
+    unstreamed = _count(metric_statistics(metrics, "lab_unstreamed_answers"))
     return figures | _unstreamed(figures, unstreamed)
 
 
-def streaming_figures_from_ms(trends_ms: Mapping[str, Sequence[float]], unstreamed: int) -> dict[str, Any]:
+def streaming_figures_from_ms(trends_ms: Mapping[str, Sequence[float]], unstreamed: int) -> StreamingFigures:
     """The same figures from per-request values in ms, keyed ``ttft``, ``ttft_hit``... (the NDJSON)."""
-    figures: dict[str, Any] = {}
+    figures: StreamingFigures = {}
     for figure, stats in _STREAM_FIGURES.items():
         latency = asdict(LatencyStats.from_ms(list(trends_ms.get(figure, []))))
         for stat in stats:
@@ -337,7 +364,7 @@ def streaming_figures_from_ms(trends_ms: Mapping[str, Sequence[float]], unstream
     return figures | _unstreamed(figures, unstreamed)
 
 
-def _unstreamed(streaming: Mapping[str, Any], unstreamed: int) -> dict[str, int | None]:
+def _unstreamed(streaming: Mapping[str, float | int | None], unstreamed: int) -> dict[str, int | None]:
     """The unstreamed answers: 0 when every timed answer streamed; None when no answer was timed
     (a stream was not asked for)."""
     timed = ClientFigures.from_figures(streaming).ttft_avg_s is not None

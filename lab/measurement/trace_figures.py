@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from lab.measurement.k6_results import load_summary
+from lab.measurement.k6_results import K6Summary, load_summary, metric_statistics
 from lab.measurement.results import TraceFigures
 
 TRACE_RECORD = "trace.json"
@@ -19,15 +19,22 @@ LATENESS_METRIC = "lab_trace_lateness"
 LATE_METRIC = "lab_trace_late"
 
 
-def lateness_figures(summary: dict[str, Any]) -> dict[str, Any]:
+class LatenessFigures(TypedDict, total=False):
+    """The lateness k6 measured (ms) and the late count; none of them without the lateness trend."""
+
+    lateness_p50_ms: float | None
+    lateness_p99_ms: float | None
+    lateness_max_ms: float | None
+    requests_late_over_50ms: int
+
+
+def lateness_figures(summary: K6Summary | None) -> LatenessFigures:
     """p50, p99 and max lateness (ms) and the late count from a k6 summary; empty without them."""
-    metrics = summary.get("metrics") or {}
-    lateness = metrics.get(LATENESS_METRIC)
-    if not isinstance(lateness, dict):
+    metrics = summary["metrics"] if summary else {}
+    values = metric_statistics(metrics, LATENESS_METRIC)
+    if values is None:
         return {}
-    values = lateness.get("values", lateness)
-    late = metrics.get(LATE_METRIC) or {}
-    late_values = late.get("values", late) if isinstance(late, dict) else {}
+    late_values = metric_statistics(metrics, LATE_METRIC) or {}
 
     def figure(key: str) -> float | None:
         value = values.get(key)
@@ -48,12 +55,13 @@ def trace_part(run_dir: Path, summary_path: Path) -> TraceFigures | None:
     if not record_path.is_file():
         return None
     record = json.loads(record_path.read_text(encoding="utf-8"))
-    summary = load_summary(summary_path) if summary_path.is_file() else {}
+    summary = load_summary(summary_path) if summary_path.is_file() else None
     return TraceFigures(
         trace_name=record.get("name"),
         trace_sha256=record.get("sha256"),
         trace_response_cache_ceiling=record.get("response_cache_ceiling"),
         trace_prefix_reuse_ceiling=record.get("prefix_reuse_ceiling"),
+        trace_semantic_cache_ceiling=record.get("semantic_cache_ceiling"),
         trace_requests_clipped=record.get("requests_clipped"),
         trace_requests_skipped=record.get("requests_skipped"),
         trace_requests_cut=record.get("requests_cut"),

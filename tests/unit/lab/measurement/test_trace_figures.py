@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 from lab.measurement.checks import measurement_warnings, recomputed_warnings
+from lab.measurement.k6_results import K6Summary
 from lab.measurement.results import RunResults, TraceFigures
 from lab.measurement.trace_figures import lateness_figures, trace_part
 
 
-def summary(late: int | None) -> dict:
+def summary(late: int | None) -> K6Summary:
     metrics: dict = {"lab_trace_lateness": {"type": "trend", "values": {"med": 1.0, "p(99)": 7.5, "max": 80.0}}}
     if late is not None:
         metrics["lab_trace_late"] = {"type": "counter", "values": {"count": late, "rate": 0.1}}
