@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from lab.workloads.input_files import DatasetError, open_input_text
 
@@ -34,6 +34,18 @@ MAX_REQUEST_MAX_TOKENS = 1_000_000
 Message = dict[str, str]
 Turn = list[Message]
 Session = list[Turn]
+
+
+class ChatRequest(TypedDict, total=False):
+    """One chat request as ``k6/chat_replay.js`` sends it: its messages and the settings a custom
+    request may carry, checked by :func:`parse_jsonl_requests` (a custom file's other fields pass
+    through unchecked and untyped)."""
+
+    messages: Required[list[Message]]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    stream: bool
 
 
 @dataclass
@@ -73,7 +85,7 @@ def build_chat_sessions(
     system_prompt: str | None,
     random_seed: int,
     max_session_chars: int | None = None,
-) -> list[list[list[dict[str, Any]]]]:
+) -> list[Session]:
     """Pick ``sessions`` chat sessions and expand each into the requests of its turns.
 
     Eligible conversations (:func:`is_replayable` with ``max_turns``; empty messages
@@ -108,9 +120,9 @@ def build_chat_sessions(
         )
     picked = random.Random(random_seed).sample(eligible, min(sessions, len(eligible)))
     system: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    result: list[list[list[dict[str, Any]]]] = []
+    result: list[Session] = []
     for dialogue in picked:
-        turns: list[list[dict[str, Any]]] = []
+        turns: Session = []
         for index, message in enumerate(dialogue):
             if message["role"] == "user":
                 turns.append([dict(m) for m in system] + [dict(m) for m in dialogue[: index + 1]])
@@ -121,7 +133,7 @@ def build_chat_sessions(
 # --------------------------------------------------------------------------- custom JSONL
 
 
-def _check_request(request: Any, line_number: int) -> dict[str, Any]:
+def _check_request(request: Any, line_number: int) -> ChatRequest:
     """Validate one chat request object from line ``line_number``; return it."""
     where = f"line {line_number}"
     if not isinstance(request, dict):
@@ -153,12 +165,12 @@ def _check_request(request: Any, line_number: int) -> dict[str, Any]:
             raise DatasetError(f"{where}: {name} must be a number from {low:g} to {high:g}")
     if "stream" in request and not isinstance(request["stream"], bool):
         raise DatasetError(f"{where}: stream must be true or false")
-    return request
+    return cast(ChatRequest, request)  # its fields checked above
 
 
-def parse_jsonl_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
+def parse_jsonl_requests(lines: Iterable[str]) -> list[ChatRequest]:
     """The checked chat requests of JSONL ``lines`` (blank ones skipped), errors naming the line."""
-    requests: list[dict[str, Any]] = []
+    requests: list[ChatRequest] = []
     for line_number, line in enumerate(lines, start=1):
         if line_number == 1:
             line = line.lstrip("\ufeff")
@@ -182,7 +194,7 @@ def parse_jsonl_requests(lines: Iterable[str]) -> list[dict[str, Any]]:
     return requests
 
 
-def load_custom_requests(path: Path | str) -> list[dict[str, Any]]:
+def load_custom_requests(path: Path | str) -> list[ChatRequest]:
     """Read a JSONL file of chat requests, one JSON object per line (blank lines skipped).
 
     Each object needs ``messages``: a non-empty list of ``{"role", "content"}`` with role
@@ -199,15 +211,15 @@ def load_custom_requests(path: Path | str) -> list[dict[str, Any]]:
         raise DatasetError(f"{file_path.name} is not UTF-8 text: {error.reason} at byte {error.start}") from error
 
 
-def custom_requests_as_sessions(requests: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def custom_requests_as_sessions(requests: Sequence[ChatRequest]) -> list[list[ChatRequest]]:
     """Custom requests as sessions for :func:`write_requests_file`: one single-turn session each."""
-    return [[dict(request)] for request in requests]
+    return [[request.copy()] for request in requests]
 
 
 # --------------------------------------------------------------------------- request files
 
 
-def _turn_object(turn: list[dict[str, Any]] | dict[str, Any]) -> dict[str, Any]:
+def _turn_object(turn: Turn | ChatRequest) -> ChatRequest:
     """A turn as the request object k6 sends: a message list becomes ``{"messages": ...}``."""
     if isinstance(turn, dict):
         return turn
@@ -229,12 +241,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def write_requests_file(sessions: Sequence[Sequence[list[dict[str, Any]] | dict[str, Any]]], path: Path | str) -> Path:
+def write_requests_file(sessions: Sequence[Sequence[Turn | ChatRequest]], path: Path | str) -> Path:
     """Write the request file ``k6/chat_replay.js`` reads; return its path.
 
     The file is a JSON array of sessions, each an array of turns, each turn a request
     object ``{"messages": [...]}`` (a turn given as a message list is wrapped; a turn
-    given as a dict[str, Any], such as a custom request with ``max_tokens``, is written as is).
+    given as a :class:`ChatRequest`, such as a custom request with ``max_tokens``, is written as is).
     Sessions without turns are left out. The write is atomic (temporary file + rename).
     """
     file_path = Path(path)
