@@ -26,6 +26,7 @@ from sqlalchemy import Engine, event, select
 from sqlalchemy.orm import Session
 
 from db import migrations, store
+from db.documents import JsonObject
 from db.engine import make_engine, sqlite_path
 from db.models import Experiment, RunStatus
 from lab.analysis.compare import RECORD_FIELDS, RunRecord
@@ -193,7 +194,7 @@ def series(run_id: int, *, part: str = "k6", database_url: str | None = None) ->
     return frame
 
 
-def spec(run_id: int, *, database_url: str | None = None) -> dict[str, Any]:
+def spec(run_id: int, *, database_url: str | None = None) -> JsonObject:
     """The run's spec as stored (what ``python -m lab runs spec`` wraps into a spec file)."""
     with _session(database_url) as session:
         run = store.get_run(session=session, run_id=run_id)

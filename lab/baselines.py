@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.orm import Session
 
 from db import baselines as baseline_store
 from db import store
+from db.documents import JsonObject, section_of
 from db.models import Baseline, Run, RunStatus
 from lab import backends
 from lab.analysis.compare import RunRecord
@@ -131,15 +132,15 @@ def baseline_records(*, session: Session, baseline: Baseline) -> list[RunRecord]
     return [RunRecord.of(run) for run in runs if run.status == RunStatus.DONE]
 
 
-def runs_of_configuration(*, session: Session, configuration: dict[str, Any]) -> list[Run]:
+def runs_of_configuration(*, session: Session, configuration: JsonObject) -> list[Run]:
     """Every done run of a configuration, oldest first."""
     key = configuration_key(configuration)
     candidates = baseline_store.done_runs_like(
         session=session,
         backend=str(configuration.get("backend")),
         model=str(configuration.get("model")),
-        workload=str((configuration.get("workload") or {}).get("kind")),
-        max_tokens=int(configuration.get("max_tokens") or 0),
+        workload=str(section_of(configuration, "workload").get("kind")),
+        max_tokens=int(max_tokens) if isinstance(max_tokens := configuration.get("max_tokens"), (int, float)) else 0,
     )
     return [run for run in candidates if configuration_key(run.spec) == key]
 
@@ -230,7 +231,7 @@ def _cell(spec: ExperimentSpec, label: str) -> str:
     return f"cell {label!r}" if spec.grid else "the spec"
 
 
-def differences_text(stored_spec: dict[str, Any], spec: ExperimentSpec, label: str) -> str:
+def differences_text(stored_spec: JsonObject, spec: ExperimentSpec, label: str) -> str:
     """The settings where a stored run's configuration and a spec's cell differ, shortly."""
     cell_spec = next(run_spec for cell_label, run_spec in spec.distinct_cells() if cell_label == label)
     differences = configuration_differences(run_configuration(stored_spec), run_configuration(cell_spec))
@@ -303,11 +304,22 @@ def imported_verdicts(
     return verdicts
 
 
-def known_configurations(*, session: Session, limit: int = 2000) -> list[dict[str, Any]]:
+class KnownConfiguration(TypedDict):
+    """A configuration the store has done runs of: its key, label, the configuration, how many
+    runs and whether a baseline is marked for it."""
+
+    key: str
+    label: str
+    configuration: JsonObject
+    runs: int
+    has_baseline: bool
+
+
+def known_configurations(*, session: Session, limit: int = 2000) -> list[KnownConfiguration]:
     """The configurations of the newest done runs, baselines first then by run count: key,
     label, configuration, runs and whether it has a baseline."""
     marked = {row.configuration_key for row in baseline_store.list_baselines(session=session)}
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, KnownConfiguration] = {}
     for run in store.list_runs(session=session, statuses=[RunStatus.DONE], limit=limit):
         key = configuration_key(run.spec)
         if key not in found:
@@ -370,7 +382,7 @@ def comparisons_for_runs(*, session: Session, run_ids: Sequence[int], limit: int
     return found
 
 
-def configuration_trend(*, session: Session, configuration: dict[str, Any], figure: str) -> list[TrendPoint]:
+def configuration_trend(*, session: Session, configuration: JsonObject, figure: str) -> list[TrendPoint]:
     """``figure`` of every done run of the configuration, oldest first, with what each ran with."""
     runs = runs_of_configuration(session=session, configuration=configuration)
     baseline = baseline_store.get_baseline(session=session, configuration_key=configuration_key(configuration))

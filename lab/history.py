@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from db.documents import JsonObject, section_of
 from db.models import Run, RunStatus
 from db.store import (
     active_run,
@@ -102,13 +103,13 @@ def live_state(*, session: Session) -> dict[str, Any]:
     }
 
 
-def start_options(spec: dict[str, Any] | None) -> dict[str, Any]:
+def start_options(spec: JsonObject | None) -> JsonObject:
     """What of a stored run spec decides how its services start (besides backend and model)."""
     spec = spec or {}
     return {key: spec.get(key) for key in (*options_sections(), CACHE_SECTION) if key in spec}
 
 
-def last_fresh_start_s(*, session: Session, backend: str, model: str, options: dict[str, Any]) -> float | None:
+def last_fresh_start_s(*, session: Session, backend: str, model: str, options: JsonObject) -> float | None:
     """How long the last fresh start of the same configuration (backend, model by name, start
     options) took, from the run environments; None when it never started fresh before."""
     runs = list_runs(session=session, backends=[backend], statuses=[RunStatus.DONE], limit=200)
@@ -147,12 +148,12 @@ class Estimate:
     starts_from_history: int
 
 
-def configuration_key(spec: dict[str, Any] | None) -> str:
+def configuration_key(spec: JsonObject | None) -> str:
     """A run spec without its random seed, its model by name (the same from any clone of the lab):
     runs with the same key measured the same configuration."""
     kept = {key: value for key, value in (spec or {}).items() if key != "random_seed"}
     if "model" in kept:
-        kept["model"] = model_name(kept["model"])
+        kept["model"] = model_name(str(kept["model"]) if kept["model"] is not None else None)
     return json.dumps(kept, sort_keys=True, default=str)
 
 
@@ -169,18 +170,23 @@ def _past_run_seconds(runs: Sequence[Any]) -> dict[str, float]:
     return {key: statistics.median(values) for key, values in durations.items()}
 
 
-def _guessed_run_seconds(spec: dict[str, Any]) -> float:
-    load = spec.get("load") or {}
-    stages = load.get("stages") or []
-    planned = (
-        sum(stage.get("duration_s", 0) for stage in stages)
-        if load.get("kind") == "ramping-vus"
-        else float(load.get("duration_s") or 0)
-    )
-    return planned + UNKNOWN_GRACEFUL_STOP_SHARE * float(load.get("graceful_stop_s") or 0) + UNKNOWN_RUN_OVERHEAD_S
+def _seconds(value: object) -> float:
+    """A stored duration in seconds; 0 when absent (a validated spec stores numbers)."""
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
-def _start_seconds(session: Session, spec: dict[str, Any]) -> tuple[float, bool]:
+def _guessed_run_seconds(spec: JsonObject) -> float:
+    load = section_of(spec, "load")
+    stages = load.get("stages")
+    if load.get("kind") == "ramping-vus":
+        stage_list = stages if isinstance(stages, list) else []
+        planned = sum(_seconds(stage.get("duration_s")) for stage in stage_list if isinstance(stage, dict))
+    else:
+        planned = _seconds(load.get("duration_s"))
+    return planned + UNKNOWN_GRACEFUL_STOP_SHARE * _seconds(load.get("graceful_stop_s")) + UNKNOWN_RUN_OVERHEAD_S
+
+
+def _start_seconds(session: Session, spec: JsonObject) -> tuple[float, bool]:
     """How long the spec's services take to start and whether that is known: the last fresh
     start of the same configuration, else a guess from the backend's readiness timeout."""
     backend = str(spec.get("backend") or "")
@@ -196,7 +202,7 @@ def _start_seconds(session: Session, spec: dict[str, Any]) -> tuple[float, bool]
     return (kind.readiness_timeout_s * UNKNOWN_START_SHARE if kind.managed else 0.0), False
 
 
-def estimate_runs(*, session: Session, specs: Sequence[dict[str, Any]]) -> Estimate:
+def estimate_runs(*, session: Session, specs: Sequence[JsonObject]) -> Estimate:
     """The time ``specs`` (run specs as stored, in queue order) will take: each configuration's
     past runs where there are any, else its planned load plus half its graceful stop and a
     warm-up allowance; one start-up per distinct service configuration (the last fresh start

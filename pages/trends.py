@@ -18,7 +18,7 @@ from pages.view.text import show_plain
 only_through_entry_file()  # run on its own (not from the entry file), a page renders nothing
 
 
-def choose_configuration() -> dict | None:
+def choose_configuration() -> baselines.KnownConfiguration | None:
     """The configuration to follow (those with a baseline first); None when no run is done."""
     with session() as db_session:
         configurations = baselines.known_configurations(session=db_session)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from db.documents import JsonObject, JsonValue
 from lab.analysis.aggregation import ratio, ratio_of_runs
 from lab.analysis.statistics import mean_interval, welch_test
 
@@ -23,10 +24,13 @@ REPEAT_SETTINGS = frozenset({"random_seed"})
 # More cells than this and the pairs are too many to list.
 MAX_CELLS_PAIRED = 16
 
+# One flattened setting's value: a JSON scalar, or a list kept whole as a tuple (hashable, ordered).
+SettingValue = str | int | float | bool | tuple[JsonValue, ...] | None
 
-def flatten_spec(spec: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+
+def flatten_spec(spec: JsonObject | None, prefix: str = "") -> dict[str, SettingValue]:
     """A nested spec as ``{"load.vus": 1, "max_tokens": 128, ...}``; lists stay whole values."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, SettingValue] = {}
     for key, value in (spec or {}).items():
         path = f"{prefix}{key}"
         if isinstance(value, dict):
@@ -36,7 +40,7 @@ def flatten_spec(spec: dict[str, Any] | None, prefix: str = "") -> dict[str, Any
     return flat
 
 
-def differing_settings(specs: Sequence[dict[str, Any] | None]) -> list[str]:
+def differing_settings(specs: Sequence[JsonObject | None]) -> list[str]:
     """The settings whose value is not the same in every spec (a missing one counts as None),
     in the order they first appear, the random seed left out."""
     flats = [flatten_spec(spec) for spec in specs]
@@ -46,7 +50,7 @@ def differing_settings(specs: Sequence[dict[str, Any] | None]) -> list[str]:
     return [name for name in names if name not in REPEAT_SETTINGS and len({repr(flat.get(name)) for flat in flats}) > 1]
 
 
-def settings_diff(runs: Sequence[tuple[int, dict[str, Any] | None]]) -> list[dict[str | int, Any]]:
+def settings_diff(runs: Sequence[tuple[int, JsonObject | None]]) -> list[dict[str | int, Any]]:
     """One row per differing setting: ``{"setting": path, run_id: value, ...}`` for ``(run_id, spec)`` pairs."""
     flats = {run_id: flatten_spec(spec) for run_id, spec in runs}
     return [
@@ -76,7 +80,7 @@ def recorded_by_all(
 class Cell:
     """Done runs with the same settings (the random seed aside): ``values`` of the differing settings."""
 
-    values: dict[str, Any]
+    values: dict[str, SettingValue]
     records: list[Mapping[str, Any]] = field(default_factory=list)
 
     @property
@@ -113,7 +117,7 @@ class CellPair:
         return len(self.differences) == 1
 
 
-def cells_of(records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None]) -> list[Cell]:
+def cells_of(records: Sequence[Mapping[str, Any]], specs: Sequence[JsonObject | None]) -> list[Cell]:
     """Done runs grouped by their settings, one cell per distinct set (``records`` and ``specs`` in step)."""
     done = [(record, spec) for record, spec in zip(records, specs, strict=True) if record.get("status") == "done"]
     names = differing_settings([spec for _, spec in done])
@@ -150,7 +154,7 @@ def figure_ratio(figure: str, first: Cell, second: Cell) -> FigureRatio | None:
 
 
 def cell_pairs(
-    records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None], figures: Sequence[str]
+    records: Sequence[Mapping[str, Any]], specs: Sequence[JsonObject | None], figures: Sequence[str]
 ) -> list[CellPair]:
     """Every pair of cells (at most ``MAX_CELLS_PAIRED`` cells), comparable pairs first; each
     comparable pair with the ratio of each of ``figures`` that both cells measured."""
@@ -171,7 +175,7 @@ def cell_pairs(
 
 
 def setting_values_differ_only_in(
-    records: Sequence[Mapping[str, Any]], specs: Sequence[dict[str, Any] | None], allowed: Sequence[str]
+    records: Sequence[Mapping[str, Any]], specs: Sequence[JsonObject | None], allowed: Sequence[str]
 ) -> list[str]:
     """The differing settings of the done runs that are not among ``allowed`` (empty: only those vary)."""
     done_specs = [spec for record, spec in zip(records, specs, strict=True) if record.get("status") == "done"]

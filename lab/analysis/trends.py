@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from db.documents import section_of
 from lab.analysis.statistics import finite_numbers, positive_mean_interval
 
 UNKNOWN = "–"
@@ -39,17 +40,17 @@ class ExperimentMean:
     n: int
 
 
-def engine_version(packages: Sequence[str], environment: dict[str, Any] | None) -> str:
+def engine_version(packages: Sequence[str], environment: Mapping[str, object] | None) -> str:
     """``vllm 0.11.0``: the first of the backend's packages the run recorded; ``–`` for a server
     the lab did not start (no packages) or an environment without them."""
-    recorded = (environment or {}).get("packages") or {}
+    recorded = section_of(environment or {}, "packages")
     for name in packages:
         if recorded.get(name):
             return f"{name} {recorded[name]}"
     return UNKNOWN
 
 
-def model_hash(environment: dict[str, Any] | None) -> str:
+def model_hash(environment: Mapping[str, object] | None) -> str:
     """The first 12 hex digits of the model's config.json SHA-256; ``–`` unknown (a Hub id, a remote server)."""
     digest = (environment or {}).get("config_sha256")
     return str(digest)[:12] if digest else UNKNOWN
@@ -65,7 +66,7 @@ def short_commit(label: str | None) -> str:
 
 def trend_points(
     records: Sequence[Mapping[str, Any]],
-    environments: Sequence[dict[str, Any] | None],
+    environments: Sequence[Mapping[str, object] | None],
     *,
     figure: str,
     packages: Sequence[str],
@@ -81,7 +82,9 @@ def trend_points(
                 experiment_id=record.get("experiment_id"),
                 created_at=str(record.get("created_at") or ""),
                 value=value[0] if value else None,
-                lab_commit=short_commit((environment or {}).get("lab_git_commit")),
+                lab_commit=short_commit(
+                    commit if isinstance(commit := (environment or {}).get("lab_git_commit"), str) else None
+                ),
                 engine_version=engine_version(packages, environment),
                 model_hash=model_hash(environment),
                 in_baseline=int(record["run_id"]) in set(baseline_run_ids),

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from db import baselines as baseline_store
 from db import store
+from db.documents import JsonObject
 from db.models import Run, RunStatus
 from lab import baselines
 from lab.analysis.regression import GateInputError, Threshold, gate_exit_code, gate_summary, parse_thresholds
@@ -161,7 +162,7 @@ def cmd_runs_spec(args: argparse.Namespace, context: LabContext) -> int:
     return 0
 
 
-def spec_document(*, session: Session, subject: Subject) -> dict[str, Any]:
+def spec_document(*, session: Session, subject: Subject) -> JsonObject:
     """The spec file of ``subject`` (BaselineError when it does not exist)."""
     if subject.kind == "experiment":
         experiment = store.get_experiment(session=session, experiment_id=subject.id)

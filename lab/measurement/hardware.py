@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict
 
 import psutil
 
@@ -19,7 +19,14 @@ from lab.measurement.environment import cpu_model, git_commit, package_version
 from lab.measurement.machine_record import INSTRUCTION_SETS, read_cpu_features
 
 
-def _gpus_by_nvml() -> list[dict[str, Any]] | None:
+class GpuInfo(TypedDict):
+    """One NVIDIA GPU as a worker offers it: its name and memory (GiB, one decimal)."""
+
+    name: str
+    memory_gib: float
+
+
+def _gpus_by_nvml() -> list[GpuInfo] | None:
     try:
         # Optional (nvidia-ml-py, only where an NVIDIA GPU is): nvidia-smi below otherwise.
         import pynvml  # type: ignore[import-not-found]  # optional: not installed without a GPU
@@ -30,7 +37,7 @@ def _gpus_by_nvml() -> list[dict[str, Any]] | None:
     except pynvml.NVMLError:
         return None
     try:
-        gpus = []
+        gpus: list[GpuInfo] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             name = pynvml.nvmlDeviceGetName(handle)
@@ -43,7 +50,7 @@ def _gpus_by_nvml() -> list[dict[str, Any]] | None:
         pynvml.nvmlShutdown()
 
 
-def _gpus_by_nvidia_smi() -> list[dict[str, Any]]:
+def _gpus_by_nvidia_smi() -> list[GpuInfo]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
@@ -54,7 +61,7 @@ def _gpus_by_nvidia_smi() -> list[dict[str, Any]]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    gpus = []
+    gpus: list[GpuInfo] = []
     for line in out.strip().splitlines():
         name, _, memory_mib = line.rpartition(",")
         try:
@@ -64,7 +71,7 @@ def _gpus_by_nvidia_smi() -> list[dict[str, Any]]:
     return gpus
 
 
-def gpus() -> list[dict[str, Any]]:
+def gpus() -> list[GpuInfo]:
     """The machine's NVIDIA GPUs (name, memory in GiB) by NVML or nvidia-smi; [] without one."""
     found = _gpus_by_nvml()
     return found if found is not None else _gpus_by_nvidia_smi()

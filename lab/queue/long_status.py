@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from db import worker_store
+from db.documents import JsonObject
 from db.models import Experiment, LongExperiment, LongExperimentState, Run, RunStatus, utc_now
 from lab.analysis.wall_time import WallTime, run_intervals, wall_time
 from lab.queue import long_experiments as plans
@@ -202,7 +203,7 @@ def _estimated_end(
     """Now plus the stored runs' estimate of the queued runs and the planned rounds still owed."""
     from lab.history import estimate_runs
 
-    owed_specs: list[dict[str, Any]] = [run.spec for run in runs if run.status == RunStatus.QUEUED]
+    owed_specs: list[JsonObject] = [run.spec for run in runs if run.status == RunStatus.QUEUED]
     last_round = max((run.repeat_index for run in runs), default=-1)
     for round_index in range(last_round + 1, int(long_experiment.plan.get("repeats") or 1)):
         step = plans.planned_round(experiments, round_index)

@@ -28,7 +28,7 @@ class Evidence:
     """What a claim's reason may use: its experiment's runs (records) and the environment."""
 
     records: Sequence[Mapping[str, Any]]
-    environment: dict[str, Any]
+    environment: Mapping[str, object]
 
     def mean(self, figure: str, setup: SeedSetup, **match: Any) -> float | None:
         """Mean ``figure`` of the runs of the backend reproducing the seed's ``setup`` that match ``match``."""
@@ -36,11 +36,13 @@ class Evidence:
 
     @property
     def cores(self) -> int | None:
-        return self.environment.get("cpu_count")
+        cores = self.environment.get("cpu_count")
+        return cores if isinstance(cores, int) else None
 
     @property
     def gpu(self) -> str | None:
-        return self.environment.get("gpu_model")
+        gpu = self.environment.get("gpu_model")
+        return gpu if isinstance(gpu, str) else None
 
     def machine_busy_share(self, **match: Any) -> float | None:
         """The share of the machine's CPU in use while the load ran (backend, k6, other processes)."""

@@ -118,7 +118,7 @@ def _busy_row(row: ClaimVerdict, busy: Sequence[Mapping[str, Any]], rounds: int,
 def _judge_one(
     claim: Claim,
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
-    environment: dict[str, Any],
+    environment: Mapping[str, object],
     drift: float,
     rounds: Rounds,
 ) -> ClaimRounds:
@@ -197,7 +197,7 @@ def rounds_of(experiments_meta: dict[str, ExperimentMeta]) -> Rounds:
 
 def judge_claims(
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
-    environment: dict[str, Any] | None = None,
+    environment: Mapping[str, object] | None = None,
     *,
     drift: float = 1.0,
     rounds: Rounds | None = None,

@@ -426,7 +426,7 @@ class ClaimVerdict(TypedDict):
 
 def evaluate_claims(
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
-    environment: dict[str, Any] | None = None,
+    environment: Mapping[str, object] | None = None,
     *,
     drift: float = 1.0,
     keys: Collection[str] | None = None,

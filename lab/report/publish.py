@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from db.documents import JsonObject, section_of
 from lab.analysis import compare
 from lab.measurement.checks import recomputed_warnings
 from lab.measurement.results import RunResults
@@ -81,15 +82,16 @@ def scrub_tree(value: Any) -> Any:
     return value
 
 
-def vllm_block_size(environment: dict[str, Any] | None) -> int | None:
+def vllm_block_size(environment: Mapping[str, object] | None) -> int | None:
     """The KV block size the run's vLLM was started with, from its recorded command line."""
-    argv = (((environment or {}).get("services") or {}).get("vllm") or {}).get("argv") or []
+    recorded = section_of(section_of(environment or {}, "services"), "vllm").get("argv")
+    argv = recorded if isinstance(recorded, list) else []
     size = None
     for index, arg in enumerate(argv):  # the last one wins, as in vLLM's own parser
         if match := _BLOCK_SIZE.match(str(arg)):
             value = match.group(1) or (argv[index + 1] if index + 1 < len(argv) else None)
             if value is not None and str(value).isdigit():
-                size = int(value)
+                size = int(str(value))
     return size
 
 
@@ -126,9 +128,10 @@ def _filled_first(spec: dict[str, Any] | None) -> bool:
         return False
 
 
-def published_environment(environment: dict[str, Any]) -> dict[str, Any]:
+def published_environment(environment: Mapping[str, object]) -> JsonObject:
     """The environment table's source, fit to publish (the services' command lines left out)."""
     published = {key: value for key, value in environment.items() if key not in ("services", "startup")}
-    published["model"] = model_label(environment.get("model"))
-    scrubbed: dict[str, Any] = scrub_tree(published)
+    model = environment.get("model")
+    published["model"] = model_label(model if isinstance(model, str) else None)
+    scrubbed: JsonObject = scrub_tree(published)
     return scrubbed

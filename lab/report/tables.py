@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from db.documents import section_of
 from db.figures import RunFigures, Unit, figure_by
 from lab.analysis.aggregation import aggregate, vus_range
 from lab.analysis.cost import cost_per_million_output_tokens
@@ -243,9 +244,9 @@ def machine_rows(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return rows
 
 
-def environment_table(environment: dict[str, Any], records: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+def environment_table(environment: Mapping[str, object], records: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
     """What the runs measured on: hardware (with what the backends chose by), software, model, lab commit."""
-    packages = environment.get("packages") or {}
+    packages = section_of(environment, "packages")
     rows = [
         ("CPU", f"{environment.get('cpu_model') or 'unknown'}, {environment.get('cpu_count') or '?'} cores"),
         *machine_rows(records),

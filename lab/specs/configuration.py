@@ -13,23 +13,23 @@ import contextlib
 import hashlib
 import json
 from functools import lru_cache
-from typing import Any
 
 from pydantic import ValidationError
 
+from db.documents import JsonObject, section_of
 from lab.specs.schema import ExperimentSpec, RunSpec
 
 # Run spec fields that vary between repeats of one configuration.
 REPEAT_FIELDS: tuple[str, ...] = ("random_seed",)
 
 
-def normalised_spec(spec: dict[str, Any] | RunSpec) -> dict[str, Any]:
+def normalised_spec(spec: JsonObject | RunSpec) -> JsonObject:
     """A run spec as JSON data with every default filled in (a spec stored before a field
     existed reads like one stored after); a stored spec this code no longer accepts is kept as
     stored."""
     if isinstance(spec, RunSpec):
         return spec.model_dump(mode="json")
-    normalised: dict[str, Any] = json.loads(_normalised_text(json.dumps(spec, sort_keys=True, default=str)))
+    normalised: JsonObject = json.loads(_normalised_text(json.dumps(spec, sort_keys=True, default=str)))
     return normalised
 
 
@@ -42,12 +42,12 @@ def _normalised_text(spec_text: str) -> str:
     return json.dumps(spec, sort_keys=True)
 
 
-def run_configuration(spec: dict[str, Any] | RunSpec) -> dict[str, Any]:
+def run_configuration(spec: JsonObject | RunSpec) -> JsonObject:
     """The configuration of a run spec: the spec without :data:`REPEAT_FIELDS`."""
     return {key: value for key, value in normalised_spec(spec).items() if key not in REPEAT_FIELDS}
 
 
-def configuration_key(spec: dict[str, Any] | RunSpec) -> str:
+def configuration_key(spec: JsonObject | RunSpec) -> str:
     """The configuration's key: SHA-256 of its canonical JSON (sorted keys, no spaces)."""
     text = json.dumps(run_configuration(spec), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -66,10 +66,10 @@ def model_name(model: str | None) -> str:
     return text.rsplit("/", 1)[-1] if text.startswith(("/", "~", ".")) else text
 
 
-def configuration_label(configuration: dict[str, Any]) -> str:
+def configuration_label(configuration: JsonObject) -> str:
     """A short description of a configuration for people: backend, model, workload and load."""
-    load = configuration.get("load") or {}
-    workload = configuration.get("workload") or {}
+    load = section_of(configuration, "load")
+    workload = section_of(configuration, "workload")
     model = str(configuration.get("model") or "?").rstrip("/").rsplit("/", 1)[-1]
     if load.get("kind") == "constant-arrival-rate":
         load_text = f"{load.get('rate_per_s')} req/s"
@@ -81,9 +81,9 @@ def configuration_label(configuration: dict[str, Any]) -> str:
     )
 
 
-def flattened(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flattened(data: JsonObject, prefix: str = "") -> JsonObject:
     """``{"load": {"vus": 2}}`` -> ``{"load.vus": 2}`` (lists kept whole)."""
-    flat: dict[str, Any] = {}
+    flat: JsonObject = {}
     for key, value in data.items():
         path = f"{prefix}{key}"
         if isinstance(value, dict) and value:
@@ -93,12 +93,12 @@ def flattened(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def configuration_differences(first: dict[str, Any], second: dict[str, Any]) -> list[str]:
+def configuration_differences(first: JsonObject, second: JsonObject) -> list[str]:
     """The dotted settings where two configurations differ: ``"load.vus: 2 vs 4"``, in order."""
     missing = object()
     a, b = flattened(first), flattened(second)
 
-    def shown(value: Any) -> str:
+    def shown(value: object) -> str:
         return "(absent)" if value is missing else json.dumps(value, default=str)[:60]
 
     return [

@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from db.documents import JsonObject, section_of
 from lab.specs.schema import ExperimentSpec, SpecError, experiment_from_document
 from lab.user_input.json_errors import json_error_text
 from lab.workloads.input_files import InputFileError, read_input_bytes
@@ -27,7 +28,7 @@ MAX_SPEC_FILE_BYTES = 1_000_000
 SPEC_FILE_KEYS: tuple[str, ...] = (*ExperimentSpec.model_fields, "quick")
 
 
-def read_spec_document(path: Path) -> dict[str, Any]:
+def read_spec_document(path: Path) -> JsonObject:
     """The spec file's document (a table at the top); SpecError naming what is wrong."""
     if path.suffix.lower() not in SPEC_FILE_FORMATS:
         raise SpecError(f"spec file {path.name}: use a .json or .toml file, not {path.suffix or 'no suffix'}")
@@ -81,9 +82,9 @@ def load_spec_file(
 RERUN_NAME = re.compile(r"^rerun of run #(?P<run_id>\d+)(:.*)?$")
 
 
-def rerun_summary(base: dict[str, Any]) -> str:
+def rerun_summary(base: JsonObject) -> str:
     """What a run spec runs, in a few words: backend, load, max tokens, workload."""
-    load = base.get("load") or {}
+    load = section_of(base, "load")
     parts = [str(base.get("backend") or "?")]
     if load.get("rate_per_s") is not None and load.get("kind") != "constant-vus":
         parts.append(f"{load['rate_per_s']:g} req/s")
@@ -91,12 +92,12 @@ def rerun_summary(base: dict[str, Any]) -> str:
         parts.append(f"{load['vus']} VU{'' if load['vus'] == 1 else 's'}")
     if base.get("max_tokens") is not None:
         parts.append(f"max tokens {base['max_tokens']}")
-    if (base.get("workload") or {}).get("kind"):
-        parts.append(str(base["workload"]["kind"]))
+    if workload_kind := section_of(base, "workload").get("kind"):
+        parts.append(str(workload_kind))
     return ", ".join(parts)
 
 
-def rerun_name(run_id: int, base: dict[str, Any]) -> str:
+def rerun_name(run_id: int, base: JsonObject) -> str:
     """An exported run's experiment name, after what it runs."""
     return f"rerun of run #{run_id}: {rerun_summary(base)}"
 
@@ -110,15 +111,15 @@ def renamed_rerun(spec: ExperimentSpec, *, named_by_hand: bool) -> ExperimentSpe
     return spec.model_copy(update={"name": rerun_name(int(match["run_id"]), spec.base.model_dump(mode="json"))})
 
 
-def experiment_spec_document(*, stored_spec: dict[str, Any]) -> dict[str, Any]:
+def experiment_spec_document(*, stored_spec: JsonObject) -> JsonObject:
     """An experiment's stored spec as a spec file: exactly what was queued (seed and run order
     included), so the file reruns it."""
     return dict(stored_spec)
 
 
 def run_spec_document(
-    *, run_id: int, stored_spec: dict[str, Any], cell_label: str = "", experiment_name: str | None = None
-) -> dict[str, Any]:
+    *, run_id: int, stored_spec: JsonObject, cell_label: str = "", experiment_name: str | None = None
+) -> JsonObject:
     """One run's stored spec as a spec file: an experiment of that run alone (its seed kept, one
     repeat), so rerunning the file queues a run of the same spec."""
     source = f" of experiment {experiment_name!r}" if experiment_name else ""
@@ -132,6 +133,6 @@ def run_spec_document(
     }
 
 
-def spec_file_text(document: dict[str, Any]) -> str:
+def spec_file_text(document: JsonObject) -> str:
     """A spec file's JSON text (indented, keys in the schema's order)."""
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
