@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             true_log_ratio=math.log(ratio),
             spread=spread,
             heavy_tails=heavy,
-            seed=index,
+            random_seed=index,
         )
         rows.append({"scenario": label, **dataclasses.asdict(coverage)})
         print(

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lab.analysis.statistics import scipy_stats
+from lab.analysis._scipy_stats import t_quantile, t_quantiles
 
 ALPHA = 0.05
 # The most rounds an experiment run until decided may have: the spending function's horizon.
@@ -69,7 +69,7 @@ def widening(rounds: int, *, first_look: int, max_rounds: int = MAX_ROUNDS) -> f
     if rounds < 2 or share <= 0:
         return math.inf
     degrees = rounds - 1
-    return float(scipy_stats().t.ppf(1 - share / 2, degrees) / scipy_stats().t.ppf(1 - ALPHA / 2, degrees))
+    return t_quantile(1 - share / 2, degrees) / t_quantile(1 - ALPHA / 2, degrees)
 
 
 def widen_interval(point: float, low: float, high: float, factor: float) -> tuple[float, float]:
@@ -111,27 +111,27 @@ def simulate_coverage(
     true_log_ratio: float = math.log(0.8),
     spread: float = 0.15,
     precision: float = 0.10,
-    seed: int = 0,
+    random_seed: int = 0,
     heavy_tails: bool = False,
 ) -> Coverage:
     """Simulate ``experiments`` experiments with per-round log ratios drawn around
     ``true_log_ratio`` (normal with sd ``spread``, or Student's t with 3 degrees of freedom
     scaled to it with ``heavy_tails``), looking after each round from ``first_look`` to
     ``max_rounds``; returns how often the intervals held the true value."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(random_seed)
     shape = (experiments, max_rounds)
     noise = rng.standard_t(3, shape) / math.sqrt(3) if heavy_tails else rng.standard_normal(shape)
     logs = true_log_ratio + spread * noise
     rounds = np.arange(2, max_rounds + 1)
     sequential_q = np.array(
         [
-            scipy_stats().t.ppf(1 - look_alpha(int(n), first_look=first_look, max_rounds=max_rounds) / 2, n - 1)
+            t_quantile(1 - look_alpha(int(n), first_look=first_look, max_rounds=max_rounds) / 2, int(n) - 1)
             if n >= first_look
             else np.inf
             for n in rounds
         ]
     )
-    fixed_q = np.asarray(scipy_stats().t.ppf(1 - ALPHA / 2, rounds - 1))
+    fixed_q = t_quantiles(1 - ALPHA / 2, rounds - 1)
     means, sequential_half = _half_widths(logs, sequential_q)
     _, fixed_half = _half_widths(logs, fixed_q)
     looked = rounds >= first_look

@@ -11,7 +11,8 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from lab.analysis._scipy_stats import normal_quantile, t_quantile, welch_p_value
 
 CONFIDENCE_LEVEL = 0.95
 SIGNIFICANCE_LEVEL = 0.05
@@ -19,16 +20,9 @@ SIGNIFICANCE_LEVEL = 0.05
 MIN_REPEATS_FOR_SIGNIFICANCE = 3
 
 
-def scipy_stats() -> Any:
-    """scipy.stats, imported on first use: it takes about a second, and most CLI commands never need it."""
-    from scipy import stats
-
-    return stats
-
-
 def _t_critical(confidence: float, degrees_of_freedom: float) -> float:
     """Student's t quantile of a two-sided ``confidence`` interval."""
-    return float(scipy_stats().t.ppf((1 + confidence) / 2, df=degrees_of_freedom))
+    return t_quantile((1 + confidence) / 2, degrees_of_freedom)
 
 
 def mean_of_known(values: Iterable[object]) -> float | None:
@@ -111,8 +105,7 @@ def welch_test(first: Iterable[object], second: Iterable[object], *, alpha: floa
         # scipy returns NaN here; identical constant samples do not differ, distinct ones do.
         same = statistics.fmean(a) == statistics.fmean(b)
         return Significance(1.0 if same else 0.0, not same, "no difference" if same else "significant")
-    result = scipy_stats().ttest_ind(a, b, equal_var=False)
-    p_value = float(result.pvalue)
+    p_value = welch_p_value(a, b)
     significant = p_value < alpha
     return Significance(
         p_value, significant, f"{'significant' if significant else 'not significant'} (p={p_value:.3g})"
@@ -223,7 +216,7 @@ def proportion_interval(successes: int, trials: int, *, confidence: float = CONF
     if trials <= 0:
         return MeanInterval(None, None, None, 0)
     share = successes / trials
-    z = float(scipy_stats().norm.ppf((1 + confidence) / 2))
+    z = normal_quantile((1 + confidence) / 2)
     denominator = 1 + z * z / trials
     centre = (share + z * z / (2 * trials)) / denominator
     half_width = z * math.sqrt(share * (1 - share) / trials + z * z / (4 * trials * trials)) / denominator

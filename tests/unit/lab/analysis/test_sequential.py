@@ -50,7 +50,7 @@ def test_widening_stretches_the_log_distances() -> None:
 
 @pytest.mark.parametrize("heavy_tails", [False, True])
 def test_coverage_over_2000_experiments_looked_at_after_every_round(heavy_tails: bool) -> None:
-    coverage = simulate_coverage(experiments=2000, max_rounds=20, first_look=2, heavy_tails=heavy_tails, seed=7)
+    coverage = simulate_coverage(experiments=2000, max_rounds=20, first_look=2, heavy_tails=heavy_tails, random_seed=7)
     assert coverage.sequential >= 0.94
     assert coverage.stopped_covered >= 0.94
     # The plain t interval looked at after every round loses its guarantee: that is the point.
