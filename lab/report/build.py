@@ -30,6 +30,7 @@ from lab.report.charts import build_charts, write_pngs
 from lab.report.claim_rounds import judge_claims, rounds_of
 from lab.report.claims import ClaimVerdict
 from lab.report.experiment_meta import ExperimentMeta
+from lab.report.plotly_figures import Figure
 from lab.report.publish import published_environment, scrub_paths, scrub_record
 from lab.report.render import Block, render_html, render_markdown
 from lab.report.seal import SEAL_NAME, write_seal
@@ -74,7 +75,7 @@ def build_blocks(
     *,
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     experiments_meta: dict[str, ExperimentMeta],
-    environment: dict[str, Any],
+    environment: Mapping[str, object],
     generated_at: datetime,
     command: str,
     verdicts: list[ClaimVerdict],
@@ -296,7 +297,7 @@ def write_report(
     *,
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     experiments_meta: dict[str, ExperimentMeta],
-    environment: dict[str, Any],
+    environment: Mapping[str, object],
     output_dir: Path,
     generated_at: datetime,
     price_per_hour: float | None = None,
@@ -349,7 +350,7 @@ def write_report(
 
 def _write_files(
     blocks: list[Block],
-    charts: dict[str, Any],
+    charts: dict[str, Figure],
     png_paths: dict[str, Path],
     records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]],
     output_dir: Path,

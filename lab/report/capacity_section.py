@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
-if TYPE_CHECKING:
-    import plotly.graph_objects as go
-
 from db.figures import figure_by
 from lab.measurement.results import RunResults
+from lab.report.plotly_figures import Figure, new_figure, scatter
 from lab.report.render import Block
 
 SECTION_TITLE = "What the seed did not ask"
@@ -56,20 +54,18 @@ def capacity_table(state: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def search_figure(state: dict[str, Any]) -> go.Figure:
+def search_figure(state: dict[str, Any]) -> Figure:
     """Each probe a point: load against the SLO figure, green when it passed, red when not;
     the SLO limit as a dashed line."""
-    import plotly.graph_objects as go
-
     figure_name = state.get("slo_figure") or "SLO figure"
-    fig = go.Figure()
+    fig = new_figure()
     symbols = ("circle", "square", "diamond", "triangle-up", "x", "star")
     for index, (backend, entry) in enumerate(state.get("backends", {}).items()):
         probes = [p for p in entry.get("probes", []) if p.get("slo_figure_s") is not None]
         if not probes:
             continue
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 name=backend,
                 x=[p["load"] for p in probes],
                 y=[p["slo_figure_s"] for p in probes],
@@ -139,14 +135,12 @@ def pareto_figure(
     limit_s: float | None = None,
     *,
     series: str = "backend",
-) -> go.Figure:
+) -> Figure:
     """Throughput against the SLO latency figure, one curve per backend (or ``series``) across its loads."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
+    fig = new_figure()
     for backend, points in pareto_points(records, figure, series=series).items():
         fig.add_trace(
-            go.Scatter(
+            scatter(
                 name=backend,
                 x=[p[figure] for p in points],
                 y=[p[THROUGHPUT] for p in points],
@@ -205,7 +199,7 @@ class CapacitySection:
     def slo_figure(self) -> str:
         return self.state.get("slo_figure") or "latency_p95_s"
 
-    def charts(self) -> dict[str, Any]:
+    def charts(self) -> dict[str, Figure]:
         return {
             PARETO_STEM: pareto_figure(self.records, self.slo_figure, self.state.get("slo_threshold_s")),
             SEARCH_STEM: search_figure(self.state),

@@ -6,15 +6,13 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import plotly.graph_objects as go
+from typing import Any, TypedDict
 
 from db.figures import figure_by
 from lab.analysis.aggregation import aggregate, done_runs
 from lab.analysis.seed import SEED_EXPERIMENTS, SERVER_NAMES
 from lab.backends import SeedSetup, seed_setup_backend, seed_setup_of
+from lab.report.plotly_figures import Figure, bar, new_figure, write_images
 from lab.report.seed_tables import setup_name
 
 logger = logging.getLogger(__name__)
@@ -32,15 +30,24 @@ CHART_COLOURS = {
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 
 
-def _bar(frame_rows: list[dict[str, Any]], *, title: str, x_title: str, y_title: str, log_y: bool) -> go.Figure:
-    import plotly.graph_objects as go
+class BarSeries(TypedDict, total=False):
+    """One series of a bar chart: its name, x and y, the 95% CI's half widths (ours only) and
+    whether it is the seed's (hatched)."""
 
-    fig = go.Figure()
+    name: str
+    x: list[Any]
+    y: list[Any]
+    ci95_half: list[float] | None
+    seed: bool
+
+
+def _bar(frame_rows: list[BarSeries], *, title: str, x_title: str, y_title: str, log_y: bool) -> Figure:
+    fig = new_figure()
     for series in frame_rows:
         # The same colour for a server, ours solid and the seed's hatched; error bars (95% CI) on ours only.
         server = series["name"].rsplit(" (", 1)[0]
         fig.add_trace(
-            go.Bar(
+            bar(
                 name=series["name"],
                 x=[str(x) for x in series["x"]],
                 y=series["y"],
@@ -64,7 +71,7 @@ def _bar(frame_rows: list[dict[str, Any]], *, title: str, x_title: str, y_title:
 
 def _series(
     rows: list[dict[str, Any]], *, x_key: str, figure: str, backend: str, name: str, seed: bool = False
-) -> dict[str, Any] | None:
+) -> BarSeries | None:
     picked = sorted(
         (r for r in rows if r["backend"] == backend and r.get(figure) is not None), key=lambda r: r.get(x_key) or 0
     )
@@ -87,7 +94,7 @@ def _half_width(row: dict[str, Any], figure: str) -> float:
 
 def _setup_series(
     rows: list[dict[str, Any]], *, x_key: str, figure: str, names: dict[SeedSetup, str], seed: bool = False
-) -> list[dict[str, Any]]:
+) -> list[BarSeries]:
     """One series per seed set-up in ``names`` (ours, or with ``seed`` the seed's), named after it."""
     whose = "seed" if seed else "ours"
     series = [
@@ -99,9 +106,9 @@ def _setup_series(
     return [s for s in series if s]
 
 
-def build_charts(records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def build_charts(records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Figure]:
     """The report's Plotly figures, ours (mean, 95% CI) beside the seed's, keyed by file stem."""
-    charts: dict[str, Any] = {}
+    charts: dict[str, Figure] = {}
     exp1 = records_by_preset.get("seed-exp1", [])
     if done_runs(exp1):
         ours = aggregate(exp1, ("vus", "backend"), ("output_tok_per_s", "latency_avg_s"))
@@ -138,7 +145,7 @@ def build_charts(records_by_preset: Mapping[str, Sequence[Mapping[str, Any]]]) -
     return charts
 
 
-def _exp3_chart(records: Sequence[Mapping[str, Any]]) -> go.Figure:
+def _exp3_chart(records: Sequence[Mapping[str, Any]]) -> Figure:
     """Experiment 3's req/s per server, ours in the seed's set-up order (others after), beside the seed's."""
     order = list(SeedSetup)
 
@@ -151,7 +158,7 @@ def _exp3_chart(records: Sequence[Mapping[str, Any]]) -> go.Figure:
         (r for r in aggregate(records, ("backend",), (throughput,)) if r[throughput] is not None), key=position
     )
     published = SEED_EXPERIMENTS["seed-exp3"].published
-    series: list[dict[str, Any]] = [
+    series: list[BarSeries] = [
         {
             "name": "ours",
             "x": [setup_name(SERVER_NAMES, seed_setup_of(r["backend"]), r["backend"]) for r in ours_rows],
@@ -170,7 +177,7 @@ def _exp3_chart(records: Sequence[Mapping[str, Any]]) -> go.Figure:
     )
 
 
-def write_pngs(charts: dict[str, Any], folder: Path) -> tuple[dict[str, Path], str | None]:
+def write_pngs(charts: dict[str, Figure], folder: Path) -> tuple[dict[str, Path], str | None]:
     """PNG copies of ``charts`` via kaleido and a local Chromium (never downloaded).
 
     Returns the paths written and, when none could be, why.
@@ -184,11 +191,7 @@ def write_pngs(charts: dict[str, Any], folder: Path) -> tuple[dict[str, Path], s
     folder.mkdir(parents=True, exist_ok=True)
     paths = {stem: folder / f"{stem}.png" for stem in charts}
     try:
-        import plotly.io as pio
-
-        pio.write_images(
-            list(charts.values()), [str(p) for p in paths.values()], width=PNG_WIDTH_PX, height=PNG_HEIGHT_PX
-        )
+        write_images(list(charts.values()), [str(p) for p in paths.values()], width=PNG_WIDTH_PX, height=PNG_HEIGHT_PX)
     except Exception as error:
         logger.warning("PNG copies of the charts not written: %s", error)
         return {}, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from lab.report.plotly_figures import Figure
 
 # A report is a list of blocks, rendered twice: Markdown and HTML.
 # ("h", level, text) | ("p", text) | ("table", DataFrame) | ("list", [text]) | ("chart", stem)
@@ -58,7 +61,7 @@ code { background: #f3f3f3; padding: 0 0.2em; }
 """
 
 
-def render_html(blocks: list[Block], *, charts: dict[str, Any], title: str) -> str:
+def render_html(blocks: list[Block], *, charts: Mapping[str, Figure], title: str) -> str:
     """One self-contained HTML page: Plotly's JavaScript inlined once, before the first chart."""
     out = [
         "<!DOCTYPE html>",

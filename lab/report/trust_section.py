@@ -23,6 +23,7 @@ from lab.analysis.reproducibility import (
     provenance_of,
 )
 from lab.report.formatting import format_ratio
+from lab.report.plotly_figures import Figure, new_figure, scatter
 from lab.report.render import Block
 from lab.report.verdicts import RULES_VERSION
 
@@ -175,13 +176,11 @@ def _speed_blocks(trust: Trust) -> list[Block]:
     return [("p", text), ("table", pd.DataFrame(rows)), ("chart", "machine_speed", "Machine speed by run")]
 
 
-def speed_chart(trust: Trust) -> Any:
+def speed_chart(trust: Trust) -> Figure:
     """The machine-speed index of each run in the order they ran (Plotly)."""
-    import plotly.graph_objects as go
-
     runs = [r for r in trust.records if r.get("run_id") is not None and trust.speed_by_run.get(r["run_id"]) is not None]
-    figure = go.Figure(
-        go.Scatter(
+    figure = new_figure(
+        scatter(
             x=[f"#{r['run_id']}" for r in runs],
             y=[trust.speed_by_run[r["run_id"]] for r in runs],
             mode="markers+lines",

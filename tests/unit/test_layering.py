@@ -73,6 +73,27 @@ def test_the_domain_never_imports_streamlit_or_the_pages() -> None:
     assert offending("lab", ("streamlit", "pages")) == []
 
 
+# Packages without type information, each behind one typed module: the rest of the strict code
+# (lab, db, services) never sees Any from them.
+UNTYPED_BEHIND = {"scipy": "lab.analysis._scipy_stats", "plotly": "lab.report.plotly_figures"}
+# Still drawing with plotly itself: the semantic cache's chart, changing with that work (move it to
+# lab.report.plotly_figures once it settles).
+UNTYPED_NOT_YET_BEHIND = {"lab.report.semantic_cache"}
+
+
+def test_scipy_and_plotly_are_imported_by_their_typed_modules_only() -> None:
+    found = sorted(
+        f"{name} imports {imported}"
+        for folder in ("lab", "db", "services")
+        for name, path in modules(folder).items()
+        for imported in imports_of(path, type_checking=True)
+        if (package := imported.split(".")[0]) in UNTYPED_BEHIND
+        and name != UNTYPED_BEHIND[package]
+        and name not in UNTYPED_NOT_YET_BEHIND
+    )
+    assert found == []
+
+
 def test_the_report_never_imports_the_cli() -> None:
     assert offending("lab/report", ("lab.cli",)) == []
 
