@@ -111,7 +111,7 @@ def paraphrase_pairs(semantic_url: str, exact_url: str) -> tuple[list[str], list
     """Store one wording of each of 50 questions in both proxies; keep the pairs whose second
     wording the semantic tier answers SEMANTIC. (stored, paraphrases, pairs left out)."""
     wordings: dict[int, list[str]] = {}
-    for number, text in paraphrase_requests(questions=50, phrasings=2, seed=0):
+    for number, text in paraphrase_requests(questions=50, phrasings=2, random_seed=0):
         wordings.setdefault(number, []).append(text)
     stored, paraphrases = [], []
     with httpx.Client(timeout=60) as http:

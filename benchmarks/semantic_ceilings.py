@@ -73,7 +73,9 @@ def main() -> None:
     parser.add_argument("--sharegpt", type=int, default=2000, help="ShareGPT opening prompts (2000)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here (docs/benchmarks/...)")
     args = parser.parse_args()
-    paraphrases = [text for _, text in paraphrase_requests(questions=MAX_QUESTIONS, phrasings=MAX_PHRASINGS, seed=0)]
+    paraphrases = [
+        text for _, text in paraphrase_requests(questions=MAX_QUESTIONS, phrasings=MAX_PHRASINGS, random_seed=0)
+    ]
     sets = {
         "ShareGPT opening prompts": ceilings(sharegpt_openings(args.sharegpt)),
         "the paraphrase workload": ceilings(paraphrases),

@@ -26,8 +26,10 @@ SHAPE_OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("prompt_tokens", int, "mean tokens of a user's message"),
     ("output_tokens", int, "mean tokens of an answer"),
     ("block_tokens", int, "prompt tokens one hash id stands for (the replay's workload.trace.block_tokens)"),
-    ("seed", int, "random seed: the same shape and seed give the same trace"),
+    ("random_seed", int, "random seed: the same shape and random seed give the same trace"),
 )
+# Earlier names of an option, still accepted: --seed was the random seed's name before it said so.
+OPTION_ALIASES: dict[str, tuple[str, ...]] = {"random_seed": ("--seed",)}
 
 
 def add_trace_commands(commands: Any) -> None:
@@ -40,6 +42,7 @@ def add_trace_commands(commands: Any) -> None:
     for name, kind, text in SHAPE_OPTIONS:
         synth.add_argument(
             f"--{name.replace('_', '-')}",
+            *OPTION_ALIASES.get(name, ()),
             dest=name,
             type=kind,
             default=defaults[name],
@@ -58,7 +61,14 @@ def _add_semantic_trace_commands(actions: Any) -> None:
     paraphrases.add_argument("--phrasings", type=int, default=3, help="wordings of each question (3)")
     paraphrases.add_argument("--rate-per-s", type=float, default=1.0, help="requests a second (1)")
     paraphrases.add_argument("--output-tokens", type=int, default=16, help="tokens of each answer (16)")
-    paraphrases.add_argument("--seed", type=int, default=0, help="random seed of the order (0)")
+    paraphrases.add_argument(
+        "--random-seed",
+        *OPTION_ALIASES["random_seed"],
+        dest="random_seed",
+        type=int,
+        default=0,
+        help="random seed of the order (0)",
+    )
     ceilings = actions.add_parser("ceilings", help="a trace's cache ceilings: exact, prefix reuse and semantic")
     ceilings.add_argument("trace", metavar="FILE", help="a trace file (JSONL)")
     ceilings.add_argument(
@@ -83,7 +93,7 @@ def _cmd_semantic_traces(args: argparse.Namespace) -> int:
         text = paraphrase_trace_text(
             questions=args.questions,
             phrasings=args.phrasings,
-            seed=args.seed,
+            random_seed=args.random_seed,
             rate_per_s=args.rate_per_s,
             output_tokens=args.output_tokens,
         )

@@ -2,7 +2,7 @@
 
 A machine here can drift 2-3x within an hour. Run in blocks (every repeat of one cell, then
 the next cell), a drift lands on one side of a comparison and passes for an effect. Run in
-rounds, each round running every cell once in an order drawn from a recorded seed
+rounds, each round running every cell once in an order drawn from a recorded order seed
 (randomised multiple interleaved trials, Abedi and Brecht, ICPE 2017), a drift falls on
 every cell alike, and the i-th repeats of two cells, measured in the same round, pair.
 

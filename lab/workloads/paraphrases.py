@@ -6,7 +6,7 @@ Each *question* is one fact about one subject ("the capital of France"); each is
 capital of France" and "the capital of Germany" are worded alike and embed close together
 (about 0.66 under all-MiniLM-L6-v2) while their answers differ: the near-misses a semantic cache
 serves wrongly when its threshold is too low. The requests go in an order drawn from the run's
-seed, one request a session, replayed in turn (k6's ``chat_replay.js``): one pass is
+random seed, one request a session, replayed in turn (k6's ``chat_replay.js``): one pass is
 ``questions x phrasings`` requests.
 
 What a semantic cache can gain here is known by construction: of each question's ``phrasings``
@@ -107,13 +107,13 @@ class ParaphraseOptions(StrictModel):
     phrasings: int = Field(default=3, ge=1, le=MAX_PHRASINGS, description="wordings of each question")
 
 
-def paraphrase_requests(*, questions: int, phrasings: int, seed: int) -> list[tuple[int, str]]:
+def paraphrase_requests(*, questions: int, phrasings: int, random_seed: int) -> list[tuple[int, str]]:
     """The trace: (question number, wording) pairs in the order they are sent. Questions are
     taken family by family in turn (so near-misses are there from the first few); the order is
-    drawn from ``seed``, with each question's first wording anywhere in it."""
+    drawn from ``random_seed``, with each question's first wording anywhere in it."""
     subjects = [[(templates, subject) for subject in family_subjects] for templates, family_subjects in FAMILIES]
     chosen = [pair for pair in itertools.chain.from_iterable(itertools.zip_longest(*subjects)) if pair][:questions]
-    rng = random.Random(seed)
+    rng = random.Random(random_seed)
     requests = [
         (number, template.format(subject))
         for number, (templates, subject) in enumerate(chosen)
@@ -144,7 +144,9 @@ class Paraphrases(Workload):
 
     def prepare(self, spec: RunSettings, run_dir: Path, backend: Backend) -> Path:
         options = spec.workload.options()
-        requests = paraphrase_requests(questions=options.questions, phrasings=options.phrasings, seed=spec.random_seed)
+        requests = paraphrase_requests(
+            questions=options.questions, phrasings=options.phrasings, random_seed=spec.random_seed
+        )
         sessions = [[[{"role": "user", "content": text}]] for _, text in requests]
         return write_sessions(sessions, run_dir / "requests.json")
 
@@ -154,17 +156,21 @@ class Paraphrases(Workload):
 
     def preview_lines(self, spec: RunSettings) -> list[str]:
         options = spec.workload.options()
-        requests = paraphrase_requests(questions=options.questions, phrasings=options.phrasings, seed=spec.random_seed)
+        requests = paraphrase_requests(
+            questions=options.questions, phrasings=options.phrasings, random_seed=spec.random_seed
+        )
         return [
             f"{len(requests)} requests a pass: {options.questions} questions, {options.phrasings} wordings each; "
             f"a perfect semantic cache answers {paraphrase_ceiling(requests):.0%} of a first pass, an exact one 0%"
         ]
 
 
-def paraphrase_trace_text(*, questions: int, phrasings: int, seed: int, rate_per_s: float, output_tokens: int) -> str:
+def paraphrase_trace_text(
+    *, questions: int, phrasings: int, random_seed: int, rate_per_s: float, output_tokens: int
+) -> str:
     """The paraphrase requests as a trace file (JSONL: ``timestamp`` in ms at ``rate_per_s``,
     ``input_text``, ``output_length``), for the trace workload and ``lab traces ceilings``."""
-    requests = paraphrase_requests(questions=questions, phrasings=phrasings, seed=seed)
+    requests = paraphrase_requests(questions=questions, phrasings=phrasings, random_seed=random_seed)
     lines = [
         json.dumps({"timestamp": round(index * 1000 / rate_per_s), "input_text": text, "output_length": output_tokens})
         for index, (_, text) in enumerate(requests)

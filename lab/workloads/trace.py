@@ -121,7 +121,7 @@ def trace_sessions(spec: RunSettings, plan: TracePlan, backend: Backend, tokeniz
 
     options: TraceOptions = spec.workload.options("trace")
     builder = TracePromptBuilder(
-        tokenizer, spec.workload.system_prompt, block_tokens=options.block_tokens, seed=spec.random_seed
+        tokenizer, spec.workload.system_prompt, block_tokens=options.block_tokens, random_seed=spec.random_seed
     )
     sessions = []
     for item in plan.requests:

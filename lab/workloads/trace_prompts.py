@@ -3,7 +3,7 @@
 A prompt is the chat template around words that are one token each (the synthetic
 workload's words, :func:`lab.workloads.synthetic.one_token_words`), so its templated length
 is exact and token ``p`` of it lies in block ``p // block_tokens``. Each token position
-takes its word from the block's own word list, drawn from the run's seed and the block's
+takes its word from the block's own word list, drawn from the run's random seed and the block's
 id: two prompts whose first k ids are equal are token-for-token equal over their first k
 blocks (the template's head counts in block 0, the same in every prompt), which is the
 sharing a prefix cache can see; a block with another id draws other words. Tokens past a
@@ -27,10 +27,10 @@ BLOCK_CACHE_SIZE = 4096
 class TracePromptBuilder:
     """Builds the messages of a prompt of ``input_tokens`` templated tokens from its hash ids."""
 
-    def __init__(self, tokenizer_path: str, system_prompt: str | None, *, block_tokens: int, seed: int) -> None:
+    def __init__(self, tokenizer_path: str, system_prompt: str | None, *, block_tokens: int, random_seed: int) -> None:
         self.builder = PromptBuilder(tokenizer_path, system_prompt)
         self.block_tokens = block_tokens
-        self.seed = seed
+        self.random_seed = random_seed
         self.head_tokens = self.builder.head_tokens()
         probe = "".join(self.builder.words[:8])
         # Template tokens around the user's words: the head before them and the tail after.
@@ -43,7 +43,7 @@ class TracePromptBuilder:
         return self.overhead_tokens + 1
 
     def _block_words(self, key: tuple[object, ...]) -> tuple[str, ...]:
-        rng = random.Random(repr((self.seed, *key)))
+        rng = random.Random(repr((self.random_seed, *key)))
         return tuple(rng.choices(self.builder.words, k=self.block_tokens))
 
     def content(self, hash_ids: tuple[int, ...], input_tokens: int, request_index: int) -> str:

@@ -18,7 +18,7 @@ Hash ids are chained and numbered as first seen (as the proxy records them,
 :mod:`services.traces.blocks`): a block's id is given by the block before it and the content in
 it; a prompt's last block has an id of its own unless the whole prompt repeats (a replay puts
 the chat template's tail there), so a later turn shares its previous prompt's full blocks but
-that one. Pure: the same shape and seed give the same lines.
+that one. Pure: the same shape and random seed give the same lines.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class SynthShape:
     prompt_tokens: int = 256
     output_tokens: int = 128
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
-    seed: int = 0
+    random_seed: int = 0
 
     def __post_init__(self) -> None:
         if not self.zipf_exponent > 0:
@@ -126,7 +126,7 @@ def _length(rng: random.Random, mean: int) -> int:
 
 def synth_lines(shape: SynthShape) -> list[dict[str, object]]:
     """The trace's lines (see the module docstring), in time order."""
-    rng = random.Random(shape.seed)
+    rng = random.Random(shape.random_seed)
     count = max(1, round(shape.rate_per_s * shape.duration_s))
     times_ms = sorted(rng.uniform(0, shape.duration_s * 1000) for _ in range(count))
     openings = [(_length(rng, shape.prompt_tokens), _length(rng, shape.output_tokens)) for _ in range(shape.prompts)]

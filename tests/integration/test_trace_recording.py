@@ -33,7 +33,7 @@ MIN_GAP_MS = 40
 # server's speed on the day decides.
 SHAPE = SynthShape(
     rate_per_s=0.5, duration_s=60, sessions=20, prompts=10, system_prompts=2, system_prompt_tokens=32,
-    prompt_tokens=16, output_tokens=2, block_tokens=BLOCK_TOKENS, seed=38,
+    prompt_tokens=16, output_tokens=2, block_tokens=BLOCK_TOKENS, random_seed=38,
 )  # fmt: skip
 
 

@@ -21,26 +21,26 @@ from lab.workloads.trace_semantic import embedded_text, semantic_ceilings
 
 
 def test_each_question_is_asked_in_distinct_wordings_in_a_seeded_order() -> None:
-    requests = paraphrase_requests(questions=12, phrasings=3, seed=7)
+    requests = paraphrase_requests(questions=12, phrasings=3, random_seed=7)
     assert len(requests) == 36
     by_question: dict[int, set[str]] = {}
     for number, text in requests:
         by_question.setdefault(number, set()).add(text)
     assert len(by_question) == 12 and all(len(texts) == 3 for texts in by_question.values())
-    assert requests == paraphrase_requests(questions=12, phrasings=3, seed=7)
-    assert requests != paraphrase_requests(questions=12, phrasings=3, seed=8)
+    assert requests == paraphrase_requests(questions=12, phrasings=3, random_seed=7)
+    assert requests != paraphrase_requests(questions=12, phrasings=3, random_seed=8)
     # Families in turn: the first five questions are five kinds of question (near-misses come later).
     first_five = {text for number, text in requests if number < 5}
     assert any("capital" in text for text in first_five) and any("legs" in text for text in first_five)
     assert paraphrase_ceiling(requests) == pytest.approx(24 / 36)
-    assert len(paraphrase_requests(questions=MAX_QUESTIONS, phrasings=MAX_PHRASINGS, seed=0)) == 200
+    assert len(paraphrase_requests(questions=MAX_QUESTIONS, phrasings=MAX_PHRASINGS, random_seed=0)) == 200
 
 
 def test_the_trace_file_replays_the_same_requests() -> None:
-    text = paraphrase_trace_text(questions=4, phrasings=2, seed=1, rate_per_s=2, output_tokens=8)
+    text = paraphrase_trace_text(questions=4, phrasings=2, random_seed=1, rate_per_s=2, output_tokens=8)
     lines = [json.loads(line) for line in text.splitlines()]
     assert [line["input_text"] for line in lines] == [
-        t for _, t in paraphrase_requests(questions=4, phrasings=2, seed=1)
+        t for _, t in paraphrase_requests(questions=4, phrasings=2, random_seed=1)
     ]
     assert [line["timestamp"] for line in lines[:3]] == [0, 500, 1000]
     assert {line["output_length"] for line in lines} == {8}

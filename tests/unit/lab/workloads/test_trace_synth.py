@@ -30,17 +30,17 @@ PRESET_SHAPE = SynthShape(
     prompt_tokens=64,
     output_tokens=16,
     block_tokens=64,
-    seed=38,
+    random_seed=38,
 )
 
 
 def test_the_same_shape_and_seed_give_the_same_trace() -> None:
-    shape = SynthShape(rate_per_s=5, duration_s=60, sessions=30, block_tokens=64, seed=4)
+    shape = SynthShape(rate_per_s=5, duration_s=60, sessions=30, block_tokens=64, random_seed=4)
     assert synth_text(shape) == synth_text(
-        SynthShape(rate_per_s=5, duration_s=60, sessions=30, block_tokens=64, seed=4)
+        SynthShape(rate_per_s=5, duration_s=60, sessions=30, block_tokens=64, random_seed=4)
     )
     assert synth_text(shape) != synth_text(
-        SynthShape(rate_per_s=5, duration_s=60, sessions=30, block_tokens=64, seed=5)
+        SynthShape(rate_per_s=5, duration_s=60, sessions=30, block_tokens=64, random_seed=5)
     )
 
 
@@ -49,7 +49,7 @@ def test_openings_follow_the_zipf_popularity() -> None:
     for exponent in (1.1, 2.0):
         shape = SynthShape(
             rate_per_s=100, duration_s=200, sessions=10_000_000, zipf_exponent=exponent, system_prompts=1,
-            system_prompt_tokens=0, prompts=50, prompt_tokens=64, block_tokens=64, seed=1,
+            system_prompt_tokens=0, prompts=50, prompt_tokens=64, block_tokens=64, random_seed=1,
         )  # fmt: skip
         firsts: dict[object, tuple[int, ...]] = {}
         for line in synth_lines(shape):
@@ -61,7 +61,7 @@ def test_openings_follow_the_zipf_popularity() -> None:
 
 
 def test_a_sessions_turns_grow_its_prefix() -> None:
-    lines = synth_lines(SynthShape(rate_per_s=4, duration_s=120, sessions=20, block_tokens=64, seed=2))
+    lines = synth_lines(SynthShape(rate_per_s=4, duration_s=120, sessions=20, block_tokens=64, random_seed=2))
     by_session: dict[str, list[dict]] = defaultdict(list)
     for line in lines:
         by_session[str(line["session_id"])].append(line)
@@ -127,10 +127,17 @@ def test_the_command_writes_the_trace_or_nothing(tmp_path: Path, capsys: pytest.
         capsys.readouterr().err.strip()
         == "error: the Zipf exponent must be more than 0 (0: every prompt equally likely), not 0"
     )
-    args = build_parser().parse_args(["traces", "synth", "--out", str(out), "--duration-s", "30", "--seed", "3"])
+    args = build_parser().parse_args(["traces", "synth", "--out", str(out), "--duration-s", "30", "--random-seed", "3"])
     assert cmd_traces(args, None) == 0  # type: ignore[arg-type]  # the command needs no lab context
-    assert out.read_text() == synth_text(SynthShape(duration_s=30, seed=3))
+    assert out.read_text() == synth_text(SynthShape(duration_s=30, random_seed=3))
     assert "ceilings from the trace" in capsys.readouterr().out
+
+
+def test_seed_is_still_the_random_seeds_option() -> None:
+    """``--seed``, the option's name before it said which seed, sets the same random seed."""
+    for action in ("synth", "synth-paraphrases"):
+        args = build_parser().parse_args(["traces", action, "--out", "t.jsonl", "--seed", "3"])
+        assert args.random_seed == 3
 
 
 def test_the_trace_cache_preset_replays_its_trace_directly_and_through_the_cache() -> None:
