@@ -3,7 +3,7 @@ lifetime, single-flight, fill, HTTP server, trace recording and tier: exact, sem
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field
 
@@ -11,6 +11,10 @@ from lab.user_input.base import StrictModel
 from services.cache_proxy.semantic_keys import EMBED_SCOPES
 from services.cache_proxy.serving import SERVERS as PROXY_SERVERS
 from services.embeddings import DEFAULT_EMBEDDING_MODEL
+
+# The proxy's tiers (services.cache_proxy): see CacheSpec.tier.
+CacheTier = Literal["exact", "semantic", "off"]
+CACHE_TIERS: tuple[str, ...] = get_args(CacheTier)
 
 
 class CacheSpec(StrictModel):
@@ -40,7 +44,7 @@ class CacheSpec(StrictModel):
     # The proxy's tier (services.cache_proxy): exact answers identical requests; semantic also their
     # paraphrases, at or above ``similarity`` (services.cache_proxy.semantic); off sends every request
     # upstream through the proxy's hop (the no-cache baseline of a semantic sweep).
-    tier: Literal["exact", "semantic", "off"] = Field(default="exact", description="the response cache's tier")
+    tier: CacheTier = Field(default="exact", description="the response cache's tier")
     similarity: float = Field(
         default=0.9, gt=0, le=1, description="(semantic tier) the least cosine similarity of a paraphrase served"
     )

@@ -49,6 +49,11 @@ class GridForm:
     stream: bool = False
     repeats: int = 1
     cache_policy: str = "all"
+    # The response cache's tier; with the semantic one, its thresholds (several: a grid axis) and
+    # the share of semantic hits verified upstream (what gives the false-hit rate).
+    cache_tier: str = field(default_factory=lambda: CacheSpec.model_fields["tier"].default)
+    similarity_text: str = field(default_factory=lambda: f"{CacheSpec.model_fields['similarity'].default:g}")
+    verify_fraction: float = field(default_factory=lambda: CacheSpec.model_fields["verify_fraction"].default)
 
 
 def parse_number_list(text: str, *, integers: bool) -> list[float] | list[int]:
@@ -136,8 +141,26 @@ def _load_axis(form: GridForm, errors: dict[str, str]) -> tuple[str, list[Any]]:
     return path, values
 
 
+def _similarity_axis(form: GridForm, errors: dict[str, str]) -> list[float]:
+    """The semantic tier's thresholds (none for another tier); a message under the field's name
+    in ``errors`` when they cannot be used."""
+    if form.cache_tier != "semantic":
+        return []
+    try:
+        values = [float(value) for value in parse_number_list(form.similarity_text, integers=False)]
+    except ValueError as error:
+        errors["similarity_text"] = str(error)
+        return []
+    bad = [value for value in values if _field_error(CacheSpec, similarity=value)]
+    if bad:
+        errors["similarity_text"] = f"similarity thresholds must be above 0 and at most 1 (got {bad[0]:g})"
+    if message := _field_error(CacheSpec, verify_fraction=form.verify_fraction):
+        errors["verify_fraction"] = f"share verified: {message}"
+    return values
+
+
 def _setting_errors(form: GridForm) -> dict[str, str]:
-    """Duration, graceful stop, max tokens, repeats, cache policy and the workload's options."""
+    """Duration, graceful stop, max tokens, repeats, cache policy and tier and the workload's options."""
     errors: dict[str, str] = {}
     checks = (
         ("duration_s", "duration", LoadSpec, form.duration_s),
@@ -151,10 +174,21 @@ def _setting_errors(form: GridForm) -> dict[str, str]:
     errors.update(workload_option_errors(form.workload, form.workload_options))
     if message := _field_error(CacheSpec, policy=form.cache_policy):
         errors["cache_policy"] = message
+    if message := _field_error(CacheSpec, tier=form.cache_tier):
+        errors["cache_tier"] = message
     return errors
 
 
-def _experiment_data(form: GridForm, axis: str, values: list[Any]) -> dict[str, Any]:
+def _cache_part(form: GridForm, thresholds: list[float]) -> dict[str, Any]:
+    """The spec's ``cache`` section: policy and tier, and the semantic tier's first threshold and
+    share verified (the other thresholds are a grid axis)."""
+    cache: dict[str, Any] = {"policy": form.cache_policy, "tier": form.cache_tier}
+    if form.cache_tier == "semantic" and thresholds:
+        cache.update(similarity=thresholds[0], verify_fraction=form.verify_fraction)
+    return cache
+
+
+def _experiment_data(form: GridForm, axis: str, values: list[Any], thresholds: list[float]) -> dict[str, Any]:
     """The ExperimentSpec's data for a form whose fields each passed their check."""
     load: dict[str, Any] = {
         "kind": form.load_kind,
@@ -171,7 +205,7 @@ def _experiment_data(form: GridForm, axis: str, values: list[Any]) -> dict[str, 
         "workload": workload_part(form.workload, form.workload_options, stream=form.stream),
         "load": load,
         "max_tokens": form.max_tokens,
-        "cache": {"policy": form.cache_policy},
+        "cache": _cache_part(form, thresholds),
         **backend_sections(form.backends, form.backend_options),
     }
     if form.target_url.strip():
@@ -181,6 +215,8 @@ def _experiment_data(form: GridForm, axis: str, values: list[Any]) -> dict[str, 
         grid["backend"] = list(form.backends)
     if len(values) > 1:
         grid[axis] = values
+    if len(thresholds) > 1:
+        grid["cache.similarity"] = thresholds
     return {"name": form.name.strip(), "base": base, "grid": grid, "repeats": form.repeats}
 
 
@@ -194,11 +230,12 @@ def check_grid_form(form: GridForm) -> tuple[ExperimentSpec | None, dict[str, st
     """
     errors = _target_errors(form)
     axis, values = _load_axis(form, errors)
+    thresholds = _similarity_axis(form, errors)
     errors.update(_setting_errors(form))
     if errors:
         return None, errors
     try:
-        return ExperimentSpec.model_validate(_experiment_data(form, axis, values)), {}
+        return ExperimentSpec.model_validate(_experiment_data(form, axis, values, thresholds)), {}
     except ValidationError as error:
         return None, {"form": format_validation_error(error)}
     except ValueError as error:  # a grid cell that is invalid as a whole

@@ -14,6 +14,7 @@ from typing import Any
 import streamlit as st
 
 from lab.backends import backend_names, get_backend
+from lab.specs.cache_spec import CACHE_TIERS
 from lab.specs.grid_form import GridForm, check_grid_form, is_external, workload_preview
 from lab.specs.options import OptionInput, backend_inputs, backend_kinds, workload_inputs
 from lab.specs.schema import BACKENDS, ExperimentSpec
@@ -26,6 +27,24 @@ LOAD_KINDS = {"constant-vus": "constant VUs (closed loop)", "constant-arrival-ra
 CACHE_POLICY_HELP = (
     "deterministic: only cache requests with temperature 0 or an integer seed, and n = 1 "
     "(a missing temperature means 1.0 on vLLM and the naive server: sampled, so not cached)"
+)
+CACHE_TIER_LABELS = {
+    "exact": "exact: identical requests",
+    "semantic": "semantic: paraphrases too",
+    "off": "off: every request to the server",
+}
+CACHE_TIER_HELP = (
+    "exact answers a request seen before; semantic also one similar enough to a stored prompt (by default "
+    "all-MiniLM-L6-v2 on the last user turn), sometimes wrongly; off sends every request through the proxy to the "
+    "server (the no-cache baseline)"
+)
+SIMILARITY_HELP = (
+    "The least cosine similarity of a paraphrase served, above 0 and at most 1; several values make a grid axis "
+    "(a threshold sweep: hit rate against false hits, on Compare)"
+)
+VERIFY_HELP = (
+    "Share of semantic hits also asked of the server and compared with the answer served: what gives the run's "
+    "false-hit rate (each one costs a request to the server)"
 )
 GRACEFUL_STOP_HELP = (
     "After the load time, how long k6 waits for requests still in flight before cutting them "
@@ -122,7 +141,7 @@ def _request_fields(form: GridForm, errors: dict[str, str]) -> None:
 
 
 def _load_fields(form: GridForm, errors: dict[str, str]) -> None:
-    """The right column: load kind and levels, duration, graceful stop, repeats, cache policy."""
+    """The right column: load kind and levels, duration, graceful stop, repeats, the cache's policy and tier."""
     form.load_kind = st.radio(
         "Load", list(LOAD_KINDS), format_func=LOAD_KINDS.get, key="grid_load_kind", horizontal=True
     )
@@ -143,6 +162,39 @@ def _load_fields(form: GridForm, errors: dict[str, str]) -> None:
     form.cache_policy = st.selectbox(
         "Cache policy (for +cache backends)", ["all", "deterministic"], key="grid_cache_policy", help=CACHE_POLICY_HELP
     )
+    _cache_tier_fields(form, errors)
+
+
+def _cache_tier_fields(form: GridForm, errors: dict[str, str]) -> None:
+    """The response cache's tier and, for the semantic one, its thresholds and share verified."""
+    form.cache_tier = st.selectbox(
+        "Cache tier (for +cache backends)",
+        CACHE_TIERS,
+        index=CACHE_TIERS.index(form.cache_tier),
+        format_func=lambda tier: CACHE_TIER_LABELS.get(tier, tier),
+        key="grid_cache_tier",
+        help=CACHE_TIER_HELP,
+    )
+    field_error(errors, "cache_tier")
+    if form.cache_tier != "semantic":
+        return
+    form.similarity_text = st.text_input(
+        "Similarity thresholds (one or more, e.g. 0.8, 0.9, 0.95)",
+        value=form.similarity_text,
+        key="grid_similarity",
+        help=SIMILARITY_HELP,
+    )
+    field_error(errors, "similarity_text")
+    form.verify_fraction = float(
+        st.number_input(
+            "Share of semantic hits verified (0 to 1)",
+            value=form.verify_fraction,
+            step=0.1,
+            key="grid_verify_fraction",
+            help=VERIFY_HELP,
+        )
+    )
+    field_error(errors, "verify_fraction")
 
 
 def grid_form_fields(errors: dict[str, str]) -> GridForm:

@@ -1,6 +1,7 @@
 """The semantic cache on the pages: Compare draws its trade (hit rate against false hits) when a
 compared run ran the semantic tier, and nothing of it otherwise; Run detail shows a semantic run's
-hit rates, false hits with their interval and added latency as tiles, and none for another run."""
+hit rates, false hits with their interval and added latency as tiles, and none for another run;
+New experiment's grid form chooses the tier and queues a threshold sweep."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from db.models import Run
 from lab.measurement.server_metrics import parse_metrics_text
 from services.cache_proxy.metrics import ProxyMetrics
 from services.cache_proxy.semantic import SemanticMetrics
-from tests.support.app_pages import PAGES, open_page
+from tests.support.app_pages import PAGES, open_page, runs_in_db, seen, widget
 from tests.support.seeded_lab import SeededLab, add_done_run
 
 SUBHEADER = "Semantic cache: hit rate against false hits (Pareto)"
@@ -95,3 +96,25 @@ def test_run_detail_shows_a_semantic_runs_tiles_and_none_for_another(seed_lab: S
     assert tiles["semantic added on a hit p50"][0] == "12.5 ms"
     others = [metric.label for metric in open_page(PAGES["Run detail"], run=str(other)).metric]
     assert others and "semantic cache hit" not in others
+
+
+def test_the_grid_form_chooses_the_semantic_tier_and_queues_a_threshold_sweep(seed_lab: SeededLab) -> None:
+    app = open_page(PAGES["New experiment"])
+    assert "grid_similarity" not in [field.key for field in app.text_input]  # the exact tier: no threshold
+    widget(app.multiselect, "grid_backends").set_value(["naive+cache"]).run()
+    widget(app.selectbox, "grid_cache_tier").select("semantic").run()
+    widget(app.text_input, "grid_similarity").input("0.8, 1.5").run()
+    widget(app.text_input, "grid_name").input("ui semantic").run()
+    before = len(runs_in_db(seed_lab))
+    widget(app.button, "launch_grid").click().run()
+    assert not app.exception
+    assert "similarity thresholds must be above 0 and at most 1 (got 1.5)" in [seen(error.value) for error in app.error]
+    assert len(runs_in_db(seed_lab)) == before
+    widget(app.text_input, "grid_similarity").input("0.8, 0.95").run()
+    widget(app.number_input, "grid_verify_fraction").set_value(1.0).run()
+    widget(app.button, "launch_grid").click().run()
+    assert not app.exception
+    new = [run for run in runs_in_db(seed_lab) if run.experiment and run.experiment.name == "ui semantic"]
+    assert sorted(run.spec["cache"]["similarity"] for run in new) == [0.8, 0.95]
+    assert all(run.spec["cache"]["tier"] == "semantic" and run.spec["cache"]["verify_fraction"] == 1.0 for run in new)
+    assert sorted(run.cell_label for run in new) == ["similarity=0.8", "similarity=0.95"]
