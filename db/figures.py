@@ -451,6 +451,15 @@ class RunFigures:
         TRACE,
         short_label="prefix reuse ceiling",
     )
+    trace_semantic_cache_ceiling: float | None = figure(
+        Unit.SHARE,
+        "trace's semantic cache ceiling",
+        "The hit rate an unbounded semantic response cache reaches on this trace at the run's cache.similarity "
+        "(a prompt of the same output length at least that similar came before; lines with text only); "
+        "runs with cache.tier semantic only.",
+        TRACE,
+        short_label="semantic cache ceiling",
+    )
     trace_requests_clipped: int | None = figure(
         Unit.COUNT, "trace prompts clipped", "Prompts clipped to fit the context.", TRACE
     )

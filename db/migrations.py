@@ -255,6 +255,12 @@ def _semantic_cache(connection: Connection) -> None:
         _add_column(connection, Run.__tablename__, column_name)
 
 
+def _trace_semantic_ceiling(connection: Connection) -> None:
+    """A trace run with the semantic tier: the trace's semantic cache ceiling at the run's
+    threshold (db.figures ``trace_semantic_cache_ceiling``); runs from before stay None."""
+    _add_column(connection, Run.__tablename__, "trace_semantic_cache_ceiling")
+
+
 def _no_claims_log(connection: Connection) -> None:
     """The shared queue's claims log (``run_claims``) goes: procrastinate's jobs record who took
     a run, and the run its worker and fencing token; nothing has written the table since."""
@@ -279,6 +285,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _dispatch,  # 14 -> 15
     _semantic_cache,  # 15 -> 16
     _no_claims_log,  # 16 -> 17
+    _trace_semantic_ceiling,  # 17 -> 18
 ]
 
 LATEST_VERSION = len(MIGRATIONS)

@@ -77,6 +77,7 @@ GENERIC_FIGURES = (
     # a trace replay: the ceilings beside the measured hit rates, and how late requests left
     "trace_prefix_reuse_ceiling",
     "trace_response_cache_ceiling",
+    "trace_semantic_cache_ceiling",
     "lateness_p99_ms",
 )
 

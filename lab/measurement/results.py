@@ -210,7 +210,8 @@ class CheckFigures(FigurePart):
 class TraceFigures(FigurePart):
     """A trace replay: which trace (name, sha256), how late requests left against their time
     in it (ms; late: more than 50 ms), the hit rates the trace allows an unbounded exact
-    response cache and an unbounded prefix cache, and the requests not sent as the trace has them."""
+    response cache, an unbounded prefix cache and (a run with the semantic tier) an unbounded
+    semantic cache at the run's threshold, and the requests not sent as the trace has them."""
 
     trace_name: str | None = None
     trace_sha256: str | None = None
@@ -220,6 +221,7 @@ class TraceFigures(FigurePart):
     requests_late_over_50ms: int | None = None
     trace_response_cache_ceiling: float | None = None
     trace_prefix_reuse_ceiling: float | None = None
+    trace_semantic_cache_ceiling: float | None = None
     trace_requests_clipped: int | None = None
     trace_requests_skipped: int | None = None
     trace_requests_cut: int | None = None

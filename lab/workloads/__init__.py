@@ -61,6 +61,19 @@ class LoadSettings(Protocol):
     def planned_duration_s(self) -> float: ...
 
 
+class CacheSettings(Protocol):
+    """The spec's ``cache`` part as a workload reads it (``lab.specs.cache_spec.CacheSpec``)."""
+
+    @property
+    def tier(self) -> str: ...
+
+    @property
+    def similarity(self) -> float: ...
+
+    @property
+    def embedding_model(self) -> str: ...
+
+
 class RunSettings(Protocol):
     """A run spec as a workload reads it (``lab.specs.schema.RunSpec``)."""
 
@@ -74,6 +87,12 @@ class RunSettings(Protocol):
 
     @property
     def load(self) -> LoadSettings: ...
+
+    @property
+    def cache(self) -> CacheSettings: ...
+
+    @property
+    def uses_cache(self) -> bool: ...
 
     def backend_options(self) -> Any: ...
 

@@ -8,13 +8,14 @@ asked for the backend's own way. The trace is part of the configuration: the spe
 file, its name and its sha256 (filled in when the spec is first checked), and a spec whose
 file has changed since is refused. Reading and checking the file:
 :mod:`lab.workloads.trace_file`; the schedule, the cut, the clipping and the ceilings:
-:mod:`lab.workloads.trace_plan`.
+:mod:`lab.workloads.trace_plan` (the semantic one, for a run with the semantic tier:
+:mod:`lab.workloads.trace_semantic`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -115,6 +116,34 @@ def preview(spec: RunSettings) -> TraceSummary:
     return summarise(trace_plan(spec, options, trace, tokenizer_path(spec, options)), block_tokens=options.block_tokens)
 
 
+def with_semantic_ceiling(
+    spec: RunSettings, options: TraceOptions, trace: TraceFile, plan: TracePlan, summary: TraceSummary
+) -> TraceSummary:
+    """The summary with the trace's semantic ceiling at the run's threshold when the run's cache tier
+    is semantic (:func:`lab.workloads.trace_semantic.trace_semantic_ceiling`: the vectors are kept
+    beside the trace, so a trace is embedded once); unchanged for any other run. A model that does
+    not load leaves it None (the proxy refuses to start then, in one line)."""
+    if not (spec.uses_cache and spec.cache.tier == "semantic"):
+        return summary
+    from lab.workloads.trace_semantic import trace_semantic_ceiling
+    from services.embeddings import EmbeddingModelError, load_embedder
+
+    cache = spec.cache
+    assert options.path is not None  # required: checked with the spec
+    try:
+        ceiling = trace_semantic_ceiling(
+            plan.requests,
+            cache.similarity,
+            trace_path=Path(options.path),
+            trace_sha256=trace.sha256,
+            embedding_model=cache.embedding_model,
+            load_embed=lambda: load_embedder(cache.embedding_model).embed,
+        )
+    except EmbeddingModelError:
+        ceiling = None
+    return replace(summary, semantic_cache_ceiling=ceiling, semantic_cache_similarity=cache.similarity)
+
+
 def trace_sessions(spec: RunSettings, plan: TracePlan, backend: Backend, tokenizer: str) -> list[Any]:
     """One one-turn session per request: its send time (``at_ms``), its messages, its output length."""
     from lab.workloads.trace_prompts import TracePromptBuilder
@@ -175,7 +204,7 @@ class Trace(Workload):
         plan = trace_plan(spec, options, trace, tokenizer)
         if not plan.requests:
             raise WorkloadError("the trace sends nothing in this run: every request was cut, clipped away or skipped")
-        summary = summarise(plan, block_tokens=options.block_tokens)
+        summary = with_semantic_ceiling(spec, options, trace, plan, summarise(plan, block_tokens=options.block_tokens))
         run_dir.mkdir(parents=True, exist_ok=True)
         # What the run sends of the trace, for its figures (lab.measurement.trace_figures) and a reader.
         record = {"name": options.name, "sha256": trace.sha256, **asdict(summary), "cut_note": plan.cut_note()}

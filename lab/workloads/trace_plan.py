@@ -169,6 +169,10 @@ class TraceSummary:
     requests_skipped: int
     requests_cut: int
     cut_at_s: float | None
+    # Only a run with the semantic tier: its ceiling at the run's threshold
+    # (lab.workloads.trace_semantic.trace_semantic_ceiling: it needs the prompts' embeddings).
+    semantic_cache_ceiling: float | None = None
+    semantic_cache_similarity: float | None = None
 
     def lines(self) -> list[str]:
         """The summary in a few sentences for a person."""
@@ -185,7 +189,13 @@ class TraceSummary:
             f"peak {self.peak_rate_per_s:,} in one second; {self.sessions:,} sessions",
             f"prompt tokens: {lengths(self.input_tokens)}; output tokens: {lengths(self.output_tokens)}",
             f"ceilings from the trace: response cache {share(self.response_cache_ceiling)}, "
-            f"prefix reuse {share(self.prefix_reuse_ceiling)}",
+            f"prefix reuse {share(self.prefix_reuse_ceiling)}"
+            + (
+                ""
+                if self.semantic_cache_similarity is None
+                else f", semantic cache at similarity {self.semantic_cache_similarity:g} "
+                f"{share(self.semantic_cache_ceiling)}"
+            ),
             f"{self.requests_clipped:,} prompts clipped and {self.requests_skipped:,} skipped for the context",
         ]
         if self.cut_at_s is not None:

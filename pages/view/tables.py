@@ -302,6 +302,11 @@ def _trace_tiles(results: RunResults) -> list[TileText]:
         _tile(results, lambda f: f.requests_late_over_50ms, lambda v: format_rate(v, 0)),
         _tile(results, lambda f: f.trace_response_cache_ceiling, format_share),
         _tile(results, lambda f: f.trace_prefix_reuse_ceiling, format_share),
+        *(
+            [_tile(results, lambda f: f.trace_semantic_cache_ceiling, format_share)]
+            if results.trace_semantic_cache_ceiling is not None
+            else []
+        ),
         (
             "clipped / skipped / cut",
             f"{results.trace_requests_clipped or 0} / {results.trace_requests_skipped or 0} / {cut or 0}",
