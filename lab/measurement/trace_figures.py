@@ -62,7 +62,6 @@ def trace_part(run_dir: Path, summary_path: Path) -> TraceFigures | None:
         trace_response_cache_ceiling=record.get("response_cache_ceiling"),
         trace_prefix_reuse_ceiling=record.get("prefix_reuse_ceiling"),
         trace_semantic_cache_ceiling=record.get("semantic_cache_ceiling"),
-        trace_semantic_cache_ceiling=record.get("semantic_cache_ceiling"),
         trace_requests_clipped=record.get("requests_clipped"),
         trace_requests_skipped=record.get("requests_skipped"),
         trace_requests_cut=record.get("requests_cut"),
