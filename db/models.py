@@ -295,7 +295,7 @@ class WorkerRecord(Base):
 
 
 class Baseline(Base):
-    """The baseline of one run configuration (the run spec without its seed; the lab computes
+    """The baseline of one run configuration (the run spec without its random seed; the lab computes
     the key): the done runs later runs of that configuration are compared against. One per
     configuration; marking another replaces it. What was marked, a run or an experiment, is
     kept beside the runs it stood for then."""

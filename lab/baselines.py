@@ -1,7 +1,7 @@
 """Baselines: mark a run or an experiment as the baseline of its configuration, find the
 baseline a spec is gated against, and the later runs of a configuration.
 
-A configuration is a run spec without its seed (:mod:`lab.specs.configuration`); an
+A configuration is a run spec without its random seed (:mod:`lab.specs.configuration`); an
 experiment with a grid has one per cell, so marking it marks each cell's configuration with
 that cell's done runs. The pure comparison is :mod:`lab.analysis.regression`'s.
 """

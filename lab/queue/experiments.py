@@ -61,7 +61,7 @@ def record_wall_time_ratio(*, session: Session, experiment_id: int | None) -> fl
 
 
 def with_round_random_seed(spec: RunSpec, round_index: int) -> RunSpec:
-    """``spec`` with the seed of its round: repeats get distinct seeds so they are independent
+    """``spec`` with the random seed of its round: repeats get distinct random seeds so they are independent
     samples, each replayable. The one rule every round of every experiment uses."""
     return RunSpec.model_validate({**spec.model_dump(), "random_seed": (spec.random_seed + round_index) % 2**31})
 

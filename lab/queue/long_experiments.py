@@ -84,7 +84,7 @@ def _code_and_rules(*, allow_dirty: bool) -> tuple[Any, dict[str, Any]]:
 def _store_experiment(
     session: Session, spec: ExperimentSpec, *, tags: str, rules: dict[str, Any] | None, launched_by: str
 ) -> Experiment:
-    """The experiment with its run order resolved (its seed drawn and stored) and no run queued yet."""
+    """The experiment with its run order resolved (its order seed drawn and stored) and no run queued yet."""
     spec, _ = queue_plan(spec)
     return store.enqueue_experiment(
         session=session,

@@ -95,8 +95,8 @@ def adapted_spec(session: Session, spec: ExperimentSpec, *, max_cell_s: float) -
 
 
 def round_run_columns(spec: ExperimentSpec, round_index: int, cells: Collection[Hashable]) -> list[dict[str, Any]]:
-    """The runs of one more round of ``cells`` (labels) of ``spec``, in an order drawn from its seed
-    and the round; each run's seed advanced by the round, as the planned rounds' are."""
+    """The runs of one more round of ``cells`` (labels) of ``spec``, in an order drawn from its order
+    seed and the round; each run's random seed advanced by the round, as the planned rounds' are."""
     chosen = [(label, run_spec) for label, run_spec in spec.distinct_cells() if label in cells]
     plan = plan_runs(
         chosen,

@@ -6,7 +6,7 @@ A spec file is what a preset file is: the experiment's fields (``name``, ``descr
 section; ``name`` defaults to the file's name. It is validated like a preset, with the same
 one-line errors, and a key the schema does not know is refused. Exports are JSON (TOML has
 no null, and a stored spec holds some), so an experiment can live in a repository and be
-rerun exactly: the run's seeds and the experiment's run order are in the file.
+rerun exactly: the runs' random seeds and the experiment's run order are in the file.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def renamed_rerun(spec: ExperimentSpec, *, named_by_hand: bool) -> ExperimentSpe
 
 
 def experiment_spec_document(*, stored_spec: JsonObject) -> JsonObject:
-    """An experiment's stored spec as a spec file: exactly what was queued (seed and run order
+    """An experiment's stored spec as a spec file: exactly what was queued (random seed and run order
     included), so the file reruns it."""
     return dict(stored_spec)
 
@@ -120,7 +120,7 @@ def experiment_spec_document(*, stored_spec: JsonObject) -> JsonObject:
 def run_spec_document(
     *, run_id: int, stored_spec: JsonObject, cell_label: str = "", experiment_name: str | None = None
 ) -> JsonObject:
-    """One run's stored spec as a spec file: an experiment of that run alone (its seed kept, one
+    """One run's stored spec as a spec file: an experiment of that run alone (its random seed kept, one
     repeat), so rerunning the file queues a run of the same spec."""
     source = f" of experiment {experiment_name!r}" if experiment_name else ""
     cell = f" (cell {cell_label})" if cell_label else ""
