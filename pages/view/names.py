@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from db.figures import FIGURES
+from lab.specs.configuration import model_name
 
 MISSING = "–"
 
@@ -208,6 +209,8 @@ def format_value(name: str, value: Any) -> str:
         return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if name == "model":  # by name: a run stores its local model folder's absolute path
+        return model_name(str(value))
     if isinstance(value, (int, float)):
         entry = display_name(name)
         number = float(value) * entry.scale

@@ -47,6 +47,7 @@ def external_run(seed: SeededLab, *, workload: str, tok: float, preset: str | No
     from db import store
     from db.models import RunStatus
     from lab.queue import experiments
+    from lab.settings import get_settings
     from lab.specs.schema import ExperimentSpec, RunSpec
 
     spec = ExperimentSpec(
@@ -56,7 +57,7 @@ def external_run(seed: SeededLab, *, workload: str, tok: float, preset: str | No
             {
                 "backend": "external",
                 "target_url": "http://127.0.0.1:9",
-                "model": "stub",
+                "model": get_settings().default_model,  # a local folder's absolute path, as a run stores it
                 "workload": {"kind": workload},
                 "load": {"vus": 1, "duration_s": 5},
             }
@@ -95,6 +96,9 @@ def test_compare_never_joins_two_workloads_and_diffs_only_what_an_imported_run_r
         numbers = table.select_dtypes("number").to_numpy().ravel()
         assert not any(abs(value - (290.1 + 66.6) / 2) < 0.5 for value in numbers)  # no mean of the two
     assert "of the lab's not recorded by the imported run's tool" in shown
+    # A model by its name, never the machine's folder the run stored (a screenshot is published).
+    models = {str(value) for table in tables if "model" in table.columns for value in table["model"]}
+    assert models and not any("/" in model for model in models), models
     diff = frame_with(app, "setting")
     assert not diff.isna().any().any() and not (diff == "–").any().any()
 
