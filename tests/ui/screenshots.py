@@ -13,13 +13,15 @@ photographs each page in Debian's Chromium at 1280x800 and at 800 px wide. It al
 page as a person would and prints every problem it finds (and exits 1): a metric tile whose
 value or label is cut, a link cut short, a button or widget label cut or off the right edge, a
 code span broken over two lines, a table whose columns run off its frame (a verdict out of sight),
-a chart legend over an axis title or the chart title, a machine column name in the text, and at
+a chart legend over an axis title or the chart title, a machine column name or a machine's
+absolute path in the text, and at
 1280x800 a New experiment whose Launch button is below the fold.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -150,6 +152,10 @@ PROBLEMS_JS = """() => {
 }""".replace("VERDICT_TABLES_JSON", json.dumps(list(VERDICT_TABLES)))
 
 
+# A published screenshot names no machine's folder (a model is shown by its name).
+ABSOLUTE_PATH = re.compile(r"(?<![\w:/.])/(?:work|root|home|tmp|srv|opt|usr|var|mnt)/[^\s'\"]*")
+
+
 def launch_above_the_fold(page) -> list[str]:
     """At 1280x800, New experiment's Launch button must be on the first screen."""
     button = page.get_by_role("button", name="Launch preset").first
@@ -191,6 +197,7 @@ def photograph(url: str, out: Path) -> list[str]:
                 found = page.evaluate(PROBLEMS_JS)
                 body = page.inner_text("body")
                 found += [f"machine name shown: {n}" for n in MACHINE_NAMES if n in body]
+                found += [f"a machine's path shown: {p}" for p in sorted(set(ABSOLUTE_PATH.findall(body)))]
                 if name == "new-experiment" and width == "1280":
                     found += launch_above_the_fold(page)
                 problems += [f"{name} at {width} px: {problem}" for problem in found]
