@@ -175,7 +175,8 @@ def run_semantic_figures(server_metrics: Mapping[str, Any] | None) -> SemanticRu
 @dataclass(frozen=True)
 class ThresholdPoint:
     """One run of a sweep: its tier and threshold (None for exact and off), its hit rates and
-    false-hit rate (None where nothing was verified)."""
+    false-hit rate (None where nothing was verified), and its workload's kind (a report of two
+    workloads draws and tabulates each apart)."""
 
     run_id: int
     label: str
@@ -186,6 +187,7 @@ class ThresholdPoint:
     false_hit_rate_ci95_low: float | None
     false_hit_rate_ci95_high: float | None
     figures: SemanticRunFigures | None
+    workload: str = ""
 
 
 def threshold_point(
@@ -194,6 +196,8 @@ def threshold_point(
     cache_spec: Mapping[str, Any],
     server_metrics: Mapping[str, Any] | None,
     hit_rate: float | None,
+    *,
+    workload: str = "",
 ) -> ThresholdPoint | None:
     """A run as a point of the trade: a semantic run from its proxy's counters; an exact run at
     its hit rate and no false hit (it answers only identical requests); a run with the tier off
@@ -213,12 +217,13 @@ def threshold_point(
             figures.false_hit_rate_ci95_low,
             figures.false_hit_rate_ci95_high,
             figures,
+            workload,
         )
     if tier == "off":
-        return ThresholdPoint(run_id, label, tier, None, 0.0, 0.0, 0.0, 0.0, None)
+        return ThresholdPoint(run_id, label, tier, None, 0.0, 0.0, 0.0, 0.0, None, workload)
     if hit_rate is None:
         return None
-    return ThresholdPoint(run_id, label, tier, None, hit_rate, 0.0, 0.0, 0.0, None)
+    return ThresholdPoint(run_id, label, tier, None, hit_rate, 0.0, 0.0, 0.0, None, workload)
 
 
 def pareto_front(points: Iterable[ThresholdPoint]) -> list[ThresholdPoint]:

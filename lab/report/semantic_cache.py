@@ -7,6 +7,8 @@ metrics (:mod:`lab.analysis.semantic_cache`); :func:`tradeoff_figure` draws ever
 joined, the exact cache and the cache off as the baselines; Compare shows it, and
 :func:`write_semantic_report` writes it with its table into a folder (``README.md``,
 ``tradeoff.png``, ``points.json``): ``python -m lab semantic-report experiment:N --out DIR``.
+Runs of two workloads (the preset's paraphrase trace and ShareGPT) are drawn side by side, each
+workload in its colour with its own Pareto front, and the table gains a workload column.
 """
 
 from __future__ import annotations
@@ -30,8 +32,14 @@ def sweep_points(*, session: Session, run_ids: Sequence[int]) -> list[ThresholdP
     points = []
     for run in sorted(runs, key=lambda run: run.id):
         cache = (run.spec or {}).get("cache") or {}
+        workload = str(((run.spec or {}).get("workload") or {}).get("kind", ""))
         point = threshold_point(
-            run.id, run.cell_label or f"run {run.id}", cache, run.server_metrics, run.response_cache_hit_rate
+            run.id,
+            run.cell_label or f"run {run.id}",
+            cache,
+            run.server_metrics,
+            run.response_cache_hit_rate,
+            workload=workload,
         )
         if point is not None:
             points.append(point)
@@ -47,6 +55,15 @@ def _point_name(point: ThresholdPoint) -> str:
     return f"semantic {point.similarity:g}" if point.tier == "semantic" else point.tier
 
 
+def _workloads(points: Sequence[ThresholdPoint]) -> list[str]:
+    """The points' workloads in order of appearance."""
+    return list(dict.fromkeys(point.workload for point in points))
+
+
+# One colour a workload (plotly's first ones) when a chart has several.
+WORKLOAD_COLOURS = ("#636efa", "#ef553b", "#00cc96", "#ab63fa")
+
+
 def tradeoff_figure(
     points: Sequence[ThresholdPoint], *, title: str = "Semantic cache: hit rate against false hits"
 ) -> Any:
@@ -58,11 +75,36 @@ def tradeoff_figure(
     import plotly.graph_objects as go
 
     figure = go.Figure()
+    workloads = _workloads(points)
+    for index, workload in enumerate(workloads):
+        chosen = [point for point in points if point.workload == workload]
+        prefix = f"{workload}: " if len(workloads) > 1 else ""
+        colour = WORKLOAD_COLOURS[index % len(WORKLOAD_COLOURS)] if len(workloads) > 1 else None
+        for trace in _workload_traces(chosen, prefix):
+            if colour is not None:
+                trace.update(marker_color=colour, line_color=colour)
+            figure.add_trace(trace)
+    figure.update_layout(
+        title=title,
+        xaxis_title="hit rate (% of requests looked up)",
+        yaxis_title="false-hit rate (% of verified semantic hits)",
+        legend={"orientation": "h", "y": -0.25},
+        margin={"b": 120},
+    )
+    return figure
+
+
+def _workload_traces(points: Sequence[ThresholdPoint], prefix: str) -> list[Any]:
+    """One workload's traces: a trace a tier, the answer mismatches and the Pareto front, each
+    name after ``prefix``."""
+    import plotly.graph_objects as go
+
+    traces = []
     for tier, symbol in (("off", "x"), ("exact", "square"), ("semantic", "circle")):
         chosen = [point for point in points if point.tier == tier and point.false_hit_rate is not None]
         if not chosen:
             continue
-        figure.add_trace(
+        traces.append(
             go.Scatter(
                 x=[point.hit_rate * 100 for point in chosen],
                 y=[(point.false_hit_rate or 0) * 100 for point in chosen],
@@ -80,35 +122,28 @@ def tradeoff_figure(
                 marker={"symbol": symbol, "size": 10},
                 text=[_point_name(point) for point in chosen],
                 textposition="top center",
-                name={"off": "cache off", "exact": "exact cache", "semantic": "semantic, by threshold"}[tier],
+                name=prefix + {"off": "cache off", "exact": "exact cache", "semantic": "semantic, by threshold"}[tier],
             )
         )
     semantic = [
         point for point in points if point.figures is not None and point.figures.answer_mismatch_rate is not None
     ]
     if semantic:
-        figure.add_trace(_mismatch_trace(semantic))
+        traces.append(_mismatch_trace(semantic, prefix))
     front = pareto_front(points)
-    figure.add_trace(
+    traces.append(
         go.Scatter(
             x=[point.hit_rate * 100 for point in front],
             y=[(point.false_hit_rate or 0) * 100 for point in front],
             mode="lines",
             line={"dash": "dot"},
-            name="Pareto front",
+            name=f"{prefix}Pareto front",
         )
     )
-    figure.update_layout(
-        title=title,
-        xaxis_title="hit rate (% of requests looked up)",
-        yaxis_title="false-hit rate (% of verified semantic hits)",
-        legend={"orientation": "h", "y": -0.25},
-        margin={"b": 120},
-    )
-    return figure
+    return traces
 
 
-def _mismatch_trace(points: Sequence[ThresholdPoint]) -> Any:
+def _mismatch_trace(points: Sequence[ThresholdPoint], prefix: str = "") -> Any:
     """The softer reading, per semantic run: verified hits whose answers embed less than
     :data:`ANSWER_MISMATCH_BELOW` alike (hollow markers, with their Wilson interval)."""
     import plotly.graph_objects as go
@@ -127,7 +162,7 @@ def _mismatch_trace(points: Sequence[ThresholdPoint]) -> Any:
         },
         mode="markers",
         marker={"symbol": "circle-open", "size": 10},
-        name=f"semantic: answers under {ANSWER_MISMATCH_BELOW:g} alike",
+        name=f"{prefix}semantic: answers under {ANSWER_MISMATCH_BELOW:g} alike",
     )
 
 
@@ -188,18 +223,22 @@ def _row_cells(point: ThresholdPoint) -> list[Cell]:
 
 
 def table_lines(points: Sequence[ThresholdPoint], *, source: str | None = None) -> list[str]:
-    """The points as a Markdown table: hit rates, false hits with their interval, added latency.
-    With ``source`` (points.json's path) each row ends in a pointer naming each number's value,
-    which the documents' check reads back."""
+    """The points as a Markdown table: hit rates, false hits with their interval, added latency
+    (and the workload, when the points have several). With ``source`` (points.json's path) each
+    row ends in a pointer naming each number's value, which the documents' check reads back."""
     not_data = " <!-- not-data: column headings -->" if source else ""
+    several = len(_workloads(points)) > 1
     lines = [
-        "| run | tier | hit rate | exact hits | semantic hits | verified | false hits | false-hit rate | 95% interval"
+        f"| run | {'workload | ' if several else ''}tier | hit rate | exact hits | semantic hits | verified"
+        " | false hits | false-hit rate | 95% interval"
         f" | answer similarity | answers under {ANSWER_MISMATCH_BELOW:g} alike | 95% interval"
         f" | added ms on a hit, p50 | p99 | added ms on a miss, p50 | p99{not_data} |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|" + "---|" * (16 if several else 15),
     ]
     for point in points:
         cells = _row_cells(point)
+        if several:
+            cells.insert(1, (point.workload, ()))
         keys = ";".join(f"[run_id={point.run_id}]{path}" for _, paths in cells for path in paths)
         pointer = f" <!-- src: {source} key={keys} -->" if source else ""
         lines.append("| " + " | ".join(text for text, _ in cells) + pointer + " |")
@@ -217,7 +256,13 @@ def write_semantic_report(
     written, problem = write_pngs({"tradeoff": figure} if figure is not None else {}, folder)
     data = [{**asdict(point), "figures": asdict(point.figures) if point.figures else None} for point in points]
     (folder / "points.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    front = ", ".join(_point_name(point) for point in pareto_front(points)) or "none"
+    fronts = {
+        workload: ", ".join(_point_name(point) for point in pareto_front(p for p in points if p.workload == workload))
+        or "none"
+        for workload in _workloads(points)
+    }
+    several = len(fronts) > 1
+    front = "; ".join(f"{workload}: {names}" if several else names for workload, names in fronts.items()) or "none"
     source = folder / "points.json"
     if source.resolve().is_relative_to(Path.cwd()):  # the documents' check reads figures back from it
         source = source.resolve().relative_to(Path.cwd())

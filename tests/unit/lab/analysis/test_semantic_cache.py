@@ -181,3 +181,34 @@ def test_the_tradeoff_chart_and_table_name_every_run_and_the_front(tmp_path, mon
     assert readme.startswith("# Sweep\n\nA note.") and "<!-- src:" in readme
     assert "(no chart: no browser in the fast tier)" in readme
     assert folder / "points.json" in written
+
+
+def test_two_workloads_are_drawn_and_tabulated_apart_each_with_its_front(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lab.report import charts
+    from lab.report.semantic_cache import table_lines, tradeoff_figure, write_semantic_report
+
+    monkeypatch.setattr(charts, "write_pngs", lambda found, folder: ({}, "no browser in the fast tier"))
+    points = [
+        ThresholdPoint(1, "exact", "exact", None, 0.0, 0.0, 0.0, 0.0, None, "paraphrases"),
+        ThresholdPoint(2, "0.8", "semantic", 0.8, 0.6, 0.5, 0.3, 0.7, None, "paraphrases"),
+        ThresholdPoint(3, "exact", "exact", None, 0.0, 0.0, 0.0, 0.0, None, "sharegpt-chat"),
+        ThresholdPoint(4, "0.8", "semantic", 0.8, 0.05, 1.0, 0.2, 1.0, None, "sharegpt-chat"),
+    ]
+    names = [trace.name for trace in tradeoff_figure(points).data]
+    assert names == [
+        "paraphrases: exact cache",
+        "paraphrases: semantic, by threshold",
+        "paraphrases: Pareto front",
+        "sharegpt-chat: exact cache",
+        "sharegpt-chat: semantic, by threshold",
+        "sharegpt-chat: Pareto front",
+    ]
+    table = table_lines(points)
+    assert table[0].startswith("| run | workload | tier | hit rate |") and table[1].count("---") == 17
+    assert table[-1].startswith("| 4 | sharegpt-chat | semantic 0.8 | 5.0% |")
+    assert table_lines(points[:2])[0].startswith("| run | tier |")  # one workload: no column for it
+    write_semantic_report(points, tmp_path, heading="Two workloads")
+    readme = (tmp_path / "README.md").read_text()
+    assert "paraphrases: exact, semantic 0.8; sharegpt-chat: exact, semantic 0.8." in readme
