@@ -21,8 +21,9 @@ def cost_per_million_output_tokens(output_tok_per_s: float | None, price_per_hou
 
 def cost_table(records: Sequence[Mapping[str, Any]], price_per_hour: float) -> pd.DataFrame:
     """Per cell (:data:`~lab.analysis.aggregation.CELL_KEYS`, so two workloads or two loads are never
-    one row): mean output tok/s and what a million output tokens cost (machine names); the cell
-    settings no chosen run has are left out."""
+    one row): mean output tok/s and what a million output tokens cost (machine names). Only the cell
+    settings whose values differ between the rows are shown, with the backend: one the rows share
+    says nothing here (the page lists what differs) and would push the cost off a narrow screen."""
     import pandas as pd  # on first use: most commands never build a table (0.5 s of every CLI start)
 
     output = figure_by(lambda f: f.output_tok_per_s).name
@@ -39,7 +40,11 @@ def cost_table(records: Sequence[Mapping[str, Any]], price_per_hour: float) -> p
         ],
         columns=[*CELL_KEYS, "n", output, "cost_per_million_output_tokens"],
     )
-    shown = [key for key in CELL_KEYS if frame[key].notna().any()]
+    shown = [
+        key
+        for key in CELL_KEYS
+        if frame[key].notna().any() and (key == "backend" or frame[key].astype(str).nunique(dropna=False) > 1)
+    ]
     frame = frame[[*shown, "n", output, "cost_per_million_output_tokens"]]
     sort_keys = [key for key in ("backend", "workload", "vus") if key in frame]
     return frame.sort_values(sort_keys, na_position="last").reset_index(drop=True)

@@ -87,8 +87,9 @@ MACHINE_NAMES = (
     "slo_evaluated",
 )
 
-# Tables (by key prefix) that carry a verdict: every column on screen, no sideways scroll.
-VERDICT_TABLES = ("compare_ratios", "compare_seed_ratios", "baseline_changes")
+# Tables (by key prefix) that carry a verdict or a figure at their right end (Compare's cost):
+# every column on screen, no sideways scroll.
+VERDICT_TABLES = ("compare_ratios", "compare_seed_ratios", "baseline_changes", "compare_cost")
 
 PROBLEMS_JS = """() => {
   const VERDICT_TABLES = VERDICT_TABLES_JSON;
