@@ -203,3 +203,12 @@ def test_lab_run_ratio_lines_carry_their_interval(capsys: pytest.CaptureFixture[
     line = next(line for line in printed.splitlines() if "backend vllm+cache over backend vllm" in line)
     low, high = [float(x.rstrip("x]").replace(",", "")) for x in line.split("[95% CI ")[1].split(" (")[0].split(", ")]
     assert 0 < low < 3300 / 2.4 < high
+
+
+def test_the_cost_table_shows_the_backend_and_only_the_settings_that_differ() -> None:
+    from lab.analysis.cost import cost_table
+
+    same = {"workload": "number-story", "model": "m", "max_tokens": 128}
+    table = cost_table([{**rec, **same} for rec in EXP1], price_per_hour=1.0)
+    assert list(table.columns) == ["backend", "vus", "n", "output_tok_per_s", "cost_per_million_output_tokens"]
+    assert len(table) == 4  # two backends at two loads; the failed run left out
