@@ -144,7 +144,10 @@ def diff_section(chosen: Chosen) -> None:
     labels = {record["run_id"]: f"#{record['run_id']} {record['backend']}" for record in shown}
     table = pd.DataFrame(
         [
-            {"setting": setting_label(row["setting"]), **{labels[rid]: setting_value(row[rid]) for rid in labels}}
+            {
+                "setting": setting_label(row["setting"]),
+                **{labels[rid]: setting_value(row[rid], row["setting"]) for rid in labels},
+            }
             for row in rows
         ]
     )
@@ -343,7 +346,7 @@ def ratio_rows(pairs: list[CellPair]) -> list[dict]:
         for found in pair.ratios:
             rows.append(
                 {
-                    "what_changes": f"{setting_label(name)} {setting_value(low)} → {setting_value(high)}",
+                    "what_changes": f"{setting_label(name)} {setting_value(low, name)} → {setting_value(high, name)}",
                     "figure": display_name(found.figure).header,
                     "ratio": f"{found.ratio:,.2f}x" if found.ratio is not None else None,
                     # The verdict before the interval: on screen at 800 px.
@@ -364,7 +367,8 @@ def side_by_side_rows(pairs: list[CellPair]) -> list[dict]:
             "first": cell_text(pair, "first"),
             "second": cell_text(pair, "second"),
             "differ_in": "; ".join(
-                f"{setting_label(name)} {setting_value(a)} vs {setting_value(b)}" for name, a, b in pair.differences
+                f"{setting_label(name)} {setting_value(a, name)} vs {setting_value(b, name)}"
+                for name, a, b in pair.differences
             ),
         }
         for figure in PAIR_FIGURES:

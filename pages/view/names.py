@@ -285,8 +285,11 @@ def setting_label(path: str) -> str:
     return f"{' '.join(section)}: {words}" if section else words
 
 
-def setting_value(value: Any) -> str:
-    """A setting's value as shown: "–" when unset, yes/no, lists joined."""
+def setting_value(value: Any, name: str | None = None) -> str:
+    """A setting's value as shown: "–" when unset, yes/no, lists joined, the ``model`` setting by
+    the model's name (a run stores a local folder's absolute path)."""
+    if name == "model" and isinstance(value, str):
+        return model_name(value)
     if isinstance(value, (list, tuple)):
         return ", ".join(setting_value(item) for item in value) or MISSING
     if is_missing(value):

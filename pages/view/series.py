@@ -44,24 +44,23 @@ MAX_VALUE_CHARS = 24
 
 def series_label(backend: str, values: dict[str, Any]) -> str:
     """``"naive"``, ``"vllm · max tokens 32 · +1 more"``: the backend and what else differs, short."""
-    shown = [setting_text(name, _cut(value)) for name, value in values.items() if name != BACKEND_SETTING]
+    shown = [setting_text(name, value) for name, value in values.items() if name != BACKEND_SETTING]
     more = len(shown) - MAX_LABEL_SETTINGS
     parts = [backend, *shown[:MAX_LABEL_SETTINGS]] + ([f"+{more} more"] if more > 0 else [])
     return " · ".join(parts)
 
 
-def _cut(value: Any) -> Any:
-    text = str(value)
-    return value if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
 def setting_text(name: str, value: Any) -> str:
-    """One setting and its value in a label: ``"2 VUs"``, ``"max tokens 32"``."""
+    """One setting and its value in a label, the value cut short: ``"2 VUs"``, ``"max tokens 32"``."""
     if name == "imported from":
-        return f"imported from {value}"
+        return f"imported from {_cut(str(value))}"
     if name == "load.vus" and isinstance(value, int) and not isinstance(value, bool):
         return f"{value} VU{'' if value == 1 else 's'}"
-    return f"{setting_label(name)} {setting_value(value)}"
+    return f"{setting_label(name)} {_cut(setting_value(value, name))}"
 
 
 def chart_series(

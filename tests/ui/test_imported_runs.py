@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from lab.imports import read_result_file
 from lab.imports.saving import save_parsed
 from lab.members import Member
+from lab.settings import get_settings
 from tests.support.app_pages import PAGES, frame_with, open_page, texts, widget
 from tests.support.seeded_lab import SeededLab
 
@@ -101,6 +102,11 @@ def test_compare_never_joins_two_workloads_and_diffs_only_what_an_imported_run_r
     assert models and not any("/" in model for model in models), models
     diff = frame_with(app, "setting")
     assert not diff.isna().any().any() and not (diff == "–").any().any()
+    # Nor in the settings diff, the legends or any text: the model by its name.
+    folder = str(get_settings().default_model)
+    assert folder not in shown and not diff.astype(str).apply(lambda column: column.str.contains(folder)).any().any()
+    legends = [str(chart.proto.spec) for chart in app.get("plotly_chart")]
+    assert legends and not any(folder in legend for legend in legends)
 
 
 def test_the_seed_table_is_not_shown_for_a_stub_run_under_a_seed_preset(seed_lab: SeededLab) -> None:
