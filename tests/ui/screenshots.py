@@ -36,6 +36,9 @@ PAGES: tuple[tuple[str, str, str, str], ...] = (
     ("runs", "runs", "Filters", ""),
     ("run-detail", "run_detail?run=1", "Per second", ""),
     ("compare", "compare", "Charts", ""),
+    # A number-story run, the trace replay and an imported GuideLLM run side by side (runs #1, #3
+    # and #4 of the fresh database: the experiment's first run, the replay, the first import).
+    ("compare-imported", "compare?runs=1,3,4", "Charts", ""),
     ("trends", "trends", "Trends", ""),
     ("services", "services", "Start a service", ""),
     ("workers", "workers", "workers alive", ""),
