@@ -86,12 +86,13 @@ def live_state(*, session: Session) -> dict[str, Any]:
             "launched_by": run.launched_by,
         }
     )
-    queued = counts.get(RunStatus.QUEUED, 0)
-    running = sum(counts.get(status, 0) for status in RunStatus.ACTIVE)
-    searches = pending_searches(session=session)
     pending_statuses = dict(
         session.execute(select(Run.id, Run.status).where(Run.status.in_([RunStatus.QUEUED, *RunStatus.ACTIVE]))).all()
     )
+    # The counts from the same reading as the statuses, so the two never disagree.
+    queued = sum(status == RunStatus.QUEUED for status in pending_statuses.values())
+    running = sum(status in RunStatus.ACTIVE for status in pending_statuses.values())
+    searches = pending_searches(session=session)
     return {
         "queued": queued,
         "active": running,
@@ -243,8 +244,7 @@ def pending_searches(*, session: Session) -> list[dict[str, Any]]:
     found = []
     for experiment in list_experiments(session=session, limit=50):
         capacity = experiment.capacity or {}
-        created = experiment.created_at if experiment.created_at.tzinfo else experiment.created_at.replace(tzinfo=UTC)
-        if capacity.get("state") in PENDING_SEARCH_STATES and created >= since:
+        if capacity.get("state") in PENDING_SEARCH_STATES and _aware(experiment.created_at) >= since:
             probes = sum(len(entry.get("probes") or []) for entry in (capacity.get("backends") or {}).values())
             found.append({"id": experiment.id, "name": experiment.name, "state": capacity["state"], "probes": probes})
     return found
