@@ -42,7 +42,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks.cache_proxy import REPO_ROOT, _average, _flushdb, _python_service, run_k6
+from benchmarks.cache_proxy import REPO_ROOT, _average, _flushdb, python_service, run_k6
 from services.redis_server import make_redis_service, redis_url_of
 from services.supervisor import ManagedService
 
@@ -56,7 +56,7 @@ def start_targets(stack: ExitStack, log_dir: Path) -> dict[str, ManagedService]:
     """Start Redis, the stub and every target; return target name -> its service."""
     redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
     redis_url = redis_url_of(redis)
-    stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
+    stub = stack.enter_context(python_service("stub", "tests.stub_upstream", [], log_dir))
     services: dict[str, tuple[str, list[str]]] = {
         "seed": ("benchmarks.seed_proxy", ["--upstream", stub.url, "--redis-url", redis_url])
     }
@@ -68,7 +68,7 @@ def start_targets(stack: ExitStack, log_dir: Path) -> dict[str, ManagedService]:
             ["--upstream", stub.url, "--redis-url", redis_url, "--namespace", f"bench-{server}", "--server", server],
         )
     targets = {
-        name: stack.enter_context(_python_service(name, module, extra, log_dir))
+        name: stack.enter_context(python_service(name, module, extra, log_dir))
         for name, (module, extra) in services.items()
     }
     _flushdb(redis.host, int(redis.port or 0))

@@ -52,12 +52,15 @@ K6_BINARY = REPO_ROOT / ".venv" / "bin" / "k6"
 TREND_STATS = "avg,min,med,max,p(50),p(95),p(99)"
 
 
-def _python_service(name: str, module: str, extra_args: list[str], log_dir: Path) -> ManagedService:
+def python_service(
+    name: str, module: str, extra_args: list[str], log_dir: Path, *, readiness_timeout_s: float = 30.0
+) -> ManagedService:
+    """``python -m module --port {port} extra_args`` as a managed service logging under ``log_dir``."""
     return ManagedService(
         name=name,
         argv=[sys.executable, "-m", module, "--port", "{port}", *extra_args],
         log_path=log_dir / f"{name}.log",
-        readiness_timeout_s=30.0,
+        readiness_timeout_s=readiness_timeout_s,
         cwd=REPO_ROOT,
     )
 
@@ -181,7 +184,7 @@ def start_services(stack: ExitStack, log_dir: Path) -> dict[str, ManagedService]
     tier, and the bare ceiling, all started under ``stack``."""
     redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
     redis_url = redis_url_of(redis)
-    stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
+    stub = stack.enter_context(python_service("stub", "tests.stub_upstream", [], log_dir))
     upstream = ["--upstream", stub.url, "--redis-url", redis_url]
     services = {
         "seed": ("seed-proxy", "benchmarks.seed_proxy", upstream),
@@ -194,7 +197,7 @@ def start_services(stack: ExitStack, log_dir: Path) -> dict[str, ManagedService]
         "bare": ("bare", "benchmarks.bare_ceiling", []),
     }
     started = {
-        name: stack.enter_context(_python_service(service_name, module, extra, log_dir))
+        name: stack.enter_context(python_service(service_name, module, extra, log_dir))
         for name, (service_name, module, extra) in services.items()
     }
     _flushdb(redis.host, int(redis.port or 0))
@@ -312,14 +315,14 @@ def measure_recording(*, rounds: int, vus: int, duration_s: float, log_dir: Path
     runs: dict[str, list[dict[str, float]]] = {"lab": [], "lab-recording": []}
     with ExitStack() as stack:
         redis = stack.enter_context(make_redis_service(log_path=log_dir / "redis.log"))
-        stub = stack.enter_context(_python_service("stub", "tests.stub_upstream", [], log_dir))
+        stub = stack.enter_context(python_service("stub", "tests.stub_upstream", [], log_dir))
         upstream = ["--upstream", stub.url, "--redis-url", redis_url_of(redis)]
         proxies = {
             "lab": stack.enter_context(
-                _python_service("lab-proxy", "services.cache_proxy", [*upstream, "--namespace", "bench"], log_dir)
+                python_service("lab-proxy", "services.cache_proxy", [*upstream, "--namespace", "bench"], log_dir)
             ),
             "lab-recording": stack.enter_context(
-                _python_service(
+                python_service(
                     "lab-proxy-recording",
                     "services.cache_proxy",
                     [*upstream, "--namespace", "bench-rec", *record],

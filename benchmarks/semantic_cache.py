@@ -44,6 +44,7 @@ import numpy as np
 import psutil
 
 from benchmarks import data_files
+from benchmarks.cache_proxy import python_service
 from lab.workloads.paraphrases import FAMILIES, paraphrase_requests
 from services.cache_proxy.semantic_index import VectorIndex
 from services.embeddings import load_embedder
@@ -51,7 +52,6 @@ from services.redis_server import make_redis_service, redis_url_of
 from services.supervisor import ManagedService
 from tests.support.integration_proxy import redis_command
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CHAT_PATH = "/v1/chat/completions"
 ENTRIES = 10_000
 # The cases of part 1: (name, proxy, which prompts).
@@ -69,13 +69,8 @@ def body(text: str) -> dict[str, Any]:
 
 
 def service(name: str, module: str, arguments: list[str], log_dir: Path) -> ManagedService:
-    return ManagedService(
-        name=name,
-        argv=[sys.executable, "-m", module, "--port", "{port}", *arguments],
-        log_path=log_dir / f"{name}.log",
-        readiness_timeout_s=120.0,
-        cwd=REPO_ROOT,
-    )
+    # A semantic proxy loads torch and its embedding model before it answers /health.
+    return python_service(name, module, arguments, log_dir, readiness_timeout_s=120.0)
 
 
 async def load(url: str, texts: Iterator[str], *, duration_s: float, concurrency: int) -> dict[str, Any]:
